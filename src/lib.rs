@@ -1,3 +1,22 @@
 //! compactd: LLM context compaction for Pi-format coding-agent sessions.
+//!
+//! Module map, in data-flow order:
+//! - [`json`]: JavaScript-compatible JSON (UTF-16 lengths, `JSON.stringify` order and numbers).
+//! - [`session`]: Pi session files in memory — entries, reader and migrations, tree, ids.
+//! - [`context`]: projection of a path to model context (`buildSessionContext`, `convertToLlm`).
+//! - [`compaction`]: the pure core — tokens, cut points, preparation, file ops, serialization,
+//!   prompts, summary assembly.
+//! - [`report`]: the analysis `compactd inspect` prints (the fixtures' `expected.json` shape).
+//! - [`summarizer`]: who writes summaries — LLM providers, retries, the extractive default.
+//! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry).
+//! - [`store`]: the storage shell — opening, repairing and appending to session files.
+//! - [`cli`]: the command-line front end.
+pub mod cli;
+pub mod compaction;
+pub mod compactor;
+pub mod context;
 pub mod json;
+pub mod report;
+pub mod session;
+pub mod store;
 pub mod summarizer;

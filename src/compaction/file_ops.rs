@@ -1,0 +1,132 @@
+//! Files the summarized span read and modified (compaction.md §6.5), carried across compactions
+//! and appended to every summary as `<read-files>` / `<modified-files>` blocks.
+
+use indexmap::IndexSet;
+use serde_json::{Map, Value};
+
+use crate::json::cmp_utf16;
+
+/// Insertion-ordered sets of paths, as Pi's `FileOperations`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileOps {
+    pub read: IndexSet<String>,
+    pub written: IndexSet<String>,
+    pub edited: IndexSet<String>,
+}
+
+impl FileOps {
+    /// Records the `read`/`write`/`edit` tool calls of an assistant message whose
+    /// `arguments.path` is a non-empty string.
+    pub fn add_from_message(&mut self, m: &Value) {
+        let Some(m) = m.as_object() else { return };
+        if m.get("role").and_then(Value::as_str) != Some("assistant") {
+            return;
+        }
+        let Some(Value::Array(blocks)) = m.get("content") else {
+            return;
+        };
+        for b in blocks {
+            if b.get("type").and_then(Value::as_str) != Some("toolCall") {
+                continue;
+            }
+            let Some(path) = b
+                .get("arguments")
+                .and_then(|a| a.get("path"))
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty())
+            else {
+                continue;
+            };
+            let set = match b.get("name").and_then(Value::as_str) {
+                Some("read") => &mut self.read,
+                Some("write") => &mut self.written,
+                Some("edit") => &mut self.edited,
+                _ => continue,
+            };
+            set.insert(path.to_owned());
+        }
+    }
+
+    /// Seeds from a previous Pi-generated compaction's `details` (`readFiles` → read,
+    /// `modifiedFiles` → edited).
+    pub fn add_from_details(&mut self, details: &Map<String, Value>) {
+        let strings = |k: &str| -> Vec<String> {
+            match details.get(k) {
+                Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+                _ => Vec::new(),
+            }
+        };
+        self.read.extend(strings("readFiles"));
+        self.edited.extend(strings("modifiedFiles"));
+    }
+
+    /// `computeFileLists`: (read-only files, modified files), each sorted by UTF-16 units.
+    pub fn file_lists(&self) -> (Vec<String>, Vec<String>) {
+        let modified: IndexSet<&String> = self.edited.iter().chain(self.written.iter()).collect();
+        let mut read: Vec<String> = self
+            .read
+            .iter()
+            .filter(|f| !modified.contains(f))
+            .cloned()
+            .collect();
+        let mut modified: Vec<String> = modified.into_iter().cloned().collect();
+        read.sort_by(|a, b| cmp_utf16(a, b));
+        modified.sort_by(|a, b| cmp_utf16(a, b));
+        (read, modified)
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "read": self.read.iter().collect::<Vec<_>>(),
+            "written": self.written.iter().collect::<Vec<_>>(),
+            "edited": self.edited.iter().collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// `formatFileOperations`: the text appended to a summary (empty when both lists are empty).
+pub fn format_file_operations(read_files: &[String], modified_files: &[String]) -> String {
+    let mut sections = Vec::new();
+    if !read_files.is_empty() {
+        sections.push(format!("<read-files>\n{}\n</read-files>", read_files.join("\n")));
+    }
+    if !modified_files.is_empty() {
+        sections.push(format!(
+            "<modified-files>\n{}\n</modified-files>",
+            modified_files.join("\n")
+        ));
+    }
+    if sections.is_empty() {
+        String::new()
+    } else {
+        format!("\n\n{}", sections.join("\n\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn read_then_modified_is_only_modified_and_sorted_by_utf16() {
+        let mut ops = FileOps::default();
+        ops.add_from_message(&json!({"role":"assistant","content":[
+            {"type":"toolCall","name":"read","arguments":{"path":"b.rs"}},
+            {"type":"toolCall","name":"read","arguments":{"path":"Z.rs"}},
+            {"type":"toolCall","name":"edit","arguments":{"path":"b.rs"}},
+            {"type":"toolCall","name":"write","arguments":{"path":"a.rs"}},
+            {"type":"toolCall","name":"read","arguments":{"path":42}},
+            {"type":"toolCall","name":"bash","arguments":{"path":"x"}},
+            {"type":"toolCall","name":"read","arguments":{"file_path":"y"}}
+        ]}));
+        let (read, modified) = ops.file_lists();
+        assert_eq!(read, ["Z.rs"]);
+        assert_eq!(modified, ["a.rs", "b.rs"]);
+        assert_eq!(
+            format_file_operations(&read, &modified),
+            "\n\n<read-files>\nZ.rs\n</read-files>\n\n<modified-files>\na.rs\nb.rs\n</modified-files>"
+        );
+        assert_eq!(format_file_operations(&[], &[]), "");
+    }
+}

@@ -1,0 +1,14 @@
+//! The pure compaction core: token accounting, cut points, preparation, file operations,
+//! serialization, prompts and summary assembly. No I/O and no async: everything here is a plain
+//! function of session data, so the conformance fixtures test it directly.
+
+pub mod cut_point;
+pub mod file_ops;
+pub mod prepare;
+pub mod prompts;
+pub mod serialize;
+pub mod summary;
+pub mod tokens;
+
+pub use prepare::{prepare_compaction, NothingToCompact, Preparation};
+pub use tokens::CompactionSettings;

@@ -1,0 +1,195 @@
+//! The summarizer prompts: compactd's own instruction prose around Pi's exact interface.
+//!
+//! What must match Pi byte for byte is the *structure*: the `<conversation>` and
+//! `<previous-summary>` blocks, the section headings, `Additional focus:`, the split-turn joiner.
+//! Models and tools downstream parse those. The sentences between them are ours.
+
+/// System prompt for every summarization call.
+pub const SYSTEM_PROMPT: &str = "You write summaries of coding-agent sessions. You are shown the transcript of a session between a user and an AI coding assistant, and you reply with a structured summary of it in exactly the format you are asked for.\n\nDo not carry on the conversation and do not answer any question that appears in it. Your whole reply is the structured summary.";
+
+/// The six-section template shared by the initial and the update prompt.
+const HISTORY_SECTIONS: &str = "## Goal
+[What the user wants done. List several goals if the session covered several tasks.]
+
+## Constraints & Preferences
+- [Requirements, constraints and preferences the user stated]
+- [Or \"(none)\" when the user stated none]
+
+## Progress
+### Done
+- [x] [Finished tasks and changes]
+
+### In Progress
+- [ ] [Work that was under way]
+
+### Blocked
+- [Problems stopping progress, if any]
+
+## Key Decisions
+- **[Decision]**: [Why, in a few words]
+
+## Next Steps
+1. [What should happen next, in order]
+
+## Critical Context
+- [Data, examples or references needed to continue]
+- [Or \"(none)\" when nothing applies]";
+
+const CLOSING: &str =
+    "Be brief in every section, and reproduce file paths, function names and error messages exactly as they appear.";
+
+/// First compaction of a session.
+pub fn initial_prompt() -> String {
+    format!(
+        "The transcript above is a coding session. Condense it into a structured context checkpoint: a different LLM will continue the work from this summary alone.\n\nUse this EXACT format:\n\n{HISTORY_SECTIONS}\n\n{CLOSING}"
+    )
+}
+
+/// Later compactions: merge new messages into the previous summary.
+pub fn update_prompt() -> String {
+    format!(
+        "The transcript above holds NEW messages from the session. Merge them into the existing summary given in the <previous-summary> tags.
+
+Follow these RULES:
+- PRESERVE everything the existing summary records
+- ADD the new progress, decisions and context
+- UPDATE Progress: move items from \"In Progress\" to \"Done\" once they are finished
+- UPDATE \"Next Steps\" to match where the work now stands
+- PRESERVE file paths, function names and error messages exactly
+- Remove only what is clearly no longer relevant
+
+Use this EXACT format:
+
+## Goal
+[The user's goals: keep the existing ones, add new ones]
+
+## Constraints & Preferences
+- [Keep the existing ones, add any new ones]
+
+## Progress
+### Done
+- [x] [Finished tasks and changes, old and new]
+
+### In Progress
+- [ ] [Work under way now]
+
+### Blocked
+- [Problems stopping progress, if any]
+
+## Key Decisions
+- **[Decision]**: [Why, in a few words] (keep all earlier decisions, add new ones)
+
+## Next Steps
+1. [What should happen next, in order]
+
+## Critical Context
+- [Data, examples or references needed to continue]
+
+{CLOSING}"
+    )
+}
+
+/// The early part of a turn too large to keep whole.
+pub const TURN_PREFIX_PROMPT: &str = "The transcript above is the PREFIX of a single turn that was too large to keep. Its SUFFIX (the most recent work) is kept verbatim and follows this summary.
+
+Summarize the prefix so the kept suffix makes sense on its own:
+
+## Original Request
+[What the user asked for in this turn]
+
+## Early Progress
+- [Work done and decisions made in the prefix]
+
+## Context for Suffix
+- [What a reader needs to follow the kept recent work]
+
+Keep it short: include only what the suffix depends on.";
+
+/// Branch summaries (tree navigation): the same sections minus Critical Context.
+pub const BRANCH_SUMMARY_PROMPT: &str = "The transcript above is a conversation branch the user is leaving. Summarize it so the work can be picked up again if the user comes back to it.
+
+Use this EXACT format:
+
+## Goal
+[What the user wanted done on this branch]
+
+## Constraints & Preferences
+- [Requirements and preferences the user stated, or \"(none)\"]
+
+## Progress
+### Done
+- [x] [Finished tasks and changes]
+
+### In Progress
+- [ ] [Work that was under way]
+
+### Blocked
+- [Problems stopping progress, if any]
+
+## Key Decisions
+- **[Decision]**: [Why, in a few words]
+
+## Next Steps
+1. [What should happen next, in order]
+
+Be brief in every section, and reproduce file paths, function names and error messages exactly as they appear.";
+
+/// Stored at the head of every Pi branch summary: data, so Pi's exact text.
+pub const BRANCH_SUMMARY_PREAMBLE: &str =
+    "The user explored a different conversation branch before returning here.\nSummary of that exploration:\n\n";
+
+/// Joins the history summary and the turn-prefix summary of a split turn.
+pub const SPLIT_TURN_JOINER: &str = "\n\n---\n\n**Turn Context (split turn):**\n\n";
+
+/// History text used when a split turn has nothing before it.
+pub const NO_PRIOR_HISTORY: &str = "No prior history.";
+
+/// The user message of a history summary call (compaction.md §6.4).
+pub fn history_prompt_text(conversation: &str, previous_summary: Option<&str>, custom_instructions: Option<&str>) -> String {
+    let previous = previous_summary.filter(|s| !s.is_empty());
+    let mut text = format!("<conversation>\n{conversation}\n</conversation>\n\n");
+    if let Some(prev) = previous {
+        text.push_str("<previous-summary>\n");
+        text.push_str(prev);
+        text.push_str("\n</previous-summary>\n\n");
+    }
+    text.push_str(&if previous.is_some() { update_prompt() } else { initial_prompt() });
+    if let Some(focus) = custom_instructions.filter(|s| !s.is_empty()) {
+        text.push_str("\n\nAdditional focus: ");
+        text.push_str(focus);
+    }
+    text
+}
+
+/// The user message of a turn-prefix call: never the previous summary or custom instructions.
+pub fn turn_prefix_prompt_text(conversation: &str) -> String {
+    format!("<conversation>\n{conversation}\n</conversation>\n\n{TURN_PREFIX_PROMPT}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_prompt_layout() {
+        let t = history_prompt_text("C", Some("P"), Some("focus"));
+        assert!(t.starts_with("<conversation>\nC\n</conversation>\n\n<previous-summary>\nP\n</previous-summary>\n\n"));
+        assert!(t.ends_with("\n\nAdditional focus: focus"));
+        let plain = history_prompt_text("C", Some(""), Some(""));
+        assert!(plain.starts_with("<conversation>\nC\n</conversation>\n\nThe transcript"));
+        assert!(!plain.contains("Additional focus"));
+        for h in ["## Goal", "## Constraints & Preferences", "## Progress", "### Done", "### In Progress", "### Blocked", "## Key Decisions", "## Next Steps", "## Critical Context"] {
+            assert!(plain.contains(&format!("\n{h}\n")), "{h}");
+            assert!(t.contains(&format!("\n{h}\n")), "{h}");
+        }
+    }
+
+    #[test]
+    fn turn_prefix_layout() {
+        let t = turn_prefix_prompt_text("X");
+        assert!(t.starts_with("<conversation>\nX\n</conversation>\n\n"));
+        for h in ["## Original Request", "## Early Progress", "## Context for Suffix"] {
+            assert!(t.contains(h));
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Turning summarizer replies into Pi's `CompactionResult` and `compaction` entry
+//! (compaction.md §6.2 response checks, §6.6 assembly, §7 persistence).
+
+use serde_json::{Map, Value};
+
+use super::file_ops::format_file_operations;
+use super::prompts::{NO_PRIOR_HISTORY, SPLIT_TURN_JOINER};
+use crate::summarizer::{AssistantReply, StopReason, Usage};
+
+/// Which summarization call a reply belongs to; names Pi's error label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    History,
+    TurnPrefix,
+    Branch,
+}
+
+impl CallKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            CallKind::History => "Summarization",
+            CallKind::TurnPrefix => "Turn prefix summarization",
+            CallKind::Branch => "Branch summarization",
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::History => "history",
+            CallKind::TurnPrefix => "turnPrefix",
+            CallKind::Branch => "branch",
+        }
+    }
+}
+
+/// Pi's response checks after retries: error, length stop and tool calls are refused with Pi's
+/// exact messages; otherwise the text blocks joined with `"\n"` (aborted replies pass, and the
+/// caller notices the abort).
+pub fn check_reply(kind: CallKind, reply: &AssistantReply) -> Result<String, String> {
+    let label = kind.label();
+    match reply.stop_reason {
+        StopReason::Error => {
+            let msg = reply
+                .error_message
+                .as_deref()
+                .filter(|m| !m.is_empty())
+                .unwrap_or("Unknown error");
+            return Err(format!("{label} failed: {msg}"));
+        }
+        StopReason::Length => {
+            return Err(format!(
+                "{label} failed: generation hit the token cap and the summary is incomplete"
+            ))
+        }
+        _ => {}
+    }
+    if reply.has_tool_call {
+        return Err(format!("{label} attempted to call a tool"));
+    }
+    Ok(reply.text_blocks.join("\n"))
+}
+
+/// Joins the history and turn-prefix texts of a split turn.
+pub fn join_split_turn(history: Option<&str>, prefix: &str) -> String {
+    format!("{}{SPLIT_TURN_JOINER}{prefix}", history.unwrap_or(NO_PRIOR_HISTORY))
+}
+
+/// Pi's `CompactionResult` (before `estimatedTokensAfter` is known).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactionOutcome {
+    pub summary: String,
+    pub first_kept_entry_id: String,
+    pub tokens_before: f64,
+    pub usage: Option<Usage>,
+    /// `{readFiles, modifiedFiles}` plus any extra fields (e.g. `summarizer`).
+    pub details: Value,
+    /// True when the content came from a hook/extension.
+    pub from_hook: bool,
+}
+
+/// `details` as Pi writes it.
+pub fn file_details(read_files: &[String], modified_files: &[String]) -> Value {
+    serde_json::json!({ "readFiles": read_files, "modifiedFiles": modified_files })
+}
+
+/// Appends the file-list blocks to a generated summary.
+pub fn with_file_lists(summary: String, read_files: &[String], modified_files: &[String]) -> String {
+    summary + &format_file_operations(read_files, modified_files)
+}
+
+/// A number as Pi would hold it: integral values print without a fraction.
+pub fn number(f: f64) -> Value {
+    if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 {
+        Value::from(f as i64)
+    } else {
+        serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
+    }
+}
+
+/// The `compaction` entry line, keys in Pi's order; `usage`/`details` omitted when absent.
+pub fn compaction_entry(
+    id: &str,
+    parent_id: Option<&str>,
+    timestamp: &str,
+    outcome: &CompactionOutcome,
+) -> Value {
+    let mut o = Map::new();
+    o.insert("type".into(), Value::from("compaction"));
+    o.insert("id".into(), Value::from(id));
+    o.insert("parentId".into(), parent_id.map_or(Value::Null, Value::from));
+    o.insert("timestamp".into(), Value::from(timestamp));
+    o.insert("summary".into(), Value::from(outcome.summary.clone()));
+    o.insert(
+        "firstKeptEntryId".into(),
+        Value::from(outcome.first_kept_entry_id.clone()),
+    );
+    o.insert("tokensBefore".into(), number(outcome.tokens_before));
+    if !outcome.details.is_null() {
+        o.insert("details".into(), outcome.details.clone());
+    }
+    if let Some(u) = &outcome.usage {
+        o.insert("usage".into(), usage_json(u));
+    }
+    o.insert("fromHook".into(), Value::from(outcome.from_hook));
+    Value::Object(o)
+}
+
+/// A `Usage` as JSON in Pi's key order.
+pub fn usage_json(u: &Usage) -> Value {
+    serde_json::to_value(u).unwrap_or(Value::Null)
+}
+
+/// `CompactionResult {summary, firstKeptEntryId, tokensBefore, estimatedTokensAfter, usage, details}`.
+pub fn result_json(outcome: &CompactionOutcome, estimated_tokens_after: u64) -> Value {
+    let mut o = Map::new();
+    o.insert("summary".into(), Value::from(outcome.summary.clone()));
+    o.insert(
+        "firstKeptEntryId".into(),
+        Value::from(outcome.first_kept_entry_id.clone()),
+    );
+    o.insert("tokensBefore".into(), number(outcome.tokens_before));
+    o.insert("estimatedTokensAfter".into(), Value::from(estimated_tokens_after));
+    if let Some(u) = &outcome.usage {
+        o.insert("usage".into(), usage_json(u));
+    }
+    if !outcome.details.is_null() {
+        o.insert("details".into(), outcome.details.clone());
+    }
+    Value::Object(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(stop: StopReason, text: &str) -> AssistantReply {
+        AssistantReply {
+            text_blocks: vec![text.to_owned(), "b".into()],
+            thinking: vec!["t".into()],
+            has_tool_call: false,
+            usage: Usage::default(),
+            stop_reason: stop,
+            error_message: None,
+            http_status: None,
+        }
+    }
+
+    #[test]
+    fn pi_error_strings() {
+        assert_eq!(check_reply(CallKind::History, &reply(StopReason::Stop, "a")), Ok("a\nb".into()));
+        assert_eq!(
+            check_reply(CallKind::History, &reply(StopReason::Length, "a")),
+            Err("Summarization failed: generation hit the token cap and the summary is incomplete".into())
+        );
+        assert_eq!(
+            check_reply(CallKind::TurnPrefix, &reply(StopReason::Error, "a")),
+            Err("Turn prefix summarization failed: Unknown error".into())
+        );
+        let mut tool = reply(StopReason::ToolUse, "a");
+        tool.has_tool_call = true;
+        assert_eq!(check_reply(CallKind::Branch, &tool), Err("Branch summarization attempted to call a tool".into()));
+        assert_eq!(join_split_turn(None, "P"), "No prior history.\n\n---\n\n**Turn Context (split turn):**\n\nP");
+    }
+}

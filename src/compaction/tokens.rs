@@ -1,0 +1,270 @@
+//! Token accounting exactly as Pi estimates it (compaction.md §3).
+//!
+//! Pi never tokenizes: it counts UTF-16 units and divides by four, rounding up per message, and
+//! trusts the provider's reported usage of the last successful assistant reply over any
+//! estimate. Malformed fields (where Pi would throw) count as zero here.
+
+use serde_json::{Map, Value};
+
+use crate::json::{stringify_len, utf16_len};
+
+/// Characters an image block is assumed to cost (1200 tokens).
+pub const ESTIMATED_IMAGE_CHARS: u64 = 4800;
+
+fn str_len(v: Option<&Value>) -> u64 {
+    v.and_then(Value::as_str).map_or(0, |s| utf16_len(s) as u64)
+}
+
+/// Characters of a user/toolResult/custom `content`: a string's length, or the sum over text
+/// blocks (with truthy text) and images.
+pub fn content_chars(content: Option<&Value>) -> u64 {
+    match content {
+        Some(Value::String(s)) => utf16_len(s) as u64,
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .map(|b| match b.get("type").and_then(Value::as_str) {
+                Some("text") => str_len(b.get("text")),
+                Some("image") => ESTIMATED_IMAGE_CHARS,
+                _ => 0,
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// `ceil(content_chars / 4)`.
+pub fn estimate_content(content: Option<&Value>) -> u64 {
+    content_chars(content).div_ceil(4)
+}
+
+/// `ceil(len(text) / 4)` for a summary-like string field.
+pub fn text_tokens(text: Option<&Value>) -> u64 {
+    str_len(text).div_ceil(4)
+}
+
+/// Characters of an assistant message's content blocks: text, thinking, and tool calls as
+/// `name + JSON.stringify(arguments)`.
+fn assistant_chars(content: Option<&Value>) -> u64 {
+    let Some(Value::Array(blocks)) = content else {
+        return 0;
+    };
+    blocks
+        .iter()
+        .map(|b| match b.get("type").and_then(Value::as_str) {
+            Some("text") => str_len(b.get("text")),
+            Some("thinking") => str_len(b.get("thinking")),
+            Some("toolCall") => {
+                str_len(b.get("name")) + b.get("arguments").map_or(0, |a| stringify_len(a) as u64)
+            }
+            _ => 0,
+        })
+        .sum()
+}
+
+/// `estimateTokens(message)` for an AgentMessage object.
+pub fn estimate_message(m: &Map<String, Value>) -> u64 {
+    let chars = match m.get("role").and_then(Value::as_str) {
+        Some("user" | "toolResult" | "custom") => content_chars(m.get("content")),
+        Some("assistant") => assistant_chars(m.get("content")),
+        Some("bashExecution") => str_len(m.get("command")) + str_len(m.get("output")),
+        Some("branchSummary" | "compactionSummary") => str_len(m.get("summary")),
+        _ => 0,
+    };
+    chars.div_ceil(4)
+}
+
+/// `estimateTokens` of a message value (0 for non-objects).
+pub fn estimate_value(m: &Value) -> u64 {
+    m.as_object().map_or(0, estimate_message)
+}
+
+fn num(v: Option<&Value>) -> f64 {
+    v.and_then(Value::as_f64).unwrap_or(f64::NAN)
+}
+
+/// `calculateContextTokens(usage)`: `totalTokens`, or when that is 0/missing/NaN the sum of
+/// input, output, cacheRead and cacheWrite (NaN when any is missing).
+pub fn calculate_context_tokens(usage: &Map<String, Value>) -> f64 {
+    let total = num(usage.get("totalTokens"));
+    if total != 0.0 && !total.is_nan() {
+        return total;
+    }
+    num(usage.get("input"))
+        + num(usage.get("output"))
+        + num(usage.get("cacheRead"))
+        + num(usage.get("cacheWrite"))
+}
+
+/// For an assistant message: its context tokens when the usage is valid (compaction.md §3.3:
+/// truthy usage, not aborted/error, `calculateContextTokens > 0`).
+pub fn valid_usage_tokens(m: &Map<String, Value>) -> Option<f64> {
+    if !crate::json::truthy(m.get("usage")) {
+        return None;
+    }
+    let stop = m.get("stopReason").and_then(Value::as_str);
+    if matches!(stop, Some("aborted" | "error")) {
+        return None;
+    }
+    let usage = m.get("usage")?.as_object()?;
+    let tokens = calculate_context_tokens(usage);
+    (tokens > 0.0).then_some(tokens)
+}
+
+/// Valid usage of any message value (only assistants qualify).
+pub fn message_usage_tokens(m: &Value) -> Option<f64> {
+    let obj = m.as_object()?;
+    if obj.get("role").and_then(Value::as_str) != Some("assistant") {
+        return None;
+    }
+    valid_usage_tokens(obj)
+}
+
+/// What [`estimate_context_tokens`] needs to know about one context message.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MessageFacts {
+    pub tokens: u64,
+    pub usage_tokens: Option<f64>,
+}
+
+impl MessageFacts {
+    pub fn of(m: &Value) -> MessageFacts {
+        MessageFacts {
+            tokens: estimate_value(m),
+            usage_tokens: message_usage_tokens(m),
+        }
+    }
+}
+
+/// Result of `estimateContextTokens` (compaction.md §3.4).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ContextEstimate {
+    pub tokens: f64,
+    pub usage_tokens: f64,
+    pub trailing_tokens: u64,
+    pub last_usage_index: Option<usize>,
+}
+
+/// `estimateContextTokens(messages)`: the last valid usage plus estimates of what follows it, or
+/// the sum of all estimates when no message has valid usage.
+pub fn estimate_context_tokens<I>(messages: I) -> ContextEstimate
+where
+    I: IntoIterator<Item = MessageFacts>,
+{
+    let mut last_usage: Option<(usize, f64)> = None;
+    let mut trailing: u64 = 0;
+    let mut total: u64 = 0;
+    for (i, f) in messages.into_iter().enumerate() {
+        total += f.tokens;
+        if let Some(u) = f.usage_tokens {
+            last_usage = Some((i, u));
+            trailing = 0;
+        } else {
+            trailing += f.tokens;
+        }
+    }
+    match last_usage {
+        Some((idx, usage)) => ContextEstimate {
+            tokens: usage + trailing as f64,
+            usage_tokens: usage,
+            trailing_tokens: trailing,
+            last_usage_index: Some(idx),
+        },
+        None => ContextEstimate {
+            tokens: total as f64,
+            usage_tokens: 0.0,
+            trailing_tokens: total,
+            last_usage_index: None,
+        },
+    }
+}
+
+/// Pi's compaction settings block (compaction.md §2.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionSettings {
+    pub enabled: bool,
+    pub reserve_tokens: i64,
+    pub keep_recent_tokens: i64,
+}
+
+impl Default for CompactionSettings {
+    fn default() -> Self {
+        CompactionSettings {
+            enabled: true,
+            reserve_tokens: 16384,
+            keep_recent_tokens: 20000,
+        }
+    }
+}
+
+impl CompactionSettings {
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "enabled": self.enabled,
+            "reserveTokens": self.reserve_tokens,
+            "keepRecentTokens": self.keep_recent_tokens,
+        })
+    }
+}
+
+/// `shouldCompact`: enabled and strictly above `contextWindow - reserveTokens`.
+pub fn should_compact(context_tokens: f64, context_window: i64, settings: &CompactionSettings) -> bool {
+    settings.enabled && context_tokens > (context_window - settings.reserve_tokens) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn est(v: Value) -> u64 {
+        estimate_value(&v)
+    }
+
+    #[test]
+    fn verified_estimates_from_the_spec() {
+        assert_eq!(est(json!({"role":"user","content":"abcde"})), 2);
+        assert_eq!(
+            est(json!({"role":"user","content":[{"type":"image","data":"x","mimeType":"image/png"},{"type":"text","text":"a"}]})),
+            1201
+        );
+        assert_eq!(
+            est(json!({"role":"assistant","content":[{"type":"toolCall","id":"1","name":"read","arguments":{"path":"a"}}]})),
+            4
+        );
+        assert_eq!(est(json!({"role":"user","content":"😀"})), 1);
+        assert_eq!(est(json!({"role":"bashExecution","command":"ls","output":"abc"})), 2);
+        assert_eq!(est(json!({"role":"weird","content":"abc"})), 0);
+        assert_eq!(est(json!({"role":"user","content":null})), 0);
+    }
+
+    #[test]
+    fn context_estimate_skips_error_usage_but_counts_its_text() {
+        let msgs = [
+            json!({"role":"user","content":"aaaa"}),
+            json!({"role":"assistant","content":[],"usage":{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":100},"stopReason":"stop"}),
+            json!({"role":"user","content":"aaaaa"}),
+            json!({"role":"assistant","content":[{"type":"text","text":"x"}],"usage":{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":500},"stopReason":"error"}),
+        ];
+        let e = estimate_context_tokens(msgs.iter().map(MessageFacts::of));
+        assert_eq!(
+            e,
+            ContextEstimate { tokens: 103.0, usage_tokens: 100.0, trailing_tokens: 3, last_usage_index: Some(1) }
+        );
+    }
+
+    #[test]
+    fn total_tokens_zero_falls_back_to_the_sum() {
+        let u = json!({"input":3,"output":4,"cacheRead":5,"cacheWrite":6,"totalTokens":0});
+        assert_eq!(calculate_context_tokens(u.as_object().unwrap()), 18.0);
+        let missing = json!({"input":3});
+        assert!(calculate_context_tokens(missing.as_object().unwrap()).is_nan());
+    }
+
+    #[test]
+    fn should_compact_is_strict() {
+        let s = CompactionSettings { enabled: true, reserve_tokens: 16, keep_recent_tokens: 0 };
+        assert!(!should_compact(100.0, 116, &s));
+        assert!(should_compact(101.0, 116, &s));
+        assert!(!should_compact(1e9, 116, &CompactionSettings { enabled: false, ..s }));
+    }
+}

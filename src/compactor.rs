@@ -1,0 +1,213 @@
+//! Runs one compaction end to end: preparation → summarizer call(s) in Pi's order → the
+//! `CompactionResult` → (for the file-level entry point) the appended `compaction` entry.
+//!
+//! This is the imperative shell around the pure core: it owns the async calls, cancellation and
+//! the single file write, and nothing else. The daemon and the CLI both drive it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::compaction::prepare::{prepare_compaction, Preparation};
+use crate::compaction::prompts::{history_prompt_text, turn_prefix_prompt_text, SYSTEM_PROMPT};
+use crate::compaction::serialize::serialize_conversation;
+use crate::compaction::summary::{
+    check_reply, compaction_entry, file_details, join_split_turn, result_json, with_file_lists, CallKind,
+    CompactionOutcome,
+};
+use crate::compaction::tokens::{estimate_value, CompactionSettings};
+use crate::context::{build_session_context, context_settings, convert_to_llm};
+use crate::session::{ids, Entry, SessionTree};
+use crate::store;
+use crate::summarizer::{AssistantReply, LlmClient, LlmRequest, ModelSpec, Usage};
+
+/// Pi's message for an aborted compaction.
+pub const CANCELLED: &str = "Compaction cancelled";
+
+/// Who writes the summary.
+#[derive(Clone)]
+pub enum SummaryEngine {
+    /// An LLM behind a provider client.
+    Llm {
+        client: Arc<dyn LlmClient>,
+        model: ModelSpec,
+    },
+}
+
+/// A compaction that did not produce an entry. The message is Pi's original text (no
+/// `Compaction failed: ` prefix; that belongs to the event).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompactError {
+    #[error("{0}")]
+    NothingToCompact(&'static str),
+    #[error("Compaction cancelled")]
+    Cancelled,
+    #[error("{0}")]
+    Summarization(String),
+    #[error("{0}")]
+    Store(String),
+}
+
+/// `maxTokens` of a call: `min(floor(factor × reserve), model.maxTokens > 0 ? model.maxTokens : ∞)`.
+pub fn call_max_tokens(settings: &CompactionSettings, factor: f64, model_max_tokens: u64) -> u64 {
+    let base = (factor * settings.reserve_tokens as f64).floor().max(0.0) as u64;
+    if model_max_tokens > 0 {
+        base.min(model_max_tokens)
+    } else {
+        base
+    }
+}
+
+/// The reasoning level a summarization call uses: the session's current level, only when the
+/// model reasons and the level is set and not `off` (compaction.md §6.2).
+pub fn reasoning_for(model: &ModelSpec, thinking_level: Option<&str>) -> Option<String> {
+    thinking_level
+        .filter(|l| model.reasoning && !l.is_empty() && *l != "off")
+        .map(str::to_owned)
+}
+
+fn messages_of(prep: &[crate::compaction::prepare::PreparedMessage]) -> Vec<Value> {
+    prep.iter().map(|m| m.message.clone()).collect()
+}
+
+async fn call_llm(
+    client: &dyn LlmClient,
+    model: &ModelSpec,
+    prompt_text: String,
+    max_tokens: u64,
+    thinking_level: Option<&str>,
+    cancel: &CancellationToken,
+) -> AssistantReply {
+    let request = LlmRequest {
+        system_prompt: SYSTEM_PROMPT.to_owned(),
+        prompt_text,
+        max_tokens,
+        reasoning: reasoning_for(model, thinking_level),
+        session_id: Some(ids::new_session_id()),
+        timestamp_ms: ids::now_ms(),
+    };
+    client.complete(&request, cancel).await
+}
+
+/// Pi's `compact(preparation, …)`: generates the summary text and returns the result (nothing
+/// is written). Calls are sequential: history first, then the turn prefix of a split turn.
+pub async fn generate(
+    prep: &Preparation,
+    engine: &SummaryEngine,
+    custom_instructions: Option<&str>,
+    thinking_level: Option<&str>,
+    cancel: &CancellationToken,
+) -> Result<CompactionOutcome, CompactError> {
+    let SummaryEngine::Llm { client, model } = engine;
+    let history_max = call_max_tokens(&prep.settings, 0.8, model.max_tokens);
+    let prefix_max = call_max_tokens(&prep.settings, 0.5, model.max_tokens);
+    let history_text = |_: ()| {
+        let conversation = serialize_conversation(&convert_to_llm(&messages_of(&prep.messages_to_summarize)));
+        history_prompt_text(&conversation, prep.previous_summary.as_deref(), custom_instructions)
+    };
+    let mut usage: Option<Usage> = None;
+    let summary = if prep.is_split_turn && !prep.turn_prefix_messages.is_empty() {
+        let history = if prep.messages_to_summarize.is_empty() {
+            None
+        } else {
+            let reply = call_llm(client.as_ref(), model, history_text(()), history_max, thinking_level, cancel).await;
+            if cancel.is_cancelled() {
+                return Err(CompactError::Cancelled);
+            }
+            let text = check_reply(CallKind::History, &reply).map_err(CompactError::Summarization)?;
+            usage = Some(reply.usage);
+            Some(text)
+        };
+        let conversation = serialize_conversation(&convert_to_llm(&messages_of(&prep.turn_prefix_messages)));
+        let reply = call_llm(
+            client.as_ref(),
+            model,
+            turn_prefix_prompt_text(&conversation),
+            prefix_max,
+            thinking_level,
+            cancel,
+        )
+        .await;
+        if cancel.is_cancelled() {
+            return Err(CompactError::Cancelled);
+        }
+        let prefix = check_reply(CallKind::TurnPrefix, &reply).map_err(CompactError::Summarization)?;
+        usage = Some(match usage {
+            Some(h) => h.combine(&reply.usage),
+            None => reply.usage,
+        });
+        join_split_turn(history.as_deref(), &prefix)
+    } else {
+        let reply = call_llm(client.as_ref(), model, history_text(()), history_max, thinking_level, cancel).await;
+        if cancel.is_cancelled() {
+            return Err(CompactError::Cancelled);
+        }
+        let text = check_reply(CallKind::History, &reply).map_err(CompactError::Summarization)?;
+        usage = Some(reply.usage);
+        text
+    };
+    let (read_files, modified_files) = prep.file_ops.file_lists();
+    Ok(CompactionOutcome {
+        summary: with_file_lists(summary, &read_files, &modified_files),
+        first_kept_entry_id: prep.first_kept_entry_id.clone(),
+        tokens_before: prep.tokens_before,
+        usage,
+        details: file_details(&read_files, &modified_files),
+        from_hook: false,
+    })
+}
+
+/// What a successful manual compaction of a file produced.
+#[derive(Debug, Clone)]
+pub struct Compacted {
+    /// The `CompactionResult` JSON (with `estimatedTokensAfter`).
+    pub result: Value,
+    /// The appended entry.
+    pub entry: Value,
+    /// The tree after the append.
+    pub tree: SessionTree,
+}
+
+/// Appends a compaction outcome as a new entry under the current leaf of `tree` (in memory),
+/// returning the entry JSON and `estimatedTokensAfter`.
+pub fn append_outcome(tree: &mut SessionTree, outcome: &CompactionOutcome, now_ms: i64) -> (Value, u64) {
+    let id = ids::new_entry_id(|c| tree.contains_id(c));
+    let parent = tree.leaf_id().map(str::to_owned);
+    let entry = compaction_entry(&id, parent.as_deref(), &ids::iso_timestamp(now_ms), outcome);
+    tree.push(Entry::from_value(entry.clone()));
+    let path = tree.refs(&tree.branch());
+    let after = build_session_context(&path);
+    let estimated: u64 = after.messages.iter().map(estimate_value).sum();
+    (entry, estimated)
+}
+
+/// Pi's manual compaction of a session file (`AgentSession.compact()`): load (with Pi's
+/// load-time repairs), prepare, summarize, and append the entry. On any failure the file is left
+/// exactly as loading left it.
+pub async fn compact_file(
+    path: &Path,
+    settings: &CompactionSettings,
+    engine: &SummaryEngine,
+    custom_instructions: Option<&str>,
+    cancel: &CancellationToken,
+) -> Result<Compacted, CompactError> {
+    let (mut tree, _report) = store::load(path, true).map_err(|e| CompactError::Store(e.to_string()))?;
+    let branch = tree.branch();
+    let path_entries = tree.refs(&branch);
+    let prep = prepare_compaction(&path_entries, settings)
+        .map_err(|reason| CompactError::NothingToCompact(reason.message()))?;
+    let (thinking, _model) = context_settings(&path_entries);
+    let outcome = generate(&prep, engine, custom_instructions, thinking.as_str(), cancel).await?;
+    if cancel.is_cancelled() {
+        return Err(CompactError::Cancelled);
+    }
+    let (entry, estimated) = append_outcome(&mut tree, &outcome, ids::now_ms());
+    store::append_entry(path, &entry).map_err(|e| CompactError::Store(e.to_string()))?;
+    Ok(Compacted {
+        result: result_json(&outcome, estimated),
+        entry,
+        tree,
+    })
+}

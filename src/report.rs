@@ -1,0 +1,160 @@
+//! The analysis `compactd inspect --json` prints: everything Pi computes about a session before
+//! compacting it, in the field names and shapes of the conformance fixtures' `expected.json`.
+//!
+//! Pure: built from an in-memory [`SessionTree`], so the conformance test and the CLI share it.
+
+use serde_json::{json, Map, Value};
+
+use crate::compaction::prepare::{compaction_boundaries, prepare_compaction, Preparation};
+use crate::compaction::serialize::serialize_conversation;
+use crate::compaction::summary::number;
+use crate::compaction::tokens::{estimate_context_tokens, should_compact, CompactionSettings, ContextEstimate, MessageFacts};
+use crate::compaction::{file_ops::format_file_operations, NothingToCompact};
+use crate::context::{build_session_context, context_entries, convert_to_llm};
+use crate::session::{Entry, SessionTree};
+
+/// Context windows the fixtures evaluate `shouldCompact` against.
+pub const WINDOWS: [i64; 7] = [8192, 32000, 128000, 200000, 272000, 400000, 1000000];
+
+fn id_value(e: &Entry) -> Value {
+    e.id.clone().map_or(Value::Null, Value::from)
+}
+
+fn opt_index(i: Option<usize>) -> Value {
+    i.map_or(Value::from(-1), Value::from)
+}
+
+/// `estimateContextTokens` result as JSON.
+pub fn estimate_json(e: &ContextEstimate) -> Value {
+    json!({
+        "tokens": number(e.tokens),
+        "usageTokens": number(e.usage_tokens),
+        "trailingTokens": e.trailing_tokens,
+        "lastUsageIndex": e.last_usage_index,
+    })
+}
+
+/// `[{entryId, role}]` of prepared messages.
+fn prepared_ids(msgs: &[crate::compaction::prepare::PreparedMessage]) -> Value {
+    Value::Array(
+        msgs.iter()
+            .map(|m| json!({"entryId": m.entry_id, "role": m.message.get("role").cloned().unwrap_or(Value::Null)}))
+            .collect(),
+    )
+}
+
+/// The `preparation` object of the fixtures.
+pub fn preparation_json(prep: &Preparation) -> Value {
+    let (read_files, modified_files) = prep.file_ops.file_lists();
+    json!({
+        "firstKeptEntryId": prep.first_kept_entry_id,
+        "isSplitTurn": prep.is_split_turn,
+        "tokensBefore": number(prep.tokens_before),
+        "previousSummary": prep.previous_summary,
+        "messagesToSummarize": prepared_ids(&prep.messages_to_summarize),
+        "turnPrefixMessages": prepared_ids(&prep.turn_prefix_messages),
+        "fileOps": prep.file_ops.to_json(),
+        "fileLists": {"readFiles": read_files, "modifiedFiles": modified_files},
+        "formattedFileOperations": format_file_operations(&read_files, &modified_files),
+        "settings": prep.settings.to_json(),
+    })
+}
+
+/// Serialized summarizer inputs of a preparation: (history, turn prefix if split).
+pub fn serialized_inputs(prep: &Preparation) -> (String, Option<String>) {
+    let msgs: Vec<Value> = prep.messages_to_summarize.iter().map(|m| m.message.clone()).collect();
+    let history = serialize_conversation(&convert_to_llm(&msgs));
+    let prefix = prep.is_split_turn.then(|| {
+        let p: Vec<Value> = prep.turn_prefix_messages.iter().map(|m| m.message.clone()).collect();
+        serialize_conversation(&convert_to_llm(&p))
+    });
+    (history, prefix)
+}
+
+/// Builds the full analysis of the tree's current branch.
+pub fn inspect(tree: &SessionTree, context_window: i64, settings: &CompactionSettings) -> Value {
+    let branch = tree.branch();
+    let path: Vec<&Entry> = tree.refs(&branch);
+    let ctx = build_session_context(&path);
+    let header = &tree.header;
+    let mut out = Map::new();
+    out.insert(
+        "session".into(),
+        json!({
+            "id": header.get("id").cloned().unwrap_or(Value::Null),
+            "version": header.get("version").cloned().unwrap_or(Value::Null),
+            "cwd": header.get("cwd").cloned().unwrap_or(Value::Null),
+            "entryCount": tree.len(),
+            "leafId": tree.leaf_id(),
+            "branchEntryIds": path.iter().map(|e| id_value(e)).collect::<Vec<_>>(),
+            "contextEntryIds": context_entries(&path).iter().map(|e| id_value(e)).collect::<Vec<_>>(),
+        }),
+    );
+    let facts: Vec<MessageFacts> = ctx.messages.iter().map(MessageFacts::of).collect();
+    let estimate = estimate_context_tokens(facts.iter().copied());
+    out.insert(
+        "context".into(),
+        json!({"thinkingLevel": ctx.thinking_level, "model": ctx.model, "messages": ctx.messages}),
+    );
+    out.insert(
+        "messageTokenEstimates".into(),
+        Value::Array(facts.iter().map(|f| Value::from(f.tokens)).collect()),
+    );
+    out.insert("estimate".into(), estimate_json(&estimate));
+    let last_usage = path
+        .iter()
+        .rev()
+        .find(|e| e.usage_tokens.is_some())
+        .map(|e| (e.message().and_then(|m| m.get("usage")).cloned(), e.usage_tokens));
+    out.insert(
+        "lastAssistantUsage".into(),
+        last_usage.as_ref().and_then(|(u, _)| u.clone()).unwrap_or(Value::Null),
+    );
+    out.insert(
+        "usageContextTokens".into(),
+        last_usage.and_then(|(_, t)| t).map_or(Value::Null, number),
+    );
+    out.insert(
+        "shouldCompact".into(),
+        Value::from(should_compact(estimate.tokens, context_window, settings)),
+    );
+    let by_window: Map<String, Value> = WINDOWS
+        .iter()
+        .map(|w| (w.to_string(), Value::from(should_compact(estimate.tokens, *w, settings))))
+        .collect();
+    out.insert("shouldCompactByWindow".into(), Value::Object(by_window));
+    let b = compaction_boundaries(&path, settings);
+    out.insert(
+        "cutPoint".into(),
+        json!({
+            "prevCompactionIndex": opt_index(b.prev_compaction_index),
+            "boundaryStart": b.boundary_start,
+            "boundaryEnd": b.boundary_end,
+            "firstKeptEntryIndex": b.cut.first_kept_entry_index,
+            "firstKeptEntryId": path.get(b.cut.first_kept_entry_index).map_or(Value::Null, |e| id_value(e)),
+            "turnStartIndex": opt_index(b.cut.turn_start_index),
+            "turnStartEntryId": b.cut.turn_start_index.and_then(|i| path.get(i)).map_or(Value::Null, |e| id_value(e)),
+            "isSplitTurn": b.cut.is_split_turn,
+        }),
+    );
+    match prepare_compaction(&path, settings) {
+        Ok(prep) => {
+            out.insert("preparation".into(), preparation_json(&prep));
+            out.insert("preparationNullReason".into(), Value::Null);
+            let (history, prefix) = serialized_inputs(&prep);
+            out.insert(
+                "serialized".into(),
+                json!({"messagesToSummarize": history, "turnPrefixMessages": prefix}),
+            );
+        }
+        Err(reason) => {
+            out.insert("preparation".into(), Value::Null);
+            out.insert(
+                "preparationNullReason".into(),
+                Value::from(NothingToCompact::message(reason)),
+            );
+            out.insert("serialized".into(), Value::Null);
+        }
+    }
+    Value::Object(out)
+}

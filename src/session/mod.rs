@@ -1,0 +1,12 @@
+//! Pi session files in memory: entries, reading and migration, the tree, ids and timestamps.
+//!
+//! Everything here is pure; `crate::store` is the shell that touches the disk.
+
+pub mod entry;
+pub mod ids;
+pub mod reader;
+pub mod tree;
+
+pub use entry::{Entry, EntryKind, Role};
+pub use reader::{read_session, ParsedSession, ReadOutcome};
+pub use tree::SessionTree;

@@ -1,0 +1,99 @@
+//! Shared helpers for integration tests: locating fixtures and comparing JSON with useful diffs.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+/// The conformance cases directory: `$COMPACTD_CONFORMANCE_DIR`, else `../shared/conformance/cases`.
+pub fn conformance_dir() -> PathBuf {
+    if let Ok(d) = std::env::var("COMPACTD_CONFORMANCE_DIR") {
+        return PathBuf::from(d);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/cases")
+}
+
+/// Every case directory, sorted.
+pub fn case_dirs() -> Vec<PathBuf> {
+    let dir = conformance_dir();
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read conformance dir {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("expected.json").is_file())
+        .collect();
+    cases.sort();
+    cases
+}
+
+pub fn read_json(path: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Deep JSON equality where numbers compare by value (`1` == `1.0`).
+pub fn json_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q)),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+/// The first path at which two values differ, for failure messages.
+pub fn first_diff(a: &Value, b: &Value, at: &str) -> Option<String> {
+    if json_eq(a, b) {
+        return None;
+    }
+    match (a, b) {
+        (Value::Array(x), Value::Array(y)) => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                if let Some(d) = first_diff(p, q, &format!("{at}[{i}]")) {
+                    return Some(d);
+                }
+            }
+            Some(format!("{at}: array length {} vs {}", x.len(), y.len()))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            for (k, v) in x {
+                match y.get(k) {
+                    Some(w) => {
+                        if let Some(d) = first_diff(v, w, &format!("{at}.{k}")) {
+                            return Some(d);
+                        }
+                    }
+                    None => return Some(format!("{at}.{k}: missing on the right")),
+                }
+            }
+            for k in y.keys() {
+                if !x.contains_key(k) {
+                    return Some(format!("{at}.{k}: missing on the left"));
+                }
+            }
+            None
+        }
+        _ => {
+            let s = |v: &Value| {
+                let t = v.to_string();
+                if t.len() > 300 { format!("{}…", &t[..t.char_indices().nth(300).map_or(t.len(), |(i, _)| i)]) } else { t }
+            };
+            Some(format!("{at}: got {} expected {}", s(a), s(b)))
+        }
+    }
+}
+
+/// Replaces every string equal to a key of `map` by its value (for random migration ids).
+pub fn rename_strings(v: &mut Value, map: &std::collections::HashMap<String, String>) {
+    match v {
+        Value::String(s) => {
+            if let Some(r) = map.get(s.as_str()) {
+                *s = r.clone();
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| rename_strings(x, map)),
+        Value::Object(o) => o.values_mut().for_each(|x| rename_strings(x, map)),
+        _ => {}
+    }
+}
