@@ -10,8 +10,18 @@
 //! [`StopReason::Error`] with an `error_message`, so the retry policy and Pi's error strings work
 //! the same whatever went wrong (HTTP status, broken stream, timeout).
 
+pub mod openai_completions;
+pub mod overflow;
+pub mod retry;
+pub mod transport;
 pub mod types;
 
+pub use openai_completions::OpenAiCompletionsClient;
+pub use overflow::{
+    is_context_overflow, is_recoverable_length, is_retryable_assistant_error, ReplyFacts,
+};
+pub use retry::{retry_call, RetryEvent, RetrySettings};
+pub use transport::{format_http_error, DEFAULT_IDLE_TIMEOUT};
 pub use types::{
     Api, AssistantReply, BoxFuture, LlmClient, LlmRequest, ModelSpec, StopReason, Usage, UsageCost,
 };

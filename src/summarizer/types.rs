@@ -125,7 +125,11 @@ pub struct Usage {
     pub output: u64,
     pub cache_read: u64,
     pub cache_write: u64,
-    #[serde(rename = "cacheWrite1h", skip_serializing_if = "Option::is_none", default)]
+    #[serde(
+        rename = "cacheWrite1h",
+        skip_serializing_if = "Option::is_none",
+        default
+    )]
     pub cache_write_1h: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub reasoning: Option<u64>,
