@@ -320,7 +320,25 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
         (Ok(_), None) => {}
     }
     let Ok(done) = outcome else { return f };
-    let result = &done.result;
+    // Reload from disk, as Pi would, and map migrated ids back to the oracle's.
+    let bytes = std::fs::read(&file).expect("read back");
+    let compactd::session::ReadOutcome::Session(parsed) = compactd::session::read_session(&bytes) else {
+        f.push("session no longer loads after compaction".into());
+        return f;
+    };
+    let mut ids = HashMap::new();
+    let n = parsed.entries.len();
+    let (_, oracle_ids) = crate::load_case(dir);
+    if !oracle_ids.is_empty() {
+        for (i, e) in parsed.entries.iter().enumerate().take(n.saturating_sub(1)) {
+            if let Some(id) = &e.id {
+                ids.insert(id.clone(), format!("c{:07x}", i + 1));
+            }
+        }
+    }
+    let mut result = done.result.clone();
+    rename_strings(&mut result, &ids);
+    let result = &result;
     let want_summary = if primary { &exp["result"]["summary"] } else { &exp["otherApis"][protocol.key()]["summary"] };
     if !json_eq(&result["summary"], want_summary) {
         f.push(first_diff(&result["summary"], want_summary, "result.summary").unwrap_or_default());
@@ -351,22 +369,6 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
             o.remove("id");
             o.remove("timestamp");
             o.remove("usage");
-        }
-    }
-    // Reload from disk, as Pi would, and map migrated ids back to the oracle's.
-    let bytes = std::fs::read(&file).expect("read back");
-    let compactd::session::ReadOutcome::Session(parsed) = compactd::session::read_session(&bytes) else {
-        f.push("session no longer loads after compaction".into());
-        return f;
-    };
-    let mut ids = HashMap::new();
-    let n = parsed.entries.len();
-    let (_, oracle_ids) = crate::load_case(dir);
-    if !oracle_ids.is_empty() {
-        for (i, e) in parsed.entries.iter().enumerate().take(n.saturating_sub(1)) {
-            if let Some(id) = &e.id {
-                ids.insert(id.clone(), format!("c{:07}", i + 1));
-            }
         }
     }
     rename_strings(&mut entry, &ids);
