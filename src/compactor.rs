@@ -21,7 +21,7 @@ use crate::compaction::tokens::{estimate_value, CompactionSettings};
 use crate::context::{build_session_context, context_settings, convert_to_llm};
 use crate::session::{ids, Entry, SessionTree};
 use crate::store;
-use crate::summarizer::{AssistantReply, LlmClient, LlmRequest, ModelSpec, Usage};
+use crate::summarizer::{retry_call, AssistantReply, LlmClient, LlmRequest, ModelSpec, RetryEvent, RetrySettings, Usage};
 
 /// Pi's message for an aborted compaction.
 pub const CANCELLED: &str = "Compaction cancelled";
@@ -33,6 +33,8 @@ pub enum SummaryEngine {
     Llm {
         client: Arc<dyn LlmClient>,
         model: ModelSpec,
+        /// Pi's `settings.retry` for transient provider errors.
+        retry: RetrySettings,
     },
 }
 
@@ -72,9 +74,11 @@ fn messages_of(prep: &[crate::compaction::prepare::PreparedMessage]) -> Vec<Valu
     prep.iter().map(|m| m.message.clone()).collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn call_llm(
     client: &dyn LlmClient,
     model: &ModelSpec,
+    retry: &RetrySettings,
     prompt_text: String,
     max_tokens: u64,
     thinking_level: Option<&str>,
@@ -88,7 +92,12 @@ async fn call_llm(
         session_id: Some(ids::new_session_id()),
         timestamp_ms: ids::now_ms(),
     };
-    client.complete(&request, cancel).await
+    retry_call(|| client.complete(&request, cancel), retry, cancel, |event| {
+        if let RetryEvent::Scheduled { attempt, max_attempts, delay_ms, error_message } = &event {
+            tracing::warn!(attempt, max_attempts, delay_ms, error = %error_message, "summarization call failed; retrying");
+        }
+    })
+    .await
 }
 
 /// Pi's `compact(preparation, …)`: generates the summary text and returns the result (nothing
@@ -100,7 +109,7 @@ pub async fn generate(
     thinking_level: Option<&str>,
     cancel: &CancellationToken,
 ) -> Result<CompactionOutcome, CompactError> {
-    let SummaryEngine::Llm { client, model } = engine;
+    let SummaryEngine::Llm { client, model, retry } = engine;
     let history_max = call_max_tokens(&prep.settings, 0.8, model.max_tokens);
     let prefix_max = call_max_tokens(&prep.settings, 0.5, model.max_tokens);
     let history_text = |_: ()| {
@@ -112,7 +121,7 @@ pub async fn generate(
         let history = if prep.messages_to_summarize.is_empty() {
             None
         } else {
-            let reply = call_llm(client.as_ref(), model, history_text(()), history_max, thinking_level, cancel).await;
+            let reply = call_llm(client.as_ref(), model, retry, history_text(()), history_max, thinking_level, cancel).await;
             if cancel.is_cancelled() {
                 return Err(CompactError::Cancelled);
             }
@@ -124,6 +133,7 @@ pub async fn generate(
         let reply = call_llm(
             client.as_ref(),
             model,
+            retry,
             turn_prefix_prompt_text(&conversation),
             prefix_max,
             thinking_level,
@@ -140,7 +150,7 @@ pub async fn generate(
         });
         join_split_turn(history.as_deref(), &prefix)
     } else {
-        let reply = call_llm(client.as_ref(), model, history_text(()), history_max, thinking_level, cancel).await;
+        let reply = call_llm(client.as_ref(), model, retry, history_text(()), history_max, thinking_level, cancel).await;
         if cancel.is_cancelled() {
             return Err(CompactError::Cancelled);
         }

@@ -229,7 +229,11 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
         .collect();
     let fake = start(replies).await;
     let model = fake_model(protocol, fake.port);
-    let engine = SummaryEngine::Llm { client: client_for(&model), model };
+    let engine = SummaryEngine::Llm {
+        client: client_for(&model),
+        model,
+        retry: compactd::summarizer::RetrySettings { enabled: false, ..Default::default() },
+    };
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("session.jsonl");
     std::fs::copy(dir.join("session.jsonl"), &file).expect("copy");
