@@ -3,18 +3,14 @@
 //! marks exact: the analysis (`inspect`), and the full compaction against an in-process fake
 //! OpenAI-compatible server that replays each case's recorded replies.
 
-mod common;
-mod fake_llm;
+mod support;
 
-use std::collections::HashMap;
 use std::path::Path;
 
-use compactd::compaction::tokens::CompactionSettings;
 use compactd::report;
-use compactd::session::{read_session, ReadOutcome, SessionTree};
 use serde_json::Value;
 
-use common::{case_dirs, first_diff, read_json, rename_strings};
+use support::{case_dirs, fake_llm, first_diff, load_case, read_json, rename_strings, settings_of};
 
 /// Fields of `expected.json` produced by the analysis, compared exactly.
 const ANALYSIS_FIELDS: [&str; 13] = [
@@ -32,37 +28,6 @@ const ANALYSIS_FIELDS: [&str; 13] = [
     "serialized",
     "session",
 ];
-
-pub fn settings_of(expected: &Value) -> CompactionSettings {
-    let s = &expected["inputs"]["settings"];
-    CompactionSettings {
-        enabled: s["enabled"].as_bool().unwrap_or(true),
-        reserve_tokens: s["reserveTokens"].as_i64().unwrap_or(16384),
-        keep_recent_tokens: s["keepRecentTokens"].as_i64().unwrap_or(20000),
-    }
-}
-
-/// Loads a case's session; for v1 files (whose migration draws random ids) also returns the map
-/// from compactd's ids to the oracle's deterministic `c0000001…` ids, in generation order.
-pub fn load_case(dir: &Path) -> (SessionTree, HashMap<String, String>) {
-    let bytes = std::fs::read(dir.join("session.jsonl")).expect("session.jsonl");
-    let ReadOutcome::Session(parsed) = read_session(&bytes) else {
-        panic!("{}: not a session", dir.display());
-    };
-    let mut ids = HashMap::new();
-    if parsed.migrated {
-        let first: Value = serde_json::from_slice(bytes.split(|&b| b == b'\n').next().unwrap_or(b"{}")).unwrap_or(Value::Null);
-        let was_v1 = first.get("version").and_then(Value::as_f64).unwrap_or(1.0) < 2.0;
-        if was_v1 {
-            for (i, e) in parsed.entries.iter().enumerate() {
-                if let Some(id) = &e.id {
-                    ids.insert(id.clone(), format!("c{:07x}", i + 1));
-                }
-            }
-        }
-    }
-    (SessionTree::from_parsed(parsed), ids)
-}
 
 fn check_analysis(dir: &Path, expected: &Value) -> Vec<String> {
     let (tree, ids) = load_case(dir);

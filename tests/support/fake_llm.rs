@@ -25,7 +25,7 @@ use compactd::context::{build_session_context, context_entries, convert_to_llm};
 use compactd::report::estimate_json;
 use compactd::summarizer::{Api, LlmClient, ModelSpec};
 
-use crate::common::{first_diff, json_eq, read_json, rename_strings};
+use super::{first_diff, json_eq, load_case, read_json, rename_strings, settings_of};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -237,7 +237,7 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("session.jsonl");
     std::fs::copy(dir.join("session.jsonl"), &file).expect("copy");
-    let settings = crate::settings_of(expected);
+    let settings = settings_of(expected);
     let custom = expected["inputs"]["customInstructions"].as_str();
     // What Pi's own load leaves on disk (newline repair, migration rewrite): the baseline a
     // failed compaction must leave untouched.
@@ -332,7 +332,7 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     };
     let mut ids = HashMap::new();
     let n = parsed.entries.len();
-    let (_, oracle_ids) = crate::load_case(dir);
+    let (_, oracle_ids) = load_case(dir);
     if !oracle_ids.is_empty() {
         for (i, e) in parsed.entries.iter().enumerate().take(n.saturating_sub(1)) {
             if let Some(id) = &e.id {

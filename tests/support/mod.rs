@@ -1,7 +1,13 @@
 //! Shared helpers for integration tests: locating fixtures and comparing JSON with useful diffs.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+pub mod fake_llm;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use compactd::compaction::tokens::CompactionSettings;
+use compactd::session::{read_session, ReadOutcome, SessionTree};
 
 use serde_json::Value;
 
@@ -97,3 +103,35 @@ pub fn rename_strings(v: &mut Value, map: &std::collections::HashMap<String, Str
         _ => {}
     }
 }
+
+pub fn settings_of(expected: &Value) -> CompactionSettings {
+    let s = &expected["inputs"]["settings"];
+    CompactionSettings {
+        enabled: s["enabled"].as_bool().unwrap_or(true),
+        reserve_tokens: s["reserveTokens"].as_i64().unwrap_or(16384),
+        keep_recent_tokens: s["keepRecentTokens"].as_i64().unwrap_or(20000),
+    }
+}
+
+/// Loads a case's session; for v1 files (whose migration draws random ids) also returns the map
+/// from compactd's ids to the oracle's deterministic `c0000001…` ids, in generation order.
+pub fn load_case(dir: &Path) -> (SessionTree, HashMap<String, String>) {
+    let bytes = std::fs::read(dir.join("session.jsonl")).expect("session.jsonl");
+    let ReadOutcome::Session(parsed) = read_session(&bytes) else {
+        panic!("{}: not a session", dir.display());
+    };
+    let mut ids = HashMap::new();
+    if parsed.migrated {
+        let first: Value = serde_json::from_slice(bytes.split(|&b| b == b'\n').next().unwrap_or(b"{}")).unwrap_or(Value::Null);
+        let was_v1 = first.get("version").and_then(Value::as_f64).unwrap_or(1.0) < 2.0;
+        if was_v1 {
+            for (i, e) in parsed.entries.iter().enumerate() {
+                if let Some(id) = &e.id {
+                    ids.insert(id.clone(), format!("c{:07x}", i + 1));
+                }
+            }
+        }
+    }
+    (SessionTree::from_parsed(parsed), ids)
+}
+
