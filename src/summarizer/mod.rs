@@ -10,12 +10,14 @@
 //! [`StopReason::Error`] with an `error_message`, so the retry policy and Pi's error strings work
 //! the same whatever went wrong (HTTP status, broken stream, timeout).
 
+pub mod anthropic_messages;
 pub mod openai_completions;
 pub mod overflow;
 pub mod retry;
 pub mod transport;
 pub mod types;
 
+pub use anthropic_messages::AnthropicMessagesClient;
 pub use openai_completions::OpenAiCompletionsClient;
 pub use overflow::{
     is_context_overflow, is_recoverable_length, is_retryable_assistant_error, ReplyFacts,
