@@ -12,6 +12,7 @@
 
 pub mod anthropic_messages;
 pub mod openai_completions;
+pub mod openai_responses;
 pub mod overflow;
 pub mod retry;
 pub mod transport;
@@ -19,6 +20,7 @@ pub mod types;
 
 pub use anthropic_messages::AnthropicMessagesClient;
 pub use openai_completions::OpenAiCompletionsClient;
+pub use openai_responses::OpenAiResponsesClient;
 pub use overflow::{
     is_context_overflow, is_recoverable_length, is_retryable_assistant_error, ReplyFacts,
 };
