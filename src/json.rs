@@ -308,7 +308,8 @@ mod tests {
 
     #[test]
     fn numbers_print_like_javascript() {
-        let v: Value = serde_json::from_str(r#"[1.0,-0.0,1e21,1e-7,0.5,12345678901234567890,3]"#).unwrap();
+        let v: Value =
+            serde_json::from_str(r#"[1.0,-0.0,1e21,1e-7,0.5,12345678901234567890,3]"#).unwrap();
         assert_eq!(stringify(&v), "[1,0,1e+21,1e-7,0.5,12345678901234567000,3]");
     }
 

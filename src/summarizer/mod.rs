@@ -10,15 +10,19 @@
 //! [`StopReason::Error`] with an `error_message`, so the retry policy and Pi's error strings work
 //! the same whatever went wrong (HTTP status, broken stream, timeout).
 
+pub mod anthropic_messages;
 pub mod clients;
 pub mod openai_completions;
+pub mod openai_responses;
 pub mod overflow;
 pub mod retry;
 pub mod transport;
 pub mod types;
 
+pub use anthropic_messages::AnthropicMessagesClient;
 pub use clients::client_for;
 pub use openai_completions::OpenAiCompletionsClient;
+pub use openai_responses::OpenAiResponsesClient;
 pub use overflow::{
     is_context_overflow, is_recoverable_length, is_retryable_assistant_error, ReplyFacts,
 };
