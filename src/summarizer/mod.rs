@@ -10,6 +10,7 @@
 //! [`StopReason::Error`] with an `error_message`, so the retry policy and Pi's error strings work
 //! the same whatever went wrong (HTTP status, broken stream, timeout).
 
+pub mod extractive;
 pub mod types;
 
 pub use types::{
