@@ -11,6 +11,7 @@
 //! the same whatever went wrong (HTTP status, broken stream, timeout).
 
 pub mod extractive;
+pub mod redact;
 pub mod types;
 
 pub use types::{
