@@ -1810,6 +1810,43 @@ mod tests {
     }
 
     #[test]
+    fn split_turn_previous_summary_from_an_llm() {
+        // Pi's shape: history summary, the split-turn joiner, a turn-prefix summary, then the
+        // file-list blocks appended by compaction.
+        let previous = "## Goal\nPort the parser to nom.\n\n## Constraints & Preferences\n- (none)\n\n## Progress\n### Done\n- [x] Wrote `src/parse.rs`\n  with the tokenizer\n\n### In Progress\n- [ ] (none)\n\n### Blocked\n- (none)\n\n## Key Decisions\n- **nom 7**: stable API\n\n## Next Steps\n1. Port expressions\n2. Run `cargo test`\n\n## Critical Context\n- (none)\n\n---\n\n**Turn Context (split turn):**\n\n## Original Request\nAlso support comments.\n\n## Early Progress\n- Read `src/lex.rs`\n\n## Context for Suffix\n- Comments start with `#`\n\n<read-files>\nsrc/lex.rs\n</read-files>\n\n<modified-files>\nsrc/parse.rs\n</modified-files>";
+        let mut inp = input(&[], &[], &[], 2000);
+        inp.previous_summary = Some(previous);
+        let s = summarize_history(&inp);
+        assert_well_formed(&s, &HEADINGS, 2000);
+        let goal = section(&s, "## Goal");
+        assert!(
+            goal.contains("Port the parser to nom.") && goal.contains("Also support comments."),
+            "{s}"
+        );
+        assert!(
+            section(&s, "### Done").contains("- [x] Wrote `src/parse.rs`\n  with the tokenizer"),
+            "{s}"
+        );
+        assert!(
+            section(&s, "### Done").contains("- [x] Read `src/lex.rs`"),
+            "{s}"
+        );
+        assert!(
+            section(&s, "## Next Steps").contains("2. (earlier) Run `cargo test`"),
+            "{s}"
+        );
+        assert!(
+            section(&s, "## Critical Context").contains("- Comments start with `#`"),
+            "{s}"
+        );
+        assert_eq!(section(&s, "### Blocked").trim(), "(none)", "{s}");
+        assert!(
+            !s.contains("<read-files>") && !s.contains("Turn Context"),
+            "{s}"
+        );
+    }
+
+    #[test]
     fn real_fixture_sessions() {
         for case in [
             "006-tool-heavy-file-ops",
