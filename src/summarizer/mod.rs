@@ -12,9 +12,11 @@
 
 pub mod anthropic_messages;
 pub mod clients;
+pub mod extractive;
 pub mod openai_completions;
 pub mod openai_responses;
 pub mod overflow;
+pub mod redact;
 pub mod retry;
 pub mod transport;
 pub mod types;
