@@ -33,3 +33,17 @@ pub use transport::{format_http_error, DEFAULT_IDLE_TIMEOUT};
 pub use types::{
     Api, AssistantReply, BoxFuture, LlmClient, LlmRequest, ModelSpec, StopReason, Usage, UsageCost,
 };
+
+/// The streaming client for `model.api`, sharing `http`'s connection pool. The daemon keeps
+/// these behind `Arc<dyn LlmClient>` so the summarizer does not care which protocol it talks.
+pub fn client_for(model: ModelSpec, http: reqwest::Client) -> std::sync::Arc<dyn LlmClient> {
+    match model.api {
+        Api::OpenAiCompletions => {
+            std::sync::Arc::new(OpenAiCompletionsClient::with_http(model, http))
+        }
+        Api::AnthropicMessages => {
+            std::sync::Arc::new(AnthropicMessagesClient::with_http(model, http))
+        }
+        Api::OpenAiResponses => std::sync::Arc::new(OpenAiResponsesClient::with_http(model, http)),
+    }
+}
