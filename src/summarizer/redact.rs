@@ -164,7 +164,13 @@ pub fn redact(text: &str) -> Cow<'_, str> {
         if !is_secret_name(name) {
             return whole.to_string();
         }
-        match redact_assigned(value) {
+        // `NAME=value` in env style is configuration, never code: redact even a plain word.
+        let env_style = sep == "="
+            && name.bytes().any(|b| b.is_ascii_uppercase())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        match redact_assigned(value, env_style) {
             Some(v) => format!("{name}{sep}{v}"),
             None => whole.to_string(),
         }
@@ -185,9 +191,10 @@ fn apply<'a>(text: Cow<'a, str>, re: &Regex, f: impl Fn(&Captures) -> String) ->
 }
 
 /// The redacted form of an assigned value (quotes kept), or `None` when the value is not a
-/// secret: empty or short, a reference (`$VAR`, `${…}`, `<placeholder>`, `process.env…`), code
-/// (`getToken()`, `self.token`), a literal (`true`, `42`) or already redacted.
-fn redact_assigned(value: &str) -> Option<String> {
+/// secret: empty or short, a reference (`$VAR`, `${…}`, `<placeholder>`, `process.env…`),
+/// code (`getToken()`, `self.token`, a type), a literal (`true`, `42`) or already redacted.
+/// `env_style` values are judged like quoted ones (configuration, not code).
+fn redact_assigned(value: &str, env_style: bool) -> Option<String> {
     let (open, inner, close) = if let Some(i) = value
         .strip_prefix("\\\"")
         .and_then(|v| v.strip_suffix("\\\""))
@@ -203,7 +210,7 @@ fn redact_assigned(value: &str) -> Option<String> {
     } else {
         ("", value, "")
     };
-    if !is_secret_value(inner, !open.is_empty()) {
+    if !is_secret_value(inner, !open.is_empty() || env_style) {
         return None;
     }
     Some(format!("{open}{REDACTED}{close}"))
@@ -241,10 +248,17 @@ fn is_secret_value(inner: &str, quoted: bool) -> bool {
     );
     let short_number = v.len() <= 5 && v.bytes().all(|b| b.is_ascii_digit());
     // Bare lowercase identifiers and paths read as code (`token = self.token`), not secrets.
+    // Bare identifiers, paths and types read as code (`token = self.token`,
+    // `api_key: Option<String>`), not secrets.
     let identifier = v
         .bytes()
-        .all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'.' || b == b':');
-    let code = v.contains('(') || v.starts_with('=') || v.starts_with('[') || v.starts_with('{');
+        .all(|b| b.is_ascii_alphabetic() || b == b'_' || b == b'.' || b == b':');
+    let code = v.contains('(')
+        || v.contains('<')
+        || v.contains("::")
+        || v.starts_with('=')
+        || v.starts_with('[')
+        || v.starts_with('{');
     !(literal || short_number || identifier || code)
 }
 
@@ -384,6 +398,8 @@ mod tests {
     #[test]
     fn names_are_kept() {
         assert_eq!(redact("DB_PASSWORD=hunter2x"), "DB_PASSWORD=[REDACTED]");
+        assert_eq!(redact("PASSWORD=correcthorse"), "PASSWORD=[REDACTED]");
+        assert_eq!(redact("password: Hunter2024"), "password: [REDACTED]");
         assert_eq!(
             redact(r#"{"apiKey": "abcd1234efgh"}"#),
             r#"{"apiKey": "[REDACTED]"}"#
@@ -435,6 +451,10 @@ mod tests {
             "use_keychain: true",
             "hotkey=ctrl",
             "https://example.com/path:8080@foo",
+            "pub api_key: String,",
+            "    token: Option<String>,",
+            "password: Vec<u8>,",
+            "let secret_key = SecretKey::from_bytes(&bytes);",
         ];
         for t in texts {
             let r = redact(t);
