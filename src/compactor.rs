@@ -14,14 +14,16 @@ use crate::compaction::prepare::{prepare_compaction, Preparation};
 use crate::compaction::prompts::{history_prompt_text, turn_prefix_prompt_text, SYSTEM_PROMPT};
 use crate::compaction::serialize::serialize_conversation;
 use crate::compaction::summary::{
-    check_reply, compaction_entry, file_details, join_split_turn, result_json, with_file_lists, CallKind,
-    CompactionOutcome,
+    check_reply, compaction_entry, file_details, join_split_turn, result_json, with_file_lists,
+    CallKind, CompactionOutcome,
 };
 use crate::compaction::tokens::{estimate_value, CompactionSettings};
 use crate::context::{build_session_context, context_settings, convert_to_llm};
 use crate::session::{ids, Entry, SessionTree};
 use crate::store;
-use crate::summarizer::{retry_call, AssistantReply, LlmClient, LlmRequest, ModelSpec, RetryEvent, RetrySettings, Usage};
+use crate::summarizer::{
+    retry_call, AssistantReply, LlmClient, LlmRequest, ModelSpec, RetryEvent, RetrySettings, Usage,
+};
 
 /// Pi's message for an aborted compaction.
 pub const CANCELLED: &str = "Compaction cancelled";
@@ -109,27 +111,47 @@ pub async fn generate(
     thinking_level: Option<&str>,
     cancel: &CancellationToken,
 ) -> Result<CompactionOutcome, CompactError> {
-    let SummaryEngine::Llm { client, model, retry } = engine;
+    let SummaryEngine::Llm {
+        client,
+        model,
+        retry,
+    } = engine;
     let history_max = call_max_tokens(&prep.settings, 0.8, model.max_tokens);
     let prefix_max = call_max_tokens(&prep.settings, 0.5, model.max_tokens);
     let history_text = |_: ()| {
-        let conversation = serialize_conversation(&convert_to_llm(&messages_of(&prep.messages_to_summarize)));
-        history_prompt_text(&conversation, prep.previous_summary.as_deref(), custom_instructions)
+        let conversation =
+            serialize_conversation(&convert_to_llm(&messages_of(&prep.messages_to_summarize)));
+        history_prompt_text(
+            &conversation,
+            prep.previous_summary.as_deref(),
+            custom_instructions,
+        )
     };
     let mut usage: Option<Usage> = None;
     let summary = if prep.is_split_turn && !prep.turn_prefix_messages.is_empty() {
         let history = if prep.messages_to_summarize.is_empty() {
             None
         } else {
-            let reply = call_llm(client.as_ref(), model, retry, history_text(()), history_max, thinking_level, cancel).await;
+            let reply = call_llm(
+                client.as_ref(),
+                model,
+                retry,
+                history_text(()),
+                history_max,
+                thinking_level,
+                cancel,
+            )
+            .await;
             if cancel.is_cancelled() {
                 return Err(CompactError::Cancelled);
             }
-            let text = check_reply(CallKind::History, &reply).map_err(CompactError::Summarization)?;
+            let text =
+                check_reply(CallKind::History, &reply).map_err(CompactError::Summarization)?;
             usage = Some(reply.usage);
             Some(text)
         };
-        let conversation = serialize_conversation(&convert_to_llm(&messages_of(&prep.turn_prefix_messages)));
+        let conversation =
+            serialize_conversation(&convert_to_llm(&messages_of(&prep.turn_prefix_messages)));
         let reply = call_llm(
             client.as_ref(),
             model,
@@ -143,14 +165,24 @@ pub async fn generate(
         if cancel.is_cancelled() {
             return Err(CompactError::Cancelled);
         }
-        let prefix = check_reply(CallKind::TurnPrefix, &reply).map_err(CompactError::Summarization)?;
+        let prefix =
+            check_reply(CallKind::TurnPrefix, &reply).map_err(CompactError::Summarization)?;
         usage = Some(match usage {
             Some(h) => h.combine(&reply.usage),
             None => reply.usage,
         });
         join_split_turn(history.as_deref(), &prefix)
     } else {
-        let reply = call_llm(client.as_ref(), model, retry, history_text(()), history_max, thinking_level, cancel).await;
+        let reply = call_llm(
+            client.as_ref(),
+            model,
+            retry,
+            history_text(()),
+            history_max,
+            thinking_level,
+            cancel,
+        )
+        .await;
         if cancel.is_cancelled() {
             return Err(CompactError::Cancelled);
         }
@@ -182,7 +214,11 @@ pub struct Compacted {
 
 /// Appends a compaction outcome as a new entry under the current leaf of `tree` (in memory),
 /// returning the entry JSON and `estimatedTokensAfter`.
-pub fn append_outcome(tree: &mut SessionTree, outcome: &CompactionOutcome, now_ms: i64) -> (Value, u64) {
+pub fn append_outcome(
+    tree: &mut SessionTree,
+    outcome: &CompactionOutcome,
+    now_ms: i64,
+) -> (Value, u64) {
     let id = ids::new_entry_id(|c| tree.contains_id(c));
     let parent = tree.leaf_id().map(str::to_owned);
     let entry = compaction_entry(&id, parent.as_deref(), &ids::iso_timestamp(now_ms), outcome);
@@ -203,13 +239,21 @@ pub async fn compact_file(
     custom_instructions: Option<&str>,
     cancel: &CancellationToken,
 ) -> Result<Compacted, CompactError> {
-    let (mut tree, _report) = store::load(path, true).map_err(|e| CompactError::Store(e.to_string()))?;
+    let (mut tree, _report) =
+        store::load(path, true).map_err(|e| CompactError::Store(e.to_string()))?;
     let branch = tree.branch();
     let path_entries = tree.refs(&branch);
     let prep = prepare_compaction(&path_entries, settings)
         .map_err(|reason| CompactError::NothingToCompact(reason.message()))?;
     let (thinking, _model) = context_settings(&path_entries);
-    let outcome = generate(&prep, engine, custom_instructions, thinking.as_str(), cancel).await?;
+    let outcome = generate(
+        &prep,
+        engine,
+        custom_instructions,
+        thinking.as_str(),
+        cancel,
+    )
+    .await?;
     if cancel.is_cancelled() {
         return Err(CompactError::Cancelled);
     }

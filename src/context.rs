@@ -276,23 +276,40 @@ mod tests {
             "Ran `ls`\n(no output)\n\nCommand exited with code 2\n\n[Output truncated. Full output: /var/log/o]"
         );
         let c = json!({"command":"x","output":"out","exitCode":null,"cancelled":true});
-        assert_eq!(bash_execution_text(c.as_object().unwrap()), "Ran `x`\n```\nout\n```\n\n(command cancelled)");
+        assert_eq!(
+            bash_execution_text(c.as_object().unwrap()),
+            "Ran `x`\n```\nout\n```\n\n(command cancelled)"
+        );
     }
 
     #[test]
     fn compaction_context_keeps_from_first_kept() {
         let mk = |v: Value| Entry::from_value(v);
         let entries = [
-            mk(json!({"type":"message","id":"u1","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"a","timestamp":1}})),
-            mk(json!({"type":"message","id":"u2","parentId":"u1","timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"b","timestamp":2}})),
-            mk(json!({"type":"compaction","id":"c","parentId":"u2","timestamp":"2026-01-01T00:00:00.000Z","summary":"S","firstKeptEntryId":"u2","tokensBefore":5})),
-            mk(json!({"type":"message","id":"u3","parentId":"c","timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"c","timestamp":3}})),
+            mk(
+                json!({"type":"message","id":"u1","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"a","timestamp":1}}),
+            ),
+            mk(
+                json!({"type":"message","id":"u2","parentId":"u1","timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"b","timestamp":2}}),
+            ),
+            mk(
+                json!({"type":"compaction","id":"c","parentId":"u2","timestamp":"2026-01-01T00:00:00.000Z","summary":"S","firstKeptEntryId":"u2","tokensBefore":5}),
+            ),
+            mk(
+                json!({"type":"message","id":"u3","parentId":"c","timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"c","timestamp":3}}),
+            ),
         ];
         let path: Vec<&Entry> = entries.iter().collect();
-        let ids: Vec<_> = context_entries(&path).iter().map(|e| e.id.clone().unwrap()).collect();
+        let ids: Vec<_> = context_entries(&path)
+            .iter()
+            .map(|e| e.id.clone().unwrap())
+            .collect();
         assert_eq!(ids, ["c", "u2", "u3"]);
         let ctx = build_session_context(&path);
-        assert_eq!(ctx.messages[0], json!({"role":"compactionSummary","summary":"S","tokensBefore":5,"timestamp":1767225600000i64}));
+        assert_eq!(
+            ctx.messages[0],
+            json!({"role":"compactionSummary","summary":"S","tokensBefore":5,"timestamp":1767225600000i64})
+        );
         let llm = convert_to_llm(&ctx.messages);
         assert_eq!(
             llm[0]["content"][0]["text"],

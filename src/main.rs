@@ -6,7 +6,8 @@ fn main() {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("COMPACTD_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("COMPACTD_LOG")
+                .unwrap_or_else(|_| "warn".into()),
         )
         .init();
     let cli = compactd::cli::Cli::parse();

@@ -8,7 +8,9 @@ use serde_json::{json, Map, Value};
 use crate::compaction::prepare::{compaction_boundaries, prepare_compaction, Preparation};
 use crate::compaction::serialize::serialize_conversation;
 use crate::compaction::summary::number;
-use crate::compaction::tokens::{estimate_context_tokens, should_compact, CompactionSettings, ContextEstimate, MessageFacts};
+use crate::compaction::tokens::{
+    estimate_context_tokens, should_compact, CompactionSettings, ContextEstimate, MessageFacts,
+};
 use crate::compaction::{file_ops::format_file_operations, NothingToCompact};
 use crate::context::{build_session_context, context_entries, convert_to_llm};
 use crate::session::{Entry, SessionTree};
@@ -62,10 +64,18 @@ pub fn preparation_json(prep: &Preparation) -> Value {
 
 /// Serialized summarizer inputs of a preparation: (history, turn prefix if split).
 pub fn serialized_inputs(prep: &Preparation) -> (String, Option<String>) {
-    let msgs: Vec<Value> = prep.messages_to_summarize.iter().map(|m| m.message.clone()).collect();
+    let msgs: Vec<Value> = prep
+        .messages_to_summarize
+        .iter()
+        .map(|m| m.message.clone())
+        .collect();
     let history = serialize_conversation(&convert_to_llm(&msgs));
     let prefix = prep.is_split_turn.then(|| {
-        let p: Vec<Value> = prep.turn_prefix_messages.iter().map(|m| m.message.clone()).collect();
+        let p: Vec<Value> = prep
+            .turn_prefix_messages
+            .iter()
+            .map(|m| m.message.clone())
+            .collect();
         serialize_conversation(&convert_to_llm(&p))
     });
     (history, prefix)
@@ -105,10 +115,18 @@ pub fn inspect(tree: &SessionTree, context_window: i64, settings: &CompactionSet
         .iter()
         .rev()
         .find(|e| e.usage_tokens.is_some())
-        .map(|e| (e.message().and_then(|m| m.get("usage")).cloned(), e.usage_tokens));
+        .map(|e| {
+            (
+                e.message().and_then(|m| m.get("usage")).cloned(),
+                e.usage_tokens,
+            )
+        });
     out.insert(
         "lastAssistantUsage".into(),
-        last_usage.as_ref().and_then(|(u, _)| u.clone()).unwrap_or(Value::Null),
+        last_usage
+            .as_ref()
+            .and_then(|(u, _)| u.clone())
+            .unwrap_or(Value::Null),
     );
     out.insert(
         "usageContextTokens".into(),
@@ -120,7 +138,12 @@ pub fn inspect(tree: &SessionTree, context_window: i64, settings: &CompactionSet
     );
     let by_window: Map<String, Value> = WINDOWS
         .iter()
-        .map(|w| (w.to_string(), Value::from(should_compact(estimate.tokens, *w, settings))))
+        .map(|w| {
+            (
+                w.to_string(),
+                Value::from(should_compact(estimate.tokens, *w, settings)),
+            )
+        })
         .collect();
     out.insert("shouldCompactByWindow".into(), Value::Object(by_window));
     let b = compaction_boundaries(&path, settings);

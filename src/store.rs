@@ -65,7 +65,9 @@ pub fn load(path: &Path, write: bool) -> Result<(SessionTree, LoadReport), Store
     let abs = absolute(path);
     let bytes = match fs::read(&abs) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(StoreError::NotFound(abs)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::NotFound(abs))
+        }
         Err(e) => return Err(io_err(&abs)(e)),
     };
     let parsed = match read_session(&bytes) {
@@ -169,10 +171,17 @@ mod tests {
         let p = dir.path().join("s.jsonl");
         let original = "{\"type\":\"session\",\"version\":3,\"id\":\"x\"}\n{\"type\":\"label\",\"id\":\"a\",\"parentId\":null}";
         fs::write(&p, original).unwrap();
-        append_entry(&p, &serde_json::json!({"type":"label","id":"b","parentId":"a"})).unwrap();
+        append_entry(
+            &p,
+            &serde_json::json!({"type":"label","id":"b","parentId":"a"}),
+        )
+        .unwrap();
         let after = fs::read_to_string(&p).unwrap();
         assert!(after.starts_with(original));
-        assert_eq!(&after[original.len()..], "\n{\"type\":\"label\",\"id\":\"b\",\"parentId\":\"a\"}\n");
+        assert_eq!(
+            &after[original.len()..],
+            "\n{\"type\":\"label\",\"id\":\"b\",\"parentId\":\"a\"}\n"
+        );
     }
 
     #[test]
@@ -196,7 +205,9 @@ mod tests {
         let p = dir.path().join("s.jsonl");
         fs::write(&p, "hello world\n").unwrap();
         let err = load(&p, true).unwrap_err();
-        assert!(err.to_string().starts_with("Session file is not a valid pi session: /"));
+        assert!(err
+            .to_string()
+            .starts_with("Session file is not a valid pi session: /"));
         assert_eq!(fs::read_to_string(&p).unwrap(), "hello world\n");
     }
 }

@@ -31,7 +31,9 @@ const ANALYSIS_FIELDS: [&str; 13] = [
 
 fn check_analysis(dir: &Path, expected: &Value) -> Vec<String> {
     let (tree, ids) = load_case(dir);
-    let window = expected["inputs"]["contextWindow"].as_i64().unwrap_or(200000);
+    let window = expected["inputs"]["contextWindow"]
+        .as_i64()
+        .unwrap_or(200000);
     let mut actual = report::inspect(&tree, window, &settings_of(expected));
     rename_strings(&mut actual, &ids);
     let mut failures = Vec::new();
@@ -56,10 +58,17 @@ fn main() {
     let mut passed = 0;
     let mut failed = Vec::new();
     for dir in &cases {
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let expected = read_json(&dir.join("expected.json"));
         let mut failures = check_analysis(dir, &expected);
-        failures.extend(runtime.block_on(fake_llm::check_compaction(dir, &expected, fake_llm::Protocol::OpenAiCompletions)));
+        failures.extend(runtime.block_on(fake_llm::check_compaction(
+            dir,
+            &expected,
+            fake_llm::Protocol::OpenAiCompletions,
+        )));
         if failures.is_empty() {
             passed += 1;
         } else {

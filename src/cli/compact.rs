@@ -16,7 +16,10 @@ pub fn run(
     engine: &SummaryEngine,
     custom_instructions: Option<&str>,
 ) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             super::print_error(json, &format!("cannot start the async runtime: {e}"));

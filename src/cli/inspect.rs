@@ -22,7 +22,10 @@ pub fn run(path: &Path, json: bool, context_window: i64, settings: &CompactionSe
         println!("{}", crate::json::stringify(&out));
         return 0;
     }
-    print!("{}", human(&out, context_window, settings, load.skipped_lines));
+    print!(
+        "{}",
+        human(&out, context_window, settings, load.skipped_lines)
+    );
     0
 }
 
@@ -34,7 +37,11 @@ fn human(r: &Value, window: i64, settings: &CompactionSettings, skipped: usize) 
         sess["id"].as_str().unwrap_or("?"),
         sess["version"],
         sess["entryCount"],
-        if skipped > 0 { format!(", {skipped} malformed lines skipped") } else { String::new() }
+        if skipped > 0 {
+            format!(", {skipped} malformed lines skipped")
+        } else {
+            String::new()
+        }
     ));
     let est = &r["estimate"];
     let threshold = window - settings.reserve_tokens;
@@ -48,7 +55,11 @@ fn human(r: &Value, window: i64, settings: &CompactionSettings, skipped: usize) 
     s.push_str(&format!(
         "threshold {threshold} (window {window} - reserve {}): {}\n",
         settings.reserve_tokens,
-        if r["shouldCompact"] == true { "compaction due" } else { "below threshold" }
+        if r["shouldCompact"] == true {
+            "compaction due"
+        } else {
+            "below threshold"
+        }
     ));
     match r["preparation"].as_object() {
         Some(p) => {

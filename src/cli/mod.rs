@@ -14,7 +14,11 @@ use crate::compactor::SummaryEngine;
 use crate::summarizer::{client_for, Api, ModelSpec};
 
 #[derive(Debug, Parser)]
-#[command(name = "compactd", version, about = "LLM context compaction for Pi-format coding-agent sessions")]
+#[command(
+    name = "compactd",
+    version,
+    about = "LLM context compaction for Pi-format coding-agent sessions"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -106,11 +110,19 @@ impl ModelArgs {
         let api = Api::parse(provider).ok_or_else(|| {
             format!("unknown provider '{provider}' (expected openai-completions, anthropic-messages or openai-responses)")
         })?;
-        let base_url = self.base_url.clone().ok_or("--base-url is required with --provider")?;
-        let id = self.model.clone().ok_or("--model is required with --provider")?;
+        let base_url = self
+            .base_url
+            .clone()
+            .ok_or("--base-url is required with --provider")?;
+        let id = self
+            .model
+            .clone()
+            .ok_or("--model is required with --provider")?;
         let api_key = match (&self.api_key, &self.api_key_env) {
             (Some(k), _) => Some(k.clone()),
-            (None, Some(var)) => Some(std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))?),
+            (None, Some(var)) => Some(
+                std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))?,
+            ),
             (None, None) => None,
         };
         let model = ModelSpec {
@@ -125,7 +137,7 @@ impl ModelArgs {
             headers: Vec::new(),
         };
         Ok(SummaryEngine::Llm {
-            client: client_for(model.clone()),
+            client: client_for(model.clone(), reqwest::Client::new()),
             model,
             retry: crate::summarizer::RetrySettings::default(),
         })
@@ -135,7 +147,10 @@ impl ModelArgs {
 /// Reports an error the way the caller asked for.
 pub fn print_error(json: bool, message: &str) {
     if json {
-        println!("{}", crate::json::stringify(&serde_json::json!({ "error": message })));
+        println!(
+            "{}",
+            crate::json::stringify(&serde_json::json!({ "error": message }))
+        );
     } else {
         eprintln!("compactd: {message}");
     }
@@ -144,10 +159,19 @@ pub fn print_error(json: bool, message: &str) {
 /// Runs the parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> i32 {
     match cli.command {
-        Command::Inspect { session, json, context_window, settings } => {
-            inspect::run(&session, json, context_window, &settings.settings())
-        }
-        Command::Compact { session, json, custom_instructions, settings, model } => {
+        Command::Inspect {
+            session,
+            json,
+            context_window,
+            settings,
+        } => inspect::run(&session, json, context_window, &settings.settings()),
+        Command::Compact {
+            session,
+            json,
+            custom_instructions,
+            settings,
+            model,
+        } => {
             let engine = match model.engine() {
                 Ok(e) => e,
                 Err(msg) => {
@@ -155,7 +179,13 @@ pub fn run(cli: Cli) -> i32 {
                     return 2;
                 }
             };
-            compact::run(&session, json, &settings.settings(), &engine, custom_instructions.as_deref())
+            compact::run(
+                &session,
+                json,
+                &settings.settings(),
+                &engine,
+                custom_instructions.as_deref(),
+            )
         }
     }
 }

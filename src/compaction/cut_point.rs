@@ -21,7 +21,12 @@ pub fn find_turn_start_index(path: &[&Entry], idx: usize, start: usize) -> Optio
 }
 
 /// `findCutPoint(entries, start, end, keepRecentTokens)`.
-pub fn find_cut_point(path: &[&Entry], start: usize, end: usize, keep_recent_tokens: i64) -> CutPoint {
+pub fn find_cut_point(
+    path: &[&Entry],
+    start: usize,
+    end: usize,
+    keep_recent_tokens: i64,
+) -> CutPoint {
     let end = end.min(path.len());
     let cut_points: Vec<usize> = (start..end).filter(|&i| path[i].is_cut_point()).collect();
     let Some(&first_cp) = cut_points.first() else {
@@ -78,7 +83,9 @@ mod tests {
         let text = "x".repeat(chars);
         let m: Value = match role {
             "assistant" => json!({"role":"assistant","content":[{"type":"text","text":text}]}),
-            "toolResult" => json!({"role":"toolResult","toolCallId":"t","toolName":"read","content":[{"type":"text","text":text}],"isError":false}),
+            "toolResult" => {
+                json!({"role":"toolResult","toolCallId":"t","toolName":"read","content":[{"type":"text","text":text}],"isError":false})
+            }
             _ => json!({"role":role,"content":text}),
         };
         Entry::from_value(json!({"type":"message","id":id,"parentId":null,"message":m}))
@@ -101,7 +108,14 @@ mod tests {
         ];
         let path: Vec<&Entry> = entries.iter().collect();
         let cp = find_cut_point(&path, 0, path.len(), 20);
-        assert_eq!(cp, CutPoint { first_kept_entry_index: 4, turn_start_index: Some(0), is_split_turn: true });
+        assert_eq!(
+            cp,
+            CutPoint {
+                first_kept_entry_index: 4,
+                turn_start_index: Some(0),
+                is_split_turn: true
+            }
+        );
     }
 
     #[test]
@@ -122,7 +136,11 @@ mod tests {
 
     #[test]
     fn never_cuts_at_a_tool_result() {
-        let entries = [msg("u", "user", 400), msg("a", "assistant", 400), msg("t", "toolResult", 400)];
+        let entries = [
+            msg("u", "user", 400),
+            msg("a", "assistant", 400),
+            msg("t", "toolResult", 400),
+        ];
         let path: Vec<&Entry> = entries.iter().collect();
         for keep in 0..400 {
             let cp = find_cut_point(&path, 0, path.len(), keep);

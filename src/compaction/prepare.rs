@@ -43,7 +43,10 @@ pub struct PreparedMessage {
 
 impl PreparedMessage {
     pub fn role(&self) -> &str {
-        self.message.get("role").and_then(Value::as_str).unwrap_or("")
+        self.message
+            .get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("")
     }
 }
 
@@ -84,7 +87,12 @@ pub fn compaction_boundaries(path: &[&Entry], settings: &CompactionSettings) -> 
         None => 0,
     };
     let boundary_end = path.len();
-    let cut = find_cut_point(path, boundary_start, boundary_end, settings.keep_recent_tokens);
+    let cut = find_cut_point(
+        path,
+        boundary_start,
+        boundary_end,
+        settings.keep_recent_tokens,
+    );
     Boundaries {
         prev_compaction_index: prev,
         boundary_start,
@@ -95,10 +103,15 @@ pub fn compaction_boundaries(path: &[&Entry], settings: &CompactionSettings) -> 
 
 /// `estimateContextTokens(buildSessionContext(path).messages)` without materializing messages.
 pub fn estimate_path_context(path: &[&Entry]) -> ContextEstimate {
-    estimate_context_tokens(context_entries(path).into_iter().filter(|e| e.role.is_some()).map(|e| MessageFacts {
-        tokens: e.tokens,
-        usage_tokens: e.usage_tokens,
-    }))
+    estimate_context_tokens(
+        context_entries(path)
+            .into_iter()
+            .filter(|e| e.role.is_some())
+            .map(|e| MessageFacts {
+                tokens: e.tokens,
+                usage_tokens: e.usage_tokens,
+            }),
+    )
 }
 
 fn collect_messages(path: &[&Entry], range: std::ops::Range<usize>) -> Vec<PreparedMessage> {
@@ -115,7 +128,10 @@ fn collect_messages(path: &[&Entry], range: std::ops::Range<usize>) -> Vec<Prepa
 }
 
 /// `prepareCompaction(pathEntries, settings)`.
-pub fn prepare_compaction(path: &[&Entry], settings: &CompactionSettings) -> Result<Preparation, NothingToCompact> {
+pub fn prepare_compaction(
+    path: &[&Entry],
+    settings: &CompactionSettings,
+) -> Result<Preparation, NothingToCompact> {
     if path.last().is_some_and(|e| e.kind == EntryKind::Compaction) {
         return Err(NothingToCompact::AlreadyCompacted);
     }
@@ -135,7 +151,8 @@ pub fn prepare_compaction(path: &[&Entry], settings: &CompactionSettings) -> Res
         (true, Some(ts)) => ts,
         _ => cut.first_kept_entry_index,
     };
-    let messages_to_summarize = collect_messages(path, b.boundary_start..history_end.max(b.boundary_start));
+    let messages_to_summarize =
+        collect_messages(path, b.boundary_start..history_end.max(b.boundary_start));
     let turn_prefix_messages = match (cut.is_split_turn, cut.turn_start_index) {
         (true, Some(ts)) => collect_messages(path, ts..cut.first_kept_entry_index),
         _ => Vec::new(),
@@ -152,7 +169,10 @@ pub fn prepare_compaction(path: &[&Entry], settings: &CompactionSettings) -> Res
             }
         }
     }
-    for m in messages_to_summarize.iter().chain(turn_prefix_messages.iter()) {
+    for m in messages_to_summarize
+        .iter()
+        .chain(turn_prefix_messages.iter())
+    {
         file_ops.add_from_message(&m.message);
     }
     Ok(Preparation {

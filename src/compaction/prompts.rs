@@ -145,7 +145,11 @@ pub const SPLIT_TURN_JOINER: &str = "\n\n---\n\n**Turn Context (split turn):**\n
 pub const NO_PRIOR_HISTORY: &str = "No prior history.";
 
 /// The user message of a history summary call (compaction.md §6.4).
-pub fn history_prompt_text(conversation: &str, previous_summary: Option<&str>, custom_instructions: Option<&str>) -> String {
+pub fn history_prompt_text(
+    conversation: &str,
+    previous_summary: Option<&str>,
+    custom_instructions: Option<&str>,
+) -> String {
     let previous = previous_summary.filter(|s| !s.is_empty());
     let mut text = format!("<conversation>\n{conversation}\n</conversation>\n\n");
     if let Some(prev) = previous {
@@ -153,7 +157,11 @@ pub fn history_prompt_text(conversation: &str, previous_summary: Option<&str>, c
         text.push_str(prev);
         text.push_str("\n</previous-summary>\n\n");
     }
-    text.push_str(&if previous.is_some() { update_prompt() } else { initial_prompt() });
+    text.push_str(&if previous.is_some() {
+        update_prompt()
+    } else {
+        initial_prompt()
+    });
     if let Some(focus) = custom_instructions.filter(|s| !s.is_empty()) {
         text.push_str("\n\nAdditional focus: ");
         text.push_str(focus);
@@ -173,12 +181,24 @@ mod tests {
     #[test]
     fn history_prompt_layout() {
         let t = history_prompt_text("C", Some("P"), Some("focus"));
-        assert!(t.starts_with("<conversation>\nC\n</conversation>\n\n<previous-summary>\nP\n</previous-summary>\n\n"));
+        assert!(t.starts_with(
+            "<conversation>\nC\n</conversation>\n\n<previous-summary>\nP\n</previous-summary>\n\n"
+        ));
         assert!(t.ends_with("\n\nAdditional focus: focus"));
         let plain = history_prompt_text("C", Some(""), Some(""));
         assert!(plain.starts_with("<conversation>\nC\n</conversation>\n\nThe transcript"));
         assert!(!plain.contains("Additional focus"));
-        for h in ["## Goal", "## Constraints & Preferences", "## Progress", "### Done", "### In Progress", "### Blocked", "## Key Decisions", "## Next Steps", "## Critical Context"] {
+        for h in [
+            "## Goal",
+            "## Constraints & Preferences",
+            "## Progress",
+            "### Done",
+            "### In Progress",
+            "### Blocked",
+            "## Key Decisions",
+            "## Next Steps",
+            "## Critical Context",
+        ] {
             assert!(plain.contains(&format!("\n{h}\n")), "{h}");
             assert!(t.contains(&format!("\n{h}\n")), "{h}");
         }
@@ -188,7 +208,11 @@ mod tests {
     fn turn_prefix_layout() {
         let t = turn_prefix_prompt_text("X");
         assert!(t.starts_with("<conversation>\nX\n</conversation>\n\n"));
-        for h in ["## Original Request", "## Early Progress", "## Context for Suffix"] {
+        for h in [
+            "## Original Request",
+            "## Early Progress",
+            "## Context for Suffix",
+        ] {
             assert!(t.contains(h));
         }
     }

@@ -84,18 +84,26 @@ pub fn serialize_conversation(messages: &[Value]) -> String {
                     Some(Value::Array(b)) => b,
                     _ => &[],
                 };
-                fn of_type<'a>(blocks: &'a [Value], t: &'static str) -> impl Iterator<Item = &'a Value> {
+                fn of_type<'a>(
+                    blocks: &'a [Value],
+                    t: &'static str,
+                ) -> impl Iterator<Item = &'a Value> {
                     blocks
                         .iter()
                         .filter(move |b| b.get("type").and_then(Value::as_str) == Some(t))
                 }
-                let thinking: Vec<String> = of_type(blocks, "thinking").map(|b| join_str(b.get("thinking"))).collect();
+                let thinking: Vec<String> = of_type(blocks, "thinking")
+                    .map(|b| join_str(b.get("thinking")))
+                    .collect();
                 let calls: Vec<String> = of_type(blocks, "toolCall").map(tool_call_text).collect();
                 if !thinking.is_empty() {
                     parts.push(format!("[Assistant thinking]: {}", thinking.join("\n")));
                 }
                 if of_type(blocks, "text").next().is_some() {
-                    parts.push(format!("[Assistant]: {}", content_text(m.get("content"), "\n")));
+                    parts.push(format!(
+                        "[Assistant]: {}",
+                        content_text(m.get("content"), "\n")
+                    ));
                 }
                 if !calls.is_empty() {
                     parts.push(format!("[Assistant tool calls]: {}", calls.join("; ")));
@@ -140,8 +148,13 @@ mod tests {
     #[test]
     fn tool_results_are_truncated_with_the_marker() {
         let long = "é".repeat(2100);
-        let out = serialize_conversation(&[json!({"role":"toolResult","content":[{"type":"text","text":long}]})]);
+        let out = serialize_conversation(&[
+            json!({"role":"toolResult","content":[{"type":"text","text":long}]}),
+        ]);
         assert!(out.ends_with("\n\n[... 100 more characters truncated]"));
-        assert_eq!(utf16_len(&out), "[Tool result]: ".len() + 2000 + "\n\n[... 100 more characters truncated]".len());
+        assert_eq!(
+            utf16_len(&out),
+            "[Tool result]: ".len() + 2000 + "\n\n[... 100 more characters truncated]".len()
+        );
     }
 }

@@ -62,7 +62,10 @@ pub fn check_reply(kind: CallKind, reply: &AssistantReply) -> Result<String, Str
 
 /// Joins the history and turn-prefix texts of a split turn.
 pub fn join_split_turn(history: Option<&str>, prefix: &str) -> String {
-    format!("{}{SPLIT_TURN_JOINER}{prefix}", history.unwrap_or(NO_PRIOR_HISTORY))
+    format!(
+        "{}{SPLIT_TURN_JOINER}{prefix}",
+        history.unwrap_or(NO_PRIOR_HISTORY)
+    )
 }
 
 /// Pi's `CompactionResult` (before `estimatedTokensAfter` is known).
@@ -84,7 +87,11 @@ pub fn file_details(read_files: &[String], modified_files: &[String]) -> Value {
 }
 
 /// Appends the file-list blocks to a generated summary.
-pub fn with_file_lists(summary: String, read_files: &[String], modified_files: &[String]) -> String {
+pub fn with_file_lists(
+    summary: String,
+    read_files: &[String],
+    modified_files: &[String],
+) -> String {
     summary + &format_file_operations(read_files, modified_files)
 }
 
@@ -107,7 +114,10 @@ pub fn compaction_entry(
     let mut o = Map::new();
     o.insert("type".into(), Value::from("compaction"));
     o.insert("id".into(), Value::from(id));
-    o.insert("parentId".into(), parent_id.map_or(Value::Null, Value::from));
+    o.insert(
+        "parentId".into(),
+        parent_id.map_or(Value::Null, Value::from),
+    );
     o.insert("timestamp".into(), Value::from(timestamp));
     o.insert("summary".into(), Value::from(outcome.summary.clone()));
     o.insert(
@@ -139,7 +149,10 @@ pub fn result_json(outcome: &CompactionOutcome, estimated_tokens_after: u64) -> 
         Value::from(outcome.first_kept_entry_id.clone()),
     );
     o.insert("tokensBefore".into(), number(outcome.tokens_before));
-    o.insert("estimatedTokensAfter".into(), Value::from(estimated_tokens_after));
+    o.insert(
+        "estimatedTokensAfter".into(),
+        Value::from(estimated_tokens_after),
+    );
     if let Some(u) = &outcome.usage {
         o.insert("usage".into(), usage_json(u));
     }
@@ -167,10 +180,16 @@ mod tests {
 
     #[test]
     fn pi_error_strings() {
-        assert_eq!(check_reply(CallKind::History, &reply(StopReason::Stop, "a")), Ok("a\nb".into()));
+        assert_eq!(
+            check_reply(CallKind::History, &reply(StopReason::Stop, "a")),
+            Ok("a\nb".into())
+        );
         assert_eq!(
             check_reply(CallKind::History, &reply(StopReason::Length, "a")),
-            Err("Summarization failed: generation hit the token cap and the summary is incomplete".into())
+            Err(
+                "Summarization failed: generation hit the token cap and the summary is incomplete"
+                    .into()
+            )
         );
         assert_eq!(
             check_reply(CallKind::TurnPrefix, &reply(StopReason::Error, "a")),
@@ -178,7 +197,13 @@ mod tests {
         );
         let mut tool = reply(StopReason::ToolUse, "a");
         tool.has_tool_call = true;
-        assert_eq!(check_reply(CallKind::Branch, &tool), Err("Branch summarization attempted to call a tool".into()));
-        assert_eq!(join_split_turn(None, "P"), "No prior history.\n\n---\n\n**Turn Context (split turn):**\n\nP");
+        assert_eq!(
+            check_reply(CallKind::Branch, &tool),
+            Err("Branch summarization attempted to call a tool".into())
+        );
+        assert_eq!(
+            join_split_turn(None, "P"),
+            "No prior history.\n\n---\n\n**Turn Context (split turn):**\n\nP"
+        );
     }
 }

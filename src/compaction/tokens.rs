@@ -207,7 +207,11 @@ impl CompactionSettings {
 }
 
 /// `shouldCompact`: enabled and strictly above `contextWindow - reserveTokens`.
-pub fn should_compact(context_tokens: f64, context_window: i64, settings: &CompactionSettings) -> bool {
+pub fn should_compact(
+    context_tokens: f64,
+    context_window: i64,
+    settings: &CompactionSettings,
+) -> bool {
     settings.enabled && context_tokens > (context_window - settings.reserve_tokens) as f64
 }
 
@@ -224,15 +228,22 @@ mod tests {
     fn verified_estimates_from_the_spec() {
         assert_eq!(est(json!({"role":"user","content":"abcde"})), 2);
         assert_eq!(
-            est(json!({"role":"user","content":[{"type":"image","data":"x","mimeType":"image/png"},{"type":"text","text":"a"}]})),
+            est(
+                json!({"role":"user","content":[{"type":"image","data":"x","mimeType":"image/png"},{"type":"text","text":"a"}]})
+            ),
             1201
         );
         assert_eq!(
-            est(json!({"role":"assistant","content":[{"type":"toolCall","id":"1","name":"read","arguments":{"path":"a"}}]})),
+            est(
+                json!({"role":"assistant","content":[{"type":"toolCall","id":"1","name":"read","arguments":{"path":"a"}}]})
+            ),
             4
         );
         assert_eq!(est(json!({"role":"user","content":"😀"})), 1);
-        assert_eq!(est(json!({"role":"bashExecution","command":"ls","output":"abc"})), 2);
+        assert_eq!(
+            est(json!({"role":"bashExecution","command":"ls","output":"abc"})),
+            2
+        );
         assert_eq!(est(json!({"role":"weird","content":"abc"})), 0);
         assert_eq!(est(json!({"role":"user","content":null})), 0);
     }
@@ -248,7 +259,12 @@ mod tests {
         let e = estimate_context_tokens(msgs.iter().map(MessageFacts::of));
         assert_eq!(
             e,
-            ContextEstimate { tokens: 103.0, usage_tokens: 100.0, trailing_tokens: 3, last_usage_index: Some(1) }
+            ContextEstimate {
+                tokens: 103.0,
+                usage_tokens: 100.0,
+                trailing_tokens: 3,
+                last_usage_index: Some(1)
+            }
         );
     }
 
@@ -262,9 +278,20 @@ mod tests {
 
     #[test]
     fn should_compact_is_strict() {
-        let s = CompactionSettings { enabled: true, reserve_tokens: 16, keep_recent_tokens: 0 };
+        let s = CompactionSettings {
+            enabled: true,
+            reserve_tokens: 16,
+            keep_recent_tokens: 0,
+        };
         assert!(!should_compact(100.0, 116, &s));
         assert!(should_compact(101.0, 116, &s));
-        assert!(!should_compact(1e9, 116, &CompactionSettings { enabled: false, ..s }));
+        assert!(!should_compact(
+            1e9,
+            116,
+            &CompactionSettings {
+                enabled: false,
+                ..s
+            }
+        ));
     }
 }

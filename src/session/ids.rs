@@ -57,7 +57,9 @@ pub fn parse_iso_ms(ts: &str) -> Option<i64> {
         return Some(t.and_utc().timestamp_millis());
     }
     if let Ok(d) = chrono::NaiveDate::parse_from_str(ts, "%Y-%m-%d") {
-        return d.and_hms_opt(0, 0, 0).map(|t| t.and_utc().timestamp_millis());
+        return d
+            .and_hms_opt(0, 0, 0)
+            .map(|t| t.and_utc().timestamp_millis());
     }
     None
 }
@@ -90,7 +92,9 @@ mod tests {
     fn ids_are_eight_hex_and_avoid_taken() {
         let id = new_entry_id(|_| false);
         assert_eq!(id.len(), 8);
-        assert!(id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert!(id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
         let full = new_entry_id(|_| true);
         assert_eq!(full.len(), 36);
     }
@@ -98,7 +102,10 @@ mod tests {
     #[test]
     fn iso_round_trip() {
         assert_eq!(iso_timestamp(1767689201745), "2026-01-06T08:46:41.745Z");
-        assert_eq!(parse_iso_ms("2026-01-06T08:46:41.745Z"), Some(1767689201745));
+        assert_eq!(
+            parse_iso_ms("2026-01-06T08:46:41.745Z"),
+            Some(1767689201745)
+        );
         assert_eq!(parse_iso_ms("2026-01-06T08:46:41Z"), Some(1767689201000));
         assert_eq!(parse_iso_ms("not a date"), None);
     }

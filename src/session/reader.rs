@@ -64,7 +64,11 @@ pub fn read_session(bytes: &[u8]) -> ReadOutcome {
     }
     let Some(first) = values.first() else {
         // Pi re-initialises only a 0-byte file; anything else without a header is refused.
-        return if bytes.is_empty() { ReadOutcome::Empty } else { ReadOutcome::NotASession };
+        return if bytes.is_empty() {
+            ReadOutcome::Empty
+        } else {
+            ReadOutcome::NotASession
+        };
     };
     let header_ok = first.get("type").and_then(Value::as_str) == Some("session")
         && first.get("id").is_some_and(Value::is_string);
@@ -212,9 +216,18 @@ mod tests {
     fn rejects_non_sessions_and_recognises_empty_files() {
         assert!(matches!(read_session(b""), ReadOutcome::Empty));
         assert!(matches!(read_session(b"  \n\n"), ReadOutcome::NotASession));
-        assert!(matches!(read_session(b"{\"type\":\"message\"}\n"), ReadOutcome::NotASession));
-        assert!(matches!(read_session(b"{\"type\":\"session\",\"id\":5}\n"), ReadOutcome::NotASession));
-        assert!(matches!(read_session(b"\x00\xff binary"), ReadOutcome::NotASession));
+        assert!(matches!(
+            read_session(b"{\"type\":\"message\"}\n"),
+            ReadOutcome::NotASession
+        ));
+        assert!(matches!(
+            read_session(b"{\"type\":\"session\",\"id\":5}\n"),
+            ReadOutcome::NotASession
+        ));
+        assert!(matches!(
+            read_session(b"\x00\xff binary"),
+            ReadOutcome::NotASession
+        ));
     }
 
     #[test]
@@ -230,10 +243,19 @@ mod tests {
         let ids: Vec<_> = s.entries.iter().map(|e| e.id.clone().unwrap()).collect();
         assert_eq!(s.entries[0].parent_id, None);
         assert_eq!(s.entries[1].parent_id.as_deref(), Some(ids[0].as_str()));
-        assert_eq!(s.entries[2].value["firstKeptEntryId"], Value::from(ids[1].clone()));
+        assert_eq!(
+            s.entries[2].value["firstKeptEntryId"],
+            Value::from(ids[1].clone())
+        );
         assert!(s.entries[2].value.get("firstKeptEntryIndex").is_none());
         assert_eq!(s.entries[0].value["message"]["role"], "custom");
-        let keys: Vec<_> = s.entries[0].value.as_object().unwrap().keys().cloned().collect();
+        let keys: Vec<_> = s.entries[0]
+            .value
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
         assert_eq!(keys, ["type", "timestamp", "message", "id", "parentId"]);
     }
 }

@@ -105,7 +105,10 @@ impl SessionTree {
             if path.len() == self.entries.len() {
                 // Only a parent cycle gets here: keep the walk up to its first repeat.
                 let mut seen = std::collections::HashSet::new();
-                let cut = path.iter().position(|x| !seen.insert(*x)).unwrap_or(path.len());
+                let cut = path
+                    .iter()
+                    .position(|x| !seen.insert(*x))
+                    .unwrap_or(path.len());
                 path.truncate(cut);
                 break;
             }
@@ -143,7 +146,12 @@ mod tests {
     fn path_walks_parents_and_stops_at_unknown_or_cycles() {
         let t = SessionTree::new(
             json!({}),
-            vec![e("a", None), e("b", Some("a")), e("x", Some("zz")), e("c", Some("b"))],
+            vec![
+                e("a", None),
+                e("b", Some("a")),
+                e("x", Some("zz")),
+                e("c", Some("b")),
+            ],
         );
         assert_eq!(t.branch(), vec![0, 1, 3]);
         assert_eq!(t.path_to(Some(2)), vec![2]);
@@ -154,7 +162,10 @@ mod tests {
 
     #[test]
     fn leaf_is_last_entry_and_duplicates_resolve_to_later() {
-        let t = SessionTree::new(json!({}), vec![e("a", None), e("b", Some("a")), e("a", Some("b"))]);
+        let t = SessionTree::new(
+            json!({}),
+            vec![e("a", None), e("b", Some("a")), e("a", Some("b"))],
+        );
         assert_eq!(t.leaf(), Some(2));
         assert_eq!(t.index_of("a"), Some(2));
     }

@@ -11,7 +11,6 @@
 //! the same whatever went wrong (HTTP status, broken stream, timeout).
 
 pub mod anthropic_messages;
-pub mod clients;
 pub mod extractive;
 pub mod openai_completions;
 pub mod openai_responses;
@@ -22,7 +21,6 @@ pub mod transport;
 pub mod types;
 
 pub use anthropic_messages::AnthropicMessagesClient;
-pub use clients::client_for;
 pub use openai_completions::OpenAiCompletionsClient;
 pub use openai_responses::OpenAiResponsesClient;
 pub use overflow::{

@@ -40,9 +40,13 @@ pub fn read_json(path: &std::path::Path) -> Value {
 pub fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q)),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q))
+        }
         (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
         }
         _ => a == b,
     }
@@ -83,7 +87,14 @@ pub fn first_diff(a: &Value, b: &Value, at: &str) -> Option<String> {
         _ => {
             let s = |v: &Value| {
                 let t = v.to_string();
-                if t.len() > 300 { format!("{}…", &t[..t.char_indices().nth(300).map_or(t.len(), |(i, _)| i)]) } else { t }
+                if t.len() > 300 {
+                    format!(
+                        "{}…",
+                        &t[..t.char_indices().nth(300).map_or(t.len(), |(i, _)| i)]
+                    )
+                } else {
+                    t
+                }
             };
             Some(format!("{at}: got {} expected {}", s(a), s(b)))
         }
@@ -122,7 +133,9 @@ pub fn load_case(dir: &Path) -> (SessionTree, HashMap<String, String>) {
     };
     let mut ids = HashMap::new();
     if parsed.migrated {
-        let first: Value = serde_json::from_slice(bytes.split(|&b| b == b'\n').next().unwrap_or(b"{}")).unwrap_or(Value::Null);
+        let first: Value =
+            serde_json::from_slice(bytes.split(|&b| b == b'\n').next().unwrap_or(b"{}"))
+                .unwrap_or(Value::Null);
         let was_v1 = first.get("version").and_then(Value::as_f64).unwrap_or(1.0) < 2.0;
         if was_v1 {
             for (i, e) in parsed.entries.iter().enumerate() {
@@ -134,4 +147,3 @@ pub fn load_case(dir: &Path) -> (SessionTree, HashMap<String, String>) {
     }
     (SessionTree::from_parsed(parsed), ids)
 }
-
