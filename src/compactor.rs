@@ -21,6 +21,8 @@ use crate::compaction::tokens::{estimate_value, CompactionSettings};
 use crate::context::{build_session_context, context_settings, convert_to_llm};
 use crate::session::{ids, Entry, SessionTree};
 use crate::store;
+use crate::summarizer::extractive::{summarize_history, summarize_turn_prefix, ExtractiveInput};
+use crate::summarizer::redact::RedactionConfig;
 use crate::summarizer::{
     retry_call, AssistantReply, LlmClient, LlmRequest, ModelSpec, RetryEvent, RetrySettings, Usage,
 };
@@ -37,7 +39,11 @@ pub enum SummaryEngine {
         model: ModelSpec,
         /// Pi's `settings.retry` for transient provider errors.
         retry: RetrySettings,
+        /// Secret redaction applied to everything sent to the provider (beyond Pi).
+        redaction: RedactionConfig,
     },
+    /// The embedded deterministic summarizer: no network, no key (beyond Pi).
+    Extractive,
 }
 
 /// A compaction that did not produce an entry. The message is Pi's original text (no
@@ -81,6 +87,7 @@ async fn call_llm(
     client: &dyn LlmClient,
     model: &ModelSpec,
     retry: &RetrySettings,
+    redaction: &RedactionConfig,
     prompt_text: String,
     max_tokens: u64,
     thinking_level: Option<&str>,
@@ -88,7 +95,7 @@ async fn call_llm(
 ) -> AssistantReply {
     let request = LlmRequest {
         system_prompt: SYSTEM_PROMPT.to_owned(),
-        prompt_text,
+        prompt_text: redaction.apply(&prompt_text).into_owned(),
         max_tokens,
         reasoning: reasoning_for(model, thinking_level),
         session_id: Some(ids::new_session_id()),
@@ -111,11 +118,15 @@ pub async fn generate(
     thinking_level: Option<&str>,
     cancel: &CancellationToken,
 ) -> Result<CompactionOutcome, CompactError> {
-    let SummaryEngine::Llm {
-        client,
-        model,
-        retry,
-    } = engine;
+    let (client, model, retry, redaction) = match engine {
+        SummaryEngine::Llm {
+            client,
+            model,
+            retry,
+            redaction,
+        } => (client, model, retry, redaction),
+        SummaryEngine::Extractive => return Ok(generate_extractive(prep, custom_instructions)),
+    };
     let history_max = call_max_tokens(&prep.settings, 0.8, model.max_tokens);
     let prefix_max = call_max_tokens(&prep.settings, 0.5, model.max_tokens);
     let history_text = |_: ()| {
@@ -136,6 +147,7 @@ pub async fn generate(
                 client.as_ref(),
                 model,
                 retry,
+                redaction,
                 history_text(()),
                 history_max,
                 thinking_level,
@@ -156,6 +168,7 @@ pub async fn generate(
             client.as_ref(),
             model,
             retry,
+            redaction,
             turn_prefix_prompt_text(&conversation),
             prefix_max,
             thinking_level,
@@ -177,6 +190,7 @@ pub async fn generate(
             client.as_ref(),
             model,
             retry,
+            redaction,
             history_text(()),
             history_max,
             thinking_level,
@@ -199,6 +213,47 @@ pub async fn generate(
         details: file_details(&read_files, &modified_files),
         from_hook: false,
     })
+}
+
+/// The extractive engine's version of [`generate`]: the same history / split-turn layout and file
+/// lists, written from the structured messages instead of by a model. `details.summarizer` says so.
+pub fn generate_extractive(
+    prep: &Preparation,
+    custom_instructions: Option<&str>,
+) -> CompactionOutcome {
+    let (read_files, modified_files) = prep.file_ops.file_lists();
+    let history = || {
+        summarize_history(&ExtractiveInput {
+            messages: &messages_of(&prep.messages_to_summarize),
+            previous_summary: prep.previous_summary.as_deref().filter(|s| !s.is_empty()),
+            custom_instructions: custom_instructions.filter(|s| !s.is_empty()),
+            read_files: &read_files,
+            modified_files: &modified_files,
+            max_tokens: call_max_tokens(&prep.settings, 0.8, 0),
+        })
+    };
+    let summary = if prep.is_split_turn && !prep.turn_prefix_messages.is_empty() {
+        let hist = (!prep.messages_to_summarize.is_empty()).then(history);
+        let prefix = summarize_turn_prefix(
+            &messages_of(&prep.turn_prefix_messages),
+            call_max_tokens(&prep.settings, 0.5, 0),
+        );
+        join_split_turn(hist.as_deref(), &prefix)
+    } else {
+        history()
+    };
+    let mut details = file_details(&read_files, &modified_files);
+    if let Some(o) = details.as_object_mut() {
+        o.insert("summarizer".into(), Value::from("extractive"));
+    }
+    CompactionOutcome {
+        summary: with_file_lists(summary, &read_files, &modified_files),
+        first_kept_entry_id: prep.first_kept_entry_id.clone(),
+        tokens_before: prep.tokens_before,
+        usage: None,
+        details,
+        from_hook: false,
+    }
 }
 
 /// What a successful manual compaction of a file produced.

@@ -64,11 +64,17 @@ fn main() {
             .unwrap_or_default();
         let expected = read_json(&dir.join("expected.json"));
         let mut failures = check_analysis(dir, &expected);
-        failures.extend(runtime.block_on(fake_llm::check_compaction(
-            dir,
-            &expected,
+        for protocol in [
             fake_llm::Protocol::OpenAiCompletions,
-        )));
+            fake_llm::Protocol::AnthropicMessages,
+        ] {
+            let found = runtime.block_on(fake_llm::check_compaction(dir, &expected, protocol));
+            failures.extend(
+                found
+                    .into_iter()
+                    .map(|f| format!("[{}] {f}", protocol.key())),
+            );
+        }
         if failures.is_empty() {
             passed += 1;
         } else {

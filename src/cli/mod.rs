@@ -76,7 +76,8 @@ impl SettingsArgs {
 /// The summarizer model.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
-    /// Wire protocol: openai-completions, anthropic-messages, openai-responses.
+    /// Summarizer: extractive (default, no network), openai-completions, anthropic-messages,
+    /// openai-responses.
     #[arg(long)]
     pub provider: Option<String>,
     /// Base URL (OpenAI style: up to `/v1`; Anthropic: the host root).
@@ -99,13 +100,16 @@ pub struct ModelArgs {
     /// Environment variable holding the API key.
     #[arg(long)]
     pub api_key_env: Option<String>,
+    /// Send text to the provider without redacting secrets (redaction is on by default).
+    #[arg(long)]
+    pub no_redact: bool,
 }
 
 impl ModelArgs {
     /// The summarizer these flags select.
     pub fn engine(&self) -> Result<SummaryEngine, String> {
-        let Some(provider) = self.provider.as_deref() else {
-            return Err("no summarizer configured: pass --provider, --base-url and --model".into());
+        let Some(provider) = self.provider.as_deref().filter(|p| *p != "extractive") else {
+            return Ok(SummaryEngine::Extractive);
         };
         let api = Api::parse(provider).ok_or_else(|| {
             format!("unknown provider '{provider}' (expected openai-completions, anthropic-messages or openai-responses)")
@@ -140,6 +144,9 @@ impl ModelArgs {
             client: client_for(model.clone(), reqwest::Client::new()),
             model,
             retry: crate::summarizer::RetrySettings::default(),
+            redaction: crate::summarizer::redact::RedactionConfig {
+                enabled: !self.no_redact,
+            },
         })
     }
 }

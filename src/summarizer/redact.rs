@@ -239,6 +239,11 @@ fn is_secret_value(inner: &str, quoted: bool) -> bool {
     if reference || masked {
         return false;
     }
+    // Keys, tokens and generated passwords have no spaces or escape sequences; a quoted
+    // value with them is prose or code (`token = "module\tclient"`).
+    if v.contains(char::is_whitespace) || v.contains('\\') {
+        return false;
+    }
     if quoted {
         return true;
     }

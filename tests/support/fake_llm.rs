@@ -304,6 +304,8 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
             enabled: false,
             ..Default::default()
         },
+        // Pi parity: Pi sends the transcript as is (redaction is compactd's own addition).
+        redaction: compactd::summarizer::redact::RedactionConfig { enabled: false },
     };
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("session.jsonl");
