@@ -714,7 +714,7 @@ fn sentences(text: &str) -> Vec<String> {
         while let Some(ch) = chars.next() {
             current.push(ch);
             let ends = matches!(ch, '.' | '!' | '?' | ';')
-                && chars.peek().map_or(true, |c| c.is_whitespace());
+                && chars.peek().is_none_or(|c| c.is_whitespace());
             if ends {
                 push_sentence(&mut out, &current);
                 current.clear();

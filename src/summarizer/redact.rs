@@ -314,7 +314,7 @@ fn fused_prefix(before: &str) -> bool {
         before.strip_suffix(w).is_some_and(|rest| {
             rest.bytes()
                 .last()
-                .map_or(true, |b| !b.is_ascii_alphanumeric())
+                .is_none_or(|b| !b.is_ascii_alphanumeric())
         })
     })
 }
