@@ -6,6 +6,7 @@
 //! - [`context`]: projection of a path to model context (`buildSessionContext`, `convertToLlm`).
 //! - [`compaction`]: the pure core — tokens, cut points, preparation, file ops, serialization,
 //!   prompts, summary assembly.
+//! - [`live_context`]: incremental token facts of a live agent context (O(1) checks after appends).
 //! - [`report`]: the analysis `compactd inspect` prints (the fixtures' `expected.json` shape).
 //! - [`summarizer`]: who writes summaries — LLM providers, retries, the extractive default.
 //! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry).
@@ -16,6 +17,7 @@ pub mod compaction;
 pub mod compactor;
 pub mod context;
 pub mod json;
+pub mod live_context;
 pub mod report;
 pub mod session;
 pub mod store;

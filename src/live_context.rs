@@ -1,0 +1,188 @@
+//! The incremental view of an agent context that a long-lived session keeps beside the pure
+//! functions: per-message token facts plus running totals, so usage and threshold checks after
+//! an append cost O(1) instead of a walk over the whole path.
+//!
+//! The pure [`estimate_context_tokens`](crate::compaction::tokens::estimate_context_tokens) stays
+//! the definition; this type must always agree with it (a property test checks that) and is
+//! rebuilt from the path whenever the context is rebuilt wholesale (open, compaction, tree
+//! navigation).
+
+use crate::compaction::tokens::{
+    should_compact, CompactionSettings, ContextEstimate, MessageFacts,
+};
+use crate::context::context_entries;
+use crate::session::Entry;
+
+/// Token facts of the agent context, maintained incrementally.
+#[derive(Debug, Clone, Default)]
+pub struct LiveContext {
+    facts: Vec<MessageFacts>,
+    /// Sum of all estimates.
+    total: u64,
+    /// Index and tokens of the last message with valid usage.
+    last_usage: Option<(usize, f64)>,
+    /// Sum of estimates after `last_usage` (or of everything when there is none).
+    trailing: u64,
+}
+
+impl LiveContext {
+    /// Builds the facts of `buildSessionContext(path)` without materializing messages.
+    pub fn from_path(path: &[&Entry]) -> LiveContext {
+        let mut live = LiveContext::default();
+        for e in context_entries(path) {
+            if e.role.is_some() {
+                live.push(MessageFacts {
+                    tokens: e.tokens,
+                    usage_tokens: e.usage_tokens,
+                });
+            }
+        }
+        live
+    }
+
+    /// Adds one message at the end of the context (an append at the leaf). O(1).
+    pub fn push(&mut self, f: MessageFacts) {
+        let idx = self.facts.len();
+        self.facts.push(f);
+        self.total += f.tokens;
+        match f.usage_tokens {
+            Some(u) => {
+                self.last_usage = Some((idx, u));
+                self.trailing = 0;
+            }
+            None => self.trailing += f.tokens,
+        }
+    }
+
+    /// Adds the message an appended entry projects to, if any.
+    pub fn push_entry(&mut self, e: &Entry) {
+        if e.role.is_some() {
+            self.push(MessageFacts {
+                tokens: e.tokens,
+                usage_tokens: e.usage_tokens,
+            });
+        }
+    }
+
+    /// Removes the last message (overflow recovery drops the failed reply). O(n) only when the
+    /// removed message carried the last usage, since the previous one must then be found.
+    pub fn pop(&mut self) -> Option<MessageFacts> {
+        let f = self.facts.pop()?;
+        self.total -= f.tokens;
+        let idx = self.facts.len();
+        match self.last_usage {
+            Some((u, _)) if u == idx => {
+                self.last_usage = self
+                    .facts
+                    .iter()
+                    .enumerate()
+                    .rev()
+                    .find_map(|(i, m)| m.usage_tokens.map(|t| (i, t)));
+                let start = self.last_usage.map_or(0, |(i, _)| i + 1);
+                self.trailing = self.facts[start..].iter().map(|m| m.tokens).sum();
+            }
+            _ => self.trailing -= f.tokens,
+        }
+        Some(f)
+    }
+
+    pub fn len(&self) -> usize {
+        self.facts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.facts.is_empty()
+    }
+
+    /// Sum of the per-message estimates (Pi's `estimatedTokensAfter` after a compaction).
+    pub fn estimated_total(&self) -> u64 {
+        self.total
+    }
+
+    /// `estimateContextTokens` of the context. O(1).
+    pub fn estimate(&self) -> ContextEstimate {
+        match self.last_usage {
+            Some((idx, usage)) => ContextEstimate {
+                tokens: usage + self.trailing as f64,
+                usage_tokens: usage,
+                trailing_tokens: self.trailing,
+                last_usage_index: Some(idx),
+            },
+            None => ContextEstimate {
+                tokens: self.total as f64,
+                usage_tokens: 0.0,
+                trailing_tokens: self.total,
+                last_usage_index: None,
+            },
+        }
+    }
+
+    /// `shouldCompact` on the current estimate. O(1).
+    pub fn should_compact(&self, context_window: i64, settings: &CompactionSettings) -> bool {
+        should_compact(self.estimate().tokens, context_window, settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compaction::tokens::estimate_context_tokens;
+    use proptest::prelude::*;
+
+    fn facts() -> impl Strategy<Value = MessageFacts> {
+        (0u64..5000, prop::option::of(1u64..200_000)).prop_map(|(tokens, u)| MessageFacts {
+            tokens,
+            usage_tokens: u.map(|x| x as f64),
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn incremental_estimate_matches_the_pure_function(
+            ops in prop::collection::vec((facts(), any::<bool>()), 0..200)
+        ) {
+            let mut live = LiveContext::default();
+            let mut reference: Vec<MessageFacts> = Vec::new();
+            for (f, pop) in ops {
+                if pop {
+                    prop_assert_eq!(live.pop(), reference.pop());
+                } else {
+                    live.push(f);
+                    reference.push(f);
+                }
+                prop_assert_eq!(live.estimate(), estimate_context_tokens(reference.iter().copied()));
+                prop_assert_eq!(live.estimated_total(), reference.iter().map(|m| m.tokens).sum::<u64>());
+            }
+        }
+    }
+
+    #[test]
+    fn matches_fixture_sessions() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/cases");
+        let Ok(cases) = std::fs::read_dir(&dir) else {
+            eprintln!("skipping: no conformance cases at {}", dir.display());
+            return;
+        };
+        for case in cases.flatten() {
+            let Ok(bytes) = std::fs::read(case.path().join("session.jsonl")) else {
+                continue;
+            };
+            let crate::session::ReadOutcome::Session(p) = crate::session::read_session(&bytes)
+            else {
+                continue;
+            };
+            let tree = crate::session::SessionTree::from_parsed(p);
+            let branch = tree.branch();
+            let path = tree.refs(&branch);
+            let ctx = crate::context::build_session_context(&path);
+            let pure = estimate_context_tokens(ctx.messages.iter().map(MessageFacts::of));
+            assert_eq!(
+                LiveContext::from_path(&path).estimate(),
+                pure,
+                "{}",
+                case.path().display()
+            );
+        }
+    }
+}
