@@ -157,6 +157,9 @@ fn engine(port: u16) -> SummaryEngine {
     }
 }
 
+/// A case's failures (empty when it passed), or the error that stopped it.
+type CaseResult = Result<Vec<String>, String>;
+
 /// One scenario × seed; returns the failures (empty when it passed).
 #[allow(clippy::too_many_arguments)]
 fn run_case(
@@ -167,7 +170,7 @@ fn run_case(
     scenario: &str,
     seed: u32,
     compacted: &AtomicUsize,
-) -> Result<Vec<String>, String> {
+) -> CaseResult {
     let mut failures = Vec::new();
     let file = dir.join(format!("{scenario}-{seed}.jsonl"));
     let opts = oracle.generate(scenario, seed, &file)?;
@@ -294,7 +297,7 @@ fn oracle_roundtrip() {
         .collect();
     let next = AtomicUsize::new(0);
     let compacted = AtomicUsize::new(0);
-    let results: Mutex<Vec<(String, Result<Vec<String>, String>)>> = Mutex::new(Vec::new());
+    let results: Mutex<Vec<(String, CaseResult)>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..2 {
             scope.spawn(|| loop {
