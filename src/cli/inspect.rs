@@ -44,7 +44,7 @@ fn human(r: &Value, window: i64, settings: &CompactionSettings, skipped: usize) 
         }
     ));
     let est = &r["estimate"];
-    let threshold = window - settings.reserve_tokens;
+    let threshold = window as f64 - settings.reserve_tokens as f64;
     s.push_str(&format!(
         "context   {} tokens ({} from usage + {} estimated), {} messages\n",
         est["tokens"],

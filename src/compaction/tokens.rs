@@ -212,7 +212,8 @@ pub fn should_compact(
     context_window: i64,
     settings: &CompactionSettings,
 ) -> bool {
-    settings.enabled && context_tokens > (context_window - settings.reserve_tokens) as f64
+    // In floating point, as Pi computes it: no overflow whatever the settings.
+    settings.enabled && context_tokens > context_window as f64 - settings.reserve_tokens as f64
 }
 
 #[cfg(test)]
