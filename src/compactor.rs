@@ -41,6 +41,8 @@ pub enum SummaryEngine {
         retry: RetrySettings,
         /// Secret redaction applied to everything sent to the provider (beyond Pi).
         redaction: RedactionConfig,
+        /// Summarize extractively when the LLM fails (beyond Pi; off by default).
+        fallback_extractive: bool,
     },
     /// The embedded deterministic summarizer: no network, no key (beyond Pi).
     Extractive,
@@ -124,9 +126,61 @@ pub async fn generate(
             model,
             retry,
             redaction,
-        } => (client, model, retry, redaction),
+            fallback_extractive,
+        } => {
+            if *fallback_extractive {
+                return match generate_llm(
+                    prep,
+                    client.as_ref(),
+                    model,
+                    retry,
+                    redaction,
+                    custom_instructions,
+                    thinking_level,
+                    cancel,
+                )
+                .await
+                {
+                    Err(CompactError::Summarization(reason)) => {
+                        tracing::warn!(%reason, "LLM summarizer failed; falling back to the extractive summarizer");
+                        let mut outcome = generate_extractive(prep, custom_instructions);
+                        if let Some(d) = outcome.details.as_object_mut() {
+                            d.insert("fallbackReason".into(), Value::from(reason));
+                        }
+                        Ok(outcome)
+                    }
+                    other => other,
+                };
+            }
+            (client, model, retry, redaction)
+        }
         SummaryEngine::Extractive => return Ok(generate_extractive(prep, custom_instructions)),
     };
+    generate_llm(
+        prep,
+        client.as_ref(),
+        model,
+        retry,
+        redaction,
+        custom_instructions,
+        thinking_level,
+        cancel,
+    )
+    .await
+}
+
+/// The LLM half of [`generate`].
+#[allow(clippy::too_many_arguments)]
+async fn generate_llm(
+    prep: &Preparation,
+    client: &dyn LlmClient,
+    model: &ModelSpec,
+    retry: &RetrySettings,
+    redaction: &RedactionConfig,
+    custom_instructions: Option<&str>,
+    thinking_level: Option<&str>,
+    cancel: &CancellationToken,
+) -> Result<CompactionOutcome, CompactError> {
     let history_max = call_max_tokens(&prep.settings, 0.8, model.max_tokens);
     let prefix_max = call_max_tokens(&prep.settings, 0.5, model.max_tokens);
     let history_text = |_: ()| {
@@ -144,7 +198,7 @@ pub async fn generate(
             None
         } else {
             let reply = call_llm(
-                client.as_ref(),
+                client,
                 model,
                 retry,
                 redaction,
@@ -165,7 +219,7 @@ pub async fn generate(
         let conversation =
             serialize_conversation(&convert_to_llm(&messages_of(&prep.turn_prefix_messages)));
         let reply = call_llm(
-            client.as_ref(),
+            client,
             model,
             retry,
             redaction,
@@ -187,7 +241,7 @@ pub async fn generate(
         join_split_turn(history.as_deref(), &prefix)
     } else {
         let reply = call_llm(
-            client.as_ref(),
+            client,
             model,
             retry,
             redaction,

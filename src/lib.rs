@@ -11,10 +11,12 @@
 //! - [`summarizer`]: who writes summaries — LLM providers, retries, the extractive default.
 //! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry).
 //! - [`store`]: the storage shell — opening, repairing and appending to session files.
+//! - [`config`]: the one configuration struct (TOML), summarizer selection.
 //! - [`cli`]: the command-line front end.
 pub mod cli;
 pub mod compaction;
 pub mod compactor;
+pub mod config;
 pub mod context;
 pub mod json;
 pub mod live_context;

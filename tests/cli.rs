@@ -9,7 +9,10 @@ use std::process::Command;
 use serde_json::Value;
 
 fn compactd() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_compactd"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
+    // Never pick up the developer's own configuration.
+    cmd.env("XDG_CONFIG_HOME", "/nonexistent/compactd-test-config");
+    cmd
 }
 
 fn run_json(cmd: &mut Command) -> (i32, Value) {
@@ -172,4 +175,212 @@ fn small_sessions_and_bad_files_get_pi_errors_and_stay_untouched() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown provider"));
+}
+
+/// Runs `compactd compact` against the in-process fake OpenAI server with canned replies.
+fn compact_against_fake(
+    replies: Vec<(String, String)>,
+    extra: &[&str],
+    config: Option<&str>,
+) -> (i32, Value, Vec<u8>, Vec<u8>) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let fake = runtime.block_on(support::fake_llm::start(replies));
+    let (tmp, file) = copy_case("009-bash-executions");
+    let before = std::fs::read(&file).expect("read");
+    let mut cmd = compactd();
+    cmd.arg("compact")
+        .arg(&file)
+        .arg("--json")
+        .args(["--keep-recent-tokens", "2000"]);
+    match config {
+        Some(text) => {
+            let cfg = tmp.path().join("config.toml");
+            std::fs::write(&cfg, text.replace("PORT", &fake.port.to_string()))
+                .expect("write config");
+            cmd.arg("--config").arg(cfg);
+        }
+        None => {
+            cmd.args(["--provider", "openai-completions", "--model", "fake-gpt"])
+                .args(["--base-url", &format!("http://127.0.0.1:{}/v1", fake.port)]);
+        }
+    }
+    cmd.args(extra).env("COMPACTD_TEST_KEY", "k");
+    let (code, v) = run_json(&mut cmd);
+    let after = std::fs::read(&file).expect("read");
+    drop(fake);
+    (code, v, before, after)
+}
+
+#[test]
+fn a_length_stop_fails_with_pis_message_and_writes_nothing() {
+    let (code, v, before, after) =
+        compact_against_fake(vec![("partial".into(), "length".into())], &[], None);
+    assert_eq!(code, 1);
+    assert_eq!(
+        v["error"],
+        "Summarization failed: generation hit the token cap and the summary is incomplete"
+    );
+    assert_eq!(before, after);
+}
+
+#[test]
+fn fallback_to_extractive_when_the_llm_fails() {
+    let (code, v, before, after) = compact_against_fake(
+        vec![("partial".into(), "length".into())],
+        &["--fallback-extractive"],
+        None,
+    );
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["details"]["summarizer"], "extractive");
+    assert!(v["details"]["fallbackReason"]
+        .as_str()
+        .unwrap_or("")
+        .contains("token cap"));
+    assert!(v["summary"]
+        .as_str()
+        .unwrap_or("")
+        .contains("## Critical Context"));
+    assert!(after.len() > before.len() && after.starts_with(&before));
+}
+
+#[test]
+fn the_config_file_selects_the_summarizer() {
+    let config = "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:PORT/v1\"\nmodel = \"fake-gpt\"\napi_key_env = \"COMPACTD_TEST_KEY\"\n";
+    let (code, v, _, after) = compact_against_fake(
+        vec![("LLM SUMMARY".into(), "stop".into())],
+        &[],
+        Some(config),
+    );
+    assert_eq!(code, 0, "{v}");
+    assert!(v["summary"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("LLM SUMMARY"));
+    assert!(
+        v["details"].get("summarizer").is_none(),
+        "LLM details stay Pi's exact shape"
+    );
+    assert!(String::from_utf8_lossy(&after).contains("LLM SUMMARY"));
+    let bad = "[summarizer]\nprovider = \"nope\"\n";
+    let (tmp, file) = copy_case("009-bash-executions");
+    let cfg = tmp.path().join("bad.toml");
+    std::fs::write(&cfg, bad).expect("write");
+    let out = compactd()
+        .arg("compact")
+        .arg(&file)
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("summarizer.provider 'nope'"));
+}
+
+/// A session as an agent writes it: the user's goal and constraint, reads and edits, a failing
+/// command, more work after it.
+fn crafted_session() -> String {
+    use serde_json::json;
+    let mut lines = vec![
+        json!({"type":"session","version":3,"id":"s1","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/work/app"}),
+    ];
+    let mut parent: Option<String> = None;
+    let mut n = 0;
+    let mut push = |lines: &mut Vec<Value>, message: Value| {
+        n += 1;
+        let id = format!("e{n:07}");
+        lines.push(json!({"type":"message","id":id,"parentId":parent,"timestamp":"2026-01-01T00:00:01.000Z","message":message}));
+        parent = Some(id);
+    };
+    let usage = json!({"input":100,"output":10,"cacheRead":0,"cacheWrite":0,"totalTokens":110,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}});
+    let assistant = |content: Value| json!({"role":"assistant","content":content,"api":"anthropic-messages","provider":"anthropic","model":"m","usage":usage,"stopReason":"toolUse","timestamp":1});
+    push(
+        &mut lines,
+        json!({"role":"user","content":"Add a --dry-run flag to the deploy CLI. Do not use unsafe code and keep the public API unchanged.","timestamp":1}),
+    );
+    push(
+        &mut lines,
+        assistant(
+            json!([{"type":"toolCall","id":"t1","name":"read","arguments":{"path":"src/deploy.rs"}}]),
+        ),
+    );
+    push(
+        &mut lines,
+        json!({"role":"toolResult","toolCallId":"t1","toolName":"read","content":[{"type":"text","text":"fn deploy() {}"}],"isError":false,"timestamp":1}),
+    );
+    push(
+        &mut lines,
+        assistant(
+            json!([{"type":"toolCall","id":"t2","name":"edit","arguments":{"path":"src/cli.rs","oldText":"a","newText":"b"}}]),
+        ),
+    );
+    push(
+        &mut lines,
+        json!({"role":"toolResult","toolCallId":"t2","toolName":"edit","content":[{"type":"text","text":"ok"}],"isError":false,"timestamp":1}),
+    );
+    push(
+        &mut lines,
+        json!({"role":"bashExecution","command":"cargo test","output":"error[E0425]: cannot find value `dry_run` in this scope","exitCode":101,"cancelled":false,"truncated":false,"timestamp":1}),
+    );
+    for i in 0..30 {
+        push(
+            &mut lines,
+            json!({"role":"user","content":format!("Continue with step {i}: {}", "details ".repeat(200)),"timestamp":1}),
+        );
+        push(
+            &mut lines,
+            assistant(
+                json!([{"type":"text","text":format!("Working on step {i}. {}", "more ".repeat(200))}]),
+            ),
+        );
+    }
+    lines.iter().map(|l| l.to_string() + "\n").collect()
+}
+
+#[test]
+fn the_extractive_summary_tells_a_resumed_model_what_it_needs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let file = tmp.path().join("s.jsonl");
+    std::fs::write(&file, crafted_session()).expect("write");
+    let (code, v) = run_json(
+        compactd()
+            .arg("compact")
+            .arg(&file)
+            .arg("--json")
+            .args(["--keep-recent-tokens", "3000"]),
+    );
+    assert_eq!(code, 0, "{v}");
+    let summary = v["summary"].as_str().unwrap_or("");
+    for needle in [
+        "Add a --dry-run flag to the deploy CLI",
+        "Do not use unsafe code",
+        "src/cli.rs",
+        "cannot find value `dry_run` in this scope",
+        "cargo test",
+    ] {
+        assert!(
+            summary.contains(needle),
+            "summary lacks {needle:?}:\n{summary}"
+        );
+    }
+    let goal = summary
+        .split("## Constraints & Preferences")
+        .next()
+        .unwrap_or("");
+    assert!(
+        goal.contains("--dry-run"),
+        "the goal section names the user's request"
+    );
+    let constraints = summary
+        .split("## Constraints & Preferences")
+        .nth(1)
+        .and_then(|s| s.split("## Progress").next())
+        .unwrap_or("");
+    assert!(
+        constraints.contains("unsafe"),
+        "the constraint is under Constraints & Preferences:\n{constraints}"
+    );
+    assert!(
+        summary.ends_with("<modified-files>\nsrc/cli.rs\n</modified-files>"),
+        "{summary}"
+    );
 }

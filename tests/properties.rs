@@ -526,6 +526,8 @@ fn engine(port: u16) -> SummaryEngine {
             enabled: false,
             ..Default::default()
         },
+        redaction: compactd::summarizer::redact::RedactionConfig { enabled: false },
+        fallback_extractive: false,
     }
 }
 

@@ -20,6 +20,9 @@ use crate::summarizer::{client_for, Api, ModelSpec};
     about = "LLM context compaction for Pi-format coding-agent sessions"
 )]
 pub struct Cli {
+    /// Configuration file (default: $XDG_CONFIG_HOME/compactd/config.toml when it exists).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -103,14 +106,23 @@ pub struct ModelArgs {
     /// Send text to the provider without redacting secrets (redaction is on by default).
     #[arg(long)]
     pub no_redact: bool,
+    /// When the LLM summarizer fails, summarize extractively instead of failing.
+    #[arg(long)]
+    pub fallback_extractive: bool,
 }
 
 impl ModelArgs {
-    /// The summarizer these flags select.
-    pub fn engine(&self) -> Result<SummaryEngine, String> {
-        let Some(provider) = self.provider.as_deref().filter(|p| *p != "extractive") else {
-            return Ok(SummaryEngine::Extractive);
+    /// The summarizer these flags select: `--provider` wins, else the configuration file's
+    /// `[summarizer]`, else the extractive default.
+    pub fn engine(&self, config: &crate::config::Config) -> Result<SummaryEngine, String> {
+        let Some(provider) = self.provider.as_deref() else {
+            return config
+                .engine(reqwest::Client::new())
+                .map_err(|e| e.to_string());
         };
+        if provider == "extractive" {
+            return Ok(SummaryEngine::Extractive);
+        }
         let api = Api::parse(provider).ok_or_else(|| {
             format!("unknown provider '{provider}' (expected openai-completions, anthropic-messages or openai-responses)")
         })?;
@@ -145,8 +157,9 @@ impl ModelArgs {
             model,
             retry: crate::summarizer::RetrySettings::default(),
             redaction: crate::summarizer::redact::RedactionConfig {
-                enabled: !self.no_redact,
+                enabled: !self.no_redact && config.redaction.enabled,
             },
+            fallback_extractive: self.fallback_extractive,
         })
     }
 }
@@ -165,6 +178,13 @@ pub fn print_error(json: bool, message: &str) {
 
 /// Runs the parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> i32 {
+    let config = match crate::config::Config::load(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("compactd: {e}");
+            return 2;
+        }
+    };
     match cli.command {
         Command::Inspect {
             session,
@@ -179,7 +199,7 @@ pub fn run(cli: Cli) -> i32 {
             settings,
             model,
         } => {
-            let engine = match model.engine() {
+            let engine = match model.engine(&config) {
                 Ok(e) => e,
                 Err(msg) => {
                     print_error(json, &msg);

@@ -77,6 +77,8 @@ const PLACEHOLDER: &str = "(none)";
 // win; bands are at least 1000 apart so recency never reorders categories.
 const P_FOCUS: u32 = 100_000;
 const P_GOAL_LATEST: u32 = 90_000;
+/// The first request of the span usually states the task; it outranks the requests between.
+const P_GOAL_FIRST: u32 = 85_000;
 const P_BLOCKED: u32 = 80_000;
 const P_CONSTRAINT: u32 = 70_000;
 const P_PREV_CONSTRAINT: u32 = 69_000;
@@ -209,7 +211,8 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
         merge_embedded(&mut items, label, summary, seq, &caps);
     }
 
-    // Goal: every user request verbatim, newest kept first; the latest is labelled.
+    // Goal: every user request verbatim, newest kept first; the latest is labelled, and the
+    // first (the task as originally stated) is kept right after it.
     let labelled = a.user_texts.len() > 1 || items.list.iter().any(|i| i.section == GOAL);
     for (n, (idx, text)) in a.user_texts.iter().enumerate() {
         let latest = n + 1 == a.user_texts.len();
@@ -221,6 +224,8 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
                 clipped
             };
             (P_GOAL_LATEST, t)
+        } else if n == 0 {
+            (P_GOAL_FIRST, format!("(original request) {clipped}"))
         } else {
             (P_GOAL_OLDER + a.recency(*idx), clipped)
         };

@@ -306,6 +306,7 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
         },
         // Pi parity: Pi sends the transcript as is (redaction is compactd's own addition).
         redaction: compactd::summarizer::redact::RedactionConfig { enabled: false },
+        fallback_extractive: false,
     };
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("session.jsonl");

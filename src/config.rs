@@ -1,0 +1,287 @@
+//! The one configuration struct, loaded once from TOML (`$XDG_CONFIG_HOME/compactd/config.toml`,
+//! or `--config FILE`). Every field has a default, so a fresh install needs no file at all: the
+//! daemon then listens on the default socket and summarizes with the embedded extractive engine.
+//!
+//! API keys never live here: `api_key_env` names the environment variable that holds the key, so
+//! a config file can be shared or committed without leaking credentials.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::compactor::SummaryEngine;
+use crate::summarizer::redact::RedactionConfig;
+use crate::summarizer::{client_for, Api, ModelSpec, RetrySettings};
+
+/// Errors loading or applying the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{0}")]
+    Invalid(String),
+    /// The summarizer's key variable is unset (Pi: `No API key found for <provider>.`).
+    #[error("No API key found for {provider}. Set the environment variable {var}.")]
+    MissingKey { provider: String, var: String },
+}
+
+/// Logging: level filter (tracing `EnvFilter` syntax) and an optional file instead of stderr.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub level: Option<String>,
+    pub file: Option<PathBuf>,
+}
+
+/// Which summarizer runs (protocol.md §4).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SummarizerConfig {
+    /// `extractive`, `openai-completions`, `anthropic-messages` or `openai-responses`.
+    pub provider: String,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    /// The summarizer model's output cap (0: none), Pi's `model.maxTokens`.
+    pub max_tokens: u64,
+    /// The summarizer model's context window.
+    pub context_window: u64,
+    /// Whether the model reasons (the session's thinking level is then sent).
+    pub reasoning: bool,
+    /// Environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// `"extractive"`: when the LLM summarizer fails, summarize extractively instead.
+    pub fallback: Option<String>,
+    /// Seconds without stream progress before a call fails.
+    pub idle_timeout_secs: u64,
+    /// Pi's `settings.retry` for the summarization calls.
+    pub retry: RetrySettings,
+}
+
+impl Default for SummarizerConfig {
+    fn default() -> Self {
+        SummarizerConfig {
+            provider: "extractive".into(),
+            base_url: None,
+            model: None,
+            max_tokens: 0,
+            context_window: 200_000,
+            reasoning: false,
+            api_key_env: None,
+            fallback: None,
+            idle_timeout_secs: 120,
+            retry: RetrySettings::default(),
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Unix socket path for `compactd serve`.
+    pub socket: Option<PathBuf>,
+    pub log: LogConfig,
+    pub summarizer: SummarizerConfig,
+    pub redaction: RedactionConfig,
+}
+
+/// `$XDG_CONFIG_HOME/compactd/config.toml`, else `~/.config/compactd/config.toml`.
+pub fn default_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("compactd").join("config.toml"))
+}
+
+impl Config {
+    /// Parses TOML text.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Loads `explicit` (which must exist), else the default path if it exists, else defaults.
+    pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+        let (path, required) = match explicit {
+            Some(p) => (p.to_owned(), true),
+            None => match default_path() {
+                Some(p) => (p, false),
+                None => return Ok(Config::default()),
+            },
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Config::from_toml(&text, &path),
+            Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => {
+                Ok(Config::default())
+            }
+            Err(source) => Err(ConfigError::Read { path, source }),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let s = &self.summarizer;
+        if s.provider != "extractive" && Api::parse(&s.provider).is_none() {
+            return Err(ConfigError::Invalid(format!(
+                "summarizer.provider '{}' is not one of extractive, openai-completions, anthropic-messages, openai-responses",
+                s.provider
+            )));
+        }
+        if let Some(f) = &s.fallback {
+            if f != "extractive" {
+                return Err(ConfigError::Invalid(format!(
+                    "summarizer.fallback '{f}' is not supported (only \"extractive\")"
+                )));
+            }
+        }
+        if s.provider != "extractive" && (s.base_url.is_none() || s.model.is_none()) {
+            return Err(ConfigError::Invalid(format!(
+                "summarizer.provider = '{}' needs base_url and model",
+                s.provider
+            )));
+        }
+        Ok(())
+    }
+
+    /// The summarizer engine this configuration selects. Keys are read from the environment now,
+    /// so a missing key is reported when a compaction needs it, with Pi's wording.
+    pub fn engine(&self, http: reqwest::Client) -> Result<SummaryEngine, ConfigError> {
+        self.summarizer.engine(&self.redaction, http)
+    }
+}
+
+impl SummarizerConfig {
+    /// Builds the engine (see [`Config::engine`]).
+    pub fn engine(
+        &self,
+        redaction: &RedactionConfig,
+        http: reqwest::Client,
+    ) -> Result<SummaryEngine, ConfigError> {
+        let Some(api) = Api::parse(&self.provider) else {
+            return Ok(SummaryEngine::Extractive);
+        };
+        let api_key = match &self.api_key_env {
+            Some(var) => match std::env::var(var) {
+                Ok(k) if !k.is_empty() => Some(k),
+                _ => {
+                    return Err(ConfigError::MissingKey {
+                        provider: self.provider.clone(),
+                        var: var.clone(),
+                    })
+                }
+            },
+            None => None,
+        };
+        let model = ModelSpec {
+            api,
+            provider: self.provider.clone(),
+            id: self.model.clone().unwrap_or_default(),
+            base_url: self.base_url.clone().unwrap_or_default(),
+            context_window: self.context_window,
+            max_tokens: self.max_tokens,
+            reasoning: self.reasoning,
+            api_key,
+            headers: Vec::new(),
+        };
+        Ok(SummaryEngine::Llm {
+            client: client_for(model.clone(), http),
+            model,
+            retry: self.retry,
+            redaction: *redaction,
+            fallback_extractive: self.fallback.as_deref() == Some("extractive"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_extractive_default() {
+        let c = Config::from_toml("", Path::new("c.toml")).unwrap();
+        assert_eq!(c, Config::default());
+        assert!(matches!(
+            c.engine(reqwest::Client::new()).unwrap(),
+            SummaryEngine::Extractive
+        ));
+        assert!(c.redaction.enabled);
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let text = r#"
+socket = "/run/compactd.sock"
+[log]
+level = "debug"
+[summarizer]
+provider = "anthropic-messages"
+base_url = "https://api.anthropic.com"
+model = "claude-haiku"
+max_tokens = 8192
+context_window = 200000
+reasoning = true
+api_key_env = "COMPACTD_TEST_KEY_THAT_IS_SET"
+fallback = "extractive"
+retry = { enabled = true, maxRetries = 2, baseDelayMs = 500 }
+[redaction]
+enabled = false
+"#;
+        let c = Config::from_toml(text, Path::new("c.toml")).unwrap();
+        assert_eq!(c.summarizer.retry.max_retries, 2);
+        assert!(!c.redaction.enabled);
+        std::env::set_var("COMPACTD_TEST_KEY_THAT_IS_SET", "k");
+        match c.engine(reqwest::Client::new()).unwrap() {
+            SummaryEngine::Llm {
+                model,
+                fallback_extractive,
+                ..
+            } => {
+                assert_eq!(model.api, Api::AnthropicMessages);
+                assert_eq!(model.api_key.as_deref(), Some("k"));
+                assert!(fallback_extractive);
+            }
+            SummaryEngine::Extractive => panic!("expected an LLM engine"),
+        }
+    }
+
+    #[test]
+    fn bad_files_say_what_is_wrong() {
+        let e = Config::from_toml("[summarizer]\nprovider = \"gpt\"\n", Path::new("c.toml"))
+            .unwrap_err();
+        assert!(e.to_string().contains("summarizer.provider 'gpt'"), "{e}");
+        let e = Config::from_toml("[summarizer]\nprovder = 1\n", Path::new("c.toml")).unwrap_err();
+        assert!(e.to_string().contains("invalid config file c.toml"), "{e}");
+        let e = Config::from_toml(
+            "[summarizer]\nprovider = \"openai-completions\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("needs base_url and model"), "{e}");
+        let missing = Config::from_toml(
+            "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://x\"\nmodel = \"m\"\napi_key_env = \"COMPACTD_SURELY_UNSET_VAR\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        let err = missing
+            .engine(reqwest::Client::new())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.starts_with("No API key found for openai-completions."),
+            "{err}"
+        );
+        assert!(!err.contains("sk-"), "never echo keys");
+    }
+}
