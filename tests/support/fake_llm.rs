@@ -386,7 +386,7 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
                 "request[{i}].body key order: got {got_keys:?} expected {want_keys:?}"
             ));
         }
-        if system_text(&got.body).map_or(true, |s| s.is_empty()) {
+        if system_text(&got.body).is_none_or(|s| s.is_empty()) {
             f.push(format!("request[{i}]: no system prompt"));
         }
         let (gu, wu) = (user_text(&got.body), user_text(&want["body"]));
