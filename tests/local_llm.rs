@@ -318,10 +318,11 @@ async fn plain_call(api: Api, root: &str) {
     let reply = call(client.as_ref(), &req).await;
     let what = format!("{} plain call", label(api));
     eprintln!(
-        "{what}: {:?} in {:.2?}, usage in={} out={}",
+        "{what}: {:?} in {:.2?}, usage in={} cacheRead={} out={}",
         reply.stop_reason,
         started.elapsed(),
         reply.usage.input,
+        reply.usage.cache_read,
         reply.usage.output
     );
     assert!(
@@ -535,6 +536,12 @@ async fn compact_session(
         proxy.text()
     );
 
+    let usage_sent = payloads.iter().any(|p| match api {
+        Api::OpenAiCompletions => p["usage"]["prompt_tokens"].as_u64().unwrap_or(0) > 0,
+        _ => p["type"] == "message_start" && p["message"]["usage"].is_object(),
+    });
+    assert!(usage_sent, "{what}: the stream carried no usage");
+
     match result {
         Ok(done) => {
             let entry = &done.entry;
@@ -555,9 +562,7 @@ async fn compact_session(
                 "{what}: existing lines changed"
             );
             assert!(
-                std::fs::read(&path)
-                    .expect("read")
-                    .starts_with(&baseline),
+                std::fs::read(&path).expect("read").starts_with(&baseline),
                 "{what}: file is not the baseline plus an append"
             );
             let stored: Value = serde_json::from_str(after.last().expect("line")).expect("json");
@@ -641,20 +646,24 @@ async fn run_protocol(api: Api) {
     let settings = CompactionSettings {
         enabled: true,
         reserve_tokens: 80, // history maxTokens = floor(0.8 × 80) = 64
-        keep_recent_tokens: 3000,
+        // Keeps messages 7.. of 009: the summarized part (about 900 estimated tokens) is small
+        // enough for a slow machine yet reads `src/index.ts` and writes `scripts/bench.sh`.
+        keep_recent_tokens: 5400,
     };
     // A tight model cap (8 tokens): the summary will almost always hit it, which is a failure in
     // Pi's semantics and must leave the file untouched; if the model does stop, the entry must
     // be right.
     let capped = compact_session(api, &root, "009-bash-executions", 8, settings, None).await;
-    // A budget the model usually stops within when asked for one sentence.
+    // 64 tokens and a focus asking for one word: SmolLM (sampling at the server's default
+    // temperature) stops within that budget some of the time; the six-section template often
+    // wins and it runs into the cap. Both outcomes are checked for correctness.
     let roomy = compact_session(
         api,
         &root,
         "009-bash-executions",
         4096,
         settings,
-        Some("Reply with one short sentence only."),
+        Some("Ignore the sections. Reply with exactly one word: Done."),
     )
     .await;
     eprintln!(
