@@ -13,8 +13,6 @@
 //! through a recording TCP proxy, so the tests can see the raw SSE stream the server sent and
 //! check that the client assembled the reply from its deltas.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,6 +32,9 @@ use tokio_util::sync::CancellationToken;
 /// Pi's message for a history summary cut short by the token cap.
 const LENGTH_ERROR: &str =
     "Summarization failed: generation hit the token cap and the summary is incomplete";
+/// The same for the turn-prefix call of a split turn.
+const PREFIX_LENGTH_ERROR: &str =
+    "Turn prefix summarization failed: generation hit the token cap and the summary is incomplete";
 
 /// The server's context size (`LLM_CTX`, default 8192): the real window, so pi-ai's
 /// provider-layer clamp is exercised with the numbers the server actually has.
@@ -182,10 +183,7 @@ fn http_bodies(raw: &[u8]) -> Vec<Vec<u8>> {
         rest = &rest[end + 4..];
         let mut body = Vec::new();
         if head.contains("transfer-encoding: chunked") {
-            loop {
-                let Some(eol) = find(rest, b"\r\n") else {
-                    break;
-                };
+            while let Some(eol) = find(rest, b"\r\n") {
                 let size_text = String::from_utf8_lossy(&rest[..eol]);
                 let size_text = size_text.split(';').next().unwrap_or("").trim();
                 let Ok(size) = usize::from_str_radix(size_text, 16) else {
@@ -454,9 +452,35 @@ async fn abort_mid_stream(api: Api, root: &str) {
     assert!(cancel.is_cancelled());
 }
 
+/// The conformance cases: `$COMPACTD_CONFORMANCE_DIR`, else `../shared/conformance/cases`
+/// (as `tests/support`; not shared with it so this target builds on its own).
+fn conformance_dir() -> PathBuf {
+    match std::env::var_os("COMPACTD_CONFORMANCE_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/cases"),
+    }
+}
+
+/// JSON equality where numbers compare by value (`0` == `0.0`).
+fn same_json(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_json(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((k, v), (l, w))| k == l && same_json(v, w))
+        }
+        _ => a == b,
+    }
+}
+
 /// A copy of a conformance session in a temp dir.
 fn session_copy(case: &str) -> Option<(tempfile::TempDir, PathBuf)> {
-    let src = support::conformance_dir().join(case).join("session.jsonl");
+    let src = conformance_dir().join(case).join("session.jsonl");
     if !src.is_file() {
         eprintln!(
             "SKIPPED compact_file on {case}: {} not found (set COMPACTD_CONFORMANCE_DIR)",
@@ -566,7 +590,12 @@ async fn compact_session(
                 "{what}: file is not the baseline plus an append"
             );
             let stored: Value = serde_json::from_str(after.last().expect("line")).expect("json");
-            assert_eq!(&stored, entry, "{what}: stored line differs from the entry");
+            // Numbers compare by value: the line is written as Pi's JSON.stringify would (`0`
+            // for a zero cost), the in-memory entry holds f64s.
+            assert!(
+                same_json(&stored, entry),
+                "{what}: stored line differs from the entry:\n{stored}\n{entry}"
+            );
             assert_eq!(stored["type"], "compaction", "{what}");
             assert_eq!(
                 stored["parentId"].as_str(),
@@ -616,7 +645,9 @@ async fn compact_session(
             assert_eq!(done.tree.leaf_id(), stored["id"].as_str(), "{what}");
             Some(Outcome::Compacted)
         }
-        Err(CompactError::Summarization(msg)) if msg == LENGTH_ERROR => {
+        Err(CompactError::Summarization(msg))
+            if msg == LENGTH_ERROR || msg == PREFIX_LENGTH_ERROR =>
+        {
             eprintln!("{what}: length stop after {elapsed:.2?} (allowed for a 135M model)");
             assert_eq!(
                 std::fs::read(&path).expect("read"),
@@ -646,9 +677,11 @@ async fn run_protocol(api: Api) {
     let settings = CompactionSettings {
         enabled: true,
         reserve_tokens: 80, // history maxTokens = floor(0.8 × 80) = 64
-        // Keeps messages 7.. of 009: the summarized part (about 900 estimated tokens) is small
-        // enough for a slow machine yet reads `src/index.ts` and writes `scripts/bench.sh`.
-        keep_recent_tokens: 5400,
+        // Cuts 009 at its second user message (the suffix from there estimates 5482 tokens, from
+        // the next message 5432), so there is no split turn and one call; the summarized part
+        // (about 900 estimated tokens) is small enough for a slow machine yet reads
+        // `src/index.ts` and writes `scripts/bench.sh`.
+        keep_recent_tokens: 5450,
     };
     // A tight model cap (8 tokens): the summary will almost always hit it, which is a failure in
     // Pi's semantics and must leave the file untouched; if the model does stop, the entry must
@@ -657,15 +690,26 @@ async fn run_protocol(api: Api) {
     // 64 tokens and a focus asking for one word: SmolLM (sampling at the server's default
     // temperature) stops within that budget some of the time; the six-section template often
     // wins and it runs into the cap. Both outcomes are checked for correctness.
-    let roomy = compact_session(
-        api,
-        &root,
-        "009-bash-executions",
-        4096,
-        settings,
-        Some("Ignore the sections. Reply with exactly one word: Done."),
-    )
-    .await;
+    // Sampling is random, so a few fresh attempts (bounded in time) give the success path a
+    // fair chance to run; each attempt checks whichever outcome it gets.
+    let roomy_started = Instant::now();
+    let mut roomy = Vec::new();
+    while roomy.len() < 5 && roomy_started.elapsed() < Duration::from_secs(20) {
+        let outcome = compact_session(
+            api,
+            &root,
+            "009-bash-executions",
+            4096,
+            settings,
+            Some("Ignore the sections. Reply with exactly one word: Done."),
+        )
+        .await;
+        let done = outcome != Some(Outcome::LengthStop);
+        roomy.push(outcome);
+        if done {
+            break;
+        }
+    }
     eprintln!(
         "{test}: capped compaction {capped:?}, roomy compaction {roomy:?}; total {:.2?}",
         started.elapsed()
