@@ -689,9 +689,8 @@ async fn run_protocol(api: Api) {
     let capped = compact_session(api, &root, "009-bash-executions", 8, settings, None).await;
     // 64 tokens and a focus asking for one word: SmolLM (sampling at the server's default
     // temperature) stops within that budget some of the time; the six-section template often
-    // wins and it runs into the cap. Both outcomes are checked for correctness.
-    // Sampling is random, so a few fresh attempts (bounded in time) give the success path a
-    // fair chance to run; each attempt checks whichever outcome it gets.
+    // wins and it runs into the cap. Each attempt checks whichever outcome it gets; a few fresh
+    // attempts (at most 5, started within 20 s) give the success path a fair chance to run.
     let roomy_started = Instant::now();
     let mut roomy = Vec::new();
     while roomy.len() < 5 && roomy_started.elapsed() < Duration::from_secs(20) {
