@@ -528,6 +528,8 @@ async fn compact_session(
             enabled: false,
             ..RetrySettings::default()
         },
+        redaction: compactd::summarizer::redact::RedactionConfig::default(),
+        fallback_extractive: false,
     };
     // The baseline is the file as loading leaves it (Pi's load-time repairs are allowed).
     let (tree, _) = compactd::store::load(&path, true).expect("load session");

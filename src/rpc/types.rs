@@ -1,0 +1,215 @@
+//! Parameter and result types of every method (protocol.md §3). They derive `JsonSchema` so the
+//! machine-readable reference (`proto-docs/openrpc.json`) is generated from the code and cannot
+//! drift from it.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Pi's model fields. Both numbers are required.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Model {
+    pub provider: String,
+    pub id: String,
+    pub context_window: i64,
+    pub max_tokens: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams {
+    pub client_name: Option<String>,
+    pub capabilities: Option<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenSessionParams {
+    /// Absolute path of the session file.
+    pub path: String,
+    /// Create a new deferred session at `path` when the file is missing (needs `cwd`).
+    #[serde(default)]
+    pub create: bool,
+    pub cwd: Option<String>,
+    pub model: Option<Model>,
+    pub thinking_level: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSessionParams {
+    /// Absolute working directory (the header's `cwd`).
+    pub cwd: String,
+    /// Directory for the new file (Pi's `--session-dir`); default `<agentDir>/sessions/--<cwd>--/`.
+    pub session_dir: Option<String>,
+    pub model: Option<Model>,
+    pub thinking_level: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionParams {
+    pub session_id: String,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendMessageParams {
+    pub session_id: String,
+    /// An AgentMessage: role user, assistant, toolResult or bashExecution.
+    pub message: Value,
+    pub expected_leaf_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendEntryParams {
+    pub session_id: String,
+    /// A `thinking_level_change`, `label`, `custom`, `custom_message` or `session_info` entry;
+    /// `id`, `parentId` and `timestamp` are filled by the daemon.
+    pub entry: Value,
+    pub expected_leaf_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetModelParams {
+    pub session_id: String,
+    pub model: Model,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NavigateTreeParams {
+    pub session_id: String,
+    /// The entry to move to, or null for the root (an empty leaf).
+    pub target_id: Option<String>,
+    #[serde(default)]
+    pub summarize: bool,
+    pub custom_instructions: Option<String>,
+    #[serde(default)]
+    pub replace_instructions: bool,
+    pub label: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ContextFormat {
+    Agent,
+    Llm,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GetContextParams {
+    pub session_id: String,
+    pub format: Option<ContextFormat>,
+}
+
+/// A partial `compaction` settings block; missing fields take the defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionSettingsPatch {
+    pub enabled: Option<bool>,
+    pub reserve_tokens: Option<i64>,
+    pub keep_recent_tokens: Option<i64>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShouldCompactParams {
+    pub session_id: Option<String>,
+    pub context_tokens: Option<f64>,
+    pub context_window: Option<i64>,
+    pub settings: Option<CompactionSettingsPatch>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PreviewDetail {
+    Summary,
+    Full,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewCompactionParams {
+    pub session_id: String,
+    pub detail: Option<PreviewDetail>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactParams {
+    pub session_id: String,
+    pub custom_instructions: Option<String>,
+}
+
+/// The agent-loop moment of an automatic check (compaction.md §8.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    PrePrompt,
+    MidRun,
+    PostRun,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckCompactionParams {
+    pub session_id: String,
+    pub phase: Phase,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetSettingsOverridesParams {
+    /// Omitted: every session, present and future.
+    pub session_id: Option<String>,
+    /// A partial compaction block; `null` clears the overrides.
+    pub compaction: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscribeParams {
+    /// Omitted: every session, present and future.
+    pub session_id: Option<String>,
+    /// Event names to receive; omitted: all.
+    pub events: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegisterHooksParams {
+    pub session_id: Option<String>,
+    pub hooks: Vec<String>,
+    pub timeout_ms: Option<u64>,
+}
+
+/// The daemon's view of an open session.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub path: String,
+    pub header_id: String,
+    pub cwd: Option<String>,
+    pub leaf_id: Option<String>,
+    pub entry_count: usize,
+    pub persisted: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<Model>,
+    pub thinking_level: String,
+    pub is_compacting: bool,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendResult {
+    pub entry_id: String,
+    pub leaf_id: String,
+}
