@@ -27,6 +27,15 @@ use crate::summarizer::{
     retry_call, AssistantReply, LlmClient, LlmRequest, ModelSpec, RetryEvent, RetrySettings, Usage,
 };
 
+/// Receives the summarization retry events of the calls made inside its scope (the daemon turns
+/// them into `summarization_retry_*` notifications). A task-local keeps `generate`'s signature
+/// free of transport concerns.
+pub type RetryObserver = std::sync::Arc<dyn Fn(&RetryEvent) + Send + Sync>;
+
+tokio::task_local! {
+    pub static RETRY_OBSERVER: RetryObserver;
+}
+
 /// Pi's message for an aborted compaction.
 pub const CANCELLED: &str = "Compaction cancelled";
 
@@ -107,6 +116,7 @@ async fn call_llm(
         if let RetryEvent::Scheduled { attempt, max_attempts, delay_ms, error_message } = &event {
             tracing::warn!(attempt, max_attempts, delay_ms, error = %error_message, "summarization call failed; retrying");
         }
+        let _ = RETRY_OBSERVER.try_with(|observe| observe(&event));
     })
     .await
 }

@@ -80,8 +80,16 @@ pub fn project_entry(entry: &Entry) -> Option<Value> {
 /// `buildContextEntries` over a root→leaf path: the latest compaction, the kept entries from its
 /// `firstKeptEntryId` up to it, then everything after it (sessions.md §9.2).
 pub fn context_entries<'a>(path: &[&'a Entry]) -> Vec<&'a Entry> {
+    context_positions(path)
+        .into_iter()
+        .map(|i| path[i])
+        .collect()
+}
+
+/// [`context_entries`] as positions into `path`.
+pub fn context_positions(path: &[&Entry]) -> Vec<usize> {
     let Some(latest) = path.iter().rposition(|e| e.kind == EntryKind::Compaction) else {
-        return path.to_vec();
+        return (0..path.len()).collect();
     };
     let compaction = path[latest];
     // Pi locates the compaction by id (first match) before slicing.
@@ -91,14 +99,14 @@ pub fn context_entries<'a>(path: &[&'a Entry]) -> Vec<&'a Entry> {
         .unwrap_or(latest);
     let first_kept = compaction.str_field("firstKeptEntryId");
     let mut out = Vec::with_capacity(path.len() - idx + 1);
-    out.push(compaction);
+    out.push(latest);
     if let Some(start) = path[..idx]
         .iter()
         .position(|e| e.id.as_deref().is_some_and(|id| Some(id) == first_kept))
     {
-        out.extend_from_slice(&path[start..idx]);
+        out.extend(start..idx);
     }
-    out.extend_from_slice(&path[idx + 1..]);
+    out.extend(idx + 1..path.len());
     out
 }
 

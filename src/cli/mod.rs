@@ -29,6 +29,19 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the daemon on a Unix socket (many clients).
+    Serve {
+        /// Socket path (default: $XDG_RUNTIME_DIR/compactd/compactd.sock, or the config's `socket`).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        #[command(flatten)]
+        transport: TransportArgs,
+    },
+    /// Serve one client on stdin/stdout (what an editor spawns). Logs go to stderr.
+    Stdio {
+        #[command(flatten)]
+        transport: TransportArgs,
+    },
     /// Print Pi's analysis of a session (tokens, threshold, cut point, what would be summarized).
     /// Never writes the file.
     Inspect {
@@ -55,6 +68,27 @@ pub enum Command {
         #[command(flatten)]
         model: ModelArgs,
     },
+}
+
+/// Framing options shared by both transports.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct TransportArgs {
+    /// Force a framing instead of detecting it per connection.
+    #[arg(long, value_parser = ["ndjson", "lsp"])]
+    pub framing: Option<&'static str>,
+    /// Largest accepted frame in bytes.
+    #[arg(long, default_value_t = crate::transport::DEFAULT_MAX_FRAME)]
+    pub max_frame: usize,
+}
+
+impl TransportArgs {
+    fn framing(&self) -> Option<crate::transport::Framing> {
+        match self.framing {
+            Some("ndjson") => Some(crate::transport::Framing::Ndjson),
+            Some("lsp") => Some(crate::transport::Framing::Lsp),
+            _ => None,
+        }
+    }
 }
 
 /// Pi's `compaction` settings block.
@@ -186,6 +220,26 @@ pub fn run(cli: Cli) -> i32 {
         }
     };
     match cli.command {
+        Command::Serve { socket, transport } => daemon_main(config, |daemon| async move {
+            let path = socket
+                .or_else(|| daemon.config.socket.clone())
+                .unwrap_or_else(crate::transport::unix::default_socket_path);
+            let listener = crate::transport::unix::bind(&path).await?;
+            eprintln!("compactd: listening on {}", path.display());
+            crate::transport::unix::serve_unix(
+                daemon,
+                listener,
+                path,
+                transport.framing(),
+                transport.max_frame,
+            )
+            .await
+        }),
+        Command::Stdio { transport } => daemon_main(config, |daemon| async move {
+            crate::transport::stdio::serve_stdio(daemon, transport.framing(), transport.max_frame)
+                .await;
+            Ok(())
+        }),
         Command::Inspect {
             session,
             json,
@@ -213,6 +267,32 @@ pub fn run(cli: Cli) -> i32 {
                 &engine,
                 custom_instructions.as_deref(),
             )
+        }
+    }
+}
+
+/// Starts the runtime and the daemon, runs `body`, and maps its error to exit code 1.
+fn daemon_main<F, Fut>(config: crate::config::Config, body: F) -> i32
+where
+    F: FnOnce(std::sync::Arc<crate::daemon::Daemon>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("compactd: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    let daemon = crate::daemon::Daemon::new(config);
+    match runtime.block_on(body(daemon)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("compactd: {e}");
+            1
         }
     }
 }

@@ -38,7 +38,11 @@ pub struct FrameReader<R> {
 impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     /// `framing: None` detects it from the first message.
     pub fn new(inner: R, framing: Option<Framing>, max_frame: usize) -> Self {
-        FrameReader { inner, framing, max_frame }
+        FrameReader {
+            inner,
+            framing,
+            max_frame,
+        }
     }
 
     /// The framing in use (known after the first frame, or when forced).
@@ -72,11 +76,13 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         let Some(first) = self.peek_non_ws().await? else {
             return Ok(None);
         };
-        let framing = *self.framing.get_or_insert(if first == b'{' || first == b'[' {
-            Framing::Ndjson
-        } else {
-            Framing::Lsp
-        });
+        let framing = *self
+            .framing
+            .get_or_insert(if first == b'{' || first == b'[' {
+                Framing::Ndjson
+            } else {
+                Framing::Lsp
+            });
         match framing {
             Framing::Ndjson => self.read_line().await.map(Some),
             Framing::Lsp => self.read_lsp().await,
@@ -120,7 +126,9 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     /// Reads one header line (without CRLF); `None` at EOF.
     async fn header_line(&mut self) -> std::io::Result<Option<String>> {
         let mut line = Vec::new();
-        let n = (&mut self.inner).take(8192).read_until(b'\n', &mut line).await?;
+        let n = tokio::io::AsyncReadExt::take(&mut self.inner, 8192)
+            .read_until(b'\n', &mut line)
+            .await?;
         if n == 0 {
             return Ok(None);
         }
@@ -176,14 +184,19 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
 }
 
 /// Writes one message in `framing` and flushes.
-pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, framing: Framing, body: &[u8]) -> std::io::Result<()> {
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    framing: Framing,
+    body: &[u8],
+) -> std::io::Result<()> {
     match framing {
         Framing::Ndjson => {
             w.write_all(body).await?;
             w.write_all(b"\n").await?;
         }
         Framing::Lsp => {
-            w.write_all(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes()).await?;
+            w.write_all(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes())
+                .await?;
             w.write_all(body).await?;
         }
     }
@@ -210,7 +223,11 @@ mod tests {
         assert_eq!(framing, Some(Framing::Ndjson));
         assert_eq!(
             f,
-            vec![Frame::Message(b"{\"a\":1}".to_vec()), Frame::Oversized(19), Frame::Message(b"[1]".to_vec())]
+            vec![
+                Frame::Message(b"{\"a\":1}".to_vec()),
+                Frame::Oversized(19),
+                Frame::Message(b"[1]".to_vec())
+            ]
         );
     }
 

@@ -1,0 +1,231 @@
+//! Connected clients as the daemon sees them: an outbound queue, event subscriptions, hook
+//! registrations, session holds, and server→client requests in flight (the `Peer`).
+//!
+//! One writer task per connection drains the queue, so everything a connection receives is in
+//! the order it was queued: an event queued before a reply is written before it. Events are
+//! counted; a subscriber that falls more than [`EVENT_BACKLOG_LIMIT`] events behind loses its
+//! subscriptions (requests keep working) and gets `subscription_dropped` once it has caught up,
+//! so a slow UI can never stall compaction or grow the daemon's memory without bound.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+pub type ConnId = u64;
+
+/// Queued events past which a subscriber is dropped.
+pub const EVENT_BACKLOG_LIMIT: usize = 1024;
+
+/// One frame to write.
+#[derive(Debug)]
+pub struct Outbound {
+    pub text: String,
+    pub is_event: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Subscription {
+    pub session_id: Option<String>,
+    pub events: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct HookRegistration {
+    pub session_id: Option<String>,
+    pub hooks: Vec<String>,
+    pub timeout: Duration,
+    /// Registration order across the daemon (hooks are asked in that order).
+    pub seq: u64,
+}
+
+/// Why a server→client request produced no result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerError {
+    Timeout,
+    Disconnected,
+    /// The client answered with a JSON-RPC error.
+    Error(Value),
+}
+
+/// A connection's shared handle.
+pub struct Connection {
+    pub id: ConnId,
+    tx: mpsc::UnboundedSender<Outbound>,
+    event_backlog: AtomicUsize,
+    dropped_notice_pending: AtomicBool,
+    pub subscriptions: Mutex<Vec<Subscription>>,
+    pub hooks: Mutex<Vec<HookRegistration>>,
+    pending: Mutex<HashMap<String, oneshot::Sender<Result<Value, PeerError>>>>,
+    next_request: AtomicU64,
+    /// Session ids this connection holds open.
+    pub holds: Mutex<HashSet<String>>,
+}
+
+impl Connection {
+    pub fn new(id: ConnId) -> (Connection, mpsc::UnboundedReceiver<Outbound>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Connection {
+                id,
+                tx,
+                event_backlog: AtomicUsize::new(0),
+                dropped_notice_pending: AtomicBool::new(false),
+                subscriptions: Mutex::new(Vec::new()),
+                hooks: Mutex::new(Vec::new()),
+                pending: Mutex::new(HashMap::new()),
+                next_request: AtomicU64::new(1),
+                holds: Mutex::new(HashSet::new()),
+            },
+            rx,
+        )
+    }
+
+    /// Queues a reply (or any non-event message).
+    pub fn send(&self, text: String) {
+        let _ = self.tx.send(Outbound {
+            text,
+            is_event: false,
+        });
+    }
+
+    /// Whether this connection wants `event` of `session_id`.
+    pub fn wants(&self, session_id: &str, event: &str) -> bool {
+        self.subscriptions.lock().iter().any(|s| {
+            s.session_id.as_deref().is_none_or(|id| id == session_id)
+                && s.events
+                    .as_ref()
+                    .is_none_or(|evs| evs.iter().any(|e| e == event))
+        })
+    }
+
+    /// Queues an event notification, applying the backlog limit.
+    pub fn send_event(&self, method: &str, params: &Value) {
+        let backlog = self.event_backlog.fetch_add(1, Ordering::SeqCst) + 1;
+        if backlog > EVENT_BACKLOG_LIMIT {
+            self.event_backlog.fetch_sub(1, Ordering::SeqCst);
+            let had = !std::mem::take(&mut *self.subscriptions.lock()).is_empty();
+            if had {
+                tracing::warn!(
+                    connection = self.id,
+                    "subscriber is too slow; its subscriptions were removed"
+                );
+                self.dropped_notice_pending.store(true, Ordering::SeqCst);
+            }
+            return;
+        }
+        let text =
+            crate::json::stringify(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+        let _ = self.tx.send(Outbound {
+            text,
+            is_event: true,
+        });
+    }
+
+    /// Called by the writer after it wrote a frame; returns a notice to write when a dropped
+    /// subscriber has drained its backlog.
+    pub fn written(&self, was_event: bool) -> Option<String> {
+        if was_event {
+            let left = self
+                .event_backlog
+                .fetch_sub(1, Ordering::SeqCst)
+                .saturating_sub(1);
+            if left == 0 && self.dropped_notice_pending.swap(false, Ordering::SeqCst) {
+                return Some(crate::json::stringify(
+                    &json!({"jsonrpc": "2.0", "method": "subscription_dropped", "params": {}}),
+                ));
+            }
+        }
+        None
+    }
+
+    /// Sends a server→client request and waits for the answer (or the timeout).
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Value, PeerError> {
+        let id = format!(
+            "compactd-{}",
+            self.next_request.fetch_add(1, Ordering::SeqCst)
+        );
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().insert(id.clone(), tx);
+        self.send(crate::json::stringify(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        ));
+        let outcome = tokio::time::timeout(timeout, rx).await;
+        match outcome {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(PeerError::Disconnected),
+            Err(_) => {
+                self.pending.lock().remove(&id);
+                self.send(crate::json::stringify(
+                    &json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id}}),
+                ));
+                Err(PeerError::Timeout)
+            }
+        }
+    }
+
+    /// Sends `$/cancelRequest` for every request in flight (an abort).
+    pub fn cancel_pending(&self) {
+        let ids: Vec<String> = self
+            .pending
+            .lock()
+            .drain()
+            .map(|(id, tx)| {
+                let _ = tx.send(Err(PeerError::Disconnected));
+                id
+            })
+            .collect();
+        for id in ids {
+            self.send(crate::json::stringify(
+                &json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id}}),
+            ));
+        }
+    }
+
+    /// Routes a response message from the client to the waiting request. Returns false when
+    /// nothing was waiting for it.
+    pub fn handle_response(&self, msg: &Value) -> bool {
+        let id = match msg.get("id") {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => return false,
+        };
+        let Some(tx) = self.pending.lock().remove(&id) else {
+            return false;
+        };
+        let outcome = match msg.get("error") {
+            Some(err) => Err(PeerError::Error(err.clone())),
+            None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
+        };
+        let _ = tx.send(outcome);
+        true
+    }
+
+    /// Hook registration for `hook` on `session_id`, if any.
+    pub fn hook_timeout(&self, session_id: &str, hook: &str) -> Option<(u64, Duration)> {
+        self.hooks
+            .lock()
+            .iter()
+            .filter(|h| {
+                h.session_id.as_deref().is_none_or(|id| id == session_id)
+                    && h.hooks.iter().any(|x| x == hook)
+            })
+            .map(|h| (h.seq, h.timeout))
+            .min_by_key(|(seq, _)| *seq)
+    }
+
+    /// Fails every request in flight (the connection is gone).
+    pub fn close(&self) {
+        for (_, tx) in self.pending.lock().drain() {
+            let _ = tx.send(Err(PeerError::Disconnected));
+        }
+    }
+}

@@ -1,0 +1,759 @@
+//! Pi's compaction lifecycle as a service (compaction.md §8, overflow.md §5): manual `compact`,
+//! the automatic threshold and overflow paths behind `checkCompaction`, and abort.
+//!
+//! Order of operations per compaction: wait for the session's compaction slot, snapshot the
+//! branch under the state lock, prepare, ask hooks, summarize (no lock held), then re-take the
+//! lock to append the entry. Writes are refused while the slot's token is set, so the entry is
+//! always the child of the leaf its preparation read.
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::settings::{effective, EffectiveSettings};
+use super::{Daemon, Session};
+use crate::compaction::prepare::{prepare_compaction, NothingToCompact, Preparation};
+use crate::compaction::summary::{compaction_entry, number, result_json, CompactionOutcome};
+use crate::compactor::{generate, CompactError, SummaryEngine, RETRY_OBSERVER};
+use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::types::Phase;
+use crate::session::{ids, Entry, EntryKind};
+use crate::summarizer::overflow::{is_context_overflow, is_recoverable_length, ReplyFacts};
+use crate::summarizer::{RetryEvent, StopReason, Usage};
+
+/// Pi's overflow give-up messages.
+pub const OVERFLOW_GIVE_UP: &str = "Context overflow recovery failed after one compact-and-retry attempt. Try reducing context or switching to a larger-context model.";
+pub const LENGTH_GIVE_UP: &str =
+    "Truncated response recovery failed after one compact-and-retry attempt.";
+
+/// Why a compaction produced no entry.
+#[derive(Debug, Clone)]
+enum Failure {
+    Nothing(NothingToCompact),
+    Cancelled,
+    Error(ErrorKind, String),
+}
+
+impl Failure {
+    fn message(&self) -> String {
+        match self {
+            Failure::Nothing(n) => n.message().to_owned(),
+            Failure::Cancelled => crate::compactor::CANCELLED.to_owned(),
+            Failure::Error(_, m) => m.clone(),
+        }
+    }
+
+    fn to_rpc(&self) -> RpcError {
+        match self {
+            Failure::Nothing(NothingToCompact::AlreadyCompacted) => {
+                RpcError::new(ErrorKind::AlreadyCompacted, self.message())
+            }
+            Failure::Nothing(NothingToCompact::TooSmall) => {
+                RpcError::new(ErrorKind::NothingToCompact, self.message())
+            }
+            Failure::Cancelled => RpcError::new(ErrorKind::Cancelled, self.message()),
+            Failure::Error(kind, m) => RpcError::new(*kind, m.clone()),
+        }
+    }
+}
+
+/// What the compaction worked from, taken under the state lock.
+struct Snapshot {
+    path: Vec<Entry>,
+    settings: EffectiveSettings,
+    thinking_level: String,
+    leaf_id: Option<String>,
+}
+
+fn settings_of(daemon: &Daemon, session: &Session) -> EffectiveSettings {
+    let state = session.state.lock();
+    let global = daemon.global_overrides.lock().clone();
+    effective(
+        state.cwd().map(std::path::Path::new),
+        global.as_ref(),
+        state.overrides.as_ref(),
+    )
+}
+
+fn snapshot(daemon: &Daemon, session: &Session) -> Snapshot {
+    let settings = settings_of(daemon, session);
+    let state = session.state.lock();
+    let branch = state.tree.branch();
+    Snapshot {
+        path: branch
+            .iter()
+            .map(|&i| state.tree.entry(i).clone())
+            .collect(),
+        settings,
+        thinking_level: state.thinking_level.clone(),
+        leaf_id: state.tree.leaf_id().map(str::to_owned),
+    }
+}
+
+fn prepare(snap: &Snapshot) -> Result<Preparation, Failure> {
+    let refs: Vec<&Entry> = snap.path.iter().collect();
+    prepare_compaction(&refs, &snap.settings.compaction).map_err(Failure::Nothing)
+}
+
+/// Pi's `CompactionPreparation` as hooks receive it (sets as arrays).
+fn preparation_json(prep: &Preparation) -> Value {
+    let msgs = |m: &[crate::compaction::prepare::PreparedMessage]| {
+        Value::Array(m.iter().map(|p| p.message.clone()).collect())
+    };
+    let mut o = Map::new();
+    o.insert(
+        "firstKeptEntryId".into(),
+        Value::from(prep.first_kept_entry_id.clone()),
+    );
+    o.insert(
+        "messagesToSummarize".into(),
+        msgs(&prep.messages_to_summarize),
+    );
+    o.insert(
+        "turnPrefixMessages".into(),
+        msgs(&prep.turn_prefix_messages),
+    );
+    o.insert("isSplitTurn".into(), Value::from(prep.is_split_turn));
+    o.insert("tokensBefore".into(), number(prep.tokens_before));
+    if let Some(p) = &prep.previous_summary {
+        o.insert("previousSummary".into(), Value::from(p.clone()));
+    }
+    o.insert("fileOps".into(), prep.file_ops.to_json());
+    o.insert("settings".into(), prep.settings.to_json());
+    Value::Object(o)
+}
+
+/// The engine for this daemon (configured summarizer, else extractive).
+fn engine(daemon: &Daemon) -> Result<SummaryEngine, Failure> {
+    daemon
+        .config
+        .engine(daemon.http.clone())
+        .map_err(|e| Failure::Error(ErrorKind::Auth, e.to_string()))
+}
+
+/// A hook-supplied compaction, validated (beyond Pi): its `firstKeptEntryId` must be on the
+/// branch, else it counts as no result.
+fn hook_outcome(v: &Value, snap: &Snapshot) -> Option<CompactionOutcome> {
+    let c = v.get("compaction")?.as_object()?;
+    let summary = c.get("summary")?.as_str()?.to_owned();
+    let first_kept = c.get("firstKeptEntryId")?.as_str()?.to_owned();
+    if !snap
+        .path
+        .iter()
+        .any(|e| e.id.as_deref() == Some(first_kept.as_str()))
+    {
+        tracing::warn!(
+            first_kept,
+            "hook compaction's firstKeptEntryId is not on the branch; ignored"
+        );
+        return None;
+    }
+    let usage = c
+        .get("usage")
+        .and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok());
+    Some(CompactionOutcome {
+        summary,
+        first_kept_entry_id: first_kept,
+        tokens_before: c.get("tokensBefore").and_then(Value::as_f64).unwrap_or(0.0),
+        usage,
+        details: c.get("details").cloned().unwrap_or(Value::Null),
+        from_hook: true,
+    })
+}
+
+/// Steps after "started": hook, summary, abort check, append. Returns (result, entry).
+async fn run_started(
+    daemon: &Daemon,
+    session: &Session,
+    snap: &Snapshot,
+    prep: &Preparation,
+    reason: &str,
+    will_retry: bool,
+    custom: Option<&str>,
+    cancel: &CancellationToken,
+    from_extension: &mut bool,
+) -> Result<(Value, Value), Failure> {
+    let mut outcome: Option<CompactionOutcome> = None;
+    if daemon.has_hook(&session.id, "session_before_compact") {
+        let mut params = Map::new();
+        params.insert("sessionId".into(), Value::from(session.id.clone()));
+        params.insert("preparation".into(), preparation_json(prep));
+        params.insert(
+            "branchEntries".into(),
+            Value::Array(snap.path.iter().map(|e| e.value.clone()).collect()),
+        );
+        if let Some(c) = custom {
+            params.insert("customInstructions".into(), Value::from(c));
+        }
+        params.insert("reason".into(), Value::from(reason));
+        params.insert("willRetry".into(), Value::from(will_retry));
+        let answers = daemon
+            .ask_hooks(
+                &session.id,
+                "session_before_compact",
+                Value::Object(params),
+                cancel,
+                |v| v.get("cancel") == Some(&Value::Bool(true)),
+            )
+            .await;
+        for a in &answers {
+            if a.get("cancel") == Some(&Value::Bool(true)) {
+                return Err(Failure::Cancelled);
+            }
+            if let Some(o) = hook_outcome(a, snap) {
+                outcome = Some(o);
+                *from_extension = true;
+            }
+        }
+    }
+    let outcome = match outcome {
+        Some(o) => o,
+        None => {
+            let engine = engine(daemon)?;
+            let sid = session.id.clone();
+            let reason_s = reason.to_owned();
+            let d_events = EventSink {
+                daemon,
+                session_id: sid,
+            };
+            // Retry events travel through a channel drained below, so the observer is
+            // `'static` while the daemon stays borrowed.
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<RetryEvent>();
+            let observer: crate::compactor::RetryObserver = Arc::new(move |e: &RetryEvent| {
+                let _ = tx.send(e.clone());
+            });
+            let fut = RETRY_OBSERVER.scope(
+                observer,
+                generate(prep, &engine, custom, Some(&snap.thinking_level), cancel),
+            );
+            tokio::pin!(fut);
+            let result = loop {
+                tokio::select! {
+                    r = &mut fut => break r,
+                    Some(e) = rx.recv() => d_events.retry_event(&e, &reason_s),
+                }
+            };
+            while let Ok(e) = rx.try_recv() {
+                d_events.retry_event(&e, &reason_s);
+            }
+            result.map_err(|e| match e {
+                CompactError::Cancelled => Failure::Cancelled,
+                CompactError::NothingToCompact(m) => {
+                    Failure::Error(ErrorKind::NothingToCompact, m.to_owned())
+                }
+                CompactError::Summarization(m) => Failure::Error(ErrorKind::SummarizationFailed, m),
+                CompactError::Store(m) => Failure::Error(ErrorKind::Io, m),
+            })?
+        }
+    };
+    if cancel.is_cancelled() {
+        return Err(Failure::Cancelled);
+    }
+    let mut state = session.state.lock();
+    if state.tree.leaf_id().map(str::to_owned) != snap.leaf_id {
+        return Err(Failure::Error(
+            ErrorKind::LeafMoved,
+            "the session changed during compaction".into(),
+        ));
+    }
+    let idx = state
+        .append_with(|id, parent, ts| compaction_entry(id, parent, ts, &outcome))
+        .map_err(|e| Failure::Error(ErrorKind::Io, e.message))?;
+    let entry = state.tree.entry(idx).value.clone();
+    state.rebuild_agent_context();
+    let estimated = state.live.estimated_total();
+    Ok((result_json(&outcome, estimated), entry))
+}
+
+struct EventSink<'a> {
+    daemon: &'a Daemon,
+    session_id: String,
+}
+
+impl EventSink<'_> {
+    fn retry_event(&self, e: &RetryEvent, reason: &str) {
+        let sid = self.session_id.clone();
+        match e {
+            RetryEvent::Scheduled { attempt, max_attempts, delay_ms, error_message } => self.daemon.emit(
+                &sid,
+                "summarization_retry_scheduled",
+                json!({"sessionId": sid, "attempt": attempt, "maxAttempts": max_attempts, "delayMs": delay_ms, "errorMessage": error_message}),
+            ),
+            RetryEvent::AttemptStart => self.daemon.emit(
+                &sid,
+                "summarization_retry_attempt_start",
+                json!({"sessionId": sid, "source": "compaction", "reason": reason}),
+            ),
+            RetryEvent::Finished { .. } => self.daemon.emit(&sid, "summarization_retry_finished", json!({"sessionId": sid})),
+        }
+    }
+}
+
+fn end_event(
+    session_id: &str,
+    reason: &str,
+    result: Option<&Value>,
+    aborted: bool,
+    will_retry: bool,
+    error: Option<&str>,
+) -> Value {
+    let mut o = Map::new();
+    o.insert("sessionId".into(), Value::from(session_id));
+    o.insert("reason".into(), Value::from(reason));
+    if let Some(r) = result {
+        o.insert("result".into(), r.clone());
+    }
+    o.insert("aborted".into(), Value::from(aborted));
+    o.insert("willRetry".into(), Value::from(will_retry));
+    if let Some(e) = error {
+        o.insert("errorMessage".into(), Value::from(e));
+    }
+    Value::Object(o)
+}
+
+/// `session_compact`'s entry: the *first* compaction in the file with this summary (E16).
+fn compact_notice(
+    daemon: &Daemon,
+    session: &Session,
+    entry: &Value,
+    from_extension: bool,
+    reason: &str,
+    will_retry: bool,
+) {
+    let summary = entry.get("summary").cloned();
+    let first = {
+        let state = session.state.lock();
+        state
+            .tree
+            .entries()
+            .iter()
+            .find(|e| e.kind == EntryKind::Compaction && e.get("summary") == summary.as_ref())
+            .map(|e| e.value.clone())
+            .unwrap_or_else(|| entry.clone())
+    };
+    daemon.notify_hooks(
+        &session.id,
+        "session_compact",
+        json!({"sessionId": session.id, "compactionEntry": first, "fromExtension": from_extension, "reason": reason, "willRetry": will_retry}),
+    );
+}
+
+fn failed_notice(
+    daemon: &Daemon,
+    session: &Session,
+    reason: &str,
+    error: Option<&str>,
+    aborted: bool,
+    from_extension: bool,
+) {
+    let mut o = Map::new();
+    o.insert("sessionId".into(), Value::from(session.id.clone()));
+    o.insert("reason".into(), Value::from(reason));
+    if let Some(e) = error {
+        o.insert("errorMessage".into(), Value::from(e));
+    }
+    o.insert("aborted".into(), Value::from(aborted));
+    o.insert("willRetry".into(), Value::from(false));
+    o.insert("fromExtension".into(), Value::from(from_extension));
+    daemon.notify_hooks(&session.id, "session_compact_failed", Value::Object(o));
+}
+
+/// Installs a fresh abort token for a compaction that is starting.
+fn start_running(session: &Session) -> CancellationToken {
+    let token = CancellationToken::new();
+    *session.running.lock() = Some(token.clone());
+    token
+}
+
+/// Manual `compact` (compaction.md §8.2). Supersedes a running compaction of the session.
+pub async fn compact(
+    daemon: &Daemon,
+    session: &Arc<Session>,
+    custom: Option<String>,
+) -> Result<Value, RpcError> {
+    if let Some(t) = session.running.lock().as_ref() {
+        t.cancel();
+    }
+    let _slot = session.slot.lock().await;
+    let cancel = start_running(session);
+    daemon.emit(
+        &session.id,
+        "compaction_start",
+        json!({"sessionId": session.id, "reason": "manual"}),
+    );
+    let custom = custom.filter(|c| !c.is_empty());
+    let mut from_extension = false;
+    let snap = snapshot(daemon, session);
+    let outcome = match prepare(&snap) {
+        Ok(prep) => {
+            run_started(
+                daemon,
+                session,
+                &snap,
+                &prep,
+                "manual",
+                false,
+                custom.as_deref(),
+                &cancel,
+                &mut from_extension,
+            )
+            .await
+        }
+        Err(f) => Err(f),
+    };
+    *session.running.lock() = None;
+    match outcome {
+        Ok((result, entry)) => {
+            compact_notice(daemon, session, &entry, from_extension, "manual", false);
+            daemon.emit(
+                &session.id,
+                "compaction_end",
+                end_event(&session.id, "manual", Some(&result), false, false, None),
+            );
+            Ok(result)
+        }
+        Err(f) => {
+            let aborted = matches!(f, Failure::Cancelled);
+            let error = (!aborted).then(|| format!("Compaction failed: {}", f.message()));
+            daemon.emit(
+                &session.id,
+                "compaction_end",
+                end_event(
+                    &session.id,
+                    "manual",
+                    None,
+                    aborted,
+                    false,
+                    error.as_deref(),
+                ),
+            );
+            failed_notice(
+                daemon,
+                session,
+                "manual",
+                error.as_deref(),
+                aborted,
+                from_extension,
+            );
+            Err(f.to_rpc())
+        }
+    }
+}
+
+/// `abortCompaction`: signals the running compaction/branch summary; true if one was running.
+pub fn abort(session: &Session) -> bool {
+    match session.running.lock().as_ref() {
+        Some(t) => {
+            t.cancel();
+            true
+        }
+        None => false,
+    }
+}
+
+/// The outcome of an automatic check, as `checkCompaction` reports it.
+#[derive(Debug, Clone, Default)]
+pub struct CheckOutcome {
+    pub action: &'static str,
+    pub reason: Option<&'static str>,
+    pub will_retry: bool,
+    pub context_changed: bool,
+    pub result: Option<Value>,
+    pub error_message: Option<String>,
+}
+
+impl CheckOutcome {
+    fn none() -> CheckOutcome {
+        CheckOutcome {
+            action: "none",
+            ..Default::default()
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut o = Map::new();
+        o.insert("action".into(), Value::from(self.action));
+        if let Some(r) = self.reason {
+            o.insert("reason".into(), Value::from(r));
+        }
+        o.insert("willRetry".into(), Value::from(self.will_retry));
+        o.insert("contextChanged".into(), Value::from(self.context_changed));
+        if let Some(r) = &self.result {
+            o.insert("result".into(), r.clone());
+        }
+        if let Some(e) = &self.error_message {
+            o.insert("errorMessage".into(), Value::from(e.clone()));
+        }
+        Value::Object(o)
+    }
+}
+
+/// `_runAutoCompaction(reason, willRetry)` (compaction.md §8.5). The caller holds the slot.
+async fn run_auto(
+    daemon: &Daemon,
+    session: &Arc<Session>,
+    reason: &'static str,
+    will_retry: bool,
+) -> CheckOutcome {
+    let mut out = CheckOutcome {
+        reason: Some(reason),
+        ..CheckOutcome::none()
+    };
+    if session.state.lock().model.is_none() {
+        return out;
+    }
+    if engine(daemon).is_err() {
+        return out; // Pi: an auth failure here is silent.
+    }
+    let snap = snapshot(daemon, session);
+    let Ok(prep) = prepare(&snap) else {
+        return out;
+    };
+    let cancel = start_running(session);
+    daemon.emit(
+        &session.id,
+        "compaction_start",
+        json!({"sessionId": session.id, "reason": reason}),
+    );
+    let mut from_extension = false;
+    let r = run_started(
+        daemon,
+        session,
+        &snap,
+        &prep,
+        reason,
+        will_retry,
+        None,
+        &cancel,
+        &mut from_extension,
+    )
+    .await;
+    *session.running.lock() = None;
+    match r {
+        Ok((result, entry)) => {
+            compact_notice(daemon, session, &entry, from_extension, reason, will_retry);
+            daemon.emit(
+                &session.id,
+                "compaction_end",
+                end_event(&session.id, reason, Some(&result), false, will_retry, None),
+            );
+            if will_retry {
+                session.state.lock().drop_trailing_assistant(true);
+            }
+            out.action = "compacted";
+            out.will_retry = will_retry;
+            out.context_changed = true;
+            out.result = Some(result);
+        }
+        Err(Failure::Cancelled) => {
+            daemon.emit(
+                &session.id,
+                "compaction_end",
+                end_event(&session.id, reason, None, true, false, None),
+            );
+            failed_notice(daemon, session, reason, None, true, from_extension);
+            out.action = "aborted";
+        }
+        Err(f) => {
+            let prefix = if reason == "overflow" {
+                "Context overflow recovery failed: "
+            } else {
+                "Auto-compaction failed: "
+            };
+            let msg = format!("{prefix}{}", f.message());
+            daemon.emit(
+                &session.id,
+                "compaction_end",
+                end_event(&session.id, reason, None, false, false, Some(&msg)),
+            );
+            failed_notice(daemon, session, reason, Some(&msg), false, from_extension);
+            out.action = "failed";
+            out.error_message = Some(msg);
+        }
+    }
+    out
+}
+
+fn num(v: Option<&Value>) -> f64 {
+    v.and_then(Value::as_f64).unwrap_or(0.0)
+}
+
+/// `_checkCompaction(msg, skipAbortedCheck)` (compaction.md §8.4).
+async fn check_message(
+    daemon: &Daemon,
+    session: &Arc<Session>,
+    msg_idx: usize,
+    msg: &Value,
+    skip_aborted: bool,
+) -> CheckOutcome {
+    let settings = settings_of(daemon, session);
+    if !settings.compaction.enabled {
+        return CheckOutcome::none();
+    }
+    let stop = msg.get("stopReason").and_then(Value::as_str).unwrap_or("");
+    if skip_aborted && stop == "aborted" {
+        return CheckOutcome::none();
+    }
+    let (window, model_max, same_model, compaction_ms, estimate, usage_msg_ts) = {
+        let state = session.state.lock();
+        let model = state.model.clone();
+        let window = model.as_ref().map_or(0, |m| m.context_window);
+        let same = model.as_ref().is_some_and(|m| {
+            msg.get("provider").and_then(Value::as_str) == Some(m.provider.as_str())
+                && msg.get("model").and_then(Value::as_str) == Some(m.id.as_str())
+        });
+        let branch = state.tree.branch();
+        let compaction_ms = branch
+            .iter()
+            .rev()
+            .map(|&i| state.tree.entry(i))
+            .find(|e| e.kind == EntryKind::Compaction)
+            .map(|e| ids::timestamp_value_ms(e.get("timestamp")));
+        let estimate = state.live.estimate();
+        let usage_ts = estimate
+            .last_usage_index
+            .and_then(|i| state.agent.get(i))
+            .and_then(|&ei| {
+                let e = state.tree.entry(ei);
+                (e.message_role() == Some("assistant"))
+                    .then(|| {
+                        e.message()
+                            .and_then(|m| m.get("timestamp"))
+                            .and_then(Value::as_f64)
+                    })
+                    .flatten()
+            });
+        let _ = msg_idx;
+        (
+            window,
+            model.map_or(0, |m| m.max_tokens),
+            same,
+            compaction_ms,
+            estimate,
+            usage_ts,
+        )
+    };
+    let msg_ts = num(msg.get("timestamp"));
+    // Stale guard: a message at or before the latest compaction never triggers anything.
+    if let Some(c) = compaction_ms {
+        let c = c.map_or(f64::NAN, |v| v as f64);
+        if msg_ts <= c {
+            return CheckOutcome::none();
+        }
+    }
+    let usage = msg.get("usage");
+    let facts = ReplyFacts {
+        stop_reason: parse_stop(stop),
+        error_message: msg.get("errorMessage").and_then(Value::as_str),
+        input: num(usage.and_then(|u| u.get("input"))) as u64,
+        cache_read: num(usage.and_then(|u| u.get("cacheRead"))) as u64,
+        output: num(usage.and_then(|u| u.get("output"))) as u64,
+    };
+    let overflow = same_model && is_context_overflow(&facts, window.max(0) as u64);
+    let recoverable = same_model && is_recoverable_length(&facts, model_max.max(0) as u64);
+    if overflow || recoverable {
+        let will_retry = stop != "stop";
+        if !will_retry {
+            return run_auto(daemon, session, "overflow", false).await;
+        }
+        let attempted = session.state.lock().overflow_recovery_attempted;
+        if attempted {
+            let msg = if overflow {
+                OVERFLOW_GIVE_UP
+            } else {
+                LENGTH_GIVE_UP
+            };
+            daemon.emit(
+                &session.id,
+                "compaction_end",
+                end_event(&session.id, "overflow", None, false, false, Some(msg)),
+            );
+            failed_notice(daemon, session, "overflow", Some(msg), false, false);
+            return CheckOutcome {
+                action: "failed",
+                reason: Some("overflow"),
+                error_message: Some(msg.to_owned()),
+                ..CheckOutcome::none()
+            };
+        }
+        let dropped = {
+            let mut state = session.state.lock();
+            state.overflow_recovery_attempted = true;
+            state.drop_trailing_assistant(false)
+        };
+        let mut out = run_auto(daemon, session, "overflow", true).await;
+        out.context_changed |= dropped;
+        return out;
+    }
+    // Threshold.
+    let direct = usage
+        .and_then(Value::as_object)
+        .map_or(0.0, crate::compaction::tokens::calculate_context_tokens);
+    let direct = if direct.is_nan() { 0.0 } else { direct };
+    let tokens = if stop == "error" || direct == 0.0 {
+        if let (Some(_), Some(Some(c)), Some(ts)) =
+            (estimate.last_usage_index, compaction_ms, usage_msg_ts)
+        {
+            if ts <= c as f64 {
+                return CheckOutcome::none();
+            }
+        }
+        estimate.tokens
+    } else {
+        direct
+    };
+    if crate::compaction::tokens::should_compact(tokens, window, &settings.compaction) {
+        return run_auto(daemon, session, "threshold", false).await;
+    }
+    CheckOutcome::none()
+}
+
+fn parse_stop(s: &str) -> StopReason {
+    match s {
+        "length" => StopReason::Length,
+        "toolUse" => StopReason::ToolUse,
+        "error" => StopReason::Error,
+        "aborted" => StopReason::Aborted,
+        _ => StopReason::Stop,
+    }
+}
+
+/// `checkCompaction {phase}`: waits for a running compaction first.
+pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> CheckOutcome {
+    let _slot = session.slot.lock().await;
+    match phase {
+        Phase::MidRun => {
+            let (model_window, estimate) = {
+                let state = session.state.lock();
+                (
+                    state.model.as_ref().map(|m| m.context_window),
+                    state.live.estimate(),
+                )
+            };
+            let Some(window) = model_window.filter(|w| *w > 0) else {
+                return CheckOutcome::none();
+            };
+            let settings = settings_of(daemon, session);
+            if crate::compaction::tokens::should_compact(
+                estimate.tokens,
+                window,
+                &settings.compaction,
+            ) {
+                let mut out = run_auto(daemon, session, "threshold", false).await;
+                out.will_retry = false;
+                return out;
+            }
+            CheckOutcome::none()
+        }
+        Phase::PrePrompt | Phase::PostRun => {
+            let last = session.state.lock().last_assistant();
+            match last {
+                Some((idx, msg)) => {
+                    check_message(daemon, session, idx, &msg, phase == Phase::PostRun).await
+                }
+                None => CheckOutcome::none(),
+            }
+        }
+    }
+}

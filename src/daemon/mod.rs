@@ -1,0 +1,302 @@
+//! The daemon: open sessions shared by all connections, their single writer, events and hooks.
+//!
+//! `Daemon` owns the registry (one in-memory session per canonical file path, guarded by an
+//! advisory `flock` on `<path>.lock` against other compactd processes), the connection table
+//! (for events and hooks) and the configuration. Method handlers (`methods`) and the compaction
+//! lifecycle (`lifecycle`) are written against it; transports never see it beyond `dispatch`.
+
+pub mod connections;
+pub mod lifecycle;
+pub mod methods;
+pub mod navigate;
+pub mod session;
+pub mod settings;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::rpc::errors::{ErrorKind, RpcError};
+use connections::{ConnId, Connection, PeerError};
+use session::SessionState;
+
+/// One open session, shared by every connection that holds it.
+pub struct Session {
+    pub id: String,
+    pub path: PathBuf,
+    pub state: Mutex<SessionState>,
+    /// The running compaction or branch summary, if any (Pi's abort controllers).
+    pub running: Mutex<Option<CancellationToken>>,
+    /// Held for the whole of a compaction / branch summary: waiting on it waits for the end.
+    pub slot: tokio::sync::Mutex<()>,
+    holders: Mutex<HashSet<ConnId>>,
+    /// The advisory lock on `<path>.lock` (released on drop).
+    _lock: Option<std::fs::File>,
+}
+
+impl Session {
+    pub fn is_compacting(&self) -> bool {
+        self.running.lock().is_some()
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    by_path: HashMap<PathBuf, String>,
+    by_id: HashMap<String, Arc<Session>>,
+}
+
+/// The daemon's shared state.
+pub struct Daemon {
+    pub config: Config,
+    pub http: reqwest::Client,
+    registry: Mutex<Registry>,
+    connections: Mutex<HashMap<ConnId, Arc<Connection>>>,
+    next_conn: AtomicU64,
+    next_session: AtomicU64,
+    hook_seq: AtomicU64,
+    /// `setSettingsOverrides` without a session: applies to every session.
+    pub global_overrides: Mutex<Option<Value>>,
+}
+
+/// Canonical form of a path whose file may not exist yet (the parent must resolve).
+pub fn canonical_path(path: &Path) -> PathBuf {
+    if let Ok(c) = std::fs::canonicalize(path) {
+        return c;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent)
+            .map(|p| p.join(name))
+            .unwrap_or_else(|_| path.to_owned()),
+        _ => path.to_owned(),
+    }
+}
+
+/// Takes the advisory lock on `<path>.lock`.
+fn lock_file(path: &Path) -> Result<std::fs::File, RpcError> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock_path = PathBuf::from(lock_path);
+    if let Some(dir) = lock_path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| {
+            RpcError::new(
+                ErrorKind::Io,
+                format!("cannot open lock file {}: {e}", lock_path.display()),
+            )
+        })?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(RpcError::new(
+            ErrorKind::Locked,
+            format!(
+                "Session file is locked by another compactd process: {}",
+                path.display()
+            ),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(RpcError::new(
+            ErrorKind::Io,
+            format!("cannot lock {}: {e}", lock_path.display()),
+        )),
+    }
+}
+
+impl Daemon {
+    pub fn new(config: Config) -> Arc<Daemon> {
+        Arc::new(Daemon {
+            config,
+            http: reqwest::Client::new(),
+            registry: Mutex::new(Registry::default()),
+            connections: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            next_session: AtomicU64::new(1),
+            hook_seq: AtomicU64::new(1),
+            global_overrides: Mutex::new(None),
+        })
+    }
+
+    /// Registers a new connection; the receiver feeds its writer task.
+    pub fn connect(
+        &self,
+    ) -> (
+        Arc<Connection>,
+        tokio::sync::mpsc::UnboundedReceiver<connections::Outbound>,
+    ) {
+        let id = self.next_conn.fetch_add(1, Ordering::SeqCst);
+        let (conn, rx) = Connection::new(id);
+        let conn = Arc::new(conn);
+        self.connections.lock().insert(id, conn.clone());
+        (conn, rx)
+    }
+
+    /// A connection is gone: release its holds, subscriptions, hooks and pending requests.
+    pub fn disconnect(&self, conn: &Connection) {
+        conn.close();
+        self.connections.lock().remove(&conn.id);
+        let holds: Vec<String> = conn.holds.lock().drain().collect();
+        for id in holds {
+            self.release(&id, conn.id);
+        }
+    }
+
+    pub fn next_hook_seq(&self) -> u64 {
+        self.hook_seq.fetch_add(1, Ordering::SeqCst)
+    }
+
+    pub fn session(&self, id: &str) -> Result<Arc<Session>, RpcError> {
+        self.registry.lock().by_id.get(id).cloned().ok_or_else(|| {
+            RpcError::new(ErrorKind::UnknownSession, format!("Unknown session: {id}"))
+        })
+    }
+
+    pub fn sessions(&self) -> Vec<Arc<Session>> {
+        let mut v: Vec<Arc<Session>> = self.registry.lock().by_id.values().cloned().collect();
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        v
+    }
+
+    /// The open session for `path`, or one made by `make` (which runs under the registry lock,
+    /// so two connections opening the same file get the same session).
+    pub fn open_or_insert(
+        &self,
+        path: &Path,
+        conn: &Connection,
+        make: impl FnOnce() -> Result<SessionState, RpcError>,
+    ) -> Result<(Arc<Session>, bool), RpcError> {
+        let mut reg = self.registry.lock();
+        if let Some(id) = reg.by_path.get(path).cloned() {
+            if let Some(s) = reg.by_id.get(&id).cloned() {
+                s.holders.lock().insert(conn.id);
+                conn.holds.lock().insert(id);
+                return Ok((s, false));
+            }
+        }
+        let lock = lock_file(path)?;
+        let state = make()?;
+        let id = format!("s{}", self.next_session.fetch_add(1, Ordering::SeqCst));
+        let session = Arc::new(Session {
+            id: id.clone(),
+            path: path.to_owned(),
+            state: Mutex::new(state),
+            running: Mutex::new(None),
+            slot: tokio::sync::Mutex::new(()),
+            holders: Mutex::new(HashSet::from([conn.id])),
+            _lock: Some(lock),
+        });
+        reg.by_path.insert(path.to_owned(), id.clone());
+        reg.by_id.insert(id.clone(), session.clone());
+        conn.holds.lock().insert(id);
+        Ok((session, true))
+    }
+
+    /// Releases `conn`'s hold; the last release aborts any running compaction and forgets the
+    /// session (unlocking the file). A deferred session that never reached disk is discarded.
+    pub fn release(&self, session_id: &str, conn: ConnId) -> bool {
+        let mut reg = self.registry.lock();
+        let Some(s) = reg.by_id.get(session_id).cloned() else {
+            return false;
+        };
+        let mut holders = s.holders.lock();
+        let held = holders.remove(&conn);
+        if holders.is_empty() {
+            if let Some(token) = s.running.lock().as_ref() {
+                token.cancel();
+            }
+            reg.by_id.remove(session_id);
+            reg.by_path.remove(&s.path);
+        }
+        held
+    }
+
+    /// Sends an event to every subscribed connection.
+    pub fn emit(&self, session_id: &str, event: &str, params: Value) {
+        let conns: Vec<Arc<Connection>> = self.connections.lock().values().cloned().collect();
+        for c in conns {
+            if c.wants(session_id, event) {
+                c.send_event(event, &params);
+            }
+        }
+    }
+
+    /// Connections that registered `hook` for `session_id`, in registration order.
+    fn hook_targets(
+        &self,
+        session_id: &str,
+        hook: &str,
+    ) -> Vec<(Arc<Connection>, std::time::Duration)> {
+        let conns: Vec<Arc<Connection>> = self.connections.lock().values().cloned().collect();
+        let mut targets: Vec<(u64, Arc<Connection>, std::time::Duration)> = conns
+            .into_iter()
+            .filter_map(|c| c.hook_timeout(session_id, hook).map(|(seq, t)| (seq, c, t)))
+            .collect();
+        targets.sort_by_key(|(seq, _, _)| *seq);
+        targets.into_iter().map(|(_, c, t)| (c, t)).collect()
+    }
+
+    pub fn has_hook(&self, session_id: &str, hook: &str) -> bool {
+        !self.hook_targets(session_id, hook).is_empty()
+    }
+
+    /// Asks every registered connection, in order; a timeout, an error or a disconnect counts
+    /// as no result (logged). `stop` ends the round early (Pi's `cancel`).
+    pub async fn ask_hooks(
+        &self,
+        session_id: &str,
+        hook: &str,
+        params: Value,
+        cancel: &CancellationToken,
+        stop: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        let mut results = Vec::new();
+        for (conn, timeout) in self.hook_targets(session_id, hook) {
+            let answer = tokio::select! {
+                r = conn.request(hook, params.clone(), timeout) => r,
+                _ = cancel.cancelled() => {
+                    conn.cancel_pending();
+                    break;
+                }
+            };
+            match answer {
+                Ok(v) => {
+                    if crate::json::truthy(Some(&v)) {
+                        let done = stop(&v);
+                        results.push(v);
+                        if done {
+                            break;
+                        }
+                    }
+                }
+                Err(PeerError::Timeout) => tracing::warn!(
+                    connection = conn.id,
+                    hook,
+                    "hook timed out; treated as no result"
+                ),
+                Err(e) => {
+                    tracing::warn!(connection = conn.id, hook, error = ?e, "hook failed; treated as no result")
+                }
+            }
+        }
+        results
+    }
+
+    /// Sends a hook notification (`session_compact`, `session_compact_failed`).
+    pub fn notify_hooks(&self, session_id: &str, hook: &str, params: Value) {
+        for (conn, _) in self.hook_targets(session_id, hook) {
+            conn.send(crate::json::stringify(
+                &serde_json::json!({"jsonrpc": "2.0", "method": hook, "params": params}),
+            ));
+        }
+    }
+}

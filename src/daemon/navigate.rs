@@ -1,0 +1,370 @@
+//! Tree navigation with optional branch summaries (compaction.md §9): move the leaf to another
+//! entry, summarizing the branch being left so the model keeps what was learned there.
+
+use std::collections::HashSet;
+
+use serde_json::{json, Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::methods::Ctx;
+use crate::compaction::file_ops::{format_file_operations, FileOps};
+use crate::compaction::prompts::{BRANCH_SUMMARY_PREAMBLE, BRANCH_SUMMARY_PROMPT, SYSTEM_PROMPT};
+use crate::compaction::serialize::serialize_conversation;
+use crate::compaction::summary::{check_reply, usage_json, CallKind};
+use crate::compaction::tokens::estimate_value;
+use crate::compactor::SummaryEngine;
+use crate::context::{convert_to_llm, project_entry};
+use crate::json::truthy;
+use crate::rpc::errors::{ErrorKind, RpcError, COMPACTING_MESSAGE};
+use crate::rpc::types::NavigateTreeParams;
+use crate::session::{ids, Entry, EntryKind};
+use crate::summarizer::extractive::{summarize_history, ExtractiveInput};
+use crate::summarizer::{retry_call, LlmRequest, Usage};
+
+/// Pi's text when a branch has nothing to summarize.
+pub const NO_CONTENT: &str = "No content to summarize";
+
+/// `prepareBranchEntries`: messages (newest kept first within the budget) and file operations.
+pub fn prepare_branch_entries(entries: &[Entry], budget: i64) -> (Vec<Value>, FileOps) {
+    let mut ops = FileOps::default();
+    for e in entries {
+        if e.kind == EntryKind::BranchSummary && !truthy(e.get("fromHook")) {
+            if let Some(d) = e.get("details").and_then(Value::as_object) {
+                ops.add_from_details(d);
+            }
+        }
+    }
+    let mut messages: Vec<Value> = Vec::new();
+    let mut total: i64 = 0;
+    for e in entries.iter().rev() {
+        let message = match e.kind {
+            EntryKind::Message if e.message_role() != Some("toolResult") => project_entry(e),
+            EntryKind::CustomMessage | EntryKind::Compaction => project_entry(e),
+            EntryKind::BranchSummary => Some(json!({
+                "role": "branchSummary",
+                "summary": e.get("summary").cloned().unwrap_or(Value::Null),
+                "fromId": e.get("fromId").cloned().unwrap_or(Value::Null),
+                "timestamp": ids::timestamp_value_ms(e.get("timestamp")),
+            })),
+            _ => None,
+        };
+        let Some(m) = message else { continue };
+        ops.add_from_message(&m);
+        let tokens = estimate_value(&m) as i64;
+        if budget > 0 && total + tokens > budget {
+            let summary_like = matches!(e.kind, EntryKind::Compaction | EntryKind::BranchSummary);
+            if summary_like && (total as f64) < 0.9 * budget as f64 {
+                messages.insert(0, m);
+            }
+            break;
+        }
+        total += tokens;
+        messages.insert(0, m);
+    }
+    (messages, ops)
+}
+
+/// The text of a user / custom message target, for the editor.
+fn editor_text(e: &Entry) -> Option<String> {
+    let content = match e.kind {
+        EntryKind::Message if e.message_role() == Some("user") => {
+            e.message()?.get("content")?.clone()
+        }
+        EntryKind::CustomMessage => e.get("content")?.clone(),
+        _ => return None,
+    };
+    Some(crate::compaction::serialize::content_text(
+        Some(&content),
+        "",
+    ))
+}
+
+struct Plan {
+    old_leaf: Option<String>,
+    target: Option<usize>,
+    target_id: Option<String>,
+    common_ancestor: Option<String>,
+    entries: Vec<Entry>,
+    context_window: i64,
+    model_max_tokens: i64,
+}
+
+async fn branch_summary(
+    ctx: &Ctx,
+    plan: &Plan,
+    custom: Option<&str>,
+    replace: bool,
+    reserve: i64,
+    cancel: &CancellationToken,
+) -> Result<(String, Value, Option<Usage>), RpcError> {
+    let window = if plan.context_window > 0 {
+        plan.context_window
+    } else {
+        128_000
+    };
+    let (messages, ops) = prepare_branch_entries(&plan.entries, window - reserve);
+    let (read, modified) = ops.file_lists();
+    let details = json!({"readFiles": read, "modifiedFiles": modified});
+    if messages.is_empty() {
+        return Ok((NO_CONTENT.to_owned(), details, None));
+    }
+    let engine = ctx
+        .daemon
+        .config
+        .engine(ctx.daemon.http.clone())
+        .map_err(|e| RpcError::new(ErrorKind::Auth, e.to_string()))?;
+    let (text, usage) = match engine {
+        SummaryEngine::Extractive => {
+            let t = summarize_history(&ExtractiveInput {
+                messages: &messages,
+                previous_summary: None,
+                custom_instructions: custom,
+                read_files: &read,
+                modified_files: &modified,
+                max_tokens: 4096,
+            });
+            (t, None)
+        }
+        SummaryEngine::Llm {
+            client,
+            model,
+            retry,
+            redaction,
+            ..
+        } => {
+            let instructions = match (replace, custom.filter(|c| !c.is_empty())) {
+                (true, Some(c)) => c.to_owned(),
+                (false, Some(c)) => format!("{BRANCH_SUMMARY_PROMPT}\n\nAdditional focus: {c}"),
+                _ => BRANCH_SUMMARY_PROMPT.to_owned(),
+            };
+            let conversation = serialize_conversation(&convert_to_llm(&messages));
+            let prompt =
+                format!("<conversation>\n{conversation}\n</conversation>\n\n{instructions}");
+            let cap = if model.max_tokens > 0 {
+                model.max_tokens.min(4096)
+            } else {
+                4096
+            };
+            let request = LlmRequest {
+                system_prompt: SYSTEM_PROMPT.to_owned(),
+                prompt_text: redaction.apply(&prompt).into_owned(),
+                max_tokens: cap,
+                reasoning: None,
+                session_id: Some(ids::new_session_id()),
+                timestamp_ms: ids::now_ms(),
+            };
+            let reply =
+                retry_call(|| client.complete(&request, cancel), &retry, cancel, |_| {}).await;
+            if cancel.is_cancelled() {
+                return Err(RpcError::new(
+                    ErrorKind::Cancelled,
+                    crate::compactor::CANCELLED,
+                ));
+            }
+            let text = check_reply(CallKind::Branch, &reply)
+                .map_err(|m| RpcError::new(ErrorKind::SummarizationFailed, m))?;
+            (text, Some(reply.usage))
+        }
+    };
+    let summary = format!(
+        "{BRANCH_SUMMARY_PREAMBLE}{text}{}",
+        format_file_operations(&read, &modified)
+    );
+    let _ = plan.model_max_tokens;
+    Ok((summary, details, usage))
+}
+
+/// `navigateTree`.
+pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    if session.is_compacting() {
+        return Err(RpcError::new(ErrorKind::Compacting, COMPACTING_MESSAGE));
+    }
+    let plan = {
+        let state = session.state.lock();
+        let target = match &p.target_id {
+            Some(id) => Some(state.tree.index_of(id).ok_or_else(|| {
+                RpcError::new(ErrorKind::EntryNotFound, format!("Entry {id} not found"))
+            })?),
+            None => None,
+        };
+        let old_leaf = state.tree.leaf_id().map(str::to_owned);
+        if p.target_id.is_some() && p.target_id == old_leaf {
+            return Ok(json!({"newLeafId": old_leaf, "oldLeafId": old_leaf, "cancelled": false}));
+        }
+        let old_path = state.tree.branch();
+        let target_path = state.tree.path_to(target);
+        let on_old: HashSet<usize> = old_path.iter().copied().collect();
+        let common = target_path
+            .iter()
+            .rev()
+            .find(|i| on_old.contains(i))
+            .copied();
+        let start = common
+            .and_then(|c| old_path.iter().position(|&i| i == c))
+            .map_or(0, |p| p + 1);
+        let entries = old_path[start..]
+            .iter()
+            .map(|&i| state.tree.entry(i).clone())
+            .collect();
+        Plan {
+            old_leaf,
+            target,
+            target_id: p.target_id.clone(),
+            common_ancestor: common.and_then(|c| state.tree.entry(c).id.clone()),
+            entries,
+            context_window: state.model.as_ref().map_or(0, |m| m.context_window),
+            model_max_tokens: state.model.as_ref().map_or(0, |m| m.max_tokens),
+        }
+    };
+    let mut custom = p.custom_instructions.clone();
+    let mut replace = p.replace_instructions;
+    let mut label = p.label.clone();
+    let mut hook_summary: Option<(String, Value, Option<Usage>)> = None;
+    let mut from_hook = false;
+    let _slot = session.slot.lock().await;
+    let cancel = CancellationToken::new();
+    *session.running.lock() = Some(cancel.clone());
+    let outcome = async {
+        if ctx.daemon.has_hook(&session.id, "session_before_tree") {
+            let prep = json!({
+                "targetId": plan.target_id,
+                "oldLeafId": plan.old_leaf,
+                "commonAncestorId": plan.common_ancestor,
+                "entriesToSummarize": plan.entries.iter().map(|e| e.value.clone()).collect::<Vec<_>>(),
+                "userWantsSummary": p.summarize,
+                "customInstructions": custom,
+                "replaceInstructions": replace,
+                "label": label,
+            });
+            let answers = ctx
+                .daemon
+                .ask_hooks(&session.id, "session_before_tree", json!({"sessionId": session.id, "preparation": prep}), &cancel, |v| {
+                    v.get("cancel") == Some(&Value::Bool(true))
+                })
+                .await;
+            for a in answers {
+                if a.get("cancel") == Some(&Value::Bool(true)) {
+                    return Ok(None);
+                }
+                if let Some(s) = a.get("summary").and_then(|s| s.get("summary")).and_then(Value::as_str) {
+                    if p.summarize {
+                        let usage = a["summary"].get("usage").and_then(|u| serde_json::from_value(u.clone()).ok());
+                        hook_summary = Some((s.to_owned(), a["summary"].get("details").cloned().unwrap_or(Value::Null), usage));
+                        from_hook = true;
+                    }
+                }
+                if let Some(c) = a.get("customInstructions").and_then(Value::as_str) {
+                    custom = Some(c.to_owned());
+                }
+                if let Some(r) = a.get("replaceInstructions").and_then(Value::as_bool) {
+                    replace = r;
+                }
+                if let Some(l) = a.get("label").and_then(Value::as_str) {
+                    label = Some(l.to_owned());
+                }
+            }
+        }
+        let summary = match hook_summary.take() {
+            Some(s) => Some(s),
+            None if p.summarize && !plan.entries.is_empty() => {
+                let reserve = {
+                    let state = session.state.lock();
+                    let global = ctx.daemon.global_overrides.lock().clone();
+                    super::settings::effective(state.cwd().map(std::path::Path::new), global.as_ref(), state.overrides.as_ref())
+                        .branch_summary_reserve_tokens
+                };
+                Some(branch_summary(ctx, &plan, custom.as_deref(), replace, reserve, &cancel).await?)
+            }
+            None => None,
+        };
+        Ok::<_, RpcError>(Some(summary))
+    }
+    .await;
+    *session.running.lock() = None;
+    let summary = match outcome {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return Ok(
+                json!({"newLeafId": plan.old_leaf, "oldLeafId": plan.old_leaf, "cancelled": true}),
+            )
+        }
+        Err(e) if e.kind == "cancelled" => {
+            return Ok(
+                json!({"newLeafId": plan.old_leaf, "oldLeafId": plan.old_leaf, "cancelled": true, "aborted": true}),
+            )
+        }
+        Err(e) => return Err(e),
+    };
+    let mut state = session.state.lock();
+    if state.tree.leaf_id().map(str::to_owned) != plan.old_leaf {
+        return Err(RpcError::new(
+            ErrorKind::LeafMoved,
+            "the session changed during navigation",
+        ));
+    }
+    let target_entry = plan.target.map(|i| state.tree.entry(i).clone());
+    let editor = target_entry.as_ref().and_then(editor_text);
+    let new_leaf = match (&target_entry, editor.is_some()) {
+        (Some(t), true) => t
+            .parent_id
+            .as_deref()
+            .and_then(|pid| state.tree.index_of(pid)),
+        (Some(_), false) => plan.target,
+        (None, _) => None,
+    };
+    let from_id = plan.old_leaf.clone().unwrap_or_else(|| "root".into());
+    let mut out = Map::new();
+    state.tree.set_leaf(new_leaf);
+    if let Some((text, details, usage)) = summary {
+        let idx = state.append_with(|id, parent, ts| {
+            let mut o = Map::new();
+            o.insert("type".into(), json!("branch_summary"));
+            o.insert("id".into(), json!(id));
+            o.insert("parentId".into(), parent.map_or(Value::Null, Value::from));
+            o.insert("timestamp".into(), json!(ts));
+            o.insert("fromId".into(), json!(from_id));
+            o.insert("summary".into(), json!(text));
+            if !details.is_null() {
+                o.insert("details".into(), details);
+            }
+            if let Some(u) = &usage {
+                o.insert("usage".into(), usage_json(u));
+            }
+            o.insert("fromHook".into(), json!(from_hook));
+            Value::Object(o)
+        })?;
+        let summary_entry = state.tree.entry(idx).value.clone();
+        let summary_id = state.tree.entry(idx).id.clone().unwrap_or_default();
+        if let Some(l) = label.filter(|l| !l.is_empty()) {
+            state.append_with(|id, parent, ts| {
+                super::session::simple_entry(
+                    "label",
+                    id,
+                    parent,
+                    ts,
+                    vec![("targetId", json!(summary_id)), ("label", json!(l))],
+                )
+            })?;
+        }
+        out.insert("summaryEntry".into(), summary_entry);
+    } else if let (Some(l), Some(tid)) = (label.filter(|l| !l.is_empty()), &plan.target_id) {
+        state.append_with(|id, parent, ts| {
+            super::session::simple_entry(
+                "label",
+                id,
+                parent,
+                ts,
+                vec![("targetId", json!(tid)), ("label", json!(l))],
+            )
+        })?;
+    }
+    state.rebuild_agent_context();
+    out.insert("newLeafId".into(), json!(state.tree.leaf_id()));
+    out.insert("oldLeafId".into(), json!(plan.old_leaf));
+    out.insert("cancelled".into(), json!(false));
+    if let Some(t) = editor {
+        out.insert("editorText".into(), json!(t));
+    }
+    Ok(Value::Object(out))
+}

@@ -1,0 +1,241 @@
+//! Pi's settings as a non-interactive process sees them (compaction.md §2): defaults ← global
+//! `<agentDir>/settings.json` ← the project's `.pi/settings.json` when trusted ← in-memory
+//! overrides. Files are re-read at every check, so editing them takes effect at once, as in Pi.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use crate::compaction::tokens::CompactionSettings;
+use crate::summarizer::RetrySettings;
+
+/// `$PI_CODING_AGENT_DIR` (with `~` expanded) or `~/.pi/agent`.
+pub fn agent_dir() -> PathBuf {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    match std::env::var("PI_CODING_AGENT_DIR") {
+        Ok(d) if !d.is_empty() => {
+            if let Some(rest) = d.strip_prefix("~/") {
+                home.join(rest)
+            } else if d == "~" {
+                home
+            } else {
+                PathBuf::from(d)
+            }
+        }
+        _ => home.join(".pi").join("agent"),
+    }
+}
+
+/// Reads a settings file: a UTF-8 BOM is stripped; a missing or unparsable file is `{}` (Pi
+/// records the error and carries on).
+pub fn read_settings_file(path: &Path) -> Value {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return json!({});
+    };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) | Err(_) => {
+            tracing::warn!(path = %path.display(), "settings file is not a JSON object; ignored");
+            json!({})
+        }
+    }
+}
+
+/// Pi's `deepMerge`: objects merge recursively; arrays, scalars and `null` replace.
+pub fn deep_merge(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                match (b.get_mut(k), v) {
+                    (Some(bv @ Value::Object(_)), Value::Object(_)) => deep_merge(bv, v),
+                    _ => {
+                        b.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (b, o) => *b = o.clone(),
+    }
+}
+
+/// Trust of a project for a non-interactive process (compaction.md §2.7 rules 4–6): the nearest
+/// ancestor-or-self entry of `<agentDir>/trust.json` with a boolean value, else the global
+/// `defaultProjectTrust` (`"always"` trusts; `"never"` and `"ask"` do not).
+pub fn project_trusted(agent_dir: &Path, cwd: &Path, global: &Value) -> bool {
+    let trust = read_settings_file(&agent_dir.join("trust.json"));
+    let canonical = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_owned());
+    let mut dir: Option<&Path> = Some(&canonical);
+    while let Some(d) = dir {
+        if let Some(Value::Bool(b)) = trust.get(d.to_string_lossy().as_ref()) {
+            return *b;
+        }
+        dir = d.parent();
+    }
+    global.get("defaultProjectTrust").and_then(Value::as_str) == Some("always")
+}
+
+/// The effective settings of one session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectiveSettings {
+    pub compaction: CompactionSettings,
+    pub branch_summary_reserve_tokens: i64,
+    pub retry: RetrySettings,
+    pub default_thinking_level: String,
+    /// The merged JSON, for `getSettings`.
+    pub merged: Value,
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    v.and_then(Value::as_f64)
+        .filter(|f| f.is_finite())
+        .map(|f| f as i64)
+}
+
+/// Computes the effective settings for a session whose header `cwd` is `cwd`.
+pub fn effective(
+    cwd: Option<&Path>,
+    global_overrides: Option<&Value>,
+    session_overrides: Option<&Value>,
+) -> EffectiveSettings {
+    let dir = agent_dir();
+    let global = read_settings_file(&dir.join("settings.json"));
+    let mut merged = global.clone();
+    if let Some(cwd) = cwd {
+        let project_file = cwd.join(".pi").join("settings.json");
+        if project_file.is_file() && project_trusted(&dir, cwd, &global) {
+            deep_merge(&mut merged, &read_settings_file(&project_file));
+        }
+    }
+    for o in [global_overrides, session_overrides].into_iter().flatten() {
+        deep_merge(&mut merged, &json!({ "compaction": o }));
+    }
+    from_merged(merged)
+}
+
+/// Reads the typed values (with Pi's `??` defaults) out of merged settings JSON. Values of the
+/// wrong type fall back to the defaults.
+pub fn from_merged(merged: Value) -> EffectiveSettings {
+    let empty = Map::new();
+    let c = merged
+        .get("compaction")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let defaults = CompactionSettings::default();
+    let compaction = CompactionSettings {
+        enabled: c
+            .get("enabled")
+            .and_then(Value::as_bool)
+            .unwrap_or(defaults.enabled),
+        reserve_tokens: int(c.get("reserveTokens")).unwrap_or(defaults.reserve_tokens),
+        keep_recent_tokens: int(c.get("keepRecentTokens")).unwrap_or(defaults.keep_recent_tokens),
+    };
+    let b = merged
+        .get("branchSummary")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let r = merged
+        .get("retry")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let rd = RetrySettings::default();
+    let retry = RetrySettings {
+        enabled: r
+            .get("enabled")
+            .and_then(Value::as_bool)
+            .unwrap_or(rd.enabled),
+        max_retries: int(r.get("maxRetries")).map_or(rd.max_retries, |n| n.clamp(0, 100) as u32),
+        base_delay_ms: int(r.get("baseDelayMs")).map_or(rd.base_delay_ms, |n| n.max(0) as u64),
+    };
+    EffectiveSettings {
+        compaction,
+        branch_summary_reserve_tokens: int(b.get("reserveTokens")).unwrap_or(16384),
+        retry,
+        default_thinking_level: merged
+            .get("defaultThinkingLevel")
+            .and_then(Value::as_str)
+            .unwrap_or("medium")
+            .to_owned(),
+        merged,
+    }
+}
+
+impl EffectiveSettings {
+    /// `getSettings`' answer.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "compaction": self.compaction.to_json(),
+            "branchSummary": {"reserveTokens": self.branch_summary_reserve_tokens},
+            "retry": {"enabled": self.retry.enabled, "maxRetries": self.retry.max_retries, "baseDelayMs": self.retry.base_delay_ms},
+            "defaultThinkingLevel": self.default_thinking_level,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_and_defaults() {
+        let mut base = json!({"compaction": {"enabled": true, "reserveTokens": 1}, "x": [1]});
+        deep_merge(
+            &mut base,
+            &json!({"compaction": {"reserveTokens": 2, "keepRecentTokens": null}, "x": [2]}),
+        );
+        assert_eq!(
+            base,
+            json!({"compaction": {"enabled": true, "reserveTokens": 2, "keepRecentTokens": null}, "x": [2]})
+        );
+        let s = from_merged(base);
+        assert_eq!(
+            s.compaction,
+            CompactionSettings {
+                enabled: true,
+                reserve_tokens: 2,
+                keep_recent_tokens: 20000
+            }
+        );
+        let wrong = from_merged(
+            json!({"compaction": {"reserveTokens": "big"}, "retry": {"maxRetries": 1}}),
+        );
+        assert_eq!(wrong.compaction.reserve_tokens, 16384);
+        assert_eq!(wrong.retry.max_retries, 1);
+        assert_eq!(
+            from_merged(json!({"compaction": null})).compaction,
+            CompactionSettings::default()
+        );
+    }
+
+    #[test]
+    fn trust_store_nearest_ancestor_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = dir.path().join("agent");
+        let proj = dir.path().join("p").join("sub");
+        std::fs::create_dir_all(&agent).unwrap();
+        std::fs::create_dir_all(&proj).unwrap();
+        let p = std::fs::canonicalize(dir.path().join("p")).unwrap();
+        let sub = std::fs::canonicalize(&proj).unwrap();
+        std::fs::write(
+            agent.join("trust.json"),
+            serde_json::to_string(&json!({p.to_string_lossy(): true, sub.to_string_lossy(): null}))
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(project_trusted(&agent, &proj, &json!({})));
+        std::fs::write(agent.join("trust.json"), "{}").unwrap();
+        assert!(!project_trusted(&agent, &proj, &json!({})));
+        assert!(!project_trusted(
+            &agent,
+            &proj,
+            &json!({"defaultProjectTrust": "ask"})
+        ));
+        assert!(project_trusted(
+            &agent,
+            &proj,
+            &json!({"defaultProjectTrust": "always"})
+        ));
+    }
+}
