@@ -162,18 +162,30 @@ fn hook_outcome(v: &Value, snap: &Snapshot) -> Option<CompactionOutcome> {
     })
 }
 
+/// Why and how a compaction runs.
+#[derive(Clone, Copy)]
+struct Job<'a> {
+    reason: &'a str,
+    will_retry: bool,
+    custom: Option<&'a str>,
+    cancel: &'a CancellationToken,
+}
+
 /// Steps after "started": hook, summary, abort check, append. Returns (result, entry).
 async fn run_started(
     daemon: &Daemon,
     session: &Session,
     snap: &Snapshot,
     prep: &Preparation,
-    reason: &str,
-    will_retry: bool,
-    custom: Option<&str>,
-    cancel: &CancellationToken,
+    job: Job<'_>,
     from_extension: &mut bool,
 ) -> Result<(Value, Value), Failure> {
+    let Job {
+        reason,
+        will_retry,
+        custom,
+        cancel,
+    } = job;
     let mut outcome: Option<CompactionOutcome> = None;
     if daemon.has_hook(&session.id, "session_before_compact") {
         let mut params = Map::new();
@@ -392,10 +404,12 @@ pub async fn compact(
                 session,
                 &snap,
                 &prep,
-                "manual",
-                false,
-                custom.as_deref(),
-                &cancel,
+                Job {
+                    reason: "manual",
+                    will_retry: false,
+                    custom: custom.as_deref(),
+                    cancel: &cancel,
+                },
                 &mut from_extension,
             )
             .await
@@ -522,10 +536,12 @@ async fn run_auto(
         session,
         &snap,
         &prep,
-        reason,
-        will_retry,
-        None,
-        &cancel,
+        Job {
+            reason,
+            will_retry,
+            custom: None,
+            cancel: &cancel,
+        },
         &mut from_extension,
     )
     .await;

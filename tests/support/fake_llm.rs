@@ -55,6 +55,8 @@ pub struct Received {
 pub struct FakeState {
     pub replies: Vec<(String, String)>,
     pub received: Vec<Received>,
+    /// Delay before each reply (to test aborts mid-request).
+    pub delay: std::time::Duration,
 }
 
 pub struct FakeLlm {
@@ -88,6 +90,10 @@ async fn handle(
                 .unwrap_or_default()
         }
     };
+    let delay = state.lock().delay;
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     let (reply, finish) = {
         let mut s = state.lock();
         let kept = [
@@ -166,6 +172,7 @@ pub async fn start(replies: Vec<(String, String)>) -> FakeLlm {
     let state = Arc::new(Mutex::new(FakeState {
         replies,
         received: Vec::new(),
+        delay: std::time::Duration::ZERO,
     }));
     let app = Router::new()
         .route("/v1/chat/completions", post(handle))

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod fake_llm;
+pub mod rpc_client;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
