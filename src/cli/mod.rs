@@ -210,15 +210,8 @@ pub fn print_error(json: bool, message: &str) {
     }
 }
 
-/// Runs the parsed command line; returns the exit code.
-pub fn run(cli: Cli) -> i32 {
-    let config = match crate::config::Config::load(cli.config.as_deref()) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("compactd: {e}");
-            return 2;
-        }
-    };
+/// Runs the parsed command line with the loaded configuration; returns the exit code.
+pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
     match cli.command {
         Command::Serve { socket, transport } => daemon_main(config, |daemon| async move {
             let path = socket
