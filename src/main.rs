@@ -8,18 +8,27 @@ fn init_logging(config: &compactd::config::Config) {
         .ok()
         .or_else(|| config.log.level.clone())
         .unwrap_or_else(|| "warn".into());
-    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let file = config.log.file.as_ref().and_then(|path| {
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
-            .map_err(|e| eprintln!("compactd: cannot open log file {}: {e}; logging to stderr", path.display()))
+            .map_err(|e| {
+                eprintln!(
+                    "compactd: cannot open log file {}: {e}; logging to stderr",
+                    path.display()
+                )
+            })
             .ok()
     });
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match file {
-        Some(f) => builder.with_ansi(false).with_writer(std::sync::Mutex::new(f)).init(),
+        Some(f) => builder
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(f))
+            .init(),
         None => builder.with_writer(std::io::stderr).init(),
     }
 }

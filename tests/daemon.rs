@@ -614,3 +614,174 @@ fn deferred_sessions_are_written_at_the_first_assistant_message() {
     // Frames in Content-Length form on an NDJSON connection are not mixed: the raw helper works.
     let _ = frame(Framing::Ndjson, b"{}");
 }
+
+#[test]
+fn navigate_tree_moves_the_leaf_labels_and_summarizes_the_abandoned_branch() {
+    let env = Env::new();
+    let file = env.session("023-chat-only-no-tools");
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = open(&mut c, &file);
+    let branch = c.ok("getBranch", json!({"sessionId": sid}));
+    let entries = branch.as_array().unwrap();
+    let old_leaf = entries.last().unwrap()["id"].clone();
+    let users: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["type"] == "message" && e["message"]["role"] == "user")
+        .collect();
+    let target = users[2].clone();
+    let lines_before = lines(&file);
+    // To a user message: the leaf becomes its parent, its text goes back to the editor, the label
+    // is written on the target (and advances the leaf, as in Pi).
+    let r = c.ok(
+        "navigateTree",
+        json!({"sessionId": sid, "targetId": target["id"], "label": "retry here"}),
+    );
+    assert_eq!(r["cancelled"], false);
+    assert_eq!(r["oldLeafId"], old_leaf);
+    assert_eq!(
+        r["editorText"].as_str(),
+        target["message"]["content"]
+            .as_str()
+            .or(target["message"]["content"][0]["text"].as_str())
+    );
+    assert_eq!(lines(&file), lines_before + 1);
+    let last: Value = serde_json::from_str(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (last["type"].as_str(), &last["targetId"], &last["parentId"]),
+        (Some("label"), &target["id"], &target["parentId"])
+    );
+    assert_eq!(r["newLeafId"], last["id"]);
+    // Work on the new branch, then go back to the old leaf with a summary of the branch we leave
+    // (extractive by default).
+    c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "user", "content": "Try the other approach with a cache."}}));
+    let r = c.ok(
+        "navigateTree",
+        json!({"sessionId": sid, "targetId": old_leaf, "summarize": true}),
+    );
+    let summary = r["summaryEntry"].clone();
+    assert_eq!(summary["type"], "branch_summary");
+    assert_eq!(summary["parentId"], old_leaf);
+    assert_eq!(summary["fromHook"], false);
+    assert!(summary["summary"].as_str().unwrap().starts_with("The user explored a different conversation branch before returning here.\nSummary of that exploration:\n\n"));
+    assert!(summary["details"]["readFiles"].is_array());
+    assert_eq!(r["newLeafId"], summary["id"]);
+    let ctx = c.ok("getContext", json!({"sessionId": sid}));
+    assert_eq!(
+        ctx["messages"].as_array().unwrap().last().unwrap()["role"],
+        "branchSummary"
+    );
+    let e = c
+        .request(
+            "navigateTree",
+            json!({"sessionId": sid, "targetId": "nope"}),
+        )
+        .unwrap_err();
+    assert_eq!(
+        (e["code"].as_i64(), e["message"].as_str()),
+        (Some(-32022), Some("Entry nope not found"))
+    );
+    // Navigating to the current leaf is a no-op.
+    let leaf = r["newLeafId"].clone();
+    let r = c.ok("navigateTree", json!({"sessionId": sid, "targetId": leaf}));
+    assert_eq!(
+        (r["newLeafId"].clone(), r["cancelled"].clone()),
+        (leaf, json!(false))
+    );
+}
+
+#[test]
+fn pi_settings_files_are_read_fresh_and_project_trust_is_respected() {
+    let env = Env::new();
+    let project = env.path("project");
+    std::fs::create_dir_all(project.join(".pi")).unwrap();
+    std::fs::write(
+        project.join(".pi/settings.json"),
+        r#"{"compaction":{"keepRecentTokens":1234}}"#,
+    )
+    .unwrap();
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let info = c.ok(
+        "createSession",
+        json!({"cwd": project, "sessionDir": env.path("s"), "model": model()}),
+    );
+    let sid = info["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(info["thinkingLevel"], "medium", "Pi's defaultThinkingLevel");
+    let s = c.ok("getSettings", json!({"sessionId": sid}));
+    assert_eq!(
+        s["compaction"]["keepRecentTokens"], 20000,
+        "an untrusted project's settings are ignored"
+    );
+    let canonical = std::fs::canonicalize(&project).unwrap();
+    std::fs::write(
+        env.path("agent/trust.json"),
+        json!({canonical.to_string_lossy(): true}).to_string(),
+    )
+    .unwrap();
+    let s = c.ok("getSettings", json!({"sessionId": sid}));
+    assert_eq!(
+        s["compaction"]["keepRecentTokens"], 1234,
+        "trusted now, read fresh"
+    );
+    std::fs::write(
+        env.path("agent/settings.json"),
+        "\u{feff}{\"compaction\":{\"enabled\":false,\"reserveTokens\":100}}",
+    )
+    .unwrap();
+    let s = c.ok("getSettings", json!({"sessionId": sid}));
+    assert_eq!(
+        (
+            s["compaction"]["enabled"].as_bool(),
+            s["compaction"]["reserveTokens"].as_i64()
+        ),
+        (Some(false), Some(100))
+    );
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"reserveTokens": 7}}),
+    );
+    let s = c.ok("getSettings", json!({"sessionId": sid}));
+    assert_eq!(s["compaction"]["reserveTokens"], 7);
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": null}),
+    );
+    assert_eq!(
+        c.ok("getSettings", json!({"sessionId": sid}))["compaction"]["reserveTokens"],
+        100
+    );
+    // enabled:false stops automatic compaction, even overflow recovery.
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": {"role": "user", "content": "x".repeat(50_000)}}),
+    );
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": assistant_error(now_ms() + 10, "prompt is too long")}),
+    );
+    assert_eq!(
+        c.ok(
+            "checkCompaction",
+            json!({"sessionId": sid, "phase": "postRun"})
+        )["action"],
+        "none"
+    );
+    let sc = c.ok(
+        "shouldCompact",
+        json!({"contextTokens": 101, "contextWindow": 116, "settings": {"reserveTokens": 16}}),
+    );
+    assert_eq!(
+        (sc["shouldCompact"].as_bool(), sc["threshold"].as_i64()),
+        (Some(true), Some(100))
+    );
+    let sc = c.ok("shouldCompact", json!({"sessionId": sid}));
+    assert_eq!(sc["shouldCompact"], false, "disabled");
+    let e = c.request("shouldCompact", json!({})).unwrap_err();
+    assert_eq!(e["code"], -32602);
+}
