@@ -53,8 +53,9 @@ pub enum SummaryEngine {
         /// Summarize extractively when the LLM fails (beyond Pi; off by default).
         fallback_extractive: bool,
     },
-    /// The embedded deterministic summarizer: no network, no key (beyond Pi).
-    Extractive,
+    /// The embedded deterministic summarizer: no network, no key (beyond Pi). Its output is
+    /// redacted like provider input, since it quotes the transcript.
+    Extractive { redaction: RedactionConfig },
 }
 
 /// A compaction that did not produce an entry. The message is Pi's original text (no
@@ -153,7 +154,7 @@ pub async fn generate(
                 {
                     Err(CompactError::Summarization(reason)) => {
                         tracing::warn!(%reason, "LLM summarizer failed; falling back to the extractive summarizer");
-                        let mut outcome = generate_extractive(prep, custom_instructions);
+                        let mut outcome = generate_extractive(prep, custom_instructions, redaction);
                         if let Some(d) = outcome.details.as_object_mut() {
                             d.insert("fallbackReason".into(), Value::from(reason));
                         }
@@ -164,7 +165,9 @@ pub async fn generate(
             }
             (client, model, retry, redaction)
         }
-        SummaryEngine::Extractive => return Ok(generate_extractive(prep, custom_instructions)),
+        SummaryEngine::Extractive { redaction } => {
+            return Ok(generate_extractive(prep, custom_instructions, redaction))
+        }
     };
     generate_llm(
         prep,
@@ -284,6 +287,7 @@ async fn generate_llm(
 pub fn generate_extractive(
     prep: &Preparation,
     custom_instructions: Option<&str>,
+    redaction: &RedactionConfig,
 ) -> CompactionOutcome {
     let (read_files, modified_files) = prep.file_ops.file_lists();
     let history = || {
@@ -310,6 +314,7 @@ pub fn generate_extractive(
     if let Some(o) = details.as_object_mut() {
         o.insert("summarizer".into(), Value::from("extractive"));
     }
+    let summary = redaction.apply(&summary).into_owned();
     CompactionOutcome {
         summary: with_file_lists(summary, &read_files, &modified_files),
         first_kept_entry_id: prep.first_kept_entry_id.clone(),

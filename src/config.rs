@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::compactor::SummaryEngine;
 use crate::summarizer::redact::RedactionConfig;
-use crate::summarizer::{client_for, Api, ModelSpec, RetrySettings};
+use crate::summarizer::{Api, ModelSpec, RetrySettings};
 
 /// Errors loading or applying the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -168,7 +168,9 @@ impl SummarizerConfig {
         http: reqwest::Client,
     ) -> Result<SummaryEngine, ConfigError> {
         let Some(api) = Api::parse(&self.provider) else {
-            return Ok(SummaryEngine::Extractive);
+            return Ok(SummaryEngine::Extractive {
+                redaction: *redaction,
+            });
         };
         let api_key = match &self.api_key_env {
             Some(var) => match std::env::var(var) {
@@ -193,8 +195,13 @@ impl SummarizerConfig {
             api_key,
             headers: Vec::new(),
         };
+        let client = crate::summarizer::client_with_idle_timeout(
+            model.clone(),
+            http,
+            std::time::Duration::from_secs(self.idle_timeout_secs.max(1)),
+        );
         Ok(SummaryEngine::Llm {
-            client: client_for(model.clone(), http),
+            client,
             model,
             retry: self.retry,
             redaction: *redaction,
@@ -213,7 +220,7 @@ mod tests {
         assert_eq!(c, Config::default());
         assert!(matches!(
             c.engine(reqwest::Client::new()).unwrap(),
-            SummaryEngine::Extractive
+            SummaryEngine::Extractive { .. }
         ));
         assert!(c.redaction.enabled);
     }
@@ -251,7 +258,7 @@ enabled = false
                 assert_eq!(model.api_key.as_deref(), Some("k"));
                 assert!(fallback_extractive);
             }
-            SummaryEngine::Extractive => panic!("expected an LLM engine"),
+            SummaryEngine::Extractive { .. } => panic!("expected an LLM engine"),
         }
     }
 

@@ -384,3 +384,109 @@ fn the_extractive_summary_tells_a_resumed_model_what_it_needs() {
         "{summary}"
     );
 }
+
+/// Secrets an agent session may well contain.
+const SECRETS: [&str; 6] = [
+    "sk-proj-Abc123Def456Ghi789Jkl012Mno345Pqr678",
+    "sk-ant-api03-ZyXwVu9876543210AbCdEfGhIjKl",
+    "ghp_1234567890abcdefABCDEF1234567890abcd",
+    "AKIAIOSFODNN7EXAMPLE",
+    "hunter2-S3cr3t-pa55word",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk",
+];
+
+fn secret_session() -> String {
+    use serde_json::json;
+    let mut lines = vec![json!({"type":"session","version":3,"id":"s1","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}).to_string()];
+    let mut parent = Value::Null;
+    for i in 0..12 {
+        let text = format!(
+            "step {i}: export OPENAI_API_KEY={}\nAuthorization: Bearer {}\ncurl -H 'x' {} ; DB_PASSWORD={} ; token {} ; AWS {}\n{}",
+            SECRETS[0], SECRETS[5], SECRETS[2], SECRETS[4], SECRETS[1], SECRETS[3], "filler ".repeat(400)
+        );
+        let id = format!("e{i:07}");
+        lines.push(json!({"type":"message","id":id,"parentId":parent,"timestamp":"2026-01-01T00:00:01.000Z","message":{"role":"user","content":text,"timestamp":1}}).to_string());
+        parent = json!(id);
+    }
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn secrets_never_reach_a_provider_or_a_stored_summary() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let fake = runtime.block_on(support::fake_llm::start(vec![(
+        "SUMMARY".into(),
+        "stop".into(),
+    )]));
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let file = tmp.path().join("s.jsonl");
+    std::fs::write(&file, secret_session()).expect("write");
+    let (code, v) = run_json(
+        compactd()
+            .arg("compact")
+            .arg(&file)
+            .arg("--json")
+            .args([
+                "--keep-recent-tokens",
+                "500",
+                "--provider",
+                "openai-completions",
+                "--model",
+                "m",
+            ])
+            .args(["--base-url", &format!("http://127.0.0.1:{}/v1", fake.port)]),
+    );
+    assert_eq!(code, 0, "{v}");
+    let received = fake.state.lock().received.clone();
+    assert!(!received.is_empty());
+    for r in &received {
+        let body = r.body.to_string();
+        for s in SECRETS {
+            assert!(!body.contains(s), "secret {s} reached the provider");
+        }
+        assert!(body.contains("[REDACTED]"));
+    }
+    // The extractive summary quotes the transcript: it is redacted too.
+    std::fs::write(&file, secret_session()).expect("write");
+    let (code, v) = run_json(
+        compactd()
+            .arg("compact")
+            .arg(&file)
+            .arg("--json")
+            .args(["--keep-recent-tokens", "500"]),
+    );
+    assert_eq!(code, 0, "{v}");
+    let stored = std::fs::read_to_string(&file).expect("read");
+    let entry = stored.lines().last().unwrap_or("");
+    assert!(entry.contains("\"type\":\"compaction\""));
+    for s in SECRETS {
+        assert!(!entry.contains(s), "secret {s} stored in the summary");
+    }
+    // --no-redact sends the transcript as Pi would.
+    let fake2 = runtime.block_on(support::fake_llm::start(vec![(
+        "SUMMARY".into(),
+        "stop".into(),
+    )]));
+    std::fs::write(&file, secret_session()).expect("write");
+    let (code, _) = run_json(
+        compactd()
+            .arg("compact")
+            .arg(&file)
+            .arg("--json")
+            .args([
+                "--keep-recent-tokens",
+                "500",
+                "--provider",
+                "openai-completions",
+                "--model",
+                "m",
+                "--no-redact",
+            ])
+            .args(["--base-url", &format!("http://127.0.0.1:{}/v1", fake2.port)]),
+    );
+    assert_eq!(code, 0);
+    assert!(fake2.state.lock().received[0]
+        .body
+        .to_string()
+        .contains(SECRETS[0]));
+}

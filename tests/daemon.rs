@@ -785,3 +785,61 @@ fn pi_settings_files_are_read_fresh_and_project_trust_is_respected() {
     let e = c.request("shouldCompact", json!({})).unwrap_err();
     assert_eq!(e["code"], -32602);
 }
+
+#[test]
+fn transient_provider_errors_are_retried_with_events() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fake = runtime.block_on(support::fake_llm::start(vec![(
+        "LLM SUMMARY".into(),
+        "stop".into(),
+    )]));
+    fake.state.lock().fail_first = 2;
+    env.write_config(&format!(
+        "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nmodel = \"fake-gpt\"\nretry = {{ enabled = true, maxRetries = 3, baseDelayMs = 50 }}\n",
+        fake.port
+    ));
+    let file = env.session("009-bash-executions");
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = open(&mut c, &file);
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
+    );
+    c.ok("subscribe", json!({}));
+    let r = c.ok("compact", json!({"sessionId": sid}));
+    assert!(r["summary"].as_str().unwrap().starts_with("LLM SUMMARY"));
+    let names: Vec<&str> = c
+        .notifications
+        .iter()
+        .filter_map(|n| n["method"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "compaction_start",
+            "summarization_retry_scheduled",
+            "summarization_retry_attempt_start",
+            "summarization_retry_scheduled",
+            "summarization_retry_attempt_start",
+            "summarization_retry_finished",
+            "compaction_end"
+        ]
+    );
+    let first = &c.notifications[1]["params"];
+    assert_eq!(
+        (
+            first["attempt"].as_u64(),
+            first["maxAttempts"].as_u64(),
+            first["delayMs"].as_u64()
+        ),
+        (Some(1), Some(3), Some(50))
+    );
+    assert!(first["errorMessage"].as_str().unwrap().contains("500"));
+    assert_eq!(c.notifications[3]["params"]["delayMs"], 100);
+    assert_eq!(
+        c.notifications[2]["params"],
+        json!({"sessionId": sid, "source": "compaction", "reason": "manual"})
+    );
+    drop(fake);
+}

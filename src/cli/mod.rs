@@ -155,7 +155,11 @@ impl ModelArgs {
                 .map_err(|e| e.to_string());
         };
         if provider == "extractive" {
-            return Ok(SummaryEngine::Extractive);
+            return Ok(SummaryEngine::Extractive {
+                redaction: crate::summarizer::redact::RedactionConfig {
+                    enabled: !self.no_redact && config.redaction.enabled,
+                },
+            });
         }
         let api = Api::parse(provider).ok_or_else(|| {
             format!("unknown provider '{provider}' (expected openai-completions, anthropic-messages or openai-responses)")

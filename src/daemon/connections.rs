@@ -229,3 +229,64 @@ impl Connection {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_subscriber_is_dropped_and_told_once_it_catches_up() {
+        let (conn, mut rx) = Connection::new(1);
+        conn.subscriptions.lock().push(Subscription {
+            session_id: None,
+            events: None,
+        });
+        for i in 0..EVENT_BACKLOG_LIMIT + 10 {
+            conn.send_event("compaction_start", &json!({"i": i}));
+        }
+        assert!(
+            conn.subscriptions.lock().is_empty(),
+            "subscriptions removed past the limit"
+        );
+        assert!(!conn.wants("s1", "compaction_start"));
+        conn.send("reply".into());
+        let mut notices = 0;
+        let mut events = 0;
+        while let Ok(out) = rx.try_recv() {
+            if out.is_event {
+                events += 1;
+            }
+            if let Some(n) = conn.written(out.is_event) {
+                assert!(n.contains("subscription_dropped"));
+                notices += 1;
+            }
+        }
+        assert_eq!(events, EVENT_BACKLOG_LIMIT, "the backlog is bounded");
+        assert_eq!(notices, 1, "one notice once drained");
+    }
+
+    #[tokio::test]
+    async fn peer_requests_resolve_time_out_and_route_errors() {
+        let (conn, mut rx) = Connection::new(1);
+        let conn = std::sync::Arc::new(conn);
+        let c2 = conn.clone();
+        let answer =
+            tokio::spawn(
+                async move { c2.request("hook", json!({}), Duration::from_secs(5)).await },
+            );
+        let sent = rx.recv().await.unwrap();
+        let id: Value = serde_json::from_str::<Value>(&sent.text).unwrap()["id"].clone();
+        assert!(
+            conn.handle_response(&json!({"jsonrpc": "2.0", "id": id, "result": {"cancel": true}}))
+        );
+        assert_eq!(answer.await.unwrap(), Ok(json!({"cancel": true})));
+        let timed_out = conn
+            .request("hook", json!({}), Duration::from_millis(20))
+            .await;
+        assert_eq!(timed_out, Err(PeerError::Timeout));
+        let _request = rx.recv().await.unwrap();
+        let cancel = rx.recv().await.unwrap();
+        assert!(cancel.text.contains("$/cancelRequest"));
+        assert!(!conn.handle_response(&json!({"id": "unknown", "result": 1})));
+    }
+}

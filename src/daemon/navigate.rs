@@ -114,7 +114,7 @@ async fn branch_summary(
         .engine(ctx.daemon.http.clone())
         .map_err(|e| RpcError::new(ErrorKind::Auth, e.to_string()))?;
     let (text, usage) = match engine {
-        SummaryEngine::Extractive => {
+        SummaryEngine::Extractive { redaction } => {
             let t = summarize_history(&ExtractiveInput {
                 messages: &messages,
                 previous_summary: None,
@@ -123,7 +123,7 @@ async fn branch_summary(
                 modified_files: &modified,
                 max_tokens: 4096,
             });
-            (t, None)
+            (redaction.apply(&t).into_owned(), None)
         }
         SummaryEngine::Llm {
             client,

@@ -35,13 +35,24 @@ pub use types::{
 /// The streaming client for `model.api`, sharing `http`'s connection pool. The daemon keeps
 /// these behind `Arc<dyn LlmClient>` so the summarizer does not care which protocol it talks.
 pub fn client_for(model: ModelSpec, http: reqwest::Client) -> std::sync::Arc<dyn LlmClient> {
+    client_with_idle_timeout(model, http, DEFAULT_IDLE_TIMEOUT)
+}
+
+/// [`client_for`] with a stream idle timeout: no bytes for this long fails the call.
+pub fn client_with_idle_timeout(
+    model: ModelSpec,
+    http: reqwest::Client,
+    idle: std::time::Duration,
+) -> std::sync::Arc<dyn LlmClient> {
     match model.api {
-        Api::OpenAiCompletions => {
-            std::sync::Arc::new(OpenAiCompletionsClient::with_http(model, http))
-        }
-        Api::AnthropicMessages => {
-            std::sync::Arc::new(AnthropicMessagesClient::with_http(model, http))
-        }
-        Api::OpenAiResponses => std::sync::Arc::new(OpenAiResponsesClient::with_http(model, http)),
+        Api::OpenAiCompletions => std::sync::Arc::new(
+            OpenAiCompletionsClient::with_http(model, http).with_idle_timeout(idle),
+        ),
+        Api::AnthropicMessages => std::sync::Arc::new(
+            AnthropicMessagesClient::with_http(model, http).with_idle_timeout(idle),
+        ),
+        Api::OpenAiResponses => std::sync::Arc::new(
+            OpenAiResponsesClient::with_http(model, http).with_idle_timeout(idle),
+        ),
     }
 }

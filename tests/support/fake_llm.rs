@@ -57,6 +57,8 @@ pub struct FakeState {
     pub received: Vec<Received>,
     /// Delay before each reply (to test aborts mid-request).
     pub delay: std::time::Duration,
+    /// Answer the first N requests with HTTP 500 (to test retries).
+    pub fail_first: usize,
 }
 
 pub struct FakeLlm {
@@ -93,6 +95,19 @@ async fn handle(
     let delay = state.lock().delay;
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
+    }
+    {
+        let mut s = state.lock();
+        if s.fail_first > 0 {
+            s.fail_first -= 1;
+            return Response::builder()
+                .status(StatusCode::INTERNAL_SERVER_ERROR)
+                .header("content-type", "application/json")
+                .body(Body::from(
+                    "{\"error\":{\"message\":\"internal server error\",\"type\":\"server_error\"}}",
+                ))
+                .unwrap_or_default();
+        }
     }
     let (reply, finish) = {
         let mut s = state.lock();
@@ -173,6 +188,7 @@ pub async fn start(replies: Vec<(String, String)>) -> FakeLlm {
         replies,
         received: Vec::new(),
         delay: std::time::Duration::ZERO,
+        fail_first: 0,
     }));
     let app = Router::new()
         .route("/v1/chat/completions", post(handle))
