@@ -16,6 +16,7 @@ with ``on()``; server-to-client hook requests go to handlers registered with ``a
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -152,6 +153,9 @@ class Client:
 
     def __init__(self, rfile, wfile, framing: str = "lsp", closer: Optional[Callable[[], None]] = None):
         self.framing = framing
+        if isinstance(rfile, io.RawIOBase):
+            # Unbuffered readline() would issue one read per byte (slow on big frames).
+            rfile = io.BufferedReader(rfile, 1 << 16)
         self._reader = FrameReader(rfile, framing)
         self._wfile = wfile
         self._closer = closer
@@ -243,6 +247,13 @@ class Client:
         body = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         self.send_raw(encode_frame(body, self.framing))
 
+    def _reply(self, msg: Dict[str, Any]) -> None:
+        """Sends a reply to a server request; a connection closed meanwhile is not an error."""
+        try:
+            self.send_message(msg)
+        except (OSError, ValueError):
+            pass
+
     def _read_loop(self) -> None:
         try:
             while True:
@@ -314,11 +325,9 @@ class Client:
                     if isinstance(r, dict) and r.get("cancel") is True:
                         break
         except Exception as e:  # a failing handler answers with an error
-            self.send_message(
-                {"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32603, "message": str(e)}}
-            )
+            self._reply({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32603, "message": str(e)}})
             return
-        self.send_message({"jsonrpc": "2.0", "id": msg["id"], "result": result})
+        self._reply({"jsonrpc": "2.0", "id": msg["id"], "result": result})
 
     def _fire(self, name: str, params: Any) -> None:
         for cb in list(self._listeners.get(name, [])):

@@ -238,6 +238,11 @@ def test_malformed_and_oversized_frames_keep_the_connection(stdio, tmp_path):
     # The connection is still usable for real work.
     info = c.open_session(session_copy(tmp_path, "005-medium-basic"))
     assert info["entryCount"] > 0
+    # Content-Length counts UTF-8 bytes, both ways.
+    text = "h\u00e9llo \u2014 \u65e5\u672c\u8a9e \U0001f680"
+    c.append_message(info["sessionId"], {"role": "user", "content": text, "timestamp": 1})
+    last = c.get_context(info["sessionId"])["messages"][-1]
+    assert last == {"role": "user", "content": text, "timestamp": 1}
 
 
 def test_socket_ndjson_malformed_line_keeps_the_connection(server):
@@ -274,3 +279,41 @@ def test_hook_that_never_answers_times_out_and_compaction_proceeds(stdio, tmp_pa
     hook_req = next(m for k, m in c.received if k == "request" and m["method"] == "session_before_compact")
     cancel = c.wait_for(lambda k, m: k == "notification" and m["method"] == "$/cancelRequest", 5)
     assert cancel["params"] == {"id": hook_req["id"]}
+
+
+def test_socket_writes_refused_while_compacting_and_abort_from_another_client(server, tmp_path):
+    agent, other = server(), server()
+    path = session_copy(tmp_path, "005-medium-basic")
+    size = os.path.getsize(path)
+    sid = open_small_keep(agent, path)["sessionId"]
+    assert other.open_session(path)["sessionId"] == sid
+    other.subscribe(sid)
+    release = threading.Event()
+    asked = threading.Event()
+
+    def slow_hook(params):
+        asked.set()
+        release.wait(10)
+        return None
+
+    agent.on_before_compact(slow_hook, session_id=sid, timeout_ms=10000)
+    try:
+        pending = agent.request_async("compact", {"sessionId": sid})
+        assert asked.wait(10), "hook not asked"
+        assert [s["isCompacting"] for s in other.list_sessions()] == [True]
+        with pytest.raises(RpcError) as e:
+            other.append_message(sid, {"role": "user", "content": "too early"})
+        assert e.value.code == -32020 and e.value.data == {"kind": "compacting"}
+        assert e.value.message.startswith("Cannot submit a prompt while compaction is in progress.")
+        assert other.abort_compaction(sid) == {"aborted": True}
+        with pytest.raises(RpcError) as e:
+            pending.result(10)
+        assert e.value.code == -32012 and e.value.message == "Compaction cancelled"
+    finally:
+        release.set()
+    end = other.wait_for(lambda k, m: k == "notification" and m["method"] == "compaction_end", 10)["params"]
+    assert end["aborted"] is True and "result" not in end
+    assert os.path.getsize(path) == size, "an aborted compaction writes nothing"
+    assert other.abort_compaction(sid) == {"aborted": False}
+    # Writable again.
+    assert other.append_message(sid, {"role": "user", "content": "now"})["entryId"]
