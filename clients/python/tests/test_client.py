@@ -1,0 +1,319 @@
+"""End-to-end tests of compactd_client.py against a real daemon.
+
+The binary comes from $COMPACTD_BIN, else <repo>/target/debug/compactd; the sessions from
+$COMPACTD_CONFORMANCE_DIR, else <repo>/../shared/conformance/cases. Either missing: every test is skipped.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from compactd_client import NO_REPLY, Client, RpcError  # noqa: E402
+
+REPO = HERE.parent.parent.parent
+BIN = os.environ.get("COMPACTD_BIN") or str(REPO / "target" / "debug" / "compactd")
+CASES = Path(os.environ.get("COMPACTD_CONFORMANCE_DIR") or REPO.parent / "shared" / "conformance" / "cases")
+
+if not os.path.exists(BIN):
+    pytest.skip(f"compactd binary not found at {BIN} (set COMPACTD_BIN)", allow_module_level=True)
+if not CASES.is_dir():
+    pytest.skip(f"conformance cases not found at {CASES} (set COMPACTD_CONFORMANCE_DIR)", allow_module_level=True)
+
+#: No provider/key is configured for it, so the daemon summarizes extractively.
+MODEL = {"provider": "compactd-test", "id": "test-model", "contextWindow": 64000, "maxTokens": 8192}
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    for name in ("config", "agent", "run"):
+        (tmp_path / name).mkdir(mode=0o700)
+    e["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    e["PI_CODING_AGENT_DIR"] = str(tmp_path / "agent")
+    e["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
+    e.setdefault("RUST_LOG", "warn")
+    return e
+
+
+def session_copy(tmp_path, case, name=None):
+    dest = tmp_path / f"{name or case}.jsonl"
+    shutil.copyfile(CASES / case / "session.jsonl", dest)
+    return str(dest)
+
+
+def lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def open_small_keep(client, path):
+    info = client.open_session(path, model=MODEL)
+    assert client.set_settings_overrides(info["sessionId"], {"keepRecentTokens": 2000}) == {"ok": True}
+    return info
+
+
+@pytest.fixture
+def stdio(env):
+    clients = []
+
+    def make(*args, framing="lsp"):
+        c = Client.spawn_stdio(BIN, list(args), env=env, framing=framing)
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()
+        assert c.process.returncode == 0, "daemon exits cleanly when stdin closes"
+
+
+@pytest.fixture
+def server(env, tmp_path):
+    sock = str(tmp_path / "run" / "compactd.sock")
+    proc = subprocess.Popen(
+        [BIN, "serve", "--socket", sock], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 10
+    while not os.path.exists(sock):
+        assert proc.poll() is None, "daemon exited at start"
+        assert time.time() < deadline, "socket did not appear"
+        time.sleep(0.02)
+    clients = []
+
+    def connect(framing="ndjson"):
+        c = Client.connect_socket(sock, framing)
+        clients.append(c)
+        return c
+
+    yield connect
+    for c in clients:
+        c.close()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    assert not os.path.exists(sock), "socket removed on clean shutdown"
+
+
+def test_stdio_content_length_open_usage_preview_compact_events(stdio, tmp_path):
+    c = stdio()
+    path = session_copy(tmp_path, "024-compacted-once")
+    before = lines(path)
+    info = open_small_keep(c, path)
+    sid = info["sessionId"]
+    assert info["entryCount"] == len(before) - 1
+    assert info["headerId"] == before[0]["id"]
+    # Replies come back in the client's framing, header exactly as vim.lsp.rpc writes it.
+    assert c.raw_headers and all(re.fullmatch(rb"Content-Length: \d+\r\n\r\n", h) for h in c.raw_headers)
+
+    usage = c.get_context_usage(sid)
+    assert usage["contextWindow"] == MODEL["contextWindow"]
+    # 024 ends with messages after its compaction, with usage: a number, not null.
+    assert isinstance(usage["tokens"], (int, float)) and usage["tokens"] > 0
+    assert usage["percent"] == pytest.approx(usage["tokens"] / MODEL["contextWindow"] * 100)
+
+    preview = c.preview_compaction(sid, "full")
+    assert "nothingToCompact" not in preview, preview
+    assert preview["hasPreviousSummary"] is True
+    assert preview["previousSummary"]
+    assert preview["messagesToSummarize"]["count"] > 0
+    assert len(before) == len(lines(path)), "preview writes nothing"
+
+    assert c.subscribe(sid) == {"subscribed": True}
+    result = c.compact(sid)
+    kinds = [
+        (k, m.get("method") or m.get("id"))
+        for k, m in c.received
+        if k == "notification" or (k == "response" and isinstance(m.get("result"), dict) and "summary" in m["result"])
+    ]
+    assert [m for _, m in kinds][-3:-1] == ["compaction_start", "compaction_end"], kinds
+    assert kinds[-1][0] == "response", "compaction_end arrives before the compact reply"
+    start, end = c.notifications("compaction_start")[-1], c.notifications("compaction_end")[-1]
+    assert start == {"sessionId": sid, "reason": "manual"}
+    assert end["aborted"] is False and end["willRetry"] is False and end["result"] == result
+    assert "## Goal" in result["summary"]
+    assert result["firstKeptEntryId"] == preview["firstKeptEntryId"]
+    assert result["details"]["summarizer"] == "extractive"
+
+    after = lines(path)
+    assert len(after) == len(before) + 1 and after[: len(before)] == before
+    assert after[-1]["type"] == "compaction" and after[-1]["summary"] == result["summary"]
+    # Right after a compaction Pi does not know the context size.
+    assert c.get_context_usage(sid)["tokens"] is None
+    assert c.preview_compaction(sid) == {"nothingToCompact": "Already compacted"}
+
+
+def test_socket_ndjson_two_clients_one_session(server, tmp_path):
+    agent, watcher = server(), server()
+    path = session_copy(tmp_path, "005-medium-basic")
+    a = open_small_keep(agent, path)
+    w = watcher.open_session(path)
+    assert w["sessionId"] == a["sessionId"], "one file, one sessionId"
+    sid = a["sessionId"]
+    watcher.subscribe(sid)
+    assert agent.raw_headers == [], "NDJSON replies carry no headers"
+
+    appended = agent.append_message(sid, {"role": "user", "content": "and one more thing"})
+    assert appended["leafId"] == appended["entryId"]
+    result = agent.compact(sid)
+    assert "## Goal" in result["summary"]
+
+    end = watcher.wait_for(lambda k, m: k == "notification" and m["method"] == "compaction_end", 10)
+    starts = watcher.notifications("compaction_start")
+    assert starts == [{"sessionId": sid, "reason": "manual"}]
+    assert end["params"]["result"] == result and end["params"]["aborted"] is False
+    assert agent.notifications("compaction_start") == [], "the compacting client did not subscribe"
+    assert [e["type"] for e in lines(path)].count("compaction") == 1
+    # The watcher sees the new state of the shared session.
+    ctx = watcher.get_context(sid)
+    assert ctx["messages"][0]["role"] == "compactionSummary"
+    assert ctx["leafId"] == lines(path)[-1]["id"]
+
+    # Closing the agent's hold keeps the session for the watcher.
+    agent.close_session(sid)
+    assert [s["sessionId"] for s in watcher.list_sessions()] == [sid]
+
+
+def _error_after(client, count, timeout=10):
+    deadline = time.time() + timeout
+    while len(client.orphan_errors) <= count:
+        assert time.time() < deadline, "no error reply"
+        time.sleep(0.01)
+    return client.orphan_errors[count]
+
+
+def test_malformed_and_oversized_frames_keep_the_connection(stdio, tmp_path):
+    c = stdio("--max-frame", "1000")
+    assert c.initialize()["serverName"] == "compactd"
+
+    # Malformed JSON in a well-formed frame: -32700 with id null.
+    c.send_raw(b'Content-Length: 17\r\n\r\n{"jsonrpc": "2.0"')
+    err = _error_after(c, 0)
+    assert err["id"] is None and err["error"]["code"] == -32700
+    assert c.request("listSessions") == []
+
+    # A frame over --max-frame: -32600, id null, body skipped.
+    big = json.dumps(
+        {"jsonrpc": "2.0", "id": 99, "method": "initialize", "params": {"clientName": "x" * 2000}}
+    ).encode()
+    c.send_raw(b"Content-Length: %d\r\n\r\n" % len(big) + big)
+    err = _error_after(c, 1)
+    assert err["id"] is None and err["error"]["code"] == -32600
+    assert "exceeds" in err["error"]["message"]
+    assert c.initialize()["serverName"] == "compactd"
+
+    # Not a request object: -32600 with its id; unknown method: -32601; wrong types: -32602.
+    c.send_message({"jsonrpc": "1.0", "id": 7, "method": "listSessions"})
+    err = _error_after(c, 2)
+    assert err["id"] == 7 and err["error"]["code"] == -32600
+    with pytest.raises(RpcError) as e:
+        c.request("noSuchMethod", {})
+    assert e.value.code == -32601
+    with pytest.raises(RpcError) as e:
+        c.request("openSession", {"path": 42})
+    assert e.value.code == -32602
+    with pytest.raises(RpcError) as e:
+        c.get_context_usage("nope")
+    assert e.value.code == -32001 and e.value.data == {"kind": "unknown_session"}
+
+    # A batch still works after all that.
+    batch_body = json.dumps(
+        [{"jsonrpc": "2.0", "id": f"b{i}", "method": "listSessions"} for i in (1, 2)]
+    ).encode()
+    c.send_raw(b"Content-Length: %d\r\n\r\n" % len(batch_body) + batch_body)
+    batch = c.wait_for(lambda k, m: m.get("id") == "b2", 10)
+    assert batch["result"] == []
+
+    # The connection is still usable for real work.
+    info = c.open_session(session_copy(tmp_path, "005-medium-basic"))
+    assert info["entryCount"] > 0
+    # Content-Length counts UTF-8 bytes, both ways.
+    text = "h\u00e9llo \u2014 \u65e5\u672c\u8a9e \U0001f680"
+    c.append_message(info["sessionId"], {"role": "user", "content": text, "timestamp": 1})
+    last = c.get_context(info["sessionId"])["messages"][-1]
+    assert last == {"role": "user", "content": text, "timestamp": 1}
+
+
+def test_socket_ndjson_malformed_line_keeps_the_connection(server):
+    c = server()
+    c.send_raw(b"{not json\n")
+    err = _error_after(c, 0)
+    assert err["id"] is None and err["error"]["code"] == -32700
+    assert c.request("listSessions") == []
+
+
+def test_hook_that_never_answers_times_out_and_compaction_proceeds(stdio, tmp_path):
+    c = stdio()
+    path = session_copy(tmp_path, "005-medium-basic")
+    info = open_small_keep(c, path)
+    sid = info["sessionId"]
+    asked = threading.Event()
+
+    def silent(params):
+        assert params["sessionId"] == sid and params["reason"] == "manual"
+        asked.set()
+        return NO_REPLY
+
+    assert c.on_before_compact(silent, session_id=sid, timeout_ms=500) == {"registered": True}
+    t0 = time.monotonic()
+    result = c.compact(sid, timeout=30)
+    elapsed = time.monotonic() - t0
+    assert asked.is_set()
+    assert elapsed >= 0.45, f"compact returned after {elapsed:.3f}s, before the hook timeout"
+    assert "## Goal" in result["summary"]
+    entry = lines(path)[-1]
+    assert entry["type"] == "compaction" and entry["fromHook"] is False
+
+    # The daemon withdrew its request.
+    hook_req = next(m for k, m in c.received if k == "request" and m["method"] == "session_before_compact")
+    cancel = c.wait_for(lambda k, m: k == "notification" and m["method"] == "$/cancelRequest", 5)
+    assert cancel["params"] == {"id": hook_req["id"]}
+
+
+def test_socket_writes_refused_while_compacting_and_abort_from_another_client(server, tmp_path):
+    agent, other = server(), server()
+    path = session_copy(tmp_path, "005-medium-basic")
+    size = os.path.getsize(path)
+    sid = open_small_keep(agent, path)["sessionId"]
+    assert other.open_session(path)["sessionId"] == sid
+    other.subscribe(sid)
+    release = threading.Event()
+    asked = threading.Event()
+
+    def slow_hook(params):
+        asked.set()
+        release.wait(10)
+        return None
+
+    agent.on_before_compact(slow_hook, session_id=sid, timeout_ms=10000)
+    try:
+        pending = agent.request_async("compact", {"sessionId": sid})
+        assert asked.wait(10), "hook not asked"
+        assert [s["isCompacting"] for s in other.list_sessions()] == [True]
+        with pytest.raises(RpcError) as e:
+            other.append_message(sid, {"role": "user", "content": "too early"})
+        assert e.value.code == -32020 and e.value.data == {"kind": "compacting"}
+        assert e.value.message.startswith("Cannot submit a prompt while compaction is in progress.")
+        assert other.abort_compaction(sid) == {"aborted": True}
+        with pytest.raises(RpcError) as e:
+            pending.result(10)
+        assert e.value.code == -32012 and e.value.message == "Compaction cancelled"
+    finally:
+        release.set()
+    end = other.wait_for(lambda k, m: k == "notification" and m["method"] == "compaction_end", 10)["params"]
+    assert end["aborted"] is True and "result" not in end
+    assert os.path.getsize(path) == size, "an aborted compaction writes nothing"
+    assert other.abort_compaction(sid) == {"aborted": False}
+    # Writable again.
+    assert other.append_message(sid, {"role": "user", "content": "now"})["entryId"]

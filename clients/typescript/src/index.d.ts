@@ -1,0 +1,249 @@
+// Types for compactd-client (protocol.md §3). The implementation is plain ESM in index.js.
+
+import type { ChildProcess } from 'node:child_process';
+import type { Socket } from 'node:net';
+import type { CancellationToken, MessageConnection, ResponseError } from 'vscode-jsonrpc';
+
+export { ResponseError };
+
+export declare const ErrorCodes: Readonly<{
+  ParseError: -32700;
+  InvalidRequest: -32600;
+  MethodNotFound: -32601;
+  InvalidParams: -32602;
+  InternalError: -32603;
+  UnknownSession: -32001;
+  NotFound: -32002;
+  InvalidSessionFile: -32003;
+  Locked: -32004;
+  NothingToCompact: -32010;
+  AlreadyCompacted: -32011;
+  Cancelled: -32012;
+  SummarizationFailed: -32013;
+  NoModel: -32014;
+  Auth: -32015;
+  Compacting: -32020;
+  LeafMoved: -32021;
+  EntryNotFound: -32022;
+  Io: -32030;
+}>;
+
+export type EventName =
+  | 'compaction_start'
+  | 'compaction_end'
+  | 'summarization_retry_scheduled'
+  | 'summarization_retry_attempt_start'
+  | 'summarization_retry_finished'
+  | 'subscription_dropped';
+export type HookName =
+  | 'session_before_compact'
+  | 'session_compact'
+  | 'session_compact_failed'
+  | 'session_before_tree';
+export declare const EVENTS: readonly EventName[];
+export declare const HOOKS: readonly HookName[];
+
+export interface Model {
+  provider: string;
+  id: string;
+  contextWindow: number;
+  maxTokens: number;
+  reasoning?: boolean;
+}
+
+export interface SessionInfo {
+  sessionId: string;
+  path: string;
+  headerId: string;
+  cwd?: string | null;
+  leafId: string | null;
+  entryCount: number;
+  persisted: boolean;
+  model?: Model | null;
+  thinkingLevel: string;
+  isCompacting: boolean;
+}
+
+export interface AppendResult {
+  entryId: string;
+  leafId: string;
+}
+
+export interface ContextUsage {
+  tokens: number | null;
+  contextWindow: number;
+  percent: number | null;
+}
+
+export interface CompactionSettingsPatch {
+  enabled?: boolean;
+  reserveTokens?: number;
+  keepRecentTokens?: number;
+}
+
+export interface CompactionResult {
+  summary: string;
+  firstKeptEntryId: string;
+  tokensBefore: number;
+  estimatedTokensAfter?: number;
+  usage?: unknown;
+  details?: any;
+}
+
+export interface CompactionPreview {
+  firstKeptEntryId?: string;
+  isSplitTurn?: boolean;
+  tokensBefore?: number;
+  hasPreviousSummary?: boolean;
+  messagesToSummarize?: { count: number; estimatedTokens: number };
+  turnPrefixMessages?: { count: number; estimatedTokens: number };
+  keptMessages?: { count: number; estimatedTokens: number };
+  fileLists?: { readFiles: string[]; modifiedFiles: string[] };
+  nothingToCompact?: 'Already compacted' | 'Nothing to compact (session too small)';
+  [key: string]: unknown;
+}
+
+export interface CheckOutcome {
+  action: 'none' | 'compacted' | 'failed' | 'aborted';
+  reason?: 'threshold' | 'overflow';
+  willRetry: boolean;
+  contextChanged: boolean;
+  result?: CompactionResult;
+  errorMessage?: string;
+}
+
+export interface CompactionStartEvent {
+  sessionId: string;
+  reason: 'manual' | 'threshold' | 'overflow';
+}
+
+export interface CompactionEndEvent {
+  sessionId: string;
+  reason: 'manual' | 'threshold' | 'overflow';
+  result?: CompactionResult;
+  aborted: boolean;
+  willRetry: boolean;
+  errorMessage?: string;
+}
+
+export interface BeforeCompactParams {
+  sessionId: string;
+  preparation: {
+    firstKeptEntryId: string;
+    messagesToSummarize: unknown[];
+    turnPrefixMessages: unknown[];
+    isSplitTurn: boolean;
+    tokensBefore: number;
+    previousSummary?: string;
+    fileOps: unknown;
+    settings: unknown;
+    [key: string]: unknown;
+  };
+  branchEntries: any[];
+  customInstructions?: string;
+  reason: string;
+  willRetry: boolean;
+}
+
+export type BeforeCompactReply =
+  | null
+  | undefined
+  | { cancel: true }
+  | {
+      compaction: {
+        summary: string;
+        firstKeptEntryId: string;
+        tokensBefore: number;
+        details?: unknown;
+        usage?: unknown;
+      };
+    };
+
+export type HookHandler<P, R> = (params: P, token: CancellationToken) => R | Promise<R>;
+
+export interface SpawnOptions {
+  bin?: string;
+  args?: string[];
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  stderr?: 'inherit' | 'ignore' | 'pipe';
+}
+
+export declare class CompactdClient {
+  constructor(connection: MessageConnection, options?: { onClose?: () => void | Promise<void> });
+  readonly connection: MessageConnection;
+  /** Set by `spawnStdio`. */
+  process?: ChildProcess;
+  exited?: Promise<number | null>;
+  /** Set by `connectSocket`. */
+  socket?: Socket;
+
+  static spawnStdio(options?: SpawnOptions): CompactdClient;
+  static connectSocket(socketPath: string): Promise<CompactdClient>;
+
+  request<T = any>(method: string, params?: object): Promise<T>;
+  notify(method: string, params?: object): Promise<void>;
+
+  initialize(params?: { clientName?: string; capabilities?: object }): Promise<any>;
+  openSession(params: {
+    path: string;
+    create?: boolean;
+    cwd?: string;
+    model?: Model;
+    thinkingLevel?: string;
+  }): Promise<SessionInfo>;
+  createSession(params: {
+    cwd: string;
+    sessionDir?: string;
+    model?: Model;
+    thinkingLevel?: string;
+  }): Promise<SessionInfo>;
+  closeSession(sessionId: string): Promise<{ closed: boolean }>;
+  listSessions(): Promise<SessionInfo[]>;
+
+  appendMessage(sessionId: string, message: object, options?: { expectedLeafId?: string }): Promise<AppendResult>;
+  appendEntry(sessionId: string, entry: object, options?: { expectedLeafId?: string }): Promise<AppendResult>;
+  setModel(sessionId: string, model: Model): Promise<AppendResult>;
+  navigateTree(
+    sessionId: string,
+    targetId: string,
+    options?: { summarize?: boolean; customInstructions?: string; replaceInstructions?: boolean; label?: string },
+  ): Promise<any>;
+  getBranch(sessionId: string): Promise<any[]>;
+  getContext(sessionId: string, format?: 'agent' | 'llm'): Promise<{ messages: any[]; leafId: string | null }>;
+
+  getContextUsage(sessionId: string): Promise<ContextUsage | null>;
+  shouldCompact(params: {
+    sessionId?: string;
+    contextTokens?: number;
+    contextWindow?: number;
+    settings?: CompactionSettingsPatch;
+  }): Promise<any>;
+  previewCompaction(sessionId: string, detail?: 'summary' | 'full'): Promise<CompactionPreview>;
+  compact(sessionId: string, options?: { customInstructions?: string }): Promise<CompactionResult>;
+  checkCompaction(sessionId: string, phase: 'prePrompt' | 'midRun' | 'postRun'): Promise<CheckOutcome>;
+  abortCompaction(sessionId: string): Promise<{ aborted: boolean }>;
+  getSettings(sessionId: string): Promise<any>;
+  setSettingsOverrides(params: { sessionId?: string; compaction?: CompactionSettingsPatch | null }): Promise<{ ok: true }>;
+
+  subscribe(params?: { sessionId?: string; events?: EventName[] }): Promise<{ subscribed: true }>;
+  unsubscribe(): Promise<{ unsubscribed: true }>;
+  on(name: 'compaction_start', cb: (e: CompactionStartEvent) => void): () => void;
+  on(name: 'compaction_end', cb: (e: CompactionEndEvent) => void): () => void;
+  on(name: EventName | 'session_compact' | 'session_compact_failed' | 'close', cb: (e: any) => void): () => void;
+  onCompactionStart(cb: (e: CompactionStartEvent) => void): () => void;
+  onCompactionEnd(cb: (e: CompactionEndEvent) => void): () => void;
+  waitFor<T = any>(name: string, predicate?: (params: T) => boolean, timeoutMs?: number): Promise<T>;
+
+  registerHooks(params: { sessionId?: string; hooks: HookName[]; timeoutMs?: number }): Promise<{ registered: true }>;
+  addHook(hook: HookName, handler: HookHandler<any, any>, options?: { sessionId?: string; timeoutMs?: number }): Promise<() => void>;
+  onBeforeCompact(
+    handler: HookHandler<BeforeCompactParams, BeforeCompactReply>,
+    options?: { sessionId?: string; timeoutMs?: number },
+  ): Promise<() => void>;
+  onBeforeTree(handler: HookHandler<any, any>, options?: { sessionId?: string; timeoutMs?: number }): Promise<() => void>;
+
+  close(): Promise<void>;
+}
+
+export declare function isRpcError(e: unknown, code?: number): e is ResponseError<any>;
