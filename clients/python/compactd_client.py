@@ -215,7 +215,7 @@ class Client:
         return client
 
     @classmethod
-    def connect_socket(cls, path: str, framing: str = "ndjson", timeout: float = 10.0) -> "Client":
+    def connect_socket(cls, path: str, framing: str = "ndjson", timeout: float = 60.0) -> "Client":
         """Connects to ``compactd serve --socket PATH``."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)

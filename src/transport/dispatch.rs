@@ -25,6 +25,14 @@ fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Result<T, ErrorObjectOwned
         return serde_json::from_value(Value::Object(Default::default()))
             .map_err(|e| to_object(RpcError::invalid_params(format!("missing params: {e}"))));
     }
+    if params
+        .as_str()
+        .is_some_and(|p| p.trim_start().starts_with('['))
+    {
+        return Err(to_object(RpcError::invalid_params(
+            "Invalid params: params must be one JSON object",
+        )));
+    }
     params.parse::<T>().map_err(|e| {
         let detail = e
             .data()

@@ -226,7 +226,7 @@ describe('compactd-client', { skip: missing }, () => {
       assert.deepEqual(entry.details, { by: 'test' });
 
       // session_compact is a notification sent after the entry is written.
-      const deadline = Date.now() + 5000;
+      const deadline = Date.now() + 30000;
       while (compactedNotices.length === 0 && Date.now() < deadline) {
         await new Promise((r) => setTimeout(r, 20));
       }
@@ -258,7 +258,7 @@ describe('compactd-client', { skip: missing }, () => {
     before(async () => {
       sock = path.join(tmp, 'run', 'test.sock');
       daemon = spawn(BIN, ['serve', '--socket', sock], { env, stdio: ['ignore', 'ignore', 'ignore'] });
-      const deadline = Date.now() + 10000;
+      const deadline = Date.now() + 60000;
       while (!fs.existsSync(sock)) {
         if (Date.now() > deadline || daemon.exitCode !== null) throw new Error('daemon did not start');
         await new Promise((r) => setTimeout(r, 25));
