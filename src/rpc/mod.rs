@@ -2,6 +2,7 @@
 //! handlers live in `crate::daemon`, and `crate::transport::dispatch` maps names to them.
 
 pub mod errors;
+pub mod openrpc;
 pub mod types;
 
 pub use errors::{ErrorKind, RpcError};
