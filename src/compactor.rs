@@ -24,7 +24,7 @@ use crate::store;
 use crate::summarizer::extractive::{summarize_history, summarize_turn_prefix, ExtractiveInput};
 use crate::summarizer::redact::RedactionConfig;
 use crate::summarizer::{
-    retry_call, AssistantReply, LlmClient, LlmRequest, ModelSpec, RetryEvent, RetrySettings, Usage,
+    retry_call, AssistantReply, LlmClient, LlmRequest, ModelSpec, RetryEvent, RetrySettings,
 };
 
 /// Receives the summarization retry events of the calls made inside its scope (the daemon turns
@@ -205,72 +205,51 @@ async fn generate_llm(
             custom_instructions,
         )
     };
-    let mut usage: Option<Usage> = None;
-    let summary = if prep.is_split_turn && !prep.turn_prefix_messages.is_empty() {
+    // One summarization call: send, notice an abort, apply Pi's response checks.
+    let call = |kind: CallKind, prompt: String, max_tokens: u64| async move {
+        let reply = call_llm(
+            client,
+            model,
+            retry,
+            redaction,
+            prompt,
+            max_tokens,
+            thinking_level,
+            cancel,
+        )
+        .await;
+        if cancel.is_cancelled() {
+            return Err(CompactError::Cancelled);
+        }
+        let text = check_reply(kind, &reply).map_err(CompactError::Summarization)?;
+        Ok((text, reply.usage))
+    };
+    let (summary, usage) = if prep.is_split_turn && !prep.turn_prefix_messages.is_empty() {
         let history = if prep.messages_to_summarize.is_empty() {
             None
         } else {
-            let reply = call_llm(
-                client,
-                model,
-                retry,
-                redaction,
-                history_text(()),
-                history_max,
-                thinking_level,
-                cancel,
-            )
-            .await;
-            if cancel.is_cancelled() {
-                return Err(CompactError::Cancelled);
-            }
-            let text =
-                check_reply(CallKind::History, &reply).map_err(CompactError::Summarization)?;
-            usage = Some(reply.usage);
-            Some(text)
+            Some(call(CallKind::History, history_text(()), history_max).await?)
         };
         let conversation =
             serialize_conversation(&convert_to_llm(&messages_of(&prep.turn_prefix_messages)));
-        let reply = call_llm(
-            client,
-            model,
-            retry,
-            redaction,
+        let (prefix, prefix_usage) = call(
+            CallKind::TurnPrefix,
             turn_prefix_prompt_text(&conversation),
             prefix_max,
-            thinking_level,
-            cancel,
         )
-        .await;
-        if cancel.is_cancelled() {
-            return Err(CompactError::Cancelled);
-        }
-        let prefix =
-            check_reply(CallKind::TurnPrefix, &reply).map_err(CompactError::Summarization)?;
-        usage = Some(match usage {
-            Some(h) => h.combine(&reply.usage),
-            None => reply.usage,
-        });
-        join_split_turn(history.as_deref(), &prefix)
+        .await?;
+        let usage = match &history {
+            Some((_, h)) => h.combine(&prefix_usage),
+            None => prefix_usage,
+        };
+        (
+            join_split_turn(history.as_ref().map(|(t, _)| t.as_str()), &prefix),
+            usage,
+        )
     } else {
-        let reply = call_llm(
-            client,
-            model,
-            retry,
-            redaction,
-            history_text(()),
-            history_max,
-            thinking_level,
-            cancel,
-        )
-        .await;
-        if cancel.is_cancelled() {
-            return Err(CompactError::Cancelled);
-        }
-        let text = check_reply(CallKind::History, &reply).map_err(CompactError::Summarization)?;
-        usage = Some(reply.usage);
-        text
+        call(CallKind::History, history_text(()), history_max).await?
     };
+    let usage = Some(usage);
     let (read_files, modified_files) = prep.file_ops.file_lists();
     Ok(CompactionOutcome {
         summary: with_file_lists(summary, &read_files, &modified_files),

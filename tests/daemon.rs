@@ -132,7 +132,9 @@ fn stdio_ndjson_open_append_usage_preview_compact_with_ordered_events() {
         json!({"sessionId": sid, "detail": "full"}),
     );
     assert!(
-        preview["messagesToSummarize"]["count"].as_u64().unwrap() > 0,
+        preview["summarize"]["count"].as_u64().unwrap() > 0
+            && preview["messagesToSummarize"].as_array().map(Vec::len)
+                == preview["summarize"]["count"].as_u64().map(|n| n as usize),
         "{preview}"
     );
     c.ok("subscribe", json!({"sessionId": sid}));

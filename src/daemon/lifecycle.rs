@@ -510,10 +510,8 @@ async fn run_auto(
     reason: &'static str,
     will_retry: bool,
 ) -> CheckOutcome {
-    let mut out = CheckOutcome {
-        reason: Some(reason),
-        ..CheckOutcome::none()
-    };
+    // `reason` is reported only for outcomes of a compaction that started.
+    let mut out = CheckOutcome::none();
     if session.state.lock().model.is_none() {
         return out;
     }
@@ -524,6 +522,7 @@ async fn run_auto(
     let Ok(prep) = prepare(&snap) else {
         return out;
     };
+    out.reason = Some(reason);
     let cancel = start_running(session);
     daemon.emit(
         &session.id,

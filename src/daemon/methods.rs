@@ -12,10 +12,8 @@ use super::session::{message_entry, simple_entry, SessionState};
 use super::settings::{agent_dir, effective, EffectiveSettings};
 use super::{canonical_path, lifecycle, Daemon, Session};
 use crate::compaction::prepare::prepare_compaction;
-use crate::compaction::serialize::serialize_conversation;
 use crate::compaction::summary::number;
 use crate::compaction::tokens::{should_compact, CompactionSettings};
-use crate::context::convert_to_llm;
 use crate::report::estimate_json;
 use crate::rpc::errors::{ErrorKind, RpcError, COMPACTING_MESSAGE};
 use crate::rpc::types::*;
@@ -564,9 +562,9 @@ pub fn preview_compaction(ctx: &Ctx, p: PreviewCompactionParams) -> Result<Value
         "isSplitTurn": prep.is_split_turn,
         "tokensBefore": number(prep.tokens_before),
         "hasPreviousSummary": prep.previous_summary.is_some(),
-        "messagesToSummarize": {"count": prep.messages_to_summarize.len(), "estimatedTokens": sum_tokens(&prep.messages_to_summarize)},
-        "turnPrefixMessages": {"count": prep.turn_prefix_messages.len(), "estimatedTokens": sum_tokens(&prep.turn_prefix_messages)},
-        "keptMessages": {"count": kept.len(), "estimatedTokens": kept.iter().map(|e| e.tokens).sum::<u64>()},
+        "summarize": {"count": prep.messages_to_summarize.len(), "estimatedTokens": sum_tokens(&prep.messages_to_summarize)},
+        "turnPrefix": {"count": prep.turn_prefix_messages.len(), "estimatedTokens": sum_tokens(&prep.turn_prefix_messages)},
+        "kept": {"count": kept.len(), "estimatedTokens": kept.iter().map(|e| e.tokens).sum::<u64>()},
         "fileLists": {"readFiles": read_files, "modifiedFiles": modified_files},
         "settings": settings.to_json(),
     });
@@ -582,20 +580,16 @@ pub fn preview_compaction(ctx: &Ctx, p: PreviewCompactionParams) -> Result<Value
         if let Some(o) = out.as_object_mut() {
             o.insert("previousSummary".into(), json!(prep.previous_summary));
             o.insert(
-                "messagesToSummarizeIds".into(),
+                "messagesToSummarize".into(),
                 ids(&prep.messages_to_summarize),
             );
-            o.insert(
-                "turnPrefixMessageIds".into(),
-                ids(&prep.turn_prefix_messages),
-            );
+            o.insert("turnPrefixMessages".into(), ids(&prep.turn_prefix_messages));
             o.insert(
                 "serialized".into(),
                 json!({"messagesToSummarize": history, "turnPrefixMessages": prefix}),
             );
         }
     }
-    let _ = (serialize_conversation, convert_to_llm);
     Ok(out)
 }
 
@@ -646,7 +640,27 @@ pub fn set_settings_overrides(ctx: &Ctx, p: SetSettingsOverridesParams) -> Resul
     Ok(json!({ "ok": true }))
 }
 
+/// Event names a connection can subscribe to.
+pub const EVENTS: [&str; 5] = [
+    "compaction_start",
+    "compaction_end",
+    "summarization_retry_scheduled",
+    "summarization_retry_attempt_start",
+    "summarization_retry_finished",
+];
+
 pub fn subscribe(ctx: &Ctx, p: SubscribeParams) -> Result<Value, RpcError> {
+    if let Some(bad) = p
+        .events
+        .iter()
+        .flatten()
+        .find(|e| !EVENTS.contains(&e.as_str()))
+    {
+        return Err(RpcError::invalid_params(format!(
+            "unknown event {bad:?} (known: {})",
+            EVENTS.join(", ")
+        )));
+    }
     if let Some(id) = &p.session_id {
         ctx.daemon.session(id)?;
     }

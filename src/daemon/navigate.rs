@@ -180,6 +180,9 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
     if session.is_compacting() {
         return Err(RpcError::new(ErrorKind::Compacting, COMPACTING_MESSAGE));
     }
+    // Hold the compaction slot for the whole navigation, and plan only once holding it, so a
+    // compaction cannot slip in between the plan and the write.
+    let _slot = session.slot.lock().await;
     let plan = {
         let state = session.state.lock();
         let target = match &p.target_id {
@@ -222,7 +225,6 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
     let mut label = p.label.clone();
     let mut hook_summary: Option<(String, Value, Option<Usage>)> = None;
     let mut from_hook = false;
-    let _slot = session.slot.lock().await;
     let cancel = CancellationToken::new();
     *session.running.lock() = Some(cancel.clone());
     let outcome = async {

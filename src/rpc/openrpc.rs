@@ -262,9 +262,9 @@ fn manual_components() -> Vec<(&'static str, Value)> {
                     "isSplitTurn": {"type": "boolean"},
                     "tokensBefore": {"type": "number"},
                     "hasPreviousSummary": {"type": "boolean"},
-                    "messagesToSummarize": r("MessageStats"),
-                    "turnPrefixMessages": r("MessageStats"),
-                    "keptMessages": r("MessageStats"),
+                    "summarize": r("MessageStats"),
+                    "turnPrefix": r("MessageStats"),
+                    "kept": r("MessageStats"),
                     "fileLists": {
                         "type": "object",
                         "properties": {"readFiles": string_list, "modifiedFiles": string_list},
@@ -272,8 +272,8 @@ fn manual_components() -> Vec<(&'static str, Value)> {
                     },
                     "settings": r("CompactionSettings"),
                     "previousSummary": {"type": ["string", "null"], "description": "detail \"full\" only."},
-                    "messagesToSummarizeIds": {"type": "array", "items": r("MessageRef"), "description": "detail \"full\" only."},
-                    "turnPrefixMessageIds": {"type": "array", "items": r("MessageRef"), "description": "detail \"full\" only."},
+                    "messagesToSummarize": {"type": "array", "items": r("MessageRef"), "description": "detail \"full\" only."},
+                    "turnPrefixMessages": {"type": "array", "items": r("MessageRef"), "description": "detail \"full\" only."},
                     "serialized": {
                         "description": "detail \"full\" only: the serialized summarizer input (`<conversation>` text) of each part; null when the part is empty.",
                         "type": "object",
@@ -284,7 +284,7 @@ fn manual_components() -> Vec<(&'static str, Value)> {
                         "required": ["messagesToSummarize", "turnPrefixMessages"]
                     }
                 },
-                "required": ["firstKeptEntryId", "isSplitTurn", "tokensBefore", "hasPreviousSummary", "messagesToSummarize", "turnPrefixMessages", "keptMessages", "fileLists", "settings"]
+                "required": ["firstKeptEntryId", "isSplitTurn", "tokensBefore", "hasPreviousSummary", "summarize", "turnPrefix", "kept", "fileLists", "settings"]
             }),
         ),
         (

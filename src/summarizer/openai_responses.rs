@@ -117,19 +117,7 @@ impl OpenAiResponsesClient {
         cancel: &CancellationToken,
     ) -> Result<AssistantReply, Failure> {
         let body = self.build_body(request);
-        let url = transport::join_url(&self.model.base_url, "/responses");
-        let mut builder = self
-            .http
-            .post(url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json");
-        if let Some(key) = self.model.api_key.as_deref().filter(|k| !k.is_empty()) {
-            builder = builder.header("authorization", format!("Bearer {key}"));
-        }
-        for (name, value) in &self.model.headers {
-            builder = builder.header(name.as_str(), value.as_str());
-        }
-        let builder = builder.body(crate::json::stringify(&body));
+        let builder = transport::openai_style_post(&self.http, &self.model, "/responses", &body);
         let mut events = transport::open_sse(builder, cancel, self.idle_timeout).await?;
 
         let mut state = StreamState::default();

@@ -162,6 +162,27 @@ pub fn format_http_error(status: u16, body: &str) -> String {
 }
 
 /// `base` joined with `path` without doubling the slash users often leave on base URLs.
+/// A JSON POST to an OpenAI-style endpoint: bearer auth when a key is set, the model's extra
+/// headers, and the body serialized as `JSON.stringify` would.
+pub(crate) fn openai_style_post(
+    http: &reqwest::Client,
+    model: &super::types::ModelSpec,
+    path: &str,
+    body: &Value,
+) -> reqwest::RequestBuilder {
+    let mut builder = http
+        .post(join_url(&model.base_url, path))
+        .header("content-type", "application/json")
+        .header("accept", "application/json");
+    if let Some(key) = model.api_key.as_deref().filter(|k| !k.is_empty()) {
+        builder = builder.header("authorization", format!("Bearer {key}"));
+    }
+    for (name, value) in &model.headers {
+        builder = builder.header(name.as_str(), value.as_str());
+    }
+    builder.body(crate::json::stringify(body))
+}
+
 pub(crate) fn join_url(base: &str, path: &str) -> String {
     format!("{}{}", base.trim_end_matches('/'), path)
 }

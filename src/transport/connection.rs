@@ -85,7 +85,8 @@ async fn handle_one(dispatcher: &Dispatcher, conn: &Connection, msg: Value) -> O
     }
     let id = req.get("id").cloned().unwrap_or(Value::Null);
     let text = crate::json::stringify(&req);
-    let response = dispatcher.call(&text, &id).await;
+    let method = req.get("method").and_then(Value::as_str).unwrap_or("");
+    let response = dispatcher.call(method, &text, &id).await;
     (!notification).then_some(response)
 }
 

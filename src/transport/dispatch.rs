@@ -114,7 +114,16 @@ impl Dispatcher {
 
     /// Runs one validated request (an object with `jsonrpc`, `method`, `id`) and returns the
     /// response text. A request jsonrpsee cannot decode is answered with -32600.
-    pub async fn call(&self, request: &str, id: &Value) -> String {
+    pub async fn call(&self, method: &str, request: &str, id: &Value) -> String {
+        if self.module.method(method).is_none() {
+            let e = RpcError::new(
+                crate::rpc::ErrorKind::MethodNotFound,
+                format!("Method not found: {method}"),
+            );
+            return crate::json::stringify(
+                &serde_json::json!({"jsonrpc": "2.0", "id": id, "error": e.to_json()}),
+            );
+        }
         match self.module.raw_json_request(request, 1).await {
             Ok((response, _)) => response.get().to_owned(),
             Err(e) => crate::json::stringify(&serde_json::json!({

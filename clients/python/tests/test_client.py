@@ -127,7 +127,7 @@ def test_stdio_content_length_open_usage_preview_compact_events(stdio, tmp_path)
     assert "nothingToCompact" not in preview, preview
     assert preview["hasPreviousSummary"] is True
     assert preview["previousSummary"]
-    assert preview["messagesToSummarize"]["count"] > 0
+    assert preview["summarize"]["count"] > 0 and len(preview["messagesToSummarize"]) == preview["summarize"]["count"]
     assert len(before) == len(lines(path)), "preview writes nothing"
 
     assert c.subscribe(sid) == {"subscribed": True}

@@ -95,9 +95,14 @@ export interface CompactionPreview {
   isSplitTurn?: boolean;
   tokensBefore?: number;
   hasPreviousSummary?: boolean;
-  messagesToSummarize?: { count: number; estimatedTokens: number };
-  turnPrefixMessages?: { count: number; estimatedTokens: number };
-  keptMessages?: { count: number; estimatedTokens: number };
+  summarize?: { count: number; estimatedTokens: number };
+  turnPrefix?: { count: number; estimatedTokens: number };
+  kept?: { count: number; estimatedTokens: number };
+  /** detail "full" only */
+  messagesToSummarize?: { entryId: string; role: string }[];
+  turnPrefixMessages?: { entryId: string; role: string }[];
+  previousSummary?: string | null;
+  serialized?: { messagesToSummarize: string; turnPrefixMessages: string | null };
   fileLists?: { readFiles: string[]; modifiedFiles: string[] };
   nothingToCompact?: 'Already compacted' | 'Nothing to compact (session too small)';
   [key: string]: unknown;
