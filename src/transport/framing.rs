@@ -225,7 +225,7 @@ mod tests {
             f,
             vec![
                 Frame::Message(b"{\"a\":1}".to_vec()),
-                Frame::Oversized(19),
+                Frame::Oversized(20),
                 Frame::Message(b"[1]".to_vec())
             ]
         );
