@@ -41,28 +41,100 @@ pub enum ReadOutcome {
     Session(ParsedSession),
 }
 
-/// Parses a session file's bytes as Pi's `loadEntriesFromFile` + `_loadEntries` do.
-pub fn read_session(bytes: &[u8]) -> ReadOutcome {
-    let mut values: Vec<Value> = Vec::new();
-    let mut skipped = 0usize;
-    let mut pieces = bytes.split(|&b| b == b'\n').peekable();
-    let mut last_piece_nonempty = false;
-    while let Some(piece) = pieces.next() {
-        let is_last = pieces.peek().is_none();
-        let text = String::from_utf8_lossy(piece);
-        if is_last {
-            // Pi repairs a trailing piece that is not blank ("pending" in its reader).
-            last_piece_nonempty = !text.is_empty();
+/// Parses one line (`None` for blank lines, `Some(Err)` for malformed ones).
+fn parse_piece(piece: &[u8]) -> Option<Result<Value, ()>> {
+    // Fast path: valid UTF-8 JSON parses straight from the bytes (one validation pass). Anything
+    // else takes Pi's path: decode with replacement characters, trim, then parse.
+    if let Ok(v) = serde_json::from_slice::<Value>(piece) {
+        return Some(Ok(v));
+    }
+    let text = String::from_utf8_lossy(piece);
+    if text.trim().is_empty() {
+        return None;
+    }
+    Some(parse_line(&text).map_err(|_| ()))
+}
+
+/// Maps `f` over `items` on up to `available_parallelism` threads, keeping order; `None` results
+/// are dropped, `Some(Err)` results are counted. Opening a 100 MB session is dominated by JSON
+/// parsing, which splits cleanly by line.
+fn par_parse<T: Send>(
+    items: &[&[u8]],
+    f: impl Fn(&[u8]) -> Option<Result<T, ()>> + Sync,
+) -> (Vec<T>, usize) {
+    let run = |chunk: &[&[u8]]| {
+        let mut out = Vec::with_capacity(chunk.len());
+        let mut bad = 0usize;
+        for piece in chunk {
+            match f(piece) {
+                Some(Ok(v)) => out.push(v),
+                Some(Err(())) => bad += 1,
+                None => {}
+            }
         }
-        if text.trim().is_empty() {
-            continue;
-        }
-        match parse_line(&text) {
-            Ok(v) => values.push(v),
-            Err(_) => skipped += 1,
+        (out, bad)
+    };
+    let total: usize = items.iter().map(|p| p.len()).sum();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    if threads < 2 || total < 1 << 20 {
+        return run(items);
+    }
+    // Chunks of roughly equal bytes, so one long line does not serialize the work.
+    let target = total / threads + 1;
+    let mut chunks: Vec<&[&[u8]]> = Vec::with_capacity(threads);
+    let (mut start, mut acc) = (0usize, 0usize);
+    for (i, p) in items.iter().enumerate() {
+        acc += p.len();
+        if acc >= target {
+            chunks.push(&items[start..=i]);
+            start = i + 1;
+            acc = 0;
         }
     }
-    let Some(first) = values.first() else {
+    if start < items.len() {
+        chunks.push(&items[start..]);
+    }
+    let results: Vec<(Vec<T>, usize)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks.iter().map(|c| scope.spawn(|| run(c))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let mut out = Vec::with_capacity(items.len());
+    let mut bad = 0;
+    for (v, b) in results {
+        out.extend(v);
+        bad += b;
+    }
+    (out, bad)
+}
+
+fn is_session_line(v: &Value) -> bool {
+    v.get("type").and_then(Value::as_str) == Some("session")
+}
+
+/// Parses a session file's bytes as Pi's `loadEntriesFromFile` + `_loadEntries` do.
+pub fn read_session(bytes: &[u8]) -> ReadOutcome {
+    let pieces: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    // Pi repairs a trailing piece after the last newline that is not empty ("pending").
+    let needs_newline_repair = pieces.last().is_some_and(|p| !p.is_empty());
+    // The first line that parses must be the header.
+    let mut skipped = 0usize;
+    let mut header: Option<(usize, Value)> = None;
+    for (i, piece) in pieces.iter().enumerate() {
+        match parse_piece(piece) {
+            None => {}
+            Some(Err(())) => skipped += 1,
+            Some(Ok(v)) => {
+                header = Some((i, v));
+                break;
+            }
+        }
+    }
+    let Some((header_at, header)) = header else {
         // Pi re-initialises only a 0-byte file; anything else without a header is refused.
         return if bytes.is_empty() {
             ReadOutcome::Empty
@@ -70,24 +142,42 @@ pub fn read_session(bytes: &[u8]) -> ReadOutcome {
             ReadOutcome::NotASession
         };
     };
-    let header_ok = first.get("type").and_then(Value::as_str) == Some("session")
-        && first.get("id").is_some_and(Value::is_string);
+    let header_ok = is_session_line(&header) && header.get("id").is_some_and(Value::is_string);
     if !header_ok {
         return ReadOutcome::NotASession;
     }
+    let rest = &pieces[header_at + 1..];
+    if header_version(&header) >= CURRENT_VERSION as f64 {
+        // The common case: no migration, so entries are built on the parsing threads.
+        let (entries, bad) = par_parse(rest, |piece| {
+            parse_piece(piece)
+                .map(|r| r.map(|v| (!is_session_line(&v)).then(|| Entry::from_value(v))))
+        });
+        return ReadOutcome::Session(ParsedSession {
+            header,
+            entries: entries.into_iter().flatten().collect(),
+            needs_newline_repair,
+            migrated: false,
+            skipped_lines: skipped + bad,
+        });
+    }
+    let (rest_values, bad) = par_parse(rest, parse_piece);
+    let mut values = Vec::with_capacity(rest_values.len() + 1);
+    values.push(header);
+    values.extend(rest_values);
     let migrated = migrate(&mut values);
     let mut iter = values.into_iter();
     let header = iter.next().unwrap_or(Value::Null);
     let entries = iter
-        .filter(|v| v.get("type").and_then(Value::as_str) != Some("session"))
+        .filter(|v| !is_session_line(v))
         .map(Entry::from_value)
         .collect();
     ReadOutcome::Session(ParsedSession {
         header,
         entries,
-        needs_newline_repair: last_piece_nonempty,
+        needs_newline_repair,
         migrated,
-        skipped_lines: skipped,
+        skipped_lines: skipped + bad,
     })
 }
 
