@@ -53,7 +53,11 @@ impl Rng {
         let mut s = String::with_capacity(approx + 16);
         while s.len() < approx {
             s.push_str(self.pick(&WORDS));
-            s.push(if self.next() % 9 == 0 { '\n' } else { ' ' });
+            s.push(if self.next().is_multiple_of(9) {
+                '\n'
+            } else {
+                ' '
+            });
         }
         s
     }
