@@ -11,8 +11,13 @@
 //! - [`summarizer`]: who writes summaries — LLM providers, retries, the extractive default.
 //! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry).
 //! - [`store`]: the storage shell — opening, repairing and appending to session files.
+//! - [`rpc`]: the protocol surface — parameter/result types, error codes, the OpenRPC document.
+//! - [`daemon`]: open sessions shared by connections, Pi's compaction lifecycle, events, hooks,
+//!   settings files, tree navigation.
+//! - [`transport`]: framing, the per-connection loop, the jsonrpsee dispatch table, stdio and
+//!   Unix-socket listeners.
 //! - [`config`]: the one configuration struct (TOML), summarizer selection.
-//! - [`cli`]: the command-line front end.
+//! - [`cli`]: the command-line front end (`serve`, `stdio`, `inspect`, `compact`).
 pub mod cli;
 pub mod compaction;
 pub mod compactor;

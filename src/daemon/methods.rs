@@ -14,10 +14,9 @@ use super::{canonical_path, lifecycle, Daemon, Session};
 use crate::compaction::prepare::prepare_compaction;
 use crate::compaction::summary::number;
 use crate::compaction::tokens::{should_compact, CompactionSettings};
-use crate::report::estimate_json;
 use crate::rpc::errors::{ErrorKind, RpcError, COMPACTING_MESSAGE};
 use crate::rpc::types::*;
-use crate::session::{ids, Entry, EntryKind, SessionTree};
+use crate::session::{ids, Entry, EntryKind};
 use crate::store::{self, StoreError};
 
 /// The caller of a method.
@@ -701,14 +700,4 @@ pub fn register_hooks(ctx: &Ctx, p: RegisterHooksParams) -> Result<Value, RpcErr
 
 pub async fn navigate_tree(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcError> {
     super::navigate::navigate(ctx, p).await
-}
-
-/// Keeps the `SessionTree` import meaningful for readers of this module's signatures.
-#[allow(dead_code)]
-fn _tree(_t: &SessionTree) {}
-
-/// For `estimate_json` users.
-#[allow(dead_code)]
-fn _estimate(e: &crate::compaction::tokens::ContextEstimate) -> Value {
-    estimate_json(e)
 }
