@@ -31,6 +31,16 @@ pub enum ConfigError {
     MissingKey { provider: String, var: String },
 }
 
+/// The session's current model as the engine selection needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionModel {
+    pub provider: String,
+    pub id: String,
+    pub context_window: i64,
+    pub max_tokens: i64,
+    pub reasoning: bool,
+}
+
 /// Logging: level filter (tracing `EnvFilter` syntax) and an optional file instead of stderr.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
@@ -80,6 +90,17 @@ impl Default for SummarizerConfig {
     }
 }
 
+/// How to reach one provider (used to summarize with the session's own model when no dedicated
+/// summarizer is configured, as Pi compacts with the current model).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// Wire protocol: `openai-completions`, `anthropic-messages` or `openai-responses`.
+    pub api: String,
+    pub base_url: String,
+    pub api_key_env: Option<String>,
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -89,6 +110,8 @@ pub struct Config {
     pub log: LogConfig,
     pub summarizer: SummarizerConfig,
     pub redaction: RedactionConfig,
+    /// Providers by the name sessions record in their model (`anthropic`, `openai`, …).
+    pub providers: std::collections::BTreeMap<String, ProviderConfig>,
 }
 
 /// `$XDG_CONFIG_HOME/compactd/config.toml`, else `~/.config/compactd/config.toml`.
@@ -144,6 +167,14 @@ impl Config {
                 )));
             }
         }
+        for (name, p) in &self.providers {
+            if Api::parse(&p.api).is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "providers.{name}.api '{}' is not a known protocol",
+                    p.api
+                )));
+            }
+        }
         if s.provider != "extractive" && (s.base_url.is_none() || s.model.is_none()) {
             return Err(ConfigError::Invalid(format!(
                 "summarizer.provider = '{}' needs base_url and model",
@@ -157,6 +188,59 @@ impl Config {
     /// so a missing key is reported when a compaction needs it, with Pi's wording.
     pub fn engine(&self, http: reqwest::Client) -> Result<SummaryEngine, ConfigError> {
         self.summarizer.engine(&self.redaction, http)
+    }
+
+    /// Which summarizer runs for a session (protocol.md §4): the configured summarizer model if
+    /// any; else the session's current model when its provider is configured with a key (Pi's
+    /// choice); else the extractive engine.
+    pub fn engine_for_session(
+        &self,
+        model: Option<&SessionModel>,
+        http: reqwest::Client,
+    ) -> Result<SummaryEngine, ConfigError> {
+        if self.summarizer.provider != "extractive" {
+            return self.engine(http);
+        }
+        let Some(m) = model else {
+            return self.engine(http);
+        };
+        let Some(p) = self.providers.get(&m.provider) else {
+            return self.engine(http);
+        };
+        let Some(api) = Api::parse(&p.api) else {
+            return self.engine(http);
+        };
+        let api_key = match &p.api_key_env {
+            Some(var) => match std::env::var(var) {
+                Ok(k) if !k.is_empty() => Some(k),
+                // Pi falls back to nothing here; compactd keeps compacting extractively.
+                _ => return self.engine(http),
+            },
+            None => None,
+        };
+        let spec = ModelSpec {
+            api,
+            provider: m.provider.clone(),
+            id: m.id.clone(),
+            base_url: p.base_url.clone(),
+            context_window: m.context_window.max(0) as u64,
+            max_tokens: m.max_tokens.max(0) as u64,
+            reasoning: m.reasoning,
+            api_key,
+            headers: Vec::new(),
+        };
+        let client = crate::summarizer::client_with_idle_timeout(
+            spec.clone(),
+            http,
+            std::time::Duration::from_secs(self.summarizer.idle_timeout_secs.max(1)),
+        );
+        Ok(SummaryEngine::Llm {
+            client,
+            model: spec,
+            retry: self.summarizer.retry,
+            redaction: self.redaction,
+            fallback_extractive: self.summarizer.fallback.as_deref() == Some("extractive"),
+        })
     }
 }
 

@@ -845,3 +845,53 @@ fn transient_provider_errors_are_retried_with_events() {
     );
     drop(fake);
 }
+
+#[test]
+fn without_a_dedicated_summarizer_the_sessions_own_model_summarizes_through_its_provider() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fake = runtime.block_on(support::fake_llm::start(vec![(
+        "FROM THE SESSION MODEL".into(),
+        "stop".into(),
+    )]));
+    env.write_config(&format!(
+        "[providers.anthropic]\napi = \"anthropic-messages\"\nbase_url = \"http://127.0.0.1:{}\"\napi_key_env = \"COMPACTD_TEST_ANTHROPIC_KEY\"\n",
+        fake.port
+    ));
+    let file = env.session("009-bash-executions");
+    let vars = env.vars();
+    let mut pairs: Vec<(&str, &Path)> = vars.iter().map(|(k, v)| (*k, v.as_path())).collect();
+    pairs.push(("COMPACTD_TEST_ANTHROPIC_KEY", Path::new("test-key")));
+    let mut c = Client::stdio(&[], &pairs, Framing::Ndjson);
+    let sid = open(&mut c, &file);
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
+    );
+    let r = c.ok("compact", json!({"sessionId": sid}));
+    assert!(
+        r["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("FROM THE SESSION MODEL"),
+        "{r}"
+    );
+    let received = fake.state.lock().received.clone();
+    assert_eq!(received[0].path, "/v1/messages?beta=true");
+    assert_eq!(received[0].body["model"], "claude-sonnet-4-5");
+    assert_eq!(
+        received[0].headers.get("x-api-key").map(String::as_str),
+        Some("test-key")
+    );
+    // A session on another provider (not configured) compacts extractively.
+    let other = env.session("024-compacted-once");
+    let info = c.ok("openSession", json!({"path": other, "model": {"provider": "openai", "id": "gpt-5", "contextWindow": 400000, "maxTokens": 128000}}));
+    let sid2 = info["sessionId"].as_str().unwrap().to_owned();
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid2, "compaction": {"keepRecentTokens": 1000}}),
+    );
+    let r = c.ok("compact", json!({"sessionId": sid2}));
+    assert_eq!(r["details"]["summarizer"], "extractive");
+    drop(fake);
+}

@@ -125,11 +125,8 @@ fn preparation_json(prep: &Preparation) -> Value {
 }
 
 /// The engine for this daemon (configured summarizer, else extractive).
-fn engine(daemon: &Daemon) -> Result<SummaryEngine, Failure> {
-    daemon
-        .config
-        .engine(daemon.http.clone())
-        .map_err(|e| Failure::Error(ErrorKind::Auth, e.to_string()))
+fn engine(daemon: &Daemon, session: &Session) -> Result<SummaryEngine, Failure> {
+    super::session_engine(daemon, session).map_err(|e| Failure::Error(ErrorKind::Auth, e.message))
 }
 
 /// A hook-supplied compaction, validated (beyond Pi): its `firstKeptEntryId` must be on the
@@ -222,7 +219,7 @@ async fn run_started(
     let outcome = match outcome {
         Some(o) => o,
         None => {
-            let engine = engine(daemon)?;
+            let engine = engine(daemon, session)?;
             let sid = session.id.clone();
             let reason_s = reason.to_owned();
             let d_events = EventSink {
@@ -515,7 +512,7 @@ async fn run_auto(
     if session.state.lock().model.is_none() {
         return out;
     }
-    if engine(daemon).is_err() {
+    if engine(daemon, session).is_err() {
         return out; // Pi: an auth failure here is silent.
     }
     let snap = snapshot(daemon, session);

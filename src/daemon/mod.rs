@@ -46,6 +46,30 @@ impl Session {
     }
 }
 
+/// The summarizer for a session: configured summarizer, else the session's model through a
+/// configured provider, else extractive (`Config::engine_for_session`).
+pub fn session_engine(
+    daemon: &Daemon,
+    session: &Session,
+) -> Result<crate::compactor::SummaryEngine, RpcError> {
+    let model = session
+        .state
+        .lock()
+        .model
+        .as_ref()
+        .map(|m| crate::config::SessionModel {
+            provider: m.provider.clone(),
+            id: m.id.clone(),
+            context_window: m.context_window,
+            max_tokens: m.max_tokens,
+            reasoning: m.reasoning.unwrap_or(false),
+        });
+    daemon
+        .config
+        .engine_for_session(model.as_ref(), daemon.http.clone())
+        .map_err(|e| RpcError::new(ErrorKind::Auth, e.to_string()))
+}
+
 #[derive(Default)]
 struct Registry {
     by_path: HashMap<PathBuf, String>,

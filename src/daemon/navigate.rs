@@ -91,6 +91,7 @@ struct Plan {
 
 async fn branch_summary(
     ctx: &Ctx,
+    session: &super::Session,
     plan: &Plan,
     custom: Option<&str>,
     replace: bool,
@@ -108,11 +109,7 @@ async fn branch_summary(
     if messages.is_empty() {
         return Ok((NO_CONTENT.to_owned(), details, None));
     }
-    let engine = ctx
-        .daemon
-        .config
-        .engine(ctx.daemon.http.clone())
-        .map_err(|e| RpcError::new(ErrorKind::Auth, e.to_string()))?;
+    let engine = super::session_engine(&ctx.daemon, &session)?;
     let (text, usage) = match engine {
         SummaryEngine::Extractive { redaction } => {
             let t = summarize_history(&ExtractiveInput {
@@ -276,7 +273,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
                     super::settings::effective(state.cwd().map(std::path::Path::new), global.as_ref(), state.overrides.as_ref())
                         .branch_summary_reserve_tokens
                 };
-                Some(branch_summary(ctx, &plan, custom.as_deref(), replace, reserve, &cancel).await?)
+                Some(branch_summary(ctx, &session, &plan, custom.as_deref(), replace, reserve, &cancel).await?)
             }
             None => None,
         };
