@@ -109,7 +109,7 @@ async fn branch_summary(
     if messages.is_empty() {
         return Ok((NO_CONTENT.to_owned(), details, None));
     }
-    let engine = super::session_engine(&ctx.daemon, &session)?;
+    let engine = super::session_engine(&ctx.daemon, session)?;
     let (text, usage) = match engine {
         SummaryEngine::Extractive { redaction } => {
             let t = summarize_history(&ExtractiveInput {
