@@ -551,6 +551,22 @@ fn abort_mid_compaction_writes_nothing_and_a_second_compact_supersedes() {
     fake.state.lock().delay = Duration::ZERO;
     let r = c.wait(second, LONG).expect("second compact");
     assert!(r["summary"].as_str().unwrap().starts_with('S'));
+    // An editor cancels its own request with `$/cancelRequest`: same outcome as an abort.
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": {"role": "user", "content": "more ".repeat(4000)}}),
+    );
+    fake.state.lock().delay = Duration::from_secs(3);
+    let before = std::fs::read(&file).unwrap();
+    let third = c.send("compact", json!({"sessionId": sid}));
+    std::thread::sleep(Duration::from_millis(300));
+    c.notify("$/cancelRequest", json!({"id": third}));
+    let e = c.wait(third, LONG).unwrap_err();
+    assert_eq!(
+        (e["code"].as_i64(), e["message"].as_str()),
+        (Some(-32012), Some("Compaction cancelled"))
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), before);
     drop(fake);
     drop(runtime);
 }

@@ -63,6 +63,9 @@ pub struct Connection {
     next_request: AtomicU64,
     /// Session ids this connection holds open.
     pub holds: Mutex<HashSet<String>>,
+    /// Slow requests in flight (request id as JSON text → session id), so a client's
+    /// `$/cancelRequest` can abort the compaction it started.
+    pub in_flight: Mutex<HashMap<String, String>>,
 }
 
 impl Connection {
@@ -79,6 +82,7 @@ impl Connection {
                 pending: Mutex::new(HashMap::new()),
                 next_request: AtomicU64::new(1),
                 holds: Mutex::new(HashSet::new()),
+                in_flight: Mutex::new(HashMap::new()),
             },
             rx,
         )

@@ -207,11 +207,38 @@ pub async fn serve_connection<R, W>(
                 continue;
             }
         };
+        if value.get("method").and_then(Value::as_str) == Some("$/cancelRequest") {
+            // A client cancelling its own compact/checkCompaction/navigateTree aborts that work,
+            // as `abortCompaction` would; the request then answers `Compaction cancelled`.
+            let key = value
+                .get("params")
+                .and_then(|p| p.get("id"))
+                .map(Value::to_string);
+            let session_id = key.and_then(|k| conn.in_flight.lock().get(&k).cloned());
+            if let Some(session) = session_id.and_then(|sid| daemon.session(&sid).ok()) {
+                crate::daemon::lifecycle::abort(&session);
+            }
+            continue;
+        }
         if is_slow(&value) {
             let d = dispatcher.clone();
             let c = conn.clone();
+            let tracked = value.get("id").map(Value::to_string).zip(
+                value
+                    .get("params")
+                    .and_then(|p| p.get("sessionId"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            );
+            if let Some((id, sid)) = &tracked {
+                conn.in_flight.lock().insert(id.clone(), sid.clone());
+            }
             tokio::spawn(async move {
-                if let Some(r) = handle_value(&d, &c, value).await {
+                let reply = handle_value(&d, &c, value).await;
+                if let Some((id, _)) = tracked {
+                    c.in_flight.lock().remove(&id);
+                }
+                if let Some(r) = reply {
                     c.send(r);
                 }
             });
