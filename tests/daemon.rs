@@ -911,3 +911,72 @@ fn without_a_dedicated_summarizer_the_sessions_own_model_summarizes_through_its_
     assert_eq!(r["details"]["summarizer"], "extractive");
     drop(fake);
 }
+
+#[test]
+fn garbage_and_hostile_messages_never_take_the_daemon_down() {
+    let env = Env::new();
+    let file = env.session("009-bash-executions");
+    let mut c = env.stdio(&["--max-frame", "100000"], Framing::Ndjson);
+    let sid = open(&mut c, &file);
+    let before = std::fs::read(&file).unwrap();
+    let mut seed: u64 = 0x2545f4914f6cdd1d;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let methods = [
+        "openSession",
+        "appendMessage",
+        "appendEntry",
+        "getContext",
+        "compact",
+        "checkCompaction",
+        "navigateTree",
+        "registerHooks",
+        "subscribe",
+        "setSettingsOverrides",
+        "shouldCompact",
+        "previewCompaction",
+        "setModel",
+    ];
+    let values = [
+        json!(null),
+        json!(1),
+        json!(-1.5e300),
+        json!("x"),
+        json!([]),
+        json!({}),
+        json!({"role": "user"}),
+        json!({"type": "label"}),
+        json!({"sessionId": sid}),
+        json!({"sessionId": sid, "message": {"role": "assistant", "content": 5}}),
+        json!({"sessionId": sid, "entry": {"type": "custom_message"}}),
+        json!({"sessionId": sid, "phase": "bogus"}),
+    ];
+    let mut sent = 0;
+    for i in 0..300 {
+        let r = next();
+        let msg = match r % 4 {
+            0 => (0..(r % 64)).map(|_| (next() % 256) as u8).filter(|b| *b != b'\n').collect::<Vec<u8>>(),
+            1 => json!({"jsonrpc": "2.0", "id": 10_000 + i, "method": methods[(r as usize / 7) % methods.len()], "params": values[(r as usize / 11) % values.len()]}).to_string().into_bytes(),
+            2 => json!([{"jsonrpc": "2.0", "id": 20_000 + i, "method": methods[(r as usize / 5) % methods.len()], "params": {"sessionId": sid, "message": values[(r as usize / 3) % values.len()]}}]).to_string().into_bytes(),
+            _ => json!({"jsonrpc": "2.0", "id": values[(r as usize / 13) % values.len()], "method": "getContextUsage", "params": {"sessionId": sid}}).to_string().into_bytes(),
+        };
+        c.send_raw(&[msg.as_slice(), b"\n"].concat());
+        sent += 1;
+    }
+    assert_eq!(sent, 300);
+    // Still alive and consistent: the session answers, and whatever was accepted is valid JSON.
+    let usage = c.ok("getContextUsage", json!({"sessionId": sid}));
+    assert!(usage.is_object() || usage.is_null());
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.as_bytes().starts_with(&before),
+        "existing bytes never change"
+    );
+    for line in text.lines() {
+        serde_json::from_str::<Value>(line).expect("every line stays valid JSON");
+    }
+}
