@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::transport::{self, count, Failure, DEFAULT_IDLE_TIMEOUT};
 use super::types::{
-    clamp_max_tokens, AssistantReply, BoxFuture, LlmClient, LlmRequest, ModelSpec, StopReason,
-    Usage,
+    clamp_max_tokens, AssistantReply, BlockKind, BoxFuture, LlmClient, LlmRequest, ModelSpec,
+    StopReason, Usage,
 };
 
 /// The API version pi-ai's SDK pins.
@@ -195,13 +195,6 @@ impl AnthropicMessagesClient {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BlockKind {
-    Text,
-    Thinking,
-    ToolUse,
-}
-
 #[derive(Default)]
 struct StreamState {
     /// Blocks in arrival order with the stream index they were announced under.
@@ -270,7 +263,8 @@ impl StreamState {
                         "[Reasoning redacted]".to_string(),
                     )),
                     Some("tool_use") => {
-                        self.blocks.push((index, BlockKind::ToolUse, String::new()))
+                        self.blocks
+                            .push((index, BlockKind::ToolCall, String::new()))
                     }
                     _ => {}
                 }
@@ -359,23 +353,11 @@ impl StreamState {
                     .unwrap_or_else(|| "An unknown error occurred".to_string()),
             ));
         }
-        let mut reply = AssistantReply {
-            text_blocks: Vec::new(),
-            thinking: Vec::new(),
-            has_tool_call: false,
-            usage: self.usage,
+        Ok(AssistantReply::from_blocks(
             stop_reason,
-            error_message: None,
-            http_status: None,
-        };
-        for (_, kind, text) in self.blocks {
-            match kind {
-                BlockKind::Text => reply.text_blocks.push(text),
-                BlockKind::Thinking => reply.thinking.push(text),
-                BlockKind::ToolUse => reply.has_tool_call = true,
-            }
-        }
-        Ok(reply)
+            self.usage,
+            self.blocks.into_iter().map(|(_, kind, text)| (kind, text)),
+        ))
     }
 }
 

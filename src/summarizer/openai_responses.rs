@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::openai_completions::effective_reasoning_level;
 use super::transport::{self, count, Failure, DEFAULT_IDLE_TIMEOUT};
 use super::types::{
-    clamp_max_tokens, AssistantReply, BoxFuture, LlmClient, LlmRequest, ModelSpec, StopReason,
-    Usage,
+    clamp_max_tokens, AssistantReply, BlockKind, BoxFuture, LlmClient, LlmRequest, ModelSpec,
+    StopReason, Usage,
 };
 
 /// The Responses API rejects `max_output_tokens` below 16, so pi-ai raises smaller caps.
@@ -142,17 +142,10 @@ impl OpenAiResponsesClient {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SlotKind {
-    Text,
-    Thinking,
-    ToolCall,
-}
-
 #[derive(Default)]
 struct StreamState {
     /// Output items in arrival order: (output_index, kind, accumulated text).
-    blocks: Vec<(u64, SlotKind, String)>,
+    blocks: Vec<(u64, BlockKind, String)>,
     /// Items still streaming (`output_index` → position in `blocks`).
     open: Vec<(u64, usize)>,
     usage: Usage,
@@ -166,7 +159,7 @@ fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 impl StreamState {
-    fn slot(&mut self, output_index: u64, kind: SlotKind) -> Option<&mut String> {
+    fn slot(&mut self, output_index: u64, kind: BlockKind) -> Option<&mut String> {
         let pos = self
             .open
             .iter()
@@ -180,12 +173,12 @@ impl StreamState {
 
     fn create_slot(&mut self, output_index: u64, item: &Value) {
         let kind = match str_of(item, "type") {
-            Some("reasoning") => SlotKind::Thinking,
-            Some("message") => SlotKind::Text,
-            Some("function_call") | Some("custom_tool_call") => SlotKind::ToolCall,
+            Some("reasoning") => BlockKind::Thinking,
+            Some("message") => BlockKind::Text,
+            Some("function_call") | Some("custom_tool_call") => BlockKind::ToolCall,
             _ => return,
         };
-        if kind == SlotKind::Text && str_of(item, "phase") == Some("final_answer") {
+        if kind == BlockKind::Text && str_of(item, "phase") == Some("final_answer") {
             self.stop = Some(StopReason::Stop);
         }
         self.blocks.push((output_index, kind, String::new()));
@@ -203,17 +196,17 @@ impl StreamState {
                 }
             }
             "response.output_text.delta" | "response.refusal.delta" => {
-                if let Some(t) = self.slot(output_index, SlotKind::Text) {
+                if let Some(t) = self.slot(output_index, BlockKind::Text) {
                     t.push_str(delta);
                 }
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
-                if let Some(t) = self.slot(output_index, SlotKind::Thinking) {
+                if let Some(t) = self.slot(output_index, BlockKind::Thinking) {
                     t.push_str(delta);
                 }
             }
             "response.reasoning_summary_part.done" => {
-                if let Some(t) = self.slot(output_index, SlotKind::Thinking) {
+                if let Some(t) = self.slot(output_index, BlockKind::Thinking) {
                     t.push_str("\n\n");
                 }
             }
@@ -248,7 +241,7 @@ impl StreamState {
                                     .collect()
                             })
                             .unwrap_or_default();
-                        if let Some(t) = self.slot(output_index, SlotKind::Text) {
+                        if let Some(t) = self.slot(output_index, BlockKind::Text) {
                             *t = joined;
                         }
                     }
@@ -267,7 +260,7 @@ impl StreamState {
                         };
                         let summary = join("summary", "text");
                         let content = join("content", "text");
-                        if let Some(t) = self.slot(output_index, SlotKind::Thinking) {
+                        if let Some(t) = self.slot(output_index, BlockKind::Thinking) {
                             if !summary.is_empty() {
                                 *t = summary;
                             } else if !content.is_empty() {
@@ -353,7 +346,7 @@ impl StreamState {
         let (stop, message) = map_status(str_of(response, "status"), reason);
         self.stop = Some(stop);
         self.error_message = message;
-        if stop == StopReason::Stop && self.blocks.iter().any(|b| b.1 == SlotKind::ToolCall) {
+        if stop == StopReason::Stop && self.blocks.iter().any(|b| b.1 == BlockKind::ToolCall) {
             self.stop = Some(StopReason::ToolUse);
         }
     }
@@ -375,23 +368,11 @@ impl StreamState {
                     .unwrap_or_else(|| "An unknown error occurred".to_string()),
             ));
         }
-        let mut reply = AssistantReply {
-            text_blocks: Vec::new(),
-            thinking: Vec::new(),
-            has_tool_call: false,
-            usage: self.usage,
+        Ok(AssistantReply::from_blocks(
             stop_reason,
-            error_message: None,
-            http_status: None,
-        };
-        for (_, kind, text) in self.blocks {
-            match kind {
-                SlotKind::Text => reply.text_blocks.push(text),
-                SlotKind::Thinking => reply.thinking.push(text),
-                SlotKind::ToolCall => reply.has_tool_call = true,
-            }
-        }
-        Ok(reply)
+            self.usage,
+            self.blocks.into_iter().map(|(_, kind, text)| (kind, text)),
+        ))
     }
 }
 

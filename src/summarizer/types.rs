@@ -210,6 +210,41 @@ impl AssistantReply {
     }
 }
 
+/// The kind of a streamed content block, as every provider's parser classifies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockKind {
+    Text,
+    Thinking,
+    ToolCall,
+}
+
+impl AssistantReply {
+    /// A completed reply assembled from the blocks a stream produced, in order.
+    pub fn from_blocks(
+        stop_reason: StopReason,
+        usage: Usage,
+        blocks: impl IntoIterator<Item = (BlockKind, String)>,
+    ) -> AssistantReply {
+        let mut reply = AssistantReply {
+            text_blocks: Vec::new(),
+            thinking: Vec::new(),
+            has_tool_call: false,
+            usage,
+            stop_reason,
+            error_message: None,
+            http_status: None,
+        };
+        for (kind, text) in blocks {
+            match kind {
+                BlockKind::Text => reply.text_blocks.push(text),
+                BlockKind::Thinking => reply.thinking.push(text),
+                BlockKind::ToolCall => reply.has_tool_call = true,
+            }
+        }
+        reply
+    }
+}
+
 /// One LLM provider. Implementations stream the response and must return promptly once
 /// `cancel` fires (with [`StopReason::Aborted`]).
 pub trait LlmClient: Send + Sync {
