@@ -85,8 +85,8 @@ pub fn initialize(_ctx: &Ctx, p: InitializeParams) -> Result<Value, RpcError> {
         "protocolVersion": PROTOCOL_VERSION,
         "capabilities": {
             "framings": ["ndjson", "lsp"],
-            "hooks": ["session_before_compact", "session_compact", "session_compact_failed", "session_before_tree"],
-            "events": ["compaction_start", "compaction_end", "summarization_retry_scheduled", "summarization_retry_attempt_start", "summarization_retry_finished", "subscription_dropped"],
+            "hooks": HOOKS,
+            "events": EVENTS.iter().chain(["subscription_dropped"].iter()).collect::<Vec<_>>(),
             "summarizer": _ctx.daemon.config.summarizer.provider,
         }
     }))
@@ -648,21 +648,35 @@ pub const EVENTS: [&str; 5] = [
     "summarization_retry_finished",
 ];
 
-pub fn subscribe(ctx: &Ctx, p: SubscribeParams) -> Result<Value, RpcError> {
-    if let Some(bad) = p
-        .events
-        .iter()
-        .flatten()
-        .find(|e| !EVENTS.contains(&e.as_str()))
-    {
+/// Checks names against a known list and an optional session id against the registry (shared
+/// by `subscribe` and `registerHooks`).
+fn check_registration<'a>(
+    ctx: &Ctx,
+    what: &str,
+    names: impl IntoIterator<Item = &'a String>,
+    known: &[&str],
+    session_id: Option<&String>,
+) -> Result<(), RpcError> {
+    if let Some(bad) = names.into_iter().find(|n| !known.contains(&n.as_str())) {
         return Err(RpcError::invalid_params(format!(
-            "unknown event {bad:?} (known: {})",
-            EVENTS.join(", ")
+            "unknown {what} {bad:?} (known: {})",
+            known.join(", ")
         )));
     }
-    if let Some(id) = &p.session_id {
+    if let Some(id) = session_id {
         ctx.daemon.session(id)?;
     }
+    Ok(())
+}
+
+pub fn subscribe(ctx: &Ctx, p: SubscribeParams) -> Result<Value, RpcError> {
+    check_registration(
+        ctx,
+        "event",
+        p.events.iter().flatten(),
+        &EVENTS,
+        p.session_id.as_ref(),
+    )?;
     ctx.conn.subscriptions.lock().push(Subscription {
         session_id: p.session_id,
         events: p.events,
@@ -683,12 +697,7 @@ pub const HOOKS: [&str; 4] = [
 ];
 
 pub fn register_hooks(ctx: &Ctx, p: RegisterHooksParams) -> Result<Value, RpcError> {
-    if let Some(bad) = p.hooks.iter().find(|h| !HOOKS.contains(&h.as_str())) {
-        return Err(RpcError::invalid_params(format!("unknown hook {bad:?}")));
-    }
-    if let Some(id) = &p.session_id {
-        ctx.daemon.session(id)?;
-    }
+    check_registration(ctx, "hook", p.hooks.iter(), &HOOKS, p.session_id.as_ref())?;
     ctx.conn.hooks.lock().push(HookRegistration {
         session_id: p.session_id,
         hooks: p.hooks,

@@ -5,12 +5,10 @@
 //! the beta header the SDK adds when thinking is on, and usage accounting including
 //! `cacheWrite1h`, all of which the conformance cases recorded.
 
-use std::time::Duration;
-
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::transport::{self, count, Failure, DEFAULT_IDLE_TIMEOUT};
+use super::transport::{self, count, Failure};
 use super::types::{
     clamp_max_tokens, AssistantReply, BlockKind, BoxFuture, LlmClient, LlmRequest, ModelSpec,
     StopReason, Usage,
@@ -58,33 +56,12 @@ pub fn anthropic_max_tokens(model: &ModelSpec, request: &LlmRequest) -> (u64, Op
     (max_tokens, Some(budget))
 }
 
-/// Client for `POST {base_url}/v1/messages?beta=true` with streaming.
-#[derive(Debug, Clone)]
-pub struct AnthropicMessagesClient {
-    pub model: ModelSpec,
-    pub http: reqwest::Client,
-    /// Longest silence tolerated while waiting for headers or the next bytes of the stream.
-    pub idle_timeout: Duration,
-}
+transport::provider_client!(
+    /// Client for `POST {base_url}/v1/messages?beta=true` with streaming.
+    AnthropicMessagesClient
+);
 
 impl AnthropicMessagesClient {
-    pub fn new(model: ModelSpec) -> Self {
-        Self::with_http(model, reqwest::Client::new())
-    }
-
-    pub fn with_http(model: ModelSpec, http: reqwest::Client) -> Self {
-        AnthropicMessagesClient {
-            model,
-            http,
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
-        }
-    }
-
-    pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
-        self.idle_timeout = idle;
-        self
-    }
-
     /// The JSON body pi-ai's SDK puts on the wire (keys in that order).
     pub fn build_body(&self, request: &LlmRequest) -> Value {
         let (max_tokens, budget) = anthropic_max_tokens(&self.model, request);

@@ -5,12 +5,10 @@
 //! summarization call (key order included), and usage / stop reasons must be read the way
 //! pi-ai reads them.
 
-use std::time::Duration;
-
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::transport::{self, count, Failure, DEFAULT_IDLE_TIMEOUT};
+use super::transport::{self, count, Failure};
 use super::types::{
     clamp_max_tokens, AssistantReply, BoxFuture, LlmClient, LlmRequest, ModelSpec, StopReason,
     Usage,
@@ -129,33 +127,12 @@ pub fn effective_reasoning_level(model: &ModelSpec, level: Option<&str>) -> Opti
     }
 }
 
-/// Client for `POST {base_url}/chat/completions` with streaming.
-#[derive(Debug, Clone)]
-pub struct OpenAiCompletionsClient {
-    pub model: ModelSpec,
-    pub http: reqwest::Client,
-    /// Longest silence tolerated while waiting for headers or the next bytes of the stream.
-    pub idle_timeout: Duration,
-}
+transport::provider_client!(
+    /// Client for `POST {base_url}/chat/completions` with streaming.
+    OpenAiCompletionsClient
+);
 
 impl OpenAiCompletionsClient {
-    pub fn new(model: ModelSpec) -> Self {
-        Self::with_http(model, reqwest::Client::new())
-    }
-
-    pub fn with_http(model: ModelSpec, http: reqwest::Client) -> Self {
-        OpenAiCompletionsClient {
-            model,
-            http,
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
-        }
-    }
-
-    pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
-        self.idle_timeout = idle;
-        self
-    }
-
     /// The JSON body pi-ai sends for this request (keys in pi-ai's order).
     pub fn build_body(&self, request: &LlmRequest) -> Value {
         let model = &self.model;

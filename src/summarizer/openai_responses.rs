@@ -6,48 +6,25 @@
 //! completions to need their own client; the wording matters because the retry and overflow
 //! classifiers match on it.
 
-use std::time::Duration;
-
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::openai_completions::effective_reasoning_level;
-use super::transport::{self, count, Failure, DEFAULT_IDLE_TIMEOUT};
+use super::transport::{self, count, Failure};
 use super::types::{
-    clamp_max_tokens, AssistantReply, BlockKind, BoxFuture, LlmClient, LlmRequest, ModelSpec,
-    StopReason, Usage,
+    clamp_max_tokens, AssistantReply, BlockKind, BoxFuture, LlmClient, LlmRequest, StopReason,
+    Usage,
 };
 
 /// The Responses API rejects `max_output_tokens` below 16, so pi-ai raises smaller caps.
 const MIN_OUTPUT_TOKENS: u64 = 16;
 
-/// Client for `POST {base_url}/responses` with streaming.
-#[derive(Debug, Clone)]
-pub struct OpenAiResponsesClient {
-    pub model: ModelSpec,
-    pub http: reqwest::Client,
-    /// Longest silence tolerated while waiting for headers or the next bytes of the stream.
-    pub idle_timeout: Duration,
-}
+transport::provider_client!(
+    /// Client for `POST {base_url}/responses` with streaming.
+    OpenAiResponsesClient
+);
 
 impl OpenAiResponsesClient {
-    pub fn new(model: ModelSpec) -> Self {
-        Self::with_http(model, reqwest::Client::new())
-    }
-
-    pub fn with_http(model: ModelSpec, http: reqwest::Client) -> Self {
-        OpenAiResponsesClient {
-            model,
-            http,
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
-        }
-    }
-
-    pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
-        self.idle_timeout = idle;
-        self
-    }
-
     /// The JSON body pi-ai sends (keys in pi-ai's order; caching is off for summarization, so
     /// no `prompt_cache_key`).
     pub fn build_body(&self, request: &LlmRequest) -> Value {
@@ -424,7 +401,7 @@ impl LlmClient for OpenAiResponsesClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::summarizer::types::Api;
+    use crate::summarizer::types::{Api, ModelSpec};
 
     fn model(reasoning: bool) -> ModelSpec {
         ModelSpec {

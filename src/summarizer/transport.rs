@@ -183,6 +183,36 @@ pub(crate) fn openai_style_post(
     builder.body(crate::json::stringify(body))
 }
 
+/// Declares a provider client struct (model, shared HTTP pool, idle timeout) with its
+/// constructors, so the three protocols differ only in what they put on the wire.
+macro_rules! provider_client {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        pub struct $name {
+            pub model: $crate::summarizer::types::ModelSpec,
+            pub http: reqwest::Client,
+            /// Longest silence tolerated while waiting for headers or the next bytes of the stream.
+            pub idle_timeout: std::time::Duration,
+        }
+
+        impl $name {
+            pub fn new(model: $crate::summarizer::types::ModelSpec) -> Self {
+                Self::with_http(model, reqwest::Client::new())
+            }
+
+            pub fn with_http(model: $crate::summarizer::types::ModelSpec, http: reqwest::Client) -> Self {
+                $name { model, http, idle_timeout: $crate::summarizer::transport::DEFAULT_IDLE_TIMEOUT }
+            }
+
+            pub fn with_idle_timeout(mut self, idle: std::time::Duration) -> Self {
+                self.idle_timeout = idle;
+                self
+            }
+        }
+    };
+}
+pub(crate) use provider_client;
+
 pub(crate) fn join_url(base: &str, path: &str) -> String {
     format!("{}{}", base.trim_end_matches('/'), path)
 }
