@@ -196,7 +196,7 @@ async fn generate_llm(
 ) -> Result<CompactionOutcome, CompactError> {
     let history_max = call_max_tokens(&prep.settings, 0.8, model.max_tokens);
     let prefix_max = call_max_tokens(&prep.settings, 0.5, model.max_tokens);
-    let history_text = |_: ()| {
+    let history_text = || {
         let conversation =
             serialize_conversation(&convert_to_llm(&messages_of(&prep.messages_to_summarize)));
         history_prompt_text(
@@ -228,7 +228,7 @@ async fn generate_llm(
         let history = if prep.messages_to_summarize.is_empty() {
             None
         } else {
-            Some(call(CallKind::History, history_text(()), history_max).await?)
+            Some(call(CallKind::History, history_text(), history_max).await?)
         };
         let conversation =
             serialize_conversation(&convert_to_llm(&messages_of(&prep.turn_prefix_messages)));
@@ -247,7 +247,7 @@ async fn generate_llm(
             usage,
         )
     } else {
-        call(CallKind::History, history_text(()), history_max).await?
+        call(CallKind::History, history_text(), history_max).await?
     };
     let usage = Some(usage);
     let (read_files, modified_files) = prep.file_ops.file_lists();

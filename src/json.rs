@@ -92,7 +92,7 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
     const MAX_SAFE: u64 = 1 << 53;
     if let Some(u) = n.as_u64() {
         if u <= MAX_SAFE {
-            out.push_str(itoa_u64(u).as_str());
+            out.push_str(&u.to_string());
             return;
         }
     } else if let Some(i) = n.as_i64() {
@@ -103,10 +103,6 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
     }
     let f = n.as_f64().unwrap_or(0.0);
     out.push_str(js_number(f).as_str());
-}
-
-fn itoa_u64(u: u64) -> String {
-    u.to_string()
 }
 
 /// JavaScript's `Number.prototype.toString()` for a finite double (`-0` prints `0`).

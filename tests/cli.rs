@@ -177,6 +177,19 @@ fn small_sessions_and_bad_files_get_pi_errors_and_stay_untouched() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown provider"));
 }
 
+/// `compactd compact FILE --json` with extra flags, summarizing through the fake OpenAI server on
+/// `port`.
+fn compact_via_fake(file: &std::path::Path, port: u16, extra: &[&str]) -> Command {
+    let mut cmd = compactd();
+    cmd.arg("compact")
+        .arg(file)
+        .arg("--json")
+        .args(["--provider", "openai-completions", "--model", "fake-gpt"])
+        .args(["--base-url", &format!("http://127.0.0.1:{port}/v1")])
+        .args(extra);
+    cmd
+}
+
 /// Runs `compactd compact` against the in-process fake OpenAI server with canned replies.
 fn compact_against_fake(
     replies: Vec<(String, String)>,
@@ -187,24 +200,24 @@ fn compact_against_fake(
     let fake = runtime.block_on(support::fake_llm::start(replies));
     let (tmp, file) = copy_case("009-bash-executions");
     let before = std::fs::read(&file).expect("read");
-    let mut cmd = compactd();
-    cmd.arg("compact")
-        .arg(&file)
-        .arg("--json")
-        .args(["--keep-recent-tokens", "2000"]);
-    match config {
+    let mut cmd = match config {
         Some(text) => {
             let cfg = tmp.path().join("config.toml");
             std::fs::write(&cfg, text.replace("PORT", &fake.port.to_string()))
                 .expect("write config");
-            cmd.arg("--config").arg(cfg);
+            let mut cmd = compactd();
+            cmd.arg("compact")
+                .arg(&file)
+                .arg("--json")
+                .arg("--config")
+                .arg(cfg);
+            cmd
         }
-        None => {
-            cmd.args(["--provider", "openai-completions", "--model", "fake-gpt"])
-                .args(["--base-url", &format!("http://127.0.0.1:{}/v1", fake.port)]);
-        }
-    }
-    cmd.args(extra).env("COMPACTD_TEST_KEY", "k");
+        None => compact_via_fake(&file, fake.port, &[]),
+    };
+    cmd.args(["--keep-recent-tokens", "2000"])
+        .args(extra)
+        .env("COMPACTD_TEST_KEY", "k");
     let (code, v) = run_json(&mut cmd);
     let after = std::fs::read(&file).expect("read");
     drop(fake);
@@ -421,21 +434,11 @@ fn secrets_never_reach_a_provider_or_a_stored_summary() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("s.jsonl");
     std::fs::write(&file, secret_session()).expect("write");
-    let (code, v) = run_json(
-        compactd()
-            .arg("compact")
-            .arg(&file)
-            .arg("--json")
-            .args([
-                "--keep-recent-tokens",
-                "500",
-                "--provider",
-                "openai-completions",
-                "--model",
-                "m",
-            ])
-            .args(["--base-url", &format!("http://127.0.0.1:{}/v1", fake.port)]),
-    );
+    let (code, v) = run_json(&mut compact_via_fake(
+        &file,
+        fake.port,
+        &["--keep-recent-tokens", "500"],
+    ));
     assert_eq!(code, 0, "{v}");
     let received = fake.state.lock().received.clone();
     assert!(!received.is_empty());
@@ -468,22 +471,11 @@ fn secrets_never_reach_a_provider_or_a_stored_summary() {
         "stop".into(),
     )]));
     std::fs::write(&file, secret_session()).expect("write");
-    let (code, _) = run_json(
-        compactd()
-            .arg("compact")
-            .arg(&file)
-            .arg("--json")
-            .args([
-                "--keep-recent-tokens",
-                "500",
-                "--provider",
-                "openai-completions",
-                "--model",
-                "m",
-                "--no-redact",
-            ])
-            .args(["--base-url", &format!("http://127.0.0.1:{}/v1", fake2.port)]),
-    );
+    let (code, _) = run_json(&mut compact_via_fake(
+        &file,
+        fake2.port,
+        &["--keep-recent-tokens", "500", "--no-redact"],
+    ));
     assert_eq!(code, 0);
     assert!(fake2.state.lock().received[0]
         .body

@@ -10,24 +10,10 @@ use std::path::Path;
 use compactd::report;
 use serde_json::Value;
 
-use support::{case_dirs, fake_llm, first_diff, load_case, read_json, rename_strings, settings_of};
-
-/// Fields of `expected.json` produced by the analysis, compared exactly.
-const ANALYSIS_FIELDS: [&str; 13] = [
-    "session",
-    "context",
-    "messageTokenEstimates",
-    "estimate",
-    "lastAssistantUsage",
-    "usageContextTokens",
-    "shouldCompact",
-    "shouldCompactByWindow",
-    "cutPoint",
-    "preparation",
-    "preparationNullReason",
-    "serialized",
-    "session",
-];
+use support::{
+    case_dirs, fake_llm, first_diff, load_case, read_json, rename_strings, settings_of,
+    ANALYSIS_FIELDS,
+};
 
 fn check_analysis(dir: &Path, expected: &Value) -> Vec<String> {
     let (tree, ids) = load_case(dir);
@@ -42,7 +28,6 @@ fn check_analysis(dir: &Path, expected: &Value) -> Vec<String> {
             failures.push(d);
         }
     }
-    failures.dedup();
     failures
 }
 

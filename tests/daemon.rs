@@ -62,6 +62,12 @@ impl Env {
         }
         cmd.spawn().expect("spawn compactd serve")
     }
+    /// Configures the daemon to summarize with the fake OpenAI server on `port`.
+    fn use_fake_summarizer(&self, port: u16, retry: &str) {
+        self.write_config(&format!(
+            "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"fake-gpt\"\nretry = {retry}\n"
+        ));
+    }
     fn write_config(&self, text: &str) {
         std::fs::create_dir_all(self.path("config/compactd")).unwrap();
         std::fs::write(self.path("config/compactd/config.toml"), text).unwrap();
@@ -501,10 +507,7 @@ fn abort_mid_compaction_writes_nothing_and_a_second_compact_supersedes() {
         ("S3".into(), "stop".into()),
     ]));
     fake.state.lock().delay = Duration::from_secs(3);
-    env.write_config(&format!(
-        "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nmodel = \"fake-gpt\"\nretry = {{ enabled = false }}\n",
-        fake.port
-    ));
+    env.use_fake_summarizer(fake.port, "{ enabled = false }");
     let file = env.session("009-bash-executions");
     let mut c = env.stdio(&[], Framing::Ndjson);
     let sid = open(&mut c, &file);
@@ -813,10 +816,10 @@ fn transient_provider_errors_are_retried_with_events() {
         "stop".into(),
     )]));
     fake.state.lock().fail_first = 2;
-    env.write_config(&format!(
-        "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nmodel = \"fake-gpt\"\nretry = {{ enabled = true, maxRetries = 3, baseDelayMs = 50 }}\n",
-        fake.port
-    ));
+    env.use_fake_summarizer(
+        fake.port,
+        "{ enabled = true, maxRetries = 3, baseDelayMs = 50 }",
+    );
     let file = env.session("009-bash-executions");
     let mut c = env.stdio(&[], Framing::Ndjson);
     let sid = open(&mut c, &file);

@@ -37,22 +37,6 @@ const SCENARIOS: [&str; 8] = [
 /// Not the fixtures' seeds (1000–1050).
 const SEEDS: [u32; 3] = [7101, 7202, 7303];
 
-/// Fields of the analysis compared with Pi.
-const FIELDS: [&str; 12] = [
-    "session",
-    "context",
-    "messageTokenEstimates",
-    "estimate",
-    "lastAssistantUsage",
-    "usageContextTokens",
-    "shouldCompact",
-    "shouldCompactByWindow",
-    "cutPoint",
-    "preparation",
-    "preparationNullReason",
-    "serialized",
-];
-
 struct Oracle {
     node: PathBuf,
     dir: PathBuf,
@@ -138,7 +122,7 @@ fn load(file: &Path) -> Result<SessionTree, String> {
 }
 
 fn compare_analysis(pi: &Value, ours: &Value, what: &str, failures: &mut Vec<String>) {
-    for f in FIELDS {
+    for f in support::ANALYSIS_FIELDS {
         if let Some(d) = first_diff(&ours[f], &pi[f], f) {
             failures.push(format!("{what}: {d}"));
         }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::settings::{effective, EffectiveSettings};
+use super::settings::EffectiveSettings;
 use super::{Daemon, Session};
 use crate::compaction::prepare::{prepare_compaction, NothingToCompact, Preparation};
 use crate::compaction::summary::{compaction_entry, number, result_json, CompactionOutcome};
@@ -66,18 +66,8 @@ struct Snapshot {
     leaf_id: Option<String>,
 }
 
-fn settings_of(daemon: &Daemon, session: &Session) -> EffectiveSettings {
-    let state = session.state.lock();
-    let global = daemon.global_overrides.lock().clone();
-    effective(
-        state.cwd().map(std::path::Path::new),
-        global.as_ref(),
-        state.overrides.as_ref(),
-    )
-}
-
 fn snapshot(daemon: &Daemon, session: &Session) -> Snapshot {
-    let settings = settings_of(daemon, session);
+    let settings = daemon.session_settings(session);
     let state = session.state.lock();
     let branch = state.tree.branch();
     Snapshot {
@@ -595,11 +585,10 @@ fn num(v: Option<&Value>) -> f64 {
 async fn check_message(
     daemon: &Daemon,
     session: &Arc<Session>,
-    msg_idx: usize,
     msg: &Value,
     skip_aborted: bool,
 ) -> CheckOutcome {
-    let settings = settings_of(daemon, session);
+    let settings = daemon.session_settings(session);
     if !settings.compaction.enabled {
         return CheckOutcome::none();
     }
@@ -636,7 +625,6 @@ async fn check_message(
                     })
                     .flatten()
             });
-        let _ = msg_idx;
         (
             window,
             model.map_or(0, |m| m.max_tokens),
@@ -746,7 +734,7 @@ pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> Che
             let Some(window) = model_window.filter(|w| *w > 0) else {
                 return CheckOutcome::none();
             };
-            let settings = settings_of(daemon, session);
+            let settings = daemon.session_settings(session);
             if crate::compaction::tokens::should_compact(
                 estimate.tokens,
                 window,
@@ -761,9 +749,7 @@ pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> Che
         Phase::PrePrompt | Phase::PostRun => {
             let last = session.state.lock().last_assistant();
             match last {
-                Some((idx, msg)) => {
-                    check_message(daemon, session, idx, &msg, phase == Phase::PostRun).await
-                }
+                Some(msg) => check_message(daemon, session, &msg, phase == Phase::PostRun).await,
                 None => CheckOutcome::none(),
             }
         }

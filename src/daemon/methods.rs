@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::connections::{Connection, HookRegistration, Subscription};
 use super::session::{message_entry, simple_entry, SessionState};
-use super::settings::{agent_dir, effective, EffectiveSettings};
+use super::settings::{agent_dir, effective};
 use super::{canonical_path, lifecycle, Daemon, Session};
 use crate::compaction::prepare::prepare_compaction;
 use crate::compaction::summary::number;
@@ -37,15 +37,6 @@ fn absolute(p: &str, what: &str) -> Result<PathBuf, RpcError> {
         )));
     }
     Ok(path)
-}
-
-fn settings_for(daemon: &Daemon, state: &SessionState) -> EffectiveSettings {
-    let global = daemon.global_overrides.lock().clone();
-    effective(
-        state.cwd().map(Path::new),
-        global.as_ref(),
-        state.overrides.as_ref(),
-    )
 }
 
 /// `SessionInfo` of an open session.
@@ -496,6 +487,7 @@ pub fn should_compact_method(ctx: &Ctx, p: ShouldCompactParams) -> Result<Value,
     let (tokens, window, settings) = match &p.session_id {
         Some(id) => {
             let session = ctx.daemon.session(id)?;
+            let s = ctx.daemon.session_settings(&session).compaction;
             let state = session.state.lock();
             let window = state
                 .model
@@ -504,7 +496,6 @@ pub fn should_compact_method(ctx: &Ctx, p: ShouldCompactParams) -> Result<Value,
                 .ok_or_else(|| {
                     RpcError::new(ErrorKind::NoModel, "No model selected for this session")
                 })?;
-            let s = settings_for(&ctx.daemon, &state).compaction;
             (
                 state.live.estimate().tokens,
                 p.context_window.unwrap_or(window),
@@ -536,8 +527,8 @@ pub fn should_compact_method(ctx: &Ctx, p: ShouldCompactParams) -> Result<Value,
 
 pub fn preview_compaction(ctx: &Ctx, p: PreviewCompactionParams) -> Result<Value, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
+    let settings = ctx.daemon.session_settings(&session).compaction;
     let state = session.state.lock();
-    let settings = settings_for(&ctx.daemon, &state).compaction;
     let branch = state.tree.branch();
     let path: Vec<&Entry> = state.tree.refs(&branch);
     let prep = match prepare_compaction(&path, &settings) {
@@ -611,8 +602,7 @@ pub fn abort_compaction(ctx: &Ctx, p: SessionParams) -> Result<Value, RpcError> 
 
 pub fn get_settings(ctx: &Ctx, p: SessionParams) -> Result<Value, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    let state = session.state.lock();
-    Ok(settings_for(&ctx.daemon, &state).to_json())
+    Ok(ctx.daemon.session_settings(&session).to_json())
 }
 
 pub fn set_settings_overrides(ctx: &Ctx, p: SetSettingsOverridesParams) -> Result<Value, RpcError> {

@@ -175,6 +175,17 @@ impl Daemon {
         }
     }
 
+    /// Effective settings of a session (files re-read now). The session lock is held only to
+    /// copy the header `cwd` and the overrides, never while reading files.
+    pub fn session_settings(&self, session: &Session) -> settings::EffectiveSettings {
+        let (cwd, overrides) = {
+            let state = session.state.lock();
+            (state.cwd().map(PathBuf::from), state.overrides.clone())
+        };
+        let global = self.global_overrides.lock().clone();
+        settings::effective(cwd.as_deref(), global.as_ref(), overrides.as_ref())
+    }
+
     pub fn next_hook_seq(&self) -> u64 {
         self.hook_seq.fetch_add(1, Ordering::SeqCst)
     }

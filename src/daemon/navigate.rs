@@ -86,7 +86,6 @@ struct Plan {
     common_ancestor: Option<String>,
     entries: Vec<Entry>,
     context_window: i64,
-    model_max_tokens: i64,
 }
 
 async fn branch_summary(
@@ -167,7 +166,6 @@ async fn branch_summary(
         "{BRANCH_SUMMARY_PREAMBLE}{text}{}",
         format_file_operations(&read, &modified)
     );
-    let _ = plan.model_max_tokens;
     Ok((summary, details, usage))
 }
 
@@ -214,7 +212,6 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
             common_ancestor: common.and_then(|c| state.tree.entry(c).id.clone()),
             entries,
             context_window: state.model.as_ref().map_or(0, |m| m.context_window),
-            model_max_tokens: state.model.as_ref().map_or(0, |m| m.max_tokens),
         }
     };
     let mut custom = p.custom_instructions.clone();
@@ -267,12 +264,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
         let summary = match hook_summary.take() {
             Some(s) => Some(s),
             None if p.summarize && !plan.entries.is_empty() => {
-                let reserve = {
-                    let state = session.state.lock();
-                    let global = ctx.daemon.global_overrides.lock().clone();
-                    super::settings::effective(state.cwd().map(std::path::Path::new), global.as_ref(), state.overrides.as_ref())
-                        .branch_summary_reserve_tokens
-                };
+                let reserve = ctx.daemon.session_settings(&session).branch_summary_reserve_tokens;
                 Some(branch_summary(ctx, &session, &plan, custom.as_deref(), replace, reserve, &cancel).await?)
             }
             None => None,

@@ -6,12 +6,12 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
 use crate::compaction::tokens::MessageFacts;
-use crate::context::{context_positions, context_settings, convert_to_llm, project_entry};
+use crate::context::{context_positions, convert_to_llm, project_entry};
 use crate::json::stringify;
 use crate::live_context::LiveContext;
 use crate::rpc::errors::{ErrorKind, RpcError};
@@ -142,11 +142,11 @@ impl SessionState {
     }
 
     /// The last assistant message of the agent context (aborted included).
-    pub fn last_assistant(&self) -> Option<(usize, Value)> {
+    pub fn last_assistant(&self) -> Option<Value> {
         self.agent.iter().rev().find_map(|&i| {
             let e = self.tree.entry(i);
             (e.message_role() == Some("assistant"))
-                .then(|| e.message().map(|m| (i, Value::Object(m.clone()))))
+                .then(|| e.message().map(|m| Value::Object(m.clone())))
                 .flatten()
         })
     }
@@ -245,16 +245,6 @@ impl SessionState {
             });
             self.agent.push(idx);
         }
-    }
-
-    /// The current model as `{provider, modelId}` recorded on the path (for info only).
-    pub fn path_model(&self) -> Value {
-        let branch = self.tree.branch();
-        context_settings(&self.tree.refs(&branch)).1
-    }
-
-    pub fn file_path(&self) -> &Path {
-        &self.path
     }
 }
 

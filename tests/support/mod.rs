@@ -12,6 +12,23 @@ use compactd::session::{read_session, ReadOutcome, SessionTree};
 
 use serde_json::Value;
 
+/// Fields of `expected.json` that the analysis (`compactd::report::inspect`) produces, all
+/// compared exactly with Pi.
+pub const ANALYSIS_FIELDS: [&str; 12] = [
+    "session",
+    "context",
+    "messageTokenEstimates",
+    "estimate",
+    "lastAssistantUsage",
+    "usageContextTokens",
+    "shouldCompact",
+    "shouldCompactByWindow",
+    "cutPoint",
+    "preparation",
+    "preparationNullReason",
+    "serialized",
+];
+
 /// The conformance cases directory: `$COMPACTD_CONFORMANCE_DIR`, else `../shared/conformance/cases`.
 pub fn conformance_dir() -> PathBuf {
     if let Ok(d) = std::env::var("COMPACTD_CONFORMANCE_DIR") {
