@@ -10,16 +10,17 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::compaction::prepare::{prepare_compaction, Preparation};
+use crate::compaction::prepare::{prepare_branch, Preparation};
+use crate::compaction::BranchIndex;
 use crate::compaction::prompts::{history_prompt_text, turn_prefix_prompt_text, SYSTEM_PROMPT};
-use crate::compaction::serialize::serialize_conversation;
+use crate::compaction::serialize::serialize_agent_messages;
 use crate::compaction::summary::{
     check_reply, compaction_entry, file_details, join_split_turn, result_json, with_file_lists,
     CallKind, CompactionOutcome,
 };
-use crate::compaction::tokens::{estimate_value, CompactionSettings};
-use crate::context::{build_session_context, context_settings, convert_to_llm};
-use crate::session::{ids, Entry, SessionTree};
+use crate::compaction::tokens::CompactionSettings;
+use crate::context::context_settings;
+use crate::session::{ids, BranchView, Entry, SessionTree};
 use crate::store;
 use crate::summarizer::extractive::{summarize_history, summarize_turn_prefix, ExtractiveInput};
 use crate::summarizer::redact::RedactionConfig;
@@ -90,8 +91,9 @@ pub fn reasoning_for(model: &ModelSpec, thinking_level: Option<&str>) -> Option<
         .map(str::to_owned)
 }
 
+/// The messages of a span, parsed from their entries (the extractive summarizer reads them all).
 fn messages_of(prep: &[crate::compaction::prepare::PreparedMessage]) -> Vec<Value> {
-    prep.iter().map(|m| m.message.clone()).collect()
+    prep.iter().map(|m| m.message()).collect()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -197,8 +199,7 @@ async fn generate_llm(
     let history_max = call_max_tokens(&prep.settings, 0.8, model.max_tokens);
     let prefix_max = call_max_tokens(&prep.settings, 0.5, model.max_tokens);
     let history_text = || {
-        let conversation =
-            serialize_conversation(&convert_to_llm(&messages_of(&prep.messages_to_summarize)));
+        let conversation = serialize_agent_messages(prep.history_messages());
         history_prompt_text(
             &conversation,
             prep.previous_summary.as_deref(),
@@ -230,8 +231,7 @@ async fn generate_llm(
         } else {
             Some(call(CallKind::History, history_text(), history_max).await?)
         };
-        let conversation =
-            serialize_conversation(&convert_to_llm(&messages_of(&prep.turn_prefix_messages)));
+        let conversation = serialize_agent_messages(prep.prefix_messages());
         let (prefix, prefix_usage) = call(
             CallKind::TurnPrefix,
             turn_prefix_prompt_text(&conversation),
@@ -326,10 +326,12 @@ pub fn append_outcome(
     let parent = tree.leaf_id().map(str::to_owned);
     let entry = compaction_entry(&id, parent.as_deref(), &ids::iso_timestamp(now_ms), outcome);
     tree.push(Entry::from_value(entry.clone()));
-    let path = tree.refs(&tree.branch());
-    let after = build_session_context(&path);
-    let estimated: u64 = after.messages.iter().map(estimate_value).sum();
-    (entry, estimated)
+    let branch = tree.branch();
+    let view = BranchView {
+        tree,
+        positions: &branch,
+    };
+    (entry, BranchIndex::build(&view).context_total())
 }
 
 /// Pi's manual compaction of a session file (`AgentSession.compact()`): load (with Pi's
@@ -345,10 +347,14 @@ pub async fn compact_file(
     let (mut tree, _report) =
         store::load(path, true).map_err(|e| CompactError::Store(e.to_string()))?;
     let branch = tree.branch();
-    let path_entries = tree.refs(&branch);
-    let prep = prepare_compaction(&path_entries, settings)
+    let view = BranchView {
+        tree: &tree,
+        positions: &branch,
+    };
+    let index = BranchIndex::build(&view);
+    let prep = prepare_branch(&view, &index, settings)
         .map_err(|reason| CompactError::NothingToCompact(reason.message()))?;
-    let (thinking, _model) = context_settings(&path_entries);
+    let (thinking, _model) = context_settings(&view);
     let outcome = generate(
         &prep,
         engine,
@@ -361,7 +367,8 @@ pub async fn compact_file(
         return Err(CompactError::Cancelled);
     }
     let (entry, estimated) = append_outcome(&mut tree, &outcome, ids::now_ms());
-    store::append_entry(path, &entry).map_err(|e| CompactError::Store(e.to_string()))?;
+    let raw = tree.leaf().map(|i| tree.entry(i).raw().to_vec()).unwrap_or_default();
+    store::append_line(path, &raw).map_err(|e| CompactError::Store(e.to_string()))?;
     Ok(Compacted {
         result: result_json(&outcome, estimated),
         entry,

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::json::truthy;
 use crate::session::ids::timestamp_value_ms;
-use crate::session::{Entry, EntryKind};
+use crate::session::{Entry, EntryKind, PathEntries, Role};
 
 pub const COMPACTION_SUMMARY_PREFIX: &str =
     "The conversation history before this point was compacted into the following summary:\n\n<summary>\n";
@@ -28,22 +28,21 @@ fn copy_if_present(out: &mut Map<String, Value>, from: &Map<String, Value>, key:
 }
 
 /// `sessionEntryToContextMessages`: the message an entry contributes to context, if any.
+/// Message entries are parsed from their bytes here; metadata entries use their kept object.
 pub fn project_entry(entry: &Entry) -> Option<Value> {
     entry.role?;
-    let obj = entry.obj()?;
     match entry.kind {
         EntryKind::Message => {
-            let m = obj.get("message")?.as_object()?;
+            let mut m = entry.message()?;
             let role = m.get("role").and_then(Value::as_str);
             let null_content = matches!(m.get("content"), None | Some(Value::Null));
             if null_content && matches!(role, Some("user" | "assistant" | "toolResult")) {
-                let mut fixed = m.clone();
-                fixed.insert("content".into(), Value::Array(Vec::new()));
-                return Some(Value::Object(fixed));
+                m.insert("content".into(), Value::Array(Vec::new()));
             }
-            Some(Value::Object(m.clone()))
+            Some(Value::Object(m))
         }
         EntryKind::CustomMessage => {
+            let obj = entry.obj()?;
             let mut out = Map::new();
             out.insert("role".into(), Value::from("custom"));
             copy_if_present(&mut out, obj, "customType");
@@ -58,6 +57,7 @@ pub fn project_entry(entry: &Entry) -> Option<Value> {
             Some(Value::Object(out))
         }
         EntryKind::BranchSummary => {
+            let obj = entry.obj()?;
             let mut out = Map::new();
             out.insert("role".into(), Value::from("branchSummary"));
             copy_if_present(&mut out, obj, "summary");
@@ -66,6 +66,7 @@ pub fn project_entry(entry: &Entry) -> Option<Value> {
             Some(Value::Object(out))
         }
         EntryKind::Compaction => {
+            let obj = entry.obj()?;
             let mut out = Map::new();
             out.insert("role".into(), Value::from("compactionSummary"));
             copy_if_present(&mut out, obj, "summary");
@@ -87,26 +88,28 @@ pub fn context_entries<'a>(path: &[&'a Entry]) -> Vec<&'a Entry> {
 }
 
 /// [`context_entries`] as positions into `path`.
-pub fn context_positions(path: &[&Entry]) -> Vec<usize> {
-    let Some(latest) = path.iter().rposition(|e| e.kind == EntryKind::Compaction) else {
-        return (0..path.len()).collect();
+pub fn context_positions<P: PathEntries + ?Sized>(path: &P) -> Vec<usize> {
+    let n = path.path_len();
+    let Some(latest) = (0..n)
+        .rev()
+        .find(|&i| path.at(i).kind == EntryKind::Compaction)
+    else {
+        return (0..n).collect();
     };
-    let compaction = path[latest];
+    let compaction = path.at(latest);
     // Pi locates the compaction by id (first match) before slicing.
-    let idx = path
-        .iter()
-        .position(|e| e.id == compaction.id)
+    let idx = (0..n)
+        .find(|&i| path.at(i).id == compaction.id)
         .unwrap_or(latest);
     let first_kept = compaction.str_field("firstKeptEntryId");
-    let mut out = Vec::with_capacity(path.len() - idx + 1);
+    let mut out = Vec::with_capacity(n - idx + 1);
     out.push(latest);
-    if let Some(start) = path[..idx]
-        .iter()
-        .position(|e| e.id.as_deref().is_some_and(|id| Some(id) == first_kept))
+    if let Some(start) =
+        (0..idx).find(|&i| path.at(i).id.as_deref().is_some_and(|id| Some(id) == first_kept))
     {
         out.extend(start..idx);
     }
-    out.extend(idx + 1..path.len());
+    out.extend(idx + 1..n);
     out
 }
 
@@ -118,42 +121,44 @@ pub struct SessionContext {
     pub model: Value,
 }
 
-/// Thinking level and model over the full path, ignoring compaction (sessions.md §9.3).
-pub fn context_settings(path: &[&Entry]) -> (Value, Value) {
-    let mut thinking = Value::from("off");
-    let mut model = Value::Null;
-    for e in path {
-        match e.kind {
-            EntryKind::ThinkingLevelChange => {
-                thinking = e.get("thinkingLevel").cloned().unwrap_or(Value::Null);
+/// Thinking level and model over the full path, ignoring compaction (sessions.md §9.3). The
+/// last setter wins, so this walks back from the leaf and parses at most one message.
+pub fn context_settings<P: PathEntries + ?Sized>(path: &P) -> (Value, Value) {
+    let n = path.path_len();
+    let thinking = (0..n)
+        .rev()
+        .map(|i| path.at(i))
+        .find(|e| e.kind == EntryKind::ThinkingLevelChange)
+        .map_or(Value::from("off"), |e| {
+            e.get("thinkingLevel").cloned().unwrap_or(Value::Null)
+        });
+    let setter = (0..n).rev().map(|i| path.at(i)).find(|e| {
+        e.kind == EntryKind::ModelChange || e.is_message(Role::Assistant)
+    });
+    let model = match setter {
+        None => Value::Null,
+        Some(e) if e.kind == EntryKind::ModelChange => {
+            let mut m = Map::new();
+            if let Some(p) = e.get("provider") {
+                m.insert("provider".into(), p.clone());
             }
-            EntryKind::ModelChange => {
-                let mut m = Map::new();
-                if let Some(p) = e.get("provider") {
-                    m.insert("provider".into(), p.clone());
-                }
-                if let Some(id) = e.get("modelId") {
-                    m.insert("modelId".into(), id.clone());
-                }
-                model = Value::Object(m);
+            if let Some(id) = e.get("modelId") {
+                m.insert("modelId".into(), id.clone());
             }
-            EntryKind::Message => {
-                if let Some(msg) = e.message() {
-                    if msg.get("role").and_then(Value::as_str) == Some("assistant") {
-                        let mut m = Map::new();
-                        if let Some(p) = msg.get("provider") {
-                            m.insert("provider".into(), p.clone());
-                        }
-                        if let Some(id) = msg.get("model") {
-                            m.insert("modelId".into(), id.clone());
-                        }
-                        model = Value::Object(m);
-                    }
-                }
-            }
-            _ => {}
+            Value::Object(m)
         }
-    }
+        Some(e) => {
+            let msg = e.message().unwrap_or_default();
+            let mut m = Map::new();
+            if let Some(p) = msg.get("provider") {
+                m.insert("provider".into(), p.clone());
+            }
+            if let Some(id) = msg.get("model") {
+                m.insert("modelId".into(), id.clone());
+            }
+            Value::Object(m)
+        }
+    };
     (thinking, model)
 }
 
@@ -222,10 +227,11 @@ fn user_text_message(text: String, timestamp: Option<&Value>) -> Value {
 
 /// `convertToLlm`: AgentMessages to provider messages (user/assistant/toolResult).
 pub fn convert_to_llm(messages: &[Value]) -> Vec<Value> {
-    messages.iter().filter_map(convert_one).collect()
+    messages.iter().filter_map(convert_message).collect()
 }
 
-fn convert_one(msg: &Value) -> Option<Value> {
+/// `convertToLlm` of one AgentMessage (`None` for messages the model never sees).
+pub fn convert_message(msg: &Value) -> Option<Value> {
     let m = msg.as_object()?;
     let ts = m.get("timestamp");
     match m.get("role").and_then(Value::as_str) {

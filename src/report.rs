@@ -5,14 +5,17 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::compaction::prepare::{compaction_boundaries, prepare_compaction, Preparation};
-use crate::compaction::serialize::serialize_conversation;
+use std::sync::Arc;
+
+use crate::compaction::prepare::{indexed_boundaries, plan_compaction, Preparation};
+use crate::compaction::BranchIndex;
+use crate::compaction::serialize::serialize_agent_messages;
 use crate::compaction::summary::number;
 use crate::compaction::tokens::{
     estimate_context_tokens, should_compact, CompactionSettings, ContextEstimate, MessageFacts,
 };
 use crate::compaction::{file_ops::format_file_operations, NothingToCompact};
-use crate::context::{build_session_context, context_entries, convert_to_llm};
+use crate::context::{build_session_context, context_entries};
 use crate::session::{Entry, SessionTree};
 
 /// Context windows the fixtures evaluate `shouldCompact` against.
@@ -40,7 +43,7 @@ pub fn estimate_json(e: &ContextEstimate) -> Value {
 fn prepared_ids(msgs: &[crate::compaction::prepare::PreparedMessage]) -> Value {
     Value::Array(
         msgs.iter()
-            .map(|m| json!({"entryId": m.entry_id, "role": m.message.get("role").cloned().unwrap_or(Value::Null)}))
+            .map(|m| json!({"entryId": m.entry_id(), "role": m.role_value()}))
             .collect(),
     )
 }
@@ -64,20 +67,10 @@ pub fn preparation_json(prep: &Preparation) -> Value {
 
 /// Serialized summarizer inputs of a preparation: (history, turn prefix if split).
 pub fn serialized_inputs(prep: &Preparation) -> (String, Option<String>) {
-    let msgs: Vec<Value> = prep
-        .messages_to_summarize
-        .iter()
-        .map(|m| m.message.clone())
-        .collect();
-    let history = serialize_conversation(&convert_to_llm(&msgs));
-    let prefix = prep.is_split_turn.then(|| {
-        let p: Vec<Value> = prep
-            .turn_prefix_messages
-            .iter()
-            .map(|m| m.message.clone())
-            .collect();
-        serialize_conversation(&convert_to_llm(&p))
-    });
+    let history = serialize_agent_messages(prep.history_messages());
+    let prefix = prep
+        .is_split_turn
+        .then(|| serialize_agent_messages(prep.prefix_messages()));
     (history, prefix)
 }
 
@@ -117,7 +110,7 @@ pub fn inspect(tree: &SessionTree, context_window: i64, settings: &CompactionSet
         .find(|e| e.usage_tokens.is_some())
         .map(|e| {
             (
-                e.message().and_then(|m| m.get("usage")).cloned(),
+                e.message().and_then(|m| m.get("usage").cloned()),
                 e.usage_tokens,
             )
         });
@@ -146,7 +139,8 @@ pub fn inspect(tree: &SessionTree, context_window: i64, settings: &CompactionSet
         })
         .collect();
     out.insert("shouldCompactByWindow".into(), Value::Object(by_window));
-    let b = compaction_boundaries(&path, settings);
+    let index = BranchIndex::build(&path);
+    let b = indexed_boundaries(&path, &index, settings);
     out.insert(
         "cutPoint".into(),
         json!({
@@ -160,7 +154,9 @@ pub fn inspect(tree: &SessionTree, context_window: i64, settings: &CompactionSet
             "isSplitTurn": b.cut.is_split_turn,
         }),
     );
-    match prepare_compaction(&path, settings) {
+    let prepared = plan_compaction(&path, &index, settings)
+        .map(|plan| Preparation::from_plan(plan, &path, |i| Arc::new(path[i].clone())));
+    match prepared {
         Ok(prep) => {
             out.insert("preparation".into(), preparation_json(&prep));
             out.insert("preparationNullReason".into(), Value::Null);

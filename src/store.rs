@@ -10,10 +10,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
 use crate::json::stringify;
-use crate::session::{read_session, ReadOutcome, SessionTree};
+use crate::session::{read_session_bytes, ReadOutcome, SessionTree};
 
 /// Errors of the storage shell, with Pi's message where Pi has one.
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +68,7 @@ pub fn load(path: &Path, write: bool) -> Result<(SessionTree, LoadReport), Store
         }
         Err(e) => return Err(io_err(&abs)(e)),
     };
-    let parsed = match read_session(&bytes) {
+    let parsed = match read_session_bytes(bytes.into()) {
         ReadOutcome::Session(p) => p,
         ReadOutcome::NotASession => return Err(StoreError::NotASession(abs)),
         ReadOutcome::Empty => return Err(StoreError::Empty(abs)),
@@ -91,20 +89,15 @@ pub fn load(path: &Path, write: bool) -> Result<(SessionTree, LoadReport), Store
     Ok((tree, report))
 }
 
-/// One serialized line (without the newline) as Pi's `JSON.stringify` writes it.
-pub fn line_of(value: &Value) -> String {
-    stringify(value)
-}
-
 /// Replaces the file with header + entries, atomically (temp file in the same directory, fsync,
 /// rename). Used only for Pi's migration rewrite.
 pub fn rewrite(path: &Path, tree: &SessionTree) -> Result<(), StoreError> {
-    let mut text = String::new();
-    text.push_str(&line_of(&tree.header));
-    text.push('\n');
+    let mut text: Vec<u8> = Vec::new();
+    text.extend_from_slice(stringify(&tree.header).as_bytes());
+    text.push(b'\n');
     for e in tree.entries() {
-        text.push_str(&line_of(&e.value));
-        text.push('\n');
+        text.extend_from_slice(e.raw());
+        text.push(b'\n');
     }
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     let file_name = path
@@ -117,7 +110,7 @@ pub fn rewrite(path: &Path, tree: &SessionTree) -> Result<(), StoreError> {
         if let Ok(meta) = fs::metadata(path) {
             let _ = f.set_permissions(meta.permissions());
         }
-        f.write_all(text.as_bytes())?;
+        f.write_all(&text)?;
         f.sync_all()?;
         fs::rename(&tmp, path)
     })();
@@ -147,17 +140,18 @@ pub fn ensure_trailing_newline(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Appends one entry as a single line (one `write` call on an `O_APPEND` descriptor), after
-/// repairing a missing final newline. The line is flushed to the OS before returning.
-pub fn append_entry(path: &Path, entry: &Value) -> Result<(), StoreError> {
+/// Appends one entry's line (one `write` call on an `O_APPEND` descriptor), after repairing a
+/// missing final newline. The line is flushed to the OS before returning.
+pub fn append_line(path: &Path, raw: &[u8]) -> Result<(), StoreError> {
     ensure_trailing_newline(path)?;
-    let mut line = line_of(entry);
-    line.push('\n');
+    let mut line = Vec::with_capacity(raw.len() + 1);
+    line.extend_from_slice(raw);
+    line.push(b'\n');
     let mut f = OpenOptions::new()
         .append(true)
         .open(path)
         .map_err(io_err(path))?;
-    f.write_all(line.as_bytes()).map_err(io_err(path))?;
+    f.write_all(&line).map_err(io_err(path))?;
     f.flush().map_err(io_err(path))
 }
 
@@ -171,11 +165,7 @@ mod tests {
         let p = dir.path().join("s.jsonl");
         let original = "{\"type\":\"session\",\"version\":3,\"id\":\"x\"}\n{\"type\":\"label\",\"id\":\"a\",\"parentId\":null}";
         fs::write(&p, original).unwrap();
-        append_entry(
-            &p,
-            &serde_json::json!({"type":"label","id":"b","parentId":"a"}),
-        )
-        .unwrap();
+        append_line(&p, br#"{"type":"label","id":"b","parentId":"a"}"#).unwrap();
         let after = fs::read_to_string(&p).unwrap();
         assert!(after.starts_with(original));
         assert_eq!(

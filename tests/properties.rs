@@ -418,7 +418,7 @@ fn check_tree(tree: &SessionTree, extra_keep: i64) -> Result<(), TestCaseError> 
             .messages_to_summarize
             .iter()
             .chain(prep.turn_prefix_messages.iter())
-            .map(|m| m.entry_id.clone().unwrap_or_default())
+            .map(|m| m.entry_id().unwrap_or_default().to_owned())
             .collect();
         covered.extend(
             path[fk_idx..]

@@ -4,7 +4,7 @@
 //! reached, snaps forward to a valid cut point (never a tool result, so a kept tool result always
 //! follows its call), then pulls directly preceding metadata entries to the kept side.
 
-use crate::session::{Entry, EntryKind};
+use crate::session::{EntryKind, PathEntries};
 
 /// Result of `findCutPoint`; indices are into the path it was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,20 +16,27 @@ pub struct CutPoint {
 }
 
 /// `findTurnStartIndex`: the nearest turn start at or before `idx`, not before `start`.
-pub fn find_turn_start_index(path: &[&Entry], idx: usize, start: usize) -> Option<usize> {
-    (start..=idx).rev().find(|&i| path[i].is_turn_start())
+pub fn find_turn_start_index<P: PathEntries + ?Sized>(
+    path: &P,
+    idx: usize,
+    start: usize,
+) -> Option<usize> {
+    (start..=idx).rev().find(|&i| path.at(i).is_turn_start())
 }
 
 /// `findCutPoint(entries, start, end, keepRecentTokens)`.
-pub fn find_cut_point(
-    path: &[&Entry],
+///
+/// Pi collects every cut point of the range first; this walks only what it must: forward from
+/// `start` to the first cut point, and back from `end` over the kept tail. The result is the
+/// same, and the cost no longer grows with the session.
+pub fn find_cut_point<P: PathEntries + ?Sized>(
+    path: &P,
     start: usize,
     end: usize,
     keep_recent_tokens: i64,
 ) -> CutPoint {
-    let end = end.min(path.len());
-    let cut_points: Vec<usize> = (start..end).filter(|&i| path[i].is_cut_point()).collect();
-    let Some(&first_cp) = cut_points.first() else {
+    let end = end.min(path.path_len());
+    let Some(first_cp) = (start..end).find(|&i| path.at(i).is_cut_point()) else {
         return CutPoint {
             first_kept_entry_index: start,
             turn_start_index: None,
@@ -39,29 +46,28 @@ pub fn find_cut_point(
     let mut cut = first_cp;
     let mut acc: i64 = 0;
     for i in (start..end).rev() {
-        let t = path[i].tokens as i64;
+        let t = path.at(i).tokens as i64;
         if t == 0 {
             continue;
         }
         acc += t;
         if acc >= keep_recent_tokens {
-            cut = cut_points
-                .iter()
-                .copied()
-                .find(|&c| c >= i)
+            // The first cut point at or after `i` (`first_cp` when `i` is before it).
+            cut = (i.max(first_cp)..end)
+                .find(|&c| path.at(c).is_cut_point())
                 .unwrap_or(first_cp);
             break;
         }
     }
     // Metadata directly before the cut goes to the kept side (A1).
     while cut > start {
-        let prev = path[cut - 1];
+        let prev = path.at(cut - 1);
         if prev.kind == EntryKind::Compaction || prev.is_context_visible() {
             break;
         }
         cut -= 1;
     }
-    let starts_turn = path[cut].is_turn_start();
+    let starts_turn = path.at(cut).is_turn_start();
     let turn_start_index = if starts_turn {
         None
     } else {
@@ -77,6 +83,7 @@ pub fn find_cut_point(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::Entry;
     use serde_json::{json, Value};
 
     fn msg(id: &str, role: &str, chars: usize) -> Entry {

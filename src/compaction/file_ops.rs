@@ -5,6 +5,41 @@ use indexmap::IndexSet;
 use serde_json::{Map, Value};
 
 use crate::json::cmp_utf16;
+use crate::session::entry::FileOpKind;
+
+/// The `read`/`write`/`edit` tool calls of an assistant message whose `arguments.path` is a
+/// non-empty string, in block order (the facts an entry keeps; see `session::facts`).
+pub fn tool_call_ops(m: &Value) -> Vec<(FileOpKind, String)> {
+    let mut out = Vec::new();
+    let Some(m) = m.as_object() else { return out };
+    if m.get("role").and_then(Value::as_str) != Some("assistant") {
+        return out;
+    }
+    let Some(Value::Array(blocks)) = m.get("content") else {
+        return out;
+    };
+    for b in blocks {
+        if b.get("type").and_then(Value::as_str) != Some("toolCall") {
+            continue;
+        }
+        let Some(path) = b
+            .get("arguments")
+            .and_then(|a| a.get("path"))
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+        else {
+            continue;
+        };
+        let kind = match b.get("name").and_then(Value::as_str) {
+            Some("read") => FileOpKind::Read,
+            Some("write") => FileOpKind::Write,
+            Some("edit") => FileOpKind::Edit,
+            _ => continue,
+        };
+        out.push((kind, path.to_owned()));
+    }
+    out
+}
 
 /// Insertion-ordered sets of paths, as Pi's `FileOperations`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -18,31 +53,19 @@ impl FileOps {
     /// Records the `read`/`write`/`edit` tool calls of an assistant message whose
     /// `arguments.path` is a non-empty string.
     pub fn add_from_message(&mut self, m: &Value) {
-        let Some(m) = m.as_object() else { return };
-        if m.get("role").and_then(Value::as_str) != Some("assistant") {
-            return;
+        for (kind, path) in tool_call_ops(m) {
+            self.add(kind, &path);
         }
-        let Some(Value::Array(blocks)) = m.get("content") else {
-            return;
+    }
+
+    /// Records one operation.
+    pub fn add(&mut self, kind: FileOpKind, path: &str) {
+        let set = match kind {
+            FileOpKind::Read => &mut self.read,
+            FileOpKind::Write => &mut self.written,
+            FileOpKind::Edit => &mut self.edited,
         };
-        for b in blocks {
-            if b.get("type").and_then(Value::as_str) != Some("toolCall") {
-                continue;
-            }
-            let Some(path) = b
-                .get("arguments")
-                .and_then(|a| a.get("path"))
-                .and_then(Value::as_str)
-                .filter(|p| !p.is_empty())
-            else {
-                continue;
-            };
-            let set = match b.get("name").and_then(Value::as_str) {
-                Some("read") => &mut self.read,
-                Some("write") => &mut self.written,
-                Some("edit") => &mut self.edited,
-                _ => continue,
-            };
+        if !set.contains(path) {
             set.insert(path.to_owned());
         }
     }

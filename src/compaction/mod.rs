@@ -2,6 +2,7 @@
 //! serialization, prompts and summary assembly. No I/O and no async: everything here is a plain
 //! function of session data, so the conformance fixtures test it directly.
 
+pub mod branch_index;
 pub mod cut_point;
 pub mod file_ops;
 pub mod prepare;
@@ -10,5 +11,6 @@ pub mod serialize;
 pub mod summary;
 pub mod tokens;
 
-pub use prepare::{prepare_compaction, NothingToCompact, Preparation};
+pub use branch_index::BranchIndex;
+pub use prepare::{plan_compaction, prepare_compaction, NothingToCompact, Plan, Preparation};
 pub use tokens::CompactionSettings;

@@ -1,14 +1,24 @@
 //! `prepareCompaction` (compaction.md §5): everything a compaction needs, computed from the
 //! branch path without calling any model.
+//!
+//! Split in two so the frequent questions stay cheap. A [`Plan`] is the decision: boundaries,
+//! the cut point, the spans to summarize as index ranges with their counts and estimates, the
+//! file operations and `tokensBefore`; with a [`BranchIndex`] it costs O(kept tail). A
+//! [`Preparation`] adds handles on the entries of those spans, for the compaction itself; their
+//! messages are parsed from the entries' bytes only while they are serialized or summarized.
+
+use std::ops::Range;
+use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::branch_index::BranchIndex;
 use super::cut_point::{find_cut_point, CutPoint};
 use super::file_ops::FileOps;
-use super::tokens::{estimate_context_tokens, CompactionSettings, ContextEstimate, MessageFacts};
-use crate::context::{context_entries, project_entry};
+use super::tokens::CompactionSettings;
+use crate::context::project_entry;
 use crate::json::truthy;
-use crate::session::{Entry, EntryKind};
+use crate::session::{BranchView, Entry, EntryKind, PathEntries, Role};
 
 /// Pi's exact refusal texts for a manual compaction with nothing to do.
 pub const ALREADY_COMPACTED: &str = "Already compacted";
@@ -32,24 +42,6 @@ impl NothingToCompact {
     }
 }
 
-/// One message picked for summarization, with the entry it came from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PreparedMessage {
-    /// Index into the path the preparation was made from.
-    pub path_index: usize,
-    pub entry_id: Option<String>,
-    pub message: Value,
-}
-
-impl PreparedMessage {
-    pub fn role(&self) -> &str {
-        self.message
-            .get("role")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-    }
-}
-
 /// The boundaries `prepareCompaction` worked with (reported by `inspect`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Boundaries {
@@ -59,12 +51,54 @@ pub struct Boundaries {
     pub cut: CutPoint,
 }
 
-/// Pi's `CompactionPreparation`.
+/// A span of the path whose messages a compaction summarizes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    /// Path positions; entries that project nothing and compactions are skipped inside it.
+    pub range: Range<usize>,
+    /// Messages in the span.
+    pub count: usize,
+    /// Sum of their token estimates.
+    pub tokens: u64,
+}
+
+impl Span {
+    fn of(index: &BranchIndex, range: Range<usize>) -> Span {
+        let (tokens, count) = index.summarizable_sums(range.clone());
+        Span {
+            range,
+            count,
+            tokens,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Path positions of the span's messages.
+    pub fn positions<'a, P: PathEntries + ?Sized>(
+        &self,
+        path: &'a P,
+    ) -> impl Iterator<Item = usize> + 'a {
+        self.range
+            .clone()
+            .filter(move |&i| is_summarizable(path.at(i)))
+    }
+}
+
+fn is_summarizable(e: &Entry) -> bool {
+    e.kind != EntryKind::Compaction && e.role.is_some()
+}
+
+/// The decision half of `prepareCompaction`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Preparation {
+pub struct Plan {
     pub first_kept_entry_id: String,
-    pub messages_to_summarize: Vec<PreparedMessage>,
-    pub turn_prefix_messages: Vec<PreparedMessage>,
+    /// `messagesToSummarize`.
+    pub history: Span,
+    /// `turnPrefixMessages` (empty unless the cut splits a turn).
+    pub turn_prefix: Span,
     pub is_split_turn: bool,
     pub tokens_before: f64,
     pub previous_summary: Option<String>,
@@ -74,19 +108,24 @@ pub struct Preparation {
 }
 
 /// Boundaries of the span a compaction of `path` would summarize: after the previous
-/// compaction's kept start, through the end of the path.
+/// compaction's kept start, through the end of the path (builds the index: O(path)).
 pub fn compaction_boundaries(path: &[&Entry], settings: &CompactionSettings) -> Boundaries {
-    let prev = path.iter().rposition(|e| e.kind == EntryKind::Compaction);
-    let boundary_start = match prev {
-        Some(p) => {
-            let first_kept = path[p].str_field("firstKeptEntryId");
-            path.iter()
-                .position(|e| e.id.as_deref().is_some_and(|id| Some(id) == first_kept))
-                .unwrap_or(p + 1)
-        }
+    indexed_boundaries(path, &BranchIndex::build(path), settings)
+}
+
+/// [`compaction_boundaries`] over an indexed path. O(kept tail).
+pub fn indexed_boundaries<P: PathEntries + ?Sized>(
+    path: &P,
+    index: &BranchIndex,
+    settings: &CompactionSettings,
+) -> Boundaries {
+    let latest = index.latest_compaction();
+    let prev = latest.map(|l| l.at);
+    let boundary_start = match latest {
+        Some(l) => l.kept_on_path.unwrap_or(l.at + 1),
         None => 0,
     };
-    let boundary_end = path.len();
+    let boundary_end = path.path_len();
     let cut = find_cut_point(
         path,
         boundary_start,
@@ -101,84 +140,60 @@ pub fn compaction_boundaries(path: &[&Entry], settings: &CompactionSettings) -> 
     }
 }
 
-/// `estimateContextTokens(buildSessionContext(path).messages)` without materializing messages.
-pub fn estimate_path_context(path: &[&Entry]) -> ContextEstimate {
-    estimate_context_tokens(
-        context_entries(path)
-            .into_iter()
-            .filter(|e| e.role.is_some())
-            .map(|e| MessageFacts {
-                tokens: e.tokens,
-                usage_tokens: e.usage_tokens,
-            }),
-    )
-}
-
-fn collect_messages(path: &[&Entry], range: std::ops::Range<usize>) -> Vec<PreparedMessage> {
-    range
-        .filter(|&i| path[i].kind != EntryKind::Compaction)
-        .filter_map(|i| {
-            project_entry(path[i]).map(|message| PreparedMessage {
-                path_index: i,
-                entry_id: path[i].id.clone(),
-                message,
-            })
-        })
-        .collect()
-}
-
-/// `prepareCompaction(pathEntries, settings)`.
-pub fn prepare_compaction(
-    path: &[&Entry],
+/// `prepareCompaction` as a plan over an indexed path. O(kept tail + files).
+pub fn plan_compaction<P: PathEntries + ?Sized>(
+    path: &P,
+    index: &BranchIndex,
     settings: &CompactionSettings,
-) -> Result<Preparation, NothingToCompact> {
-    if path.last().is_some_and(|e| e.kind == EntryKind::Compaction) {
+) -> Result<Plan, NothingToCompact> {
+    let n = path.path_len();
+    if n > 0 && path.at(n - 1).kind == EntryKind::Compaction {
         return Err(NothingToCompact::AlreadyCompacted);
     }
-    let b = compaction_boundaries(path, settings);
-    let previous_summary = b
-        .prev_compaction_index
-        .and_then(|p| path[p].str_field("summary"))
+    let b = indexed_boundaries(path, index, settings);
+    let prev = b.prev_compaction_index.map(|p| path.at(p));
+    let previous_summary = prev
+        .and_then(|c| c.str_field("summary"))
         .map(str::to_owned);
-    let tokens_before = estimate_path_context(path).tokens;
+    let tokens_before = index.context_estimate(path).tokens;
     let cut = b.cut;
-    let first_kept_id = path
-        .get(cut.first_kept_entry_index)
-        .and_then(|e| e.id.clone())
+    let first_kept_id = (cut.first_kept_entry_index < n)
+        .then(|| path.at(cut.first_kept_entry_index).id.clone())
+        .flatten()
         .filter(|id| !id.is_empty())
         .ok_or(NothingToCompact::TooSmall)?;
     let history_end = match (cut.is_split_turn, cut.turn_start_index) {
         (true, Some(ts)) => ts,
         _ => cut.first_kept_entry_index,
     };
-    let messages_to_summarize =
-        collect_messages(path, b.boundary_start..history_end.max(b.boundary_start));
-    let turn_prefix_messages = match (cut.is_split_turn, cut.turn_start_index) {
-        (true, Some(ts)) => collect_messages(path, ts..cut.first_kept_entry_index),
-        _ => Vec::new(),
+    let history = Span::of(index, b.boundary_start..history_end.max(b.boundary_start));
+    let turn_prefix = match (cut.is_split_turn, cut.turn_start_index) {
+        (true, Some(ts)) => Span::of(index, ts..cut.first_kept_entry_index),
+        _ => Span::of(index, 0..0),
     };
-    if messages_to_summarize.is_empty() && turn_prefix_messages.is_empty() {
+    if history.is_empty() && turn_prefix.is_empty() {
         return Err(NothingToCompact::TooSmall);
     }
-    let mut file_ops = FileOps::default();
-    if let Some(p) = b.prev_compaction_index {
-        let prev = path[p];
+    let mut seed = FileOps::default();
+    if let Some(prev) = prev {
         if !truthy(prev.get("fromHook")) && truthy(prev.get("details")) {
             if let Some(details) = prev.get("details").and_then(Value::as_object) {
-                file_ops.add_from_details(details);
+                seed.add_from_details(details);
             }
         }
     }
-    for m in messages_to_summarize
-        .iter()
-        .chain(turn_prefix_messages.iter())
-    {
-        file_ops.add_from_message(&m.message);
-    }
-    Ok(Preparation {
+    // The file operations of both spans, which together run from the history's start to the
+    // first kept entry.
+    let ops_end = if turn_prefix.range.is_empty() {
+        history.range.end
+    } else {
+        turn_prefix.range.end
+    };
+    let file_ops = index.file_ops(history.range.start..ops_end, seed);
+    Ok(Plan {
         first_kept_entry_id: first_kept_id,
-        messages_to_summarize,
-        turn_prefix_messages,
+        history,
+        turn_prefix,
         is_split_turn: cut.is_split_turn,
         tokens_before,
         previous_summary,
@@ -186,4 +201,106 @@ pub fn prepare_compaction(
         settings: *settings,
         boundaries: b,
     })
+}
+
+/// One message picked for summarization: a handle on its entry, projected on demand.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedMessage {
+    /// Index into the path the preparation was made from.
+    pub path_index: usize,
+    pub entry: Arc<Entry>,
+}
+
+impl PreparedMessage {
+    pub fn entry_id(&self) -> Option<&str> {
+        self.entry.id.as_deref()
+    }
+
+    /// The AgentMessage the entry projects to (parsed from its bytes now).
+    pub fn message(&self) -> Value {
+        project_entry(&self.entry).unwrap_or(Value::Null)
+    }
+
+    /// The projected message's `role` value (from the facts, parsing only for unknown roles).
+    pub fn role_value(&self) -> Value {
+        match self.entry.role {
+            Some(Role::Other) | None => self.message().get("role").cloned().unwrap_or(Value::Null),
+            Some(r) => Value::from(r.as_str()),
+        }
+    }
+}
+
+/// Pi's `CompactionPreparation`: the plan plus the messages of its spans.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Preparation {
+    pub plan: Plan,
+    pub messages_to_summarize: Vec<PreparedMessage>,
+    pub turn_prefix_messages: Vec<PreparedMessage>,
+}
+
+impl std::ops::Deref for Preparation {
+    type Target = Plan;
+    fn deref(&self) -> &Plan {
+        &self.plan
+    }
+}
+
+impl Preparation {
+    /// Takes handles on the plan's messages; `shared(i)` gives the entry at path position `i`.
+    pub fn from_plan<P: PathEntries + ?Sized>(
+        plan: Plan,
+        path: &P,
+        shared: impl Fn(usize) -> Arc<Entry>,
+    ) -> Preparation {
+        let take = |span: &Span| -> Vec<PreparedMessage> {
+            span.positions(path)
+                .map(|i| PreparedMessage {
+                    path_index: i,
+                    entry: shared(i),
+                })
+                .collect()
+        };
+        Preparation {
+            messages_to_summarize: take(&plan.history),
+            turn_prefix_messages: take(&plan.turn_prefix),
+            plan,
+        }
+    }
+
+    /// The AgentMessages to summarize, parsed one at a time.
+    pub fn history_messages(&self) -> impl Iterator<Item = Value> + '_ {
+        self.messages_to_summarize.iter().map(PreparedMessage::message)
+    }
+
+    /// The turn prefix's AgentMessages, parsed one at a time.
+    pub fn prefix_messages(&self) -> impl Iterator<Item = Value> + '_ {
+        self.turn_prefix_messages.iter().map(PreparedMessage::message)
+    }
+}
+
+/// `prepareCompaction(pathEntries, settings)` over a plain path (builds the index: O(path)).
+pub fn prepare_compaction(
+    path: &[&Entry],
+    settings: &CompactionSettings,
+) -> Result<Preparation, NothingToCompact> {
+    let index = BranchIndex::build(path);
+    let plan = plan_compaction(path, &index, settings)?;
+    Ok(Preparation::from_plan(plan, path, |i| Arc::new(path[i].clone())))
+}
+
+/// `prepareCompaction` over a tree's branch: entries are shared with the tree, not copied.
+pub fn prepare_branch(
+    view: &BranchView<'_>,
+    index: &BranchIndex,
+    settings: &CompactionSettings,
+) -> Result<Preparation, NothingToCompact> {
+    let plan = plan_compaction(view, index, settings)?;
+    Ok(Preparation::from_plan(plan, view, |i| {
+        view.tree.shared(view.positions[i])
+    }))
+}
+
+/// `estimateContextTokens(buildSessionContext(path).messages)` without materializing messages.
+pub fn estimate_path_context(path: &[&Entry]) -> super::tokens::ContextEstimate {
+    BranchIndex::build(path).context_estimate(path)
 }

@@ -70,13 +70,48 @@ fn tool_call_text(block: &Value) -> String {
 
 /// `serializeConversation(messages)` over provider messages (output of `convertToLlm`).
 pub fn serialize_conversation(messages: &[Value]) -> String {
-    let mut parts: Vec<String> = Vec::new();
+    let mut w = ConversationText::default();
     for m in messages {
+        w.push_llm(m);
+    }
+    w.finish()
+}
+
+/// `serializeConversation(convertToLlm(messages))` over AgentMessages produced one at a time,
+/// so a compaction of a huge span holds one parsed message and the text, never the span.
+pub fn serialize_agent_messages(messages: impl IntoIterator<Item = Value>) -> String {
+    let mut w = ConversationText::default();
+    for m in messages {
+        if let Some(llm) = crate::context::convert_message(&m) {
+            w.push_llm(&llm);
+        }
+    }
+    w.finish()
+}
+
+/// The transcript being written: parts joined by a blank line.
+#[derive(Default)]
+struct ConversationText {
+    out: String,
+    any: bool,
+}
+
+impl ConversationText {
+    fn part(&mut self, label: &str, text: &str) {
+        if self.any {
+            self.out.push_str("\n\n");
+        }
+        self.any = true;
+        self.out.push_str(label);
+        self.out.push_str(text);
+    }
+
+    fn push_llm(&mut self, m: &Value) {
         match m.get("role").and_then(Value::as_str) {
             Some("user") => {
                 let text = content_text(m.get("content"), "");
                 if !text.is_empty() {
-                    parts.push(format!("[User]: {text}"));
+                    self.part("[User]: ", &text);
                 }
             }
             Some("assistant") => {
@@ -97,28 +132,28 @@ pub fn serialize_conversation(messages: &[Value]) -> String {
                     .collect();
                 let calls: Vec<String> = of_type(blocks, "toolCall").map(tool_call_text).collect();
                 if !thinking.is_empty() {
-                    parts.push(format!("[Assistant thinking]: {}", thinking.join("\n")));
+                    self.part("[Assistant thinking]: ", &thinking.join("\n"));
                 }
                 if of_type(blocks, "text").next().is_some() {
-                    parts.push(format!(
-                        "[Assistant]: {}",
-                        content_text(m.get("content"), "\n")
-                    ));
+                    self.part("[Assistant]: ", &content_text(m.get("content"), "\n"));
                 }
                 if !calls.is_empty() {
-                    parts.push(format!("[Assistant tool calls]: {}", calls.join("; ")));
+                    self.part("[Assistant tool calls]: ", &calls.join("; "));
                 }
             }
             Some("toolResult") => {
                 let text = content_text(m.get("content"), "");
                 if !text.is_empty() {
-                    parts.push(format!("[Tool result]: {}", truncate_for_summary(&text)));
+                    self.part("[Tool result]: ", &truncate_for_summary(&text));
                 }
             }
             _ => {}
         }
     }
-    parts.join("\n\n")
+
+    fn finish(self) -> String {
+        self.out
+    }
 }
 
 #[cfg(test)]

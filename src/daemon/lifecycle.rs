@@ -11,14 +11,13 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::settings::EffectiveSettings;
 use super::{Daemon, Session};
-use crate::compaction::prepare::{prepare_compaction, NothingToCompact, Preparation};
+use crate::compaction::prepare::{prepare_branch, NothingToCompact, Preparation, PreparedMessage};
 use crate::compaction::summary::{compaction_entry, number, result_json, CompactionOutcome};
 use crate::compactor::{generate, CompactError, SummaryEngine, RETRY_OBSERVER};
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::types::Phase;
-use crate::session::{ids, Entry, EntryKind};
+use crate::session::{ids, Entry, EntryKind, Role};
 use crate::summarizer::overflow::{is_context_overflow, is_recoverable_length, ReplyFacts};
 use crate::summarizer::{RetryEvent, StopReason, Usage};
 
@@ -58,10 +57,12 @@ impl Failure {
     }
 }
 
-/// What the compaction worked from, taken under the state lock.
+/// What the compaction worked from, taken under the state lock: the preparation (planned from
+/// the live branch index, O(kept tail)) and shared handles on the branch's entries, so nothing
+/// is copied and the lock is released before any summarizing.
 struct Snapshot {
-    path: Vec<Entry>,
-    settings: EffectiveSettings,
+    path: Vec<Arc<Entry>>,
+    prep: Result<Preparation, NothingToCompact>,
     thinking_level: String,
     leaf_id: Option<String>,
 }
@@ -69,28 +70,23 @@ struct Snapshot {
 fn snapshot(daemon: &Daemon, session: &Session) -> Snapshot {
     let settings = daemon.session_settings(session);
     let state = session.state.lock();
-    let branch = state.tree.branch();
+    let view = state.view();
+    let prep = prepare_branch(&view, &state.index, &settings.compaction);
     Snapshot {
-        path: branch
-            .iter()
-            .map(|&i| state.tree.entry(i).clone())
-            .collect(),
-        settings,
+        path: state.branch.iter().map(|&i| state.tree.shared(i)).collect(),
+        prep,
         thinking_level: state.thinking_level.clone(),
         leaf_id: state.tree.leaf_id().map(str::to_owned),
     }
 }
 
 fn prepare(snap: &Snapshot) -> Result<Preparation, Failure> {
-    let refs: Vec<&Entry> = snap.path.iter().collect();
-    prepare_compaction(&refs, &snap.settings.compaction).map_err(Failure::Nothing)
+    snap.prep.clone().map_err(Failure::Nothing)
 }
 
 /// Pi's `CompactionPreparation` as hooks receive it (sets as arrays).
 fn preparation_json(prep: &Preparation) -> Value {
-    let msgs = |m: &[crate::compaction::prepare::PreparedMessage]| {
-        Value::Array(m.iter().map(|p| p.message.clone()).collect())
-    };
+    let msgs = |m: &[PreparedMessage]| Value::Array(m.iter().map(PreparedMessage::message).collect());
     let mut o = Map::new();
     o.insert(
         "firstKeptEntryId".into(),
@@ -180,7 +176,7 @@ async fn run_started(
         params.insert("preparation".into(), preparation_json(prep));
         params.insert(
             "branchEntries".into(),
-            Value::Array(snap.path.iter().map(|e| e.value.clone()).collect()),
+            Value::Array(snap.path.iter().map(|e| e.value()).collect()),
         );
         if let Some(c) = custom {
             params.insert("customInstructions".into(), Value::from(c));
@@ -259,7 +255,7 @@ async fn run_started(
     let idx = state
         .append_with(|id, parent, ts| compaction_entry(id, parent, ts, &outcome))
         .map_err(|e| Failure::Error(ErrorKind::Io, e.message))?;
-    let entry = state.tree.entry(idx).value.clone();
+    let entry = state.tree.entry(idx).value();
     state.rebuild_agent_context();
     let estimated = state.live.estimated_total();
     Ok((result_json(&outcome, estimated), entry))
@@ -328,7 +324,7 @@ fn compact_notice(
             .entries()
             .iter()
             .find(|e| e.kind == EntryKind::Compaction && e.get("summary") == summary.as_ref())
-            .map(|e| e.value.clone())
+            .map(|e| e.value())
             .unwrap_or_else(|| entry.clone())
     };
     daemon.notify_hooks(
@@ -604,12 +600,10 @@ async fn check_message(
             msg.get("provider").and_then(Value::as_str) == Some(m.provider.as_str())
                 && msg.get("model").and_then(Value::as_str) == Some(m.id.as_str())
         });
-        let branch = state.tree.branch();
-        let compaction_ms = branch
-            .iter()
-            .rev()
-            .map(|&i| state.tree.entry(i))
-            .find(|e| e.kind == EntryKind::Compaction)
+        let compaction_ms = state
+            .index
+            .latest_compaction()
+            .map(|l| state.tree.entry(state.branch[l.at]))
             .map(|e| ids::timestamp_value_ms(e.get("timestamp")));
         let estimate = state.live.estimate();
         let usage_ts = estimate
@@ -617,11 +611,10 @@ async fn check_message(
             .and_then(|i| state.agent.get(i))
             .and_then(|&ei| {
                 let e = state.tree.entry(ei);
-                (e.message_role() == Some("assistant"))
+                e.is_message(Role::Assistant)
                     .then(|| {
                         e.message()
-                            .and_then(|m| m.get("timestamp"))
-                            .and_then(Value::as_f64)
+                            .and_then(|m| m.get("timestamp").and_then(Value::as_f64))
                     })
                     .flatten()
             });

@@ -11,12 +11,12 @@ use super::connections::{Connection, HookRegistration, Subscription};
 use super::session::{message_entry, simple_entry, SessionState};
 use super::settings::{agent_dir, effective};
 use super::{canonical_path, lifecycle, Daemon, Session};
-use crate::compaction::prepare::prepare_compaction;
+use crate::compaction::prepare::{plan_compaction, Preparation, PreparedMessage};
 use crate::compaction::summary::number;
 use crate::compaction::tokens::{should_compact, CompactionSettings};
 use crate::rpc::errors::{ErrorKind, RpcError, COMPACTING_MESSAGE};
 use crate::rpc::types::*;
-use crate::session::{ids, Entry, EntryKind};
+use crate::session::{ids, PathEntries};
 use crate::store::{self, StoreError};
 
 /// The caller of a method.
@@ -425,7 +425,7 @@ pub fn get_branch(ctx: &Ctx, p: SessionParams) -> Result<Value, RpcError> {
     Ok(Value::Array(
         branch
             .iter()
-            .map(|&i| state.tree.entry(i).value.clone())
+            .map(|&i| state.tree.entry(i).value())
             .collect(),
     ))
 }
@@ -452,18 +452,8 @@ pub fn get_context_usage(ctx: &Ctx, p: SessionParams) -> Result<Value, RpcError>
         return Ok(Value::Null);
     };
     // After a compaction, the size is unknown until a valid post-compaction usage exists.
-    let branch = state.tree.branch();
-    if let Some(pos) = branch
-        .iter()
-        .rposition(|&i| state.tree.entry(i).kind == EntryKind::Compaction)
-    {
-        let has_usage = branch[pos + 1..].iter().any(|&i| {
-            let e = state.tree.entry(i);
-            e.message_role() == Some("assistant") && e.usage_tokens.is_some()
-        });
-        if !has_usage {
-            return Ok(json!({"tokens": null, "contextWindow": window, "percent": null}));
-        }
+    if !state.index.usage_known() {
+        return Ok(json!({"tokens": null, "contextWindow": window, "percent": null}));
     }
     let tokens = state.live.estimate().tokens;
     Ok(
@@ -529,40 +519,31 @@ pub fn preview_compaction(ctx: &Ctx, p: PreviewCompactionParams) -> Result<Value
     let session = ctx.daemon.session(&p.session_id)?;
     let settings = ctx.daemon.session_settings(&session).compaction;
     let state = session.state.lock();
-    let branch = state.tree.branch();
-    let path: Vec<&Entry> = state.tree.refs(&branch);
-    let prep = match prepare_compaction(&path, &settings) {
+    let view = state.view();
+    let plan = match plan_compaction(&view, &state.index, &settings) {
         Ok(p) => p,
         Err(reason) => return Ok(json!({ "nothingToCompact": reason.message() })),
     };
-    let sum_tokens = |m: &[crate::compaction::prepare::PreparedMessage]| -> u64 {
-        m.iter().map(|x| path[x.path_index].tokens).sum()
-    };
-    let kept_start = path
-        .iter()
-        .position(|e| e.id.as_deref() == Some(prep.first_kept_entry_id.as_str()))
-        .unwrap_or(path.len());
-    let kept: Vec<&&Entry> = path[kept_start..]
-        .iter()
-        .filter(|e| e.role.is_some())
-        .collect();
-    let (read_files, modified_files) = prep.file_ops.file_lists();
+    let kept_start = plan.boundaries.cut.first_kept_entry_index;
+    let (kept_tokens, kept_count) = state.index.range_sums(kept_start..view.path_len());
+    let (read_files, modified_files) = plan.file_ops.file_lists();
     let mut out = json!({
-        "firstKeptEntryId": prep.first_kept_entry_id,
-        "isSplitTurn": prep.is_split_turn,
-        "tokensBefore": number(prep.tokens_before),
-        "hasPreviousSummary": prep.previous_summary.is_some(),
-        "summarize": {"count": prep.messages_to_summarize.len(), "estimatedTokens": sum_tokens(&prep.messages_to_summarize)},
-        "turnPrefix": {"count": prep.turn_prefix_messages.len(), "estimatedTokens": sum_tokens(&prep.turn_prefix_messages)},
-        "kept": {"count": kept.len(), "estimatedTokens": kept.iter().map(|e| e.tokens).sum::<u64>()},
+        "firstKeptEntryId": plan.first_kept_entry_id,
+        "isSplitTurn": plan.is_split_turn,
+        "tokensBefore": number(plan.tokens_before),
+        "hasPreviousSummary": plan.previous_summary.is_some(),
+        "summarize": {"count": plan.history.count, "estimatedTokens": plan.history.tokens},
+        "turnPrefix": {"count": plan.turn_prefix.count, "estimatedTokens": plan.turn_prefix.tokens},
+        "kept": {"count": kept_count, "estimatedTokens": kept_tokens},
         "fileLists": {"readFiles": read_files, "modifiedFiles": modified_files},
         "settings": settings.to_json(),
     });
     if p.detail == Some(PreviewDetail::Full) {
-        let ids = |m: &[crate::compaction::prepare::PreparedMessage]| {
+        let prep = Preparation::from_plan(plan, &view, |i| state.tree.shared(state.branch[i]));
+        let ids = |m: &[PreparedMessage]| {
             Value::Array(
                 m.iter()
-                    .map(|x| json!({"entryId": x.entry_id, "role": x.message.get("role")}))
+                    .map(|x| json!({"entryId": x.entry_id(), "role": x.role_value()}))
                     .collect(),
             )
         };

@@ -17,7 +17,7 @@ use crate::context::{convert_to_llm, project_entry};
 use crate::json::truthy;
 use crate::rpc::errors::{ErrorKind, RpcError, COMPACTING_MESSAGE};
 use crate::rpc::types::NavigateTreeParams;
-use crate::session::{ids, Entry, EntryKind};
+use crate::session::{ids, Entry, EntryKind, Role};
 use crate::summarizer::extractive::{summarize_history, ExtractiveInput};
 use crate::summarizer::{retry_call, LlmRequest, Usage};
 
@@ -38,7 +38,7 @@ pub fn prepare_branch_entries(entries: &[Entry], budget: i64) -> (Vec<Value>, Fi
     let mut total: i64 = 0;
     for e in entries.iter().rev() {
         let message = match e.kind {
-            EntryKind::Message if e.message_role() != Some("toolResult") => project_entry(e),
+            EntryKind::Message if e.role != Some(Role::ToolResult) => project_entry(e),
             EntryKind::CustomMessage | EntryKind::Compaction => project_entry(e),
             EntryKind::BranchSummary => Some(json!({
                 "role": "branchSummary",
@@ -67,9 +67,7 @@ pub fn prepare_branch_entries(entries: &[Entry], budget: i64) -> (Vec<Value>, Fi
 /// The text of a user / custom message target, for the editor.
 fn editor_text(e: &Entry) -> Option<String> {
     let content = match e.kind {
-        EntryKind::Message if e.message_role() == Some("user") => {
-            e.message()?.get("content")?.clone()
-        }
+        EntryKind::Message if e.role == Some(Role::User) => e.message()?.get("content")?.clone(),
         EntryKind::CustomMessage => e.get("content")?.clone(),
         _ => return None,
     };
@@ -227,7 +225,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
                 "targetId": plan.target_id,
                 "oldLeafId": plan.old_leaf,
                 "commonAncestorId": plan.common_ancestor,
-                "entriesToSummarize": plan.entries.iter().map(|e| e.value.clone()).collect::<Vec<_>>(),
+                "entriesToSummarize": plan.entries.iter().map(|e| e.value()).collect::<Vec<_>>(),
                 "userWantsSummary": p.summarize,
                 "customInstructions": custom,
                 "replaceInstructions": replace,
@@ -307,6 +305,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
     let from_id = plan.old_leaf.clone().unwrap_or_else(|| "root".into());
     let mut out = Map::new();
     state.tree.set_leaf(new_leaf);
+    state.refresh_branch();
     if let Some((text, details, usage)) = summary {
         let idx = state.append_with(|id, parent, ts| {
             let mut o = Map::new();
@@ -325,7 +324,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
             o.insert("fromHook".into(), json!(from_hook));
             Value::Object(o)
         })?;
-        let summary_entry = state.tree.entry(idx).value.clone();
+        let summary_entry = state.tree.entry(idx).value();
         let summary_id = state.tree.entry(idx).id.clone().unwrap_or_default();
         if let Some(l) = label.filter(|l| !l.is_empty()) {
             state.append_with(|id, parent, ts| {

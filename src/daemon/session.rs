@@ -1,8 +1,11 @@
-//! One open session: the tree, the agent context, the current model and thinking level, and the
-//! writes Pi's `SessionManager` makes (deferred creation, one appended line per entry).
+//! One open session: the tree, its current branch with the running totals of the branch index,
+//! the agent context, the current model and thinking level, and the writes Pi's
+//! `SessionManager` makes (deferred creation, one appended line per entry).
 //!
-//! Plain synchronous state behind the registry's lock: every method here is quick, so the lock
-//! is never held across an LLM call (compaction snapshots what it needs and comes back to append).
+//! Plain synchronous state behind the session's lock: every method here is quick (O(1) per
+//! append, O(kept tail) per check), so the lock is never held across an LLM call (compaction
+//! takes handles on what it needs and comes back to append). The branch and its index are
+//! rebuilt only when the leaf moves elsewhere than a child of the old leaf.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -16,7 +19,9 @@ use crate::json::stringify;
 use crate::live_context::LiveContext;
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::types::Model;
-use crate::session::{ids, Entry, EntryKind, SessionTree};
+use crate::compaction::BranchIndex;
+use crate::session::entry::StopReason;
+use crate::session::{ids, BranchView, Entry, EntryKind, Role, SessionTree};
 use crate::store;
 
 /// A session's in-memory state.
@@ -24,6 +29,10 @@ use crate::store;
 pub struct SessionState {
     pub path: PathBuf,
     pub tree: SessionTree,
+    /// Entry indices of the current branch, root→leaf (Pi's `getBranch()`), kept current.
+    pub branch: Vec<usize>,
+    /// Running totals along `branch`.
+    pub index: BranchIndex,
     /// Whether the file exists on disk (Pi's `flushed`); false for a deferred new session.
     pub persisted: bool,
     /// Entry indices of the agent context's messages (Pi's `agent.state.messages`).
@@ -54,6 +63,8 @@ impl SessionState {
         let mut s = SessionState {
             path,
             tree,
+            branch: Vec::new(),
+            index: BranchIndex::default(),
             persisted: true,
             agent: Vec::new(),
             live: LiveContext::default(),
@@ -62,12 +73,13 @@ impl SessionState {
             overflow_recovery_attempted: false,
             overrides: None,
         };
+        s.refresh_branch();
         s.thinking_level = thinking.unwrap_or_else(|| {
             s.path_thinking_level()
                 .unwrap_or_else(|| default_thinking.to_owned())
         });
-        s.rebuild_agent_context();
         s
+
     }
 
     /// A new deferred session (nothing on disk until the first assistant message).
@@ -87,6 +99,8 @@ impl SessionState {
         SessionState {
             path,
             tree: SessionTree::new(header, Vec::new()),
+            branch: Vec::new(),
+            index: BranchIndex::default(),
             persisted: false,
             agent: Vec::new(),
             live: LiveContext::default(),
@@ -97,13 +111,28 @@ impl SessionState {
         }
     }
 
+    /// The current branch as a path the pure algorithms read.
+    pub fn view(&self) -> BranchView<'_> {
+        BranchView {
+            tree: &self.tree,
+            positions: &self.branch,
+        }
+    }
+
+    /// Recomputes the branch, its index and the agent context after the leaf moved (open,
+    /// tree navigation). O(path).
+    pub fn refresh_branch(&mut self) {
+        self.branch = self.tree.branch();
+        self.index = BranchIndex::build(&self.view());
+        self.rebuild_agent_context();
+    }
+
     /// The last `thinking_level_change` on the current path, if any.
     pub fn path_thinking_level(&self) -> Option<String> {
-        let branch = self.tree.branch();
-        self.tree
-            .refs(&branch)
+        self.branch
             .iter()
             .rev()
+            .map(|&i| self.tree.entry(i))
             .find(|e| e.kind == EntryKind::ThinkingLevelChange)
             .and_then(|e| e.str_field("thinkingLevel"))
             .map(str::to_owned)
@@ -113,13 +142,13 @@ impl SessionState {
         self.tree.header.get("cwd").and_then(Value::as_str)
     }
 
-    /// Rebuilds the agent context from the current path (after open, compaction, navigation).
+    /// Rebuilds the agent context from the current branch (after open, compaction,
+    /// navigation). O(context).
     pub fn rebuild_agent_context(&mut self) {
-        let branch = self.tree.branch();
-        let path = self.tree.refs(&branch);
-        self.agent = context_positions(&path)
+        let view = self.view();
+        self.agent = context_positions(&view)
             .into_iter()
-            .map(|p| branch[p])
+            .map(|p| self.branch[p])
             .filter(|&i| self.tree.entry(i).role.is_some())
             .collect();
         let mut live = LiveContext::default();
@@ -129,7 +158,7 @@ impl SessionState {
         self.live = live;
     }
 
-    /// The agent context's messages.
+    /// The agent context's messages (parsed from the entries now).
     pub fn agent_messages(&self) -> Vec<Value> {
         self.agent
             .iter()
@@ -145,8 +174,8 @@ impl SessionState {
     pub fn last_assistant(&self) -> Option<Value> {
         self.agent.iter().rev().find_map(|&i| {
             let e = self.tree.entry(i);
-            (e.message_role() == Some("assistant"))
-                .then(|| e.message().map(|m| Value::Object(m.clone())))
+            e.is_message(Role::Assistant)
+                .then(|| e.message().map(Value::Object))
                 .flatten()
         })
     }
@@ -158,17 +187,13 @@ impl SessionState {
             return false;
         };
         let e = self.tree.entry(last);
-        if e.message_role() != Some("assistant") {
+        if !e.is_message(Role::Assistant) {
             return false;
         }
-        if only_error_or_length {
-            let stop = e
-                .message()
-                .and_then(|m| m.get("stopReason"))
-                .and_then(Value::as_str);
-            if !matches!(stop, Some("error" | "length")) {
-                return false;
-            }
+        if only_error_or_length
+            && !matches!(e.stop_reason, StopReason::Error | StopReason::Length)
+        {
+            return false;
         }
         self.agent.pop();
         self.live.pop();
@@ -203,23 +228,30 @@ impl SessionState {
         let parent = self.tree.leaf_id().map(str::to_owned);
         let entry = build(&id, parent.as_deref(), &ids::iso_timestamp(ids::now_ms()));
         let e = Entry::from_value(entry);
-        let is_assistant = e.message_role() == Some("assistant");
+        let is_assistant = e.is_message(Role::Assistant);
         if self.persisted {
-            store::append_entry(&self.path, &e.value).map_err(io_error)?;
+            store::append_line(&self.path, e.raw()).map_err(io_error)?;
         } else if is_assistant {
             self.create_file(Some(&e))?;
         }
         let idx = self.tree.push(e);
+        // The new entry's parent is the old leaf: the branch grows by one.
+        self.branch.push(idx);
+        let view = BranchView {
+            tree: &self.tree,
+            positions: &self.branch,
+        };
+        self.index.push(&view);
         Ok(idx)
     }
 
     /// Pi's deferred first write: header + every entry so far (+ `extra`), exclusive create.
     fn create_file(&mut self, extra: Option<&Entry>) -> Result<(), RpcError> {
-        let mut text = stringify(&self.tree.header);
-        text.push('\n');
-        for e in self.tree.entries().iter().chain(extra) {
-            text.push_str(&stringify(&e.value));
-            text.push('\n');
+        let mut text = stringify(&self.tree.header).into_bytes();
+        text.push(b'\n');
+        for e in self.tree.entries().iter().map(|e| &**e).chain(extra) {
+            text.extend_from_slice(e.raw());
+            text.push(b'\n');
         }
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(io_error)?;
@@ -229,7 +261,7 @@ impl SessionState {
             .create_new(true)
             .open(&self.path)
             .map_err(|e| io_error(format!("cannot create {}: {e}", self.path.display())))?;
-        f.write_all(text.as_bytes()).map_err(io_error)?;
+        f.write_all(&text).map_err(io_error)?;
         f.flush().map_err(io_error)?;
         self.persisted = true;
         Ok(())

@@ -1,14 +1,20 @@
-//! One line of a Pi session file, parsed once and kept as read.
+//! One line of a Pi session file: its bytes as read, plus the facts extracted from them once.
 //!
-//! Pi keeps entries as plain parsed objects and never rewrites a line, so compactd does the
-//! same: the whole JSON object stays in [`Entry::value`] (key order preserved, unknown fields
-//! kept), and the few facts every algorithm needs (type, id, parent, projected role, token
-//! estimate, usage) are extracted once at load into plain fields. That makes path walks, cut
-//! points and usage checks cheap on sessions of hundreds of megabytes without re-reading JSON.
+//! A long-lived daemon holds sessions of hundreds of megabytes, so entries are not kept as
+//! `serde_json::Value` trees (7-20x the file's size). Each entry keeps the line's bytes, shared
+//! with the buffer the file was read into (no copy), and the few facts every algorithm needs:
+//! type, id, parent, projected role, token estimate, usage, stop reason and file-operation
+//! paths (see [`super::facts`]). Message bodies are parsed from the bytes only when their content
+//! is needed (context output, serialization at compaction time) and dropped after. Metadata
+//! entries (compactions, labels, model changes, ...) are few and small; they also keep their
+//! parsed object, because the tree's algorithms read their fields. Lines written by others are
+//! never re-serialised, so Pi's bytes stay Pi's bytes.
 
+use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::compaction::tokens;
+use crate::json::stringify;
 
 /// The `type` discriminator of a session entry (sessions.md §4.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +28,8 @@ pub enum EntryKind {
     CustomMessage,
     Label,
     SessionInfo,
+    /// A `session` header line after the first (Pi's loader skips it; never in a tree).
+    SessionHeader,
     /// Any other type: kept, projected to nothing.
     Unknown,
 }
@@ -38,6 +46,7 @@ impl EntryKind {
             "custom_message" => EntryKind::CustomMessage,
             "label" => EntryKind::Label,
             "session_info" => EntryKind::SessionInfo,
+            "session" => EntryKind::SessionHeader,
             _ => EntryKind::Unknown,
         }
     }
@@ -85,11 +94,48 @@ impl Role {
     }
 }
 
-/// A parsed session entry plus the facts extracted from it at load.
-#[derive(Debug, Clone)]
+/// Kind of a file operation recorded by a `read`, `write` or `edit` tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileOpKind {
+    Read,
+    Write,
+    Edit,
+}
+
+/// An assistant message's `stopReason`, as far as the algorithms care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StopReason {
+    #[default]
+    None,
+    Stop,
+    Length,
+    ToolUse,
+    Error,
+    Aborted,
+    Other,
+}
+
+impl StopReason {
+    pub fn from_str_opt(s: Option<&str>) -> StopReason {
+        match s {
+            None => StopReason::None,
+            Some("stop") => StopReason::Stop,
+            Some("length") => StopReason::Length,
+            Some("toolUse") => StopReason::ToolUse,
+            Some("error") => StopReason::Error,
+            Some("aborted") => StopReason::Aborted,
+            Some(_) => StopReason::Other,
+        }
+    }
+}
+
+/// A session entry: the line's bytes plus the facts extracted from it at load.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
-    /// The entry exactly as parsed (or as migrated).
-    pub value: Value,
+    /// The line exactly as read (no trailing newline), or as compactd serialized it.
+    raw: Bytes,
+    /// The parsed object, kept only for metadata kinds (see module docs).
+    meta: Option<Box<Value>>,
     pub kind: EntryKind,
     /// `id`, or `None` when missing or not a string.
     pub id: Option<String>,
@@ -102,101 +148,175 @@ pub struct Entry {
     /// `calculateContextTokens(usage)` when this is an assistant message with valid usage
     /// (compaction.md §3.3), else `None`.
     pub usage_tokens: Option<f64>,
+    /// `stopReason` of a `message` entry's message.
+    pub stop_reason: StopReason,
+    /// `read`/`write`/`edit` tool calls of an assistant message, in block order.
+    pub file_ops: Box<[(FileOpKind, Box<str>)]>,
+}
+
+/// Kinds whose parsed object is kept beside the bytes.
+fn keeps_object(kind: EntryKind) -> bool {
+    !matches!(
+        kind,
+        EntryKind::Message | EntryKind::Custom | EntryKind::Unknown | EntryKind::SessionHeader
+    )
+}
+
+/// Parses a line as Pi's reader does: valid UTF-8 JSON straight from the bytes, anything else
+/// decoded with replacement characters, trimmed, then parsed with the lone-surrogate policy of
+/// [`crate::json::parse_line`]. `None` for blank lines, `Some(Err)` for malformed ones.
+pub fn parse_line_bytes(piece: &[u8]) -> Option<Result<Value, ()>> {
+    if let Ok(v) = serde_json::from_slice::<Value>(piece) {
+        return Some(Ok(v));
+    }
+    let text = String::from_utf8_lossy(piece);
+    if text.trim().is_empty() {
+        return None;
+    }
+    Some(crate::json::parse_line(&text).map_err(|_| ()))
 }
 
 impl Entry {
-    /// Extracts the cached facts from a parsed entry object.
+    /// An entry compactd builds itself (or a migrated one): serialized with Pi's
+    /// `JSON.stringify` order and numbers, facts taken from the value.
     pub fn from_value(value: Value) -> Entry {
+        let raw = Bytes::from(stringify(&value));
+        Self::from_parts(raw, value)
+    }
+
+    /// Facts from an already parsed value whose bytes are `raw`.
+    fn from_parts(raw: Bytes, value: Value) -> Entry {
         let obj = value.as_object();
         let field = |k: &str| obj.and_then(|o| o.get(k));
         let kind = EntryKind::from_type(field("type").and_then(Value::as_str).unwrap_or(""));
         let id = field("id").and_then(Value::as_str).map(str::to_owned);
         let parent_id = field("parentId").and_then(Value::as_str).map(str::to_owned);
-        let mut entry = Entry {
-            value,
+        let (role, tokens, usage_tokens) = projection_of(kind, obj);
+        let (stop_reason, file_ops) = match (kind, field("message")) {
+            (EntryKind::Message, Some(m)) => {
+                let stop = StopReason::from_str_opt(m.get("stopReason").and_then(Value::as_str));
+                let ops: Box<[(FileOpKind, Box<str>)]> = if role == Some(Role::Assistant) {
+                    crate::compaction::file_ops::tool_call_ops(m)
+                        .into_iter()
+                        .map(|(k, p)| (k, p.into_boxed_str()))
+                        .collect()
+                } else {
+                    Box::default()
+                };
+                (stop, ops)
+            }
+            _ => (StopReason::None, Box::default()),
+        };
+        Entry {
+            raw,
+            meta: keeps_object(kind).then(|| Box::new(value)),
             kind,
             id,
             parent_id,
-            role: None,
-            tokens: 0,
-            usage_tokens: None,
-        };
-        entry.refresh_projection();
-        entry
+            role,
+            tokens,
+            usage_tokens,
+            stop_reason,
+            file_ops,
+        }
     }
 
-    /// Recomputes role, token estimate and usage (after a migration changed the value).
-    pub fn refresh_projection(&mut self) {
-        let (role, tokens, usage) = {
-            let obj = self.value.as_object();
-            match (self.kind, obj) {
-                (EntryKind::Message, Some(o)) => match o.get("message") {
-                    Some(Value::Object(m)) => {
-                        let role = Role::from_message_role(m.get("role").and_then(Value::as_str));
-                        let usage = if role == Role::Assistant {
-                            tokens::valid_usage_tokens(m)
-                        } else {
-                            None
-                        };
-                        (Some(role), tokens::estimate_message(m), usage)
-                    }
-                    _ => (None, 0, None),
-                },
-                (EntryKind::CustomMessage, Some(o)) => (
-                    Some(Role::Custom),
-                    tokens::estimate_content(o.get("content")),
-                    None,
-                ),
-                (EntryKind::BranchSummary, Some(o)) => {
-                    if crate::json::truthy(o.get("summary")) {
-                        (
-                            Some(Role::BranchSummary),
-                            tokens::text_tokens(o.get("summary")),
-                            None,
-                        )
-                    } else {
-                        (None, 0, None)
-                    }
-                }
-                (EntryKind::Compaction, Some(o)) => (
-                    Some(Role::CompactionSummary),
-                    tokens::text_tokens(o.get("summary")),
-                    None,
-                ),
-                _ => (None, 0, None),
+    /// An entry read from a file line. The fast path extracts facts without building a value
+    /// tree; a line serde cannot read as is (invalid UTF-8, lone surrogates) takes Pi's lenient
+    /// path. `None` for blank lines, `Err` for malformed ones.
+    pub fn from_line(raw: Bytes) -> Option<Result<Entry, ()>> {
+        let Ok(f) = super::facts::parse_facts(&raw) else {
+            return match parse_line_bytes(&raw)? {
+                Ok(v) => Some(Ok(Self::from_parts(raw, v))),
+                Err(()) => Some(Err(())),
+            };
+        };
+        let kind = f.kind();
+        if keeps_object(kind) {
+            let value = match parse_line_bytes(&raw)? {
+                Ok(v) => v,
+                Err(()) => return Some(Err(())),
+            };
+            return Some(Ok(Self::from_parts(raw, value)));
+        }
+        let (role, tokens, usage_tokens, stop_reason, file_ops) = match (kind, &f.message) {
+            (EntryKind::Message, Some(m)) => {
+                let role = m.role();
+                let ops = if role == Role::Assistant {
+                    m.content
+                        .file_ops
+                        .iter()
+                        .map(|(k, p)| (*k, p.clone().into_boxed_str()))
+                        .collect()
+                } else {
+                    Box::default()
+                };
+                (Some(role), m.tokens(), m.usage_tokens(), m.stop(), ops)
             }
+            _ => (None, 0, None, StopReason::None, Box::default()),
         };
-        self.role = role;
-        self.tokens = tokens;
-        self.usage_tokens = usage;
+        Some(Ok(Entry {
+            raw,
+            meta: None,
+            kind,
+            id: f.id,
+            parent_id: f.parent_id,
+            role,
+            tokens,
+            usage_tokens,
+            stop_reason,
+            file_ops,
+        }))
     }
 
-    /// The entry object (entries are always objects; see `reader`).
+    /// The line's bytes (what compactd writes for its own entries; others' bytes untouched).
+    pub fn raw(&self) -> &[u8] {
+        &self.raw
+    }
+
+    /// The whole entry as a value: the kept object, or a parse of the bytes.
+    pub fn value(&self) -> Value {
+        match &self.meta {
+            Some(v) => (**v).clone(),
+            None => parse_line_bytes(&self.raw)
+                .and_then(Result::ok)
+                .unwrap_or(Value::Null),
+        }
+    }
+
+    /// The kept object of a metadata entry (`None` for message, custom and unknown entries,
+    /// whose fields are read through [`Entry::value`]).
     pub fn obj(&self) -> Option<&Map<String, Value>> {
-        self.value.as_object()
+        self.meta.as_deref().and_then(Value::as_object)
     }
 
-    /// A field of the entry object.
+    /// A field of a metadata entry's object (see [`Entry::obj`]).
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.value.as_object().and_then(|o| o.get(key))
+        self.obj().and_then(|o| o.get(key))
     }
 
-    /// A string field of the entry object.
+    /// A string field of a metadata entry's object.
     pub fn str_field(&self, key: &str) -> Option<&str> {
         self.get(key).and_then(Value::as_str)
     }
 
-    /// The stored message of a `message` entry.
-    pub fn message(&self) -> Option<&Map<String, Value>> {
+    /// The stored message of a `message` entry, parsed from the bytes.
+    pub fn message(&self) -> Option<Map<String, Value>> {
         if self.kind != EntryKind::Message {
             return None;
         }
-        self.get("message").and_then(Value::as_object)
+        match self.value() {
+            Value::Object(mut o) => match o.shift_remove("message") {
+                Some(Value::Object(m)) => Some(m),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
-    /// `type` as written in the file.
-    pub fn type_name(&self) -> &str {
-        self.str_field("type").unwrap_or("")
+    /// Whether this is a `message` entry whose message has `role`.
+    pub fn is_message(&self, role: Role) -> bool {
+        self.kind == EntryKind::Message && self.role == Some(role)
     }
 
     /// Whether the entry projects at least one context message (compaction.md §4).
@@ -225,11 +345,45 @@ impl Entry {
     pub fn is_turn_start(&self) -> bool {
         self.is_cut_point() && self.role != Some(Role::Assistant)
     }
+}
 
-    /// The message role of a `message` entry (for file-op and model tracking).
-    pub fn message_role(&self) -> Option<&str> {
-        self.message()
-            .and_then(|m| m.get("role"))
-            .and_then(Value::as_str)
+
+/// Role, token estimate and usage of the message an entry projects to (sessions.md §9.1).
+fn projection_of(kind: EntryKind, obj: Option<&Map<String, Value>>) -> (Option<Role>, u64, Option<f64>) {
+    match (kind, obj) {
+        (EntryKind::Message, Some(o)) => match o.get("message") {
+            Some(Value::Object(m)) => {
+                let role = Role::from_message_role(m.get("role").and_then(Value::as_str));
+                let usage = if role == Role::Assistant {
+                    tokens::valid_usage_tokens(m)
+                } else {
+                    None
+                };
+                (Some(role), tokens::estimate_message(m), usage)
+            }
+            _ => (None, 0, None),
+        },
+        (EntryKind::CustomMessage, Some(o)) => (
+            Some(Role::Custom),
+            tokens::estimate_content(o.get("content")),
+            None,
+        ),
+        (EntryKind::BranchSummary, Some(o)) => {
+            if crate::json::truthy(o.get("summary")) {
+                (
+                    Some(Role::BranchSummary),
+                    tokens::text_tokens(o.get("summary")),
+                    None,
+                )
+            } else {
+                (None, 0, None)
+            }
+        }
+        (EntryKind::Compaction, Some(o)) => (
+            Some(Role::CompactionSummary),
+            tokens::text_tokens(o.get("summary")),
+            None,
+        ),
+        _ => (None, 0, None),
     }
 }

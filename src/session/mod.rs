@@ -3,10 +3,11 @@
 //! Everything here is pure; `crate::store` is the shell that touches the disk.
 
 pub mod entry;
+pub mod facts;
 pub mod ids;
 pub mod reader;
 pub mod tree;
 
 pub use entry::{Entry, EntryKind, Role};
-pub use reader::{read_session, ParsedSession, ReadOutcome};
-pub use tree::SessionTree;
+pub use reader::{read_session, read_session_bytes, ParsedSession, ReadOutcome};
+pub use tree::{BranchView, PathEntries, SessionTree};

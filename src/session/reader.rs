@@ -9,9 +9,10 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::entry::Entry;
+use bytes::Bytes;
+
+use super::entry::{parse_line_bytes, Entry};
 use super::ids::new_entry_id_in;
-use crate::json::parse_line;
 
 /// The current session format version.
 pub const CURRENT_VERSION: i64 = 3;
@@ -41,28 +42,14 @@ pub enum ReadOutcome {
     Session(ParsedSession),
 }
 
-/// Parses one line (`None` for blank lines, `Some(Err)` for malformed ones).
-fn parse_piece(piece: &[u8]) -> Option<Result<Value, ()>> {
-    // Fast path: valid UTF-8 JSON parses straight from the bytes (one validation pass). Anything
-    // else takes Pi's path: decode with replacement characters, trim, then parse.
-    if let Ok(v) = serde_json::from_slice::<Value>(piece) {
-        return Some(Ok(v));
-    }
-    let text = String::from_utf8_lossy(piece);
-    if text.trim().is_empty() {
-        return None;
-    }
-    Some(parse_line(&text).map_err(|_| ()))
-}
-
 /// Maps `f` over `items` on up to `available_parallelism` threads, keeping order; `None` results
 /// are dropped, `Some(Err)` results are counted. Opening a 100 MB session is dominated by JSON
 /// parsing, which splits cleanly by line.
 fn par_parse<T: Send>(
-    items: &[&[u8]],
-    f: impl Fn(&[u8]) -> Option<Result<T, ()>> + Sync,
+    items: &[Bytes],
+    f: impl Fn(&Bytes) -> Option<Result<T, ()>> + Sync,
 ) -> (Vec<T>, usize) {
-    let run = |chunk: &[&[u8]]| {
+    let run = |chunk: &[Bytes]| {
         let mut out = Vec::with_capacity(chunk.len());
         let mut bad = 0usize;
         for piece in chunk {
@@ -83,7 +70,7 @@ fn par_parse<T: Send>(
     }
     // Chunks of roughly equal bytes, so one long line does not serialize the work.
     let target = total / threads + 1;
-    let mut chunks: Vec<&[&[u8]]> = Vec::with_capacity(threads);
+    let mut chunks: Vec<&[Bytes]> = Vec::with_capacity(threads);
     let (mut start, mut acc) = (0usize, 0usize);
     for (i, p) in items.iter().enumerate() {
         acc += p.len();
@@ -116,16 +103,35 @@ fn is_session_line(v: &Value) -> bool {
     v.get("type").and_then(Value::as_str) == Some("session")
 }
 
-/// Parses a session file's bytes as Pi's `loadEntriesFromFile` + `_loadEntries` do.
+/// Splits a file's bytes on `\n` into shared slices (no copy).
+fn split_lines(bytes: &Bytes) -> Vec<Bytes> {
+    let mut out = Vec::with_capacity(bytes.len() / 512 + 1);
+    let mut start = 0usize;
+    for nl in memchr::memchr_iter(b'\n', bytes) {
+        out.push(bytes.slice(start..nl));
+        start = nl + 1;
+    }
+    out.push(bytes.slice(start..));
+    out
+}
+
+/// Parses a session file's bytes as Pi's `loadEntriesFromFile` + `_loadEntries` do (copies them
+/// once; the storage shell hands over its buffer with [`read_session_bytes`] instead).
 pub fn read_session(bytes: &[u8]) -> ReadOutcome {
-    let pieces: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    read_session_bytes(Bytes::copy_from_slice(bytes))
+}
+
+/// [`read_session`] over an owned buffer: entries keep slices of it (see [`Entry`]), so the
+/// file's bytes are held once and never copied.
+pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
+    let pieces = split_lines(&bytes);
     // Pi repairs a trailing piece after the last newline that is not empty ("pending").
     let needs_newline_repair = pieces.last().is_some_and(|p| !p.is_empty());
     // The first line that parses must be the header.
     let mut skipped = 0usize;
     let mut header: Option<(usize, Value)> = None;
     for (i, piece) in pieces.iter().enumerate() {
-        match parse_piece(piece) {
+        match parse_line_bytes(piece) {
             None => {}
             Some(Err(())) => skipped += 1,
             Some(Ok(v)) => {
@@ -148,10 +154,11 @@ pub fn read_session(bytes: &[u8]) -> ReadOutcome {
     }
     let rest = &pieces[header_at + 1..];
     if header_version(&header) >= CURRENT_VERSION as f64 {
-        // The common case: no migration, so entries are built on the parsing threads.
+        // The common case: no migration, so entries are built on the parsing threads from their
+        // bytes, without value trees.
         let (entries, bad) = par_parse(rest, |piece| {
-            parse_piece(piece)
-                .map(|r| r.map(|v| (!is_session_line(&v)).then(|| Entry::from_value(v))))
+            Entry::from_line(piece.clone())
+                .map(|r| r.map(|e| (!is_session_entry(&e)).then_some(e)))
         });
         return ReadOutcome::Session(ParsedSession {
             header,
@@ -161,13 +168,14 @@ pub fn read_session(bytes: &[u8]) -> ReadOutcome {
             skipped_lines: skipped + bad,
         });
     }
-    let (rest_values, bad) = par_parse(rest, parse_piece);
+    let (rest_values, bad) = par_parse(rest, |p| parse_line_bytes(p));
     let mut values = Vec::with_capacity(rest_values.len() + 1);
     values.push(header);
     values.extend(rest_values);
     let migrated = migrate(&mut values);
     let mut iter = values.into_iter();
     let header = iter.next().unwrap_or(Value::Null);
+    // Migrated entries are serialized anew: the file is rewritten with exactly these lines.
     let entries = iter
         .filter(|v| !is_session_line(v))
         .map(Entry::from_value)
@@ -179,6 +187,11 @@ pub fn read_session(bytes: &[u8]) -> ReadOutcome {
         migrated,
         skipped_lines: skipped + bad,
     })
+}
+
+/// A later `session` line is skipped, as Pi's loader skips it.
+fn is_session_entry(e: &Entry) -> bool {
+    e.kind == super::entry::EntryKind::SessionHeader
 }
 
 /// The header's version (missing means 1).
@@ -334,13 +347,13 @@ mod tests {
         assert_eq!(s.entries[0].parent_id, None);
         assert_eq!(s.entries[1].parent_id.as_deref(), Some(ids[0].as_str()));
         assert_eq!(
-            s.entries[2].value["firstKeptEntryId"],
+            s.entries[2].value()["firstKeptEntryId"],
             Value::from(ids[1].clone())
         );
-        assert!(s.entries[2].value.get("firstKeptEntryIndex").is_none());
-        assert_eq!(s.entries[0].value["message"]["role"], "custom");
+        assert!(s.entries[2].value().get("firstKeptEntryIndex").is_none());
+        assert_eq!(s.entries[0].value()["message"]["role"], "custom");
         let keys: Vec<_> = s.entries[0]
-            .value
+            .value()
             .as_object()
             .unwrap()
             .keys()

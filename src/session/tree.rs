@@ -4,6 +4,7 @@
 //! handles for the lifetime of a session.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -14,7 +15,8 @@ use super::reader::ParsedSession;
 #[derive(Debug, Clone)]
 pub struct SessionTree {
     pub header: Value,
-    entries: Vec<Entry>,
+    /// Shared so a compaction can hold the span it summarizes without the session's lock.
+    entries: Vec<Arc<Entry>>,
     by_id: HashMap<String, usize>,
     leaf: Option<usize>,
 }
@@ -26,6 +28,7 @@ impl SessionTree {
     }
 
     pub fn new(header: Value, entries: Vec<Entry>) -> SessionTree {
+        let entries: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
         let mut by_id = HashMap::with_capacity(entries.len());
         for (i, e) in entries.iter().enumerate() {
             if let Some(id) = &e.id {
@@ -46,12 +49,17 @@ impl SessionTree {
         }
     }
 
-    pub fn entries(&self) -> &[Entry] {
+    pub fn entries(&self) -> &[Arc<Entry>] {
         &self.entries
     }
 
     pub fn entry(&self, idx: usize) -> &Entry {
         &self.entries[idx]
+    }
+
+    /// A shared handle on an entry (for work done outside the session's lock).
+    pub fn shared(&self, idx: usize) -> Arc<Entry> {
+        self.entries[idx].clone()
     }
 
     pub fn len(&self) -> usize {
@@ -90,7 +98,7 @@ impl SessionTree {
         if let Some(id) = &entry.id {
             self.by_id.insert(id.clone(), idx);
         }
-        self.entries.push(entry);
+        self.entries.push(Arc::new(entry));
         self.leaf = Some(idx);
         idx
     }
@@ -129,7 +137,49 @@ impl SessionTree {
 
     /// The entries of a path of indices.
     pub fn refs(&self, path: &[usize]) -> Vec<&Entry> {
-        path.iter().map(|&i| &self.entries[i]).collect()
+        path.iter().map(|&i| &*self.entries[i]).collect()
+    }
+}
+
+/// Random access to a root→leaf path of entries. The pure algorithms (cut points,
+/// preparation, context) are written against this, so they run both on a plain slice of entry
+/// references (tests, the CLI) and on a live session's cached branch without building one.
+pub trait PathEntries {
+    fn path_len(&self) -> usize;
+    fn at(&self, i: usize) -> &Entry;
+}
+
+impl PathEntries for [&Entry] {
+    fn path_len(&self) -> usize {
+        self.len()
+    }
+    fn at(&self, i: usize) -> &Entry {
+        self[i]
+    }
+}
+
+impl PathEntries for Vec<&Entry> {
+    fn path_len(&self) -> usize {
+        self.len()
+    }
+    fn at(&self, i: usize) -> &Entry {
+        self[i]
+    }
+}
+
+/// A path given as entry indices into a tree (a live session's cached branch).
+#[derive(Clone, Copy)]
+pub struct BranchView<'a> {
+    pub tree: &'a SessionTree,
+    pub positions: &'a [usize],
+}
+
+impl PathEntries for BranchView<'_> {
+    fn path_len(&self) -> usize {
+        self.positions.len()
+    }
+    fn at(&self, i: usize) -> &Entry {
+        self.tree.entry(self.positions[i])
     }
 }
 

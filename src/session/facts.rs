@@ -1,0 +1,821 @@
+//! The facts of one session line, read in a single borrowed pass over its bytes.
+//!
+//! Opening a session must cost little more than validating its JSON, so message lines are never
+//! turned into `serde_json::Value` trees at load. Instead this visitor walks the line once and
+//! keeps only what the algorithms need: type, id, parent, the projected role, the UTF-16
+//! lengths behind Pi's token estimate, the usage numbers, the stop reason and the paths of
+//! `read`/`write`/`edit` tool calls. Everything else is skipped with `IgnoredAny`, which still
+//! validates it. The message itself stays as the line's bytes and is parsed only when needed.
+//!
+//! The semantics must be exactly those of the `Value`-based functions in
+//! [`crate::compaction::tokens`] (which stay the definition): JSON's "last duplicate key wins",
+//! lengths of `JSON.stringify` output, and zero for fields of the wrong type. A property test
+//! checks both against each other.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use super::entry::{EntryKind, FileOpKind, Role, StopReason};
+use crate::compaction::tokens::ESTIMATED_IMAGE_CHARS;
+use crate::json::{js_number, utf16_len};
+
+/// What the fast pass extracts from one line.
+#[derive(Debug, Default)]
+pub struct LineFacts {
+    /// The line is a JSON object (anything else becomes an `Unknown` entry without id).
+    pub is_object: bool,
+    pub type_name: Option<String>,
+    pub id: Option<String>,
+    pub parent_id: Option<String>,
+    /// The `message` field, when it is an object.
+    pub message: Option<MessageFacts>,
+    /// The top-level `content` field (custom messages), counted as user content.
+    pub content_chars: u64,
+}
+
+impl LineFacts {
+    pub fn kind(&self) -> EntryKind {
+        EntryKind::from_type(self.type_name.as_deref().unwrap_or(""))
+    }
+}
+
+/// Facts of a `message` object. Which lengths count depends on the role, which may come after
+/// the content in key order, so every reading is collected and combined at the end.
+#[derive(Debug, Default)]
+pub struct MessageFacts {
+    pub role: Option<String>,
+    pub content: ContentFacts,
+    pub command_len: u64,
+    pub output_len: u64,
+    pub summary_len: u64,
+    /// `usage` when it is an object (anything else is never valid usage).
+    pub usage: Option<UsageFacts>,
+    pub stop_reason: Option<String>,
+}
+
+/// `usage` numbers as `Value::as_f64` reads them (`NaN` when missing or not a number).
+#[derive(Debug, Clone, Copy)]
+pub struct UsageFacts {
+    pub total_tokens: f64,
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: f64,
+    pub cache_write: f64,
+}
+
+impl Default for UsageFacts {
+    fn default() -> Self {
+        UsageFacts {
+            total_tokens: f64::NAN,
+            input: f64::NAN,
+            output: f64::NAN,
+            cache_read: f64::NAN,
+            cache_write: f64::NAN,
+        }
+    }
+}
+
+impl UsageFacts {
+    /// `calculateContextTokens(usage)`.
+    pub fn context_tokens(&self) -> f64 {
+        if self.total_tokens != 0.0 && !self.total_tokens.is_nan() {
+            return self.total_tokens;
+        }
+        self.input + self.output + self.cache_read + self.cache_write
+    }
+}
+
+/// Content read both ways: as user-like content and as assistant blocks.
+#[derive(Debug, Default)]
+pub struct ContentFacts {
+    /// `content_chars` (string length, or text blocks plus images).
+    pub user_chars: u64,
+    /// Text, thinking and `name + JSON.stringify(arguments)` of tool calls (arrays only).
+    pub assistant_chars: u64,
+    /// `read`/`write`/`edit` tool calls with a non-empty string `arguments.path`, in order.
+    pub file_ops: Vec<(FileOpKind, String)>,
+}
+
+impl MessageFacts {
+    pub fn role(&self) -> Role {
+        Role::from_message_role(self.role.as_deref())
+    }
+
+    /// `estimateTokens(message)`.
+    pub fn tokens(&self) -> u64 {
+        let chars = match self.role.as_deref() {
+            Some("user" | "toolResult" | "custom") => self.content.user_chars,
+            Some("assistant") => self.content.assistant_chars,
+            Some("bashExecution") => self.command_len + self.output_len,
+            Some("branchSummary" | "compactionSummary") => self.summary_len,
+            _ => 0,
+        };
+        chars.div_ceil(4)
+    }
+
+    /// Valid usage of an assistant message (compaction.md §3.3).
+    pub fn usage_tokens(&self) -> Option<f64> {
+        if self.role.as_deref() != Some("assistant") {
+            return None;
+        }
+        if matches!(self.stop_reason.as_deref(), Some("aborted" | "error")) {
+            return None;
+        }
+        let tokens = self.usage?.context_tokens();
+        (tokens > 0.0).then_some(tokens)
+    }
+
+    pub fn stop(&self) -> StopReason {
+        StopReason::from_str_opt(self.stop_reason.as_deref())
+    }
+}
+
+/// Parses a line's facts; `Err` when it is not valid JSON for serde (the caller falls back to
+/// the lenient `Value` path, which handles lone surrogates and invalid UTF-8 as Pi does).
+pub fn parse_facts(bytes: &[u8]) -> Result<LineFacts, serde_json::Error> {
+    serde_json::from_slice::<LineFacts>(bytes)
+}
+
+/// Implements the visitor methods for every JSON type not handled explicitly, draining
+/// containers so the input is still validated.
+macro_rules! other_types_are_absent {
+    ($absent:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($absent)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($absent)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($absent)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($absent)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($absent)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+            while a.next_element::<IgnoredAny>()?.is_some() {}
+            Ok($absent)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+            while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok($absent)
+        }
+    };
+}
+
+/// Like `other_types_are_absent!` for visitors that implement `visit_map` themselves.
+macro_rules! other_types_are_absent_but_map {
+    ($absent:expr) => {
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($absent)
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($absent)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($absent)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($absent)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($absent)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($absent)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+            while a.next_element::<IgnoredAny>()?.is_some() {}
+            Ok($absent)
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small lenient readers: any JSON value is accepted; the wrong type reads as "absent".
+
+/// A string field (`None` for any other type).
+struct OptString(Option<String>);
+
+impl<'de> Deserialize<'de> for OptString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OptString;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<OptString, E> {
+                Ok(OptString(Some(s.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<OptString, E> {
+                Ok(OptString(Some(s)))
+            }
+            other_types_are_absent!(OptString(None));
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The UTF-16 length of a string field (0 for any other type).
+struct StrLen(u64);
+
+impl<'de> Deserialize<'de> for StrLen {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StrLen;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<StrLen, E> {
+                Ok(StrLen(utf16_len(s) as u64))
+            }
+            other_types_are_absent!(StrLen(0));
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A number field as `Value::as_f64` reads it (`NaN` for any other type).
+struct Num(f64);
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Num;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Num, E> {
+                Ok(Num(n as f64))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Num, E> {
+                Ok(Num(n as f64))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Num, E> {
+                Ok(Num(n))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Num, E> {
+                Ok(Num(f64::NAN))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Num, E> {
+                Ok(Num(f64::NAN))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Num, E> {
+                Ok(Num(f64::NAN))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Num, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Num(f64::NAN))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Num, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Num(f64::NAN))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// The line, the message, content blocks, usage.
+
+impl<'de> Deserialize<'de> for LineFacts {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = LineFacts;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<LineFacts, A::Error> {
+                let mut out = LineFacts {
+                    is_object: true,
+                    ..LineFacts::default()
+                };
+                while let Some(key) = a.next_key::<KeyName>()? {
+                    match key.0.as_str() {
+                        "type" => out.type_name = a.next_value::<OptString>()?.0,
+                        "id" => out.id = a.next_value::<OptString>()?.0,
+                        "parentId" => out.parent_id = a.next_value::<OptString>()?.0,
+                        "message" => out.message = a.next_value::<OptMessage>()?.0,
+                        "content" => out.content_chars = a.next_value::<Content>()?.0.user_chars,
+                        _ => {
+                            a.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(out)
+            }
+            other_types_are_absent_but_map!(LineFacts::default());
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// An object key, unescaped (keys are short; most are borrowed by serde_json and copied here
+/// only when small). Matching on the decoded key keeps escaped keys (`"\u0069d"`) exact.
+struct KeyName(String);
+
+impl<'de> Deserialize<'de> for KeyName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = KeyName;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<KeyName, E> {
+                // Only the names we match on need their text; others become empty.
+                Ok(KeyName(if s.len() <= 24 {
+                    s.to_owned()
+                } else {
+                    String::new()
+                }))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The `message` field: facts when it is an object.
+struct OptMessage(Option<MessageFacts>);
+
+impl<'de> Deserialize<'de> for OptMessage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OptMessage;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<OptMessage, A::Error> {
+                let mut m = MessageFacts::default();
+                while let Some(key) = a.next_key::<KeyName>()? {
+                    match key.0.as_str() {
+                        "role" => m.role = a.next_value::<OptString>()?.0,
+                        "content" => m.content = a.next_value::<Content>()?.0,
+                        "command" => m.command_len = a.next_value::<StrLen>()?.0,
+                        "output" => m.output_len = a.next_value::<StrLen>()?.0,
+                        "summary" => m.summary_len = a.next_value::<StrLen>()?.0,
+                        "usage" => m.usage = a.next_value::<OptUsage>()?.0,
+                        "stopReason" => m.stop_reason = a.next_value::<OptString>()?.0,
+                        _ => {
+                            a.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(OptMessage(Some(m)))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<OptMessage, E> {
+                Ok(OptMessage(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<OptMessage, E> {
+                Ok(OptMessage(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<OptMessage, E> {
+                Ok(OptMessage(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<OptMessage, E> {
+                Ok(OptMessage(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<OptMessage, E> {
+                Ok(OptMessage(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<OptMessage, E> {
+                Ok(OptMessage(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<OptMessage, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(OptMessage(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `usage`: numbers when it is an object.
+struct OptUsage(Option<UsageFacts>);
+
+impl<'de> Deserialize<'de> for OptUsage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OptUsage;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<OptUsage, A::Error> {
+                let mut u = UsageFacts::default();
+                while let Some(key) = a.next_key::<KeyName>()? {
+                    let slot = match key.0.as_str() {
+                        "totalTokens" => &mut u.total_tokens,
+                        "input" => &mut u.input,
+                        "output" => &mut u.output,
+                        "cacheRead" => &mut u.cache_read,
+                        "cacheWrite" => &mut u.cache_write,
+                        _ => {
+                            a.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = a.next_value::<Num>()?.0;
+                }
+                Ok(OptUsage(Some(u)))
+            }
+            other_types_are_absent_but_map!(OptUsage(None));
+        }
+        d.deserialize_any(V)
+    }
+}
+
+
+/// `content`: a string, or an array of blocks.
+struct Content(ContentFacts);
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Content;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Content, E> {
+                Ok(Content(ContentFacts {
+                    user_chars: utf16_len(s) as u64,
+                    ..ContentFacts::default()
+                }))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Content, A::Error> {
+                let mut c = ContentFacts::default();
+                while let Some(b) = a.next_element::<Block>()? {
+                    let b = b.0;
+                    match b.block_type.as_deref() {
+                        Some("text") => {
+                            c.user_chars += b.text_len;
+                            c.assistant_chars += b.text_len;
+                        }
+                        Some("image") => c.user_chars += ESTIMATED_IMAGE_CHARS,
+                        Some("thinking") => c.assistant_chars += b.thinking_len,
+                        Some("toolCall") => {
+                            c.assistant_chars += b.name_len + b.arguments_len.unwrap_or(0);
+                            let kind = match b.name.as_deref() {
+                                Some("read") => Some(FileOpKind::Read),
+                                Some("write") => Some(FileOpKind::Write),
+                                Some("edit") => Some(FileOpKind::Edit),
+                                _ => None,
+                            };
+                            if let (Some(kind), Some(path)) = (kind, b.path) {
+                                if !path.is_empty() {
+                                    c.file_ops.push((kind, path));
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(Content(c))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Content, E> {
+                Ok(Content(ContentFacts::default()))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Content, E> {
+                Ok(Content(ContentFacts::default()))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Content, E> {
+                Ok(Content(ContentFacts::default()))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Content, E> {
+                Ok(Content(ContentFacts::default()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Content, E> {
+                Ok(Content(ContentFacts::default()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Content, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Content(ContentFacts::default()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One content block's readings.
+#[derive(Default)]
+struct BlockFacts {
+    block_type: Option<String>,
+    text_len: u64,
+    thinking_len: u64,
+    name_len: u64,
+    name: Option<String>,
+    /// `JSON.stringify(arguments).length` when `arguments` is present.
+    arguments_len: Option<u64>,
+    /// `arguments.path` when `arguments` is an object whose `path` is a string.
+    path: Option<String>,
+}
+
+struct Block(BlockFacts);
+
+impl<'de> Deserialize<'de> for Block {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Block;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Block, A::Error> {
+                let mut b = BlockFacts::default();
+                while let Some(key) = a.next_key::<KeyName>()? {
+                    match key.0.as_str() {
+                        "type" => b.block_type = a.next_value::<OptString>()?.0,
+                        "text" => b.text_len = a.next_value::<StrLen>()?.0,
+                        "thinking" => b.thinking_len = a.next_value::<StrLen>()?.0,
+                        "name" => {
+                            let name = a.next_value::<OptString>()?.0;
+                            b.name_len = name.as_deref().map_or(0, |n| utf16_len(n) as u64);
+                            b.name = name;
+                        }
+                        "arguments" => {
+                            let args = a.next_value_seed(StringifyLen { capture_path: true })?;
+                            b.arguments_len = Some(args.len);
+                            b.path = args.path;
+                        }
+                        _ => {
+                            a.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(Block(b))
+            }
+            other_types_are_absent_but_map!(Block(BlockFacts::default()));
+        }
+        d.deserialize_any(V)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `JSON.stringify(value).length` without building the value.
+
+/// Result of measuring one value.
+struct Measured {
+    len: u64,
+    /// The top-level `path` string of an object (only when asked for).
+    path: Option<String>,
+}
+
+/// Measures the `JSON.stringify` length of any value. Duplicate keys keep the last value, as
+/// `JSON.parse` does; key order does not change the length.
+#[derive(Clone, Copy)]
+struct StringifyLen {
+    capture_path: bool,
+}
+
+/// Length of `s` as a JSON string literal written by `JSON.stringify`, in UTF-16 units.
+fn escaped_len(s: &str) -> u64 {
+    let mut extra = 0u64;
+    for &b in s.as_bytes() {
+        match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => extra += 1,
+            0..=0x1f => extra += 5,
+            _ => {}
+        }
+    }
+    utf16_len(s) as u64 + extra + 2
+}
+
+fn number_len(n: serde_json::Number) -> u64 {
+    let mut s = String::new();
+    crate::json::write_js(&mut s, &serde_json::Value::Number(n));
+    s.len() as u64
+}
+
+impl<'de> DeserializeSeed<'de> for StringifyLen {
+    type Value = Measured;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Measured, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StringifyLen {
+    type Value = Measured;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, b: bool) -> Result<Measured, E> {
+        Ok(Measured {
+            len: if b { 4 } else { 5 },
+            path: None,
+        })
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Measured, E> {
+        Ok(Measured { len: 4, path: None })
+    }
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Measured, E> {
+        Ok(Measured {
+            len: number_len(n.into()),
+            path: None,
+        })
+    }
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Measured, E> {
+        Ok(Measured {
+            len: number_len(n.into()),
+            path: None,
+        })
+    }
+    fn visit_f64<E: de::Error>(self, n: f64) -> Result<Measured, E> {
+        Ok(Measured {
+            len: js_number(n).len() as u64,
+            path: None,
+        })
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Measured, E> {
+        Ok(Measured {
+            len: escaped_len(s),
+            path: None,
+        })
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Measured, A::Error> {
+        let mut len = 2u64;
+        let mut n = 0u64;
+        let inner = StringifyLen {
+            capture_path: false,
+        };
+        while let Some(m) = a.next_element_seed(inner)? {
+            len += m.len;
+            n += 1;
+        }
+        Ok(Measured {
+            len: len + n.saturating_sub(1),
+            path: None,
+        })
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Measured, A::Error> {
+        // (key, member length) with the last value of a duplicated key.
+        let mut members: Vec<(String, u64)> = Vec::new();
+        let mut path: Option<String> = None;
+        let inner = StringifyLen {
+            capture_path: false,
+        };
+        while let Some(key) = a.next_key::<FullKey>()? {
+            let key = key.0;
+            let member_len;
+            if self.capture_path && key == "path" {
+                let v = a.next_value::<PathValue>()?;
+                path = v.text;
+                member_len = v.len;
+            } else {
+                member_len = a.next_value_seed(inner)?.len;
+            }
+            let total = escaped_len(&key) + 1 + member_len;
+            match members.iter_mut().find(|(k, _)| *k == key) {
+                Some(slot) => slot.1 = total,
+                None => members.push((key, total)),
+            }
+        }
+        let n = members.len() as u64;
+        let sum: u64 = members.iter().map(|(_, l)| l).sum();
+        Ok(Measured {
+            len: 2 + sum + n.saturating_sub(1),
+            path,
+        })
+    }
+}
+
+/// An object key with its full text (duplicate detection needs it).
+struct FullKey(String);
+
+impl<'de> Deserialize<'de> for FullKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FullKey;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<FullKey, E> {
+                Ok(FullKey(s.to_owned()))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The value of `arguments.path`: its stringify length, and its text when it is a string.
+struct PathValue {
+    len: u64,
+    text: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for PathValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = PathValue;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<PathValue, E> {
+                Ok(PathValue {
+                    len: escaped_len(s),
+                    text: Some(s.to_owned()),
+                })
+            }
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<PathValue, E> {
+                Ok(plain(StringifyLen::visit_bool(NO_PATH, b)?))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<PathValue, E> {
+                Ok(plain(StringifyLen::visit_unit(NO_PATH)?))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<PathValue, E> {
+                Ok(plain(StringifyLen::visit_u64(NO_PATH, n)?))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<PathValue, E> {
+                Ok(plain(StringifyLen::visit_i64(NO_PATH, n)?))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<PathValue, E> {
+                Ok(plain(StringifyLen::visit_f64(NO_PATH, n)?))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<PathValue, A::Error> {
+                Ok(plain(StringifyLen::visit_seq(NO_PATH, a)?))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<PathValue, A::Error> {
+                Ok(plain(StringifyLen::visit_map(NO_PATH, a)?))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+const NO_PATH: StringifyLen = StringifyLen {
+    capture_path: false,
+};
+
+fn plain(m: Measured) -> PathValue {
+    PathValue {
+        len: m.len,
+        text: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::stringify_len;
+    use serde_json::{json, Value};
+
+    fn measure(v: &Value) -> u64 {
+        let text = serde_json::to_string(v).unwrap();
+        let mut de = serde_json::Deserializer::from_str(&text);
+        NO_PATH.deserialize(&mut de).unwrap().len
+    }
+
+    #[test]
+    fn stringify_lengths_match_the_value_path() {
+        for v in [
+            json!(null),
+            json!(true),
+            json!(false),
+            json!(12345678901234567890u64),
+            json!(-0.0),
+            json!(1e21),
+            json!(0.1),
+            json!("a\"b\\c\n\u{1}é😀"),
+            json!([]),
+            json!([1, "x", {"a": [null]}]),
+            json!({}),
+            json!({"path": "src/a.rs", "2": 1, "b": {"c": "d"}}),
+        ] {
+            assert_eq!(measure(&v), stringify_len(&v) as u64, "{v}");
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_keep_the_last_value() {
+        let text = r#"{"type":"message","id":"a","id":"b","message":{"role":"user","content":"xx","content":"yyyy"}}"#;
+        let f = parse_facts(text.as_bytes()).unwrap();
+        assert_eq!(f.id.as_deref(), Some("b"));
+        assert_eq!(f.message.as_ref().unwrap().content.user_chars, 4);
+        let args = r#"{"a":"1","a":"22"}"#;
+        let mut de = serde_json::Deserializer::from_str(args);
+        assert_eq!(NO_PATH.deserialize(&mut de).unwrap().len, 10);
+    }
+
+    #[test]
+    fn wrong_types_read_as_absent() {
+        let f = parse_facts(br#"{"type":5,"id":{"x":1},"parentId":[1],"message":"m"}"#).unwrap();
+        assert!(f.type_name.is_none() && f.id.is_none() && f.parent_id.is_none());
+        assert!(f.message.is_none());
+        assert!(parse_facts(b"[1,2]").is_ok_and(|f| !f.is_object));
+        assert!(parse_facts(b"{bad").is_err());
+    }
+}
