@@ -47,7 +47,7 @@ fn kind_slot(kind: FileOpKind) -> usize {
 }
 
 /// The index of one path. Positions are path positions (0 = root).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct BranchIndex {
     /// `ctx_tokens[i]`: sum of the estimates of positions `< i` that project a message.
     ctx_tokens: Vec<u64>,
@@ -65,19 +65,34 @@ pub struct BranchIndex {
 
 const NONE: u32 = u32::MAX;
 
+impl Default for BranchIndex {
+    /// The index of the empty path.
+    fn default() -> Self {
+        BranchIndex {
+            ctx_tokens: vec![0],
+            ctx_count: vec![0],
+            msg_tokens: vec![0],
+            msg_count: vec![0],
+            usage_before: vec![NONE],
+            compactions: Vec::new(),
+            latest: None,
+            files: Vec::new(),
+            file_ids: HashMap::new(),
+        }
+    }
+}
+
 impl BranchIndex {
     /// Builds the index of a whole path. O(path).
     pub fn build<P: PathEntries + ?Sized>(path: &P) -> BranchIndex {
         let n = path.path_len();
-        let mut index = BranchIndex {
-            ctx_tokens: Vec::with_capacity(n + 1),
-            ctx_count: Vec::with_capacity(n + 1),
-            msg_tokens: Vec::with_capacity(n + 1),
-            msg_count: Vec::with_capacity(n + 1),
-            usage_before: Vec::with_capacity(n + 1),
-            ..BranchIndex::default()
-        };
-        index.push_sums_start();
+        let mut index = BranchIndex::default();
+        for v in [&mut index.ctx_tokens, &mut index.msg_tokens] {
+            v.reserve(n);
+        }
+        for v in [&mut index.ctx_count, &mut index.msg_count, &mut index.usage_before] {
+            v.reserve(n);
+        }
         for i in 0..n {
             index.push_facts(i, path.at(i));
         }
@@ -85,14 +100,6 @@ impl BranchIndex {
             index.latest = Some(locate_latest(path, at));
         }
         index
-    }
-
-    fn push_sums_start(&mut self) {
-        self.ctx_tokens.push(0);
-        self.ctx_count.push(0);
-        self.msg_tokens.push(0);
-        self.msg_count.push(0);
-        self.usage_before.push(NONE);
     }
 
     fn push_facts(&mut self, pos: usize, e: &Entry) {
