@@ -112,7 +112,16 @@ fn raw_message() -> impl Strategy<Value = String> {
         }),
         select(&["5", "\"u\"", "null"][..]).prop_map(|u| format!("\"usage\":{u}")),
     ];
-    vec(field, 0..8).prop_map(|f| format!("{{{}}}", f.join(",")))
+    let role = select(&["user", "assistant", "toolResult", "custom", "bashExecution"][..]);
+    prop_oneof![
+        // Mostly a real role first, then fields (which may repeat or override it).
+        3 => (role, vec(field.clone(), 0..8)).prop_map(|(r, f)| {
+            let mut all = vec![format!("\"role\":\"{r}\"")];
+            all.extend(f);
+            format!("{{{}}}", all.join(","))
+        }),
+        1 => vec(field, 0..8).prop_map(|f| format!("{{{}}}", f.join(","))),
+    ]
 }
 
 fn raw_line() -> impl Strategy<Value = String> {
@@ -138,7 +147,21 @@ fn raw_line() -> impl Strategy<Value = String> {
         vec(raw_block(), 0..3).prop_map(|b| format!("\"content\":[{}]", b.join(","))),
         raw_value(1).prop_map(|v| format!("\"summary\":{v}")),
     ];
-    vec(field, 0..7).prop_map(|f| format!("{{{}}}", f.join(",")))
+    prop_oneof![
+        // Mostly the shape Pi writes, with random extra fields after it.
+        3 => (select(&["message", "custom_message"][..]), raw_message(), vec(field.clone(), 0..3))
+            .prop_map(|(t, m, extra)| {
+                let body = if t == "message" {
+                    format!("\"message\":{m}")
+                } else {
+                    format!("\"content\":[{{\"type\":\"image\"}}],\"x\":{m}")
+                };
+                let mut all = vec![format!("\"type\":\"{t}\",\"id\":\"i\",\"parentId\":null"), body];
+                all.extend(extra);
+                format!("{{{}}}", all.join(","))
+            }),
+        1 => vec(field, 0..7).prop_map(|f| format!("{{{}}}", f.join(","))),
+    ]
 }
 
 fn facts(e: &Entry) -> String {
