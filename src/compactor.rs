@@ -156,7 +156,9 @@ pub async fn generate(
                 {
                     Err(CompactError::Summarization(reason)) => {
                         tracing::warn!(%reason, "LLM summarizer failed; falling back to the extractive summarizer");
-                        let mut outcome = generate_extractive(prep, custom_instructions, redaction);
+                        let mut outcome = crate::cpu::blocking(|| {
+                            generate_extractive(prep, custom_instructions, redaction)
+                        });
                         if let Some(d) = outcome.details.as_object_mut() {
                             d.insert("fallbackReason".into(), Value::from(reason));
                         }
@@ -168,7 +170,9 @@ pub async fn generate(
             (client, model, retry, redaction)
         }
         SummaryEngine::Extractive { redaction } => {
-            return Ok(generate_extractive(prep, custom_instructions, redaction))
+            return Ok(crate::cpu::blocking(|| {
+                generate_extractive(prep, custom_instructions, redaction)
+            }))
         }
     };
     generate_llm(
@@ -199,7 +203,8 @@ async fn generate_llm(
     let history_max = call_max_tokens(&prep.settings, 0.8, model.max_tokens);
     let prefix_max = call_max_tokens(&prep.settings, 0.5, model.max_tokens);
     let history_text = || {
-        let conversation = serialize_agent_messages(prep.history_messages());
+        let conversation =
+            crate::cpu::blocking(|| serialize_agent_messages(prep.history_messages()));
         history_prompt_text(
             &conversation,
             prep.previous_summary.as_deref(),
@@ -231,7 +236,8 @@ async fn generate_llm(
         } else {
             Some(call(CallKind::History, history_text(), history_max).await?)
         };
-        let conversation = serialize_agent_messages(prep.prefix_messages());
+        let conversation =
+            crate::cpu::blocking(|| serialize_agent_messages(prep.prefix_messages()));
         let (prefix, prefix_usage) = call(
             CallKind::TurnPrefix,
             turn_prefix_prompt_text(&conversation),

@@ -18,10 +18,12 @@
 //!   Unix-socket listeners.
 //! - [`config`]: the one configuration struct (TOML), summarizer selection.
 //! - [`cli`]: the command-line front end (`serve`, `stdio`, `inspect`, `compact`).
+//! - [`cpu`]: CPU-heavy work run without stalling the async workers.
 pub mod cli;
 pub mod compaction;
 pub mod compactor;
 pub mod config;
+pub mod cpu;
 pub mod context;
 pub mod daemon;
 pub mod json;

@@ -173,10 +173,10 @@ async fn run_started(
     if daemon.has_hook(&session.id, "session_before_compact") {
         let mut params = Map::new();
         params.insert("sessionId".into(), Value::from(session.id.clone()));
-        params.insert("preparation".into(), preparation_json(prep));
+        params.insert("preparation".into(), crate::cpu::blocking(|| preparation_json(prep)));
         params.insert(
             "branchEntries".into(),
-            Value::Array(snap.path.iter().map(|e| e.value()).collect()),
+            crate::cpu::blocking(|| Value::Array(snap.path.iter().map(|e| e.value()).collect())),
         );
         if let Some(c) = custom {
             params.insert("customInstructions".into(), Value::from(c));

@@ -421,22 +421,25 @@ pub fn set_model(ctx: &Ctx, p: SetModelParams) -> Result<Value, RpcError> {
 pub fn get_branch(ctx: &Ctx, p: SessionParams) -> Result<Value, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let state = session.state.lock();
-    let branch = state.tree.branch();
-    Ok(Value::Array(
-        branch
-            .iter()
-            .map(|&i| state.tree.entry(i).value())
-            .collect(),
-    ))
+    // Every entry is parsed from its bytes: off the async workers.
+    Ok(crate::cpu::blocking(|| {
+        Value::Array(
+            state
+                .branch
+                .iter()
+                .map(|&i| state.tree.entry(i).value())
+                .collect(),
+        )
+    }))
 }
 
 pub fn get_context(ctx: &Ctx, p: GetContextParams) -> Result<Value, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let state = session.state.lock();
-    let messages = match p.format.unwrap_or(ContextFormat::Agent) {
+    let messages = crate::cpu::blocking(|| match p.format.unwrap_or(ContextFormat::Agent) {
         ContextFormat::Agent => state.agent_messages(),
         ContextFormat::Llm => state.llm_messages(),
-    };
+    });
     Ok(json!({ "messages": messages, "leafId": state.tree.leaf_id() }))
 }
 

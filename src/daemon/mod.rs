@@ -81,6 +81,8 @@ pub struct Daemon {
     pub config: Config,
     pub http: reqwest::Client,
     registry: Mutex<Registry>,
+    /// Per-path opening locks: one open of a file at a time, outside the registry lock.
+    opening: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     connections: Mutex<HashMap<ConnId, Arc<Connection>>>,
     next_conn: AtomicU64,
     next_session: AtomicU64,
@@ -143,6 +145,7 @@ impl Daemon {
             config,
             http: reqwest::Client::new(),
             registry: Mutex::new(Registry::default()),
+            opening: Mutex::new(HashMap::new()),
             connections: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             next_session: AtomicU64::new(1),
@@ -202,24 +205,58 @@ impl Daemon {
         v
     }
 
-    /// The open session for `path`, or one made by `make` (which runs under the registry lock,
-    /// so two connections opening the same file get the same session).
+    /// The open session for `path` joined by `conn`, if there is one.
+    fn join_open(&self, path: &Path, conn: &Connection) -> Option<Arc<Session>> {
+        let reg = self.registry.lock();
+        let id = reg.by_path.get(path)?;
+        let s = reg.by_id.get(id)?.clone();
+        s.holders.lock().insert(conn.id);
+        conn.holds.lock().insert(id.clone());
+        Some(s)
+    }
+
+    /// The open session for `path`, or one made by `make`. `make` (reading and parsing the
+    /// file) runs outside the registry lock, so a big open never stalls other clients; openers
+    /// of the same path queue on that path's opening lock and then join the one session.
     pub fn open_or_insert(
         &self,
         path: &Path,
         conn: &Connection,
         make: impl FnOnce() -> Result<SessionState, RpcError>,
     ) -> Result<(Arc<Session>, bool), RpcError> {
-        let mut reg = self.registry.lock();
-        if let Some(id) = reg.by_path.get(path).cloned() {
-            if let Some(s) = reg.by_id.get(&id).cloned() {
-                s.holders.lock().insert(conn.id);
-                conn.holds.lock().insert(id);
+        if let Some(s) = self.join_open(path, conn) {
+            return Ok((s, false));
+        }
+        let opening = self
+            .opening
+            .lock()
+            .entry(path.to_owned())
+            .or_default()
+            .clone();
+        let result = crate::cpu::blocking(|| {
+            let _turn = opening.lock();
+            if let Some(s) = self.join_open(path, conn) {
                 return Ok((s, false));
             }
+            self.insert_new(path, conn, make)
+        });
+        let mut table = self.opening.lock();
+        if Arc::strong_count(&opening) <= 2 {
+            table.remove(path);
         }
+        result
+    }
+
+    /// Locks the file, makes the state and registers the new session.
+    fn insert_new(
+        &self,
+        path: &Path,
+        conn: &Connection,
+        make: impl FnOnce() -> Result<SessionState, RpcError>,
+    ) -> Result<(Arc<Session>, bool), RpcError> {
         let lock = lock_file(path)?;
         let state = make()?;
+        let mut reg = self.registry.lock();
         let id = format!("s{}", self.next_session.fetch_add(1, Ordering::SeqCst));
         let session = Arc::new(Session {
             id: id.clone(),
