@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use std::sync::Arc;
 
-use crate::compaction::prepare::{indexed_boundaries, plan_compaction, Preparation};
+use crate::compaction::prepare::{indexed_boundaries, plan_compaction, Plan, Preparation};
 use crate::compaction::BranchIndex;
 use crate::compaction::serialize::serialize_agent_messages;
 use crate::compaction::summary::number;
@@ -16,7 +16,7 @@ use crate::compaction::tokens::{
 };
 use crate::compaction::{file_ops::format_file_operations, NothingToCompact};
 use crate::context::{build_session_context, context_entries};
-use crate::session::{Entry, SessionTree};
+use crate::session::{BranchView, Entry, SessionTree};
 
 /// Context windows the fixtures evaluate `shouldCompact` against.
 pub const WINDOWS: [i64; 7] = [8192, 32000, 128000, 200000, 272000, 400000, 1000000];
@@ -72,6 +72,65 @@ pub fn serialized_inputs(prep: &Preparation) -> (String, Option<String>) {
         .is_split_turn
         .then(|| serialize_agent_messages(prep.prefix_messages()));
     (history, prefix)
+}
+
+/// The lean analysis the human `inspect` prints: facts and the plan only, no message is parsed
+/// (the `--json` analysis below materializes every context message, as the fixtures require).
+#[derive(Debug, Clone)]
+pub struct Overview {
+    pub session_id: Option<String>,
+    pub version: Value,
+    pub entry_count: usize,
+    pub leaf_id: Option<String>,
+    pub estimate: ContextEstimate,
+    pub context_messages: usize,
+    pub should_compact: bool,
+    pub compactions_on_branch: usize,
+    /// Leaves of the tree (entries nothing else names as parent): 1 for a linear session.
+    pub leaves: usize,
+    pub plan: Result<Plan, NothingToCompact>,
+}
+
+/// Builds the [`Overview`] of the tree's current branch. O(path), no message parsed.
+pub fn overview(tree: &SessionTree, context_window: i64, settings: &CompactionSettings) -> Overview {
+    let branch = tree.branch();
+    let view = BranchView {
+        tree,
+        positions: &branch,
+    };
+    let index = BranchIndex::build(&view);
+    let estimate = index.context_estimate(&view);
+    let context_messages = index
+        .context_ranges()
+        .into_iter()
+        .filter(|r| r.start < r.end)
+        .map(|r| index.range_sums(r).1)
+        .sum();
+    let parents: std::collections::HashSet<&str> = tree
+        .entries()
+        .iter()
+        .filter_map(|e| e.parent_id.as_deref())
+        .collect();
+    let leaves = tree
+        .entries()
+        .iter()
+        .filter(|e| e.id.as_deref().is_none_or(|id| !parents.contains(id)))
+        .count();
+    Overview {
+        session_id: tree.header.get("id").and_then(Value::as_str).map(str::to_owned),
+        version: tree.header.get("version").cloned().unwrap_or(Value::Null),
+        entry_count: tree.len(),
+        leaf_id: tree.leaf_id().map(str::to_owned),
+        estimate,
+        context_messages,
+        should_compact: should_compact(estimate.tokens, context_window, settings),
+        compactions_on_branch: branch
+            .iter()
+            .filter(|&&i| tree.entry(i).kind == crate::session::EntryKind::Compaction)
+            .count(),
+        leaves,
+        plan: plan_compaction(&view, &index, settings),
+    }
 }
 
 /// Builds the full analysis of the tree's current branch.

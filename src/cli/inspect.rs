@@ -2,10 +2,8 @@
 
 use std::path::Path;
 
-use serde_json::Value;
-
 use crate::compaction::tokens::CompactionSettings;
-use crate::report;
+use crate::report::{self, Overview};
 use crate::store;
 
 /// Runs `inspect`; returns the process exit code.
@@ -17,75 +15,78 @@ pub fn run(path: &Path, json: bool, context_window: i64, settings: &CompactionSe
             return 1;
         }
     };
-    let out = report::inspect(&tree, context_window, settings);
     if json {
+        let out = report::inspect(&tree, context_window, settings);
         println!("{}", crate::json::stringify(&out));
         return 0;
     }
-    print!(
-        "{}",
-        human(&out, context_window, settings, load.skipped_lines)
-    );
+    let o = report::overview(&tree, context_window, settings);
+    print!("{}", human(&o, context_window, settings, load.skipped_lines));
     0
 }
 
-fn human(r: &Value, window: i64, settings: &CompactionSettings, skipped: usize) -> String {
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn human(o: &Overview, window: i64, settings: &CompactionSettings, skipped: usize) -> String {
     let mut s = String::new();
-    let sess = &r["session"];
     s.push_str(&format!(
-        "session   {} (v{}, {} entries{})\n",
-        sess["id"].as_str().unwrap_or("?"),
-        sess["version"],
-        sess["entryCount"],
+        "session   {} (v{}, {}{})\n",
+        o.session_id.as_deref().unwrap_or("?"),
+        o.version,
+        plural(o.entry_count, "entry", "entries"),
         if skipped > 0 {
-            format!(", {skipped} malformed lines skipped")
+            format!(", {} skipped", plural(skipped, "malformed line", "malformed lines"))
         } else {
             String::new()
         }
     ));
-    let est = &r["estimate"];
+    s.push_str(&format!(
+        "branch    leaf {}, {} on it, {} in the tree\n",
+        o.leaf_id.as_deref().unwrap_or("(none)"),
+        plural(o.compactions_on_branch, "compaction", "compactions"),
+        plural(o.leaves, "branch", "branches"),
+    ));
+    let est = &o.estimate;
     let threshold = window as f64 - settings.reserve_tokens as f64;
     s.push_str(&format!(
-        "context   {} tokens ({} from usage + {} estimated), {} messages\n",
-        est["tokens"],
-        est["usageTokens"],
-        est["trailingTokens"],
-        r["context"]["messages"].as_array().map_or(0, Vec::len)
+        "context   {} tokens ({} from usage + {} estimated), {}\n",
+        crate::json::js_number(est.tokens),
+        crate::json::js_number(est.usage_tokens),
+        est.trailing_tokens,
+        plural(o.context_messages, "message", "messages"),
     ));
     s.push_str(&format!(
         "threshold {threshold} (window {window} - reserve {}): {}\n",
         settings.reserve_tokens,
-        if r["shouldCompact"] == true {
+        if o.should_compact {
             "compaction due"
         } else {
             "below threshold"
         }
     ));
-    match r["preparation"].as_object() {
-        Some(p) => {
-            let n = |k: &str| p.get(k).and_then(Value::as_array).map_or(0, Vec::len);
+    match &o.plan {
+        Ok(p) => {
             s.push_str(&format!(
-                "compact   would summarize {} messages{} and keep from entry {} (keepRecentTokens {})\n",
-                n("messagesToSummarize"),
-                if p.get("isSplitTurn") == Some(&Value::Bool(true)) {
-                    format!(" + a split-turn prefix of {}", n("turnPrefixMessages"))
+                "compact   would summarize {}{} and keep from entry {} (keepRecentTokens {})\n",
+                plural(p.history.count, "message", "messages"),
+                if p.is_split_turn {
+                    format!(" + a split-turn prefix of {}", plural(p.turn_prefix.count, "message", "messages"))
                 } else {
                     String::new()
                 },
-                p.get("firstKeptEntryId").and_then(Value::as_str).unwrap_or("?"),
+                p.first_kept_entry_id,
                 settings.keep_recent_tokens
             ));
-            let lists = &p["fileLists"];
+            let (read, modified) = p.file_ops.file_lists();
             s.push_str(&format!(
                 "files     {} read, {} modified\n",
-                lists["readFiles"].as_array().map_or(0, Vec::len),
-                lists["modifiedFiles"].as_array().map_or(0, Vec::len)
+                read.len(),
+                modified.len()
             ));
         }
-        None => s.push_str(&format!(
-            "compact   nothing to do: {}\n",
-            r["preparationNullReason"].as_str().unwrap_or("")
-        )),
+        Err(reason) => s.push_str(&format!("compact   nothing to do: {}\n", reason.message())),
     }
     s
 }

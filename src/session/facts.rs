@@ -222,24 +222,38 @@ impl<'de> Deserialize<'de> for OptString {
     }
 }
 
-/// The UTF-16 length of a string field (0 for any other type).
+/// The UTF-16 length of a string field (0 for any other type). The value is captured raw and
+/// measured from its escapes, so long texts are validated but never unescaped into a copy.
 struct StrLen(u64);
 
 impl<'de> Deserialize<'de> for StrLen {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = StrLen;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<StrLen, E> {
-                Ok(StrLen(utf16_len(s) as u64))
-            }
-            other_types_are_absent!(StrLen(0));
-        }
-        d.deserialize_any(V)
+        let raw = <&'de serde_json::value::RawValue>::deserialize(d)?;
+        Ok(StrLen(raw_string_utf16_len(raw.get()).unwrap_or(0)))
     }
+}
+
+/// The UTF-16 length of the string a raw JSON string literal decodes to (`None` when `raw` is
+/// not a string literal). serde_json has validated the literal, escapes included.
+fn raw_string_utf16_len(raw: &str) -> Option<u64> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    let bytes = inner.as_bytes();
+    let mut units = 0u64;
+    let mut i = 0usize;
+    let mut run = 0usize;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' {
+            units += utf16_len(&inner[run..i]) as u64;
+            // `\uXXXX` is one UTF-16 unit (a surrogate pair is two escapes); others are one char.
+            i += if bytes.get(i + 1) == Some(&b'u') { 6 } else { 2 };
+            units += 1;
+            run = i;
+        } else {
+            i += 1;
+        }
+    }
+    units += utf16_len(&inner[run.min(inner.len())..]) as u64;
+    Some(units)
 }
 
 /// A number field as `Value::as_f64` reads it (`NaN` for any other type).
@@ -301,13 +315,13 @@ impl<'de> Deserialize<'de> for LineFacts {
                     is_object: true,
                     ..LineFacts::default()
                 };
-                while let Some(key) = a.next_key::<KeyName>()? {
-                    match key.0.as_str() {
-                        "type" => out.type_name = a.next_value::<OptString>()?.0,
-                        "id" => out.id = a.next_value::<OptString>()?.0,
-                        "parentId" => out.parent_id = a.next_value::<OptString>()?.0,
-                        "message" => out.message = a.next_value::<OptMessage>()?.0,
-                        "content" => out.content_chars = a.next_value::<Content>()?.0.user_chars,
+                while let Some(key) = a.next_key::<Key>()? {
+                    match key {
+                        Key::Type => out.type_name = a.next_value::<OptString>()?.0,
+                        Key::Id => out.id = a.next_value::<OptString>()?.0,
+                        Key::ParentId => out.parent_id = a.next_value::<OptString>()?.0,
+                        Key::Message => out.message = a.next_value::<OptMessage>()?.0,
+                        Key::Content => out.content_chars = a.next_value::<Content>()?.0.user_chars,
                         _ => {
                             a.next_value::<IgnoredAny>()?;
                         }
@@ -321,25 +335,64 @@ impl<'de> Deserialize<'de> for LineFacts {
     }
 }
 
-/// An object key, unescaped (keys are short; most are borrowed by serde_json and copied here
-/// only when small). Matching on the decoded key keeps escaped keys (`"\u0069d"`) exact.
-struct KeyName(String);
+/// The object keys the visitors look for, matched without allocating; every other key is
+/// `Other` (its value is skipped). Matching on the decoded key keeps escaped keys
+/// (`"\u0069d"`) exact.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Type,
+    Id,
+    ParentId,
+    Message,
+    Content,
+    Role,
+    Command,
+    Output,
+    Summary,
+    Usage,
+    StopReason,
+    TotalTokens,
+    Input,
+    CacheRead,
+    CacheWrite,
+    Text,
+    Thinking,
+    Name,
+    Arguments,
+    Other,
+}
 
-impl<'de> Deserialize<'de> for KeyName {
+impl<'de> Deserialize<'de> for Key {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = KeyName;
+            type Value = Key;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("an object key")
             }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<KeyName, E> {
-                // Only the names we match on need their text; others become empty.
-                Ok(KeyName(if s.len() <= 24 {
-                    s.to_owned()
-                } else {
-                    String::new()
-                }))
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key, E> {
+                Ok(match s {
+                    "type" => Key::Type,
+                    "id" => Key::Id,
+                    "parentId" => Key::ParentId,
+                    "message" => Key::Message,
+                    "content" => Key::Content,
+                    "role" => Key::Role,
+                    "command" => Key::Command,
+                    "output" => Key::Output,
+                    "summary" => Key::Summary,
+                    "usage" => Key::Usage,
+                    "stopReason" => Key::StopReason,
+                    "totalTokens" => Key::TotalTokens,
+                    "input" => Key::Input,
+                    "cacheRead" => Key::CacheRead,
+                    "cacheWrite" => Key::CacheWrite,
+                    "text" => Key::Text,
+                    "thinking" => Key::Thinking,
+                    "name" => Key::Name,
+                    "arguments" => Key::Arguments,
+                    _ => Key::Other,
+                })
             }
         }
         d.deserialize_str(V)
@@ -359,15 +412,15 @@ impl<'de> Deserialize<'de> for OptMessage {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<OptMessage, A::Error> {
                 let mut m = MessageFacts::default();
-                while let Some(key) = a.next_key::<KeyName>()? {
-                    match key.0.as_str() {
-                        "role" => m.role = a.next_value::<OptString>()?.0,
-                        "content" => m.content = a.next_value::<Content>()?.0,
-                        "command" => m.command_len = a.next_value::<StrLen>()?.0,
-                        "output" => m.output_len = a.next_value::<StrLen>()?.0,
-                        "summary" => m.summary_len = a.next_value::<StrLen>()?.0,
-                        "usage" => m.usage = a.next_value::<OptUsage>()?.0,
-                        "stopReason" => m.stop_reason = a.next_value::<OptString>()?.0,
+                while let Some(key) = a.next_key::<Key>()? {
+                    match key {
+                        Key::Role => m.role = a.next_value::<OptString>()?.0,
+                        Key::Content => m.content = a.next_value::<Content>()?.0,
+                        Key::Command => m.command_len = a.next_value::<StrLen>()?.0,
+                        Key::Output => m.output_len = a.next_value::<StrLen>()?.0,
+                        Key::Summary => m.summary_len = a.next_value::<StrLen>()?.0,
+                        Key::Usage => m.usage = a.next_value::<OptUsage>()?.0,
+                        Key::StopReason => m.stop_reason = a.next_value::<OptString>()?.0,
                         _ => {
                             a.next_value::<IgnoredAny>()?;
                         }
@@ -415,13 +468,13 @@ impl<'de> Deserialize<'de> for OptUsage {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<OptUsage, A::Error> {
                 let mut u = UsageFacts::default();
-                while let Some(key) = a.next_key::<KeyName>()? {
-                    let slot = match key.0.as_str() {
-                        "totalTokens" => &mut u.total_tokens,
-                        "input" => &mut u.input,
-                        "output" => &mut u.output,
-                        "cacheRead" => &mut u.cache_read,
-                        "cacheWrite" => &mut u.cache_write,
+                while let Some(key) = a.next_key::<Key>()? {
+                    let slot = match key {
+                        Key::TotalTokens => &mut u.total_tokens,
+                        Key::Input => &mut u.input,
+                        Key::Output => &mut u.output,
+                        Key::CacheRead => &mut u.cache_read,
+                        Key::CacheWrite => &mut u.cache_write,
                         _ => {
                             a.next_value::<IgnoredAny>()?;
                             continue;
@@ -535,17 +588,17 @@ impl<'de> Deserialize<'de> for Block {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Block, A::Error> {
                 let mut b = BlockFacts::default();
-                while let Some(key) = a.next_key::<KeyName>()? {
-                    match key.0.as_str() {
-                        "type" => b.block_type = a.next_value::<OptString>()?.0,
-                        "text" => b.text_len = a.next_value::<StrLen>()?.0,
-                        "thinking" => b.thinking_len = a.next_value::<StrLen>()?.0,
-                        "name" => {
+                while let Some(key) = a.next_key::<Key>()? {
+                    match key {
+                        Key::Type => b.block_type = a.next_value::<OptString>()?.0,
+                        Key::Text => b.text_len = a.next_value::<StrLen>()?.0,
+                        Key::Thinking => b.thinking_len = a.next_value::<StrLen>()?.0,
+                        Key::Name => {
                             let name = a.next_value::<OptString>()?.0;
                             b.name_len = name.as_deref().map_or(0, |n| utf16_len(n) as u64);
                             b.name = name;
                         }
-                        "arguments" => {
+                        Key::Arguments => {
                             let args = a.next_value_seed(StringifyLen { capture_path: true })?;
                             b.arguments_len = Some(args.len);
                             b.path = args.path;
@@ -808,6 +861,21 @@ mod tests {
         let args = r#"{"a":"1","a":"22"}"#;
         let mut de = serde_json::Deserializer::from_str(args);
         assert_eq!(NO_PATH.deserialize(&mut de).unwrap().len, 10);
+    }
+
+    #[test]
+    fn raw_string_lengths_count_decoded_units() {
+        for (raw, want) in [
+            (r#""abc""#, 3),
+            (r#""a\nb""#, 3),
+            (r#""\u00e9\ud83d\ude00x""#, 4),
+            (r#""é😀""#, 3),
+            (r#""\\\"""#, 2),
+            (r#""""#, 0),
+        ] {
+            assert_eq!(raw_string_utf16_len(raw), Some(want), "{raw}");
+        }
+        assert_eq!(raw_string_utf16_len("12"), None);
     }
 
     #[test]

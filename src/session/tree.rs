@@ -17,7 +17,9 @@ pub struct SessionTree {
     pub header: Value,
     /// Shared so a compaction can hold the span it summarizes without the session's lock.
     entries: Vec<Arc<Entry>>,
-    by_id: HashMap<String, usize>,
+    /// Ids are looked up on every append and parent walk; foldhash is several times faster
+    /// than SipHash here and still seeded per process.
+    by_id: HashMap<String, usize, foldhash::fast::RandomState>,
     leaf: Option<usize>,
 }
 
@@ -29,7 +31,8 @@ impl SessionTree {
 
     pub fn new(header: Value, entries: Vec<Entry>) -> SessionTree {
         let entries: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
-        let mut by_id = HashMap::with_capacity(entries.len());
+        let mut by_id =
+            HashMap::with_capacity_and_hasher(entries.len(), foldhash::fast::RandomState::default());
         for (i, e) in entries.iter().enumerate() {
             if let Some(id) = &e.id {
                 // A duplicate id: the later entry wins, as in Pi's Map (S4).
