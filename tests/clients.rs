@@ -249,3 +249,40 @@ fn typescript_client_suite() {
         "unexpected node --test summary:\n{out}"
     );
 }
+
+/// The Pi 0.85.0 oracle folder (Node 22 + Pi): `$COMPACTD_ORACLE`, else `<target>/pi-oracle`
+/// (where scripts/test-all installs it).
+fn pi_oracle() -> Option<PathBuf> {
+    let dir = std::env::var_os("COMPACTD_ORACLE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("pi-oracle"));
+    dir.join("node").exists().then_some(dir)
+}
+
+#[test]
+fn pi_extension_suite() {
+    if conformance_missing("pi-extension") {
+        return;
+    }
+    let Some(oracle) = pi_oracle() else {
+        return unavailable(
+            "pi-extension",
+            "Pi 0.85.0 oracle not found (set COMPACTD_ORACLE; scripts/test-all installs it)",
+        );
+    };
+    let out = run_ok(
+        Path::new(MANIFEST_DIR),
+        &oracle.join("node"),
+        &["--test", "clients/pi-extension/test/pi.test.mjs"],
+        &[("COMPACTD_ORACLE", &oracle)],
+    );
+    println!("{out}");
+    assert!(
+        !out.contains("# SKIPPED") && out.contains("# skipped 0"),
+        "the suite skipped tests although its inputs exist:\n{out}"
+    );
+    assert!(
+        out.contains("# fail 0") && !out.contains("# pass 0"),
+        "unexpected node --test summary:\n{out}"
+    );
+}
