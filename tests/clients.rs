@@ -158,6 +158,12 @@ fn conformance_missing(suite: &str) -> bool {
 /// The venv with the Python test tools: `$COMPACTD_CLIENTS_VENV`, else `<target>/venv-clients`,
 /// created and filled from clients/test-requirements.txt when it lacks them.
 fn test_venv() -> Result<PathBuf, String> {
+    // Two suites use it and tests run in parallel: make it once.
+    static VENV: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    VENV.get_or_init(make_test_venv).clone()
+}
+
+fn make_test_venv() -> Result<PathBuf, String> {
     let venv = std::env::var_os("COMPACTD_CLIENTS_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| target_dir().join("venv-clients"));
@@ -284,5 +290,40 @@ fn pi_extension_suite() {
     assert!(
         out.contains("# fail 0") && !out.contains("# pass 0"),
         "unexpected node --test summary:\n{out}"
+    );
+}
+
+#[test]
+fn nvim_plugin_suite() {
+    if conformance_missing("nvim") {
+        return;
+    }
+    let venv = match test_venv() {
+        Ok(v) => v,
+        Err(why) => return unavailable("nvim", &why),
+    };
+    let out = run_ok(
+        Path::new(MANIFEST_DIR),
+        &venv.join("bin/nvim"),
+        &[
+            "--headless",
+            "-u",
+            "NONE",
+            "-i",
+            "NONE",
+            "-l",
+            "clients/nvim/test/run.lua",
+        ],
+        &[],
+    );
+    println!("{out}");
+    assert!(
+        !out.contains("# SKIPPED"),
+        "the plugin test skipped although its inputs exist:\n{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.ends_with(" passed, 0 failed") && !l.starts_with("0 ")),
+        "unexpected result of the plugin test:\n{out}"
     );
 }
