@@ -1,9 +1,10 @@
 // The extension inside the real Pi 0.85.0 (the oracle's install, $COMPACTD_ORACLE): Pi's own
 // resource loader loads it, Pi's AgentSession runs `/compact` on a real session file with a fake
 // LLM (the oracle's fake-llm.mjs) as the model, and a real `compactd serve` answers over its
-// socket. Proves: Pi appends compactd's summary (fromHook), the file reloads in Pi with that
-// summary as context, a second compaction (an update of the first) works the same way, and with
-// the daemon unreachable Pi compacts on its own after exactly one notification.
+// socket. Proves: Pi appends compactd's summary (fromHook) at the cut Pi computes, the file
+// reloads in Pi with that summary as context, a second compaction (an update of the first) works
+// the same way, Pi's automatic threshold compaction is delegated as well, and with the daemon
+// unreachable Pi compacts on its own after exactly one notification.
 //
 // Run with the oracle's Node 22: `$COMPACTD_ORACLE/node --test clients/pi-extension/test/`.
 // Inputs: $COMPACTD_ORACLE, $COMPACTD_BIN, $COMPACTD_CONFORMANCE_DIR (or their defaults); a
@@ -106,8 +107,8 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 	});
 
 	/** A Pi AgentSession on `file` with the extension loaded through Pi's resource loader. */
-	async function piSession(file, notes) {
-		const { sdk, sessions, settings, resources, model, agentDir } = mods;
+	async function piSession(file, notes, model = mods.model) {
+		const { sdk, sessions, settings, resources, agentDir } = mods;
 		const sessionManager = sessions.SessionManager.open(file);
 		const cwd = sessionManager.getCwd();
 		const settingsManager = settings.SettingsManager.create(cwd, agentDir);
@@ -196,6 +197,35 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 			"Pi's own turn is in the file between the two compactions");
 		const context = mods.sessions.SessionManager.open(file).buildSessionContext();
 		assert.equal(context.messages[0].summary, second.summary);
+		assert.deepEqual(notes, []);
+	});
+
+	test("Pi's automatic threshold compaction is delegated too", async () => {
+		process.env.COMPACTD_SOCKET = sock;
+		const file = sessionCopy("threshold");
+		const notes = [];
+		// A window the session already fills past the threshold (70000 - 16384 reserve).
+		const session = await piSession(file, notes, { ...mods.model, contextWindow: 70000 });
+		const compactStarts = [];
+		session.subscribe((e) => {
+			if (e.type === "compaction_start") compactStarts.push(e.reason);
+		});
+		fake.state.replies = { history: "Done.", turnPrefix: "-" };
+		const served = fake.state.requests.length;
+		await session.prompt("Summarize where we are.");
+		await session.waitForIdle();
+		fake.state.replies = { history: "PI-OWN-SUMMARY", turnPrefix: "PI-OWN-TURN-PREFIX" };
+		assert.deepEqual(compactStarts, ["threshold"]);
+		assert.equal(fake.state.requests.length, served + 1, "one model request (the prompt), no summarization request");
+		// The loaded session was already past the threshold: Pi compacts before sending the prompt.
+		const all = lines(file);
+		const compactions = all.filter((e) => e.type === "compaction");
+		assert.equal(compactions.length, 1);
+		const entry = compactions[0];
+		assert.equal(entry.fromHook, true);
+		assert.equal(entry.details.summarizer, "extractive");
+		assert.deepEqual(all.slice(-2).map((e) => e.message?.role), ["user", "assistant"], "then the turn ran");
+		assert.equal(session.agent.state.messages[0].summary, entry.summary);
 		assert.deepEqual(notes, []);
 	});
 
