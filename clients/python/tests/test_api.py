@@ -116,9 +116,14 @@ def test_compact_write_false_returns_the_compaction_and_appends_nothing(stdio, t
     path = session_copy(tmp_path, "005-medium-basic")
     before = Path(path).read_bytes()
     sid = open_small_keep(c, path)["sessionId"]
+    stream = c.events(session_id=sid)
     c.subscribe(sid)
     c.register_hooks(["session_compact"], session_id=sid)
     dry = c.compact(sid, write=False)
+    got = [stream.next_event(10), stream.next_event(10)]
+    stream.close()
+    assert [e.name for e in got] == ["compaction_start", "compaction_end"]
+    assert got[1].params["result"] == dry
     assert Path(path).read_bytes() == before, "write: false appends nothing"
     assert c.notifications("compaction_start") == [{"sessionId": sid, "reason": "manual"}]
     assert c.notifications("compaction_end")[-1]["result"] == dry
@@ -132,6 +137,22 @@ def test_compact_write_false_returns_the_compaction_and_appends_nothing(stdio, t
         k: dry[k] for k in ("summary", "firstKeptEntryId", "tokensBefore", "estimatedTokensAfter")
     }
     assert lines(path)[-1]["type"] == "compaction"
+
+
+def test_blocking_client_runs_an_async_hook_handler(stdio, tmp_path):
+    c = stdio()
+    path = session_copy(tmp_path, "005-medium-basic")
+    sid = open_small_keep(c, path)["sessionId"]
+
+    async def cancel(params):
+        await asyncio.sleep(0.01)
+        return {"cancel": True}
+
+    c.on_hook("session_before_compact", cancel, session_id=sid)
+    with pytest.raises(CompactdError) as e:
+        c.compact(sid)
+    assert e.value.kind == "cancelled" and e.value.message == "Compaction cancelled"
+    assert lines(path)[-1]["type"] != "compaction"
 
 
 def test_async_client_methods_event_iterator_and_async_hook(env, tmp_path):
