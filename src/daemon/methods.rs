@@ -569,7 +569,8 @@ pub fn preview_compaction(ctx: &Ctx, p: PreviewCompactionParams) -> Result<Value
 
 pub async fn compact(ctx: &Ctx, p: CompactParams) -> Result<Value, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    lifecycle::compact(&ctx.daemon, &session, p.custom_instructions).await
+    let write = p.write != Some(false);
+    lifecycle::compact(&ctx.daemon, &session, p.custom_instructions, write).await
 }
 
 pub async fn check_compaction(ctx: &Ctx, p: CheckCompactionParams) -> Result<Value, RpcError> {

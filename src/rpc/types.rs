@@ -146,6 +146,8 @@ pub struct PreviewCompactionParams {
 pub struct CompactParams {
     pub session_id: String,
     pub custom_instructions: Option<String>,
+    /// `false`: return the compaction without appending it (the caller writes it). Default `true`.
+    pub write: Option<bool>,
 }
 
 /// The agent-loop moment of an automatic check (compaction.md §8.3).

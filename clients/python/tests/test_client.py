@@ -1,7 +1,5 @@
-"""End-to-end tests of compactd_client.py against a real daemon.
-
-The binary comes from $COMPACTD_BIN, else <repo>/target/debug/compactd; the sessions from
-$COMPACTD_CONFORMANCE_DIR, else <repo>/../shared/conformance/cases. Either missing: every test is skipped.
+"""End-to-end tests of the blocking client's wire behaviour against a real daemon: framings,
+malformed input, events, hooks, two clients on one session. Binary and sessions: see conftest.py.
 """
 
 import json
@@ -10,101 +8,15 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from conftest import MODEL, lines, open_small_keep, require_binary_and_cases, session_copy
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+require_binary_and_cases()
 
 from compactd_client import NO_REPLY, Client, RpcError  # noqa: E402
-
-REPO = HERE.parent.parent.parent
-BIN = os.environ.get("COMPACTD_BIN") or str(REPO / "target" / "debug" / "compactd")
-CASES = Path(os.environ.get("COMPACTD_CONFORMANCE_DIR") or REPO.parent / "shared" / "conformance" / "cases")
-
-if not os.path.exists(BIN):
-    pytest.skip(f"compactd binary not found at {BIN} (set COMPACTD_BIN)", allow_module_level=True)
-if not CASES.is_dir():
-    pytest.skip(f"conformance cases not found at {CASES} (set COMPACTD_CONFORMANCE_DIR)", allow_module_level=True)
-
-#: No provider/key is configured for it, so the daemon summarizes extractively.
-MODEL = {"provider": "compactd-test", "id": "test-model", "contextWindow": 64000, "maxTokens": 8192}
-
-
-@pytest.fixture
-def env(tmp_path):
-    e = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    for name in ("config", "agent", "run"):
-        (tmp_path / name).mkdir(mode=0o700)
-    e["XDG_CONFIG_HOME"] = str(tmp_path / "config")
-    e["PI_CODING_AGENT_DIR"] = str(tmp_path / "agent")
-    e["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
-    e.setdefault("RUST_LOG", "warn")
-    return e
-
-
-def session_copy(tmp_path, case, name=None):
-    dest = tmp_path / f"{name or case}.jsonl"
-    shutil.copyfile(CASES / case / "session.jsonl", dest)
-    return str(dest)
-
-
-def lines(path):
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def open_small_keep(client, path):
-    info = client.open_session(path, model=MODEL)
-    assert client.set_settings_overrides(info["sessionId"], {"keepRecentTokens": 2000}) == {"ok": True}
-    return info
-
-
-@pytest.fixture
-def stdio(env):
-    clients = []
-
-    def make(*args, framing="lsp"):
-        c = Client.spawn_stdio(BIN, list(args), env=env, framing=framing)
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
-        assert c.process.returncode == 0, "daemon exits cleanly when stdin closes"
-
-
-@pytest.fixture
-def server(env, tmp_path):
-    sock = str(tmp_path / "run" / "compactd.sock")
-    proc = subprocess.Popen(
-        [BIN, "serve", "--socket", sock], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 60
-    while not os.path.exists(sock):
-        assert proc.poll() is None, "daemon exited at start"
-        assert time.time() < deadline, "socket did not appear"
-        time.sleep(0.02)
-    clients = []
-
-    def connect(framing="ndjson"):
-        c = Client.connect_socket(sock, framing)
-        clients.append(c)
-        return c
-
-    yield connect
-    for c in clients:
-        c.close()
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0
-    assert not os.path.exists(sock), "socket removed on clean shutdown"
-
 
 def test_stdio_content_length_open_usage_preview_compact_events(stdio, tmp_path):
     c = stdio()

@@ -2,9 +2,60 @@
 
 import type { ChildProcess } from 'node:child_process';
 import type { Socket } from 'node:net';
-import type { CancellationToken, MessageConnection, ResponseError } from 'vscode-jsonrpc';
+import { ResponseError } from 'vscode-jsonrpc';
+import type { CancellationToken, MessageConnection } from 'vscode-jsonrpc';
 
 export { ResponseError };
+
+/** A JSON-RPC error reply; `kind` is `error.data.kind` (e.g. `'already_compacted'`). */
+export declare class CompactdError extends ResponseError<any> {
+  constructor(code: number, message: string, data?: unknown);
+  readonly kind: string | undefined;
+}
+
+/** The daemon cannot be reached (no binary to spawn, nothing on the socket); `code` is the OS error code. */
+export declare class CompactdConnectError extends Error {
+  readonly code: string | undefined;
+}
+
+/** `compactd serve`'s default socket: `$XDG_RUNTIME_DIR/compactd/compactd.sock`, else `$TMPDIR` (or /tmp) `/compactd-<uid>/compactd.sock`. */
+export declare function defaultSocketPath(env?: NodeJS.ProcessEnv): string;
+
+export interface InitializeResult {
+  serverName: string;
+  version: string;
+  protocolVersion: string;
+  capabilities: { framings: string[]; hooks: HookName[]; events: EventName[]; summarizer: string };
+}
+
+export interface NavigateTreeResult {
+  cancelled: boolean;
+  aborted?: boolean;
+  editorText?: string;
+  summaryEntry?: object;
+  [key: string]: unknown;
+}
+
+export interface ShouldCompactResult {
+  shouldCompact: boolean;
+  contextTokens: number;
+  contextWindow: number;
+  threshold: number;
+  settings: { enabled: boolean; reserveTokens: number; keepRecentTokens: number };
+}
+
+export interface EffectiveSettings {
+  compaction: { enabled: boolean; reserveTokens: number; keepRecentTokens: number };
+  branchSummary: { reserveTokens: number };
+  retry: { enabled: boolean; maxRetries: number; baseDelayMs: number };
+  defaultThinkingLevel: string;
+}
+
+/** One event from `events()`. */
+export interface CompactdEvent {
+  name: EventName | 'session_compact' | 'session_compact_failed';
+  params: any;
+}
 
 export declare const ErrorCodes: Readonly<{
   ParseError: -32700;
@@ -183,13 +234,16 @@ export declare class CompactdClient {
   /** Set by `connectSocket`. */
   socket?: Socket;
 
-  static spawnStdio(options?: SpawnOptions): CompactdClient;
+  /** Rejects with `CompactdConnectError` when the binary cannot be started. */
+  static spawnStdio(options?: SpawnOptions): Promise<CompactdClient>;
+  /** The default socket unless `socketPath`; rejects with `CompactdConnectError` when nothing listens. */
+  static connect(socketPath?: string): Promise<CompactdClient>;
   static connectSocket(socketPath: string): Promise<CompactdClient>;
 
   request<T = any>(method: string, params?: object): Promise<T>;
   notify(method: string, params?: object): Promise<void>;
 
-  initialize(params?: { clientName?: string; capabilities?: object }): Promise<any>;
+  initialize(params?: { clientName?: string; capabilities?: object }): Promise<InitializeResult>;
   openSession(params: {
     path: string;
     create?: boolean;
@@ -211,9 +265,9 @@ export declare class CompactdClient {
   setModel(sessionId: string, model: Model): Promise<AppendResult>;
   navigateTree(
     sessionId: string,
-    targetId: string,
+    targetId: string | null,
     options?: { summarize?: boolean; customInstructions?: string; replaceInstructions?: boolean; label?: string },
-  ): Promise<any>;
+  ): Promise<NavigateTreeResult>;
   getBranch(sessionId: string): Promise<any[]>;
   getContext(sessionId: string, format?: 'agent' | 'llm'): Promise<{ messages: any[]; leafId: string | null }>;
 
@@ -223,12 +277,13 @@ export declare class CompactdClient {
     contextTokens?: number;
     contextWindow?: number;
     settings?: CompactionSettingsPatch;
-  }): Promise<any>;
+  }): Promise<ShouldCompactResult>;
   previewCompaction(sessionId: string, detail?: 'summary' | 'full'): Promise<CompactionPreview>;
-  compact(sessionId: string, options?: { customInstructions?: string }): Promise<CompactionResult>;
+  /** `write: false` returns the compaction without appending it (the caller writes it). */
+  compact(sessionId: string, options?: { customInstructions?: string; write?: boolean }): Promise<CompactionResult>;
   checkCompaction(sessionId: string, phase: 'prePrompt' | 'midRun' | 'postRun'): Promise<CheckOutcome>;
   abortCompaction(sessionId: string): Promise<{ aborted: boolean }>;
-  getSettings(sessionId: string): Promise<any>;
+  getSettings(sessionId: string): Promise<EffectiveSettings>;
   setSettingsOverrides(params: { sessionId?: string; compaction?: CompactionSettingsPatch | null }): Promise<{ ok: true }>;
 
   subscribe(params?: { sessionId?: string; events?: EventName[] }): Promise<{ subscribed: true }>;
@@ -238,6 +293,7 @@ export declare class CompactdClient {
   on(name: EventName | 'session_compact' | 'session_compact_failed' | 'close', cb: (e: any) => void): () => void;
   onCompactionStart(cb: (e: CompactionStartEvent) => void): () => void;
   onCompactionEnd(cb: (e: CompactionEndEvent) => void): () => void;
+  events(options?: { names?: string[]; sessionId?: string }): AsyncIterableIterator<CompactdEvent>;
   waitFor<T = any>(name: string, predicate?: (params: T) => boolean, timeoutMs?: number): Promise<T>;
 
   registerHooks(params: { sessionId?: string; hooks: HookName[]; timeoutMs?: number }): Promise<{ registered: true }>;

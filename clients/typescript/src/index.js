@@ -2,13 +2,18 @@
 //
 // Two transports, both with LSP-style `Content-Length` framing (the daemon detects the framing
 // per connection from the first byte):
-//   - `CompactdClient.spawnStdio({ bin })` spawns `compactd stdio` and talks over its stdin/stdout;
-//   - `CompactdClient.connectSocket(path)` connects to `compactd serve --socket PATH`.
+//   - `await CompactdClient.spawnStdio({ bin })` spawns `compactd stdio` (binary: `bin`, else
+//     $COMPACTD_BIN, else `compactd` on PATH) and talks over its stdin/stdout;
+//   - `await CompactdClient.connect()` connects to a running `compactd serve` on its default socket
+//     (`connectSocket(path)` for another one).
+// Both reject with a `CompactdConnectError` saying what is missing instead of crashing the process.
 //
 // Plain ESM JavaScript, no build step; `index.d.ts` next to this file carries the types.
 
 import { spawn } from 'node:child_process';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 
 import {
   createMessageConnection,
@@ -20,6 +25,34 @@ import {
 } from 'vscode-jsonrpc/node.js';
 
 export { ResponseError };
+
+/** A JSON-RPC error reply: `code`, `message` (Pi's text where Pi has one) and `kind`
+ * (`error.data.kind`, e.g. `'already_compacted'`). A `ResponseError`, so `isRpcError` holds. */
+export class CompactdError extends ResponseError {
+  constructor(code, message, data) {
+    super(code, message, data);
+    Object.setPrototypeOf(this, new.target.prototype); // ResponseError resets the prototype
+    this.name = 'CompactdError';
+    this.kind = data && typeof data === 'object' ? data.kind : undefined;
+  }
+}
+
+/** The daemon cannot be reached: no binary to spawn, or nothing listening on the socket. */
+export class CompactdConnectError extends Error {
+  constructor(message, cause) {
+    super(message, { cause });
+    this.name = 'CompactdConnectError';
+    this.code = cause?.code;
+  }
+}
+
+/** Where `compactd serve` listens by default, computed as the daemon does:
+ * `$XDG_RUNTIME_DIR/compactd/compactd.sock`, else `$TMPDIR` (or /tmp) `/compactd-<uid>/compactd.sock`. */
+export function defaultSocketPath(env = process.env) {
+  if (env.XDG_RUNTIME_DIR) return path.join(env.XDG_RUNTIME_DIR, 'compactd', 'compactd.sock');
+  const uid = typeof process.getuid === 'function' ? process.getuid() : os.userInfo().uid;
+  return path.join(env.TMPDIR || '/tmp', `compactd-${uid}`, 'compactd.sock');
+}
 
 /** Error codes of protocol.md §3 "Errors" (plus the JSON-RPC standard ones). */
 export const ErrorCodes = Object.freeze({
@@ -112,35 +145,68 @@ export class CompactdClient {
   }
 
   /**
-   * Spawns `compactd stdio` and connects to it over stdin/stdout.
+   * Spawns `compactd stdio` and connects to it over stdin/stdout. The binary is `bin`, else
+   * `$COMPACTD_BIN`, else `compactd` on PATH; when it cannot be started the promise rejects with
+   * a `CompactdConnectError` naming it.
    * @param {{ bin?: string, args?: string[], env?: NodeJS.ProcessEnv, cwd?: string, stderr?: 'inherit' | 'ignore' | 'pipe' }} [options]
+   * @returns {Promise<CompactdClient>}
    */
   static spawnStdio(options = {}) {
-    const bin = options.bin ?? process.env.COMPACTD_BIN ?? 'compactd';
-    const child = spawn(bin, ['stdio', ...(options.args ?? [])], {
-      env: options.env ?? process.env,
-      cwd: options.cwd,
-      stdio: ['pipe', 'pipe', options.stderr ?? 'inherit'],
+    const bin = options.bin ?? (options.env ?? process.env).COMPACTD_BIN ?? 'compactd';
+    return new Promise((resolve, reject) => {
+      let child;
+      try {
+        child = spawn(bin, ['stdio', ...(options.args ?? [])], {
+          env: options.env ?? process.env,
+          cwd: options.cwd,
+          stdio: ['pipe', 'pipe', options.stderr ?? 'inherit'],
+        });
+      } catch (e) {
+        reject(new CompactdConnectError(`cannot start compactd (${bin}): ${e.message}`, e));
+        return;
+      }
+      child.once('error', (e) => {
+        const hint =
+          e.code === 'ENOENT'
+            ? `compactd binary not found: ${bin} (set COMPACTD_BIN to its path or put compactd on PATH)`
+            : `cannot start compactd (${bin}): ${e.message}`;
+        reject(new CompactdConnectError(hint, e));
+      });
+      child.once('spawn', () => {
+        // From here on a failing pipe ends the connection; it must not crash the process.
+        child.on('error', () => {});
+        child.stdin.on('error', () => {});
+        const connection = createMessageConnection(
+          new StreamMessageReader(child.stdout),
+          new StreamMessageWriter(child.stdin),
+        );
+        const exited = new Promise((done) => {
+          if (child.exitCode !== null) done(child.exitCode);
+          else child.once('exit', (code) => done(code));
+        });
+        const client = new CompactdClient(connection, {
+          onClose: async () => {
+            child.stdin.end();
+            const timer = setTimeout(() => child.kill('SIGTERM'), 3000);
+            await exited;
+            clearTimeout(timer);
+          },
+        });
+        client.process = child;
+        client.exited = exited;
+        resolve(client);
+      });
     });
-    const connection = createMessageConnection(
-      new StreamMessageReader(child.stdout),
-      new StreamMessageWriter(child.stdin),
-    );
-    const exited = new Promise((resolve) => {
-      if (child.exitCode !== null) resolve(child.exitCode);
-      else child.once('exit', (code) => resolve(code));
-    });
-    const client = new CompactdClient(connection, {
-      onClose: async () => {
-        child.stdin.end();
-        const timer = setTimeout(() => child.kill('SIGTERM'), 3000);
-        await exited;
-        clearTimeout(timer);
-      },
-    });
-    client.process = child;
-    client.exited = exited;
-    return client;
+  }
+
+  /**
+   * Connects to a running `compactd serve`: `socketPath`, else its default socket
+   * (`defaultSocketPath()`). Rejects with a `CompactdConnectError` when nothing listens there.
+   * @param {string} [socketPath]
+   * @returns {Promise<CompactdClient>}
+   */
+  static connect(socketPath) {
+    return CompactdClient.connectSocket(socketPath ?? defaultSocketPath());
   }
 
   /**
@@ -151,9 +217,17 @@ export class CompactdClient {
   static connectSocket(socketPath) {
     return new Promise((resolve, reject) => {
       const socket = net.connect(socketPath);
-      socket.once('error', reject);
+      const fail = (e) => {
+        const why =
+          e.code === 'ENOENT' || e.code === 'ECONNREFUSED'
+            ? `no compactd daemon listening on ${socketPath} (${e.code}); start one with \`compactd serve\``
+            : `cannot connect to compactd at ${socketPath}: ${e.message}`;
+        reject(new CompactdConnectError(why, e));
+      };
+      socket.once('error', fail);
       socket.once('connect', () => {
-        socket.off('error', reject);
+        socket.off('error', fail);
+        socket.on('error', () => {}); // a reset ends the connection (close), never the process
         const connection = createMessageConnection(
           new SocketMessageReader(socket),
           new SocketMessageWriter(socket),
@@ -172,11 +246,18 @@ export class CompactdClient {
     });
   }
 
-  /** Any method, raw. Rejects with a `ResponseError` ({code, message, data}) on a JSON-RPC error. */
-  request(method, params) {
-    return params === undefined
-      ? this.connection.sendRequest(method)
-      : this.connection.sendRequest(method, params);
+  /** Any method, raw. Rejects with a `CompactdError` ({code, kind, message, data}) on a JSON-RPC error. */
+  async request(method, params) {
+    try {
+      return await (params === undefined
+        ? this.connection.sendRequest(method)
+        : this.connection.sendRequest(method, params));
+    } catch (e) {
+      if (e instanceof ResponseError && !(e instanceof CompactdError)) {
+        throw new CompactdError(e.code, e.message, e.data);
+      }
+      throw e;
+    }
   }
 
   /** Sends a notification (no reply). */
@@ -246,8 +327,9 @@ export class CompactdClient {
     return this.request('previewCompaction', defined({ sessionId, detail }));
   }
 
-  compact(sessionId, { customInstructions } = {}) {
-    return this.request('compact', defined({ sessionId, customInstructions }));
+  /** `write: false` returns the compaction without appending it (the caller writes it). */
+  compact(sessionId, { customInstructions, write } = {}) {
+    return this.request('compact', defined({ sessionId, customInstructions, write }));
   }
 
   checkCompaction(sessionId, phase) {
@@ -295,6 +377,48 @@ export class CompactdClient {
     return this.on('compaction_end', callback);
   }
 
+  /**
+   * The events from now on as an async iterator of `{ name, params }` (optionally only `names`,
+   * or one session's); it ends when the connection closes or `return()` is called (`break`).
+   */
+  events({ names, sessionId } = {}) {
+    const queue = [];
+    let wake = null;
+    let done = false;
+    const wanted = names ? new Set(names) : null;
+    const offs = [...EVENTS, 'session_compact', 'session_compact_failed']
+      .filter((n) => !wanted || wanted.has(n))
+      .map((name) =>
+        this.on(name, (params) => {
+          if (sessionId !== undefined && params?.sessionId !== sessionId) return;
+          queue.push({ name, params });
+          wake?.();
+        }),
+      );
+    const stop = () => {
+      done = true;
+      for (const off of offs) off();
+      offClose();
+      wake?.();
+    };
+    const offClose = this.on('close', stop);
+    return {
+      [Symbol.asyncIterator]() {
+        return this;
+      },
+      async next() {
+        while (queue.length === 0 && !done) await new Promise((r) => (wake = r));
+        wake = null;
+        if (queue.length > 0) return { value: queue.shift(), done: false };
+        return { value: undefined, done: true };
+      },
+      async return() {
+        stop();
+        return { value: undefined, done: true };
+      },
+    };
+  }
+
   /** Resolves with the next `name` event whose params satisfy `predicate`. */
   waitFor(name, predicate = () => true, timeoutMs = 30000) {
     return new Promise((resolve, reject) => {
@@ -316,9 +440,8 @@ export class CompactdClient {
       try {
         cb(params);
       } catch (e) {
-        queueMicrotask(() => {
-          throw e;
-        });
+        // A failing listener is reported; it must not take the connection (or process) down.
+        console.error(`compactd-client: a '${name}' listener threw:`, e);
       }
     }
   }

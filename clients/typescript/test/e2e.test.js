@@ -1,51 +1,19 @@
-// End-to-end tests of compactd-client against a real daemon (stdio and Unix socket).
-// The binary comes from $COMPACTD_BIN, else ../../target/debug/compactd; the sessions from
-// $COMPACTD_CONFORMANCE_DIR, else <repo>/../shared/conformance/cases. Either missing → skipped.
+// End-to-end tests of compactd-client's wire behaviour against a real daemon (stdio and Unix
+// socket): events, hooks, cancellation, errors. Binary and sessions: see support.js.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 
 import { CompactdClient, ErrorCodes, isRpcError } from '../src/index.js';
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const pkgDir = path.resolve(here, '..');
-const BIN = process.env.COMPACTD_BIN || path.resolve(pkgDir, '../../target/debug/compactd');
-const CASES =
-  process.env.COMPACTD_CONFORMANCE_DIR || path.resolve(pkgDir, '../../../shared/conformance/cases');
-
-const missing = !fs.existsSync(BIN)
-  ? `compactd binary not found at ${BIN} (set COMPACTD_BIN)`
-  : !fs.existsSync(CASES)
-    ? `conformance cases not found at ${CASES} (set COMPACTD_CONFORMANCE_DIR)`
-    : false;
-if (missing) console.log(`# SKIPPED: ${missing}`);
-
-/** A model with no configured provider/key: the daemon summarizes extractively. */
-const MODEL = { provider: 'compactd-test', id: 'test-model', contextWindow: 64000, maxTokens: 8192 };
+import { BIN, MODEL, lines, missing, scratch, sessionCopy as copyInto } from './support.js';
 
 let tmp;
 let env;
-
-/** Copies a conformance session into the temp dir under a fresh name. */
-function sessionCopy(caseName, name = caseName) {
-  const dest = path.join(tmp, 'sessions', `${name}.jsonl`);
-  fs.mkdirSync(path.dirname(dest), { recursive: true });
-  fs.copyFileSync(path.join(CASES, caseName, 'session.jsonl'), dest);
-  return dest;
-}
-
-function lines(file) {
-  return fs
-    .readFileSync(file, 'utf8')
-    .split('\n')
-    .filter((l) => l.trim() !== '')
-    .map((l) => JSON.parse(l));
-}
+let cleanup;
+const sessionCopy = (caseName, name) => copyInto(tmp, caseName, name);
 
 const compactions = (file) => lines(file).filter((e) => e.type === 'compaction');
 
@@ -61,26 +29,15 @@ async function openSmallKeep(client, file) {
 
 describe('compactd-client', { skip: missing }, () => {
   before(() => {
-    tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'compactd-client-'));
-    env = { ...process.env };
-    for (const k of Object.keys(env)) if (/_API_KEY$/.test(k)) delete env[k];
-    env.XDG_CONFIG_HOME = path.join(tmp, 'config');
-    env.PI_CODING_AGENT_DIR = path.join(tmp, 'agent');
-    env.XDG_RUNTIME_DIR = path.join(tmp, 'run');
-    env.RUST_LOG = env.RUST_LOG || 'warn';
-    for (const d of [env.XDG_CONFIG_HOME, env.PI_CODING_AGENT_DIR, env.XDG_RUNTIME_DIR]) {
-      fs.mkdirSync(d, { recursive: true, mode: 0o700 });
-    }
+    ({ tmp, env, cleanup } = scratch());
   });
 
-  after(() => {
-    if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
-  });
+  after(() => cleanup?.());
 
   describe('over stdio (Content-Length framing)', () => {
     let client;
-    before(() => {
-      client = CompactdClient.spawnStdio({ bin: BIN, env, stderr: 'ignore' });
+    before(async () => {
+      client = await CompactdClient.spawnStdio({ bin: BIN, env, stderr: 'ignore' });
     });
     after(async () => {
       await client?.close();

@@ -1,4 +1,4 @@
-"""A dependency-free Python 3 client for the compactd daemon (JSON-RPC 2.0).
+"""The blocking client: one JSON-RPC connection to compactd, driven from ordinary threads.
 
 Two framings, as the daemon detects them per connection from the first byte:
 
@@ -8,91 +8,45 @@ Two framings, as the daemon detects them per connection from the first byte:
 * ``"ndjson"``: one JSON message per line.
 
 Transports: ``Client.spawn_stdio()`` runs ``compactd stdio`` (LSP framing by default, as an editor
-would) and ``Client.connect_socket()`` talks to ``compactd serve --socket PATH`` (NDJSON by
-default). One background thread reads frames; requests block the caller (``request``) or return a
-``concurrent.futures.Future`` (``request_async``). Event notifications go to callbacks registered
-with ``on()``; server-to-client hook requests go to handlers registered with ``add_hook()``.
+would), ``Client.connect()`` talks to a running ``compactd serve`` on its default socket (or
+``Client.connect_socket(path)``; NDJSON by default). One background thread reads frames; requests
+block the caller (the typed methods, ``request``) or return a ``concurrent.futures.Future``
+(``request_async``). Events go to callbacks (``on``) or to an iterator (``events``); hook requests
+go to handlers registered with ``on_hook``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import io
 import itertools
 import json
-import os
+import queue
 import socket
 import subprocess
 import threading
+import traceback
 from concurrent.futures import Future
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
-__all__ = [
-    "Client",
-    "RpcError",
-    "NO_REPLY",
-    "ERROR_CODES",
-    "encode_frame",
-    "FrameReader",
-]
+from ._methods import Methods
+from ._wire import (
+    NO_REPLY,
+    REQUEST_HOOKS,
+    CompactdError,
+    ConnectionClosed,
+    DaemonNotRunning,
+    Event,
+    content_length,
+    default_socket_path,
+    encode_frame,
+    encode_message,
+    find_binary,
+)
 
-ERROR_CODES = {
-    "parse_error": -32700,
-    "invalid_request": -32600,
-    "method_not_found": -32601,
-    "invalid_params": -32602,
-    "internal": -32603,
-    "unknown_session": -32001,
-    "not_found": -32002,
-    "invalid_session_file": -32003,
-    "locked": -32004,
-    "nothing_to_compact": -32010,
-    "already_compacted": -32011,
-    "cancelled": -32012,
-    "summarization_failed": -32013,
-    "no_model": -32014,
-    "auth": -32015,
-    "compacting": -32020,
-    "leaf_moved": -32021,
-    "entry_not_found": -32022,
-    "io": -32030,
-}
-
-
-class _NoReply:
-    def __repr__(self) -> str:  # pragma: no cover - cosmetic
-        return "NO_REPLY"
-
-
-#: Returned by a hook handler to leave the daemon's request unanswered (it then times out).
-NO_REPLY = _NoReply()
-
-
-class RpcError(Exception):
-    """A JSON-RPC error response."""
-
-    def __init__(self, code: int, message: str, data: Any = None, id: Any = None):
-        super().__init__(f"{message} ({code})")
-        self.code = code
-        self.message = message
-        self.data = data
-        self.id = id
-
-    @classmethod
-    def from_json(cls, obj: Dict[str, Any], id: Any = None) -> "RpcError":
-        return cls(obj.get("code", 0), obj.get("message", ""), obj.get("data"), id)
-
-
-class ConnectionClosed(Exception):
-    """The daemon closed the connection before answering."""
-
-
-def encode_frame(body: bytes, framing: str) -> bytes:
-    """One message as bytes on the wire."""
-    if framing == "lsp":
-        return b"Content-Length: %d\r\n\r\n" % len(body) + body
-    if framing == "ndjson":
-        return body + b"\n"
-    raise ValueError(f"unknown framing {framing!r}")
+#: Default wait for a reply, seconds (compactions pass their own, longer, timeout).
+DEFAULT_TIMEOUT = 120.0
 
 
 class FrameReader:
@@ -133,11 +87,9 @@ class FrameReader:
                     raw = b""
                     continue  # stray blank line between frames
                 break
-            name, sep, value = stripped.partition(b":")
-            if not sep:
-                raise ValueError(f"malformed header line: {stripped!r}")
-            if name.strip().lower() == b"content-length":
-                length = int(value.strip())
+            n = content_length(stripped)
+            if n is not None:
+                length = n
         self.last_headers = raw
         body = b""
         while len(body) < length:
@@ -148,8 +100,58 @@ class FrameReader:
         return body
 
 
-class Client:
-    """One JSON-RPC connection to compactd."""
+class EventStream:
+    """An iterator over event notifications, fed from the moment it was created.
+
+    ``for ev in client.events(): ...`` yields `Event` tuples until the connection closes;
+    ``next_event(timeout)`` waits at most `timeout` seconds (``TimeoutError`` past it).
+    """
+
+    _CLOSED = object()
+
+    def __init__(self, client: "Client", names: Optional[Iterable[str]], session_id: Optional[str]):
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+        self._names = set(names) if names else None
+        self._session_id = session_id
+        self._remove = client._add_any_listener(self._push)
+        self._remove_close = client.on("close", lambda _: self._queue.put(self._CLOSED))
+        if client.closed:
+            self._queue.put(self._CLOSED)
+
+    def _push(self, name: str, params: Any) -> None:
+        if self._names is not None and name not in self._names:
+            return
+        if self._session_id is not None and (params or {}).get("sessionId") != self._session_id:
+            return
+        self._queue.put(Event(name, params))
+
+    def next_event(self, timeout: Optional[float] = None) -> Event:
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError("no event within the timeout") from None
+        if item is self._CLOSED:
+            self._queue.put(item)
+            raise StopIteration
+        return item
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        return self.next_event()
+
+    def close(self) -> None:
+        self._remove()
+        self._remove_close()
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class Client(Methods):
+    """One JSON-RPC connection to compactd (blocking API; a reader thread underneath)."""
 
     def __init__(self, rfile, wfile, framing: str = "lsp", closer: Optional[Callable[[], None]] = None):
         self.framing = framing
@@ -164,8 +166,11 @@ class Client:
         self._pending: Dict[Any, Future] = {}
         self._pending_lock = threading.Lock()
         self._listeners: Dict[str, List[Callable[[Any], None]]] = {}
+        self._any_listeners: List[Callable[[str, Any], None]] = []
         self._hooks: Dict[str, List[Dict[str, Any]]] = {}
         self._cond = threading.Condition()
+        #: Default reply timeout of the typed methods, seconds.
+        self.timeout = DEFAULT_TIMEOUT
         #: Every message received, in order: ("response"|"notification"|"request"|"error", msg).
         self.received: List[Any] = []
         #: Error responses that match no request (e.g. `id: null` for malformed input).
@@ -188,10 +193,10 @@ class Client:
         framing: str = "lsp",
         stderr=subprocess.DEVNULL,
     ) -> "Client":
-        """Spawns ``compactd stdio [args]`` and connects to its stdin/stdout."""
-        bin = bin or os.environ.get("COMPACTD_BIN") or "compactd"
+        """Spawns ``compactd stdio [args]`` (binary: `bin`, ``$COMPACTD_BIN``, then ``PATH``)
+        and connects to its stdin/stdout. Raises `BinaryNotFound` when there is no binary."""
         proc = subprocess.Popen(
-            [bin, "stdio", *(args or [])],
+            [find_binary(bin), "stdio", *(args or [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -215,11 +220,23 @@ class Client:
         return client
 
     @classmethod
-    def connect_socket(cls, path: str, framing: str = "ndjson", timeout: float = 60.0) -> "Client":
+    def connect(cls, path: Optional[str] = None, framing: str = "ndjson", timeout: float = 10.0) -> "Client":
+        """Connects to a running ``compactd serve``: `path`, else the daemon's default socket
+        (`default_socket_path`). Raises `DaemonNotRunning` when nothing listens there."""
+        return cls.connect_socket(path or default_socket_path(), framing, timeout)
+
+    @classmethod
+    def connect_socket(cls, path: str, framing: str = "ndjson", timeout: float = 10.0) -> "Client":
         """Connects to ``compactd serve --socket PATH``."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
-        sock.connect(path)
+        try:
+            sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            sock.close()
+            raise DaemonNotRunning(
+                f"no compactd daemon listening on {path} ({e.strerror}); start one with `compactd serve`"
+            ) from e
         sock.settimeout(None)
         rfile = sock.makefile("rb", buffering=0)
         wfile = sock.makefile("wb", buffering=0)
@@ -244,8 +261,7 @@ class Client:
             self._wfile.flush()
 
     def send_message(self, msg: Dict[str, Any]) -> None:
-        body = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        self.send_raw(encode_frame(body, self.framing))
+        self.send_raw(encode_message(msg, self.framing))
 
     def _reply(self, msg: Dict[str, Any]) -> None:
         """Sends a reply to a server request; a connection closed meanwhile is not an error."""
@@ -267,7 +283,8 @@ class Client:
                 except ValueError:
                     continue
                 for m in msg if isinstance(msg, list) else [msg]:
-                    self._dispatch(m)
+                    if isinstance(m, dict):
+                        self._dispatch(m)
         except (OSError, ValueError):
             pass
         finally:
@@ -276,7 +293,9 @@ class Client:
                 pending, self._pending = self._pending, {}
             for fut in pending.values():
                 if not fut.done():
-                    fut.set_exception(ConnectionClosed("connection closed"))
+                    fut.set_exception(ConnectionClosed("the daemon closed the connection"))
+            with self._cond:
+                self._cond.notify_all()
             self._fire("close", None)
 
     def _record(self, kind: str, msg: Any) -> None:
@@ -303,7 +322,7 @@ class Client:
             return
         self._record("response", msg)
         if "error" in msg:
-            fut.set_exception(RpcError.from_json(msg["error"], mid))
+            fut.set_exception(CompactdError.from_json(msg["error"], mid))
         else:
             fut.set_result(msg.get("result"))
 
@@ -318,6 +337,8 @@ class Client:
         try:
             for h in handlers:
                 r = h["fn"](params)
+                if inspect.isawaitable(r):  # an async handler: run it on this thread's own loop
+                    r = asyncio.run(_await(r))
                 if r is NO_REPLY:
                     return
                 if r:
@@ -330,25 +351,44 @@ class Client:
         self._reply({"jsonrpc": "2.0", "id": msg["id"], "result": result})
 
     def _fire(self, name: str, params: Any) -> None:
+        # A failing callback is reported and skipped; it must not stop the reader thread.
         for cb in list(self._listeners.get(name, [])):
-            cb(params)
+            try:
+                cb(params)
+            except Exception:
+                traceback.print_exc()
+        if name != "close":
+            for cb in list(self._any_listeners):
+                cb(name, params)
 
     # --- requests ------------------------------------------------------------------------
 
     def request_async(self, method: str, params: Optional[Dict[str, Any]] = None) -> Future:
+        """Sends a request; the `Future` resolves to the result or raises `CompactdError`."""
         mid = next(self._ids)
         fut: Future = Future()
+        if self.closed:
+            fut.set_exception(ConnectionClosed("the connection to the daemon is closed"))
+            return fut
         with self._pending_lock:
             self._pending[mid] = fut
         msg: Dict[str, Any] = {"jsonrpc": "2.0", "id": mid, "method": method}
         if params is not None:
             msg["params"] = params
-        self.send_message(msg)
+        try:
+            self.send_message(msg)
+        except (OSError, ValueError) as e:
+            with self._pending_lock:
+                self._pending.pop(mid, None)
+            raise ConnectionClosed(f"cannot write to the daemon: {e}") from e
         return fut
 
-    def request(self, method: str, params: Optional[Dict[str, Any]] = None, timeout: float = 60.0) -> Any:
-        """Sends a request and waits for its result; raises ``RpcError`` on an error reply."""
-        return self.request_async(method, params).result(timeout)
+    def request(self, method: str, params: Optional[Dict[str, Any]] = None, timeout: Optional[float] = None) -> Any:
+        """Sends a request and waits for its result; raises `CompactdError` on an error reply."""
+        return self.request_async(method, params).result(timeout if timeout is not None else self.timeout)
+
+    def _call(self, method: str, params: Optional[Dict[str, Any]] = None, timeout: Optional[float] = None) -> Any:
+        return self.request(method, params, timeout)
 
     def notify(self, method: str, params: Optional[Dict[str, Any]] = None) -> None:
         msg: Dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -360,16 +400,29 @@ class Client:
 
     def on(self, name: str, callback: Callable[[Any], None]) -> Callable[[], None]:
         """Calls ``callback(params)`` for each notification ``name`` (``compaction_start``,
-        ``compaction_end``, ``session_compact``, ``$/cancelRequest``, ..., or ``close``)."""
+        ``compaction_end``, ``session_compact``, ``$/cancelRequest``, ..., or ``close``).
+        Returns a function that removes the callback. Events need ``subscribe`` first."""
         self._listeners.setdefault(name, []).append(callback)
-        return lambda: self._listeners[name].remove(callback)
+
+        def remove() -> None:
+            if callback in self._listeners.get(name, []):
+                self._listeners[name].remove(callback)
+
+        return remove
+
+    def _add_any_listener(self, callback: Callable[[str, Any], None]) -> Callable[[], None]:
+        self._any_listeners.append(callback)
+        return lambda: callback in self._any_listeners and self._any_listeners.remove(callback)
+
+    def events(self, names: Optional[Iterable[str]] = None, session_id: Optional[str] = None) -> EventStream:
+        """An iterator of `Event` from now on (optionally only `names` / one session)."""
+        return EventStream(self, names, session_id)
 
     def wait_for(self, predicate: Callable[[str, Dict[str, Any]], bool], timeout: float = 30.0):
         """Waits until a received message satisfies ``predicate(kind, msg)``; returns it."""
         with self._cond:
-            seen = 0
             ok = self._cond.wait_for(
-                lambda: any(predicate(k, m) for k, m in self.received[seen:]) or self.closed,
+                lambda: any(predicate(k, m) for k, m in self.received) or self.closed,
                 timeout,
             )
             for k, m in self.received:
@@ -383,7 +436,7 @@ class Client:
 
     # --- hooks ---------------------------------------------------------------------------
 
-    def add_hook(
+    def on_hook(
         self,
         hook: str,
         handler: Callable[[Dict[str, Any]], Any],
@@ -394,73 +447,17 @@ class Client:
         (``session_before_compact``, ``session_before_tree``) its return value is the reply
         (``None``, ``{"cancel": True}``, ``{"compaction": {...}}``; ``NO_REPLY`` to never answer);
         for notification hooks it is called with the params."""
-        if hook in ("session_before_compact", "session_before_tree"):
+        if hook in REQUEST_HOOKS:
             self._hooks.setdefault(hook, []).append({"fn": handler, "session_id": session_id})
         else:
             self.on(hook, lambda p: (session_id is None or p.get("sessionId") == session_id) and handler(p))
-        params: Dict[str, Any] = {"hooks": [hook]}
-        if session_id is not None:
-            params["sessionId"] = session_id
-        if timeout_ms is not None:
-            params["timeoutMs"] = timeout_ms
-        return self.request("registerHooks", params)
+        return self.register_hooks([hook], session_id, timeout_ms)
+
+    #: The historical name.
+    add_hook = on_hook
 
     def on_before_compact(self, handler, session_id=None, timeout_ms=None):
-        return self.add_hook("session_before_compact", handler, session_id, timeout_ms)
-
-    # --- typed-ish helpers ---------------------------------------------------------------
-
-    @staticmethod
-    def _p(**kw) -> Dict[str, Any]:
-        return {k: v for k, v in kw.items() if v is not None}
-
-    def initialize(self, client_name: str = "compactd_client.py") -> Dict[str, Any]:
-        return self.request("initialize", {"clientName": client_name})
-
-    def open_session(self, path, create=None, cwd=None, model=None, thinking_level=None) -> Dict[str, Any]:
-        return self.request(
-            "openSession", self._p(path=path, create=create, cwd=cwd, model=model, thinkingLevel=thinking_level)
-        )
-
-    def close_session(self, session_id: str) -> Dict[str, Any]:
-        return self.request("closeSession", {"sessionId": session_id})
-
-    def list_sessions(self) -> List[Dict[str, Any]]:
-        return self.request("listSessions", {})
-
-    def append_message(self, session_id: str, message: Dict[str, Any], expected_leaf_id=None):
-        return self.request(
-            "appendMessage", self._p(sessionId=session_id, message=message, expectedLeafId=expected_leaf_id)
-        )
-
-    def get_context(self, session_id: str, format: Optional[str] = None):
-        return self.request("getContext", self._p(sessionId=session_id, format=format))
-
-    def get_context_usage(self, session_id: str):
-        return self.request("getContextUsage", {"sessionId": session_id})
-
-    def preview_compaction(self, session_id: str, detail: Optional[str] = None):
-        return self.request("previewCompaction", self._p(sessionId=session_id, detail=detail))
-
-    def compact(self, session_id: str, custom_instructions: Optional[str] = None, timeout: float = 120.0):
-        return self.request(
-            "compact", self._p(sessionId=session_id, customInstructions=custom_instructions), timeout
-        )
-
-    def check_compaction(self, session_id: str, phase: str):
-        return self.request("checkCompaction", {"sessionId": session_id, "phase": phase}, 120.0)
-
-    def abort_compaction(self, session_id: str):
-        return self.request("abortCompaction", {"sessionId": session_id})
-
-    def set_settings_overrides(self, session_id: Optional[str] = None, compaction: Any = None):
-        return self.request("setSettingsOverrides", self._p(sessionId=session_id, compaction=compaction))
-
-    def subscribe(self, session_id: Optional[str] = None, events: Optional[List[str]] = None):
-        return self.request("subscribe", self._p(sessionId=session_id, events=events))
-
-    def unsubscribe(self):
-        return self.request("unsubscribe", {})
+        return self.on_hook("session_before_compact", handler, session_id, timeout_ms)
 
     # --- teardown ------------------------------------------------------------------------
 
@@ -475,3 +472,6 @@ class Client:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+__all__ = ["Client", "EventStream", "FrameReader", "encode_frame", "DEFAULT_TIMEOUT"]

@@ -1,0 +1,211 @@
+/**
+ * compactd for Pi 0.85.0: Pi delegates compaction to a running compactd daemon.
+ *
+ * Why: the daemon brings its summarizer (extractive by default, or a dedicated summarizer model,
+ * with secret redaction) to a Pi user without changing their workflow. On
+ * `session_before_compact` this extension asks the daemon, over its Unix socket, to compact the
+ * same session file with `write: false` (the daemon prepares, summarizes and validates but
+ * appends nothing) and returns the result as Pi's custom compaction, so Pi itself appends the
+ * entry (`fromHook: true`) exactly as with any extension-supplied summary. The daemon's hold on
+ * the session (and its lock) is released before Pi writes.
+ *
+ * When the daemon is unreachable the extension returns nothing, so Pi compacts as usual, and
+ * says so once per Pi process. Any other refusal (a different branch on disk, a daemon error)
+ * also falls back to Pi, with a notification each time.
+ *
+ * Socket: `$COMPACTD_SOCKET`, else the daemon's default (`$XDG_RUNTIME_DIR/compactd/compactd.sock`,
+ * else `$TMPDIR` or `/tmp` + `/compactd-<uid>/compactd.sock`). No dependencies: a small NDJSON
+ * JSON-RPC client over `node:net` is built in.
+ */
+
+import net from "node:net";
+import path from "node:path";
+
+type Json = any;
+
+interface NotifyingContext {
+	hasUI?: boolean;
+	ui: { notify(message: string, type?: "info" | "warning" | "error"): void };
+	sessionManager: { getSessionFile(): string | undefined; getLeafId(): string | null };
+	model?: { provider: string; id: string; contextWindow?: number; maxTokens?: number };
+}
+
+interface BeforeCompactEvent {
+	preparation: { firstKeptEntryId: string; tokensBefore: number; settings?: Json };
+	branchEntries: Array<{ id?: string }>;
+	customInstructions?: string;
+	reason: string;
+	signal?: AbortSignal;
+}
+
+interface ExtensionApi {
+	on(event: "session_before_compact", handler: (event: BeforeCompactEvent, ctx: NotifyingContext) => Promise<Json>): void;
+}
+
+/** The socket this extension talks to (see the file comment). */
+export function socketPath(env: NodeJS.ProcessEnv = process.env): string {
+	if (env.COMPACTD_SOCKET) return env.COMPACTD_SOCKET;
+	if (env.XDG_RUNTIME_DIR) return path.join(env.XDG_RUNTIME_DIR, "compactd", "compactd.sock");
+	const uid = typeof process.getuid === "function" ? process.getuid() : 0;
+	return path.join(env.TMPDIR || "/tmp", `compactd-${uid}`, "compactd.sock");
+}
+
+class Unreachable extends Error {}
+
+class DaemonError extends Error {
+	constructor(
+		message: string,
+		readonly kind: string | undefined,
+	) {
+		super(message);
+	}
+}
+
+/** One NDJSON JSON-RPC connection; requests resolve with the result or reject with DaemonError. */
+class Connection {
+	private buffer = "";
+	private nextId = 1;
+	private pending = new Map<number, { resolve(v: Json): void; reject(e: Error): void }>();
+
+	private constructor(private socket: net.Socket) {
+		socket.setEncoding("utf8");
+		socket.on("data", (chunk: string) => this.receive(chunk));
+		socket.on("error", () => {});
+		socket.on("close", () => {
+			for (const p of this.pending.values()) p.reject(new DaemonError("compactd closed the connection", "io"));
+			this.pending.clear();
+		});
+	}
+
+	static open(file: string): Promise<Connection> {
+		return new Promise((resolve, reject) => {
+			const socket = net.connect(file);
+			socket.once("error", (e: NodeJS.ErrnoException) => reject(new Unreachable(`${file}: ${e.code ?? e.message}`)));
+			socket.once("connect", () => {
+				socket.removeAllListeners("error");
+				resolve(new Connection(socket));
+			});
+		});
+	}
+
+	private receive(chunk: string): void {
+		this.buffer += chunk;
+		let nl: number;
+		while ((nl = this.buffer.indexOf("\n")) >= 0) {
+			const line = this.buffer.slice(0, nl).trim();
+			this.buffer = this.buffer.slice(nl + 1);
+			if (!line) continue;
+			let msg: Json;
+			try {
+				msg = JSON.parse(line);
+			} catch {
+				continue;
+			}
+			if (msg.method !== undefined) {
+				// A server request (a hook we never registered) gets "no result"; events are ignored.
+				if (msg.id !== undefined) this.send({ jsonrpc: "2.0", id: msg.id, result: null });
+				continue;
+			}
+			const p = this.pending.get(msg.id);
+			if (!p) continue;
+			this.pending.delete(msg.id);
+			if (msg.error) p.reject(new DaemonError(msg.error.message, msg.error.data?.kind));
+			else p.resolve(msg.result);
+		}
+	}
+
+	private send(msg: Json): void {
+		this.socket.write(`${JSON.stringify(msg)}\n`);
+	}
+
+	request(method: string, params: Json): Promise<Json> {
+		const id = this.nextId++;
+		return new Promise((resolve, reject) => {
+			this.pending.set(id, { resolve, reject });
+			this.send({ jsonrpc: "2.0", id, method, params });
+		});
+	}
+
+	close(): void {
+		this.socket.end();
+	}
+}
+
+/** Asks the daemon for the compaction Pi is about to make; throws Unreachable or DaemonError. */
+async function compactWithDaemon(event: BeforeCompactEvent, ctx: NotifyingContext, sock: string): Promise<Json> {
+	const file = ctx.sessionManager.getSessionFile();
+	if (!file) throw new DaemonError("the session is not saved to a file", undefined);
+	const conn = await Connection.open(sock);
+	let sessionId: string | undefined;
+	let overridden = false;
+	const abort = () => {
+		if (sessionId) conn.request("abortCompaction", { sessionId }).catch(() => {});
+	};
+	event.signal?.addEventListener("abort", abort, { once: true });
+	try {
+		const m = ctx.model;
+		const model =
+			m && typeof m.contextWindow === "number" && typeof m.maxTokens === "number"
+				? { provider: m.provider, id: m.id, contextWindow: m.contextWindow, maxTokens: m.maxTokens }
+				: undefined;
+		const info = await conn.request("openSession", model ? { path: file, model } : { path: file });
+		sessionId = info.sessionId;
+		// The daemon reads the file; Pi's leaf must be its last entry, or the branches differ.
+		if (info.leafId !== ctx.sessionManager.getLeafId()) {
+			throw new DaemonError(`the file's last entry (${info.leafId}) is not Pi's current leaf`, "leaf_moved");
+		}
+		// Pi's settings decide the cut. The daemon reads the same files, so they normally agree;
+		// when they do not (an override of Pi's), the daemon is told Pi's for this compaction.
+		const wanted = event.preparation.settings;
+		if (wanted) {
+			const have = (await conn.request("getSettings", { sessionId })).compaction;
+			const same = ["enabled", "reserveTokens", "keepRecentTokens"].every((k) => have?.[k] === wanted[k]);
+			if (!same) {
+				await conn.request("setSettingsOverrides", { sessionId, compaction: wanted });
+				overridden = true;
+			}
+		}
+		const params: Json = { sessionId, write: false };
+		if (event.customInstructions) params.customInstructions = event.customInstructions;
+		const result = await conn.request("compact", params);
+		const onBranch = event.branchEntries.some((e) => e.id === result.firstKeptEntryId);
+		if (!onBranch) throw new DaemonError(`firstKeptEntryId ${result.firstKeptEntryId} is not on Pi's branch`, "leaf_moved");
+		const compaction: Json = {
+			summary: result.summary,
+			firstKeptEntryId: result.firstKeptEntryId,
+			tokensBefore: result.tokensBefore,
+			details: result.details,
+		};
+		if (result.usage) compaction.usage = result.usage;
+		return { compaction };
+	} finally {
+		event.signal?.removeEventListener("abort", abort);
+		if (sessionId) {
+			if (overridden) await conn.request("setSettingsOverrides", { sessionId, compaction: null }).catch(() => {});
+			await conn.request("closeSession", { sessionId }).catch(() => {});
+		}
+		conn.close();
+	}
+}
+
+export default function compactd(pi: ExtensionApi): void {
+	let toldUnreachable = false;
+	pi.on("session_before_compact", async (event, ctx) => {
+		const sock = socketPath();
+		try {
+			return await compactWithDaemon(event, ctx, sock);
+		} catch (e) {
+			if (event.signal?.aborted) return { cancel: true };
+			if (e instanceof Unreachable) {
+				if (!toldUnreachable) {
+					toldUnreachable = true;
+					ctx.ui.notify(`compactd is not reachable (${e.message}); Pi compacts on its own.`, "warning");
+				}
+				return undefined;
+			}
+			const kind = e instanceof DaemonError && e.kind ? ` [${e.kind}]` : "";
+			ctx.ui.notify(`compactd could not compact${kind}: ${(e as Error).message}; Pi compacts on its own.`, "warning");
+			return undefined;
+		}
+	});
+}

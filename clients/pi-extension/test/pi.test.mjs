@@ -1,0 +1,253 @@
+// The extension inside the real Pi 0.85.0 (the oracle's install, $COMPACTD_ORACLE): Pi's own
+// resource loader loads it, Pi's AgentSession runs `/compact` on a real session file with a fake
+// LLM (the oracle's fake-llm.mjs) as the model, and a real `compactd serve` answers over its
+// socket. Proves: Pi appends compactd's summary (fromHook) at the cut Pi computes, the file
+// reloads in Pi with that summary as context, a second compaction (an update of the first) works
+// the same way, Pi's automatic threshold compaction is delegated as well, and with the daemon
+// unreachable Pi compacts on its own after exactly one notification.
+//
+// Run with the oracle's Node 22: `$COMPACTD_ORACLE/node --test clients/pi-extension/test/`.
+// Inputs: $COMPACTD_ORACLE, $COMPACTD_BIN, $COMPACTD_CONFORMANCE_DIR (or their defaults); a
+// missing one skips on a developer machine and fails when CI=true.
+
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const extDir = path.resolve(here, "..");
+const repoDir = path.resolve(extDir, "../..");
+const ORACLE = process.env.COMPACTD_ORACLE || path.join(repoDir, "target/pi-oracle");
+const BIN = process.env.COMPACTD_BIN || path.join(repoDir, "target/debug/compactd");
+const CASES = process.env.COMPACTD_CONFORMANCE_DIR || path.resolve(repoDir, "../shared/conformance/cases");
+const PI_DIST = path.join(ORACLE, "node_modules/@earendil-works/pi-coding-agent/dist");
+
+const why = !fs.existsSync(path.join(PI_DIST, "bundle/index.js"))
+	? `Pi 0.85.0 not found under ${ORACLE} (set COMPACTD_ORACLE; ../shared/oracle/setup.sh installs it)`
+	: !fs.existsSync(BIN)
+		? `compactd binary not found at ${BIN} (set COMPACTD_BIN)`
+		: !fs.existsSync(CASES)
+			? `conformance cases not found at ${CASES}`
+			: false;
+if (why && process.env.CI === "true") throw new Error(`${why} (CI=true: this must not be skipped)`);
+if (why) console.log(`# SKIPPED: ${why}`);
+
+// The bundle is what the `pi` command runs (its package index imports an undeclared package).
+const loadPi = () => import(pathToFileURL(path.join(PI_DIST, "bundle/index.js")).href);
+
+function lines(file) {
+	return fs
+		.readFileSync(file, "utf8")
+		.split("\n")
+		.filter((l) => l.trim())
+		.map((l) => JSON.parse(l));
+}
+
+describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
+	let tmp;
+	let daemon;
+	let sock;
+	let fake;
+	let mods;
+	let piVersion;
+
+	before(async () => {
+		tmp = fs.mkdtempSync(path.join(os.tmpdir(), "compactd-pi-ext-"));
+		const agentDir = path.join(tmp, "agent");
+		fs.mkdirSync(agentDir, { recursive: true });
+		// Pi and compactd read the same settings: keep little so a small session compacts.
+		fs.writeFileSync(path.join(agentDir, "settings.json"), JSON.stringify({ compaction: { keepRecentTokens: 2000 } }));
+		const run = path.join(tmp, "run");
+		fs.mkdirSync(run, { mode: 0o700 });
+		sock = path.join(run, "compactd.sock");
+		// The daemon gets its own (empty) agent dir, so its settings differ from Pi's: the
+		// extension must make it cut where Pi would.
+		const daemonAgentDir = path.join(tmp, "daemon-agent");
+		fs.mkdirSync(daemonAgentDir);
+		const env = { ...process.env, PI_CODING_AGENT_DIR: daemonAgentDir, XDG_CONFIG_HOME: path.join(tmp, "config"), RUST_LOG: "warn" };
+		for (const k of Object.keys(env)) if (/_API_KEY$/.test(k)) delete env[k];
+		daemon = spawn(BIN, ["serve", "--socket", sock], { env, stdio: "ignore" });
+		const deadline = Date.now() + 60000;
+		while (!fs.existsSync(sock)) {
+			if (Date.now() > deadline || daemon.exitCode !== null) throw new Error("compactd did not start");
+			await new Promise((r) => setTimeout(r, 25));
+		}
+		const { startFakeLlm, fakeModels } = await import(pathToFileURL(path.join(ORACLE, "fake-llm.mjs")).href);
+		fake = await startFakeLlm();
+		fake.state.replies = { history: "PI-OWN-SUMMARY", turnPrefix: "PI-OWN-TURN-PREFIX" };
+		const model = fakeModels(fake.port)["openai-completions"];
+		// Pi's own provider registry: the fake LLM as provider `fake-openai`.
+		const provider = { baseUrl: model.baseUrl, api: model.api, apiKey: "fake-key", models: [{ id: model.id, contextWindow: model.contextWindow, maxTokens: model.maxTokens }] };
+		fs.writeFileSync(path.join(agentDir, "models.json"), JSON.stringify({ providers: { [model.provider]: provider } }));
+		const bundle = await loadPi();
+		mods = {
+			compaction: await import(pathToFileURL(path.join(PI_DIST, "core/compaction/index.js")).href),
+			sdk: bundle,
+			sessions: bundle,
+			settings: bundle,
+			resources: bundle,
+			model,
+			agentDir,
+		};
+		piVersion = JSON.parse(fs.readFileSync(path.join(PI_DIST, "../package.json"), "utf8")).version;
+	});
+
+	after(async () => {
+		if (daemon && daemon.exitCode === null) {
+			const exited = new Promise((r) => daemon.once("exit", r));
+			daemon.kill("SIGTERM");
+			await exited;
+		}
+		await fake?.close();
+		if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+	});
+
+	/** A Pi AgentSession on `file` with the extension loaded through Pi's resource loader. */
+	async function piSession(file, notes, model = mods.model) {
+		const { sdk, sessions, settings, resources, agentDir } = mods;
+		const sessionManager = sessions.SessionManager.open(file);
+		const cwd = sessionManager.getCwd();
+		const settingsManager = settings.SettingsManager.create(cwd, agentDir);
+		const resourceLoader = new resources.DefaultResourceLoader({
+			cwd,
+			agentDir,
+			settingsManager,
+			additionalExtensionPaths: [path.join(extDir, "index.ts")],
+			noSkills: true,
+			noPromptTemplates: true,
+			noThemes: true,
+			noContextFiles: true,
+		});
+		await resourceLoader.reload();
+		const loaded = resourceLoader.getExtensions();
+		assert.deepEqual(loaded.errors, [], "Pi loads the extension");
+		assert.equal(loaded.extensions.length, 1);
+		const { session } = await sdk.createAgentSession({ cwd, agentDir, sessionManager, settingsManager, resourceLoader, model });
+		const ui = new Proxy(
+			{ notify: (message, type) => notes.push({ message, type }) },
+			{ get: (t, k) => t[k] ?? (() => undefined) },
+		);
+		await session.bindExtensions({ uiContext: ui, mode: "print" });
+		/** Where Pi itself would cut now (its own prepareCompaction on its branch and settings). */
+		session.piPreparation = () =>
+			mods.compaction.prepareCompaction(sessionManager.getBranch(), settingsManager.getCompactionSettings());
+		return session;
+	}
+
+	function sessionCopy(name) {
+		const file = path.join(tmp, `${name}.jsonl`);
+		fs.copyFileSync(path.join(CASES, "005-medium-basic", "session.jsonl"), file);
+		return file;
+	}
+
+	test("Pi appends compactd's compaction; the file reloads with it; a second compaction works", async () => {
+		assert.equal(piVersion, "0.85.0");
+		process.env.COMPACTD_SOCKET = sock;
+		const file = sessionCopy("delegated");
+		const notes = [];
+		const session = await piSession(file, notes);
+		const before = lines(file); // as Pi left it after opening (it records the model it uses)
+		const expected = session.piPreparation();
+		const first = await session.compact();
+		assert.deepEqual(notes, [], "no fallback notification");
+		assert.equal(fake.state.requests.length, 0, "Pi's own summarizer was not called");
+		const afterFirst = lines(file);
+		assert.deepEqual(afterFirst.slice(0, before.length), before, "nothing rewritten");
+		assert.equal(afterFirst.length, before.length + 1, "exactly one entry, appended by Pi");
+		const entry = afterFirst.at(-1);
+		assert.equal(entry.type, "compaction");
+		assert.equal(entry.fromHook, true);
+		assert.match(entry.summary, /## Goal/);
+		assert.equal(entry.details.summarizer, "extractive", "compactd's summarizer");
+		assert.equal(entry.summary, first.summary);
+		assert.equal(entry.firstKeptEntryId, first.firstKeptEntryId);
+		assert.equal(entry.firstKeptEntryId, expected.firstKeptEntryId, "compactd cut where Pi cuts");
+		assert.equal(entry.tokensBefore, expected.tokensBefore);
+		assert.ok(before.some((e) => e.id === entry.firstKeptEntryId));
+
+		// A fresh Pi loads the file with compactd's summary as the context's first message.
+		const reloaded = mods.sessions.SessionManager.open(file).buildSessionContext();
+		assert.equal(reloaded.messages[0].role, "compactionSummary");
+		assert.equal(reloaded.messages[0].summary, entry.summary);
+		const again = await piSession(file, notes);
+		assert.equal(again.agent.state.messages[0].summary, entry.summary);
+
+		// More work, through Pi itself (the fake LLM answers the prompt), then a second /compact.
+		fake.state.replies = { history: "Noted: the parser keeps blank lines out. ".repeat(150), turnPrefix: "-" };
+		await again.prompt("Now also handle CRLF line endings in the reader. ".repeat(120));
+		fake.state.replies = { history: "PI-OWN-SUMMARY", turnPrefix: "PI-OWN-TURN-PREFIX" };
+		const served = fake.state.requests.length;
+		const expectedSecond = again.piPreparation();
+		assert.ok(expectedSecond.previousSummary === entry.summary, "Pi sees compactd's summary as the previous one");
+		const second = await again.compact();
+		assert.equal(fake.state.requests.length, served, "the second compaction came from compactd too");
+		const compactions = lines(file).filter((e) => e.type === "compaction");
+		assert.equal(compactions.length, 2);
+		assert.ok(compactions.every((c) => c.fromHook === true));
+		assert.equal(compactions[1].summary, second.summary);
+		assert.notEqual(compactions[1].summary, compactions[0].summary);
+		assert.equal(compactions[1].firstKeptEntryId, expectedSecond.firstKeptEntryId);
+		const at = (id) => lines(file).findIndex((e) => e.id === id);
+		assert.ok(at(compactions[1].firstKeptEntryId) > at(compactions[0].firstKeptEntryId), "the cut moved on");
+		assert.ok(lines(file).some((e) => e.type === "message" && e.message.role === "assistant" && at(e.id) > at(compactions[0].id)),
+			"Pi's own turn is in the file between the two compactions");
+		const context = mods.sessions.SessionManager.open(file).buildSessionContext();
+		assert.equal(context.messages[0].summary, second.summary);
+		assert.deepEqual(notes, []);
+	});
+
+	test("Pi's automatic threshold compaction is delegated too", async () => {
+		process.env.COMPACTD_SOCKET = sock;
+		const file = sessionCopy("threshold");
+		const notes = [];
+		// A window the session already fills past the threshold (70000 - 16384 reserve).
+		const session = await piSession(file, notes, { ...mods.model, contextWindow: 70000 });
+		const compactStarts = [];
+		session.subscribe((e) => {
+			if (e.type === "compaction_start") compactStarts.push(e.reason);
+		});
+		fake.state.replies = { history: "Done.", turnPrefix: "-" };
+		const served = fake.state.requests.length;
+		await session.prompt("Summarize where we are.");
+		await session.waitForIdle();
+		fake.state.replies = { history: "PI-OWN-SUMMARY", turnPrefix: "PI-OWN-TURN-PREFIX" };
+		assert.deepEqual(compactStarts, ["threshold"]);
+		assert.equal(fake.state.requests.length, served + 1, "one model request (the prompt), no summarization request");
+		// The loaded session was already past the threshold: Pi compacts before sending the prompt.
+		const all = lines(file);
+		const compactions = all.filter((e) => e.type === "compaction");
+		assert.equal(compactions.length, 1);
+		const entry = compactions[0];
+		assert.equal(entry.fromHook, true);
+		assert.equal(entry.details.summarizer, "extractive");
+		assert.deepEqual(all.slice(-2).map((e) => e.message?.role), ["user", "assistant"], "then the turn ran");
+		assert.equal(session.agent.state.messages[0].summary, entry.summary);
+		assert.deepEqual(notes, []);
+	});
+
+	test("daemon unreachable: Pi compacts on its own, with one notification", async () => {
+		process.env.COMPACTD_SOCKET = path.join(tmp, "run", "nobody.sock");
+		const file = sessionCopy("fallback");
+		const notes = [];
+		const session = await piSession(file, notes);
+		const served = fake.state.requests.length;
+		const result = await session.compact();
+		assert.ok(fake.state.requests.length > served, "Pi's own summarizer ran");
+		assert.match(result.summary, /PI-OWN-SUMMARY/);
+		const entry = lines(file).at(-1);
+		assert.equal(entry.type, "compaction");
+		assert.equal(entry.fromHook, false);
+		assert.equal(notes.length, 1);
+		assert.equal(notes[0].type, "warning");
+		assert.match(notes[0].message, /compactd is not reachable .*nobody\.sock.*Pi compacts on its own/);
+		// Another compaction in the same Pi: still Pi's own, no second notification.
+		await session.prompt("One more request. ".repeat(400));
+		await session.compact();
+		assert.equal(lines(file).filter((e) => e.type === "compaction").length, 2);
+		assert.equal(notes.length, 1, "told once");
+	});
+});

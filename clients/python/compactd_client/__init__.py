@@ -1,0 +1,46 @@
+"""A dependency-free Python client for the compactd daemon (JSON-RPC 2.0).
+
+`Client` is blocking (a reader thread underneath), `AsyncClient` is asyncio; both have one
+typed method per protocol method (``open_session``, ``compact``, ``check_compaction``, ...),
+events as callbacks and iterators, and hooks as (async) callbacks. Errors are `CompactdError`
+with ``code``, ``kind`` and ``message``.
+"""
+
+from ._methods import Methods
+from ._wire import (
+    ERROR_CODES,
+    NO_REPLY,
+    BinaryNotFound,
+    CompactdError,
+    ConnectionClosed,
+    DaemonNotRunning,
+    Event,
+    RpcError,
+    default_socket_path,
+    encode_frame,
+    find_binary,
+)
+from .aio import AsyncClient, AsyncEventStream
+from .client import Client, EventStream, FrameReader
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient",
+    "AsyncEventStream",
+    "BinaryNotFound",
+    "Client",
+    "CompactdError",
+    "ConnectionClosed",
+    "DaemonNotRunning",
+    "ERROR_CODES",
+    "Event",
+    "EventStream",
+    "FrameReader",
+    "Methods",
+    "NO_REPLY",
+    "RpcError",
+    "default_socket_path",
+    "encode_frame",
+    "find_binary",
+]

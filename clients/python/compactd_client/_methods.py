@@ -1,0 +1,96 @@
+"""One typed Python method per protocol method, shared by `Client` and `AsyncClient`.
+
+Each method only names the JSON-RPC method and maps its arguments to the params object
+(arguments left at ``None`` are omitted), so adding a protocol method is one definition here.
+`Client` returns the result; `AsyncClient` returns an awaitable of it. Results are the JSON
+objects of proto-docs/methods.md, as dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from ._wire import params as _p
+
+JSON = Dict[str, Any]
+#: How long a compaction may take by default (a real summarizer model can be slow), seconds.
+COMPACT_TIMEOUT = 600.0
+
+
+class Methods:
+    """The protocol, method by method (names in snake_case, params as in the protocol)."""
+
+    def _call(self, method: str, params: Optional[JSON] = None, timeout: Optional[float] = None) -> Any:
+        raise NotImplementedError
+
+    # Session lifecycle
+    def initialize(self, client_name: str = "compactd_client", capabilities: Any = None) -> Any:
+        return self._call("initialize", _p(clientName=client_name, capabilities=capabilities))
+
+    def open_session(self, path: str, create: Optional[bool] = None, cwd: Optional[str] = None, model: Optional[JSON] = None, thinking_level: Optional[str] = None) -> Any:
+        return self._call("openSession", _p(path=path, create=create, cwd=cwd, model=model, thinkingLevel=thinking_level))
+
+    def create_session(self, cwd: str, session_dir: Optional[str] = None, model: Optional[JSON] = None, thinking_level: Optional[str] = None) -> Any:
+        return self._call("createSession", _p(cwd=cwd, sessionDir=session_dir, model=model, thinkingLevel=thinking_level))
+
+    def close_session(self, session_id: str) -> Any:
+        return self._call("closeSession", _p(sessionId=session_id))
+
+    def list_sessions(self) -> Any:
+        return self._call("listSessions", {})
+
+    # Entries
+    def append_message(self, session_id: str, message: JSON, expected_leaf_id: Optional[str] = None) -> Any:
+        return self._call("appendMessage", _p(sessionId=session_id, message=message, expectedLeafId=expected_leaf_id))
+
+    def append_entry(self, session_id: str, entry: JSON, expected_leaf_id: Optional[str] = None) -> Any:
+        return self._call("appendEntry", _p(sessionId=session_id, entry=entry, expectedLeafId=expected_leaf_id))
+
+    def set_model(self, session_id: str, model: JSON) -> Any:
+        return self._call("setModel", _p(sessionId=session_id, model=model))
+
+    def navigate_tree(self, session_id: str, target_id: Optional[str] = None, summarize: Optional[bool] = None, custom_instructions: Optional[str] = None, replace_instructions: Optional[bool] = None, label: Optional[str] = None, timeout: float = COMPACT_TIMEOUT) -> Any:
+        return self._call("navigateTree", _p(sessionId=session_id, targetId=target_id, summarize=summarize, customInstructions=custom_instructions, replaceInstructions=replace_instructions, label=label), timeout)
+
+    def get_branch(self, session_id: str) -> Any:
+        return self._call("getBranch", _p(sessionId=session_id))
+
+    def get_context(self, session_id: str, format: Optional[str] = None) -> Any:
+        return self._call("getContext", _p(sessionId=session_id, format=format))
+
+    # Compaction
+    def get_context_usage(self, session_id: str) -> Any:
+        return self._call("getContextUsage", _p(sessionId=session_id))
+
+    def should_compact(self, session_id: Optional[str] = None, context_tokens: Optional[float] = None, context_window: Optional[int] = None, settings: Optional[JSON] = None) -> Any:
+        return self._call("shouldCompact", _p(sessionId=session_id, contextTokens=context_tokens, contextWindow=context_window, settings=settings))
+
+    def preview_compaction(self, session_id: str, detail: Optional[str] = None) -> Any:
+        return self._call("previewCompaction", _p(sessionId=session_id, detail=detail))
+
+    def compact(self, session_id: str, custom_instructions: Optional[str] = None, write: Optional[bool] = None, timeout: float = COMPACT_TIMEOUT) -> Any:
+        return self._call("compact", _p(sessionId=session_id, customInstructions=custom_instructions, write=write), timeout)
+
+    def check_compaction(self, session_id: str, phase: str, timeout: float = COMPACT_TIMEOUT) -> Any:
+        return self._call("checkCompaction", _p(sessionId=session_id, phase=phase), timeout)
+
+    def abort_compaction(self, session_id: str) -> Any:
+        return self._call("abortCompaction", _p(sessionId=session_id))
+
+    # Settings
+    def get_settings(self, session_id: str) -> Any:
+        return self._call("getSettings", _p(sessionId=session_id))
+
+    def set_settings_overrides(self, session_id: Optional[str] = None, compaction: Optional[JSON] = None) -> Any:
+        return self._call("setSettingsOverrides", _p(sessionId=session_id, compaction=compaction))
+
+    # Events and hooks (see also `on`, `events` and `on_hook`)
+    def subscribe(self, session_id: Optional[str] = None, events: Optional[List[str]] = None) -> Any:
+        return self._call("subscribe", _p(sessionId=session_id, events=events))
+
+    def unsubscribe(self) -> Any:
+        return self._call("unsubscribe", {})
+
+    def register_hooks(self, hooks: List[str], session_id: Optional[str] = None, timeout_ms: Optional[int] = None) -> Any:
+        return self._call("registerHooks", _p(hooks=hooks, sessionId=session_id, timeoutMs=timeout_ms))
+

@@ -1,0 +1,326 @@
+"""The package's public API against a real daemon: every protocol method through its typed
+method, the asyncio client with its event iterator and async hooks, `compact(write=False)`,
+errors, binary and socket discovery, and the install from a fresh venv (README example and
+examples/agent_loop.py). Binary and sessions: see conftest.py.
+"""
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import BIN, IN_CI, MODEL, PKG_DIR, REPO, lines, missing, open_small_keep, require_binary_and_cases, session_copy
+
+require_binary_and_cases()
+
+import compactd_client  # noqa: E402
+from compactd_client import (  # noqa: E402
+    AsyncClient,
+    BinaryNotFound,
+    Client,
+    CompactdError,
+    DaemonNotRunning,
+    Methods,
+    default_socket_path,
+    find_binary,
+)
+
+
+def snake(name):
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
+def test_every_protocol_method_has_a_typed_method():
+    doc = json.loads((REPO / "proto-docs" / "openrpc.json").read_text())
+    names = [m["name"] for m in doc["methods"]]
+    assert len(names) >= 22
+    absent = [n for n in names if not callable(getattr(Methods, snake(n), None))]
+    assert absent == [], f"protocol methods without a typed method: {absent}"
+    # Each typed method names exactly one protocol method, so nothing stale lingers either.
+    src = Path(compactd_client._methods.__file__).read_text()
+    called = re.findall(r'self\._call\("(\w+)"', src)
+    assert sorted(called) == sorted(names)
+
+
+def test_every_method_through_the_blocking_client(stdio, tmp_path):
+    c = stdio()
+    init = c.initialize("pytest")
+    assert init["serverName"] == "compactd" and "session_before_compact" in init["capabilities"]["hooks"]
+    work = tmp_path / "project"
+    work.mkdir()
+    info = c.create_session(str(work), session_dir=str(tmp_path / "sessions"), model=MODEL, thinking_level="low")
+    sid = info["sessionId"]
+    assert info["persisted"] is False and info["thinkingLevel"] == "low"
+    assert [s["sessionId"] for s in c.list_sessions()] == [sid]
+    assert c.get_settings(sid)["compaction"]["enabled"] is True
+    assert c.set_settings_overrides(sid, {"keepRecentTokens": 100}) == {"ok": True}
+    assert c.get_settings(sid)["compaction"]["keepRecentTokens"] == 100
+    first = c.append_message(sid, {"role": "user", "content": "first question " * 50})
+    c.append_message(sid, {"role": "assistant", "content": [{"type": "text", "text": "first answer " * 50}],
+                           "provider": MODEL["provider"], "model": MODEL["id"], "stopReason": "stop",
+                           "usage": {"input": 300, "output": 100, "totalTokens": 400}})
+    assert c.get_context_usage(sid)["tokens"] == 400
+    label = c.append_entry(sid, {"type": "label", "targetId": first["entryId"], "label": "start"})
+    switched = c.set_model(sid, dict(MODEL, id="other-model"))
+    assert switched["leafId"] == switched["entryId"]
+    with pytest.raises(CompactdError) as e:
+        c.append_message(sid, {"role": "user", "content": "late"}, expected_leaf_id=label["entryId"])
+    assert e.value.kind == "leaf_moved" and e.value.code == -32021
+    c.append_message(sid, {"role": "user", "content": "second question " * 50})
+    branch = c.get_branch(sid)
+    assert [e["type"] for e in branch][-3:] == ["label", "model_change", "message"]
+    assert c.get_context(sid, format="llm")["messages"][0]["role"] == "user"
+    assert c.should_compact(context_tokens=190000, context_window=200000)["shouldCompact"] is True
+    assert c.should_compact(sid)["shouldCompact"] is False
+    preview = c.preview_compaction(sid, detail="full")
+    assert "nothingToCompact" not in preview, preview
+    assert preview["summarize"]["count"] + preview["turnPrefix"]["count"] >= 1, preview
+    assert c.check_compaction(sid, "prePrompt")["action"] == "none"
+    assert c.abort_compaction(sid) == {"aborted": False}
+    assert c.subscribe(sid, events=["compaction_end"]) == {"subscribed": True}
+    assert c.register_hooks(["session_compact"], session_id=sid) == {"registered": True}
+    result = c.compact(sid, custom_instructions="Focus on the questions.")
+    assert result["firstKeptEntryId"] == preview["firstKeptEntryId"]
+    assert c.notifications("compaction_end")[-1]["result"] == result
+    assert c.notifications("session_compact")[-1]["compactionEntry"]["summary"] == result["summary"]
+    assert c.notifications("compaction_start") == [], "only the subscribed events arrive"
+    nav = c.navigate_tree(sid, target_id=first["entryId"])
+    assert nav["cancelled"] is False and nav["editorText"].startswith("first question")
+    assert c.unsubscribe() == {"unsubscribed": True}
+    assert c.close_session(sid) == {"closed": True}
+    assert c.list_sessions() == []
+
+
+def test_errors_carry_code_kind_and_pis_message(stdio, tmp_path):
+    c = stdio()
+    path = session_copy(tmp_path, "005-medium-basic")
+    sid = open_small_keep(c, path)["sessionId"]
+    c.compact(sid)
+    with pytest.raises(CompactdError) as e:
+        c.compact(sid)
+    assert (e.value.code, e.value.kind, e.value.message) == (-32011, "already_compacted", "Already compacted")
+    with pytest.raises(CompactdError) as e:
+        c.open_session(str(tmp_path / "missing.jsonl"))
+    assert e.value.kind == "not_found" and "missing.jsonl" in e.value.message
+    assert isinstance(e.value, compactd_client.RpcError)
+
+
+def test_compact_write_false_returns_the_compaction_and_appends_nothing(stdio, tmp_path):
+    c = stdio()
+    path = session_copy(tmp_path, "005-medium-basic")
+    before = Path(path).read_bytes()
+    sid = open_small_keep(c, path)["sessionId"]
+    stream = c.events(session_id=sid)
+    c.subscribe(sid)
+    c.register_hooks(["session_compact"], session_id=sid)
+    dry = c.compact(sid, write=False)
+    got = [stream.next_event(10), stream.next_event(10)]
+    stream.close()
+    assert [e.name for e in got] == ["compaction_start", "compaction_end"]
+    assert got[1].params["result"] == dry
+    assert Path(path).read_bytes() == before, "write: false appends nothing"
+    assert c.notifications("compaction_start") == [{"sessionId": sid, "reason": "manual"}]
+    assert c.notifications("compaction_end")[-1]["result"] == dry
+    assert c.notifications("session_compact") == [], "no entry, so no session_compact"
+    assert "## Goal" in dry["summary"] and dry["details"]["summarizer"] == "extractive"
+    assert 0 < dry["estimatedTokensAfter"] < dry["tokensBefore"]
+    assert c.get_context(sid)["messages"][0]["role"] != "compactionSummary", "the daemon's view is unchanged"
+    # The same compaction, written: identical summary and cut; the estimate matches the real one.
+    real = c.compact(sid)
+    assert {k: real[k] for k in ("summary", "firstKeptEntryId", "tokensBefore", "estimatedTokensAfter")} == {
+        k: dry[k] for k in ("summary", "firstKeptEntryId", "tokensBefore", "estimatedTokensAfter")
+    }
+    assert lines(path)[-1]["type"] == "compaction"
+
+
+def test_blocking_client_runs_an_async_hook_handler(stdio, tmp_path):
+    c = stdio()
+    path = session_copy(tmp_path, "005-medium-basic")
+    sid = open_small_keep(c, path)["sessionId"]
+
+    async def cancel(params):
+        await asyncio.sleep(0.01)
+        return {"cancel": True}
+
+    c.on_hook("session_before_compact", cancel, session_id=sid)
+    with pytest.raises(CompactdError) as e:
+        c.compact(sid)
+    assert e.value.kind == "cancelled" and e.value.message == "Compaction cancelled"
+    assert lines(path)[-1]["type"] != "compaction"
+
+
+def test_async_client_methods_event_iterator_and_async_hook(env, tmp_path):
+    path = session_copy(tmp_path, "005-medium-basic")
+
+    async def scenario():
+        async with await AsyncClient.spawn_stdio(BIN, env=env) as c:
+            info = await c.open_session(path, model=MODEL)
+            sid = info["sessionId"]
+            await c.set_settings_overrides(sid, {"keepRecentTokens": 2000})
+            stream = c.events(session_id=sid)
+            callback_seen = []
+            c.on("compaction_start", lambda p: callback_seen.append(p["reason"]))
+            await c.subscribe(sid)
+            asked = []
+
+            async def before_compact(params):
+                await asyncio.sleep(0.05)  # an async hook may await other work
+                asked.append(params["reason"])
+                prep = params["preparation"]
+                return {"compaction": {"summary": "Summary from the hook.", "firstKeptEntryId": prep["firstKeptEntryId"],
+                                       "tokensBefore": prep["tokensBefore"], "details": {"by": "hook"}}}
+
+            assert await c.on_hook("session_before_compact", before_compact, session_id=sid) == {"registered": True}
+            result = await c.compact(sid)
+            names = [(await stream.next_event(10)).name for _ in range(2)]
+            stream.close()
+            with pytest.raises(CompactdError) as e:
+                await c.compact(sid)
+            return result, names, asked, callback_seen, e.value
+
+    result, names, asked, callback_seen, err = asyncio.run(scenario())
+    assert result["summary"] == "Summary from the hook." and result["details"] == {"by": "hook"}
+    assert names == ["compaction_start", "compaction_end"]
+    assert asked == ["manual"] and callback_seen == ["manual", "manual"]
+    assert err.kind == "already_compacted"
+    entry = lines(path)[-1]
+    assert entry["type"] == "compaction" and entry["fromHook"] is True and entry["summary"] == "Summary from the hook."
+
+
+def test_binary_discovery(monkeypatch, tmp_path):
+    monkeypatch.delenv("COMPACTD_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BinaryNotFound) as e:
+        find_binary()
+    assert "COMPACTD_BIN" in str(e.value) and "PATH" in str(e.value)
+    with pytest.raises(BinaryNotFound):
+        Client.spawn_stdio()
+    with pytest.raises(BinaryNotFound):
+        asyncio.run(AsyncClient.spawn_stdio())
+    os.symlink(BIN, tmp_path / "compactd")
+    assert find_binary() == str(tmp_path / "compactd")
+    monkeypatch.setenv("COMPACTD_BIN", str(tmp_path / "nope"))
+    with pytest.raises(BinaryNotFound) as e:
+        find_binary()
+    assert "nope" in str(e.value)
+    monkeypatch.setenv("COMPACTD_BIN", BIN)
+    with Client.spawn_stdio() as c:
+        assert c.initialize()["serverName"] == "compactd"
+
+
+@pytest.mark.parametrize("where", ["xdg_runtime_dir", "tmpdir"])
+def test_connect_finds_the_default_socket(env, tmp_path, monkeypatch, where):
+    run = tmp_path / "rt"
+    run.mkdir(mode=0o700)
+    if where == "xdg_runtime_dir":
+        env["XDG_RUNTIME_DIR"] = str(run)
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+        expected = run / "compactd" / "compactd.sock"
+    else:
+        env.pop("XDG_RUNTIME_DIR", None)
+        env["TMPDIR"] = str(run)
+        monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+        monkeypatch.setenv("TMPDIR", str(run))
+        expected = run / f"compactd-{os.getuid()}" / "compactd.sock"
+    assert default_socket_path() == str(expected)
+    with pytest.raises(DaemonNotRunning) as e:
+        Client.connect()
+    assert str(expected) in str(e.value) and "compactd serve" in str(e.value)
+    proc = subprocess.Popen([BIN, "serve"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not expected.exists():
+            assert proc.poll() is None, "daemon exited at start"
+            assert time.time() < deadline, "socket did not appear"
+            time.sleep(0.02)
+        with Client.connect() as c:
+            assert c.list_sessions() == []
+
+        async def via_async():
+            c = await AsyncClient.connect()
+            try:
+                return await c.initialize()
+            finally:
+                await c.close()
+
+        assert asyncio.run(via_async())["serverName"] == "compactd"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def readme_example():
+    text = (PKG_DIR / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks, "the README has a python example"
+    return blocks[0]
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory):
+    """A new venv with this package pip-installed from its folder (as the README says)."""
+    venv = tmp_path_factory.mktemp("fresh") / "venv"
+    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+    if made.returncode != 0:
+        missing(f"python -m venv failed: {made.stderr.strip()}")
+    py = venv / "bin" / "python"
+    inst = subprocess.run([str(py), "-m", "pip", "install", "--quiet", str(PKG_DIR)], capture_output=True, text=True,
+                          timeout=300)
+    assert inst.returncode == 0, f"pip install {PKG_DIR} failed:\n{inst.stdout}\n{inst.stderr}"
+    return py
+
+
+def run_installed(py, args, env, cwd):
+    env = dict(env, COMPACTD_BIN=BIN)
+    env.pop("PYTHONPATH", None)
+    return subprocess.run([str(py), *args], capture_output=True, text=True, env=env, cwd=str(cwd), timeout=120)
+
+
+def test_fresh_venv_install_runs_the_readme_example(fresh_venv, env, tmp_path):
+    where = run_installed(fresh_venv, ["-c", "import compactd_client, sys; print(compactd_client.__file__)"], env, tmp_path)
+    assert where.returncode == 0, where.stderr
+    assert "site-packages" in where.stdout, f"imported from {where.stdout!r}, not the install"
+    script = tmp_path / "first_compaction.py"
+    script.write_text(readme_example())
+    out = run_installed(fresh_venv, [str(script)], env, tmp_path)
+    assert out.returncode == 0, f"README example failed:\n{out.stdout}\n{out.stderr}"
+    assert re.search(r"^event: compaction_end \d+ tokens before$", out.stdout, re.M), out.stdout
+    assert re.search(r"^## Goal \| kept from entry [0-9a-f]{8}$", out.stdout, re.M), out.stdout
+
+
+def test_example_agent_loop_runs_offline(fresh_venv, env, tmp_path):
+    out = run_installed(fresh_venv, [str(REPO / "examples" / "agent_loop.py")], env, tmp_path)
+    assert out.returncode == 0, f"agent_loop.py failed:\n{out.stdout}\n{out.stderr}"
+    text = out.stdout
+    print(text)
+    # Pi's three moments, the threshold compaction mid-run and the overflow recovery with a retry.
+    assert "checkCompaction(midRun) -> compacted (threshold), willRetry=False" in text
+    assert "checkCompaction(postRun) -> compacted (overflow), willRetry=True" in text
+    assert "retrying the request on the compacted context" in text
+    assert "event compaction_start: reason=threshold" in text and "event compaction_end: reason=overflow" in text
+    assert text.rstrip().splitlines()[-1].startswith("done: 2 compaction(s)")
+    assert text.rstrip().splitlines()[-2].endswith("Verdict: ship it.")
+
+
+def test_missing_inputs_fail_in_ci(tmp_path):
+    """The suite's own guard: with CI=true a missing binary is a failure, not a skip."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("from conftest import require_binary_and_cases\nrequire_binary_and_cases()\n"
+                     "def test_x():\n    pass\n")
+    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    env = dict(os.environ, COMPACTD_BIN=str(tmp_path / "absent"), CI="true")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(probe)],
+                         capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    assert out.returncode != 0 and "CI=true" in out.stdout, out.stdout
+    env["CI"] = ""
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(probe)],
+                         capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    assert out.returncode in (0, 5) and "1 skipped" in out.stdout, out.stdout
+    assert IN_CI == (os.environ.get("CI") == "true")
