@@ -271,17 +271,13 @@ async fn run_started(
 
 /// The agent-context estimate had `outcome` been appended after `path` (for `write: false`,
 /// where no entry exists to rebuild the context from).
-fn estimate_after(path: &[Entry], outcome: &CompactionOutcome) -> u64 {
+fn estimate_after(path: &[Arc<Entry>], outcome: &CompactionOutcome) -> u64 {
     let parent = path.last().and_then(|e| e.id.as_deref());
     let ts = ids::iso_timestamp(ids::now_ms());
     let entry = Entry::from_value(compaction_entry("unwritten", parent, &ts, outcome));
-    let mut refs: Vec<&Entry> = path.iter().collect();
+    let mut refs: Vec<&Entry> = path.iter().map(|e| &**e).collect();
     refs.push(&entry);
-    let mut live = crate::live_context::LiveContext::default();
-    for p in crate::context::context_positions(&refs) {
-        live.push_entry(refs[p]);
-    }
-    live.estimated_total()
+    crate::compaction::BranchIndex::build(&refs).context_total()
 }
 
 struct EventSink<'a> {
