@@ -342,7 +342,8 @@ pub fn append_outcome(
 
 /// Pi's manual compaction of a session file (`AgentSession.compact()`): load (with Pi's
 /// load-time repairs), prepare, summarize, and append the entry. On any failure the file is left
-/// exactly as loading left it.
+/// exactly as loading left it. The file is locked as a daemon locks it (a file a daemon holds is
+/// refused), and a file another process wrote to during the summarizer call is not written.
 pub async fn compact_file(
     path: &Path,
     settings: &CompactionSettings,
@@ -350,8 +351,27 @@ pub async fn compact_file(
     custom_instructions: Option<&str>,
     cancel: &CancellationToken,
 ) -> Result<Compacted, CompactError> {
-    let (mut tree, _report) =
-        store::load(path, true).map_err(|e| CompactError::Store(e.to_string()))?;
+    let abs = store::absolute(path);
+    let _lock = match store::try_lock(&abs) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => {
+            return Err(CompactError::Store(format!(
+                "Session file is locked by another compactd process: {}",
+                abs.display()
+            )))
+        }
+        Err(store::StoreError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Err(CompactError::Store(
+                store::StoreError::NotFound(abs).to_string(),
+            ))
+        }
+        Err(e) => return Err(CompactError::Store(e.to_string())),
+    };
+    let limits = store::Limits::default();
+    let (mut tree, _report, stamp) =
+        store::load_with(&abs, true, &limits).map_err(|e| CompactError::Store(e.to_string()))?;
     let branch = tree.branch();
     let view = BranchView {
         tree: &tree,
@@ -374,7 +394,18 @@ pub async fn compact_file(
     }
     let (entry, estimated) = append_outcome(&mut tree, &outcome, ids::now_ms());
     let raw = tree.leaf().map(|i| tree.entry(i).raw().to_vec()).unwrap_or_default();
-    store::append_line(path, &raw).map_err(|e| CompactError::Store(e.to_string()))?;
+    match store::read_tail(&abs, &stamp, &limits) {
+        Ok(store::Tail::Unchanged) => {}
+        Ok(_) => {
+            return Err(CompactError::Store(format!(
+                "Session file changed during compaction (another process wrote to it); nothing was written: {}",
+                abs.display()
+            )))
+        }
+        Err(e) => return Err(CompactError::Store(e.to_string())),
+    }
+    store::append_raw(&abs, &raw, limits.durability != store::Durability::Flush)
+        .map_err(|e| CompactError::Store(e.to_string()))?;
     Ok(Compacted {
         result: result_json(&outcome, estimated),
         entry,

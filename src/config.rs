@@ -112,6 +112,57 @@ pub struct Config {
     pub redaction: RedactionConfig,
     /// Providers by the name sessions record in their model (`anthropic`, `openai`, …).
     pub providers: std::collections::BTreeMap<String, ProviderConfig>,
+    pub storage: StorageConfig,
+}
+
+/// `[storage]`: where sessions may live, how big they may be, how durable appends are.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// `flush`, `compactions` (default) or `always` (see `store::Durability`).
+    pub durability: crate::store::Durability,
+    /// Largest session file read, in bytes.
+    pub max_session_bytes: u64,
+    /// Directories session files must be inside. Default: Pi's agent directory, the user's
+    /// home and the system temporary directory.
+    pub allowed_roots: Option<Vec<PathBuf>>,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            durability: crate::store::Durability::default(),
+            max_session_bytes: crate::store::DEFAULT_MAX_BYTES,
+            allowed_roots: None,
+        }
+    }
+}
+
+impl StorageConfig {
+    pub fn limits(&self) -> crate::store::Limits {
+        crate::store::Limits {
+            max_bytes: self.max_session_bytes,
+            durability: self.durability,
+        }
+    }
+
+    /// The allowed roots, canonicalized (roots that do not exist are dropped).
+    pub fn roots(&self) -> Vec<PathBuf> {
+        let roots: Vec<PathBuf> = match &self.allowed_roots {
+            Some(r) => r.clone(),
+            None => {
+                let mut r = vec![crate::daemon::settings::agent_dir(), std::env::temp_dir()];
+                if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+                    r.push(PathBuf::from(home));
+                }
+                r
+            }
+        };
+        roots
+            .iter()
+            .filter_map(|r| std::fs::canonicalize(r).ok())
+            .collect()
+    }
 }
 
 /// `$XDG_CONFIG_HOME/compactd/config.toml`, else `~/.config/compactd/config.toml`.

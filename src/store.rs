@@ -1,10 +1,12 @@
 //! The storage shell: reading session files from disk and appending to them safely.
 //!
-//! Guarantees (protocol.md §5): nothing is ever deleted or rewritten except Pi's own full writes
-//! (the migration rewrite, done here atomically through a temporary file and a rename); every
-//! other write is one appended line. Before appending, the file's last byte is checked so a
-//! missing final newline (Pi ≤ 0.84.3, or a torn write) is repaired instead of gluing two
-//! entries together.
+//! Guarantees (protocol.md §5, proto-docs/storage.md): nothing is ever deleted or rewritten
+//! except Pi's own full writes (the migration rewrite, done atomically through a temporary file
+//! and a rename, with the original kept beside it as `<file>.v<N>.bak`); every other write is one
+//! appended line. Only regular files are read (a FIFO or a device is refused before any read),
+//! up to a size limit. What compactd last saw of a file is a [`FileStamp`] (device, inode,
+//! length), so another writer's appends can be read incrementally ([`read_tail`]) and a file
+//! replaced or truncated behind compactd's back is noticed before anything is written to it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -22,6 +24,12 @@ pub enum StoreError {
     NotASession(PathBuf),
     #[error("Session file is empty: {0}")]
     Empty(PathBuf),
+    #[error("Not a regular file ({kind}): {path}")]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error("Session file is larger than the {limit}-byte limit ({size} bytes): {path}")]
+    TooLarge { path: PathBuf, size: u64, limit: u64 },
+    #[error("Session file is being written by another process (its last line is still growing): {0}")]
+    Busy(PathBuf),
     #[error("I/O error on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -43,7 +51,128 @@ pub struct LoadReport {
     pub skipped_lines: usize,
     pub needed_newline_repair: bool,
     pub migrated: bool,
+    /// The header's version as read (before migration).
+    pub original_version: f64,
+    /// Where the original was kept when a migration rewrote the file.
+    pub backup: Option<PathBuf>,
 }
+
+/// When appended lines are forced to stable storage (`[storage] durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Written to the OS before the reply; a power loss may drop the newest lines.
+    Flush,
+    /// Compaction and branch-summary entries (and new files) are fsynced before the reply.
+    #[default]
+    Compactions,
+    /// Every acknowledged line is fsynced before the reply.
+    Always,
+}
+
+/// The storage limits and guarantees in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_bytes: u64,
+    pub durability: Durability,
+}
+
+/// Default largest session file compactd reads (2 GiB).
+pub const DEFAULT_MAX_BYTES: u64 = 2 << 30;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bytes: DEFAULT_MAX_BYTES,
+            durability: Durability::default(),
+        }
+    }
+}
+
+/// What compactd last saw of a file: its identity and the length it has read or written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub len: u64,
+}
+
+impl FileStamp {
+    fn of(meta: &fs::Metadata, len: u64) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len,
+        }
+    }
+}
+
+fn type_name(ft: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens `path` for reading without blocking (a FIFO would block `open` itself) and checks it
+/// is a regular file within the size limit, before a single byte is read.
+pub fn open_regular(path: &Path, limits: &Limits) -> Result<(File, fs::Metadata), StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => StoreError::NotFound(path.to_owned()),
+            _ => io_err(path)(e),
+        })?;
+    let meta = f.metadata().map_err(io_err(path))?;
+    if !meta.file_type().is_file() {
+        return Err(StoreError::NotRegular {
+            path: path.to_owned(),
+            kind: type_name(meta.file_type()),
+        });
+    }
+    if meta.len() > limits.max_bytes {
+        return Err(StoreError::TooLarge {
+            path: path.to_owned(),
+            size: meta.len(),
+            limit: limits.max_bytes,
+        });
+    }
+    Ok((f, meta))
+}
+
+/// Reads at most `limit` bytes from `f`'s current position.
+fn read_capped(f: &mut File, path: &Path, expected: u64, limit: u64) -> Result<Vec<u8>, StoreError> {
+    let mut bytes = Vec::with_capacity(expected.min(limit) as usize);
+    f.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_err(path))?;
+    if bytes.len() as u64 > limit {
+        return Err(StoreError::TooLarge {
+            path: path.to_owned(),
+            size: bytes.len() as u64,
+            limit,
+        });
+    }
+    Ok(bytes)
+}
+
+/// How long a torn last line must stay unchanged before compactd repairs it (it may be another
+/// writer's line still being written).
+pub const TORN_LINE_SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The absolute form of a path, without requiring it to exist.
 pub fn absolute(path: &Path) -> PathBuf {
@@ -60,33 +189,100 @@ pub fn absolute(path: &Path) -> PathBuf {
 /// `inspect`); with `write` true, Pi's load-time writes happen: the newline repair and the full
 /// rewrite after a migration.
 pub fn load(path: &Path, write: bool) -> Result<(SessionTree, LoadReport), StoreError> {
+    load_with(path, write, &Limits::default()).map(|(t, r, _)| (t, r))
+}
+
+/// [`load`] under explicit limits, also returning what was seen of the file.
+pub fn load_with(
+    path: &Path,
+    write: bool,
+    limits: &Limits,
+) -> Result<(SessionTree, LoadReport, FileStamp), StoreError> {
     let abs = absolute(path);
-    let bytes = match fs::read(&abs) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(StoreError::NotFound(abs))
-        }
-        Err(e) => return Err(io_err(&abs)(e)),
-    };
+    let (mut f, meta) = open_regular(&abs, limits)?;
+    let bytes = read_capped(&mut f, &abs, meta.len(), limits.max_bytes)?;
+    let len = bytes.len() as u64;
     let parsed = match read_session_bytes(bytes.into()) {
         ReadOutcome::Session(p) => p,
         ReadOutcome::NotASession => return Err(StoreError::NotASession(abs)),
         ReadOutcome::Empty => return Err(StoreError::Empty(abs)),
     };
-    let report = LoadReport {
+    let mut report = LoadReport {
         skipped_lines: parsed.skipped_lines,
         needed_newline_repair: parsed.needs_newline_repair,
         migrated: parsed.migrated,
+        original_version: parsed.original_version,
+        backup: None,
     };
     let tree = SessionTree::from_parsed(parsed);
+    let mut stamp = FileStamp::of(&meta, len);
     if write {
         if report.migrated {
+            report.backup = Some(backup_original(&abs, report.original_version)?);
             rewrite(&abs, &tree)?;
+            let meta = fs::metadata(&abs).map_err(io_err(&abs))?;
+            stamp = FileStamp::of(&meta, meta.len());
         } else if report.needed_newline_repair {
+            // The torn last line may be another writer's line still being written: repair it
+            // only once it has stayed unchanged for a moment.
+            std::thread::sleep(TORN_LINE_SETTLE);
+            let now = fs::metadata(&abs).map_err(io_err(&abs))?;
+            if FileStamp::of(&now, now.len()) != stamp {
+                return Err(StoreError::Busy(abs));
+            }
             ensure_trailing_newline(&abs)?;
+            stamp.len += 1;
         }
     }
-    Ok((tree, report))
+    Ok((tree, report, stamp))
+}
+
+/// Copies the file a migration is about to rewrite to `<file>.v<N>.bak` (beyond Pi, which keeps
+/// no copy), never replacing an existing file.
+fn backup_original(path: &Path, version: f64) -> Result<PathBuf, StoreError> {
+    let base = format!("{}.v{}.bak", path.display(), version);
+    let mut candidate = PathBuf::from(&base);
+    let mut n = 1;
+    while candidate.exists() {
+        n += 1;
+        candidate = PathBuf::from(format!("{base}.{n}"));
+    }
+    fs::copy(path, &candidate).map_err(io_err(path))?;
+    Ok(candidate)
+}
+
+/// What happened to a file since a [`FileStamp`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tail {
+    Unchanged,
+    /// The bytes appended since (complete lines and possibly a partial last one).
+    Grown(Vec<u8>),
+    /// Another file now has this name (rename over it, or delete and recreate).
+    Replaced,
+    /// Shorter than compactd last saw it.
+    Truncated,
+}
+
+/// Reads what was appended to `path` since `stamp`.
+pub fn read_tail(path: &Path, stamp: &FileStamp, limits: &Limits) -> Result<Tail, StoreError> {
+    let (mut f, meta) = match open_regular(path, limits) {
+        Ok(x) => x,
+        Err(StoreError::NotFound(_) | StoreError::NotRegular { .. }) => return Ok(Tail::Replaced),
+        Err(e) => return Err(e),
+    };
+    let now = FileStamp::of(&meta, meta.len());
+    if (now.dev, now.ino) != (stamp.dev, stamp.ino) {
+        return Ok(Tail::Replaced);
+    }
+    if now.len < stamp.len {
+        return Ok(Tail::Truncated);
+    }
+    if now.len == stamp.len {
+        return Ok(Tail::Unchanged);
+    }
+    f.seek(SeekFrom::Start(stamp.len)).map_err(io_err(path))?;
+    let bytes = read_capped(&mut f, path, now.len - stamp.len, limits.max_bytes)?;
+    Ok(Tail::Grown(bytes))
 }
 
 /// Replaces the file with header + entries, atomically (temp file in the same directory, fsync,
@@ -141,9 +337,16 @@ pub fn ensure_trailing_newline(path: &Path) -> Result<(), StoreError> {
 }
 
 /// Appends one entry's line (one `write` call on an `O_APPEND` descriptor), after repairing a
-/// missing final newline. The line is flushed to the OS before returning.
-pub fn append_line(path: &Path, raw: &[u8]) -> Result<(), StoreError> {
+/// missing final newline. The line is flushed to the OS before returning, and fsynced when
+/// `sync`. Returns the file's stamp right after the write.
+pub fn append_line(path: &Path, raw: &[u8], sync: bool) -> Result<FileStamp, StoreError> {
     ensure_trailing_newline(path)?;
+    append_raw(path, raw, sync)
+}
+
+/// Appends `raw` and a newline without looking at the file first (the caller knows it ends
+/// with a newline).
+pub fn append_raw(path: &Path, raw: &[u8], sync: bool) -> Result<FileStamp, StoreError> {
     let mut line = Vec::with_capacity(raw.len() + 1);
     line.extend_from_slice(raw);
     line.push(b'\n');
@@ -152,7 +355,44 @@ pub fn append_line(path: &Path, raw: &[u8]) -> Result<(), StoreError> {
         .open(path)
         .map_err(io_err(path))?;
     f.write_all(&line).map_err(io_err(path))?;
-    f.flush().map_err(io_err(path))
+    f.flush().map_err(io_err(path))?;
+    if sync {
+        f.sync_data().map_err(io_err(path))?;
+    }
+    let meta = f.metadata().map_err(io_err(path))?;
+    Ok(FileStamp::of(&meta, meta.len()))
+}
+
+/// Takes the advisory lock compactd processes share on a session (proto-docs/storage.md):
+/// `flock` on the session file itself, so no lock file is ever created beside it. `Ok(None)`
+/// when another holder has it. An empty `<file>.lock` left by compactd before 0.2 is removed
+/// when nothing holds it.
+pub fn try_lock(path: &Path) -> Result<Option<File>, StoreError> {
+    let (f, _) = open_regular(
+        path,
+        &Limits {
+            max_bytes: u64::MAX,
+            ..Limits::default()
+        },
+    )?;
+    match f.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => return Err(io_err(path)(e)),
+    }
+    let mut old = path.as_os_str().to_owned();
+    old.push(".lock");
+    let old = PathBuf::from(old);
+    if let Ok(meta) = fs::symlink_metadata(&old) {
+        if meta.file_type().is_file() && meta.len() == 0 {
+            if let Ok(l) = File::open(&old) {
+                if l.try_lock().is_ok() {
+                    let _ = fs::remove_file(&old);
+                }
+            }
+        }
+    }
+    Ok(Some(f))
 }
 
 #[cfg(test)]
@@ -165,7 +405,7 @@ mod tests {
         let p = dir.path().join("s.jsonl");
         let original = "{\"type\":\"session\",\"version\":3,\"id\":\"x\"}\n{\"type\":\"label\",\"id\":\"a\",\"parentId\":null}";
         fs::write(&p, original).unwrap();
-        append_line(&p, br#"{"type":"label","id":"b","parentId":"a"}"#).unwrap();
+        append_line(&p, br#"{"type":"label","id":"b","parentId":"a"}"#, false).unwrap();
         let after = fs::read_to_string(&p).unwrap();
         assert!(after.starts_with(original));
         assert_eq!(

@@ -83,13 +83,16 @@ pub fn initialize(_ctx: &Ctx, p: InitializeParams) -> Result<Value, RpcError> {
     }))
 }
 
-fn store_error(e: StoreError) -> RpcError {
+pub fn store_error(e: StoreError) -> RpcError {
     match e {
         StoreError::NotFound(p) => RpcError::new(
             ErrorKind::NotFound,
             format!("Session file not found: {}", p.display()),
         ),
         StoreError::NotASession(_) => RpcError::new(ErrorKind::InvalidSessionFile, e.to_string()),
+        StoreError::NotRegular { .. } => RpcError::new(ErrorKind::NotRegularFile, e.to_string()),
+        StoreError::TooLarge { .. } => RpcError::new(ErrorKind::TooLarge, e.to_string()),
+        StoreError::Busy(_) => RpcError::new(ErrorKind::FileBusy, e.to_string()),
         StoreError::Empty(_) | StoreError::Io { .. } => RpcError::new(ErrorKind::Io, e.to_string()),
     }
 }
@@ -98,24 +101,70 @@ fn default_thinking(cwd: Option<&str>) -> String {
     effective(cwd.map(Path::new), None, None).default_thinking_level
 }
 
+/// Refuses a session path outside the configured roots (`[storage] allowed_roots`), before
+/// anything is read or created.
+fn check_allowed(ctx: &Ctx, path: &Path) -> Result<(), RpcError> {
+    let roots = ctx.daemon.config.storage.roots();
+    // Resolve the nearest existing ancestor, so links cannot lead outside the roots.
+    let mut existing = path;
+    let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
+    while !existing.exists() {
+        let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
+            break;
+        };
+        rest.push(name);
+        existing = parent;
+    }
+    let mut resolved = std::fs::canonicalize(existing).unwrap_or_else(|_| existing.to_owned());
+    for name in rest.iter().rev() {
+        resolved.push(name);
+    }
+    let path = resolved.as_path();
+    if roots.iter().any(|r| path.starts_with(r)) {
+        return Ok(());
+    }
+    let list: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+    Err(RpcError::new(
+        ErrorKind::PathNotAllowed,
+        format!(
+            "Session path is outside the allowed roots ({}): {}",
+            list.join(", "),
+            path.display()
+        ),
+    ))
+}
+
 pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<Value, RpcError> {
     let path = canonical_path(&absolute(&p.path, "path")?);
     if let Some(cwd) = &p.cwd {
         absolute(cwd, "cwd")?;
     }
+    check_allowed(ctx, &path)?;
+    let limits = ctx.daemon.config.storage.limits();
     let (session, created) = ctx.daemon.open_or_insert(&path, &ctx.conn, || {
-        match store::load(&path, true) {
-            Ok((tree, report)) => {
+        match store::load_with(&path, true, &limits) {
+            Ok((tree, report, stamp)) => {
                 if report.skipped_lines > 0 {
                     tracing::warn!(path = %path.display(), skipped = report.skipped_lines, "malformed lines skipped");
                 }
+                if let Some(b) = &report.backup {
+                    tracing::info!(path = %path.display(), backup = %b.display(), "migrated to v3; original kept");
+                }
                 let dt = default_thinking(tree.header.get("cwd").and_then(Value::as_str));
-                Ok(SessionState::loaded(path.clone(), tree, p.model.clone(), &dt, p.thinking_level.clone()))
+                let mut state = SessionState::loaded(path.clone(), tree, p.model.clone(), &dt, p.thinking_level.clone());
+                state.stamp = Some(stamp);
+                state.limits = limits;
+                if report.migrated {
+                    // The rewrite made a new inode: the lock must be on it.
+                    state.lock = store::try_lock(&path).map_err(store_error)?;
+                }
+                Ok(state)
             }
             Err(StoreError::NotFound(_)) if p.create => {
                 let cwd = p.cwd.clone().ok_or_else(|| RpcError::invalid_params("create needs cwd"))?;
                 let thinking = p.thinking_level.clone().unwrap_or_else(|| default_thinking(Some(&cwd)));
                 let mut state = SessionState::deferred(path.clone(), &cwd, p.model.clone(), thinking.clone());
+                state.limits = limits;
                 seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
                 Ok(state)
             }
@@ -124,7 +173,12 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<Value, RpcError> 
                 let cwd = p.cwd.clone().unwrap_or_else(|| path.parent().map_or("/".into(), |d| d.to_string_lossy().into_owned()));
                 let thinking = p.thinking_level.clone().unwrap_or_else(|| default_thinking(Some(&cwd)));
                 let mut state = SessionState::deferred(path.clone(), &cwd, p.model.clone(), thinking);
-                store::rewrite(&path, &state.tree).map_err(store_error)?;
+                state.limits = limits;
+                // Appended, not renamed over, so the file (and its lock) stays the same inode.
+                let header = crate::json::stringify(&state.tree.header);
+                let stamp = store::append_raw(&path, header.as_bytes(), limits.durability != store::Durability::Flush)
+                    .map_err(store_error)?;
+                state.stamp = Some(stamp);
                 state.persisted = true;
                 Ok(state)
             }
@@ -133,6 +187,14 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<Value, RpcError> 
     })?;
     if !created {
         let mut state = session.state.lock();
+        // Reopening an open session: take in what other writers did to the file meanwhile.
+        match state.sync_with_file() {
+            Err(e) if e.kind == ErrorKind::FileChanged.as_str() && !session.is_compacting() => {
+                state.reload().map_err(store_error)?;
+            }
+            Err(e) => return Err(e),
+            Ok(()) => {}
+        }
         if let Some(m) = p.model {
             state.model = Some(m);
         }
@@ -204,8 +266,9 @@ pub fn create_session(ctx: &Ctx, p: CreateSessionParams) -> Result<Value, RpcErr
         .and_then(Value::as_str)
         .unwrap_or("")
         .replace([':', '.'], "-");
-    let _ = std::fs::create_dir_all(&dir);
     let path = canonical_path(&dir.join(format!("{ts}_{header_id}.jsonl")));
+    check_allowed(ctx, &path)?;
+    state.limits = ctx.daemon.config.storage.limits();
     state.path = path.clone();
     seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
     let (session, _) = ctx.daemon.open_or_insert(&path, &ctx.conn, || Ok(state))?;

@@ -1,7 +1,7 @@
 //! The daemon: open sessions shared by all connections, their single writer, events and hooks.
 //!
 //! `Daemon` owns the registry (one in-memory session per canonical file path, guarded by an
-//! advisory `flock` on `<path>.lock` against other compactd processes), the connection table
+//! advisory `flock` on the session file itself against other compactd processes), the connection table
 //! (for events and hooks) and the configuration. Method handlers (`methods`) and the compaction
 //! lifecycle (`lifecycle`) are written against it; transports never see it beyond `dispatch`.
 
@@ -36,8 +36,6 @@ pub struct Session {
     /// Held for the whole of a compaction / branch summary: waiting on it waits for the end.
     pub slot: tokio::sync::Mutex<()>,
     holders: Mutex<HashSet<ConnId>>,
-    /// The advisory lock on `<path>.lock` (released on drop).
-    _lock: Option<std::fs::File>,
 }
 
 impl Session {
@@ -101,41 +99,6 @@ pub fn canonical_path(path: &Path) -> PathBuf {
             .map(|p| p.join(name))
             .unwrap_or_else(|_| path.to_owned()),
         _ => path.to_owned(),
-    }
-}
-
-/// Takes the advisory lock on `<path>.lock`.
-fn lock_file(path: &Path) -> Result<std::fs::File, RpcError> {
-    let mut lock_path = path.as_os_str().to_owned();
-    lock_path.push(".lock");
-    let lock_path = PathBuf::from(lock_path);
-    if let Some(dir) = lock_path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| {
-            RpcError::new(
-                ErrorKind::Io,
-                format!("cannot open lock file {}: {e}", lock_path.display()),
-            )
-        })?;
-    match f.try_lock() {
-        Ok(()) => Ok(f),
-        Err(std::fs::TryLockError::WouldBlock) => Err(RpcError::new(
-            ErrorKind::Locked,
-            format!(
-                "Session file is locked by another compactd process: {}",
-                path.display()
-            ),
-        )),
-        Err(std::fs::TryLockError::Error(e)) => Err(RpcError::new(
-            ErrorKind::Io,
-            format!("cannot lock {}: {e}", lock_path.display()),
-        )),
     }
 }
 
@@ -254,8 +217,26 @@ impl Daemon {
         conn: &Connection,
         make: impl FnOnce() -> Result<SessionState, RpcError>,
     ) -> Result<(Arc<Session>, bool), RpcError> {
-        let lock = lock_file(path)?;
-        let state = make()?;
+        // The shared lock convention: `flock` on the session file itself (proto-docs/storage.md).
+        // A file that does not exist yet is locked when it is created.
+        let lock = match crate::store::try_lock(path) {
+            Ok(Some(f)) => Some(f),
+            Ok(None) => {
+                return Err(RpcError::new(
+                    ErrorKind::Locked,
+                    format!(
+                        "Session file is locked by another compactd process: {}",
+                        path.display()
+                    ),
+                ))
+            }
+            Err(crate::store::StoreError::NotFound(_)) => None,
+            Err(e) => return Err(methods::store_error(e)),
+        };
+        let mut state = make()?;
+        if state.lock.is_none() {
+            state.lock = lock;
+        }
         let mut reg = self.registry.lock();
         let id = format!("s{}", self.next_session.fetch_add(1, Ordering::SeqCst));
         let session = Arc::new(Session {
@@ -265,7 +246,6 @@ impl Daemon {
             running: Mutex::new(None),
             slot: tokio::sync::Mutex::new(()),
             holders: Mutex::new(HashSet::from([conn.id])),
-            _lock: Some(lock),
         });
         reg.by_path.insert(path.to_owned(), id.clone());
         reg.by_id.insert(id.clone(), session.clone());

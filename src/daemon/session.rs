@@ -45,6 +45,15 @@ pub struct SessionState {
     pub overflow_recovery_attempted: bool,
     /// Per-session compaction settings overrides (`setSettingsOverrides`).
     pub overrides: Option<Value>,
+    /// What compactd last read or wrote of the file (`None` until it exists).
+    pub stamp: Option<store::FileStamp>,
+    /// The file was replaced or truncated behind compactd's back: writes are refused until the
+    /// session is reopened.
+    pub file_changed: bool,
+    /// Storage limits and durability for this session's file.
+    pub limits: store::Limits,
+    /// The advisory lock compactd processes share on the file (proto-docs/storage.md).
+    pub lock: Option<std::fs::File>,
 }
 
 fn io_error(e: impl std::fmt::Display) -> RpcError {
@@ -72,6 +81,10 @@ impl SessionState {
             thinking_level: String::new(),
             overflow_recovery_attempted: false,
             overrides: None,
+            stamp: None,
+            file_changed: false,
+            limits: store::Limits::default(),
+            lock: None,
         };
         s.refresh_branch();
         s.thinking_level = thinking.unwrap_or_else(|| {
@@ -108,6 +121,10 @@ impl SessionState {
             thinking_level: thinking,
             overflow_recovery_attempted: false,
             overrides: None,
+            stamp: None,
+            file_changed: false,
+            limits: store::Limits::default(),
+            lock: None,
         }
     }
 
@@ -200,6 +217,136 @@ impl SessionState {
         true
     }
 
+    /// Reads the file anew after it was replaced or truncated (a client reopened the session):
+    /// model, thinking level and overrides are kept.
+    pub fn reload(&mut self) -> Result<(), store::StoreError> {
+        let (tree, _report, stamp) = store::load_with(&self.path, true, &self.limits)?;
+        self.tree = tree;
+        self.stamp = Some(stamp);
+        self.file_changed = false;
+        self.lock = store::try_lock(&self.path)?;
+        self.refresh_branch();
+        tracing::info!(path = %self.path.display(), "session file was replaced; reloaded");
+        Ok(())
+    }
+
+    /// Brings the tree up to date with the file before a write (and when a client reopens the
+    /// session): complete lines another writer appended are indexed, so the next entry's parent
+    /// is the file's true last entry. A partial last line may still be growing: it is waited for
+    /// and repaired (Pi's newline repair) only once it has stayed unchanged for
+    /// [`store::TORN_LINE_SETTLE`]; one still growing after a second refuses the write
+    /// (`file_busy`). A file replaced or truncated behind compactd's back refuses every write
+    /// (`file_changed`) until the session is reopened: nothing is ever written under a parent
+    /// the file no longer has.
+    pub fn sync_with_file(&mut self) -> Result<(), RpcError> {
+        let Some(mut stamp) = self.stamp else {
+            return Ok(());
+        };
+        if self.file_changed {
+            return Err(self.changed_error());
+        }
+        let mut last_partial: Option<usize> = None;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            let tail = crate::cpu::blocking(|| store::read_tail(&self.path, &stamp, &self.limits))
+                .map_err(super::methods::store_error)?;
+            let bytes = match tail {
+                store::Tail::Unchanged => return Ok(()),
+                store::Tail::Replaced | store::Tail::Truncated => {
+                    self.file_changed = true;
+                    return Err(self.changed_error());
+                }
+                store::Tail::Grown(b) => b,
+            };
+            let complete = memchr::memrchr(b'\n', &bytes).map_or(0, |i| i + 1);
+            if complete > 0 {
+                self.ingest(&bytes[..complete]);
+                stamp.len += complete as u64;
+                self.stamp = Some(stamp);
+                last_partial = None;
+            }
+            let partial = bytes.len() - complete;
+            if partial == 0 {
+                return Ok(());
+            }
+            if last_partial == Some(partial) {
+                // Unchanged for the settle interval: a torn line, repaired as Pi repairs it
+                // (it then reads as one malformed line, which is skipped).
+                let after = store::append_raw(&self.path, b"", false).map_err(io_error)?;
+                stamp.len += partial as u64 + 1;
+                if (after.dev, after.ino, after.len) != (stamp.dev, stamp.ino, stamp.len) {
+                    stamp.len = after.len.min(stamp.len);
+                }
+                self.stamp = Some(stamp);
+                tracing::warn!(path = %self.path.display(), bytes = partial, "repaired a torn last line");
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(RpcError::new(
+                    ErrorKind::FileBusy,
+                    format!(
+                        "Session file is being written by another process (its last line is still growing): {}",
+                        self.path.display()
+                    ),
+                ));
+            }
+            last_partial = Some(partial);
+            crate::cpu::blocking(|| std::thread::sleep(store::TORN_LINE_SETTLE));
+        }
+    }
+
+    fn changed_error(&self) -> RpcError {
+        RpcError::new(
+            ErrorKind::FileChanged,
+            format!(
+                "Session file was replaced or truncated by another process; reopen the session: {}",
+                self.path.display()
+            ),
+        )
+    }
+
+    /// Adds complete lines another writer appended. Pi's leaf is the last entry of the file, so
+    /// the leaf moves to the last one; a line compactd itself wrote (same id, same bytes) is
+    /// skipped, so reading a stretch twice is harmless.
+    fn ingest(&mut self, lines: &[u8]) {
+        let mut incremental = true;
+        let mut added = 0usize;
+        for piece in lines.split(|&b| b == b'\n') {
+            let Some(Ok(e)) = Entry::from_line(bytes::Bytes::copy_from_slice(piece)) else {
+                continue;
+            };
+            if e.kind == EntryKind::SessionHeader {
+                continue;
+            }
+            if let Some(i) = e.id.as_deref().and_then(|id| self.tree.index_of(id)) {
+                if self.tree.entry(i).raw() == e.raw() {
+                    continue;
+                }
+            }
+            let follows_leaf = e.parent_id.as_deref() == self.tree.leaf_id() && e.parent_id.is_some();
+            let is_compaction = e.kind == EntryKind::Compaction;
+            let idx = self.tree.push(e);
+            added += 1;
+            if incremental && follows_leaf && !is_compaction {
+                self.branch.push(idx);
+                let view = BranchView {
+                    tree: &self.tree,
+                    positions: &self.branch,
+                };
+                self.index.push(&view);
+                self.push_agent(idx);
+            } else {
+                incremental = false;
+            }
+        }
+        if added > 0 {
+            tracing::info!(path = %self.path.display(), entries = added, "indexed entries written by another process");
+        }
+        if !incremental {
+            self.refresh_branch();
+        }
+    }
+
     /// Checks `expectedLeafId`.
     pub fn check_leaf(&self, expected: Option<&str>) -> Result<(), RpcError> {
         match expected {
@@ -224,13 +371,29 @@ impl SessionState {
         &mut self,
         build: impl FnOnce(&str, Option<&str>, &str) -> Value,
     ) -> Result<usize, RpcError> {
+        self.sync_with_file()?;
         let id = self.new_id();
         let parent = self.tree.leaf_id().map(str::to_owned);
         let entry = build(&id, parent.as_deref(), &ids::iso_timestamp(ids::now_ms()));
         let e = Entry::from_value(entry);
         let is_assistant = e.is_message(Role::Assistant);
         if self.persisted {
-            store::append_line(&self.path, e.raw()).map_err(io_error)?;
+            let sync = match self.limits.durability {
+                store::Durability::Always => true,
+                store::Durability::Compactions => {
+                    matches!(e.kind, EntryKind::Compaction | EntryKind::BranchSummary)
+                }
+                store::Durability::Flush => false,
+            };
+            let before = self.stamp.map_or(0, |s| s.len);
+            let after = store::append_raw(&self.path, e.raw(), sync).map_err(io_error)?;
+            // Another writer's line may have landed next to ours; then the next sync reads from
+            // before our line again (our own line is recognised and skipped).
+            let expected = before + e.raw().len() as u64 + 1;
+            self.stamp = Some(store::FileStamp {
+                len: if after.len == expected { after.len } else { before },
+                ..after
+            });
         } else if is_assistant {
             self.create_file(Some(&e))?;
         }
@@ -263,7 +426,15 @@ impl SessionState {
             .map_err(|e| io_error(format!("cannot create {}: {e}", self.path.display())))?;
         f.write_all(&text).map_err(io_error)?;
         f.flush().map_err(io_error)?;
+        if self.limits.durability != store::Durability::Flush {
+            f.sync_all().map_err(io_error)?;
+        }
         self.persisted = true;
+        self.stamp = Some(store::FileStamp {
+            len: text.len() as u64,
+            ..stamp_of(&f).map_err(io_error)?
+        });
+        self.lock = store::try_lock(&self.path).map_err(io_error)?;
         Ok(())
     }
 
@@ -278,6 +449,16 @@ impl SessionState {
             self.agent.push(idx);
         }
     }
+}
+
+fn stamp_of(f: &std::fs::File) -> std::io::Result<store::FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = f.metadata()?;
+    Ok(store::FileStamp {
+        dev: m.dev(),
+        ino: m.ino(),
+        len: m.len(),
+    })
 }
 
 /// Builds a `message` entry in Pi's key order.

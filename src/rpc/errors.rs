@@ -36,6 +36,9 @@ kinds! {
     NotFound = (-32002, "not_found"),
     InvalidSessionFile = (-32003, "invalid_session_file"),
     Locked = (-32004, "locked"),
+    NotRegularFile = (-32005, "not_regular_file"),
+    TooLarge = (-32006, "too_large"),
+    PathNotAllowed = (-32007, "path_not_allowed"),
     NothingToCompact = (-32010, "nothing_to_compact"),
     AlreadyCompacted = (-32011, "already_compacted"),
     Cancelled = (-32012, "cancelled"),
@@ -45,6 +48,8 @@ kinds! {
     Compacting = (-32020, "compacting"),
     LeafMoved = (-32021, "leaf_moved"),
     EntryNotFound = (-32022, "entry_not_found"),
+    FileChanged = (-32023, "file_changed"),
+    FileBusy = (-32024, "file_busy"),
     Io = (-32030, "io"),
 }
 

@@ -434,6 +434,9 @@ fn example_message(kind: ErrorKind) -> &'static str {
         NotFound => "Session file not found: <path>",
         InvalidSessionFile => "Session file is not a valid pi session: <abs path>",
         Locked => "Session file is locked by another compactd process: <path>",
+        NotRegularFile => "Not a regular file (a FIFO): <path>",
+        TooLarge => "Session file is larger than the <limit>-byte limit (<size> bytes): <path>",
+        PathNotAllowed => "Session path is outside the allowed roots (<roots>): <path>",
         NothingToCompact => "Nothing to compact (session too small)",
         AlreadyCompacted => "Already compacted",
         Cancelled => "Compaction cancelled",
@@ -443,6 +446,8 @@ fn example_message(kind: ErrorKind) -> &'static str {
         Compacting => super::errors::COMPACTING_MESSAGE,
         LeafMoved => "leaf moved: expected <expectedLeafId>, current <leafId>",
         EntryNotFound => "Entry <id> not found",
+        FileChanged => "Session file was replaced or truncated by another process; reopen the session: <path>",
+        FileBusy => "Session file is being written by another process (its last line is still growing): <path>",
         Io => "<io error>",
     }
 }

@@ -30,6 +30,8 @@ pub struct ParsedSession {
     pub migrated: bool,
     /// Lines that were not valid JSON (skipped, as Pi does; reported for diagnostics).
     pub skipped_lines: usize,
+    /// The header's version as read, before any migration (1 when missing).
+    pub original_version: f64,
 }
 
 /// What a file's bytes turned out to be.
@@ -153,7 +155,8 @@ pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
         return ReadOutcome::NotASession;
     }
     let rest = &pieces[header_at + 1..];
-    if header_version(&header) >= CURRENT_VERSION as f64 {
+    let original_version = header_version(&header);
+    if original_version >= CURRENT_VERSION as f64 {
         // The common case: no migration, so entries are built on the parsing threads from their
         // bytes, without value trees.
         let (entries, bad) = par_parse(rest, |piece| {
@@ -166,6 +169,7 @@ pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
             needs_newline_repair,
             migrated: false,
             skipped_lines: skipped + bad,
+            original_version,
         });
     }
     let (rest_values, bad) = par_parse(rest, |p| parse_line_bytes(p));
@@ -186,6 +190,7 @@ pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
         needs_newline_repair,
         migrated,
         skipped_lines: skipped + bad,
+        original_version,
     })
 }
 
