@@ -1,0 +1,366 @@
+//! Other writers, hostile paths and the storage guarantees, driven through the real binary
+//! (issue: reliability and security). Each test reproduces a failure the daemon once had:
+//! another process appending to a session compactd holds, a file replaced or truncated behind
+//! its back, a half-written line, the CLI ignoring the daemon's lock, special files, refused
+//! opens that still created files, paths outside the allowed roots, migrations losing data.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::rpc_client::{Client, Framing};
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for d in ["config", "agent", "run"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        Env { dir }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    fn vars(&self) -> Vec<(&'static str, PathBuf)> {
+        vec![
+            ("XDG_CONFIG_HOME", self.path("config")),
+            ("PI_CODING_AGENT_DIR", self.path("agent")),
+            ("XDG_RUNTIME_DIR", self.path("run")),
+            ("HOME", self.dir.path().to_owned()),
+        ]
+    }
+    /// `compactd stdio`, optionally with a config file's text.
+    fn client(&self, config: Option<&str>) -> Client {
+        let mut args: Vec<String> = Vec::new();
+        if let Some(text) = config {
+            let p = self.path("compactd.toml");
+            std::fs::write(&p, text).unwrap();
+            args.push("--config".into());
+            args.push(p.display().to_string());
+        }
+        let vars = self.vars();
+        let env: Vec<(&str, &Path)> = vars.iter().map(|(k, v)| (*k, v.as_path())).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Client::stdio(&args, &env, Framing::Ndjson)
+    }
+    fn fixture(&self, case: &str) -> PathBuf {
+        let p = self.path(&format!("{case}.jsonl"));
+        std::fs::copy(
+            support::conformance_dir().join(case).join("session.jsonl"),
+            &p,
+        )
+        .expect("copy fixture");
+        p
+    }
+}
+
+const MODEL: fn() -> Value = || {
+    json!({"provider":"anthropic","id":"claude-sonnet-4-5","contextWindow":200000,"maxTokens":64000})
+};
+
+fn open(c: &mut Client, path: &Path) -> String {
+    let r = c.ok("openSession", json!({"path": path, "model": MODEL()}));
+    r["sessionId"].as_str().expect("sessionId").to_owned()
+}
+
+fn user(c: &mut Client, sid: &str, text: &str) -> Result<Value, Value> {
+    c.request(
+        "appendMessage",
+        json!({"sessionId": sid, "message": {"role":"user","content": text, "timestamp": 1}}),
+    )
+}
+
+fn kind(err: &Value) -> &str {
+    err["data"]["kind"].as_str().unwrap_or("")
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The branch compactd's own `inspect` sees (root→leaf ids).
+fn branch_ids(path: &Path) -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_compactd"))
+        .args(["inspect", "--json"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).expect("inspect json");
+    v["session"]["branchEntryIds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+fn pi_line(id: &str, parent: &str, text: &str) -> String {
+    json!({"type":"message","id":id,"parentId":parent,"timestamp":"2026-01-01T00:00:00.000Z",
+           "message":{"role":"user","content":text,"timestamp":2}})
+    .to_string()
+}
+
+fn append_bytes(path: &Path, bytes: &[u8]) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+#[test]
+fn another_writers_entries_become_the_parent_of_the_next_append() {
+    let env = Env::new();
+    let path = env.fixture("005-medium-basic");
+    let mut c = env.client(None);
+    let sid = open(&mut c, &path);
+    let leaf = c.ok("getContextUsage", json!({"sessionId": sid}));
+    assert!(leaf.is_object());
+    let before = branch_ids(&path);
+    let last = before.last().unwrap().clone();
+    // Another process appends two Pi entries, one whole, one in two writes.
+    append_bytes(&path, format!("{}\n", pi_line("pi000001", &last, "from pi")).as_bytes());
+    let second = pi_line("pi000002", "pi000001", "also from pi");
+    let (a, b) = second.split_at(second.len() / 2);
+    append_bytes(&path, a.as_bytes());
+    let tail = b.to_owned();
+    let p2 = path.clone();
+    let finisher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        append_bytes(&p2, format!("{tail}\n").as_bytes());
+    });
+    let r = user(&mut c, &sid, "from compactd").expect("append accepted");
+    finisher.join().unwrap();
+    let ours = r["entryId"].as_str().unwrap().to_owned();
+    let all = lines(&path);
+    let mine = all
+        .iter()
+        .find(|e| e["id"] == json!(ours))
+        .expect("our entry is in the file");
+    assert_eq!(mine["parentId"], "pi000002", "parent is the other writer's last entry");
+    // Every line is valid JSON: the half-written line was not split.
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()));
+    let after = branch_ids(&path);
+    assert_eq!(&after[..before.len()], &before[..]);
+    assert_eq!(&after[before.len()..], ["pi000001", "pi000002", ours.as_str()]);
+}
+
+#[test]
+fn a_torn_line_that_stays_torn_is_repaired_not_glued() {
+    let env = Env::new();
+    let path = env.fixture("005-medium-basic");
+    let mut c = env.client(None);
+    let sid = open(&mut c, &path);
+    append_bytes(&path, b"{\"type\":\"message\",\"id\":\"torn");
+    let r = user(&mut c, &sid, "after a crash").expect("append accepted");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let last: Vec<&str> = text.lines().rev().take(2).collect();
+    assert_eq!(last[1], "{\"type\":\"message\",\"id\":\"torn");
+    let mine: Value = serde_json::from_str(last[0]).unwrap();
+    assert_eq!(mine["id"], r["entryId"]);
+}
+
+#[test]
+fn replaced_or_truncated_files_are_never_written_until_reopened() {
+    let env = Env::new();
+    let path = env.fixture("005-medium-basic");
+    let other = env.fixture("006-tool-heavy-file-ops");
+    let mut c = env.client(None);
+    let sid = open(&mut c, &path);
+    // Replaced by rename (an editor's save, another agent's rewrite).
+    std::fs::rename(&other, &path).unwrap();
+    let replaced = std::fs::read(&path).unwrap();
+    let err = user(&mut c, &sid, "x").expect_err("refused");
+    assert_eq!(kind(&err), "file_changed", "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), replaced, "nothing written");
+    // Reopening reads the new file; the next append's parent is in it.
+    let sid2 = open(&mut c, &path);
+    assert_eq!(sid2, sid);
+    let r = user(&mut c, &sid, "after reopen").expect("accepted after reopen");
+    let all = lines(&path);
+    let mine = all.iter().find(|e| e["id"] == r["entryId"]).unwrap();
+    let parent = mine["parentId"].clone();
+    assert!(all.iter().any(|e| e["id"] == parent), "parent {parent} is in the file");
+    // Truncated to 0 bytes: no header-less line is ever appended.
+    std::fs::write(&path, b"").unwrap();
+    let err = user(&mut c, &sid, "y").expect_err("refused");
+    assert_eq!(kind(&err), "file_changed");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+}
+
+#[test]
+fn the_cli_refuses_a_file_the_daemon_holds() {
+    let env = Env::new();
+    let path = env.fixture("005-medium-basic");
+    let mut c = env.client(None);
+    let _sid = open(&mut c, &path);
+    let before = std::fs::read(&path).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_compactd"))
+        .args(["compact", "--json", "--keep-recent-tokens", "100"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("locked"), "{stdout}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // Once the daemon lets go, the CLI compacts.
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_compactd"))
+            .args(["compact", "--json", "--keep-recent-tokens", "100"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never unlocked: {:?}", out);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn special_files_are_refused_before_reading_and_the_daemon_keeps_serving() {
+    let env = Env::new();
+    let fifo = env.path("pipe.jsonl");
+    let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(status.success());
+    let mut c = env.client(Some("[storage]\nallowed_roots = [\"/\"]\nmax_session_bytes = 4096\n"));
+    let t = Instant::now();
+    let err = c
+        .request("openSession", json!({"path": fifo, "model": MODEL()}))
+        .expect_err("fifo refused");
+    assert_eq!(kind(&err), "not_regular_file", "{err}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let err = c
+        .request("openSession", json!({"path": "/dev/zero", "model": MODEL()}))
+        .expect_err("device refused");
+    assert_eq!(kind(&err), "not_regular_file", "{err}");
+    let big = env.fixture("006-tool-heavy-file-ops");
+    let err = c
+        .request("openSession", json!({"path": big, "model": MODEL()}))
+        .expect_err("too large");
+    assert_eq!(kind(&err), "too_large", "{err}");
+    // Still a FIFO, and the daemon still answers.
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    c.ok("listSessions", json!({}));
+}
+
+#[test]
+fn refused_opens_create_nothing_and_sessions_leave_no_lock_files() {
+    let env = Env::new();
+    let mut c = env.client(None);
+    let missing = env.path("nodir/deeper/s.jsonl");
+    let err = c
+        .request("openSession", json!({"path": missing, "model": MODEL()}))
+        .expect_err("missing");
+    assert_eq!(kind(&err), "not_found");
+    assert!(!env.path("nodir").exists(), "no directory created");
+    let text = env.path("notes.jsonl");
+    std::fs::write(&text, "hello\n").unwrap();
+    let err = c
+        .request("openSession", json!({"path": text, "model": MODEL()}))
+        .expect_err("not a session");
+    assert_eq!(kind(&err), "invalid_session_file");
+    let path = env.fixture("005-medium-basic");
+    // An empty lock file left by the old convention is cleaned up.
+    let mut old_lock = path.as_os_str().to_owned();
+    old_lock.push(".lock");
+    std::fs::write(&old_lock, b"").unwrap();
+    let _sid = open(&mut c, &path);
+    let mut names: Vec<String> = std::fs::read_dir(env.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".lock"))
+        .collect();
+    names.sort();
+    assert!(names.is_empty(), "lock files beside sessions: {names:?}");
+}
+
+#[test]
+fn paths_outside_the_allowed_roots_are_refused_untouched() {
+    let env = Env::new();
+    let inside = env.path("inside");
+    std::fs::create_dir_all(&inside).unwrap();
+    let outside = env.fixture("005-medium-basic");
+    let before = std::fs::read(&outside).unwrap();
+    let mut c = env.client(Some(&format!(
+        "[storage]\nallowed_roots = [\"{}\"]\n",
+        inside.display()
+    )));
+    let err = c
+        .request("openSession", json!({"path": outside, "model": MODEL()}))
+        .expect_err("outside");
+    assert_eq!(kind(&err), "path_not_allowed", "{err}");
+    assert_eq!(std::fs::read(&outside).unwrap(), before);
+    // A link inside the root that points outside is refused too.
+    let link = inside.join("link.jsonl");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let err = c
+        .request("openSession", json!({"path": link, "model": MODEL()}))
+        .expect_err("link outside");
+    assert_eq!(kind(&err), "path_not_allowed");
+    let empty = env.path("empty.jsonl");
+    std::fs::write(&empty, b"").unwrap();
+    let err = c
+        .request("openSession", json!({"path": empty, "model": MODEL()}))
+        .expect_err("empty file outside");
+    assert_eq!(kind(&err), "path_not_allowed");
+    assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0, "no header written");
+}
+
+#[test]
+fn a_migration_keeps_the_original_beside_the_file() {
+    let env = Env::new();
+    let path = env.path("old.jsonl");
+    let original = concat!(
+        "{\"type\":\"session\",\"id\":\"s\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/\"}\n",
+        "{\"type\":\"message\",\"timestamp\":\"t\",\"message\":{\"role\":\"user\",\"content\":\"y\"}}\n",
+        "not json but someone's notes\n",
+    );
+    std::fs::write(&path, original).unwrap();
+    let mut c = env.client(None);
+    let _sid = open(&mut c, &path);
+    let backup = env.path("old.jsonl.v1.bak");
+    assert_eq!(std::fs::read_to_string(&backup).unwrap(), original);
+    let migrated = std::fs::read_to_string(&path).unwrap();
+    assert!(migrated.contains("\"version\":3"));
+}
+
+#[test]
+fn durability_always_is_accepted_and_appends_land() {
+    let env = Env::new();
+    let path = env.fixture("005-medium-basic");
+    let mut c = env.client(Some("[storage]\ndurability = \"always\"\n"));
+    let sid = open(&mut c, &path);
+    let r = user(&mut c, &sid, "durable").expect("append");
+    assert!(lines(&path).iter().any(|e| e["id"] == r["entryId"]));
+    // A bad value is a configuration error: the daemon refuses to start, saying why.
+    let bad = env.path("bad.toml");
+    std::fs::write(&bad, "[storage]\ndurability = \"sometimes\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_compactd"))
+        .arg("--config")
+        .arg(&bad)
+        .arg("stdio")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("durability"));
+}
