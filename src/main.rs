@@ -1,5 +1,8 @@
 //! The `compactd` binary: parse flags, load the one configuration, set up logging (stderr or the
 //! configured file; never stdout, which carries protocol bytes for `stdio`), hand off to `cli`.
+//!
+//! Logging defaults to `info` (connections, sessions opened and closed, each compaction, hook
+//! waits and failures); `COMPACTD_LOG` or the config's `log.level` change it.
 
 use clap::Parser;
 
@@ -7,9 +10,9 @@ fn init_logging(config: &compactd::config::Config) {
     let filter = std::env::var("COMPACTD_LOG")
         .ok()
         .or_else(|| config.log.level.clone())
-        .unwrap_or_else(|| "warn".into());
+        .unwrap_or_else(|| "info".into());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let file = config.log.file.as_ref().and_then(|path| {
         std::fs::OpenOptions::new()
             .create(true)
@@ -29,7 +32,16 @@ fn init_logging(config: &compactd::config::Config) {
             .with_ansi(false)
             .with_writer(std::sync::Mutex::new(f))
             .init(),
-        None => builder.with_writer(std::io::stderr).init(),
+        None => {
+            // Colour only for a person at a terminal: never in an editor's log buffer, a pipe
+            // or a file, and never when NO_COLOR is set (https://no-color.org).
+            let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            builder
+                .with_ansi(colour)
+                .with_writer(std::io::stderr)
+                .init()
+        }
     }
 }
 

@@ -77,7 +77,7 @@ pub fn initialize(_ctx: &Ctx, p: InitializeParams) -> Result<Value, RpcError> {
         "capabilities": {
             "framings": ["ndjson", "lsp"],
             "hooks": HOOKS,
-            "events": EVENTS.iter().chain(["subscription_dropped"].iter()).collect::<Vec<_>>(),
+            "events": EVENTS,
             "summarizer": _ctx.daemon.config.summarizer.provider,
         }
     }))
@@ -629,13 +629,15 @@ pub fn set_settings_overrides(ctx: &Ctx, p: SetSettingsOverridesParams) -> Resul
     Ok(json!({ "ok": true }))
 }
 
-/// Event names a connection can subscribe to.
-pub const EVENTS: [&str; 5] = [
+/// Event names a connection can subscribe to: exactly what `initialize` advertises
+/// (`subscription_dropped` is delivered whatever the filters say, but may be named too).
+pub const EVENTS: [&str; 6] = [
     "compaction_start",
     "compaction_end",
     "summarization_retry_scheduled",
     "summarization_retry_attempt_start",
     "summarization_retry_finished",
+    "subscription_dropped",
 ];
 
 /// Checks names against a known list and an optional session id against the registry (shared

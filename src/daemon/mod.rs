@@ -87,6 +87,9 @@ pub struct Daemon {
     hook_seq: AtomicU64,
     /// `setSettingsOverrides` without a session: applies to every session.
     pub global_overrides: Mutex<Option<Value>>,
+    /// Cancelled when the daemon shuts down (SIGTERM/SIGINT): every compaction's abort token
+    /// is a child of it, so shutdown aborts them all and any started afterwards.
+    pub shutdown: CancellationToken,
 }
 
 /// Canonical form of a path whose file may not exist yet (the parent must resolve).
@@ -148,7 +151,13 @@ impl Daemon {
             next_session: AtomicU64::new(1),
             hook_seq: AtomicU64::new(1),
             global_overrides: Mutex::new(None),
+            shutdown: CancellationToken::new(),
         })
+    }
+
+    /// A fresh abort token for a compaction or branch summary (cancelled by shutdown too).
+    pub fn run_token(&self) -> CancellationToken {
+        self.shutdown.child_token()
     }
 
     /// Registers a new connection; the receiver feeds its writer task.
@@ -232,6 +241,7 @@ impl Daemon {
         });
         reg.by_path.insert(path.to_owned(), id.clone());
         reg.by_id.insert(id.clone(), session.clone());
+        tracing::info!(session = %id, path = %path.display(), connection = conn.id, "session opened");
         conn.holds.lock().insert(id);
         Ok((session, true))
     }
@@ -251,6 +261,7 @@ impl Daemon {
             }
             reg.by_id.remove(session_id);
             reg.by_path.remove(&s.path);
+            tracing::info!(session = session_id, path = %s.path.display(), "session closed");
         }
         held
     }
@@ -296,6 +307,13 @@ impl Daemon {
     ) -> Vec<Value> {
         let mut results = Vec::new();
         for (conn, timeout) in self.hook_targets(session_id, hook) {
+            tracing::info!(
+                connection = conn.id,
+                hook,
+                session = session_id,
+                timeout_ms = timeout.as_millis() as u64,
+                "asking the client's hook handler"
+            );
             let answer = tokio::select! {
                 r = conn.request(hook, params.clone(), timeout) => r,
                 _ = cancel.cancelled() => {
@@ -316,11 +334,21 @@ impl Daemon {
                 Err(PeerError::Timeout) => tracing::warn!(
                     connection = conn.id,
                     hook,
-                    "hook timed out; treated as no result"
+                    timeout_ms = timeout.as_millis() as u64,
+                    "hook handler sent no reply in time; treated as no result (a handler with \
+                     nothing to say must still reply, e.g. with null)"
                 ),
-                Err(e) => {
-                    tracing::warn!(connection = conn.id, hook, error = ?e, "hook failed; treated as no result")
-                }
+                Err(PeerError::Disconnected) => tracing::warn!(
+                    connection = conn.id,
+                    hook,
+                    "client went away before answering the hook; treated as no result"
+                ),
+                Err(PeerError::Error(e)) => tracing::warn!(
+                    connection = conn.id,
+                    hook,
+                    error = %crate::json::stringify(&e),
+                    "hook handler answered with an error; treated as no result"
+                ),
             }
         }
         results

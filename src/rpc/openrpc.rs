@@ -444,6 +444,8 @@ fn example_message(kind: ErrorKind) -> &'static str {
         LeafMoved => "leaf moved: expected <expectedLeafId>, current <leafId>",
         EntryNotFound => "Entry <id> not found",
         Io => "<io error>",
+        RequestCancelled => "Request cancelled",
+        Overloaded => "Too many requests in flight on this connection (limit <n>); …",
     }
 }
 
