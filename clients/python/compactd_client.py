@@ -55,6 +55,8 @@ ERROR_CODES = {
     "leaf_moved": -32021,
     "entry_not_found": -32022,
     "io": -32030,
+    "overloaded": -32040,
+    "request_cancelled": -32800,
 }
 
 
@@ -190,14 +192,20 @@ class Client:
     ) -> "Client":
         """Spawns ``compactd stdio [args]`` and connects to its stdin/stdout."""
         bin = bin or os.environ.get("COMPACTD_BIN") or "compactd"
-        proc = subprocess.Popen(
-            [bin, "stdio", *(args or [])],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-            bufsize=0,
-        )
+        try:
+            proc = subprocess.Popen(
+                [bin, "stdio", *(args or [])],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env=env,
+                bufsize=0,
+            )
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"compactd binary not found: {bin!r}. Set COMPACTD_BIN to its path, or install it "
+                "on PATH with `cargo install --path .` in the compactd checkout"
+            ) from None
 
         def closer() -> None:
             try:

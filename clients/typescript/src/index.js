@@ -8,7 +8,9 @@
 // Plain ESM JavaScript, no build step; `index.d.ts` next to this file carries the types.
 
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import net from 'node:net';
+import path from 'node:path';
 
 import {
   createMessageConnection,
@@ -20,6 +22,34 @@ import {
 } from 'vscode-jsonrpc/node.js';
 
 export { ResponseError };
+
+/**
+ * The binary to spawn: a path as given, or a bare name looked up on PATH. Throws a clear error
+ * instead of letting `spawn` fail later with a bare ENOENT.
+ */
+function findBinary(bin, env) {
+  const runnable = (p) => {
+    try {
+      fs.accessSync(p, fs.constants.X_OK);
+      return fs.statSync(p).isFile();
+    } catch {
+      return false;
+    }
+  };
+  const notFound = () =>
+    new Error(
+      `compactd binary not found: '${bin}'. Set COMPACTD_BIN to its path, or install it on PATH ` +
+        'with `cargo install --path .` in the compactd checkout',
+    );
+  if (bin.includes('/')) {
+    if (!runnable(bin)) throw notFound();
+    return bin;
+  }
+  for (const dir of (env.PATH ?? '').split(path.delimiter)) {
+    if (dir && runnable(path.join(dir, bin))) return path.join(dir, bin);
+  }
+  throw notFound();
+}
 
 /** Error codes of protocol.md §3 "Errors" (plus the JSON-RPC standard ones). */
 export const ErrorCodes = Object.freeze({
@@ -42,6 +72,8 @@ export const ErrorCodes = Object.freeze({
   LeafMoved: -32021,
   EntryNotFound: -32022,
   Io: -32030,
+  Overloaded: -32040,
+  RequestCancelled: -32800,
 });
 
 /** Events the daemon sends to subscribed connections. */
@@ -116,7 +148,7 @@ export class CompactdClient {
    * @param {{ bin?: string, args?: string[], env?: NodeJS.ProcessEnv, cwd?: string, stderr?: 'inherit' | 'ignore' | 'pipe' }} [options]
    */
   static spawnStdio(options = {}) {
-    const bin = options.bin ?? process.env.COMPACTD_BIN ?? 'compactd';
+    const bin = findBinary(options.bin ?? process.env.COMPACTD_BIN ?? 'compactd', options.env ?? process.env);
     const child = spawn(bin, ['stdio', ...(options.args ?? [])], {
       env: options.env ?? process.env,
       cwd: options.cwd,
