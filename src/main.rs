@@ -1,18 +1,20 @@
 //! The `compactd` binary: parse flags, load the one configuration, set up logging (stderr or the
 //! configured file; never stdout, which carries protocol bytes for `stdio`), hand off to `cli`.
 //!
-//! Logging defaults to `info` (connections, sessions opened and closed, each compaction, hook
-//! waits and failures); `COMPACTD_LOG` or the config's `log.level` change it.
+//! The daemon logs at `info` by default (connections, sessions opened and closed, each
+//! compaction, hook waits and failures); `inspect` and `compact` at `warn`. `COMPACTD_LOG` or
+//! the config's `log.level` change it.
 
 use clap::Parser;
 
-fn init_logging(config: &compactd::config::Config) {
+/// `default`: the level when neither `COMPACTD_LOG` nor the config sets one.
+fn init_logging(config: &compactd::config::Config, default: &str) {
     let filter = std::env::var("COMPACTD_LOG")
         .ok()
         .or_else(|| config.log.level.clone())
-        .unwrap_or_else(|| "info".into());
+        .unwrap_or_else(|| default.into());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let file = config.log.file.as_ref().and_then(|path| {
         std::fs::OpenOptions::new()
             .create(true)
@@ -51,9 +53,15 @@ fn main() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("compactd: {e}");
-            std::process::exit(2);
+            std::process::exit(compactd::cli::EXIT_USAGE);
         }
     };
-    init_logging(&config);
+    // The daemon reports what it does at `info`; one-shot commands print their own output and
+    // log only problems.
+    let default_level = match cli.command {
+        compactd::cli::Command::Serve { .. } | compactd::cli::Command::Stdio { .. } => "info",
+        _ => "warn",
+    };
+    init_logging(&config, default_level);
     std::process::exit(compactd::cli::run(cli, config));
 }

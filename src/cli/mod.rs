@@ -57,12 +57,14 @@ pub enum Command {
         transport: TransportArgs,
     },
     /// Serve one client on stdin/stdout (what an editor spawns). Logs go to stderr.
+    #[command(after_help = EXIT_CODES)]
     Stdio {
         #[command(flatten)]
         transport: TransportArgs,
     },
     /// Print Pi's analysis of a session (tokens, threshold, cut point, what would be summarized).
     /// Never writes the file.
+    #[command(after_help = EXIT_CODES)]
     Inspect {
         session: PathBuf,
         /// One JSON object in the conformance fixtures' `expected.json` shape.
@@ -75,6 +77,7 @@ pub enum Command {
         settings: SettingsArgs,
     },
     /// Run Pi's manual compaction on a session file and append the compaction entry.
+    #[command(after_help = EXIT_CODES)]
     Compact {
         session: PathBuf,
         #[arg(long)]
@@ -236,13 +239,28 @@ impl ModelArgs {
     }
 }
 
+/// Writes command output to stdout. A reader that went away (`compactd inspect … | head`) is
+/// not an error: the command exits quietly with success. Returns the exit code.
+pub fn write_stdout(text: &str) -> i32 {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => EXIT_OK,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => EXIT_OK,
+        Err(e) => {
+            eprintln!("compactd: cannot write output: {e}");
+            EXIT_FAILED
+        }
+    }
+}
+
 /// Reports an error the way the caller asked for.
 pub fn print_error(json: bool, message: &str) {
     if json {
-        println!(
-            "{}",
+        write_stdout(&format!(
+            "{}\n",
             crate::json::stringify(&serde_json::json!({ "error": message }))
-        );
+        ));
     } else {
         eprintln!("compactd: {message}");
     }
@@ -291,7 +309,7 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                 Ok(e) => e,
                 Err(msg) => {
                     print_error(json, &msg);
-                    return 2;
+                    return EXIT_USAGE;
                 }
             };
             compact::run(
