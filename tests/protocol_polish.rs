@@ -508,3 +508,67 @@ fn default_logs_say_what_happened_without_colour_or_debug_dumps() {
         "no Debug dumps:\n{log}"
     );
 }
+
+#[test]
+fn register_hooks_include_selects_what_the_hook_receives() {
+    let env = Env::new();
+    let file = env.session("037-large-200k");
+    let socket = env.path("run/d.sock");
+    let mut daemon = env.serve(&socket);
+    let mut lean = Client::socket(&socket, Framing::Ndjson);
+    let mut full = Client::socket(&socket, Framing::Ndjson);
+    let seen_lean: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let seen_full: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    for (c, seen) in [
+        (&mut lean, seen_lean.clone()),
+        (&mut full, seen_full.clone()),
+    ] {
+        c.on_request(move |method, params| {
+            if method == "session_before_compact" {
+                *seen.lock().unwrap() = Some(params.to_string());
+            }
+            Some(Value::Null)
+        });
+    }
+    let sid = lean.ok("openSession", json!({"path": file}))["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let e = lean
+        .request(
+            "registerHooks",
+            json!({"hooks": ["session_before_compact"], "include": ["everything"]}),
+        )
+        .unwrap_err();
+    assert_eq!(e["code"], -32602);
+    assert!(e["message"].as_str().unwrap().contains("branchEntries"));
+    lean.ok(
+        "registerHooks",
+        json!({"hooks": ["session_before_compact"], "include": ["preparation"]}),
+    );
+    full.ok(
+        "registerHooks",
+        json!({"hooks": ["session_before_compact"]}),
+    );
+    lean.ok("compact", json!({"sessionId": sid}));
+    let lean_text = seen_lean.lock().unwrap().clone().expect("lean hook asked");
+    let full_text = seen_full.lock().unwrap().clone().expect("full hook asked");
+    let lean_v: Value = serde_json::from_str(&lean_text).unwrap();
+    let full_v: Value = serde_json::from_str(&full_text).unwrap();
+    assert!(lean_v.get("branchEntries").is_none());
+    assert_eq!(lean_v["preparation"], full_v["preparation"]);
+    assert_eq!(lean_v["reason"], "manual");
+    assert!(
+        full_v["branchEntries"].is_array(),
+        "the default is Pi's full payload"
+    );
+    eprintln!(
+        "session_before_compact for a {} byte session: {} bytes in full, {} with include [\"preparation\"]",
+        std::fs::metadata(&file).unwrap().len(),
+        full_text.len(),
+        lean_text.len()
+    );
+    assert!(lean_text.len() * 2 < full_text.len());
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}

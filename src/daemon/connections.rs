@@ -42,6 +42,27 @@ pub struct HookRegistration {
     pub timeout: Duration,
     /// Registration order across the daemon (hooks are asked in that order).
     pub seq: u64,
+    /// The optional payload members this connection wants (`None`: all of them).
+    pub include: Option<Vec<String>>,
+}
+
+/// Members of a hook request that a registration may leave out (`registerHooks {include}`).
+pub const OPTIONAL_HOOK_MEMBERS: [&str; 2] = ["preparation", "branchEntries"];
+
+impl HookRegistration {
+    /// `params` as this registration wants them: optional members not included are removed.
+    pub fn shape(&self, params: &Value) -> Value {
+        let (Some(include), Value::Object(o)) = (&self.include, params) else {
+            return params.clone();
+        };
+        let mut o = o.clone();
+        for m in OPTIONAL_HOOK_MEMBERS {
+            if !include.iter().any(|i| i == m) {
+                o.remove(m);
+            }
+        }
+        Value::Object(o)
+    }
 }
 
 /// Why a server→client request produced no result.
@@ -244,8 +265,8 @@ impl Connection {
         self.close();
     }
 
-    /// Hook registration for `hook` on `session_id`, if any.
-    pub fn hook_timeout(&self, session_id: &str, hook: &str) -> Option<(u64, Duration)> {
+    /// The first hook registration for `hook` on `session_id`, if any.
+    pub fn hook_registration(&self, session_id: &str, hook: &str) -> Option<HookRegistration> {
         self.hooks
             .lock()
             .iter()
@@ -253,8 +274,8 @@ impl Connection {
                 h.session_id.as_deref().is_none_or(|id| id == session_id)
                     && h.hooks.iter().any(|x| x == hook)
             })
-            .map(|h| (h.seq, h.timeout))
-            .min_by_key(|(seq, _)| *seq)
+            .min_by_key(|h| h.seq)
+            .cloned()
     }
 
     /// Fails every request in flight (the connection is gone).

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::connections::{Connection, HookRegistration, Subscription};
+use super::connections::{Connection, HookRegistration, Subscription, OPTIONAL_HOOK_MEMBERS};
 use super::session::{message_entry, simple_entry, SessionState};
 use super::settings::{agent_dir, effective};
 use super::{canonical_path, lifecycle, Daemon, Session};
@@ -690,7 +690,19 @@ pub const HOOKS: [&str; 4] = [
 
 pub fn register_hooks(ctx: &Ctx, p: RegisterHooksParams) -> Result<Value, RpcError> {
     check_registration(ctx, "hook", p.hooks.iter(), &HOOKS, p.session_id.as_ref())?;
+    if let Some(bad) = p
+        .include
+        .iter()
+        .flatten()
+        .find(|m| !OPTIONAL_HOOK_MEMBERS.contains(&m.as_str()))
+    {
+        return Err(RpcError::invalid_params(format!(
+            "unknown include member {bad:?} (known: {})",
+            OPTIONAL_HOOK_MEMBERS.join(", ")
+        )));
+    }
     ctx.conn.hooks.lock().push(HookRegistration {
+        include: p.include,
         session_id: p.session_id,
         hooks: p.hooks,
         timeout: Duration::from_millis(p.timeout_ms.unwrap_or(60_000)),

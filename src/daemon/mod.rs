@@ -281,14 +281,14 @@ impl Daemon {
         &self,
         session_id: &str,
         hook: &str,
-    ) -> Vec<(Arc<Connection>, std::time::Duration)> {
+    ) -> Vec<(Arc<Connection>, connections::HookRegistration)> {
         let conns: Vec<Arc<Connection>> = self.connections.lock().values().cloned().collect();
-        let mut targets: Vec<(u64, Arc<Connection>, std::time::Duration)> = conns
+        let mut targets: Vec<(Arc<Connection>, connections::HookRegistration)> = conns
             .into_iter()
-            .filter_map(|c| c.hook_timeout(session_id, hook).map(|(seq, t)| (seq, c, t)))
+            .filter_map(|c| c.hook_registration(session_id, hook).map(|r| (c, r)))
             .collect();
-        targets.sort_by_key(|(seq, _, _)| *seq);
-        targets.into_iter().map(|(_, c, t)| (c, t)).collect()
+        targets.sort_by_key(|(_, r)| r.seq);
+        targets
     }
 
     pub fn has_hook(&self, session_id: &str, hook: &str) -> bool {
@@ -306,7 +306,8 @@ impl Daemon {
         stop: impl Fn(&Value) -> bool,
     ) -> Vec<Value> {
         let mut results = Vec::new();
-        for (conn, timeout) in self.hook_targets(session_id, hook) {
+        for (conn, registration) in self.hook_targets(session_id, hook) {
+            let timeout = registration.timeout;
             tracing::info!(
                 connection = conn.id,
                 hook,
@@ -315,7 +316,7 @@ impl Daemon {
                 "asking the client's hook handler"
             );
             let answer = tokio::select! {
-                r = conn.request(hook, params.clone(), timeout) => r,
+                r = conn.request(hook, registration.shape(&params), timeout) => r,
                 _ = cancel.cancelled() => {
                     conn.cancel_pending();
                     break;
@@ -356,7 +357,8 @@ impl Daemon {
 
     /// Sends a hook notification (`session_compact`, `session_compact_failed`).
     pub fn notify_hooks(&self, session_id: &str, hook: &str, params: Value) {
-        for (conn, _) in self.hook_targets(session_id, hook) {
+        for (conn, registration) in self.hook_targets(session_id, hook) {
+            let params = registration.shape(&params);
             conn.send(crate::json::stringify(
                 &serde_json::json!({"jsonrpc": "2.0", "method": hook, "params": params}),
             ));
