@@ -572,3 +572,58 @@ fn register_hooks_include_selects_what_the_hook_receives() {
     let _ = daemon.kill();
     let _ = daemon.wait();
 }
+
+#[test]
+fn a_hook_handler_that_never_replies_is_waited_for_visibly_in_the_log() {
+    let env = Env::new();
+    let file = env.session("009-bash-executions");
+    let mut child = env
+        .command("stdio")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    for r in [
+        request(1, "openSession", json!({"path": file})),
+        request(
+            2,
+            "setSettingsOverrides",
+            json!({"sessionId": "s1", "compaction": {"keepRecentTokens": 2000}}),
+        ),
+        request(
+            3,
+            "registerHooks",
+            json!({"hooks": ["session_before_compact"], "timeoutMs": 300}),
+        ),
+        request(4, "compact", json!({"sessionId": "s1"})),
+    ] {
+        stdin.write_all(r.as_bytes()).unwrap();
+    }
+    stdin.flush().unwrap();
+    // The hook request arrives and is never answered (a Lua handler returning nil); the
+    // compaction goes ahead after the timeout.
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0);
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v["id"] == 4 {
+            assert!(v["result"]["summary"].is_string(), "{v}");
+            break;
+        }
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        log.contains("asking the client's hook handler") && log.contains("timeout_ms=300"),
+        "{log}"
+    );
+    assert!(
+        log.contains("hook handler sent no reply in time") && log.contains("e.g. with null"),
+        "{log}"
+    );
+}
