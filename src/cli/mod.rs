@@ -342,7 +342,7 @@ where
     let daemon = crate::daemon::Daemon::new(config);
     let outcome = runtime.block_on(body(daemon));
     // Do not wait for the blocking thread still reading stdin (it never returns on its own).
-    runtime.shutdown_timeout(std::time::Duration::from_millis(50));
+    runtime.shutdown_timeout(std::time::Duration::from_millis(10));
     match outcome {
         Ok(()) => EXIT_OK,
         Err(e) => {
