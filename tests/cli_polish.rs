@@ -273,12 +273,18 @@ fn daemon_logs_are_coloured_only_on_a_terminal_without_no_color() {
     let dir = tempfile::tempdir().unwrap();
     let run = |no_color: Option<&str>| {
         let mut c = Command::new("timeout");
-        c.args(["2", "script", "-qec", &format!("{} stdio", bin()), "/dev/null"])
-            .env("XDG_CONFIG_HOME", dir.path().join("config"))
-            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
-            .env_remove("COMPACTD_LOG")
-            .env_remove("NO_COLOR")
-            .stdin(Stdio::null());
+        c.args([
+            "2",
+            "script",
+            "-qec",
+            &format!("{} stdio", bin()),
+            "/dev/null",
+        ])
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+        .env_remove("COMPACTD_LOG")
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null());
         if let Some(v) = no_color {
             c.env("NO_COLOR", v);
         }
@@ -286,8 +292,14 @@ fn daemon_logs_are_coloured_only_on_a_terminal_without_no_color() {
     };
     let plain = run(Some("1"));
     assert!(plain.contains("client connected"), "{plain}");
-    assert!(!plain.contains('\u{1b}'), "NO_COLOR is respected: {plain:?}");
+    assert!(
+        !plain.contains('\u{1b}'),
+        "NO_COLOR is respected: {plain:?}"
+    );
     let coloured = run(None);
     assert!(coloured.contains("client connected"), "{coloured}");
-    assert!(coloured.contains("\u{1b}["), "a terminal gets colour: {coloured:?}");
+    assert!(
+        coloured.contains("\u{1b}["),
+        "a terminal gets colour: {coloured:?}"
+    );
 }
