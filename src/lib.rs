@@ -14,8 +14,8 @@
 //! - [`rpc`]: the protocol surface — parameter/result types, error codes, the OpenRPC document.
 //! - [`daemon`]: open sessions shared by connections, Pi's compaction lifecycle, events, hooks,
 //!   settings files, tree navigation.
-//! - [`transport`]: framing, the per-connection loop, the jsonrpsee dispatch table, stdio and
-//!   Unix-socket listeners.
+//! - [`transport`]: framing, typed wire messages, the per-connection loop, the method table,
+//!   stdio and Unix-socket listeners.
 //! - [`config`]: the one configuration struct (TOML), summarizer selection.
 //! - [`cli`]: the command-line front end (`serve`, `stdio`, `inspect`, `compact`).
 //! - [`cpu`]: CPU-heavy work run without stalling the async workers.

@@ -86,6 +86,8 @@ pub struct Overview {
     pub context_messages: usize,
     pub should_compact: bool,
     pub compactions_on_branch: usize,
+    /// Compactions anywhere in the tree.
+    pub compactions: usize,
     /// Leaves of the tree (entries nothing else names as parent): 1 for a linear session.
     pub leaves: usize,
     pub plan: Result<Plan, NothingToCompact>,
@@ -114,8 +116,9 @@ pub fn overview(tree: &SessionTree, context_window: i64, settings: &CompactionSe
     let leaves = tree
         .entries()
         .iter()
-        .filter(|e| e.id.as_deref().is_none_or(|id| !parents.contains(id)))
-        .count();
+        .filter(|e| e.id.as_deref().is_some_and(|id| !parents.contains(id)))
+        .count()
+        .max(usize::from(!tree.is_empty()));
     Overview {
         session_id: tree.header.get("id").and_then(Value::as_str).map(str::to_owned),
         version: tree.header.get("version").cloned().unwrap_or(Value::Null),
@@ -127,6 +130,11 @@ pub fn overview(tree: &SessionTree, context_window: i64, settings: &CompactionSe
         compactions_on_branch: branch
             .iter()
             .filter(|&&i| tree.entry(i).kind == crate::session::EntryKind::Compaction)
+            .count(),
+        compactions: tree
+            .entries()
+            .iter()
+            .filter(|e| e.kind == crate::session::EntryKind::Compaction)
             .count(),
         leaves,
         plan: plan_compaction(&view, &index, settings),

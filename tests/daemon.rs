@@ -554,7 +554,8 @@ fn abort_mid_compaction_writes_nothing_and_a_second_compact_supersedes() {
     fake.state.lock().delay = Duration::ZERO;
     let r = c.wait(second, LONG).expect("second compact");
     assert!(r["summary"].as_str().unwrap().starts_with('S'));
-    // An editor cancels its own request with `$/cancelRequest`: same outcome as an abort.
+    // An editor cancels its own request with `$/cancelRequest`: the compaction is aborted as
+    // by `abortCompaction`, and the request answers LSP's `RequestCancelled`.
     c.ok(
         "appendMessage",
         json!({"sessionId": sid, "message": {"role": "user", "content": "more ".repeat(4000)}}),
@@ -567,7 +568,7 @@ fn abort_mid_compaction_writes_nothing_and_a_second_compact_supersedes() {
     let e = c.wait(third, LONG).unwrap_err();
     assert_eq!(
         (e["code"].as_i64(), e["message"].as_str()),
-        (Some(-32012), Some("Compaction cancelled"))
+        (Some(-32800), Some("Request cancelled"))
     );
     assert_eq!(std::fs::read(&file).unwrap(), before);
     drop(fake);

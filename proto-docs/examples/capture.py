@@ -205,6 +205,15 @@ def scenario(home):
     c2.call("initialize", {})
     ex["error_oversized"] = c2.log[start:]
     c2.close()
+
+    # The same frame in LSP framing: the length cannot be trusted, so the connection closes.
+    c3 = Client(home, framing="lsp", extra=["--max-frame", "64"])
+    start = len(c3.log)
+    c3.send_raw(compact_json({"jsonrpc": "2.0", "id": 1, "method": "shouldCompact",
+                              "params": {"contextTokens": 1, "contextWindow": 2, "settings": {"reserveTokens": 1, "keepRecentTokens": 1}}}))
+    c3.read_frame()
+    assert c3.p.wait(timeout=10) == 0, "the connection (and compactd stdio) ends"
+    ex["error_oversized_lsp"] = c3.log[start:]
     return ex
 
 
@@ -222,6 +231,11 @@ def check_lsp(home, ex):
 
 def frame_lsp(text):
     return "Content-Length: %d\\r\\n\\r\\n%s" % (len(text.encode()), text)
+
+
+def render_lsp_only(frames):
+    lsp = "\n".join(("--> " if d == "out" else "<-- ") + frame_lsp(t) for d, t in frames)
+    return "LSP framing:\n\n```text\n%s\n```\n" % lsp
 
 
 def render(frames):
@@ -294,7 +308,7 @@ def main():
         p = os.path.join(DOCS, md)
         src = open(p).read()
         src2 = mpat.sub(lambda m: "<!-- method:%s -->\n%s<!-- /method -->" % (m.group(1), method_table(methods[m.group(1)])), src)
-        out = pat.sub(lambda m: "<!-- example:%s -->\n%s<!-- /example -->" % (m.group(1), render(ex[m.group(1)])), src2)
+        out = pat.sub(lambda m: "<!-- example:%s -->\n%s<!-- /example -->" % (m.group(1), (render_lsp_only if m.group(1).endswith("_lsp") else render)(ex[m.group(1)])), src2)
         if out != src:
             open(p, "w").write(out)
     print("captured %d exchanges" % len(ex))

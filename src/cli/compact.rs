@@ -1,11 +1,63 @@
 //! `compactd compact`: Pi's manual compaction of one session file, appending the entry.
+//!
+//! A call to a real provider can take many seconds (two calls for a split turn, retries with
+//! backoff), so on a terminal the command shows progress on stderr: which summarizer runs, the
+//! elapsed time and, while a retry waits, the failed attempt and a countdown. With `--json`, or
+//! when stderr is not a terminal (an editor, a pipe, CI), nothing extra is printed.
 
+use std::io::IsTerminal;
 use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::compaction::tokens::CompactionSettings;
-use crate::compactor::{compact_file, SummaryEngine};
+use crate::compactor::{compact_file, RetryObserver, SummaryEngine, RETRY_OBSERVER};
+use crate::summarizer::RetryEvent;
+
+/// What the progress line says; the ticker re-renders it (the countdown moves).
+struct Status {
+    summarizer: String,
+    retry: Option<(u32, u32, Instant, String)>,
+}
+
+impl Status {
+    fn render(&self) -> String {
+        match &self.retry {
+            None => format!("summarizing with {}", self.summarizer),
+            Some((attempt, max, at, error)) => {
+                let left = at.saturating_duration_since(Instant::now()).as_secs_f32();
+                format!(
+                    "{}: attempt {attempt}/{max} failed ({error}); retrying in {left:.0}s",
+                    self.summarizer
+                )
+            }
+        }
+    }
+}
+
+fn summarizer_name(engine: &SummaryEngine) -> String {
+    match engine {
+        SummaryEngine::Extractive { .. } => "the extractive summarizer".to_owned(),
+        SummaryEngine::Llm { model, .. } => format!("{}/{}", model.provider, model.id),
+    }
+}
+
+/// A spinner on stderr when a person is watching, else a hidden bar that prints nothing.
+fn progress_bar(json: bool) -> ProgressBar {
+    if json || !std::io::stderr().is_terminal() {
+        return ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    }
+    let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} compacting [{elapsed}] {msg}") {
+        pb.set_style(style);
+    }
+    pb.enable_steady_tick(Duration::from_millis(120));
+    pb
+}
 
 /// Runs `compact`; returns the process exit code. On failure the file is left as loading left
 /// it (Pi's own load-time repairs only) and the error is Pi's original message.
@@ -23,38 +75,86 @@ pub fn run(
         Ok(r) => r,
         Err(e) => {
             super::print_error(json, &format!("cannot start the async runtime: {e}"));
-            return 1;
+            return super::EXIT_FAILED;
         }
     };
+    let pb = progress_bar(json);
+    let status = Arc::new(Mutex::new(Status {
+        summarizer: summarizer_name(engine),
+        retry: None,
+    }));
+    pb.set_message(status.lock().render());
+    pb.tick();
     let cancel = CancellationToken::new();
     let ctrl_c = cancel.clone();
-    let outcome = runtime.block_on(async move {
+    let observer: RetryObserver = {
+        let status = status.clone();
+        let pb = pb.clone();
+        Arc::new(move |e: &RetryEvent| {
+            let mut s = status.lock();
+            match e {
+                RetryEvent::Scheduled {
+                    attempt,
+                    max_attempts,
+                    delay_ms,
+                    error_message,
+                } => {
+                    s.retry = Some((
+                        *attempt,
+                        *max_attempts,
+                        Instant::now() + Duration::from_millis(*delay_ms),
+                        error_message.clone(),
+                    ))
+                }
+                RetryEvent::AttemptStart | RetryEvent::Finished { .. } => s.retry = None,
+            }
+            pb.set_message(s.render());
+        })
+    };
+    let outcome = runtime.block_on(async {
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 ctrl_c.cancel();
             }
         });
-        compact_file(path, settings, engine, custom_instructions, &cancel).await
+        let ticker = {
+            let status = status.clone();
+            let pb = pb.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    pb.set_message(status.lock().render());
+                }
+            })
+        };
+        let r = RETRY_OBSERVER
+            .scope(
+                observer,
+                compact_file(path, settings, engine, custom_instructions, &cancel),
+            )
+            .await;
+        ticker.abort();
+        r
     });
+    pb.finish_and_clear();
     match outcome {
         Ok(done) => {
             if json {
-                println!("{}", crate::json::stringify(&done.result));
+                super::write_stdout(&format!("{}\n", crate::json::stringify(&done.result)))
             } else {
                 let r = &done.result;
-                println!(
-                    "compacted: {} tokens before, ~{} after; kept from entry {}\n\n{}",
+                super::write_stdout(&format!(
+                    "compacted: {} tokens before, ~{} after; kept from entry {}\n\n{}\n",
                     r["tokensBefore"],
                     r["estimatedTokensAfter"],
                     r["firstKeptEntryId"].as_str().unwrap_or("?"),
                     r["summary"].as_str().unwrap_or("")
-                );
+                ))
             }
-            0
         }
         Err(e) => {
             super::print_error(json, &e.to_string());
-            1
+            super::EXIT_FAILED
         }
     }
 }

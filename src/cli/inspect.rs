@@ -1,4 +1,11 @@
 //! `compactd inspect`: Pi's analysis of a session file, without writing anything.
+//!
+//! `--json` prints the full analysis (`report::inspect`, the fixtures' shape, which materializes
+//! every context message). The human summary uses the lean `report::overview` (facts and the
+//! plan only, no message parsed) plus facts about the file that the analysis does not carry:
+//! the version the file was written in (a v1/v2 file is migrated in memory, and would be
+//! rewritten by a writing command), the compactions already in it and how many branches its
+//! tree has.
 
 use std::path::Path;
 
@@ -6,47 +13,65 @@ use crate::compaction::tokens::CompactionSettings;
 use crate::report::{self, Overview};
 use crate::store;
 
+/// `1 entry`, `2 entries`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Runs `inspect`; returns the process exit code.
 pub fn run(path: &Path, json: bool, context_window: i64, settings: &CompactionSettings) -> i32 {
     let (tree, load) = match store::load(path, false) {
         Ok(t) => t,
         Err(e) => {
             super::print_error(json, &e.to_string());
-            return 1;
+            return super::EXIT_FAILED;
         }
     };
     if json {
         let out = report::inspect(&tree, context_window, settings);
-        println!("{}", crate::json::stringify(&out));
-        return 0;
+        return super::write_stdout(&format!("{}\n", crate::json::stringify(&out)));
     }
     let o = report::overview(&tree, context_window, settings);
-    print!("{}", human(&o, context_window, settings, load.skipped_lines));
-    0
+    super::write_stdout(&human(&o, &load, context_window, settings))
 }
 
-fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
-fn human(o: &Overview, window: i64, settings: &CompactionSettings, skipped: usize) -> String {
+fn human(
+    o: &Overview,
+    load: &store::LoadReport,
+    window: i64,
+    settings: &CompactionSettings,
+) -> String {
     let mut s = String::new();
+    let mut notes = vec![count(o.entry_count, "entry", "entries")];
+    if load.skipped_lines > 0 {
+        notes.push(format!(
+            "{} skipped",
+            count(load.skipped_lines, "malformed line", "malformed lines")
+        ));
+    }
+    let original = crate::json::js_number(load.original_version);
+    let version = if load.migrated {
+        format!(
+            "v{original} file, read as v{}: compact or openSession would migrate and rewrite it",
+            o.version
+        )
+    } else {
+        format!("v{original}")
+    };
     s.push_str(&format!(
-        "session   {} (v{}, {}{})\n",
+        "session   {} ({version}; {})\n",
         o.session_id.as_deref().unwrap_or("?"),
-        o.version,
-        plural(o.entry_count, "entry", "entries"),
-        if skipped > 0 {
-            format!(", {} skipped", plural(skipped, "malformed line", "malformed lines"))
-        } else {
-            String::new()
-        }
+        notes.join(", ")
     ));
     s.push_str(&format!(
-        "branch    leaf {}, {} on it, {} in the tree\n",
-        o.leaf_id.as_deref().unwrap_or("(none)"),
-        plural(o.compactions_on_branch, "compaction", "compactions"),
-        plural(o.leaves, "branch", "branches"),
+        "history   {} ({} on the current branch), {}\n",
+        count(
+            o.compactions,
+            "earlier compaction",
+            "earlier compactions"
+        ),
+        o.compactions_on_branch,
+        count(o.leaves, "branch", "branches")
     ));
     let est = &o.estimate;
     let threshold = window as f64 - settings.reserve_tokens as f64;
@@ -55,7 +80,7 @@ fn human(o: &Overview, window: i64, settings: &CompactionSettings, skipped: usiz
         crate::json::js_number(est.tokens),
         crate::json::js_number(est.usage_tokens),
         est.trailing_tokens,
-        plural(o.context_messages, "message", "messages"),
+        count(o.context_messages, "message", "messages"),
     ));
     s.push_str(&format!(
         "threshold {threshold} (window {window} - reserve {}): {}\n",
@@ -70,9 +95,12 @@ fn human(o: &Overview, window: i64, settings: &CompactionSettings, skipped: usiz
         Ok(p) => {
             s.push_str(&format!(
                 "compact   would summarize {}{} and keep from entry {} (keepRecentTokens {})\n",
-                plural(p.history.count, "message", "messages"),
+                count(p.history.count, "message", "messages"),
                 if p.is_split_turn {
-                    format!(" + a split-turn prefix of {}", plural(p.turn_prefix.count, "message", "messages"))
+                    format!(
+                        " + a split-turn prefix of {}",
+                        count(p.turn_prefix.count, "message", "messages")
+                    )
                 } else {
                     String::new()
                 },
@@ -82,7 +110,7 @@ fn human(o: &Overview, window: i64, settings: &CompactionSettings, skipped: usiz
             let (read, modified) = p.file_ops.file_lists();
             s.push_str(&format!(
                 "files     {} read, {} modified\n",
-                read.len(),
+                count(read.len(), "file", "files"),
                 modified.len()
             ));
         }

@@ -13,11 +13,24 @@ use crate::compaction::tokens::CompactionSettings;
 use crate::compactor::SummaryEngine;
 use crate::summarizer::{client_for, Api, ModelSpec};
 
+/// The exit-code scheme, shown in `--help` and kept by every subcommand.
+pub const EXIT_CODES: &str =
+    "Exit codes: 0 success; 1 the operation failed (compaction refused or \
+failed, session file unreadable, daemon could not serve); 2 usage or configuration error.";
+
+/// Exit code: success.
+pub const EXIT_OK: i32 = 0;
+/// Exit code: the operation failed (compaction refused or failed, unreadable file, cannot serve).
+pub const EXIT_FAILED: i32 = 1;
+/// Exit code: usage or configuration error.
+pub const EXIT_USAGE: i32 = 2;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "compactd",
     version,
-    about = "LLM context compaction for Pi-format coding-agent sessions"
+    about = "LLM context compaction for Pi-format coding-agent sessions",
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
     /// Configuration file (default: $XDG_CONFIG_HOME/compactd/config.toml when it exists).
@@ -30,20 +43,28 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the daemon on a Unix socket (many clients).
+    #[command(after_help = EXIT_CODES)]
     Serve {
-        /// Socket path (default: $XDG_RUNTIME_DIR/compactd/compactd.sock, or the config's `socket`).
+        /// Socket path (default: the config's `socket`, else
+        /// $XDG_RUNTIME_DIR/compactd/compactd.sock, else /tmp/compactd-$UID/compactd.sock when
+        /// XDG_RUNTIME_DIR is unset; the directory is created mode 0700 and must stay private).
         #[arg(long)]
         socket: Option<PathBuf>,
+        /// Most simultaneous connections; more are refused with an `overloaded` error.
+        #[arg(long, default_value_t = crate::transport::DEFAULT_MAX_CONNECTIONS)]
+        max_connections: usize,
         #[command(flatten)]
         transport: TransportArgs,
     },
     /// Serve one client on stdin/stdout (what an editor spawns). Logs go to stderr.
+    #[command(after_help = EXIT_CODES)]
     Stdio {
         #[command(flatten)]
         transport: TransportArgs,
     },
     /// Print Pi's analysis of a session (tokens, threshold, cut point, what would be summarized).
     /// Never writes the file.
+    #[command(after_help = EXIT_CODES)]
     Inspect {
         session: PathBuf,
         /// One JSON object in the conformance fixtures' `expected.json` shape.
@@ -56,6 +77,7 @@ pub enum Command {
         settings: SettingsArgs,
     },
     /// Run Pi's manual compaction on a session file and append the compaction entry.
+    #[command(after_help = EXIT_CODES)]
     Compact {
         session: PathBuf,
         #[arg(long)]
@@ -79,14 +101,29 @@ pub struct TransportArgs {
     /// Largest accepted frame in bytes.
     #[arg(long, default_value_t = crate::transport::DEFAULT_MAX_FRAME)]
     pub max_frame: usize,
+    /// Slow requests (compact, checkCompaction, navigateTree) one connection may have running.
+    #[arg(long, default_value_t = crate::transport::DEFAULT_MAX_IN_FLIGHT)]
+    pub max_in_flight: usize,
+    /// Unread reply bytes per connection past which the daemon stops reading its requests.
+    #[arg(long, default_value_t = crate::transport::DEFAULT_MAX_QUEUED)]
+    pub max_queued_bytes: usize,
+    /// Bytes of incoming frames all connections together may be buffering.
+    #[arg(long, default_value_t = crate::transport::DEFAULT_MAX_BUFFERED)]
+    pub max_buffered_bytes: usize,
 }
 
 impl TransportArgs {
-    fn framing(&self) -> Option<crate::transport::Framing> {
-        match self.framing {
-            Some("ndjson") => Some(crate::transport::Framing::Ndjson),
-            Some("lsp") => Some(crate::transport::Framing::Lsp),
-            _ => None,
+    fn options(&self) -> crate::transport::Options {
+        crate::transport::Options {
+            framing: match self.framing {
+                Some("ndjson") => Some(crate::transport::Framing::Ndjson),
+                Some("lsp") => Some(crate::transport::Framing::Lsp),
+                _ => None,
+            },
+            max_frame: self.max_frame,
+            max_in_flight: self.max_in_flight,
+            max_queued: self.max_queued_bytes,
+            budget: crate::transport::FrameBudget::new(self.max_buffered_bytes),
         }
     }
 }
@@ -202,13 +239,28 @@ impl ModelArgs {
     }
 }
 
+/// Writes command output to stdout. A reader that went away (`compactd inspect … | head`) is
+/// not an error: the command exits quietly with success. Returns the exit code.
+pub fn write_stdout(text: &str) -> i32 {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => EXIT_OK,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => EXIT_OK,
+        Err(e) => {
+            eprintln!("compactd: cannot write output: {e}");
+            EXIT_FAILED
+        }
+    }
+}
+
 /// Reports an error the way the caller asked for.
 pub fn print_error(json: bool, message: &str) {
     if json {
-        println!(
-            "{}",
+        write_stdout(&format!(
+            "{}\n",
             crate::json::stringify(&serde_json::json!({ "error": message }))
-        );
+        ));
     } else {
         eprintln!("compactd: {message}");
     }
@@ -217,25 +269,28 @@ pub fn print_error(json: bool, message: &str) {
 /// Runs the parsed command line with the loaded configuration; returns the exit code.
 pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
     match cli.command {
-        Command::Serve { socket, transport } => daemon_main(config, |daemon| async move {
+        Command::Serve {
+            socket,
+            max_connections,
+            transport,
+        } => daemon_main(config, |daemon| async move {
             let path = socket
                 .or_else(|| daemon.config.socket.clone())
                 .unwrap_or_else(crate::transport::unix::default_socket_path);
             let listener = crate::transport::unix::bind(&path).await?;
             eprintln!("compactd: listening on {}", path.display());
+            tracing::info!(socket = %path.display(), "listening");
             crate::transport::unix::serve_unix(
                 daemon,
                 listener,
                 path,
-                transport.framing(),
-                transport.max_frame,
+                transport.options(),
+                max_connections.max(1),
             )
             .await
         }),
         Command::Stdio { transport } => daemon_main(config, |daemon| async move {
-            crate::transport::stdio::serve_stdio(daemon, transport.framing(), transport.max_frame)
-                .await;
-            Ok(())
+            crate::transport::stdio::serve_stdio(daemon, transport.options()).await
         }),
         Command::Inspect {
             session,
@@ -254,7 +309,7 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                 Ok(e) => e,
                 Err(msg) => {
                     print_error(json, &msg);
-                    return 2;
+                    return EXIT_USAGE;
                 }
             };
             compact::run(
@@ -285,11 +340,14 @@ where
         }
     };
     let daemon = crate::daemon::Daemon::new(config);
-    match runtime.block_on(body(daemon)) {
-        Ok(()) => 0,
+    let outcome = runtime.block_on(body(daemon));
+    // Do not wait for the blocking thread still reading stdin (it never returns on its own).
+    runtime.shutdown_timeout(std::time::Duration::from_millis(10));
+    match outcome {
+        Ok(()) => EXIT_OK,
         Err(e) => {
             eprintln!("compactd: {e}");
-            1
+            EXIT_FAILED
         }
     }
 }

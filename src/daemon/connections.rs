@@ -5,7 +5,9 @@
 //! the order it was queued: an event queued before a reply is written before it. Events are
 //! counted; a subscriber that falls more than [`EVENT_BACKLOG_LIMIT`] events behind loses its
 //! subscriptions (requests keep working) and gets `subscription_dropped` once it has caught up,
-//! so a slow UI can never stall compaction or grow the daemon's memory without bound.
+//! so a slow UI can never stall compaction or grow the daemon's memory without bound. Queued
+//! bytes are counted too: the transport stops reading a connection's requests while more than
+//! its limit of replies waits unread (see `transport::connection`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -13,7 +15,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 pub type ConnId = u64;
 
@@ -40,6 +42,27 @@ pub struct HookRegistration {
     pub timeout: Duration,
     /// Registration order across the daemon (hooks are asked in that order).
     pub seq: u64,
+    /// The optional payload members this connection wants (`None`: all of them).
+    pub include: Option<Vec<String>>,
+}
+
+/// Members of a hook request that a registration may leave out (`registerHooks {include}`).
+pub const OPTIONAL_HOOK_MEMBERS: [&str; 2] = ["preparation", "branchEntries"];
+
+impl HookRegistration {
+    /// `params` as this registration wants them: optional members not included are removed.
+    pub fn shape(&self, params: &Value) -> Value {
+        let (Some(include), Value::Object(o)) = (&self.include, params) else {
+            return params.clone();
+        };
+        let mut o = o.clone();
+        for m in OPTIONAL_HOOK_MEMBERS {
+            if !include.iter().any(|i| i == m) {
+                o.remove(m);
+            }
+        }
+        Value::Object(o)
+    }
 }
 
 /// Why a server→client request produced no result.
@@ -63,9 +86,12 @@ pub struct Connection {
     next_request: AtomicU64,
     /// Session ids this connection holds open.
     pub holds: Mutex<HashSet<String>>,
-    /// Slow requests in flight (request id as JSON text → session id), so a client's
-    /// `$/cancelRequest` can abort the compaction it started.
-    pub in_flight: Mutex<HashMap<String, String>>,
+    /// Bytes queued for the writer and not yet written.
+    queued_bytes: AtomicUsize,
+    /// Signalled each time the writer has written a frame.
+    drained: Notify,
+    /// The client can no longer send (end of input): daemon→client requests fail at once.
+    input_closed: AtomicBool,
 }
 
 impl Connection {
@@ -82,7 +108,9 @@ impl Connection {
                 pending: Mutex::new(HashMap::new()),
                 next_request: AtomicU64::new(1),
                 holds: Mutex::new(HashSet::new()),
-                in_flight: Mutex::new(HashMap::new()),
+                queued_bytes: AtomicUsize::new(0),
+                drained: Notify::new(),
+                input_closed: AtomicBool::new(false),
             },
             rx,
         )
@@ -90,6 +118,7 @@ impl Connection {
 
     /// Queues a reply (or any non-event message).
     pub fn send(&self, text: String) {
+        self.queued_bytes.fetch_add(text.len(), Ordering::SeqCst);
         let _ = self.tx.send(Outbound {
             text,
             is_event: false,
@@ -123,16 +152,38 @@ impl Connection {
         }
         let text =
             crate::json::stringify(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+        self.queued_bytes.fetch_add(text.len(), Ordering::SeqCst);
         let _ = self.tx.send(Outbound {
             text,
             is_event: true,
         });
     }
 
+    /// Bytes queued and not yet written.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at most `limit` bytes are queued.
+    pub async fn wait_drained(&self, limit: usize) {
+        loop {
+            let notified = self.drained.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.queued_bytes() <= limit {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Called by the writer after it wrote a frame; returns a notice to write when a dropped
     /// subscriber has drained its backlog.
-    pub fn written(&self, was_event: bool) -> Option<String> {
-        if was_event {
+    pub fn written(&self, out: &Outbound) -> Option<String> {
+        self.queued_bytes
+            .fetch_sub(out.text.len(), Ordering::SeqCst);
+        self.drained.notify_waiters();
+        if out.is_event {
             let left = self
                 .event_backlog
                 .fetch_sub(1, Ordering::SeqCst)
@@ -153,6 +204,9 @@ impl Connection {
         params: Value,
         timeout: Duration,
     ) -> Result<Value, PeerError> {
+        if self.input_closed.load(Ordering::SeqCst) {
+            return Err(PeerError::Disconnected);
+        }
         let id = format!(
             "compactd-{}",
             self.next_request.fetch_add(1, Ordering::SeqCst)
@@ -194,27 +248,25 @@ impl Connection {
         }
     }
 
-    /// Routes a response message from the client to the waiting request. Returns false when
-    /// nothing was waiting for it.
-    pub fn handle_response(&self, msg: &Value) -> bool {
-        let id = match msg.get("id") {
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => other.to_string(),
-            None => return false,
-        };
-        let Some(tx) = self.pending.lock().remove(&id) else {
+    /// Routes the client's answer (`id` as a string: the daemon's ids are strings) to the
+    /// waiting request. Returns false when nothing was waiting for it.
+    pub fn handle_response(&self, id: &str, result: Result<Value, Value>) -> bool {
+        let Some(tx) = self.pending.lock().remove(id) else {
             return false;
         };
-        let outcome = match msg.get("error") {
-            Some(err) => Err(PeerError::Error(err.clone())),
-            None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
-        };
-        let _ = tx.send(outcome);
+        let _ = tx.send(result.map_err(PeerError::Error));
         true
     }
 
-    /// Hook registration for `hook` on `session_id`, if any.
-    pub fn hook_timeout(&self, session_id: &str, hook: &str) -> Option<(u64, Duration)> {
+    /// The client can send nothing more: fail the daemon→client requests waiting for an
+    /// answer, and any made from now on, instead of waiting for their timeouts.
+    pub fn close_input(&self) {
+        self.input_closed.store(true, Ordering::SeqCst);
+        self.close();
+    }
+
+    /// The first hook registration for `hook` on `session_id`, if any.
+    pub fn hook_registration(&self, session_id: &str, hook: &str) -> Option<HookRegistration> {
         self.hooks
             .lock()
             .iter()
@@ -222,8 +274,8 @@ impl Connection {
                 h.session_id.as_deref().is_none_or(|id| id == session_id)
                     && h.hooks.iter().any(|x| x == hook)
             })
-            .map(|h| (h.seq, h.timeout))
-            .min_by_key(|(seq, _)| *seq)
+            .min_by_key(|h| h.seq)
+            .cloned()
     }
 
     /// Fails every request in flight (the connection is gone).
@@ -260,7 +312,7 @@ mod tests {
             if out.is_event {
                 events += 1;
             }
-            if let Some(n) = conn.written(out.is_event) {
+            if let Some(n) = conn.written(&out) {
                 assert!(n.contains("subscription_dropped"));
                 notices += 1;
             }
@@ -280,9 +332,7 @@ mod tests {
             );
         let sent = rx.recv().await.unwrap();
         let id: Value = serde_json::from_str::<Value>(&sent.text).unwrap()["id"].clone();
-        assert!(
-            conn.handle_response(&json!({"jsonrpc": "2.0", "id": id, "result": {"cancel": true}}))
-        );
+        assert!(conn.handle_response(id.as_str().unwrap(), Ok(json!({"cancel": true}))));
         assert_eq!(answer.await.unwrap(), Ok(json!({"cancel": true})));
         let timed_out = conn
             .request("hook", json!({}), Duration::from_millis(20))
@@ -291,6 +341,15 @@ mod tests {
         let _request = rx.recv().await.unwrap();
         let cancel = rx.recv().await.unwrap();
         assert!(cancel.text.contains("$/cancelRequest"));
-        assert!(!conn.handle_response(&json!({"id": "unknown", "result": 1})));
+        assert!(!conn.handle_response("unknown", Ok(json!(1))));
+        conn.close_input();
+        let after = conn
+            .request("hook", json!({}), Duration::from_secs(5))
+            .await;
+        assert_eq!(
+            after,
+            Err(PeerError::Disconnected),
+            "no wait once input is closed"
+        );
     }
 }

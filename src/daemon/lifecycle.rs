@@ -373,9 +373,51 @@ fn failed_notice(
     daemon.notify_hooks(&session.id, "session_compact_failed", Value::Object(o));
 }
 
+/// One log line per finished compaction: reason, tokens, summarizer and duration.
+fn log_compaction(
+    daemon: &Daemon,
+    session: &Session,
+    reason: &str,
+    started: std::time::Instant,
+    outcome: Result<&Value, &str>,
+    from_extension: bool,
+) {
+    let summarizer = if from_extension {
+        "hook".to_owned()
+    } else {
+        match super::session_engine(daemon, session) {
+            Ok(SummaryEngine::Llm { model, .. }) => format!("{}/{}", model.provider, model.id),
+            Ok(SummaryEngine::Extractive { .. }) => "extractive".to_owned(),
+            Err(_) => "none".to_owned(),
+        }
+    };
+    let ms = started.elapsed().as_millis() as u64;
+    match outcome {
+        Ok(r) => tracing::info!(
+            session = %session.id,
+            path = %session.path.display(),
+            reason,
+            tokens_before = %r["tokensBefore"],
+            tokens_after = %r["estimatedTokensAfter"],
+            summarizer,
+            duration_ms = ms,
+            "compacted"
+        ),
+        Err(e) => tracing::warn!(
+            session = %session.id,
+            path = %session.path.display(),
+            reason,
+            summarizer,
+            duration_ms = ms,
+            error = e,
+            "compaction did not complete"
+        ),
+    }
+}
+
 /// Installs a fresh abort token for a compaction that is starting.
-fn start_running(session: &Session) -> CancellationToken {
-    let token = CancellationToken::new();
+fn start_running(daemon: &Daemon, session: &Session) -> CancellationToken {
+    let token = daemon.run_token();
     *session.running.lock() = Some(token.clone());
     token
 }
@@ -393,7 +435,8 @@ pub async fn compact(
         t.cancel();
     }
     let _slot = session.slot.lock().await;
-    let cancel = start_running(session);
+    let started = std::time::Instant::now();
+    let cancel = start_running(daemon, session);
     daemon.emit(
         &session.id,
         "compaction_start",
@@ -423,6 +466,18 @@ pub async fn compact(
         Err(f) => Err(f),
     };
     *session.running.lock() = None;
+    let log_error = outcome.as_ref().err().map(Failure::message);
+    log_compaction(
+        daemon,
+        session,
+        "manual",
+        started,
+        outcome
+            .as_ref()
+            .map(|(r, _)| r)
+            .map_err(|_| log_error.as_deref().unwrap_or("")),
+        from_extension,
+    );
     match outcome {
         Ok((result, entry)) => {
             if write {
@@ -531,7 +586,8 @@ async fn run_auto(
         return out;
     };
     out.reason = Some(reason);
-    let cancel = start_running(session);
+    let started = std::time::Instant::now();
+    let cancel = start_running(daemon, session);
     daemon.emit(
         &session.id,
         "compaction_start",
@@ -554,6 +610,17 @@ async fn run_auto(
     )
     .await;
     *session.running.lock() = None;
+    let log_error = r.as_ref().err().map(Failure::message);
+    log_compaction(
+        daemon,
+        session,
+        reason,
+        started,
+        r.as_ref()
+            .map(|(v, _)| v)
+            .map_err(|_| log_error.as_deref().unwrap_or("")),
+        from_extension,
+    );
     match r {
         Ok((result, entry)) => {
             compact_notice(daemon, session, &entry, from_extension, reason, will_retry);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::connections::{Connection, HookRegistration, Subscription};
+use super::connections::{Connection, HookRegistration, Subscription, OPTIONAL_HOOK_MEMBERS};
 use super::session::{message_entry, simple_entry, SessionState};
 use super::settings::{agent_dir, effective};
 use super::{canonical_path, lifecycle, Daemon, Session};
@@ -77,7 +77,7 @@ pub fn initialize(_ctx: &Ctx, p: InitializeParams) -> Result<Value, RpcError> {
         "capabilities": {
             "framings": ["ndjson", "lsp"],
             "hooks": HOOKS,
-            "events": EVENTS.iter().chain(["subscription_dropped"].iter()).collect::<Vec<_>>(),
+            "events": EVENTS,
             "summarizer": _ctx.daemon.config.summarizer.provider,
         }
     }))
@@ -677,13 +677,15 @@ pub fn set_settings_overrides(ctx: &Ctx, p: SetSettingsOverridesParams) -> Resul
     Ok(json!({ "ok": true }))
 }
 
-/// Event names a connection can subscribe to.
-pub const EVENTS: [&str; 5] = [
+/// Event names a connection can subscribe to: exactly what `initialize` advertises
+/// (`subscription_dropped` is delivered whatever the filters say, but may be named too).
+pub const EVENTS: [&str; 6] = [
     "compaction_start",
     "compaction_end",
     "summarization_retry_scheduled",
     "summarization_retry_attempt_start",
     "summarization_retry_finished",
+    "subscription_dropped",
 ];
 
 /// Checks names against a known list and an optional session id against the registry (shared
@@ -736,7 +738,19 @@ pub const HOOKS: [&str; 4] = [
 
 pub fn register_hooks(ctx: &Ctx, p: RegisterHooksParams) -> Result<Value, RpcError> {
     check_registration(ctx, "hook", p.hooks.iter(), &HOOKS, p.session_id.as_ref())?;
+    if let Some(bad) = p
+        .include
+        .iter()
+        .flatten()
+        .find(|m| !OPTIONAL_HOOK_MEMBERS.contains(&m.as_str()))
+    {
+        return Err(RpcError::invalid_params(format!(
+            "unknown include member {bad:?} (known: {})",
+            OPTIONAL_HOOK_MEMBERS.join(", ")
+        )));
+    }
     ctx.conn.hooks.lock().push(HookRegistration {
+        include: p.include,
         session_id: p.session_id,
         hooks: p.hooks,
         timeout: Duration::from_millis(p.timeout_ms.unwrap_or(60_000)),

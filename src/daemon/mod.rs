@@ -87,6 +87,9 @@ pub struct Daemon {
     hook_seq: AtomicU64,
     /// `setSettingsOverrides` without a session: applies to every session.
     pub global_overrides: Mutex<Option<Value>>,
+    /// Cancelled when the daemon shuts down (SIGTERM/SIGINT): every compaction's abort token
+    /// is a child of it, so shutdown aborts them all and any started afterwards.
+    pub shutdown: CancellationToken,
 }
 
 /// Canonical form of a path whose file may not exist yet (the parent must resolve).
@@ -114,7 +117,13 @@ impl Daemon {
             next_session: AtomicU64::new(1),
             hook_seq: AtomicU64::new(1),
             global_overrides: Mutex::new(None),
+            shutdown: CancellationToken::new(),
         })
+    }
+
+    /// A fresh abort token for a compaction or branch summary (cancelled by shutdown too).
+    pub fn run_token(&self) -> CancellationToken {
+        self.shutdown.child_token()
     }
 
     /// Registers a new connection; the receiver feeds its writer task.
@@ -249,6 +258,7 @@ impl Daemon {
         });
         reg.by_path.insert(path.to_owned(), id.clone());
         reg.by_id.insert(id.clone(), session.clone());
+        tracing::info!(session = %id, path = %path.display(), connection = conn.id, "session opened");
         conn.holds.lock().insert(id);
         Ok((session, true))
     }
@@ -268,6 +278,7 @@ impl Daemon {
             }
             reg.by_id.remove(session_id);
             reg.by_path.remove(&s.path);
+            tracing::info!(session = session_id, path = %s.path.display(), "session closed");
         }
         held
     }
@@ -287,14 +298,14 @@ impl Daemon {
         &self,
         session_id: &str,
         hook: &str,
-    ) -> Vec<(Arc<Connection>, std::time::Duration)> {
+    ) -> Vec<(Arc<Connection>, connections::HookRegistration)> {
         let conns: Vec<Arc<Connection>> = self.connections.lock().values().cloned().collect();
-        let mut targets: Vec<(u64, Arc<Connection>, std::time::Duration)> = conns
+        let mut targets: Vec<(Arc<Connection>, connections::HookRegistration)> = conns
             .into_iter()
-            .filter_map(|c| c.hook_timeout(session_id, hook).map(|(seq, t)| (seq, c, t)))
+            .filter_map(|c| c.hook_registration(session_id, hook).map(|r| (c, r)))
             .collect();
-        targets.sort_by_key(|(seq, _, _)| *seq);
-        targets.into_iter().map(|(_, c, t)| (c, t)).collect()
+        targets.sort_by_key(|(_, r)| r.seq);
+        targets
     }
 
     pub fn has_hook(&self, session_id: &str, hook: &str) -> bool {
@@ -312,9 +323,17 @@ impl Daemon {
         stop: impl Fn(&Value) -> bool,
     ) -> Vec<Value> {
         let mut results = Vec::new();
-        for (conn, timeout) in self.hook_targets(session_id, hook) {
+        for (conn, registration) in self.hook_targets(session_id, hook) {
+            let timeout = registration.timeout;
+            tracing::info!(
+                connection = conn.id,
+                hook,
+                session = session_id,
+                timeout_ms = timeout.as_millis() as u64,
+                "asking the client's hook handler"
+            );
             let answer = tokio::select! {
-                r = conn.request(hook, params.clone(), timeout) => r,
+                r = conn.request(hook, registration.shape(&params), timeout) => r,
                 _ = cancel.cancelled() => {
                     conn.cancel_pending();
                     break;
@@ -333,11 +352,21 @@ impl Daemon {
                 Err(PeerError::Timeout) => tracing::warn!(
                     connection = conn.id,
                     hook,
-                    "hook timed out; treated as no result"
+                    timeout_ms = timeout.as_millis() as u64,
+                    "hook handler sent no reply in time; treated as no result (a handler with \
+                     nothing to say must still reply, e.g. with null)"
                 ),
-                Err(e) => {
-                    tracing::warn!(connection = conn.id, hook, error = ?e, "hook failed; treated as no result")
-                }
+                Err(PeerError::Disconnected) => tracing::warn!(
+                    connection = conn.id,
+                    hook,
+                    "client went away before answering the hook; treated as no result"
+                ),
+                Err(PeerError::Error(e)) => tracing::warn!(
+                    connection = conn.id,
+                    hook,
+                    error = %crate::json::stringify(&e),
+                    "hook handler answered with an error; treated as no result"
+                ),
             }
         }
         results
@@ -345,7 +374,8 @@ impl Daemon {
 
     /// Sends a hook notification (`session_compact`, `session_compact_failed`).
     pub fn notify_hooks(&self, session_id: &str, hook: &str, params: Value) {
-        for (conn, _) in self.hook_targets(session_id, hook) {
+        for (conn, registration) in self.hook_targets(session_id, hook) {
+            let params = registration.shape(&params);
             conn.send(crate::json::stringify(
                 &serde_json::json!({"jsonrpc": "2.0", "method": hook, "params": params}),
             ));

@@ -217,7 +217,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
     let mut label = p.label.clone();
     let mut hook_summary: Option<(String, Value, Option<Usage>)> = None;
     let mut from_hook = false;
-    let cancel = CancellationToken::new();
+    let cancel = ctx.daemon.run_token();
     *session.running.lock() = Some(cancel.clone());
     let outcome = async {
         if ctx.daemon.has_hook(&session.id, "session_before_tree") {

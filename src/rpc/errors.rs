@@ -31,6 +31,7 @@ kinds! {
     InvalidRequest = (-32600, "invalid_request"),
     MethodNotFound = (-32601, "method_not_found"),
     InvalidParams = (-32602, "invalid_params"),
+    RequestCancelled = (-32800, "request_cancelled"),
     Internal = (-32603, "internal"),
     UnknownSession = (-32001, "unknown_session"),
     NotFound = (-32002, "not_found"),
@@ -51,6 +52,7 @@ kinds! {
     FileChanged = (-32023, "file_changed"),
     FileBusy = (-32024, "file_busy"),
     Io = (-32030, "io"),
+    Overloaded = (-32040, "overloaded"),
 }
 
 impl RpcError {
@@ -62,7 +64,14 @@ impl RpcError {
         }
     }
 
+    /// A -32602 error; the message always reads `Invalid params: …`.
     pub fn invalid_params(message: impl Into<String>) -> RpcError {
+        let message = message.into();
+        let message = if message.starts_with("Invalid params: ") {
+            message
+        } else {
+            format!("Invalid params: {message}")
+        };
         RpcError::new(ErrorKind::InvalidParams, message)
     }
 

@@ -190,6 +190,9 @@ pub struct RegisterHooksParams {
     pub session_id: Option<String>,
     pub hooks: Vec<String>,
     pub timeout_ms: Option<u64>,
+    /// Which large members a hook request carries: any of `preparation` and `branchEntries`.
+    /// Omitted: Pi's full payload. `["preparation"]` drops the whole branch (the bulk of it).
+    pub include: Option<Vec<String>>,
 }
 
 /// The daemon's view of an open session.

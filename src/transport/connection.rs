@@ -1,155 +1,274 @@
-//! One client connection, whatever the byte stream: read frames, classify each message
-//! (request, notification, batch, or a response to one of our hook requests), dispatch, and
-//! write replies in the client's framing through the connection's single writer task.
+//! One client connection, whatever the byte stream: read frames, classify each into a typed
+//! [`Message`] (or a batch of them), dispatch, and write replies in the client's framing through
+//! the connection's single writer task.
+//!
+//! End of input is a half-close: every request already received runs to completion and its
+//! reply (and every event) is written before the connection closes, so
+//! `printf '<open>\n<compact>\n' | compactd stdio` answers the compact. Shutdown (SIGTERM/SIGINT)
+//! stops reading, lets the aborted compactions answer, and flushes. Memory per connection is
+//! bounded: at most `max_in_flight` slow requests run at once (more are refused with
+//! `overloaded`), and reading pauses while more than `max_queued` reply bytes wait unread.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::task::JoinSet;
 
-use super::dispatch::{Dispatcher, SLOW_METHODS};
+use super::dispatch::{self, Dispatcher};
 use super::framing::{write_frame, Frame, FrameReader, Framing};
+use super::message::{response_text, Invalid, Message, RequestId};
+use super::Options;
 use crate::daemon::connections::Connection;
 use crate::daemon::methods::Ctx;
 use crate::daemon::Daemon;
 use crate::rpc::{ErrorKind, RpcError};
 
-fn error_response(id: &Value, e: RpcError) -> String {
-    crate::json::stringify(&json!({"jsonrpc": "2.0", "id": id, "error": e.to_json()}))
+/// A slow request that is running, so `$/cancelRequest` can find it.
+struct InFlight {
+    session_id: Option<String>,
+    /// The client cancelled it: an error reply becomes LSP's `RequestCancelled`.
+    cancelled: bool,
 }
 
-/// Validates one message object; returns the id to answer with on error.
-fn validate(msg: &Value) -> Result<(), (Value, RpcError)> {
-    let id = msg.get("id").cloned().unwrap_or(Value::Null);
-    let invalid = |m: &str| {
-        Err((
-            id.clone(),
-            RpcError::new(ErrorKind::InvalidRequest, m.to_owned()),
-        ))
-    };
-    let Some(obj) = msg.as_object() else {
-        return invalid("Invalid request: not an object");
-    };
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return invalid("Invalid request: jsonrpc must be \"2.0\"");
-    }
-    if !obj.get("method").is_some_and(Value::is_string) {
-        return invalid("Invalid request: method must be a string");
-    }
-    if let Some(i) = obj.get("id") {
-        if !(i.is_string() || i.is_number() || i.is_null()) {
-            return Err((
-                Value::Null,
-                RpcError::new(
-                    ErrorKind::InvalidRequest,
-                    "Invalid request: id must be a string, number or null",
-                ),
-            ));
-        }
-    }
-    if let Some(p) = obj.get("params") {
-        if !(p.is_object() || p.is_array()) {
-            return invalid("Invalid request: params must be an object or an array");
-        }
-    }
-    Ok(())
+type InFlightTable = Arc<Mutex<HashMap<RequestId, InFlight>>>;
+
+/// What the read loop needs to hand messages out.
+struct Loop {
+    daemon: Arc<Daemon>,
+    conn: Arc<Connection>,
+    dispatcher: Arc<Dispatcher>,
+    in_flight: InFlightTable,
+    tasks: JoinSet<()>,
+    max_in_flight: usize,
 }
 
-/// Handles one message; returns the response text (None for notifications and responses).
-async fn handle_one(dispatcher: &Dispatcher, conn: &Connection, msg: Value) -> Option<String> {
-    let is_response = msg.get("method").is_none()
-        && msg.get("id").is_some()
-        && (msg.get("result").is_some() || msg.get("error").is_some());
-    if is_response {
-        if !conn.handle_response(&msg) {
-            tracing::debug!(
-                connection = conn.id,
-                "response to an unknown request ignored"
+fn error_text(id: &RequestId, e: RpcError) -> String {
+    response_text(id, Err(e))
+}
+
+impl Loop {
+    /// A client's `$/cancelRequest`: marks the request and aborts the work it started (as
+    /// `abortCompaction` would); its reply then is -32800 `RequestCancelled`.
+    fn cancel(&self, params: Option<&Value>) {
+        let Some(id) = params
+            .and_then(|p| p.get("id"))
+            .and_then(RequestId::from_value)
+        else {
+            return;
+        };
+        let session_id = match self.in_flight.lock().get_mut(&id) {
+            Some(f) => {
+                f.cancelled = true;
+                f.session_id.clone()
+            }
+            None => return,
+        };
+        tracing::debug!(connection = self.conn.id, request = %id, "request cancelled by the client");
+        if let Some(session) = session_id.and_then(|sid| self.daemon.session(&sid).ok()) {
+            crate::daemon::lifecycle::abort(&session);
+        }
+    }
+
+    fn log_unknown(&self, method: &str) {
+        if dispatch::handler(method).is_none() {
+            tracing::info!(connection = self.conn.id, method, "unknown method");
+        }
+    }
+
+    /// Runs one message; a reply is returned for requests (None for anything else).
+    async fn one(&mut self, msg: Result<Message, Invalid>) -> Option<String> {
+        match msg {
+            Err(Invalid { id, error }) => Some(error_text(&id, error)),
+            Ok(Message::Response { id, result }) => {
+                let key = match &id {
+                    RequestId::Str(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                if !self.conn.handle_response(&key, result) {
+                    tracing::debug!(connection = self.conn.id, id = %id, "response to an unknown request ignored");
+                }
+                None
+            }
+            Ok(Message::Notification { method, params }) => {
+                if method == "$/cancelRequest" {
+                    self.cancel(params.as_ref());
+                    return None;
+                }
+                self.log_unknown(&method);
+                if dispatch::handler(&method).is_some() {
+                    let _ = self.dispatcher.call(&method, params).await;
+                }
+                None
+            }
+            Ok(Message::Request { id, method, params }) => {
+                if method == "$/cancelRequest" {
+                    self.cancel(params.as_ref());
+                    return Some(response_text(&id, Ok(Value::Null)));
+                }
+                self.log_unknown(&method);
+                let reply = self.dispatcher.call(&method, params).await;
+                if let Err(e) = &reply {
+                    tracing::debug!(connection = self.conn.id, method, code = e.code, error = %e.message, "request failed");
+                }
+                Some(response_text(&id, reply))
+            }
+        }
+    }
+
+    /// Starts a slow request in its own task, tracked for `$/cancelRequest`.
+    fn spawn_slow(&mut self, id: RequestId, method: String, params: Option<Value>) {
+        {
+            let mut table = self.in_flight.lock();
+            if table.contains_key(&id) {
+                self.conn.send(error_text(
+                    &id,
+                    RpcError::new(
+                        ErrorKind::InvalidRequest,
+                        format!("Invalid request: id {id} is already used by a request in flight"),
+                    ),
+                ));
+                return;
+            }
+            if table.len() >= self.max_in_flight {
+                self.conn.send(error_text(
+                    &id,
+                    RpcError::new(
+                        ErrorKind::Overloaded,
+                        format!(
+                            "Too many requests in flight on this connection (limit {}); wait for replies before sending more",
+                            self.max_in_flight
+                        ),
+                    ),
+                ));
+                return;
+            }
+            let session_id = params
+                .as_ref()
+                .and_then(|p| p.get("sessionId"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            table.insert(
+                id.clone(),
+                InFlight {
+                    session_id,
+                    cancelled: false,
+                },
             );
         }
-        return None;
+        let dispatcher = self.dispatcher.clone();
+        let conn = self.conn.clone();
+        let table = self.in_flight.clone();
+        self.tasks.spawn(async move {
+            let reply = dispatcher.call(&method, params).await;
+            let cancelled = table.lock().remove(&id).is_some_and(|f| f.cancelled);
+            let reply = match reply {
+                Err(_) if cancelled => Err(RpcError::new(
+                    ErrorKind::RequestCancelled,
+                    "Request cancelled",
+                )),
+                r => r,
+            };
+            conn.send(response_text(&id, reply));
+        });
     }
-    if let Err((id, e)) = validate(&msg) {
-        return Some(error_response(&id, e));
-    }
-    let notification = msg.get("id").is_none();
-    if msg.get("method").and_then(Value::as_str) == Some("$/cancelRequest") {
-        return None;
-    }
-    let mut req = msg;
-    if notification {
-        if let Some(o) = req.as_object_mut() {
-            o.insert("id".into(), Value::Null);
-        }
-    }
-    let id = req.get("id").cloned().unwrap_or(Value::Null);
-    let text = crate::json::stringify(&req);
-    let method = req.get("method").and_then(Value::as_str).unwrap_or("");
-    let response = dispatcher.call(method, &text, &id).await;
-    (!notification).then_some(response)
-}
 
-/// Handles a parsed frame (object or batch).
-async fn handle_value(dispatcher: &Dispatcher, conn: &Connection, value: Value) -> Option<String> {
-    match value {
-        Value::Array(items) => {
-            if items.is_empty() {
-                return Some(error_response(
-                    &Value::Null,
-                    RpcError::new(ErrorKind::InvalidRequest, "Invalid request: empty batch"),
-                ));
-            }
-            let mut responses = Vec::new();
-            for item in items {
-                if let Some(r) = handle_one(dispatcher, conn, item).await {
-                    responses.push(r);
+    /// Handles one frame's JSON: a message or a batch.
+    async fn value(&mut self, value: Value) {
+        match value {
+            Value::Array(items) => {
+                if items.is_empty() {
+                    self.conn.send(error_text(
+                        &RequestId::Null,
+                        RpcError::new(ErrorKind::InvalidRequest, "Invalid request: empty batch"),
+                    ));
+                    return;
+                }
+                let msgs: Vec<Result<Message, Invalid>> =
+                    items.into_iter().map(Message::parse).collect();
+                let slow = msgs.iter().any(|m| {
+                    matches!(m, Ok(Message::Request { method, .. } | Message::Notification { method, .. }) if dispatch::is_slow(method))
+                });
+                if slow {
+                    // A batch with a slow member runs in its own task (answered as one array).
+                    let mut worker = Loop {
+                        daemon: self.daemon.clone(),
+                        conn: self.conn.clone(),
+                        dispatcher: self.dispatcher.clone(),
+                        in_flight: self.in_flight.clone(),
+                        tasks: JoinSet::new(),
+                        max_in_flight: self.max_in_flight,
+                    };
+                    let conn = self.conn.clone();
+                    self.tasks.spawn(async move {
+                        if let Some(r) = worker.batch(msgs).await {
+                            conn.send(r);
+                        }
+                    });
+                } else if let Some(r) = self.batch(msgs).await {
+                    self.conn.send(r);
                 }
             }
-            (!responses.is_empty()).then(|| format!("[{}]", responses.join(",")))
+            other => {
+                let msg = Message::parse(other);
+                match msg {
+                    Ok(Message::Request { id, method, params }) if dispatch::is_slow(&method) => {
+                        self.spawn_slow(id, method, params);
+                    }
+                    Ok(Message::Notification { method, params }) if dispatch::is_slow(&method) => {
+                        let dispatcher = self.dispatcher.clone();
+                        self.tasks.spawn(async move {
+                            let _ = dispatcher.call(&method, params).await;
+                        });
+                    }
+                    msg => {
+                        if let Some(r) = self.one(msg).await {
+                            self.conn.send(r);
+                        }
+                    }
+                }
+            }
         }
-        other => handle_one(dispatcher, conn, other).await,
+    }
+
+    async fn batch(&mut self, msgs: Vec<Result<Message, Invalid>>) -> Option<String> {
+        let mut responses = Vec::new();
+        for m in msgs {
+            if let Some(r) = self.one(m).await {
+                responses.push(r);
+            }
+        }
+        (!responses.is_empty()).then(|| format!("[{}]", responses.join(",")))
     }
 }
 
-fn is_slow(value: &Value) -> bool {
-    match value {
-        Value::Array(items) => items.iter().any(is_slow),
-        v => v
-            .get("method")
-            .and_then(Value::as_str)
-            .is_some_and(|m| SLOW_METHODS.contains(&m)),
-    }
-}
-
-/// Serves one connection until the client closes it.
-pub async fn serve_connection<R, W>(
-    daemon: Arc<Daemon>,
-    reader: R,
-    writer: W,
-    forced: Option<Framing>,
-    max_frame: usize,
-) where
+/// Serves one connection until the client closes its input (or the daemon shuts down), then
+/// finishes what it received.
+pub async fn serve_connection<R, W>(daemon: Arc<Daemon>, reader: R, writer: W, opts: Options)
+where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (conn, mut rx) = daemon.connect();
-    let framing = Arc::new(Mutex::new(forced));
+    tracing::info!(connection = conn.id, "client connected");
+    let framing = Arc::new(Mutex::new(opts.framing));
     // A weak handle: the queue closes when the last strong handle (daemon table, dispatcher,
     // running slow requests) is gone, which ends the writer.
     let writer_conn = Arc::downgrade(&conn);
     let writer_framing = framing.clone();
-    let writer_task = tokio::spawn(async move {
+    let mut writer_task = tokio::spawn(async move {
         let mut writer = writer;
         while let Some(out) = rx.recv().await {
             let f = writer_framing.lock().unwrap_or(Framing::Ndjson);
-            if write_frame(&mut writer, f, out.text.as_bytes())
+            let ok = write_frame(&mut writer, f, out.text.as_bytes())
                 .await
-                .is_err()
-            {
+                .is_ok();
+            let notice = writer_conn.upgrade().and_then(|c| c.written(&out));
+            if !ok {
                 break;
             }
-            let notice = writer_conn.upgrade().and_then(|c| c.written(out.is_event));
             if let Some(notice) = notice {
                 if write_frame(&mut writer, f, notice.as_bytes())
                     .await
@@ -160,17 +279,56 @@ pub async fn serve_connection<R, W>(
             }
         }
     });
-    let dispatcher = Arc::new(Dispatcher::new(Ctx {
+    let mut lp = Loop {
         daemon: daemon.clone(),
         conn: conn.clone(),
-    }));
+        dispatcher: Arc::new(Dispatcher::new(Ctx {
+            daemon: daemon.clone(),
+            conn: conn.clone(),
+        })),
+        in_flight: Arc::new(Mutex::new(HashMap::new())),
+        tasks: JoinSet::new(),
+        max_in_flight: opts.max_in_flight.max(1),
+    };
+    let max_frame = opts.max_frame;
     let mut frames = FrameReader::new(
         BufReader::with_capacity(64 * 1024, reader),
-        forced,
+        opts.framing,
         max_frame,
+        opts.budget.clone(),
     );
+    let shutdown = daemon.shutdown.clone();
+    let mut paused_logged = false;
+    let mut writer_done = false;
     loop {
-        let frame = match frames.next().await {
+        // Reap finished slow requests so the set does not grow.
+        while lp.tasks.try_join_next().is_some() {}
+        if conn.queued_bytes() > opts.max_queued {
+            if !paused_logged {
+                tracing::warn!(
+                    connection = conn.id,
+                    queued = conn.queued_bytes(),
+                    limit = opts.max_queued,
+                    "client is not reading its replies; reading its requests is paused"
+                );
+                paused_logged = true;
+            }
+            tokio::select! {
+                _ = conn.wait_drained(opts.max_queued) => {}
+                _ = shutdown.cancelled() => break,
+                _ = &mut writer_task => {
+                    writer_done = true;
+                    break;
+                }
+            }
+            continue;
+        }
+        paused_logged = false;
+        let frame = tokio::select! {
+            f = frames.next() => f,
+            _ = shutdown.cancelled() => break,
+        };
+        let frame = match frame {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {
@@ -181,74 +339,69 @@ pub async fn serve_connection<R, W>(
         if framing.lock().is_none() {
             *framing.lock() = frames.framing();
         }
-        let value = match frame {
-            Frame::Message(bytes) => match serde_json::from_slice::<Value>(&bytes) {
-                Ok(v) => v,
-                Err(e) => {
-                    conn.send(error_response(
-                        &Value::Null,
-                        RpcError::new(ErrorKind::ParseError, format!("Parse error: {e}")),
-                    ));
-                    continue;
-                }
-            },
-            Frame::Oversized(n) => {
-                conn.send(error_response(
-                    &Value::Null,
-                    RpcError::new(ErrorKind::InvalidRequest, format!("Invalid request: frame of {n} bytes exceeds the {max_frame}-byte limit")),
-                ));
-                continue;
-            }
-            Frame::BadHeader(why) => {
-                conn.send(error_response(
-                    &Value::Null,
-                    RpcError::new(ErrorKind::InvalidRequest, format!("Invalid request: {why}")),
-                ));
-                continue;
-            }
+        let frame_error = |message: String| {
+            error_text(
+                &RequestId::Null,
+                RpcError::new(ErrorKind::InvalidRequest, message),
+            )
         };
-        if value.get("method").and_then(Value::as_str) == Some("$/cancelRequest") {
-            // A client cancelling its own compact/checkCompaction/navigateTree aborts that work,
-            // as `abortCompaction` would; the request then answers `Compaction cancelled`.
-            let key = value
-                .get("params")
-                .and_then(|p| p.get("id"))
-                .map(Value::to_string);
-            let session_id = key.and_then(|k| conn.in_flight.lock().get(&k).cloned());
-            if let Some(session) = session_id.and_then(|sid| daemon.session(&sid).ok()) {
-                crate::daemon::lifecycle::abort(&session);
+        match frame {
+            Frame::Message(bytes) => match serde_json::from_slice::<Value>(&bytes) {
+                Ok(v) => lp.value(v).await,
+                Err(e) => conn.send(error_text(
+                    &RequestId::Null,
+                    RpcError::new(ErrorKind::ParseError, format!("Parse error: {e}")),
+                )),
+            },
+            Frame::Oversized(n) => conn.send(frame_error(format!(
+                "Invalid request: frame of {n} bytes exceeds the {max_frame}-byte limit"
+            ))),
+            Frame::Busy(n) => conn.send(frame_error(format!(
+                "Invalid request: frame of {n} bytes skipped: the daemon is already buffering its limit of {} bytes of incoming frames; retry later",
+                opts.budget.limit()
+            ))),
+            Frame::TooLarge(n) => {
+                tracing::warn!(connection = conn.id, length = n, limit = max_frame, "Content-Length over the limit; closing the connection");
+                conn.send(frame_error(format!(
+                    "Invalid request: Content-Length {n} exceeds the {max_frame}-byte limit; closing the connection"
+                )));
+                break;
             }
-            continue;
+            Frame::BadHeader(why) => conn.send(frame_error(format!("Invalid request: {why}"))),
         }
-        if is_slow(&value) {
-            let d = dispatcher.clone();
-            let c = conn.clone();
-            let tracked = value.get("id").map(Value::to_string).zip(
-                value
-                    .get("params")
-                    .and_then(|p| p.get("sessionId"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-            );
-            if let Some((id, sid)) = &tracked {
-                conn.in_flight.lock().insert(id.clone(), sid.clone());
+    }
+    // Half-close: nothing more can arrive, so hook requests fail at once; finish what was
+    // received. If the client is gone entirely (writes fail), abort its work instead.
+    conn.close_input();
+    writer_done |= writer_task.is_finished();
+    loop {
+        if writer_done {
+            let sessions: Vec<String> = lp
+                .in_flight
+                .lock()
+                .values()
+                .filter_map(|f| f.session_id.clone())
+                .collect();
+            for sid in sessions {
+                if let Ok(s) = daemon.session(&sid) {
+                    crate::daemon::lifecycle::abort(&s);
+                }
             }
-            tokio::spawn(async move {
-                let reply = handle_value(&d, &c, value).await;
-                if let Some((id, _)) = tracked {
-                    c.in_flight.lock().remove(&id);
-                }
-                if let Some(r) = reply {
-                    c.send(r);
-                }
-            });
-        } else if let Some(r) = handle_value(&dispatcher, &conn, value).await {
-            conn.send(r);
+            while lp.tasks.join_next().await.is_some() {}
+            break;
+        }
+        tokio::select! {
+            next = lp.tasks.join_next() => if next.is_none() { break },
+            _ = &mut writer_task => writer_done = true,
         }
     }
     daemon.disconnect(&conn);
-    drop(dispatcher);
+    tracing::info!(connection = conn.id, "client disconnected");
+    drop(lp);
     // Let queued replies drain before the stream is dropped.
     drop(conn);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer_task).await;
+    if !writer_done {
+        let limit = if shutdown.is_cancelled() { 2 } else { 5 };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(limit), writer_task).await;
+    }
 }

@@ -1,136 +1,205 @@
-//! The method table: jsonrpsee's `RpcModule` maps method names to the handlers in
-//! `crate::daemon::methods`, parses params (wrong types → -32602) and shapes responses. This is
-//! the only module that touches jsonrpsee; the connection loop hands it one request's text and
-//! gets the response's text back.
+//! The method table: method names mapped to the handlers in `crate::daemon::methods`, with each
+//! method's flags. The connection loop parses a frame once into a [`Message`]; this table parses
+//! that message's params once into the handler's typed params (wrong or missing fields → -32602
+//! naming the field path) and runs the handler. No JSON-RPC library sits in between: framing,
+//! classification and parameter decoding are ours end to end.
+//!
+//! [`Message`]: super::message::Message
 
-use jsonrpsee::types::{ErrorObjectOwned, Params};
-use jsonrpsee::RpcModule;
+use std::future::Future;
+use std::pin::Pin;
+
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::daemon::methods::{self, Ctx};
-use crate::rpc::RpcError;
+use crate::rpc::{ErrorKind, RpcError};
 
-/// Methods that may wait a long time (LLM calls, hooks): the connection runs them in their own
-/// task so it keeps reading (an abort, or the answer to a hook request, must get through).
-pub const SLOW_METHODS: [&str; 3] = ["compact", "checkCompaction", "navigateTree"];
+type Reply = Result<Value, RpcError>;
+type BoxReply = Pin<Box<dyn Future<Output = Reply> + Send + 'static>>;
 
-fn to_object(e: RpcError) -> ErrorObjectOwned {
-    ErrorObjectOwned::owned(e.code, e.message.clone(), Some(e.data()))
+/// How a method runs.
+#[derive(Clone, Copy)]
+pub enum Handler {
+    /// Answers at once; the connection runs it inline, in arrival order.
+    Sync(fn(&Ctx, Option<Value>) -> Reply),
+    /// May wait a long time (LLM calls, hooks): the connection runs it in its own task so it
+    /// keeps reading (an abort, or the answer to a hook request, must get through).
+    Slow(fn(Ctx, Option<Value>) -> BoxReply),
 }
 
-fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Result<T, ErrorObjectOwned> {
-    // Absent params parse as an empty object, so all-optional methods accept no params.
-    if params.as_str().is_none() {
-        return serde_json::from_value(Value::Object(Default::default()))
-            .map_err(|e| to_object(RpcError::invalid_params(format!("missing params: {e}"))));
-    }
-    if params
-        .as_str()
-        .is_some_and(|p| p.trim_start().starts_with('['))
-    {
-        return Err(to_object(RpcError::invalid_params(
-            "Invalid params: params must be one JSON object",
-        )));
-    }
-    params.parse::<T>().map_err(|e| {
-        let detail = e
-            .data()
-            .map(|d| d.get().trim_matches('"').to_owned())
-            .unwrap_or_default();
-        to_object(RpcError::invalid_params(format!(
-            "Invalid params: {detail}"
-        )))
+/// Decodes a method's params. Absent params, `null`, `{}` and `[]` (how Neovim encodes an empty
+/// table) all mean "no params"; any other array is refused, since every method takes named
+/// params. Errors name the field path (`model.contextWindow`) and never carry serde positions.
+pub fn parse<T: DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
+    let value = match params {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(Value::Array(a)) if a.is_empty() => Value::Object(Map::new()),
+        Some(Value::Array(_)) => {
+            return Err(RpcError::invalid_params(
+                "params must be one JSON object of named fields, not a positional array",
+            ))
+        }
+        Some(v) => v,
+    };
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        RpcError::invalid_params(field_message(&path, &inner))
     })
 }
 
-macro_rules! sync_method {
-    ($module:ident, $name:literal, $handler:path) => {
-        $module
-            .register_method($name, |params, ctx, _| {
-                let p = parse(&params)?;
-                $handler(ctx, p).map_err(to_object)
-            })
-            .expect("method names are unique");
+/// `missing field `x`` at `model` → "missing field `model.x`"; other errors get the path first.
+fn field_message(path: &str, inner: &str) -> String {
+    let at_root = path.is_empty() || path == ".";
+    if let Some(rest) = inner.strip_prefix("missing field `") {
+        let name = rest.trim_end_matches('`');
+        return if at_root {
+            format!("missing field `{name}`")
+        } else {
+            format!("missing field `{path}.{name}`")
+        };
+    }
+    if at_root {
+        inner.to_owned()
+    } else {
+        format!("{path}: {inner}")
+    }
+}
+
+/// Params of a method that takes none (any fields sent are ignored, as before).
+#[derive(serde::Deserialize)]
+struct NoParams {}
+
+macro_rules! table {
+    ($( $name:literal => $kind:ident $handler:path ),* $(,)?) => {
+        /// Every method, its handler and its kind.
+        const METHODS: &[(&str, Handler)] = &[
+            $( ($name, table!(@handler $kind $handler)) ),*
+        ];
+    };
+    (@handler sync $handler:path) => {
+        Handler::Sync(|ctx, p| $handler(ctx, parse(p)?))
+    };
+    (@handler unit $handler:path) => {
+        Handler::Sync(|ctx, p| {
+            let _: NoParams = parse(p)?;
+            $handler(ctx)
+        })
+    };
+    (@handler slow $handler:path) => {
+        Handler::Slow(|ctx, p| Box::pin(async move { $handler(&ctx, parse(p)?).await }))
     };
 }
 
-macro_rules! async_method {
-    ($module:ident, $name:literal, $handler:path) => {
-        $module
-            .register_async_method($name, |params, ctx, _| async move {
-                let p = parse(&params)?;
-                $handler(&ctx, p).await.map_err(to_object)
-            })
-            .expect("method names are unique");
-    };
+table! {
+    "initialize" => sync methods::initialize,
+    "openSession" => sync methods::open_session,
+    "createSession" => sync methods::create_session,
+    "closeSession" => sync methods::close_session,
+    "listSessions" => unit methods::list_sessions,
+    "appendMessage" => sync methods::append_message,
+    "appendEntry" => sync methods::append_entry,
+    "setModel" => sync methods::set_model,
+    "navigateTree" => slow methods::navigate_tree,
+    "getBranch" => sync methods::get_branch,
+    "getContext" => sync methods::get_context,
+    "getContextUsage" => sync methods::get_context_usage,
+    "shouldCompact" => sync methods::should_compact_method,
+    "previewCompaction" => sync methods::preview_compaction,
+    "compact" => slow methods::compact,
+    "checkCompaction" => slow methods::check_compaction,
+    "abortCompaction" => sync methods::abort_compaction,
+    "getSettings" => sync methods::get_settings,
+    "setSettingsOverrides" => sync methods::set_settings_overrides,
+    "subscribe" => sync methods::subscribe,
+    "unsubscribe" => unit methods::unsubscribe,
+    "registerHooks" => sync methods::register_hooks,
 }
 
-/// A connection's method table.
+/// Looks a method up.
+pub fn handler(method: &str) -> Option<Handler> {
+    METHODS.iter().find(|(n, _)| *n == method).map(|(_, h)| *h)
+}
+
+/// Whether `method` runs in its own task (see [`Handler::Slow`]).
+pub fn is_slow(method: &str) -> bool {
+    matches!(handler(method), Some(Handler::Slow(_)))
+}
+
+/// The error for a name that is not in the table.
+pub fn method_not_found(method: &str) -> RpcError {
+    RpcError::new(
+        ErrorKind::MethodNotFound,
+        format!("Method not found: {method}"),
+    )
+}
+
+/// A connection's method table, bound to its caller context.
 pub struct Dispatcher {
-    module: RpcModule<Ctx>,
+    ctx: Ctx,
 }
 
 impl Dispatcher {
     pub fn new(ctx: Ctx) -> Dispatcher {
-        let mut m = RpcModule::new(ctx);
-        sync_method!(m, "initialize", methods::initialize);
-        sync_method!(m, "openSession", methods::open_session);
-        sync_method!(m, "createSession", methods::create_session);
-        sync_method!(m, "closeSession", methods::close_session);
-        m.register_method("listSessions", |_, ctx, _| {
-            methods::list_sessions(ctx).map_err(to_object)
-        })
-        .expect("method names are unique");
-        sync_method!(m, "appendMessage", methods::append_message);
-        sync_method!(m, "appendEntry", methods::append_entry);
-        sync_method!(m, "setModel", methods::set_model);
-        async_method!(m, "navigateTree", methods::navigate_tree);
-        sync_method!(m, "getBranch", methods::get_branch);
-        sync_method!(m, "getContext", methods::get_context);
-        sync_method!(m, "getContextUsage", methods::get_context_usage);
-        sync_method!(m, "shouldCompact", methods::should_compact_method);
-        sync_method!(m, "previewCompaction", methods::preview_compaction);
-        async_method!(m, "compact", methods::compact);
-        async_method!(m, "checkCompaction", methods::check_compaction);
-        sync_method!(m, "abortCompaction", methods::abort_compaction);
-        sync_method!(m, "getSettings", methods::get_settings);
-        sync_method!(m, "setSettingsOverrides", methods::set_settings_overrides);
-        sync_method!(m, "subscribe", methods::subscribe);
-        m.register_method("unsubscribe", |_, ctx, _| {
-            methods::unsubscribe(ctx).map_err(to_object)
-        })
-        .expect("method names are unique");
-        sync_method!(m, "registerHooks", methods::register_hooks);
-        Dispatcher { module: m }
+        Dispatcher { ctx }
+    }
+
+    pub fn ctx(&self) -> &Ctx {
+        &self.ctx
     }
 
     /// Every method name, for documentation and tests.
     pub fn method_names(&self) -> Vec<&'static str> {
-        let mut v: Vec<&'static str> = self.module.method_names().collect();
+        let mut v: Vec<&'static str> = METHODS.iter().map(|(n, _)| *n).collect();
         v.sort_unstable();
         v
     }
 
-    /// Runs one validated request (an object with `jsonrpc`, `method`, `id`) and returns the
-    /// response text. A request jsonrpsee cannot decode is answered with -32600.
-    pub async fn call(&self, method: &str, request: &str, id: &Value) -> String {
-        if self.module.method(method).is_none() {
-            let e = RpcError::new(
-                crate::rpc::ErrorKind::MethodNotFound,
-                format!("Method not found: {method}"),
-            );
-            return crate::json::stringify(
-                &serde_json::json!({"jsonrpc": "2.0", "id": id, "error": e.to_json()}),
-            );
+    /// Runs one request to completion (slow methods included; the caller decides where).
+    pub async fn call(&self, method: &str, params: Option<Value>) -> Reply {
+        match handler(method) {
+            None => Err(method_not_found(method)),
+            Some(Handler::Sync(f)) => f(&self.ctx, params),
+            Some(Handler::Slow(f)) => f(self.ctx.clone(), params).await,
         }
-        match self.module.raw_json_request(request, 1).await {
-            Ok((response, _)) => response.get().to_owned(),
-            Err(e) => crate::json::stringify(&serde_json::json!({
-                "jsonrpc": "2.0",
-                "id": id,
-                "error": RpcError::new(crate::rpc::ErrorKind::InvalidRequest, format!("Invalid request: {e}")).to_json(),
-            })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::types::{InitializeParams, OpenSessionParams};
+    use serde_json::json;
+
+    #[test]
+    fn empty_params_in_every_spelling_mean_no_params() {
+        for p in [None, Some(Value::Null), Some(json!([])), Some(json!({}))] {
+            let r: Result<InitializeParams, _> = parse(p.clone());
+            assert!(r.is_ok(), "{p:?}");
         }
+        let r: Result<InitializeParams, _> = parse(Some(json!([1])));
+        assert!(r.unwrap_err().message.contains("positional array"));
+    }
+
+    #[test]
+    fn errors_name_the_field_path_without_positions() {
+        let e = parse::<OpenSessionParams>(None).unwrap_err();
+        assert_eq!(e.message, "Invalid params: missing field `path`");
+        let e = parse::<OpenSessionParams>(Some(
+            json!({"path": "/x", "model": {"provider": "p", "id": "i", "maxTokens": 1}}),
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.message,
+            "Invalid params: missing field `model.contextWindow`"
+        );
+        let e = parse::<OpenSessionParams>(Some(json!({"path": "/x", "model": {"provider": "p", "id": "i", "contextWindow": "big", "maxTokens": 1}})))
+        .unwrap_err();
+        assert_eq!(
+            e.message,
+            "Invalid params: model.contextWindow: invalid type: string \"big\", expected i64"
+        );
+        assert!(!e.message.contains("line 1"));
     }
 }

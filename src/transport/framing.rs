@@ -1,14 +1,25 @@
 //! Message framing on a byte stream (protocol.md §2): newline-delimited JSON, or LSP-style
 //! `Content-Length` headers, detected per connection from the first non-whitespace byte.
 //!
-//! Frames over the size limit are skipped (to the next newline, or past `Content-Length`
-//! bytes) and reported as [`Frame::Oversized`], so the connection stays usable and memory stays
-//! bounded whatever a client sends.
+//! Memory stays bounded whatever a client sends: an NDJSON line over the size limit is skipped
+//! to its newline and reported as [`Frame::Oversized`] (the connection stays usable); an LSP
+//! `Content-Length` over the limit is reported as [`Frame::TooLarge`] without reading the body
+//! (the length cannot be trusted, so the connection closes); and every reader draws the bytes
+//! of a frame it is assembling from one daemon-wide [`FrameBudget`], so many clients sending
+//! huge frames at once cannot add up to more than the budget. After an LSP body that was not
+//! JSON (a lying, too-short length), the reader resynchronises on the next `Content-Length`
+//! header even when it follows the stray bytes on the same line.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Default largest frame accepted: 64 MiB.
 pub const DEFAULT_MAX_FRAME: usize = 64 * 1024 * 1024;
+
+/// Default total of frame bytes all connections together may be assembling: 256 MiB.
+pub const DEFAULT_MAX_BUFFERED: usize = 256 * 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
@@ -22,10 +33,48 @@ pub enum Framing {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Frame {
     Message(Vec<u8>),
-    /// A frame larger than the limit was skipped; carries its size (as far as known).
+    /// An NDJSON line larger than the limit was skipped; carries its size.
     Oversized(usize),
+    /// An LSP header announced a body larger than the limit (the body was not read; the
+    /// connection cannot stay in step and should be closed).
+    TooLarge(usize),
+    /// A frame was skipped because the daemon-wide buffer budget was exhausted; carries its size.
+    Busy(usize),
     /// LSP headers that could not be understood (the reader resynchronises on the next header).
     BadHeader(String),
+}
+
+/// The daemon-wide allowance of bytes held in partly read frames, shared by every reader.
+#[derive(Debug, Clone)]
+pub struct FrameBudget {
+    used: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+impl FrameBudget {
+    pub fn new(limit: usize) -> FrameBudget {
+        FrameBudget {
+            used: Arc::new(AtomicUsize::new(0)),
+            limit,
+        }
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Takes `n` bytes of the budget, or nothing when they do not fit.
+    fn take(&self, n: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+                u.checked_add(n).filter(|t| *t <= self.limit)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::SeqCst);
+    }
 }
 
 /// Reads frames from a buffered stream.
@@ -33,15 +82,17 @@ pub struct FrameReader<R> {
     inner: R,
     framing: Option<Framing>,
     max_frame: usize,
+    budget: FrameBudget,
 }
 
 impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     /// `framing: None` detects it from the first message.
-    pub fn new(inner: R, framing: Option<Framing>, max_frame: usize) -> Self {
+    pub fn new(inner: R, framing: Option<Framing>, max_frame: usize, budget: FrameBudget) -> Self {
         FrameReader {
             inner,
             framing,
             max_frame,
+            budget,
         }
     }
 
@@ -89,33 +140,49 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         }
     }
 
-    /// Reads up to and excluding the next `\n`, enforcing the limit.
+    /// Reads up to and excluding the next `\n`, enforcing the limit and the budget.
     async fn read_line(&mut self) -> std::io::Result<Frame> {
         let mut out = Vec::new();
         let mut size = 0usize;
-        loop {
-            let buf = self.inner.fill_buf().await?;
+        let mut held = 0usize;
+        let mut busy = false;
+        let result = loop {
+            let buf = match self.inner.fill_buf().await {
+                Ok(b) => b,
+                Err(e) => break Err(e),
+            };
             if buf.is_empty() {
-                break;
+                break Ok(());
             }
             let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
                 Some(i) => (&buf[..i], Some(i + 1)),
                 None => (buf, None),
             };
-            size += chunk.len();
-            if size <= self.max_frame {
-                out.extend_from_slice(chunk);
+            size = size.saturating_add(chunk.len());
+            if size <= self.max_frame && !busy {
+                if self.budget.take(chunk.len()) {
+                    held += chunk.len();
+                    out.extend_from_slice(chunk);
+                } else {
+                    busy = true;
+                    out = Vec::new();
+                }
             } else if !out.is_empty() {
                 out = Vec::new();
             }
             let consumed = done.unwrap_or(buf.len());
             self.inner.consume(consumed);
             if done.is_some() {
-                break;
+                break Ok(());
             }
-        }
+        };
+        self.budget.give_back(held);
+        result?;
         if size > self.max_frame {
             return Ok(Frame::Oversized(size));
+        }
+        if busy {
+            return Ok(Frame::Busy(size));
         }
         if out.last() == Some(&b'\r') {
             out.pop();
@@ -142,17 +209,33 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         let mut length: Option<usize> = None;
         let mut bad: Option<String> = None;
         loop {
-            let Some(line) = self.header_line().await? else {
+            let Some(mut line) = self.header_line().await? else {
                 return Ok(None);
             };
             if line.is_empty() {
                 break;
             }
+            // Resynchronise: stray bytes (the rest of a body whose length lied) before a
+            // `Content-Length` header start a fresh header block.
+            if let Some(pos) = line.to_ascii_lowercase().find("content-length:") {
+                if pos > 0 {
+                    tracing::debug!(skipped = pos, "stray bytes before a header skipped");
+                    line = line[pos..].to_owned();
+                    bad = None;
+                }
+            }
             match line.split_once(':') {
                 Some((name, value)) if name.trim().eq_ignore_ascii_case("content-length") => {
-                    match value.trim().parse::<usize>() {
+                    let value = value.trim();
+                    match value.parse::<usize>() {
                         Ok(n) => length = Some(n),
-                        Err(_) => bad = Some(format!("invalid Content-Length: {}", value.trim())),
+                        // All digits but too big for a usize: certainly over the limit.
+                        Err(_)
+                            if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) =>
+                        {
+                            length = Some(usize::MAX)
+                        }
+                        Err(_) => bad = Some(format!("invalid Content-Length: {value}")),
                     }
                 }
                 Some(_) => {}
@@ -165,20 +248,25 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
             )));
         };
         if len > self.max_frame {
-            let mut remaining = len as u64;
+            return Ok(Some(Frame::TooLarge(len)));
+        }
+        if !self.budget.take(len) {
+            let mut remaining = len;
             while remaining > 0 {
                 let buf = self.inner.fill_buf().await?;
                 if buf.is_empty() {
                     break;
                 }
-                let n = (buf.len() as u64).min(remaining) as usize;
+                let n = buf.len().min(remaining);
                 self.inner.consume(n);
-                remaining -= n as u64;
+                remaining -= n;
             }
-            return Ok(Some(Frame::Oversized(len)));
+            return Ok(Some(Frame::Busy(len)));
         }
         let mut body = vec![0u8; len];
-        tokio::io::AsyncReadExt::read_exact(&mut self.inner, &mut body).await?;
+        let read = tokio::io::AsyncReadExt::read_exact(&mut self.inner, &mut body).await;
+        self.budget.give_back(len);
+        read?;
         Ok(Some(Frame::Message(body)))
     }
 }
@@ -209,7 +297,12 @@ mod tests {
     use tokio::io::BufReader;
 
     async fn frames(input: &[u8], max: usize) -> (Vec<Frame>, Option<Framing>) {
-        let mut r = FrameReader::new(BufReader::with_capacity(7, input), None, max);
+        let mut r = FrameReader::new(
+            BufReader::with_capacity(7, input),
+            None,
+            max,
+            FrameBudget::new(usize::MAX),
+        );
         let mut out = Vec::new();
         while let Some(f) = r.next().await.unwrap() {
             out.push(f);
@@ -232,19 +325,54 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn lsp_frames_bad_headers_and_oversized_bodies() {
-        let input = b"Content-Length: 7\r\n\r\n{\"a\":1}Content-Length: 30\r\nContent-Type: x\r\n\r\n{\"b\":2222222222222222222222222}X: y\r\n\r\nContent-Length: 2\r\n\r\n[]";
+    async fn lsp_frames_bad_headers_and_a_length_over_the_limit() {
+        let input = b"Content-Length: 7\r\n\r\n{\"a\":1}X: y\r\n\r\nContent-Length: 2\r\n\r\n[]Content-Length: 30\r\n\r\n{\"b\":2222222222222222222222222}";
         let (f, framing) = frames(input, 20).await;
         assert_eq!(framing, Some(Framing::Lsp));
         assert_eq!(
-            f,
-            vec![
+            f[..4],
+            [
                 Frame::Message(b"{\"a\":1}".to_vec()),
-                Frame::Oversized(30),
                 Frame::BadHeader("missing Content-Length header".into()),
                 Frame::Message(b"[]".to_vec()),
+                Frame::TooLarge(30),
             ]
         );
+        let (f, _) = frames(b"Content-Length: 18446744073709551616\r\n\r\n{}", 20).await;
+        assert_eq!(f[0], Frame::TooLarge(usize::MAX));
+    }
+
+    #[tokio::test]
+    async fn a_short_length_resynchronises_on_the_next_header() {
+        // The first length is 5 for a 7-byte body: the body is cut, the stray `1}` precedes
+        // the next header on the same line.
+        let input = b"Content-Length: 5\r\n\r\n{\"a\":1}Content-Length: 7\r\n\r\n{\"b\":2}";
+        let (f, _) = frames(input, 100).await;
+        assert_eq!(
+            f,
+            vec![
+                Frame::Message(b"{\"a\":".to_vec()),
+                Frame::Message(b"{\"b\":2}".to_vec()),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn frames_beyond_the_shared_budget_are_skipped_as_busy() {
+        let budget = FrameBudget::new(10);
+        let input: &[u8] = b"{\"a\":\"0123456789\"}\n{}\n";
+        let mut r = FrameReader::new(
+            BufReader::with_capacity(4, input),
+            None,
+            100,
+            budget.clone(),
+        );
+        assert_eq!(r.next().await.unwrap(), Some(Frame::Busy(18)));
+        assert_eq!(
+            r.next().await.unwrap(),
+            Some(Frame::Message(b"{}".to_vec()))
+        );
+        assert_eq!(budget.used.load(Ordering::SeqCst), 0, "all given back");
     }
 
     #[tokio::test]

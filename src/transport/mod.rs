@@ -1,11 +1,48 @@
-//! Transports: bytes in, JSON-RPC messages out. Framing (`framing`), the per-connection loop
-//! (`connection`), the method table (`dispatch`, the only jsonrpsee-touching module), and the two
-//! listeners: a Unix socket for many clients (`unix`) and stdin/stdout for one (`stdio`).
+//! Transports: bytes in, JSON-RPC messages out. Framing (`framing`), typed wire messages
+//! (`message`), the per-connection loop (`connection`), the method table (`dispatch`), and the
+//! two listeners: a Unix socket for many clients (`unix`) and stdin/stdout for one (`stdio`).
 
 pub mod connection;
 pub mod dispatch;
 pub mod framing;
+pub mod message;
 pub mod stdio;
 pub mod unix;
 
-pub use framing::{Framing, DEFAULT_MAX_FRAME};
+pub use framing::{FrameBudget, Framing, DEFAULT_MAX_BUFFERED, DEFAULT_MAX_FRAME};
+
+/// Default number of slow requests (compact, checkCompaction, navigateTree) one connection may
+/// have running at once.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+/// Default bytes of replies and events a connection may leave unread before the daemon stops
+/// reading its requests: 64 MiB.
+pub const DEFAULT_MAX_QUEUED: usize = 64 * 1024 * 1024;
+/// Default number of simultaneous socket connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+
+/// Per-connection settings and limits, shared by both listeners.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Forced framing; `None` detects it per connection.
+    pub framing: Option<Framing>,
+    /// Largest accepted frame in bytes.
+    pub max_frame: usize,
+    /// Slow requests one connection may have running.
+    pub max_in_flight: usize,
+    /// Unread reply bytes past which a connection's input is paused.
+    pub max_queued: usize,
+    /// Frame bytes all connections together may be assembling.
+    pub budget: FrameBudget,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            framing: None,
+            max_frame: DEFAULT_MAX_FRAME,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_queued: DEFAULT_MAX_QUEUED,
+            budget: FrameBudget::new(DEFAULT_MAX_BUFFERED),
+        }
+    }
+}

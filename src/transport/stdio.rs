@@ -1,18 +1,23 @@
 //! `compactd stdio`: one client on stdin/stdout. stdout carries protocol bytes only.
+//!
+//! SIGTERM and SIGINT shut down as `serve` does: reading stops, running compactions are aborted
+//! (each ends with `compaction_end {aborted: true}` and its request gets an error reply), queued
+//! output is flushed, and the process exits 0.
 
 use std::sync::Arc;
 
 use super::connection::serve_connection;
-use super::framing::Framing;
+use super::Options;
 use crate::daemon::Daemon;
 
-pub async fn serve_stdio(daemon: Arc<Daemon>, framing: Option<Framing>, max_frame: usize) {
-    serve_connection(
-        daemon,
-        tokio::io::stdin(),
-        tokio::io::stdout(),
-        framing,
-        max_frame,
-    )
-    .await;
+pub async fn serve_stdio(daemon: Arc<Daemon>, opts: Options) -> Result<(), String> {
+    let signals = super::unix::shutdown_signal().map_err(|e| e.to_string())?;
+    let d = daemon.clone();
+    tokio::spawn(async move {
+        signals.await;
+        tracing::info!("signal received; shutting down");
+        d.shutdown.cancel();
+    });
+    serve_connection(daemon, tokio::io::stdin(), tokio::io::stdout(), opts).await;
+    Ok(())
 }

@@ -1,50 +1,153 @@
 //! `compactd serve`: a Unix domain socket for many concurrent clients.
 //!
-//! The socket lives in a per-user directory (mode 0700) and is itself mode 0600. A leftover
-//! socket file that nobody answers on is replaced; a live one means another daemon owns it, and
-//! this one exits with a clear message instead of stealing it. The file is removed on shutdown.
+//! Where the socket lives is a security boundary: whoever can replace it receives every client's
+//! requests. So the daemon creates a missing socket directory itself (mode 0700) and otherwise
+//! checks the one it finds: the default per-user directory must be ours and private, any other
+//! directory must be ours or root's and not writable by others (unless sticky, like `/tmp`).
+//! It never changes the mode of a directory it did not create. An existing path is removed only
+//! when it is a socket nobody answers on (stale); a live socket means another daemon owns it,
+//! and any other file type is refused, never deleted. The socket itself is mode 0600 and is
+//! removed on shutdown.
+//!
+//! The accept loop stays calm when the process runs out of file descriptors (it backs off and
+//! logs once per interval instead of spinning) and refuses connections past a configurable
+//! limit with a JSON-RPC error naming the limit.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 
 use super::connection::serve_connection;
-use super::framing::Framing;
+use super::Options;
 use crate::daemon::Daemon;
 
-/// `$XDG_RUNTIME_DIR/compactd/compactd.sock`, else `<tmp>/compactd-<uid>/compactd.sock`.
-pub fn default_socket_path() -> PathBuf {
+fn current_uid() -> u32 {
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(0)
+}
+
+/// The per-user directory used when no socket is configured: `$XDG_RUNTIME_DIR/compactd`, else
+/// `<tmp>/compactd-<uid>` (`<tmp>` is `$TMPDIR` or `/tmp`).
+pub fn default_socket_dir() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
-        Some(dir) => PathBuf::from(dir).join("compactd").join("compactd.sock"),
-        None => {
-            let uid = std::fs::metadata("/proc/self")
-                .map(|m| m.uid())
-                .unwrap_or(0);
-            std::env::temp_dir()
-                .join(format!("compactd-{uid}"))
-                .join("compactd.sock")
+        Some(dir) => PathBuf::from(dir).join("compactd"),
+        None => std::env::temp_dir().join(format!("compactd-{}", current_uid())),
+    }
+}
+
+/// `<default_socket_dir>/compactd.sock`.
+pub fn default_socket_path() -> PathBuf {
+    default_socket_dir().join("compactd.sock")
+}
+
+/// Creates `dir` (and missing parents) with mode 0700, or checks the one that exists.
+/// `private`: the directory must be owned by us with no group/other permissions.
+fn prepare_dir(dir: &Path, private: bool) -> Result<(), String> {
+    let uid = current_uid();
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            // Verify what is there now (another user may have won a race).
+            let m = std::fs::symlink_metadata(dir)
+                .map_err(|e| format!("cannot stat {}: {e}", dir.display()))?;
+            if !m.is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
+                return Err(format!(
+                    "refusing socket directory {}: it changed while being created",
+                    dir.display()
+                ));
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!("cannot stat {}: {e}", dir.display())),
+        Ok(m) => {
+            if m.file_type().is_symlink() && private {
+                return Err(format!(
+                    "refusing socket directory {}: it is a symbolic link",
+                    dir.display()
+                ));
+            }
+            let m = if m.file_type().is_symlink() {
+                std::fs::metadata(dir).map_err(|e| format!("cannot stat {}: {e}", dir.display()))?
+            } else {
+                m
+            };
+            if !m.is_dir() {
+                return Err(format!(
+                    "refusing socket directory {}: not a directory",
+                    dir.display()
+                ));
+            }
+            let mode = m.mode() & 0o7777;
+            if private {
+                if m.uid() != uid {
+                    return Err(format!(
+                        "refusing socket directory {}: owned by uid {}, not by this user (uid {uid}); another user may have created it to intercept clients",
+                        dir.display(),
+                        m.uid()
+                    ));
+                }
+                if mode & 0o077 != 0 {
+                    return Err(format!(
+                        "refusing socket directory {}: mode {mode:04o} lets other users in (expected 0700; fix it with chmod 700 or remove it)",
+                        dir.display()
+                    ));
+                }
+            } else {
+                if m.uid() != uid && m.uid() != 0 {
+                    return Err(format!(
+                        "refusing socket directory {}: owned by uid {}, neither this user (uid {uid}) nor root",
+                        dir.display(),
+                        m.uid()
+                    ));
+                }
+                if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+                    return Err(format!(
+                        "refusing socket directory {}: mode {mode:04o} lets other users replace the socket (not sticky)",
+                        dir.display()
+                    ));
+                }
+            }
+            Ok(())
         }
     }
 }
 
 /// Binds the socket, handling stale files. Errors are messages for the user.
 pub async fn bind(path: &Path) -> Result<UnixListener, String> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-    }
-    if path.exists() {
-        if UnixStream::connect(path).await.is_ok() {
-            return Err(format!(
-                "another compactd is already listening on {}",
-                path.display()
-            ));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let private = dir == default_socket_dir();
+    prepare_dir(dir, private)?;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if UnixStream::connect(path).await.is_ok() {
+                return Err(format!(
+                    "another compactd is already listening on {}",
+                    path.display()
+                ));
+            }
+            std::fs::remove_file(path)
+                .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display()))?;
         }
-        std::fs::remove_file(path)
-            .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display()))?;
+        Ok(_) => {
+            return Err(format!(
+                "{} exists and is not a socket; not touching it (choose another --socket)",
+                path.display()
+            ))
+        }
+        Err(_) => {}
     }
     let listener =
         UnixListener::bind(path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
@@ -53,33 +156,108 @@ pub async fn bind(path: &Path) -> Result<UnixListener, String> {
     Ok(listener)
 }
 
-/// Accepts connections until SIGINT/SIGTERM, then removes the socket file.
+/// Resolves on the first SIGINT or SIGTERM.
+pub fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
+/// Accept errors that mean "out of resources": wait for some to be freed.
+fn is_resource_exhaustion(e: &std::io::Error) -> bool {
+    // EMFILE 24, ENFILE 23, ENOBUFS 105, ENOMEM 12.
+    matches!(e.raw_os_error(), Some(24 | 23 | 105 | 12))
+}
+
+/// How often a repeated accept failure is logged.
+const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Refuses a connection past the limit with one JSON-RPC error line, then closes it.
+async fn refuse(mut stream: UnixStream, limit: usize) {
+    let e = crate::rpc::RpcError::new(
+        crate::rpc::ErrorKind::Overloaded,
+        format!("compactd is serving its limit of {limit} connections; try again later"),
+    );
+    let text = super::message::response_text(&super::message::RequestId::Null, Err(e));
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(text.as_bytes()).await;
+        let _ = stream.write_all(b"\n").await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
+/// Accepts connections until SIGINT/SIGTERM, then lets every connection finish (running
+/// compactions are aborted and answer), and removes the socket file.
 pub async fn serve_unix(
     daemon: Arc<Daemon>,
     listener: UnixListener,
     path: PathBuf,
-    framing: Option<Framing>,
-    max_frame: usize,
+    opts: Options,
+    max_connections: usize,
 ) -> Result<(), String> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| e.to_string())?;
+    let signals = shutdown_signal().map_err(|e| e.to_string())?;
+    tokio::pin!(signals);
+    let active = Arc::new(AtomicUsize::new(0));
+    let mut connections = tokio::task::JoinSet::new();
+    let mut backoff = Duration::from_millis(10);
+    let mut last_log: Option<Instant> = None;
+    let mut suppressed = 0u64;
     loop {
+        while connections.try_join_next().is_some() {}
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    backoff = Duration::from_millis(10);
+                    if active.load(Ordering::SeqCst) >= max_connections {
+                        tracing::warn!(limit = max_connections, "connection refused: limit reached");
+                        tokio::spawn(refuse(stream, max_connections));
+                        continue;
+                    }
+                    active.fetch_add(1, Ordering::SeqCst);
                     let d = daemon.clone();
-                    tokio::spawn(async move {
+                    let o = opts.clone();
+                    let a = active.clone();
+                    connections.spawn(async move {
                         let (r, w) = stream.into_split();
-                        serve_connection(d, r, w, framing, max_frame).await;
+                        serve_connection(d, r, w, o).await;
+                        a.fetch_sub(1, Ordering::SeqCst);
                     });
                 }
-                Err(e) => tracing::warn!(error = %e, "accept failed"),
+                Err(e) => {
+                    let now = Instant::now();
+                    if last_log.is_none_or(|t| now.duration_since(t) >= ACCEPT_LOG_INTERVAL) {
+                        tracing::warn!(error = %e, repeated = suppressed, "accept failed; backing off");
+                        last_log = Some(now);
+                        suppressed = 0;
+                    } else {
+                        suppressed += 1;
+                    }
+                    if is_resource_exhaustion(&e) {
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = &mut signals => break,
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                    }
+                }
             },
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
+            _ = &mut signals => break,
         }
     }
+    tracing::info!("signal received; shutting down");
+    daemon.shutdown.cancel();
     let _ = std::fs::remove_file(&path);
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
     tracing::info!(socket = %path.display(), "shut down");
     Ok(())
 }

@@ -77,6 +77,8 @@ export declare const ErrorCodes: Readonly<{
   LeafMoved: -32021;
   EntryNotFound: -32022;
   Io: -32030;
+  Overloaded: -32040;
+  RequestCancelled: -32800;
 }>;
 
 export type EventName =

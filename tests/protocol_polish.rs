@@ -1,0 +1,629 @@
+//! What editors and shell pipelines hit first, driven against the real binary: end of input as
+//! a half-close, empty params in every editor's spelling, field-path error messages, LSP's
+//! cancellation code, subscribable advertised events, shutdown on SIGTERM/SIGINT, and the
+//! default log output.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::rpc_client::{Client, Framing};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// An isolated home: no user config, no Pi settings.
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for d in ["config", "agent", "run"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        Env { dir }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    fn command(&self, sub: &str) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
+        cmd.arg(sub)
+            .env("XDG_CONFIG_HOME", self.path("config"))
+            .env("PI_CODING_AGENT_DIR", self.path("agent"))
+            .env("XDG_RUNTIME_DIR", self.path("run"))
+            .env_remove("COMPACTD_LOG")
+            .env_remove("NO_COLOR");
+        cmd
+    }
+    fn session(&self, case: &str) -> PathBuf {
+        let p = self.path(&format!("{case}.jsonl"));
+        std::fs::copy(
+            support::conformance_dir().join(case).join("session.jsonl"),
+            &p,
+        )
+        .expect("copy fixture");
+        p
+    }
+    fn stdio(&self) -> Client {
+        let vars = [
+            ("XDG_CONFIG_HOME", self.path("config")),
+            ("PI_CODING_AGENT_DIR", self.path("agent")),
+            ("XDG_RUNTIME_DIR", self.path("run")),
+        ];
+        let env: Vec<(&str, &Path)> = vars.iter().map(|(k, v)| (*k, v.as_path())).collect();
+        Client::stdio(&[], &env, Framing::Ndjson)
+    }
+    fn serve(&self, socket: &Path) -> Child {
+        let child = self
+            .command("serve")
+            .arg("--socket")
+            .arg(socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn serve");
+        wait_for_socket(socket);
+        child
+    }
+}
+
+fn wait_for_socket(socket: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while UnixStream::connect(socket).is_err() {
+        assert!(Instant::now() < deadline, "daemon never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn request(id: u64, method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string() + "\n"
+}
+
+/// The pipeline of issue 9.1: open, shrink keepRecentTokens so a compaction is possible, compact.
+fn pipeline(path: &Path) -> String {
+    [
+        request(1, "openSession", json!({"path": path})),
+        request(
+            2,
+            "setSettingsOverrides",
+            json!({"sessionId": "s1", "compaction": {"keepRecentTokens": 2000}}),
+        ),
+        request(3, "compact", json!({"sessionId": "s1"})),
+        request(4, "getContextUsage", json!({"sessionId": "s1"})),
+    ]
+    .concat()
+}
+
+fn replies(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+fn reply(all: &[Value], id: u64) -> &Value {
+    all.iter()
+        .find(|v| v["id"] == json!(id))
+        .unwrap_or_else(|| panic!("no reply {id} in {all:?}"))
+}
+
+fn compactions(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"type\":\"compaction\""))
+        .count()
+}
+
+#[test]
+fn end_of_input_over_stdio_finishes_every_request_already_received() {
+    let env = Env::new();
+    let file = env.session("009-bash-executions");
+    let mut child = env
+        .command("stdio")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(pipeline(&file).as_bytes()).unwrap();
+    drop(stdin);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let all = replies(&out);
+    let compact = reply(&all, 3);
+    assert!(
+        compact["result"]["summary"].is_string(),
+        "compact answered after end of input: {compact}"
+    );
+    assert!(reply(&all, 4).get("result").is_some());
+    assert_eq!(compactions(&file), 1, "the compaction entry was written");
+}
+
+#[test]
+fn a_socket_half_close_still_gets_every_reply() {
+    let env = Env::new();
+    let file = env.session("009-bash-executions");
+    let socket = env.path("run/d.sock");
+    let mut daemon = env.serve(&socket);
+    let mut s = UnixStream::connect(&socket).unwrap();
+    s.write_all(pipeline(&file).as_bytes()).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut out = String::new();
+    s.set_read_timeout(Some(LONG)).unwrap();
+    s.read_to_string(&mut out).unwrap();
+    let all = replies(&out);
+    assert!(reply(&all, 3)["result"]["summary"].is_string(), "{all:?}");
+    assert_eq!(compactions(&file), 1);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}
+
+#[test]
+fn empty_params_in_every_editor_spelling_and_field_path_errors() {
+    let env = Env::new();
+    let mut c = env.stdio();
+    // Neovim sends `[]` for `{}`, Emacs sends `null`; both mean "no params".
+    for params in [json!([]), Value::Null, json!({})] {
+        assert_eq!(c.ok("initialize", params.clone())["serverName"], "compactd");
+        assert_eq!(c.ok("subscribe", params.clone())["subscribed"], true);
+        assert_eq!(c.ok("listSessions", params.clone()), json!([]));
+    }
+    c.send_value(&json!({"jsonrpc": "2.0", "id": 900, "method": "unsubscribe"}));
+    assert_eq!(c.wait(900, LONG).unwrap()["unsubscribed"], true);
+    // Required fields are named exactly.
+    let e = c.request("openSession", Value::Null).unwrap_err();
+    assert_eq!(
+        (e["code"].as_i64(), e["message"].as_str()),
+        (Some(-32602), Some("Invalid params: missing field `path`"))
+    );
+    let e = c
+        .request(
+            "openSession",
+            json!({"path": "/tmp/x.jsonl", "model": {"provider": "p", "id": "m", "maxTokens": 1}}),
+        )
+        .unwrap_err();
+    assert_eq!(
+        e["message"],
+        "Invalid params: missing field `model.contextWindow`"
+    );
+    let e = c
+        .request(
+            "openSession",
+            json!({"path": "/tmp/x.jsonl", "model": {"provider": "p", "id": "m", "contextWindow": "big", "maxTokens": 1}}),
+        )
+        .unwrap_err();
+    let m = e["message"].as_str().unwrap();
+    assert_eq!(
+        m,
+        "Invalid params: model.contextWindow: invalid type: string \"big\", expected i64"
+    );
+    assert!(!m.contains("line 1") && !m.contains("\\\""), "{m}");
+    // Handler-level refusals carry the same prefix.
+    let e = c
+        .request("openSession", json!({"path": "relative.jsonl"}))
+        .unwrap_err();
+    assert_eq!(
+        e["message"],
+        "Invalid params: path must be an absolute path: relative.jsonl"
+    );
+    // A positional array is refused with a reason.
+    let e = c.request("getBranch", json!(["s1"])).unwrap_err();
+    assert!(e["message"]
+        .as_str()
+        .unwrap()
+        .contains("not a positional array"));
+}
+
+#[test]
+fn every_advertised_event_is_subscribable_and_unknown_ones_are_refused() {
+    let env = Env::new();
+    let mut c = env.stdio();
+    let init = c.ok("initialize", json!({}));
+    let events = init["capabilities"]["events"].as_array().unwrap().clone();
+    assert!(events.contains(&json!("subscription_dropped")));
+    for e in &events {
+        c.ok("subscribe", json!({"events": [e]}));
+    }
+    c.ok("subscribe", json!({"events": events}));
+    let e = c
+        .request("subscribe", json!({"events": ["compaction_begin"]}))
+        .unwrap_err();
+    assert_eq!(e["code"], -32602);
+    assert!(e["message"].as_str().unwrap().contains("compaction_begin"));
+}
+
+/// Opens a compactable session and registers a `session_before_compact` hook that never
+/// answers, so a compaction stays running until it is cancelled. Returns (sessionId, asked).
+fn stalled_compaction_setup(c: &mut Client, file: &Path) -> (String, Arc<AtomicBool>) {
+    let asked = Arc::new(AtomicBool::new(false));
+    let a = asked.clone();
+    c.on_request(move |method, _| {
+        if method == "session_before_compact" {
+            a.store(true, Ordering::SeqCst);
+        }
+        None
+    });
+    let sid = c.ok("openSession", json!({"path": file}))["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
+    );
+    c.ok(
+        "registerHooks",
+        json!({"hooks": ["session_before_compact"], "timeoutMs": 600000}),
+    );
+    c.ok("subscribe", json!({"sessionId": sid}));
+    (sid, asked)
+}
+
+fn wait_until(flag: &AtomicBool) {
+    let deadline = Instant::now() + LONG;
+    while !flag.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "never happened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_clients_own_cancel_answers_request_cancelled_and_an_abort_answers_cancelled() {
+    let env = Env::new();
+    let file = env.session("009-bash-executions");
+    let mut c = env.stdio();
+    let (sid, asked) = stalled_compaction_setup(&mut c, &file);
+    let before = std::fs::read(&file).unwrap();
+    let id = c.send("compact", json!({"sessionId": sid}));
+    wait_until(&asked);
+    c.notify("$/cancelRequest", json!({"id": id}));
+    let e = c.wait(id, LONG).unwrap_err();
+    assert_eq!(
+        (
+            e["code"].as_i64(),
+            e["message"].as_str(),
+            e["data"]["kind"].as_str()
+        ),
+        (
+            Some(-32800),
+            Some("Request cancelled"),
+            Some("request_cancelled")
+        )
+    );
+    let end = c.wait_notification("compaction_end", LONG).unwrap();
+    assert_eq!(end["params"]["aborted"], true);
+    assert_eq!(std::fs::read(&file).unwrap(), before);
+    // abortCompaction keeps -32012.
+    c.notifications.clear();
+    asked.store(false, Ordering::SeqCst);
+    let id = c.send("compact", json!({"sessionId": sid}));
+    wait_until(&asked);
+    assert_eq!(
+        c.ok("abortCompaction", json!({"sessionId": sid}))["aborted"],
+        true
+    );
+    let e = c.wait(id, LONG).unwrap_err();
+    assert_eq!(
+        (e["code"].as_i64(), e["message"].as_str()),
+        (Some(-32012), Some("Compaction cancelled"))
+    );
+}
+
+fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+/// Waits for the process to exit; returns its exit code and how long it took.
+fn exit_within(child: &mut Child, limit: Duration) -> (Option<i32>, Duration) {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status.code(), start.elapsed());
+        }
+        assert!(
+            start.elapsed() < limit,
+            "daemon did not exit within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn sigterm_aborts_running_compactions_answers_and_exits_cleanly() {
+    for sig in ["TERM", "INT"] {
+        let env = Env::new();
+        let file = env.session("009-bash-executions");
+        let socket = env.path("run/d.sock");
+        let mut daemon = env.serve(&socket);
+        let mut c = Client::socket(&socket, Framing::Ndjson);
+        let (sid, asked) = stalled_compaction_setup(&mut c, &file);
+        let before = std::fs::read(&file).unwrap();
+        let id = c.send("compact", json!({"sessionId": sid}));
+        wait_until(&asked);
+        signal(&daemon, sig);
+        let e = c.wait(id, LONG).unwrap_err();
+        assert_eq!(e["code"], -32012, "{sig}: the running compact is answered");
+        let end = c.wait_notification("compaction_end", LONG).unwrap();
+        assert_eq!(end["params"]["aborted"], true);
+        let (code, _) = exit_within(&mut daemon, Duration::from_secs(10));
+        assert_eq!(code, Some(0), "{sig}: clean exit");
+        assert!(!socket.exists(), "socket removed");
+        assert_eq!(std::fs::read(&file).unwrap(), before);
+    }
+}
+
+#[test]
+fn stdio_handles_sigterm_like_serve() {
+    let env = Env::new();
+    let file = env.session("009-bash-executions");
+    let mut child = env
+        .command("stdio")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut send = |v: String| {
+        stdin.write_all(v.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    };
+    send(request(1, "openSession", json!({"path": file})));
+    send(request(
+        2,
+        "setSettingsOverrides",
+        json!({"sessionId": "s1", "compaction": {"keepRecentTokens": 2000}}),
+    ));
+    send(request(
+        3,
+        "registerHooks",
+        json!({"hooks": ["session_before_compact"], "timeoutMs": 600000}),
+    ));
+    send(request(4, "subscribe", json!({})));
+    send(request(5, "compact", json!({"sessionId": "s1"})));
+    let mut seen = Vec::new();
+    let mut line = String::new();
+    // Wait for the hook request: the compaction is now running.
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "eof: {seen:?}");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        let hook = v["method"] == "session_before_compact";
+        seen.push(v);
+        if hook {
+            break;
+        }
+    }
+    signal(&child, "TERM");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    seen.extend(replies(&rest));
+    let (code, _) = exit_within(&mut child, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "SIGTERM is a clean exit, not 143");
+    assert_eq!(reply(&seen, 5)["error"]["code"], -32012, "{seen:?}");
+    assert!(seen
+        .iter()
+        .any(|v| v["method"] == "compaction_end" && v["params"]["aborted"] == true));
+}
+
+#[test]
+fn an_idle_daemon_exits_promptly_on_sigterm() {
+    let env = Env::new();
+    let socket = env.path("run/d.sock");
+    let mut daemon = env.serve(&socket);
+    std::thread::sleep(Duration::from_millis(100));
+    signal(&daemon, "TERM");
+    let (code, took) = exit_within(&mut daemon, Duration::from_secs(5));
+    assert_eq!(code, Some(0));
+    eprintln!("idle serve exited {took:?} after SIGTERM");
+    // The brief's target is 200 ms; allow for a loaded CI machine but stay well under the
+    // 1.3 s the daemon took before.
+    assert!(took < Duration::from_millis(800), "took {took:?}");
+    let mut child = env
+        .command("stdio")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    signal(&child, "TERM");
+    let (code, took) = exit_within(&mut child, Duration::from_secs(5));
+    eprintln!("idle stdio exited {took:?} after SIGTERM");
+    assert_eq!(code, Some(0));
+    assert!(took < Duration::from_millis(800), "took {took:?}");
+}
+
+#[test]
+fn default_logs_say_what_happened_without_colour_or_debug_dumps() {
+    let env = Env::new();
+    let file = env.session("009-bash-executions");
+    let small = env.session("003-tiny-nothing-to-compact");
+    let mut child = env
+        .command("stdio")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = [
+        pipeline(&file),
+        request(5, "openSession", json!({"path": small})),
+        request(6, "compact", json!({"sessionId": "s2"})),
+        request(7, "noSuchMethod", json!({})),
+    ]
+    .concat();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    for want in [
+        "client connected",
+        "session opened",
+        &file.display().to_string(),
+        "compacted",
+        "tokens_before",
+        "summarizer",
+        "compaction did not complete",
+        "unknown method",
+        "noSuchMethod",
+        "session closed",
+        "client disconnected",
+    ] {
+        assert!(log.contains(want), "log lacks {want:?}:\n{log}");
+    }
+    assert!(
+        !log.contains('\u{1b}'),
+        "no ANSI escapes off a terminal:\n{log}"
+    );
+    assert!(
+        !log.contains("Object {") && !log.contains("String(\""),
+        "no Debug dumps:\n{log}"
+    );
+}
+
+#[test]
+fn register_hooks_include_selects_what_the_hook_receives() {
+    let env = Env::new();
+    let file = env.session("037-large-200k");
+    let socket = env.path("run/d.sock");
+    let mut daemon = env.serve(&socket);
+    let mut lean = Client::socket(&socket, Framing::Ndjson);
+    let mut full = Client::socket(&socket, Framing::Ndjson);
+    let seen_lean: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let seen_full: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    for (c, seen) in [
+        (&mut lean, seen_lean.clone()),
+        (&mut full, seen_full.clone()),
+    ] {
+        c.on_request(move |method, params| {
+            if method == "session_before_compact" {
+                *seen.lock().unwrap() = Some(params.to_string());
+            }
+            Some(Value::Null)
+        });
+    }
+    let sid = lean.ok("openSession", json!({"path": file}))["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let e = lean
+        .request(
+            "registerHooks",
+            json!({"hooks": ["session_before_compact"], "include": ["everything"]}),
+        )
+        .unwrap_err();
+    assert_eq!(e["code"], -32602);
+    assert!(e["message"].as_str().unwrap().contains("branchEntries"));
+    lean.ok(
+        "registerHooks",
+        json!({"hooks": ["session_before_compact"], "include": ["preparation"]}),
+    );
+    full.ok(
+        "registerHooks",
+        json!({"hooks": ["session_before_compact"]}),
+    );
+    lean.ok("compact", json!({"sessionId": sid}));
+    let lean_text = seen_lean.lock().unwrap().clone().expect("lean hook asked");
+    let full_text = seen_full.lock().unwrap().clone().expect("full hook asked");
+    let lean_v: Value = serde_json::from_str(&lean_text).unwrap();
+    let full_v: Value = serde_json::from_str(&full_text).unwrap();
+    assert!(lean_v.get("branchEntries").is_none());
+    assert_eq!(lean_v["preparation"], full_v["preparation"]);
+    assert_eq!(lean_v["reason"], "manual");
+    assert!(
+        full_v["branchEntries"].is_array(),
+        "the default is Pi's full payload"
+    );
+    eprintln!(
+        "session_before_compact for a {} byte session: {} bytes in full, {} with include [\"preparation\"]",
+        std::fs::metadata(&file).unwrap().len(),
+        full_text.len(),
+        lean_text.len()
+    );
+    assert!(lean_text.len() * 2 < full_text.len());
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}
+
+#[test]
+fn a_hook_handler_that_never_replies_is_waited_for_visibly_in_the_log() {
+    let env = Env::new();
+    let file = env.session("009-bash-executions");
+    let mut child = env
+        .command("stdio")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    for r in [
+        request(1, "openSession", json!({"path": file})),
+        request(
+            2,
+            "setSettingsOverrides",
+            json!({"sessionId": "s1", "compaction": {"keepRecentTokens": 2000}}),
+        ),
+        request(
+            3,
+            "registerHooks",
+            json!({"hooks": ["session_before_compact"], "timeoutMs": 300}),
+        ),
+        request(4, "compact", json!({"sessionId": "s1"})),
+    ] {
+        stdin.write_all(r.as_bytes()).unwrap();
+    }
+    stdin.flush().unwrap();
+    // The hook request arrives and is never answered (a Lua handler returning nil); the
+    // compaction goes ahead after the timeout.
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0);
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v["id"] == 4 {
+            assert!(v["result"]["summary"].is_string(), "{v}");
+            break;
+        }
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        log.contains("asking the client's hook handler") && log.contains("timeout_ms=300"),
+        "{log}"
+    );
+    assert!(
+        log.contains("hook handler sent no reply in time") && log.contains("e.g. with null"),
+        "{log}"
+    );
+}

@@ -1,0 +1,557 @@
+//! The transport under hostile or careless clients, against the real binary: lying
+//! `Content-Length` headers, clients that never read, too many requests or connections, huge
+//! frames from many clients at once, file-descriptor exhaustion, and the socket's surroundings
+//! (directory ownership and mode, a regular file where the socket should be).
+
+mod support;
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::rpc_client::{Client, Framing};
+
+const LONG: Duration = Duration::from_secs(60);
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for d in ["config", "agent", "run"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        Env { dir }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    fn command(&self, sub: &str) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
+        cmd.arg(sub)
+            .env("XDG_CONFIG_HOME", self.path("config"))
+            .env("PI_CODING_AGENT_DIR", self.path("agent"))
+            .env("XDG_RUNTIME_DIR", self.path("run"));
+        cmd
+    }
+    fn session(&self, case: &str) -> PathBuf {
+        let p = self.path(&format!("{case}.jsonl"));
+        std::fs::copy(
+            support::conformance_dir().join(case).join("session.jsonl"),
+            &p,
+        )
+        .expect("copy fixture");
+        p
+    }
+    /// `compactd serve` on `socket` with `extra` flags; stderr goes to `log`.
+    fn serve(&self, socket: &Path, extra: &[&str], log: &Path) -> Child {
+        let child = self
+            .command("serve")
+            .arg("--socket")
+            .arg(socket)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(File::create(log).unwrap())
+            .spawn()
+            .expect("spawn serve");
+        wait_for_socket(socket);
+        child
+    }
+}
+
+fn wait_for_socket(socket: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while UnixStream::connect(socket).is_err() {
+        assert!(Instant::now() < deadline, "daemon never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stop(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn lsp(body: &str) -> Vec<u8> {
+    format!("Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+}
+
+/// Reads LSP frames until EOF.
+fn read_lsp_all(r: impl Read) -> Vec<Value> {
+    let mut r = BufReader::new(r);
+    let mut out = Vec::new();
+    loop {
+        let mut len = None;
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return out;
+            }
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some(v) = h.strip_prefix("Content-Length:") {
+                len = v.trim().parse::<usize>().ok();
+            }
+        }
+        let mut body = vec![0u8; len.expect("length")];
+        r.read_exact(&mut body).unwrap();
+        out.push(serde_json::from_slice(&body).unwrap());
+    }
+}
+
+#[test]
+fn a_content_length_over_the_limit_is_refused_and_the_connection_closed() {
+    let env = Env::new();
+    let mut child = env
+        .command("stdio")
+        .args(["--max-frame", "100000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#;
+    stdin.write_all(&lsp(init)).unwrap();
+    stdin
+        .write_all(b"Content-Length: 18446744073709551615\r\n\r\n")
+        .unwrap();
+    // Would have been swallowed as part of the "body"; now it is never read.
+    stdin
+        .write_all(&lsp(r#"{"jsonrpc":"2.0","id":2,"method":"listSessions"}"#))
+        .unwrap();
+    stdin.flush().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || read_lsp_all(stdout));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "connection was not closed");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    drop(stdin);
+    assert!(status.success());
+    let replies = reader.join().unwrap();
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    assert_eq!(replies[0]["id"], 1);
+    let e = &replies[1]["error"];
+    assert_eq!(e["code"], -32600);
+    let m = e["message"].as_str().unwrap();
+    assert!(
+        m.contains("18446744073709551615") && m.contains("100000") && m.contains("closing"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_short_content_length_gives_a_parse_error_and_the_stream_resynchronises() {
+    let env = Env::new();
+    let mut child = env
+        .command("stdio")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let first = r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#;
+    // The header claims 20 bytes of a 46-byte body.
+    stdin
+        .write_all(format!("Content-Length: 20\r\n\r\n{first}").as_bytes())
+        .unwrap();
+    stdin
+        .write_all(&lsp(r#"{"jsonrpc":"2.0","id":2,"method":"listSessions"}"#))
+        .unwrap();
+    drop(stdin);
+    let replies = read_lsp_all(child.stdout.take().unwrap());
+    assert!(child.wait().unwrap().success());
+    assert_eq!(replies[0]["error"]["code"], -32700, "{replies:?}");
+    let last = replies.last().unwrap();
+    assert_eq!(
+        (last["id"].clone(), last["result"].clone()),
+        (json!(2), json!([])),
+        "the next frame is answered: {replies:?}"
+    );
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_client_that_never_reads_cannot_grow_the_daemons_memory() {
+    let env = Env::new();
+    let file = env.session("037-large-200k");
+    let socket = env.path("run/d.sock");
+    let daemon = env.serve(
+        &socket,
+        &["--max-queued-bytes", "2000000"],
+        &env.path("log"),
+    );
+    let mut c = Client::socket(&socket, Framing::Ndjson);
+    let sid = c.ok("openSession", json!({"path": file}))["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let branch_bytes = c
+        .ok("getBranch", json!({"sessionId": sid}))
+        .to_string()
+        .len();
+    assert!(branch_bytes > 500_000, "a big reply: {branch_bytes}");
+    std::thread::sleep(Duration::from_millis(200));
+    let base = rss_kib(daemon.id());
+    // A raw connection that sends 120 getBranch requests and reads nothing.
+    let mut raw = UnixStream::connect(&socket).unwrap();
+    raw.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut sent = 0;
+    for i in 0..120 {
+        let line = json!({"jsonrpc":"2.0","id":i,"method":"getBranch","params":{"sessionId":sid}})
+            .to_string()
+            + "\n";
+        if raw.write_all(line.as_bytes()).is_err() {
+            break; // the daemon stopped reading: backpressure reached the client
+        }
+        sent += 1;
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let grown = rss_kib(daemon.id()).saturating_sub(base);
+    // Unbounded, 120 queued replies of ~1 MB each took well over 120 MB.
+    assert!(
+        grown < 60_000,
+        "daemon RSS grew by {grown} KiB with {sent} unread replies"
+    );
+    // Nothing is lost: reading now drains every reply.
+    raw.set_read_timeout(Some(LONG)).unwrap();
+    let mut r = BufReader::new(raw.try_clone().unwrap());
+    let writer = std::thread::spawn(move || {
+        for i in sent..120 {
+            let line =
+                json!({"jsonrpc":"2.0","id":i,"method":"getBranch","params":{"sessionId":sid}})
+                    .to_string()
+                    + "\n";
+            raw.set_write_timeout(None).unwrap();
+            raw.write_all(line.as_bytes()).unwrap();
+        }
+    });
+    let mut answered = 0;
+    let mut line = String::new();
+    while answered < 120 {
+        line.clear();
+        assert!(r.read_line(&mut line).unwrap() > 0);
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert!(v["result"].is_array());
+        answered += 1;
+    }
+    writer.join().unwrap();
+    stop(daemon);
+}
+
+#[test]
+fn slow_requests_past_the_in_flight_limit_are_refused_clearly() {
+    let env = Env::new();
+    let file = env.session("009-bash-executions");
+    let socket = env.path("run/d.sock");
+    let daemon = env.serve(&socket, &["--max-in-flight", "1"], &env.path("log"));
+    let mut c = Client::socket(&socket, Framing::Ndjson);
+    let asked = Arc::new(AtomicBool::new(false));
+    let a = asked.clone();
+    c.on_request(move |_, _| {
+        a.store(true, Ordering::SeqCst);
+        None
+    });
+    let sid = c.ok("openSession", json!({"path": file}))["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
+    );
+    c.ok(
+        "registerHooks",
+        json!({"hooks": ["session_before_compact"], "timeoutMs": 600000}),
+    );
+    let first = c.send("compact", json!({"sessionId": sid}));
+    let deadline = Instant::now() + LONG;
+    while !asked.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let e = c
+        .request(
+            "checkCompaction",
+            json!({"sessionId": sid, "phase": "postRun"}),
+        )
+        .unwrap_err();
+    assert_eq!(e["code"], -32040);
+    assert_eq!(e["data"]["kind"], "overloaded");
+    assert!(e["message"].as_str().unwrap().contains("limit 1"), "{e}");
+    // Fast requests still work meanwhile.
+    assert!(c.ok("listSessions", json!({})).is_array());
+    c.ok("abortCompaction", json!({"sessionId": sid}));
+    assert_eq!(c.wait(first, LONG).unwrap_err()["code"], -32012);
+    stop(daemon);
+}
+
+#[test]
+fn many_clients_sending_huge_frames_share_one_buffer_budget() {
+    let env = Env::new();
+    let socket = env.path("run/d.sock");
+    let daemon = env.serve(
+        &socket,
+        &["--max-buffered-bytes", "1000000"],
+        &env.path("log"),
+    );
+    let pad = "x".repeat(700_000);
+    let body = |id: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"clientName":"{pad}"}}}}"#
+        )
+    };
+    let mut a = UnixStream::connect(&socket).unwrap();
+    let mut b = UnixStream::connect(&socket).unwrap();
+    a.write_all(body(1).as_bytes()).unwrap(); // no newline yet: held in the budget
+    std::thread::sleep(Duration::from_millis(500));
+    b.write_all(body(2).as_bytes()).unwrap();
+    b.write_all(b"\n").unwrap();
+    b.set_read_timeout(Some(LONG)).unwrap();
+    let mut line = String::new();
+    BufReader::new(b.try_clone().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1000000 bytes of incoming frames"),
+        "{v}"
+    );
+    // The first frame completes normally.
+    a.write_all(b"\n").unwrap();
+    a.set_read_timeout(Some(LONG)).unwrap();
+    let mut line = String::new();
+    BufReader::new(a.try_clone().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["result"]["serverName"], "compactd", "{v}");
+    // And b, now that the budget is free, is served too.
+    b.write_all(format!("{}\n", body(3)).as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(b).read_line(&mut line).unwrap();
+    assert!(line.contains("serverName"), "{line}");
+    stop(daemon);
+}
+
+#[test]
+fn connections_past_the_limit_are_refused_with_a_reason() {
+    let env = Env::new();
+    let socket = env.path("run/d.sock");
+    let daemon = env.serve(&socket, &["--max-connections", "2"], &env.path("log"));
+    let hold = || {
+        let mut s = UnixStream::connect(&socket).unwrap();
+        s.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}\n")
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(s.try_clone().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("serverName"));
+        s
+    };
+    let a = hold();
+    let _b = hold();
+    let c = UnixStream::connect(&socket).unwrap();
+    c.set_read_timeout(Some(LONG)).unwrap();
+    let mut text = String::new();
+    BufReader::new(c).read_to_string(&mut text).unwrap();
+    let v: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["error"]["data"]["kind"], "overloaded");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("limit of 2 connections"));
+    drop(a);
+    // Once a slot is free, a new client is served.
+    let deadline = Instant::now() + LONG;
+    while !initialize_raw(&socket).contains("serverName") {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop(daemon);
+}
+
+/// One `initialize` on a fresh connection; returns the reply line (empty on failure).
+fn initialize_raw(socket: &Path) -> String {
+    let Ok(mut s) = UnixStream::connect(socket) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}\n");
+    let mut line = String::new();
+    let _ = BufReader::new(s).read_line(&mut line);
+    line
+}
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the command name.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn running_out_of_file_descriptors_backs_off_instead_of_spinning() {
+    let env = Env::new();
+    let socket = env.path("run/d.sock");
+    let log = env.path("log");
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!(
+            "ulimit -n 64 && exec \"{}\" serve --socket \"{}\"",
+            env!("CARGO_BIN_EXE_compactd"),
+            socket.display()
+        ))
+        .env("XDG_CONFIG_HOME", env.path("config"))
+        .env("PI_CODING_AGENT_DIR", env.path("agent"))
+        .stdout(Stdio::null())
+        .stderr(File::create(&log).unwrap());
+    let daemon = cmd.spawn().unwrap();
+    wait_for_socket(&socket);
+    // Hold more connections than the daemon has descriptors for.
+    let held: Vec<UnixStream> = (0..100)
+        .filter_map(|_| UnixStream::connect(&socket).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = cpu_ticks(daemon.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(daemon.id()) - t0;
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines = text.matches("accept failed").count();
+    assert!(lines >= 1, "the exhaustion is logged:\n{text}");
+    assert!(lines <= 3, "logged once per interval, not {lines} times");
+    // Spinning took a whole core (200 ticks in 2 s); backing off takes almost nothing.
+    assert!(used < 40, "{used} CPU ticks in 2 s");
+    drop(held);
+    // Once descriptors are free again, clients are served.
+    let deadline = Instant::now() + LONG;
+    while !initialize_raw(&socket).contains("serverName") {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop(daemon);
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().mode() & 0o7777
+}
+
+#[test]
+fn the_socket_directory_is_never_chmodded_and_only_stale_sockets_are_removed() {
+    let env = Env::new();
+    // An existing, shared-readable directory keeps its mode.
+    let dir = env.path("shared");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.join("d.sock");
+    let daemon = env.serve(&socket, &[], &env.path("log"));
+    assert_eq!(
+        mode(&dir),
+        0o755,
+        "the daemon did not create it, so it keeps its mode"
+    );
+    assert_eq!(mode(&socket), 0o600);
+    stop(daemon);
+    // The killed daemon left a stale socket: it is replaced.
+    assert!(socket.exists());
+    let daemon = env.serve(&socket, &[], &env.path("log2"));
+    stop(daemon);
+    // A regular file where the socket should be is refused and left alone.
+    let file = dir.join("notes.txt");
+    std::fs::write(&file, "precious").unwrap();
+    let out = env
+        .command("serve")
+        .arg("--socket")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious");
+    // A directory others may write into (not sticky) is refused.
+    let open = env.path("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = env
+        .command("serve")
+        .arg("--socket")
+        .arg(open.join("d.sock"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lets other users"));
+    assert_eq!(mode(&open), 0o777);
+}
+
+#[test]
+fn the_default_socket_directory_is_created_private_or_verified() {
+    let env = Env::new();
+    let tmp = env.path("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let uid = std::fs::metadata("/proc/self").unwrap().uid();
+    let private = tmp.join(format!("compactd-{uid}"));
+    let serve = || {
+        env.command("serve")
+            .env_remove("XDG_RUNTIME_DIR")
+            .env("TMPDIR", &tmp)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Missing: created 0700.
+    let daemon = serve();
+    wait_for_socket(&private.join("compactd.sock"));
+    assert_eq!(mode(&private), 0o700);
+    stop(daemon);
+    // Pre-created by someone with a permissive mode: refused with the reason, not chmodded.
+    std::fs::remove_dir_all(&private).unwrap();
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = serve().wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mode 0755"), "{err}");
+    assert_eq!(mode(&private), 0o755);
+    // Owned by another user (checkable only as root, who can chown).
+    if uid == 0 {
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&private, Some(65534), None).unwrap();
+        let out = serve().wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("owned by uid 65534"), "{err}");
+    }
+}
