@@ -11,7 +11,6 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::compaction::prepare::{prepare_branch, Preparation};
-use crate::compaction::BranchIndex;
 use crate::compaction::prompts::{history_prompt_text, turn_prefix_prompt_text, SYSTEM_PROMPT};
 use crate::compaction::serialize::serialize_agent_messages;
 use crate::compaction::summary::{
@@ -19,6 +18,7 @@ use crate::compaction::summary::{
     CallKind, CompactionOutcome,
 };
 use crate::compaction::tokens::CompactionSettings;
+use crate::compaction::BranchIndex;
 use crate::context::context_settings;
 use crate::session::{ids, BranchView, Entry, SessionTree};
 use crate::store;
@@ -393,7 +393,10 @@ pub async fn compact_file(
         return Err(CompactError::Cancelled);
     }
     let (entry, estimated) = append_outcome(&mut tree, &outcome, ids::now_ms());
-    let raw = tree.leaf().map(|i| tree.entry(i).raw().to_vec()).unwrap_or_default();
+    let raw = tree
+        .leaf()
+        .map(|i| tree.entry(i).raw().to_vec())
+        .unwrap_or_default();
     match store::read_tail(&abs, &stamp, &limits) {
         Ok(store::Tail::Unchanged) => {}
         Ok(_) => {

@@ -104,9 +104,12 @@ pub fn context_positions<P: PathEntries + ?Sized>(path: &P) -> Vec<usize> {
     let first_kept = compaction.str_field("firstKeptEntryId");
     let mut out = Vec::with_capacity(n - idx + 1);
     out.push(latest);
-    if let Some(start) =
-        (0..idx).find(|&i| path.at(i).id.as_deref().is_some_and(|id| Some(id) == first_kept))
-    {
+    if let Some(start) = (0..idx).find(|&i| {
+        path.at(i)
+            .id
+            .as_deref()
+            .is_some_and(|id| Some(id) == first_kept)
+    }) {
         out.extend(start..idx);
     }
     out.extend(idx + 1..n);
@@ -132,9 +135,10 @@ pub fn context_settings<P: PathEntries + ?Sized>(path: &P) -> (Value, Value) {
         .map_or(Value::from("off"), |e| {
             e.get("thinkingLevel").cloned().unwrap_or(Value::Null)
         });
-    let setter = (0..n).rev().map(|i| path.at(i)).find(|e| {
-        e.kind == EntryKind::ModelChange || e.is_message(Role::Assistant)
-    });
+    let setter = (0..n)
+        .rev()
+        .map(|i| path.at(i))
+        .find(|e| e.kind == EntryKind::ModelChange || e.is_message(Role::Assistant));
     let model = match setter {
         None => Value::Null,
         Some(e) if e.kind == EntryKind::ModelChange => {

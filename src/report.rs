@@ -8,12 +8,12 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 use crate::compaction::prepare::{indexed_boundaries, plan_compaction, Plan, Preparation};
-use crate::compaction::BranchIndex;
 use crate::compaction::serialize::serialize_agent_messages;
 use crate::compaction::summary::number;
 use crate::compaction::tokens::{
     estimate_context_tokens, should_compact, CompactionSettings, ContextEstimate, MessageFacts,
 };
+use crate::compaction::BranchIndex;
 use crate::compaction::{file_ops::format_file_operations, NothingToCompact};
 use crate::context::{build_session_context, context_entries};
 use crate::session::{BranchView, Entry, SessionTree};
@@ -94,7 +94,11 @@ pub struct Overview {
 }
 
 /// Builds the [`Overview`] of the tree's current branch. O(path), no message parsed.
-pub fn overview(tree: &SessionTree, context_window: i64, settings: &CompactionSettings) -> Overview {
+pub fn overview(
+    tree: &SessionTree,
+    context_window: i64,
+    settings: &CompactionSettings,
+) -> Overview {
     let branch = tree.branch();
     let view = BranchView {
         tree,
@@ -120,7 +124,11 @@ pub fn overview(tree: &SessionTree, context_window: i64, settings: &CompactionSe
         .count()
         .max(usize::from(!tree.is_empty()));
     Overview {
-        session_id: tree.header.get("id").and_then(Value::as_str).map(str::to_owned),
+        session_id: tree
+            .header
+            .get("id")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         version: tree.header.get("version").cloned().unwrap_or(Value::Null),
         entry_count: tree.len(),
         leaf_id: tree.leaf_id().map(str::to_owned),

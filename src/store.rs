@@ -27,8 +27,14 @@ pub enum StoreError {
     #[error("Not a regular file ({kind}): {path}")]
     NotRegular { path: PathBuf, kind: &'static str },
     #[error("Session file is larger than the {limit}-byte limit ({size} bytes): {path}")]
-    TooLarge { path: PathBuf, size: u64, limit: u64 },
-    #[error("Session file is being written by another process (its last line is still growing): {0}")]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+    #[error(
+        "Session file is being written by another process (its last line is still growing): {0}"
+    )]
     Busy(PathBuf),
     #[error("I/O error on {path}: {source}")]
     Io {
@@ -155,7 +161,12 @@ pub fn open_regular(path: &Path, limits: &Limits) -> Result<(File, fs::Metadata)
 }
 
 /// Reads at most `limit` bytes from `f`'s current position.
-fn read_capped(f: &mut File, path: &Path, expected: u64, limit: u64) -> Result<Vec<u8>, StoreError> {
+fn read_capped(
+    f: &mut File,
+    path: &Path,
+    expected: u64,
+    limit: u64,
+) -> Result<Vec<u8>, StoreError> {
     let mut bytes = Vec::with_capacity(expected.min(limit) as usize);
     f.take(limit + 1)
         .read_to_end(&mut bytes)

@@ -19,8 +19,19 @@ fn raw_value(depth: u32) -> BoxedStrategy<String> {
         Just("null".to_owned()),
         Just("true".to_owned()),
         Just("false".to_owned()),
-        select(&["0", "-0", "1.0", "1e21", "12345678901234567890", "-7", "0.1", "2.5e-8"][..])
-            .prop_map(str::to_owned),
+        select(
+            &[
+                "0",
+                "-0",
+                "1.0",
+                "1e21",
+                "12345678901234567890",
+                "-7",
+                "0.1",
+                "2.5e-8"
+            ][..]
+        )
+        .prop_map(str::to_owned),
         raw_string(),
     ];
     if depth == 0 {
@@ -41,8 +52,20 @@ fn raw_string() -> impl Strategy<Value = String> {
     vec(
         select(
             &[
-                "a", "é", "😀", "\\n", "\\\"", "\\\\", "\\u0001", "\\u00e9", "\\ud83d\\ude00", "\\t",
-                " ", "path", "/", "\\/",
+                "a",
+                "é",
+                "😀",
+                "\\n",
+                "\\\"",
+                "\\\\",
+                "\\u0001",
+                "\\u00e9",
+                "\\ud83d\\ude00",
+                "\\t",
+                " ",
+                "path",
+                "/",
+                "\\/",
             ][..],
         ),
         0..6,
@@ -53,7 +76,13 @@ fn raw_string() -> impl Strategy<Value = String> {
 fn raw_key() -> impl Strategy<Value = String> {
     select(
         &[
-            "\"path\"", "\"a\"", "\"2\"", "\"b\"", "\"\\u0070ath\"", "\"text\"", "\"x y\"",
+            "\"path\"",
+            "\"a\"",
+            "\"2\"",
+            "\"b\"",
+            "\"\\u0070ath\"",
+            "\"text\"",
+            "\"x y\"",
         ][..],
     )
     .prop_map(str::to_owned)
@@ -97,8 +126,17 @@ fn raw_message() -> impl Strategy<Value = String> {
         raw_string().prop_map(|s| format!("\"command\":{s}")),
         raw_string().prop_map(|s| format!("\"output\":{s}")),
         raw_string().prop_map(|s| format!("\"summary\":{s}")),
-        select(&["\"stop\"", "\"error\"", "\"aborted\"", "\"length\"", "\"toolUse\"", "1"][..])
-            .prop_map(|s| format!("\"stopReason\":{s}")),
+        select(
+            &[
+                "\"stop\"",
+                "\"error\"",
+                "\"aborted\"",
+                "\"length\"",
+                "\"toolUse\"",
+                "1"
+            ][..]
+        )
+        .prop_map(|s| format!("\"stopReason\":{s}")),
         vec(
             (
                 select(&["totalTokens", "input", "output", "cacheRead", "cacheWrite"][..]),

@@ -61,9 +61,7 @@ impl Env {
     }
 }
 
-const MODEL: fn() -> Value = || {
-    json!({"provider":"anthropic","id":"claude-sonnet-4-5","contextWindow":200000,"maxTokens":64000})
-};
+const MODEL: fn() -> Value = || json!({"provider":"anthropic","id":"claude-sonnet-4-5","contextWindow":200000,"maxTokens":64000});
 
 fn open(c: &mut Client, path: &Path) -> String {
     let r = c.ok("openSession", json!({"path": path, "model": MODEL()}));
@@ -113,10 +111,7 @@ fn pi_line(id: &str, parent: &str, text: &str) -> String {
 
 fn append_bytes(path: &Path, bytes: &[u8]) {
     use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
     f.write_all(bytes).unwrap();
 }
 
@@ -131,7 +126,10 @@ fn another_writers_entries_become_the_parent_of_the_next_append() {
     let before = branch_ids(&path);
     let last = before.last().unwrap().clone();
     // Another process appends two Pi entries, one whole, one in two writes.
-    append_bytes(&path, format!("{}\n", pi_line("pi000001", &last, "from pi")).as_bytes());
+    append_bytes(
+        &path,
+        format!("{}\n", pi_line("pi000001", &last, "from pi")).as_bytes(),
+    );
     let second = pi_line("pi000002", "pi000001", "also from pi");
     let (a, b) = second.split_at(second.len() / 2);
     append_bytes(&path, a.as_bytes());
@@ -149,13 +147,21 @@ fn another_writers_entries_become_the_parent_of_the_next_append() {
         .iter()
         .find(|e| e["id"] == json!(ours))
         .expect("our entry is in the file");
-    assert_eq!(mine["parentId"], "pi000002", "parent is the other writer's last entry");
+    assert_eq!(
+        mine["parentId"], "pi000002",
+        "parent is the other writer's last entry"
+    );
     // Every line is valid JSON: the half-written line was not split.
     let text = std::fs::read_to_string(&path).unwrap();
-    assert!(text.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()));
+    assert!(text
+        .lines()
+        .all(|l| serde_json::from_str::<Value>(l).is_ok()));
     let after = branch_ids(&path);
     assert_eq!(&after[..before.len()], &before[..]);
-    assert_eq!(&after[before.len()..], ["pi000001", "pi000002", ours.as_str()]);
+    assert_eq!(
+        &after[before.len()..],
+        ["pi000001", "pi000002", ours.as_str()]
+    );
 }
 
 #[test]
@@ -193,7 +199,10 @@ fn replaced_or_truncated_files_are_never_written_until_reopened() {
     let all = lines(&path);
     let mine = all.iter().find(|e| e["id"] == r["entryId"]).unwrap();
     let parent = mine["parentId"].clone();
-    assert!(all.iter().any(|e| e["id"] == parent), "parent {parent} is in the file");
+    assert!(
+        all.iter().any(|e| e["id"] == parent),
+        "parent {parent} is in the file"
+    );
     // Truncated to 0 bytes: no header-less line is ever appended.
     std::fs::write(&path, b"").unwrap();
     let err = user(&mut c, &sid, "y").expect_err("refused");
@@ -240,7 +249,9 @@ fn special_files_are_refused_before_reading_and_the_daemon_keeps_serving() {
     let fifo = env.path("pipe.jsonl");
     let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(status.success());
-    let mut c = env.client(Some("[storage]\nallowed_roots = [\"/\"]\nmax_session_bytes = 4096\n"));
+    let mut c = env.client(Some(
+        "[storage]\nallowed_roots = [\"/\"]\nmax_session_bytes = 4096\n",
+    ));
     let t = Instant::now();
     let err = c
         .request("openSession", json!({"path": fifo, "model": MODEL()}))
@@ -248,7 +259,10 @@ fn special_files_are_refused_before_reading_and_the_daemon_keeps_serving() {
     assert_eq!(kind(&err), "not_regular_file", "{err}");
     assert!(t.elapsed() < Duration::from_secs(5));
     let err = c
-        .request("openSession", json!({"path": "/dev/zero", "model": MODEL()}))
+        .request(
+            "openSession",
+            json!({"path": "/dev/zero", "model": MODEL()}),
+        )
         .expect_err("device refused");
     assert_eq!(kind(&err), "not_regular_file", "{err}");
     let big = env.fixture("006-tool-heavy-file-ops");
@@ -322,7 +336,11 @@ fn paths_outside_the_allowed_roots_are_refused_untouched() {
         .request("openSession", json!({"path": empty, "model": MODEL()}))
         .expect_err("empty file outside");
     assert_eq!(kind(&err), "path_not_allowed");
-    assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0, "no header written");
+    assert_eq!(
+        std::fs::metadata(&empty).unwrap().len(),
+        0,
+        "no header written"
+    );
 }
 
 #[test]

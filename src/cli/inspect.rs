@@ -65,11 +65,7 @@ fn human(
     ));
     s.push_str(&format!(
         "history   {} ({} on the current branch), {}\n",
-        count(
-            o.compactions,
-            "earlier compaction",
-            "earlier compactions"
-        ),
+        count(o.compactions, "earlier compaction", "earlier compactions"),
         o.compactions_on_branch,
         count(o.leaves, "branch", "branches")
     ));

@@ -90,7 +90,11 @@ impl BranchIndex {
         for v in [&mut index.ctx_tokens, &mut index.msg_tokens] {
             v.reserve(n);
         }
-        for v in [&mut index.ctx_count, &mut index.msg_count, &mut index.usage_before] {
+        for v in [
+            &mut index.ctx_count,
+            &mut index.msg_count,
+            &mut index.usage_before,
+        ] {
             v.reserve(n);
         }
         for i in 0..n {
@@ -109,16 +113,19 @@ impl BranchIndex {
         let last32 = |v: &Vec<u32>| v.last().copied().unwrap_or(0);
         let (ct, cc) = (last(&self.ctx_tokens), last32(&self.ctx_count));
         let (mt, mc) = (last(&self.msg_tokens), last32(&self.msg_count));
-        self.ctx_tokens.push(ct + if visible { e.tokens } else { 0 });
+        self.ctx_tokens
+            .push(ct + if visible { e.tokens } else { 0 });
         self.ctx_count.push(cc + u32::from(visible));
-        self.msg_tokens.push(mt + if summarizable { e.tokens } else { 0 });
+        self.msg_tokens
+            .push(mt + if summarizable { e.tokens } else { 0 });
         self.msg_count.push(mc + u32::from(summarizable));
         let prev = self.usage_before.last().copied().unwrap_or(NONE);
-        self.usage_before.push(if e.usage_tokens.is_some() && visible {
-            pos as u32
-        } else {
-            prev
-        });
+        self.usage_before
+            .push(if e.usage_tokens.is_some() && visible {
+                pos as u32
+            } else {
+                prev
+            });
         if e.kind == EntryKind::Compaction {
             self.compactions.push(pos);
         }
@@ -189,9 +196,9 @@ impl BranchIndex {
     pub fn context_ranges(&self) -> Vec<Range<usize>> {
         let n = self.len();
         match self.latest {
-            None => vec![0..n],
+            None => std::iter::once(0..n).collect(),
             Some(l) => {
-                let mut out = vec![l.at..l.at + 1];
+                let mut out: Vec<Range<usize>> = std::iter::once(l.at..l.at + 1).collect();
                 if let Some(k) = l.kept_in_context {
                     out.push(k..l.id_at);
                 }
@@ -306,9 +313,8 @@ fn locate_latest<P: PathEntries + ?Sized>(path: &P, at: usize) -> LatestCompacti
         .find(|&i| path.at(i).id == c.id)
         .unwrap_or(at);
     let first_kept = c.str_field("firstKeptEntryId");
-    let kept_on_path = first_kept.and_then(|fk| {
-        (0..path.path_len()).find(|&i| path.at(i).id.as_deref() == Some(fk))
-    });
+    let kept_on_path = first_kept
+        .and_then(|fk| (0..path.path_len()).find(|&i| path.at(i).id.as_deref() == Some(fk)));
     let kept_in_context = kept_on_path.filter(|&k| k < id_at);
     LatestCompaction {
         at,

@@ -152,9 +152,7 @@ pub fn plan_compaction<P: PathEntries + ?Sized>(
     }
     let b = indexed_boundaries(path, index, settings);
     let prev = b.prev_compaction_index.map(|p| path.at(p));
-    let previous_summary = prev
-        .and_then(|c| c.str_field("summary"))
-        .map(str::to_owned);
+    let previous_summary = prev.and_then(|c| c.str_field("summary")).map(str::to_owned);
     let tokens_before = index.context_estimate(path).tokens;
     let cut = b.cut;
     let first_kept_id = (cut.first_kept_entry_index < n)
@@ -269,12 +267,16 @@ impl Preparation {
 
     /// The AgentMessages to summarize, parsed one at a time.
     pub fn history_messages(&self) -> impl Iterator<Item = Value> + '_ {
-        self.messages_to_summarize.iter().map(PreparedMessage::message)
+        self.messages_to_summarize
+            .iter()
+            .map(PreparedMessage::message)
     }
 
     /// The turn prefix's AgentMessages, parsed one at a time.
     pub fn prefix_messages(&self) -> impl Iterator<Item = Value> + '_ {
-        self.turn_prefix_messages.iter().map(PreparedMessage::message)
+        self.turn_prefix_messages
+            .iter()
+            .map(PreparedMessage::message)
     }
 }
 
@@ -285,7 +287,9 @@ pub fn prepare_compaction(
 ) -> Result<Preparation, NothingToCompact> {
     let index = BranchIndex::build(path);
     let plan = plan_compaction(path, &index, settings)?;
-    Ok(Preparation::from_plan(plan, path, |i| Arc::new(path[i].clone())))
+    Ok(Preparation::from_plan(plan, path, |i| {
+        Arc::new(path[i].clone())
+    }))
 }
 
 /// `prepareCompaction` over a tree's branch: entries are shared with the tree, not copied.

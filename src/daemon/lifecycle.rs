@@ -86,7 +86,8 @@ fn prepare(snap: &Snapshot) -> Result<Preparation, Failure> {
 
 /// Pi's `CompactionPreparation` as hooks receive it (sets as arrays).
 fn preparation_json(prep: &Preparation) -> Value {
-    let msgs = |m: &[PreparedMessage]| Value::Array(m.iter().map(PreparedMessage::message).collect());
+    let msgs =
+        |m: &[PreparedMessage]| Value::Array(m.iter().map(PreparedMessage::message).collect());
     let mut o = Map::new();
     o.insert(
         "firstKeptEntryId".into(),
@@ -176,7 +177,10 @@ async fn run_started(
     if daemon.has_hook(&session.id, "session_before_compact") {
         let mut params = Map::new();
         params.insert("sessionId".into(), Value::from(session.id.clone()));
-        params.insert("preparation".into(), crate::cpu::blocking(|| preparation_json(prep)));
+        params.insert(
+            "preparation".into(),
+            crate::cpu::blocking(|| preparation_json(prep)),
+        );
         params.insert(
             "branchEntries".into(),
             crate::cpu::blocking(|| Value::Array(snap.path.iter().map(|e| e.value()).collect())),
@@ -249,6 +253,16 @@ async fn run_started(
         return Err(Failure::Cancelled);
     }
     let mut state = session.state.lock();
+    // Another process may have written to the file while the summarizer ran: take its lines in
+    // first, so a moved leaf is noticed rather than written under.
+    if let Err(e) = state.sync_with_file() {
+        let kind = if e.kind == ErrorKind::FileBusy.as_str() {
+            ErrorKind::FileBusy
+        } else {
+            ErrorKind::FileChanged
+        };
+        return Err(Failure::Error(kind, e.message));
+    }
     if state.tree.leaf_id().map(str::to_owned) != snap.leaf_id {
         return Err(Failure::Error(
             ErrorKind::LeafMoved,

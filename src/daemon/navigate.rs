@@ -233,18 +233,32 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
             });
             let answers = ctx
                 .daemon
-                .ask_hooks(&session.id, "session_before_tree", json!({"sessionId": session.id, "preparation": prep}), &cancel, |v| {
-                    v.get("cancel") == Some(&Value::Bool(true))
-                })
+                .ask_hooks(
+                    &session.id,
+                    "session_before_tree",
+                    json!({"sessionId": session.id, "preparation": prep}),
+                    &cancel,
+                    |v| v.get("cancel") == Some(&Value::Bool(true)),
+                )
                 .await;
             for a in answers {
                 if a.get("cancel") == Some(&Value::Bool(true)) {
                     return Ok(None);
                 }
-                if let Some(s) = a.get("summary").and_then(|s| s.get("summary")).and_then(Value::as_str) {
+                if let Some(s) = a
+                    .get("summary")
+                    .and_then(|s| s.get("summary"))
+                    .and_then(Value::as_str)
+                {
                     if p.summarize {
-                        let usage = a["summary"].get("usage").and_then(|u| serde_json::from_value(u.clone()).ok());
-                        hook_summary = Some((s.to_owned(), a["summary"].get("details").cloned().unwrap_or(Value::Null), usage));
+                        let usage = a["summary"]
+                            .get("usage")
+                            .and_then(|u| serde_json::from_value(u.clone()).ok());
+                        hook_summary = Some((
+                            s.to_owned(),
+                            a["summary"].get("details").cloned().unwrap_or(Value::Null),
+                            usage,
+                        ));
                         from_hook = true;
                     }
                 }
@@ -262,8 +276,22 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
         let summary = match hook_summary.take() {
             Some(s) => Some(s),
             None if p.summarize && !plan.entries.is_empty() => {
-                let reserve = ctx.daemon.session_settings(&session).branch_summary_reserve_tokens;
-                Some(branch_summary(ctx, &session, &plan, custom.as_deref(), replace, reserve, &cancel).await?)
+                let reserve = ctx
+                    .daemon
+                    .session_settings(&session)
+                    .branch_summary_reserve_tokens;
+                Some(
+                    branch_summary(
+                        ctx,
+                        &session,
+                        &plan,
+                        custom.as_deref(),
+                        replace,
+                        reserve,
+                        &cancel,
+                    )
+                    .await?,
+                )
             }
             None => None,
         };

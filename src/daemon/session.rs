@@ -14,12 +14,12 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 use crate::compaction::tokens::MessageFacts;
+use crate::compaction::BranchIndex;
 use crate::context::{context_positions, convert_to_llm, project_entry};
 use crate::json::stringify;
 use crate::live_context::LiveContext;
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::types::Model;
-use crate::compaction::BranchIndex;
 use crate::session::entry::StopReason;
 use crate::session::{ids, BranchView, Entry, EntryKind, Role, SessionTree};
 use crate::store;
@@ -92,7 +92,6 @@ impl SessionState {
                 .unwrap_or_else(|| default_thinking.to_owned())
         });
         s
-
     }
 
     /// A new deferred session (nothing on disk until the first assistant message).
@@ -207,8 +206,7 @@ impl SessionState {
         if !e.is_message(Role::Assistant) {
             return false;
         }
-        if only_error_or_length
-            && !matches!(e.stop_reason, StopReason::Error | StopReason::Length)
+        if only_error_or_length && !matches!(e.stop_reason, StopReason::Error | StopReason::Length)
         {
             return false;
         }
@@ -323,7 +321,8 @@ impl SessionState {
                     continue;
                 }
             }
-            let follows_leaf = e.parent_id.as_deref() == self.tree.leaf_id() && e.parent_id.is_some();
+            let follows_leaf =
+                e.parent_id.as_deref() == self.tree.leaf_id() && e.parent_id.is_some();
             let is_compaction = e.kind == EntryKind::Compaction;
             let idx = self.tree.push(e);
             added += 1;
@@ -391,7 +390,11 @@ impl SessionState {
             // before our line again (our own line is recognised and skipped).
             let expected = before + e.raw().len() as u64 + 1;
             self.stamp = Some(store::FileStamp {
-                len: if after.len == expected { after.len } else { before },
+                len: if after.len == expected {
+                    after.len
+                } else {
+                    before
+                },
                 ..after
             });
         } else if is_assistant {

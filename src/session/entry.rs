@@ -347,9 +347,11 @@ impl Entry {
     }
 }
 
-
 /// Role, token estimate and usage of the message an entry projects to (sessions.md §9.1).
-fn projection_of(kind: EntryKind, obj: Option<&Map<String, Value>>) -> (Option<Role>, u64, Option<f64>) {
+fn projection_of(
+    kind: EntryKind,
+    obj: Option<&Map<String, Value>>,
+) -> (Option<Role>, u64, Option<f64>) {
     match (kind, obj) {
         (EntryKind::Message, Some(o)) => match o.get("message") {
             Some(Value::Object(m)) => {

@@ -245,7 +245,11 @@ fn raw_string_utf16_len(raw: &str) -> Option<u64> {
         if bytes[i] == b'\\' {
             units += utf16_len(&inner[run..i]) as u64;
             // `\uXXXX` is one UTF-16 unit (a surrogate pair is two escapes); others are one char.
-            i += if bytes.get(i + 1) == Some(&b'u') { 6 } else { 2 };
+            i += if bytes.get(i + 1) == Some(&b'u') {
+                6
+            } else {
+                2
+            };
             units += 1;
             run = i;
         } else {
@@ -297,7 +301,6 @@ impl<'de> Deserialize<'de> for Num {
         d.deserialize_any(V)
     }
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // The line, the message, content blocks, usage.
@@ -489,7 +492,6 @@ impl<'de> Deserialize<'de> for OptUsage {
         d.deserialize_any(V)
     }
 }
-
 
 /// `content`: a string, or an array of blocks.
 struct Content(ContentFacts);

@@ -160,8 +160,7 @@ pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
         // The common case: no migration, so entries are built on the parsing threads from their
         // bytes, without value trees.
         let (entries, bad) = par_parse(rest, |piece| {
-            Entry::from_line(piece.clone())
-                .map(|r| r.map(|e| (!is_session_entry(&e)).then_some(e)))
+            Entry::from_line(piece.clone()).map(|r| r.map(|e| (!is_session_entry(&e)).then_some(e)))
         });
         return ReadOutcome::Session(ParsedSession {
             header,

@@ -31,8 +31,10 @@ impl SessionTree {
 
     pub fn new(header: Value, entries: Vec<Entry>) -> SessionTree {
         let entries: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
-        let mut by_id =
-            HashMap::with_capacity_and_hasher(entries.len(), foldhash::fast::RandomState::default());
+        let mut by_id = HashMap::with_capacity_and_hasher(
+            entries.len(),
+            foldhash::fast::RandomState::default(),
+        );
         for (i, e) in entries.iter().enumerate() {
             if let Some(id) = &e.id {
                 // A duplicate id: the later entry wins, as in Pi's Map (S4).

@@ -231,9 +231,3 @@ def test_socket_writes_refused_while_compacting_and_abort_from_another_client(se
     # Writable again.
     assert other.append_message(sid, {"role": "user", "content": "now"})["entryId"]
 
-
-def test_a_missing_binary_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setenv("COMPACTD_BIN", str(tmp_path / "no-such-compactd"))
-    with pytest.raises(FileNotFoundError) as e:
-        Client.spawn_stdio()
-    assert "COMPACTD_BIN" in str(e.value) and "cargo install --path ." in str(e.value)

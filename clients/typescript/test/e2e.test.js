@@ -264,14 +264,3 @@ describe('compactd-client', { skip: missing }, () => {
     });
   });
 });
-
-test('a missing binary is a clear error', () => {
-  assert.throws(
-    () => CompactdClient.spawnStdio({ bin: path.join(os.tmpdir(), 'no-such-compactd-binary') }),
-    /COMPACTD_BIN.*cargo install --path \./,
-  );
-  assert.throws(
-    () => CompactdClient.spawnStdio({ bin: 'no-such-compactd', env: { PATH: os.tmpdir() } }),
-    /compactd binary not found: 'no-such-compactd'/,
-  );
-});
