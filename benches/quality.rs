@@ -19,9 +19,9 @@
 //! LLM whose key is present.
 //!
 //! `cargo bench --bench quality` prints the tables. Under `cargo test --all-targets` (no
-//! `--bench` argument) only the extractive part runs, and it asserts the targets: fact recall
-//! >= 95%, zero fixed errors or abandoned approaches presented as open, every placement probe in
-//! its section, no noise, and bounded sizes over repeated compactions.
+//! `--bench` argument) only the extractive part runs, and it asserts the targets: fact recall of
+//! at least 95%, zero fixed errors or abandoned approaches presented as open, every placement
+//! probe in its section, no noise, and bounded sizes over repeated compactions.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -43,7 +43,10 @@ const SECTIONS: [(&str, &[&str]); 8] = [
     ("blocked", &["### Blocked"]),
     ("decisions", &["## Key Decisions"]),
     ("next", &["## Next Steps"]),
-    ("critical", &["## Critical Context", "## Context for Suffix"]),
+    (
+        "critical",
+        &["## Critical Context", "## Context for Suffix"],
+    ),
 ];
 
 /// Where a stale item would be presented as open work.
@@ -108,7 +111,10 @@ fn parse_script(name: &str, text: &str) -> Result<Script, String> {
         }
         ts += 1000;
         let seg = s.segments.last_mut().ok_or_else(|| err("no segment"))?;
-        if let Some(rest) = line.strip_prefix("| ").or(line.strip_prefix("|").filter(|r| r.is_empty())) {
+        if let Some(rest) = line
+            .strip_prefix("| ")
+            .or(line.strip_prefix("|").filter(|r| r.is_empty()))
+        {
             let last = seg.last_mut().ok_or_else(|| err("continuation first"))?;
             append_text(last, rest).ok_or_else(|| err("nothing to continue"))?;
             continue;
@@ -124,7 +130,9 @@ fn parse_script(name: &str, text: &str) -> Result<Script, String> {
             "@keep" => s.keep_recent_tokens = body.parse().map_err(|_| err("bad @keep"))?,
             "@reserve" => s.reserve_tokens = body.parse().map_err(|_| err("bad @reserve"))?,
             "@focus" => s.focus = Some(body),
-            "user" => seg.push(json!({"role":"user","content":[{"type":"text","text":body}],"timestamp":ts})),
+            "user" => seg.push(
+                json!({"role":"user","content":[{"type":"text","text":body}],"timestamp":ts}),
+            ),
             "assistant" | "think" => {
                 let block = if head == "think" {
                     json!({"type":"thinking","thinking":body})
@@ -132,7 +140,11 @@ fn parse_script(name: &str, text: &str) -> Result<Script, String> {
                     json!({"type":"text","text":body})
                 };
                 match seg.last_mut() {
-                    Some(m) if m["role"] == "assistant" && head == "think" && m["content"].as_array().is_some_and(|c| c.is_empty()) => {
+                    Some(m)
+                        if m["role"] == "assistant"
+                            && head == "think"
+                            && m["content"].as_array().is_some_and(|c| c.is_empty()) =>
+                    {
                         push_block(m, block);
                     }
                     _ => seg.push(assistant(vec![block], ts)),
@@ -155,12 +167,15 @@ fn parse_script(name: &str, text: &str) -> Result<Script, String> {
             h if h.starts_with("call ") => {
                 let rest = &line["call ".len()..];
                 let (tool, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
-                let args: Value = serde_json::from_str(args).map_err(|e| err(&format!("bad call arguments ({e})")))?;
+                let args: Value = serde_json::from_str(args)
+                    .map_err(|e| err(&format!("bad call arguments ({e})")))?;
                 next_id += 1;
                 let id = format!("call_{next_id:03}");
                 let block = json!({"type":"toolCall","id":id,"name":tool,"arguments":args});
                 match seg.last_mut() {
-                    Some(m) if m["role"] == "assistant" && m["stopReason"] != "error" => push_block(m, block),
+                    Some(m) if m["role"] == "assistant" && m["stopReason"] != "error" => {
+                        push_block(m, block)
+                    }
                     _ => seg.push(assistant(vec![block], ts)),
                 }
                 if let Some(m) = seg.last_mut() {
@@ -170,7 +185,9 @@ fn parse_script(name: &str, text: &str) -> Result<Script, String> {
             }
             h if h.starts_with("bash ") => {
                 let rest = &line["bash ".len()..];
-                let (code, rest) = rest.split_once(' ').ok_or_else(|| err("bash CODE COMMAND :: OUTPUT"))?;
+                let (code, rest) = rest
+                    .split_once(' ')
+                    .ok_or_else(|| err("bash CODE COMMAND :: OUTPUT"))?;
                 let code: i64 = code.parse().map_err(|_| err("bad exit code"))?;
                 let (command, output) = rest.split_once(" :: ").unwrap_or((rest, ""));
                 seg.push(json!({"role":"bashExecution","command":command,"output":unescape(output),"exitCode":code,"cancelled":false,"truncated":false,"timestamp":ts}));
@@ -216,7 +233,10 @@ fn push_block(m: &mut Value, block: Value) {
 /// Appends a continuation line to the last text of a message.
 fn append_text(m: &mut Value, line: &str) -> Option<()> {
     let line = unescape(line);
-    if let Some(s) = m.get_mut("content").and_then(|c| c.as_str().map(str::to_owned)) {
+    if let Some(s) = m
+        .get_mut("content")
+        .and_then(|c| c.as_str().map(str::to_owned))
+    {
         m["content"] = json!(format!("{s}\n{line}"));
         return Some(());
     }
@@ -225,8 +245,15 @@ fn append_text(m: &mut Value, line: &str) -> Option<()> {
         return Some(());
     }
     let blocks = m.get_mut("content")?.as_array_mut()?;
-    let b = blocks.iter_mut().rev().find(|b| b["type"] == "text" || b["type"] == "thinking")?;
-    let key = if b["type"] == "text" { "text" } else { "thinking" };
+    let b = blocks
+        .iter_mut()
+        .rev()
+        .find(|b| b["type"] == "text" || b["type"] == "thinking")?;
+    let key = if b["type"] == "text" {
+        "text"
+    } else {
+        "thinking"
+    };
     let t = b[key].as_str()?.to_string();
     b[key] = json!(format!("{t}\n{line}"));
     Some(())
@@ -235,15 +262,25 @@ fn append_text(m: &mut Value, line: &str) -> Option<()> {
 /// Lowercase, backticks and emphasis removed, whitespace collapsed: what a probe matches.
 fn normalize(s: &str) -> String {
     let cleaned: String = s.chars().filter(|c| !matches!(c, '`' | '*')).collect();
-    cleaned.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
+    cleaned
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
 }
 
 fn contains_any(hay: &str, alternatives: &str) -> bool {
-    alternatives.split(" || ").any(|a| hay.contains(&normalize(a)))
+    alternatives
+        .split(" || ")
+        .any(|a| hay.contains(&normalize(a)))
 }
 
 fn count_of(hay: &str, alternatives: &str) -> usize {
-    alternatives.split(" || ").map(|a| hay.matches(&normalize(a)).count()).max().unwrap_or(0)
+    alternatives
+        .split(" || ")
+        .map(|a| hay.matches(&normalize(a)).count())
+        .max()
+        .unwrap_or(0)
 }
 
 /// The bodies of every section that counts as `name`, concatenated and normalized.
@@ -254,7 +291,12 @@ fn section_text(summary: &str, name: &str) -> String {
     let mut out = String::new();
     let mut inside = false;
     for line in summary.lines() {
-        if line.starts_with("## ") || line.starts_with("### ") || line.starts_with("**Turn Context") || line.starts_with("<read-files>") || line.starts_with("<modified-files>") {
+        if line.starts_with("## ")
+            || line.starts_with("### ")
+            || line.starts_with("**Turn Context")
+            || line.starts_with("<read-files>")
+            || line.starts_with("<modified-files>")
+        {
             inside = headings.contains(&line.trim_end());
             continue;
         }
@@ -306,7 +348,10 @@ fn score(summary: &str, probes: &[Probe]) -> Score {
                 }
             }
             Probe::Stale(t) => {
-                if OPEN_SECTIONS.iter().any(|sec| contains_any(&section_text(summary, sec), t)) {
+                if OPEN_SECTIONS
+                    .iter()
+                    .any(|sec| contains_any(&section_text(summary, sec), t))
+                {
                     s.stale_open += 1;
                     s.misses.push(format!("presented as open: {t}"));
                 }
@@ -337,7 +382,12 @@ fn write_session(path: &Path, messages: &[Value]) -> Result<Option<String>, Stri
 }
 
 /// Message entries chained from `parent`; returns the new leaf id.
-fn append_lines(lines: &mut Vec<String>, messages: &[Value], mut parent: Option<String>, base: usize) -> Option<String> {
+fn append_lines(
+    lines: &mut Vec<String>,
+    messages: &[Value],
+    mut parent: Option<String>,
+    base: usize,
+) -> Option<String> {
     for (i, m) in messages.iter().enumerate() {
         let id = format!("{:08x}", base + i + 1);
         lines.push(json!({"type":"message","id":id,"parentId":parent,"timestamp":"2026-01-05T09:00:01.000Z","message":m}).to_string());
@@ -366,7 +416,14 @@ async fn run_script(script: &Script, engine: &SummaryEngine, dir: &Path) -> Run 
         keep_recent_tokens: script.keep_recent_tokens,
     };
     let budget = (script.reserve_tokens as f64 * 0.8) as usize;
-    let mut run = Run { score: Score::default(), sizes: Vec::new(), budget, elapsed: Duration::ZERO, failed: None, summary: String::new() };
+    let mut run = Run {
+        score: Score::default(),
+        sizes: Vec::new(),
+        budget,
+        elapsed: Duration::ZERO,
+        failed: None,
+        summary: String::new(),
+    };
     if let Err(e) = write_session(&path, &script.segments[0]) {
         run.failed = Some(e);
         return run;
@@ -375,7 +432,11 @@ async fn run_script(script: &Script, engine: &SummaryEngine, dir: &Path) -> Run 
     for (k, segment) in script.segments.iter().enumerate() {
         if k > 0 {
             let text = std::fs::read_to_string(&path).unwrap_or_default();
-            let leaf = text.lines().last().and_then(|l| serde_json::from_str::<Value>(l).ok()).and_then(|v| v["id"].as_str().map(str::to_owned));
+            let leaf = text
+                .lines()
+                .last()
+                .and_then(|l| serde_json::from_str::<Value>(l).ok())
+                .and_then(|v| v["id"].as_str().map(str::to_owned));
             let mut lines = Vec::new();
             append_lines(&mut lines, segment, leaf, base);
             base += segment.len() + 10;
@@ -387,7 +448,14 @@ async fn run_script(script: &Script, engine: &SummaryEngine, dir: &Path) -> Run 
             }
         }
         let started = Instant::now();
-        let result = compact_file(&path, &settings, engine, script.focus.as_deref(), &CancellationToken::new()).await;
+        let result = compact_file(
+            &path,
+            &settings,
+            engine,
+            script.focus.as_deref(),
+            &CancellationToken::new(),
+        )
+        .await;
         run.elapsed += started.elapsed();
         match result {
             Ok(c) => {
@@ -406,7 +474,9 @@ async fn run_script(script: &Script, engine: &SummaryEngine, dir: &Path) -> Run 
 }
 
 fn load_corpus() -> Vec<Script> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches").join("quality");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("benches")
+        .join("quality");
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot read the corpus {}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -416,8 +486,13 @@ fn load_corpus() -> Vec<Script> {
     paths
         .iter()
         .map(|p| {
-            let name = p.file_stem().and_then(|s| s.to_str()).unwrap_or("?").to_string();
-            let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let name = p
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("?")
+                .to_string();
+            let text =
+                std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
             parse_script(&name, &text).unwrap_or_else(|e| panic!("corpus script {e}"))
         })
         .collect()
@@ -467,15 +542,22 @@ async fn evaluate(label: &str, engine: &SummaryEngine, corpus: &[Script], verbos
         t.tokens.extend(run.sizes.iter().copied());
         if run.sizes.len() >= 5 {
             let r = ratio(run.score.facts_found, run.score.facts);
-            t.repeated.push((script.name.clone(), run.sizes.clone(), run.budget, r));
+            t.repeated
+                .push((script.name.clone(), run.sizes.clone(), run.budget, r));
         }
         if verbose && !run.score.misses.is_empty() {
             println!("[{label}] {} ({}):", script.name, script.title);
             for m in &run.score.misses {
                 println!("    {m}");
             }
-            if std::env::var_os("COMPACTD_QUALITY_SHOW").is_some() {
-                println!("{}\n", run.summary);
+        }
+        // `COMPACTD_QUALITY_SHOW=<name part>` prints the final summaries of matching sessions.
+        if let Ok(show) = std::env::var("COMPACTD_QUALITY_SHOW") {
+            if script.name.contains(&show) {
+                println!(
+                    "[{label}] {} final summary:\n{}\n",
+                    script.name, run.summary
+                );
             }
         }
     }
@@ -492,18 +574,42 @@ fn add(total: &mut Score, s: &Score) {
 }
 
 fn print_table(label: &str, corpus: &[Script], t: &Totals, timed: bool) {
-    let mean = if t.tokens.is_empty() { 0 } else { t.tokens.iter().sum::<usize>() / t.tokens.len() };
+    let mean = if t.tokens.is_empty() {
+        0
+    } else {
+        t.tokens.iter().sum::<usize>() / t.tokens.len()
+    };
     let max = t.tokens.iter().copied().max().unwrap_or(0);
-    println!("\n## {label} ({} sessions, {} probes)", corpus.len(), corpus.iter().map(|s| s.probes.len()).sum::<usize>());
+    println!(
+        "\n## {label} ({} sessions, {} probes)",
+        corpus.len(),
+        corpus.iter().map(|s| s.probes.len()).sum::<usize>()
+    );
     println!("| metric | value |");
     println!("|---|---|");
-    println!("| fact recall | {:.1}% ({}/{}) |", 100.0 * t.recall(), t.score.facts_found, t.score.facts);
+    println!(
+        "| fact recall | {:.1}% ({}/{}) |",
+        100.0 * t.recall(),
+        t.score.facts_found,
+        t.score.facts
+    );
     println!("| stale items presented as open | {} |", t.score.stale_open);
-    println!("| section placement | {:.1}% ({}/{}) |", 100.0 * t.placement(), t.score.placed, t.score.placements);
-    println!("| noise (greetings as goal, repeats, listings as progress) | {} |", t.score.noise);
+    println!(
+        "| section placement | {:.1}% ({}/{}) |",
+        100.0 * t.placement(),
+        t.score.placed,
+        t.score.placements
+    );
+    println!(
+        "| noise (greetings as goal, repeats, listings as progress) | {} |",
+        t.score.noise
+    );
     println!("| summary tokens (chars/4), mean / max | {mean} / {max} |");
     if timed {
-        println!("| time, whole corpus | {:.1} ms |", t.elapsed.as_secs_f64() * 1e3);
+        println!(
+            "| time, whole corpus | {:.1} ms |",
+            t.elapsed.as_secs_f64() * 1e3
+        );
     }
     println!("| failed compactions | {} |", t.failures.len());
     for f in &t.failures {
@@ -521,7 +627,9 @@ fn print_table(label: &str, corpus: &[Script], t: &Totals, timed: bool) {
 }
 
 fn local_engine() -> Option<SummaryEngine> {
-    let root = std::env::var("COMPACTD_LOCAL_LLM").ok().filter(|v| !v.trim().is_empty())?;
+    let root = std::env::var("COMPACTD_LOCAL_LLM")
+        .ok()
+        .filter(|v| !v.trim().is_empty())?;
     let model = ModelSpec {
         api: Api::OpenAiCompletions,
         provider: "local-llama".into(),
@@ -536,7 +644,10 @@ fn local_engine() -> Option<SummaryEngine> {
     Some(SummaryEngine::Llm {
         client: client_for(model.clone(), reqwest::Client::new()),
         model,
-        retry: RetrySettings { enabled: false, ..RetrySettings::default() },
+        retry: RetrySettings {
+            enabled: false,
+            ..RetrySettings::default()
+        },
         redaction: RedactionConfig::default(),
         fallback_extractive: false,
     })
@@ -548,7 +659,9 @@ fn configured_engine() -> Option<(String, SummaryEngine)> {
     match config.engine(reqwest::Client::new()) {
         Ok(engine @ SummaryEngine::Llm { .. }) => {
             let label = match &engine {
-                SummaryEngine::Llm { model, .. } => format!("configured provider {} ({})", model.provider, model.id),
+                SummaryEngine::Llm { model, .. } => {
+                    format!("configured provider {} ({})", model.provider, model.id)
+                }
                 SummaryEngine::Extractive { .. } => String::new(),
             };
             Some((label, engine))
@@ -561,9 +674,14 @@ fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     let verbose = !bench || std::env::var_os("COMPACTD_QUALITY_VERBOSE").is_some();
     let corpus = load_corpus();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
 
-    let extractive = SummaryEngine::Extractive { redaction: RedactionConfig::default() };
+    let extractive = SummaryEngine::Extractive {
+        redaction: RedactionConfig::default(),
+    };
     let t = runtime.block_on(evaluate("extractive", &extractive, &corpus, verbose));
     print_table("extractive", &corpus, &t, bench);
 
@@ -572,7 +690,9 @@ fn main() {
             let t = runtime.block_on(evaluate("smollm2", &engine, &corpus, verbose));
             print_table("local SmolLM2 (llama.cpp)", &corpus, &t, true);
         } else {
-            println!("\n(local SmolLM2 skipped: set COMPACTD_LOCAL_LLM to the llama.cpp server root)");
+            println!(
+                "\n(local SmolLM2 skipped: set COMPACTD_LOCAL_LLM to the llama.cpp server root)"
+            );
         }
         if let Some((label, engine)) = configured_engine() {
             let t = runtime.block_on(evaluate(&label, &engine, &corpus, verbose));
@@ -584,15 +704,42 @@ fn main() {
     }
 
     // Test mode: the extractive targets are asserted.
-    assert!(corpus.len() >= 20, "the corpus has {} sessions, fewer than 20", corpus.len());
-    assert!(t.failures.is_empty(), "failed compactions: {:?}", t.failures);
-    assert!(t.recall() >= 0.95, "fact recall {:.1}% is below 95%", 100.0 * t.recall());
-    assert_eq!(t.score.stale_open, 0, "fixed errors or abandoned approaches presented as open");
-    assert_eq!(t.score.placed, t.score.placements, "placement probes outside their section");
+    assert!(
+        corpus.len() >= 20,
+        "the corpus has {} sessions, fewer than 20",
+        corpus.len()
+    );
+    assert!(
+        t.failures.is_empty(),
+        "failed compactions: {:?}",
+        t.failures
+    );
+    assert!(
+        t.recall() >= 0.95,
+        "fact recall {:.1}% is below 95%",
+        100.0 * t.recall()
+    );
+    assert_eq!(
+        t.score.stale_open, 0,
+        "fixed errors or abandoned approaches presented as open"
+    );
+    assert_eq!(
+        t.score.placed, t.score.placements,
+        "placement probes outside their section"
+    );
     assert_eq!(t.score.noise, 0, "noise in the summaries");
-    assert!(!t.repeated.is_empty(), "the corpus has no repeated-compaction session");
+    assert!(
+        !t.repeated.is_empty(),
+        "the corpus has no repeated-compaction session"
+    );
     for (name, sizes, budget, recall) in &t.repeated {
-        assert!(sizes.iter().all(|s| s <= budget), "{name}: sizes {sizes:?} exceed {budget}");
-        assert!(*recall >= 0.95, "{name}: facts lost over repeated compactions");
+        assert!(
+            sizes.iter().all(|s| s <= budget),
+            "{name}: sizes {sizes:?} exceed {budget}"
+        );
+        assert!(
+            *recall >= 0.95,
+            "{name}: facts lost over repeated compactions"
+        );
     }
 }

@@ -8,7 +8,6 @@ use crate::json::utf16_len;
 use super::text::code;
 use super::G_NEW;
 
-
 /// Pi's six-section history layout; `## Progress` carries no items of its own, so it is part
 /// of the `### Done` heading block.
 pub(super) const HISTORY_SECTIONS: [SectionSpec; 8] = [
@@ -42,7 +41,6 @@ pub(super) const SUFFIX_CTX: usize = 2;
 
 /// What an empty section says (Pi's template asks for "(none)").
 pub(super) const PLACEHOLDER: &str = "(none)";
-
 
 /// How many file paths share one Critical Context line.
 pub(super) const PATHS_PER_LINE: usize = 4;
@@ -121,7 +119,13 @@ impl Items {
     }
 }
 
-/// Builds Pi's six-section history summary from the structured messages (see module docs).
+/// The room a summary aims for: the whole cap when it is small, else a quarter of it but at
+/// least 8000 units (about 2000 tokens). Pi's cap is 0.8 × reserve, the room left for the next
+/// turns; a summary that filled it would trigger the next compaction at once.
+pub(super) fn target_units(max_tokens: u64) -> usize {
+    let hard = budget_units(max_tokens);
+    (hard / 4).max(hard.min(8_000))
+}
 
 /// `max_tokens * 4`, saturating (Pi estimates one token per four characters).
 pub(super) fn budget_units(max_tokens: u64) -> usize {
@@ -158,7 +162,7 @@ pub(super) fn render(specs: &[SectionSpec], items: Vec<Item>, budget: usize) -> 
 
     let mut counts = vec![0usize; specs.len()];
     let mut sums = vec![0usize; specs.len()];
-    let mut seen: BTreeSet<(usize, &str)> = BTreeSet::new();
+    let mut seen: BTreeSet<(usize, String)> = BTreeSet::new();
     let mut chosen: Vec<usize> = Vec::new();
     let mut total = layout_len(specs, &counts, &sums);
 
@@ -237,15 +241,20 @@ pub(super) fn layout_len(specs: &[SectionSpec], counts: &[usize], sums: &[usize]
 }
 
 /// Two items are duplicates when they read the same ignoring a leading "(latest)"/"(earlier)"
-/// label, so a merged summary does not repeat what this span re-derived.
-pub(super) fn dedup_key(text: &str) -> &str {
-    strip_labels(text)
+/// label, case, spacing and final punctuation, so a merged summary does not repeat what this
+/// span re-derived.
+pub(super) fn dedup_key(text: &str) -> String {
+    let t = strip_labels(text).trim_end_matches(['.', ';', ':', ' ', '…']);
+    t.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
 }
 
 pub(super) fn strip_labels(mut text: &str) -> &str {
     loop {
         let before = text;
-        for label in ["(latest) ", "(earlier) "] {
+        for label in ["(latest) ", "(earlier) ", "(original request) "] {
             if let Some(rest) = text.strip_prefix(label) {
                 text = rest;
             }
@@ -282,7 +291,13 @@ pub(super) fn is_placeholder(text: &str) -> bool {
 
 /// Adds sorted file paths a few per line, so a long list costs few lines and drops from its
 /// end first.
-pub(super) fn add_file_lines(items: &mut Items, section: usize, label: &str, paths: &[String], base: u32) {
+pub(super) fn add_file_lines(
+    items: &mut Items,
+    section: usize,
+    label: &str,
+    paths: &[String],
+    base: u32,
+) {
     let paths: Vec<&str> = paths
         .iter()
         .map(|p| p.trim())

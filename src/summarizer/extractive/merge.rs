@@ -5,7 +5,6 @@ use super::layout::*;
 use super::text::*;
 use super::*;
 
-
 /// Maps a heading line of an earlier summary to the section its bullets belong to. Turn-prefix
 /// headings appear in split-turn summaries (after Pi's `**Turn Context (split turn):**` joiner).
 pub(super) fn section_of_heading(line: &str) -> Option<usize> {
@@ -89,9 +88,27 @@ pub(super) fn parse_summary(summary: &str) -> Option<Parsed> {
     Some(out)
 }
 
+/// What becomes of an item carried over from an earlier summary, given this span.
+pub(super) enum Carry {
+    Keep,
+    /// Superseded by this span's own item (its last assistant message, its latest request,
+    /// its run of the same command).
+    Drop,
+    /// An open item (a blocker) this span settled: kept as history in Critical Context.
+    Settled,
+    /// Kept with a new text (an error line that is no longer the last one).
+    Rewrite(String),
+}
+
 /// Merges an earlier summary's items into their sections at "previous" priority (oldest
 /// content, dropped first under pressure); an unparseable one is kept verbatim.
-pub(super) fn merge_previous(items: &mut Items, summary: &str, seq_base: u64, caps: &Caps) {
+pub(super) fn merge_previous(
+    items: &mut Items,
+    summary: &str,
+    seq_base: u64,
+    caps: &Caps,
+    carry: &dyn Fn(usize, &str) -> Carry,
+) {
     let trimmed = summary.trim();
     if trimmed.is_empty() || trimmed == "No prior history." {
         return;
@@ -113,6 +130,20 @@ pub(super) fn merge_previous(items: &mut Items, summary: &str, seq_base: u64, ca
         {
             continue;
         }
+        // What this span says about the item: superseded, settled, or to be relabelled.
+        let text = match section.map(|sec| carry(sec, &text)) {
+            Some(Carry::Drop) => continue,
+            Some(Carry::Settled) => {
+                let text = format!(
+                    "Settled since the earlier summary: {}",
+                    clip_head(&text, caps.item)
+                );
+                items.add(CRITICAL, P_RESOLVED_ERROR, (G_PREVIOUS, seq), &text);
+                continue;
+            }
+            Some(Carry::Rewrite(t)) => t,
+            Some(Carry::Keep) | None => text,
+        };
         let (section, priority, group, text) = match section {
             None => (
                 CRITICAL,
@@ -149,9 +180,16 @@ pub(super) fn merge_previous(items: &mut Items, summary: &str, seq_base: u64, ca
 }
 
 /// A summary replayed inside the span (a branch or compaction summary message).
-pub(super) fn merge_embedded(items: &mut Items, label: &str, summary: &str, seq_base: u64, caps: &Caps) {
+pub(super) fn merge_embedded(
+    items: &mut Items,
+    label: &str,
+    summary: &str,
+    seq_base: u64,
+    caps: &Caps,
+    carry: &dyn Fn(usize, &str) -> Carry,
+) {
     if label == "Earlier summary" {
-        merge_previous(items, summary, seq_base * 1000, caps);
+        merge_previous(items, summary, seq_base * 1000, caps, carry);
     } else {
         let text = format!("{label}:\n{}", clip_head(summary.trim(), caps.error));
         items.add(

@@ -283,7 +283,10 @@ fn empty_input() {
         "## Goal\n(none)\n\n## Constraints & Preferences\n(none)\n\n## Progress\n### Done\n(none)\n\n### In Progress\n(none)\n\n### Blocked\n(none)\n\n## Key Decisions\n(none)\n\n## Next Steps\n(none)\n\n## Critical Context\n(none)"
     );
     let t = summarize_turn_prefix(&[], 1000);
-    assert_eq!(t, "## Original Request\n(none)\n\n## Early Progress\n(none)\n\n## Context for Suffix\n(none)");
+    assert_eq!(
+        t,
+        "## Original Request\n(none)\n\n## Early Progress\n(none)\n\n## Context for Suffix\n(none)"
+    );
     assert_eq!(
         summarize_turn_prefix(&[], 0),
         "## Original Request\n\n## Early Progress\n\n## Context for Suffix"
@@ -337,10 +340,28 @@ fn long_and_hostile_text_is_clipped_and_cannot_fake_headings() {
     assert!(s.contains("more chars]"), "{s}");
 }
 
+/// The conformance cases: `COMPACTD_CONFORMANCE_DIR`, else the shared checkout next to this one.
+fn conformance_dir() -> std::path::PathBuf {
+    match std::env::var_os("COMPACTD_CONFORMANCE_DIR") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/cases")
+        }
+    }
+}
+
 fn fixture_messages(case: &str) -> Option<Vec<Value>> {
-    let path = format!("/work/shared/conformance/cases/{case}/session.jsonl");
+    let path = conformance_dir().join(case).join("session.jsonl");
     let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!("skipping: {path} not found");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{} not found (set COMPACTD_CONFORMANCE_DIR)",
+            path.display()
+        );
+        eprintln!(
+            "SKIPPED: {} not found (set COMPACTD_CONFORMANCE_DIR)",
+            path.display()
+        );
         return None;
     };
     Some(
@@ -416,6 +437,449 @@ fn real_fixture_sessions() {
             assert!(big.contains(p.as_str()), "{case}: {big}");
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Extractive v2: resolution tracking, tools by arguments, goal selection, layout hygiene
+// ---------------------------------------------------------------------------------------------
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text, "timestamp": 0})
+}
+
+fn said(text: &str) -> Value {
+    assistant(json!([{"type": "text", "text": text}]), "stop")
+}
+
+fn summary_of(msgs: &[Value]) -> String {
+    let s = summarize_history(&input(msgs, &[], &[], 4000));
+    assert_well_formed(&s, &HEADINGS, 4000);
+    s
+}
+
+#[test]
+fn an_error_fixed_by_a_later_run_is_not_open() {
+    let msgs = vec![
+        user("Add spans to the lexer tokens."),
+        assistant(
+            json!([call(
+                "c1",
+                "bash",
+                json!({"command": "cargo build -p lexer"})
+            )]),
+            "toolUse",
+        ),
+        result(
+            "c1",
+            "bash",
+            "error[E0599]: no method named `with_span` found\nCommand exited with code 101",
+            true,
+        ),
+        assistant(
+            json!([call(
+                "c2",
+                "edit",
+                json!({"path": "src/lib.rs", "edits": []})
+            )]),
+            "toolUse",
+        ),
+        result(
+            "c2",
+            "edit",
+            "Successfully replaced 1 block(s) in src/lib.rs.",
+            false,
+        ),
+        assistant(
+            json!([call(
+                "c3",
+                "bash",
+                json!({"command": "cargo build -p lexer"})
+            )]),
+            "toolUse",
+        ),
+        result("c3", "bash", "Finished", false),
+        said("Builds now."),
+    ];
+    let s = summary_of(&msgs);
+    assert_eq!(section(&s, "### Blocked").trim(), "(none)", "{s}");
+    assert!(!section(&s, "## Next Steps").contains("E0599"), "{s}");
+    assert!(s.contains("later fixed"), "{s}");
+}
+
+#[test]
+fn a_message_saying_fixed_closes_the_error_it_names() {
+    let msgs = vec![
+        user("Make the lint job green."),
+        assistant(
+            json!([call(
+                "c1",
+                "bash",
+                json!({"command": "eslint src/api/client.ts"})
+            )]),
+            "toolUse",
+        ),
+        result(
+            "c1",
+            "bash",
+            "14:7 error 'retries' is never used\nCommand exited with code 1",
+            true,
+        ),
+        said("The unused variable in src/api/client.ts is fixed now; CI will rerun eslint."),
+    ];
+    let s = summary_of(&msgs);
+    assert_eq!(section(&s, "### Blocked").trim(), "(none)", "{s}");
+    // A negated report closes nothing.
+    let mut open = msgs.clone();
+    open[3] = said("The error in src/api/client.ts is still not fixed.");
+    let s = summary_of(&open);
+    assert!(section(&s, "### Blocked").contains("eslint"), "{s}");
+}
+
+#[test]
+fn an_abandoned_approach_is_a_decision_and_not_open() {
+    let msgs = vec![
+        user("Migrate the shop schema from MySQL to Postgres."),
+        assistant(json!([call("c1", "bash", json!({"command": "pgloader mysql://ro@db/shop postgresql://app@pg/shop"}))]), "toolUse"),
+        result("c1", "bash", "ERROR mysql: you need (at least one of) the SUPER privilege(s)\nCommand exited with code 1", true),
+        said("pgloader needs SUPER on the source, which we do not have. Abandoning pgloader; I'll translate the DDL by hand."),
+    ];
+    let s = summary_of(&msgs);
+    assert_eq!(section(&s, "### Blocked").trim(), "(none)", "{s}");
+    assert!(!section(&s, "## Next Steps").contains("pgloader"), "{s}");
+    let decisions = section(&s, "## Key Decisions");
+    assert!(
+        decisions.contains(
+            "pgloader needs SUPER on the source, which we do not have. Abandoning pgloader;"
+        ),
+        "{s}"
+    );
+    assert!(s.contains("approach abandoned"), "{s}");
+}
+
+#[test]
+fn shell_tools_are_recognised_by_their_arguments() {
+    let msgs = vec![
+        user("Fix the status command."),
+        assistant(
+            json!([
+                call(
+                    "c1",
+                    "exec",
+                    json!({"command": "npx vitest run test/status.test.ts"})
+                ),
+                call("c2", "shell", json!({"cmd": "python -m pytest -q"})),
+                call(
+                    "c3",
+                    "run_terminal_cmd",
+                    json!({"command": "pnpm exec tsc --noEmit", "is_background": false})
+                ),
+                call(
+                    "c4",
+                    "execute_command",
+                    json!({"command": "npm test -- login"})
+                ),
+                call(
+                    "c5",
+                    "container.exec",
+                    json!({"cmd": ["bash", "-lc", "make check"]})
+                ),
+            ]),
+            "toolUse",
+        ),
+        result(
+            "c1",
+            "exec",
+            "FAIL test/status.test.ts\nTypeError: Cannot read properties of null",
+            true,
+        ),
+        result("c2", "shell", "2 passed", false),
+        result("c3", "run_terminal_cmd", "", false),
+        result("c4", "execute_command", "Tests: 6 passed", false),
+        result("c5", "container.exec", "ok", false),
+        said("One failure left."),
+    ];
+    let s = summary_of(&msgs);
+    for cmd in [
+        "Command `python -m pytest -q` → ok",
+        "Command `pnpm exec tsc --noEmit` → ok",
+        "Command `npm test -- login` → ok",
+        "Command `bash -lc make check` → ok",
+    ] {
+        assert!(s.contains(cmd), "{cmd} in {s}");
+    }
+    assert!(
+        section(&s, "### Blocked").contains("`npx vitest run test/status.test.ts` failed"),
+        "{s}"
+    );
+}
+
+#[test]
+fn other_file_tools_and_mcp_tools_are_summarised() {
+    let msgs = vec![
+        user("File tickets for the unowned regressions."),
+        assistant(
+            json!([
+                call(
+                    "c1",
+                    "write_to_file",
+                    json!({"path": "src/middleware/rateLimit.js", "content": "x"})
+                ),
+                call(
+                    "c2",
+                    "linear__create_issue",
+                    json!({"team": "WEB", "title": "Login loop on Safari", "priority": 2})
+                ),
+                call(
+                    "c3",
+                    "github__add_comment",
+                    json!({"issue_number": 821, "body": "Tracked"})
+                ),
+            ]),
+            "toolUse",
+        ),
+        result("c1", "write_to_file", "File written successfully.", false),
+        result("c2", "linear__create_issue", "{\"id\": \"WEB-431\"}", false),
+        result(
+            "c3",
+            "github__add_comment",
+            "MCP error -32603: secondary rate limit exceeded",
+            true,
+        ),
+        said("Retrying the comment later."),
+    ];
+    let s = summary_of(&msgs);
+    let done = section(&s, "### Done");
+    assert!(done.contains("Wrote `src/middleware/rateLimit.js`"), "{s}");
+    assert!(
+        done.contains(
+            "Called `linear__create_issue` (title: Login loop on Safari) → {\"id\": \"WEB-431\"}"
+        ),
+        "{s}"
+    );
+    assert!(
+        section(&s, "### Blocked").contains("tool `github__add_comment` failed"),
+        "{s}"
+    );
+}
+
+#[test]
+fn the_goal_skips_greetings_acknowledgements_and_repeated_boilerplate() {
+    let boiler = "/new\nA new session was started. Greet the user in your configured persona.";
+    let msgs = vec![
+        user(boiler),
+        said("Hey!"),
+        user("hi"),
+        said("Hi! What are we working on?"),
+        user("set up a nightly backup of the postgres database to the bucket acme-backups"),
+        said("Sure."),
+        user("oke"),
+        user(boiler),
+        said("Hello again."),
+        user("yes please"),
+    ];
+    let s = summary_of(&msgs);
+    let goal = section(&s, "## Goal");
+    assert!(goal.contains("set up a nightly backup"), "{s}");
+    for noise in ["Greet the user", "oke", "hi\n", "yes please"] {
+        assert!(!goal.contains(noise), "{noise:?} in the goal: {s}");
+    }
+    assert_eq!(
+        s.matches("Greet the user").count(),
+        1,
+        "boilerplate stated once: {s}"
+    );
+    assert!(s.contains("Latest user reply: yes please"), "{s}");
+    assert!(
+        !s.contains("(latest)"),
+        "a single request needs no label: {s}"
+    );
+}
+
+#[test]
+fn an_injected_prompt_is_stated_once() {
+    let prompt = "You write release notes. Never mention internal ticket numbers.";
+    let note = json!({"role": "custom", "customType": "skill", "content": prompt, "display": true, "timestamp": 1});
+    let msgs = vec![
+        note.clone(),
+        user("Write the notes for v2.4.0."),
+        note,
+        said("Drafted."),
+    ];
+    let s = summary_of(&msgs);
+    assert_eq!(
+        s.matches("Never mention internal ticket numbers").count(),
+        1,
+        "{s}"
+    );
+    assert!(s.contains("sent 2×"), "{s}");
+}
+
+#[test]
+fn listings_are_not_progress_and_errors_are_labelled_apart() {
+    let msgs = vec![
+        user("Raise the upload limit and fix CI."),
+        assistant(
+            json!([
+                call("c1", "bash", json!({"command": "ls src"})),
+                call(
+                    "c2",
+                    "bash",
+                    json!({"command": "find . -name '*.rs' | head"})
+                ),
+                call("c3", "bash", json!({"command": "npm run lint"})),
+                call("c4", "bash", json!({"command": "npm run test:integration"})),
+            ]),
+            "toolUse",
+        ),
+        result("c1", "bash", "main.rs", false),
+        result("c2", "bash", "./src/main.rs", false),
+        result("c3", "bash", "lint error\nCommand exited with code 1", true),
+        result("c4", "bash", "Timeout\nCommand exited with code 1", true),
+        said("Two failures."),
+    ];
+    let s = summary_of(&msgs);
+    assert!(!section(&s, "### Done").contains("ls src"), "{s}");
+    assert!(!s.contains("Command `ls src`"), "{s}");
+    assert_eq!(s.matches("Last error from").count(), 1, "{s}");
+    assert!(
+        s.contains("Last error from `npm run test:integration`"),
+        "{s}"
+    );
+    assert!(s.contains("Earlier error from `npm run lint`"), "{s}");
+}
+
+#[test]
+fn todo_lists_fill_done_and_in_progress() {
+    let msgs = vec![
+        user("Set up the monorepo tooling."),
+        assistant(
+            json!([call(
+                "c1",
+                "todo_write",
+                json!({"todos": [
+                    {"content": "Add turbo.json", "status": "completed"},
+                    {"content": "Configure changesets", "status": "in_progress"}
+                ]})
+            )]),
+            "toolUse",
+        ),
+        result("c1", "todo_write", "Todos updated", false),
+        said("Next: changesets."),
+    ];
+    let s = summary_of(&msgs);
+    assert!(
+        section(&s, "### Done").contains("- [x] Add turbo.json"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "### In Progress").contains("- [ ] Configure changesets (in progress)"),
+        "{s}"
+    );
+}
+
+#[test]
+fn clipping_never_cuts_inside_a_word() {
+    assert_eq!(
+        clip_head("alpha beta gamma delta", 13),
+        "alpha beta […12 more chars]"
+    );
+    assert_eq!(
+        clip_tail("alpha beta gamma delta", 9),
+        "[…17 earlier chars] delta"
+    );
+    // One giant token has no boundary: it is cut.
+    assert!(clip_head(&"x".repeat(50), 10).starts_with("xxxxxxxxxx […"));
+    let long = "I'll use sqlx instead of diesel because its compile-time checked queries work with our raw SQL migrations and it is async and it is maintained";
+    let msgs = vec![user("Pick a DB layer."), said(long)];
+    let s = summarize_history(&input(&msgs, &[], &[], 100));
+    for line in s.lines().filter(|l| l.contains("more chars]")) {
+        let before = line.split(" […").next().unwrap_or("");
+        let last_word = before.rsplit(' ').next().unwrap_or("");
+        assert!(
+            long.contains(&format!("{last_word} ")),
+            "cut word in {line:?}"
+        );
+    }
+}
+
+#[test]
+fn a_turn_opened_by_an_injected_task_has_its_request() {
+    let msgs = vec![
+        json!({"role": "custom", "customType": "task-queue", "content": "Task #77: rotate the TLS certificate of the staging ingress.", "display": true, "timestamp": 1}),
+        assistant(
+            json!([call(
+                "c1",
+                "bash",
+                json!({"command": "kubectl -n web-staging get certificate"})
+            )]),
+            "toolUse",
+        ),
+        result("c1", "bash", "staging-tls False", false),
+    ];
+    let s = summarize_turn_prefix(&msgs, 1000);
+    assert_well_formed(&s, &TP_HEADINGS, 1000);
+    assert!(
+        section(&s, "## Original Request")
+            .contains("(from task-queue) Task #77: rotate the TLS certificate"),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_blocker_carried_over_is_settled_by_a_later_success() {
+    let previous = "## Goal\n- Build logq.\n\n## Constraints & Preferences\n(none)\n\n## Progress\n### Done\n(none)\n\n### In Progress\n- [ ] Last assistant message: One range test fails.\n\n### Blocked\n- `cargo test range` failed (exit code 101): assertion failed …\n\n## Key Decisions\n(none)\n\n## Next Steps\n1. Fix the failure of `cargo test range`: assertion failed …\n2. Make sure the latest user request is fully handled: Now --until.\n\n## Critical Context\n- Last error from `cargo test range` (exit code 101):\n  assertion failed";
+    let msgs = vec![
+        assistant(
+            json!([call("c1", "bash", json!({"command": "cargo test range"}))]),
+            "toolUse",
+        ),
+        result("c1", "bash", "test result: ok. 4 passed", false),
+        said("Ranges work."),
+        user("Add --count."),
+    ];
+    let mut inp = input(&msgs, &[], &[], 4000);
+    inp.previous_summary = Some(previous);
+    let s = summarize_history(&inp);
+    assert_well_formed(&s, &HEADINGS, 4000);
+    assert_eq!(section(&s, "### Blocked").trim(), "(none)", "{s}");
+    let next = section(&s, "## Next Steps");
+    assert!(
+        !next.contains("cargo test range") && !next.contains("Now --until"),
+        "{s}"
+    );
+    assert!(
+        !section(&s, "### In Progress").contains("One range test fails"),
+        "{s}"
+    );
+    assert!(
+        s.contains("Settled since the earlier summary: `cargo test range` failed"),
+        "{s}"
+    );
+    assert!(
+        s.contains("Earlier error (fixed since) from `cargo test range`"),
+        "{s}"
+    );
+    assert!(!s.contains("Last error from `cargo test range`"), "{s}");
+}
+
+#[test]
+fn a_large_cap_is_not_filled() {
+    let mut msgs = vec![user("Refactor every module.")];
+    for i in 0..300 {
+        msgs.push(assistant(json!([
+            {"type": "text", "text": format!("I'll use approach {i} instead of the old one, because it is simpler.")},
+            call(&format!("c{i}"), "edit", json!({"path": format!("src/m{i}.rs"), "edits": []})),
+        ]), "toolUse"));
+        msgs.push(result(&format!("c{i}"), "edit", "ok", false));
+    }
+    let s = summarize_history(&input(&msgs, &[], &[], 13_107));
+    assert_well_formed(&s, &HEADINGS, 13_107);
+    assert!(utf16_len(&s) <= target_units(13_107), "{}", utf16_len(&s));
+    assert!(
+        utf16_len(&s) <= budget_units(13_107) / 3,
+        "well under the cap"
+    );
+    assert!(s.contains("Refactor every module."), "{s}");
 }
 
 mod props {

@@ -7,14 +7,27 @@ use regex::Regex;
 
 use crate::json::{utf16_len, utf16_prefix};
 
-
-/// Keeps the first `cap` UTF-16 units and says how much was cut.
+/// Keeps at most the first `cap` UTF-16 units, ending at a word boundary, and says how much
+/// was cut. A cut word reads as a different word to the model resuming the work, so the clip
+/// backs off to the last whitespace unless that would lose more than half of the room (one
+/// giant token such as a hash has no boundary to back off to).
 pub(super) fn clip_head(s: &str, cap: usize) -> String {
     let len = utf16_len(s);
     if len <= cap {
         return s.to_string();
     }
-    let head = utf16_prefix(s, cap).trim_end();
+    let mut head = utf16_prefix(s, cap);
+    let next = s[head.len()..].chars().next();
+    let inside_word = next.is_some_and(|c| !c.is_whitespace())
+        && head.chars().last().is_some_and(|c| !c.is_whitespace());
+    if inside_word {
+        if let Some(ws) = head.rfind(char::is_whitespace) {
+            if utf16_len(&head[..ws]) * 2 >= cap {
+                head = &head[..ws];
+            }
+        }
+    }
+    let head = head.trim_end();
     format!("{head} […{} more chars]", len - utf16_len(head))
 }
 
@@ -34,7 +47,21 @@ pub(super) fn clip_tail(s: &str, cap: usize) -> String {
         units += w;
         start = i;
     }
-    let tail = s.get(start..).unwrap_or("").trim_start();
+    let mut tail = s.get(start..).unwrap_or("");
+    // Start at a word boundary (see `clip_head`).
+    let cut_word = s[..start]
+        .chars()
+        .last()
+        .is_some_and(|c| !c.is_whitespace())
+        && tail.chars().next().is_some_and(|c| !c.is_whitespace());
+    if cut_word {
+        if let Some(ws) = tail.find(char::is_whitespace) {
+            if utf16_len(&tail[ws..]) * 2 >= cap {
+                tail = &tail[ws..];
+            }
+        }
+    }
+    let tail = tail.trim_start();
     format!("[…{} earlier chars] {tail}", len - utf16_len(tail))
 }
 
@@ -110,13 +137,83 @@ pub(super) static CONSTRAINT_RE: LazyLock<Regex> = LazyLock::new(|| {
     .expect("constraint pattern is valid")
 });
 
-/// Assistant sentences that announce a choice.
+/// Assistant sentences that announce a choice, including giving an approach up (a few common
+/// non-English forms too, since sessions are not all in English).
 pub(super) static DECISION_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)\b(i'll use|i will use|we'll use|we will use|let's use|let's go with|going with|go with|decided|decide to|decision|chose|chosen|choose to|opted|opt for|instead of|rather than|switch(ed|ing)? to|the approach|approach is|the plan is|will use|better to)\b",
+        r"(?i)\b(i'll use|i will use|we'll use|we will use|let's use|let's go with|going with|go with|decided|decide to|decision|chose|chosen|choose to|opted|opt for|instead of|instead|rather than|switch(ed|ing)? to|the approach|approach is|the plan is|will use|better to|statt|anstatt|stattdessen|entschieden|plutôt que|au lieu de|en lugar de|en vez de|invece di)\b",
     )
     .expect("decision pattern is valid")
 });
+
+/// Sentences that give an approach up; they are decisions, and they close the failure that
+/// prompted them.
+pub(super) static ABANDON_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b(abandon\w*|giv(?:e|ing) up on|gave up on|won't work|will not work|doesn't work|does not work|not going to work|drop(?:ping|ped)? (?:the |this )?(?:approach|idea|plan)|no longer (?:use|pursue|try)|revert(?:ing|ed)? (?:the|this|that) (?:change|approach)|aufgeben|abandonne\w*)\b",
+    )
+    .expect("abandon pattern is valid")
+});
+
+/// Sentences that report a failure as fixed.
+pub(super) static FIXED_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b(fixed|resolved|works now|now works|now pass(?:es)?|pass(?:es)? now|(?:is|are) (?:now )?green|now green|compiles now|now compiles|builds now|now builds|succeeds now|now succeeds|no longer fails|is gone|behoben|corrigé)\b",
+    )
+    .expect("fixed pattern is valid")
+});
+
+/// A negation or a "still": "not fixed", "still fails" do not close anything.
+pub(super) static NEGATION_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(\bnot\b|n't\b|\bstill\b|\bremains?\b|\bnever\b|\bnoch\b|\bpas\b)")
+        .expect("negation pattern is valid")
+});
+
+/// Compiler and linter codes (`E0599`, `TS2322`): a message naming one refers to that error.
+pub(super) static ERROR_CODE_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\b(?:[A-Z]{1,4}\d{3,5})\b").expect("error code pattern is valid")
+});
+
+/// Whether a user message is an acknowledgement or a greeting rather than a request: at most
+/// five words, all from a small multilingual vocabulary ("ok", "yes please", "go ahead").
+pub(super) fn is_acknowledgement(text: &str) -> bool {
+    const ACKS: [&str; 56] = [
+        "ok", "oke", "okay", "k", "kk", "yes", "yep", "yeah", "sure", "thanks", "thank", "you",
+        "thx", "ty", "great", "good", "nice", "cool", "perfect", "continue", "go", "ahead", "on",
+        "proceed", "do", "it", "please", "pls", "sounds", "lgtm", "fine", "alright", "all",
+        "right", "hi", "hello", "hey", "there", "that", "works", "ship", "ja", "bitte", "danke",
+        "weiter", "super", "oui", "merci", "vas-y", "si", "vale", "gracias", "sí", "very",
+        "awesome", "agreed",
+    ];
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric() && c != '-')
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    words.len() <= 5 && words.iter().all(|w| ACKS.contains(&w.as_str()))
+}
+
+/// Read-only exploration (`ls`, `find`, `cat`, `grep`…): worth nothing as "progress".
+pub(super) fn is_exploration(command: &str) -> bool {
+    const LOOK: [&str; 18] = [
+        "ls", "ll", "find", "cat", "head", "tail", "grep", "rg", "ag", "fd", "tree", "pwd", "wc",
+        "which", "echo", "stat", "file", "du",
+    ];
+    let mut any = false;
+    for part in command.split(['|', ';', '&']) {
+        let Some(word) = part.split_whitespace().next() else {
+            continue;
+        };
+        any = true;
+        if !LOOK.contains(&word) {
+            return false;
+        }
+    }
+    any
+}
 
 /// Assistant sentences that announce what comes next.
 pub(super) static NEXT_RE: LazyLock<Regex> = LazyLock::new(|| {
@@ -126,9 +223,11 @@ pub(super) static NEXT_RE: LazyLock<Regex> = LazyLock::new(|| {
     .expect("next-step pattern is valid")
 });
 
-/// Pulls `exited with code N` out of a bash tool result (Pi's wording, sessions.md §9.4).
+/// Pulls `exited with code N` out of a bash tool result (Pi's wording, sessions.md §9.4), and
+/// the `exit code: N` other harnesses print.
 pub(super) static EXIT_CODE_RE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)exit(?:ed)? with (?:code|status) (-?\d+)").expect("exit pattern is valid")
+    Regex::new(r"(?i)exit(?:ed)?(?: with)? (?:code|status):? (-?\d+)")
+        .expect("exit pattern is valid")
 });
 
 /// A leading list marker in a previous summary (`- `, `* `, `1. `, `- [x] `).
