@@ -636,7 +636,11 @@ fn local_engine() -> Option<SummaryEngine> {
         id: "smollm2".into(),
         base_url: format!("{}/v1", root.trim_end_matches('/')),
         context_window: 8192,
-        max_tokens: 1024,
+        // A 135M model on a busy CPU writes a few tokens a second: keep its summaries short.
+        max_tokens: std::env::var("COMPACTD_LOCAL_LLM_MAX_TOKENS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256),
         reasoning: false,
         api_key: Some("local".into()),
         headers: vec![],
@@ -673,7 +677,12 @@ fn configured_engine() -> Option<(String, SummaryEngine)> {
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     let verbose = !bench || std::env::var_os("COMPACTD_QUALITY_VERBOSE").is_some();
-    let corpus = load_corpus();
+    let mut corpus = load_corpus();
+    // `COMPACTD_QUALITY_ONLY=<name part>` restricts a `--bench` run to matching sessions (a slow
+    // LLM on a busy machine); the test-mode run always covers the whole corpus.
+    if let (true, Ok(only)) = (bench, std::env::var("COMPACTD_QUALITY_ONLY")) {
+        corpus.retain(|s| only.split(',').any(|o| s.name.contains(o.trim())));
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -11,7 +11,7 @@
 //! most-important-first until the output would exceed its target. The hard cap is
 //! `max_tokens * 4` UTF-16 units (Pi's chars/4 token estimate; the caller passes 0.8 × reserve
 //! like Pi); the target stays well under it (a quarter of a large cap, see
-//! [`layout::target_units`]), since a summary that fills the reserve leaves no room to work.
+//! `layout::target_units`), since a summary that fills the reserve leaves no room to work.
 //! Headings are never cut.
 //!
 //! What makes an item true is tracked, not guessed from the last message: a failure is open

@@ -196,12 +196,16 @@ pub(super) fn is_acknowledgement(text: &str) -> bool {
     words.len() <= 5 && words.iter().all(|w| ACKS.contains(&w.as_str()))
 }
 
-/// Read-only exploration (`ls`, `find`, `cat`, `grep`…): worth nothing as "progress".
+/// Read-only exploration (`ls`, `find`, `cat`, `grep`…, no redirect): not progress.
 pub(super) fn is_exploration(command: &str) -> bool {
     const LOOK: [&str; 18] = [
         "ls", "ll", "find", "cat", "head", "tail", "grep", "rg", "ag", "fd", "tree", "pwd", "wc",
         "which", "echo", "stat", "file", "du",
     ];
+    // A redirect writes a file (`cat > notes.md`, `echo x >> .env`): that is work.
+    if command.contains('>') {
+        return false;
+    }
     let mut any = false;
     for part in command.split(['|', ';', '&']) {
         let Some(word) = part.split_whitespace().next() else {
