@@ -228,6 +228,14 @@ async fn generate_llm(
             return Err(CompactError::Cancelled);
         }
         let text = check_reply(kind, &reply).map_err(CompactError::Summarization)?;
+        // Beyond Pi (proto-docs/gaps.md): a blank summary would replace the history with
+        // nothing, so it is refused (and falls back to extractive when configured).
+        if text.trim().is_empty() {
+            return Err(CompactError::Summarization(format!(
+                "{} failed: empty summary",
+                kind.label()
+            )));
+        }
         Ok((text, reply.usage))
     };
     let (summary, usage) = if prep.is_split_turn && !prep.turn_prefix_messages.is_empty() {

@@ -289,7 +289,7 @@ impl Config {
             client,
             model: spec,
             retry: self.summarizer.retry,
-            redaction: self.redaction,
+            redaction: self.redaction.clone(),
             fallback_extractive: self.summarizer.fallback.as_deref() == Some("extractive"),
         })
     }
@@ -304,7 +304,7 @@ impl SummarizerConfig {
     ) -> Result<SummaryEngine, ConfigError> {
         let Some(api) = Api::parse(&self.provider) else {
             return Ok(SummaryEngine::Extractive {
-                redaction: *redaction,
+                redaction: redaction.clone(),
             });
         };
         let api_key = match &self.api_key_env {
@@ -339,7 +339,7 @@ impl SummarizerConfig {
             client,
             model,
             retry: self.retry,
-            redaction: *redaction,
+            redaction: redaction.clone(),
             fallback_extractive: self.fallback.as_deref() == Some("extractive"),
         })
     }
@@ -395,6 +395,30 @@ enabled = false
             }
             SummaryEngine::Extractive { .. } => panic!("expected an LLM engine"),
         }
+    }
+
+    #[test]
+    fn redaction_patterns_are_validated_at_load() {
+        let c = Config::from_toml(
+            "[redaction]\nallow = [\"^sk_test_\"]\ndeny = [\"\\\\bacme-[0-9a-f]{8}\\\\b\"]\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert!(c.redaction.enabled);
+        assert_eq!(
+            c.redaction
+                .apply("k=sk_test_4eC39HqLyjWDarjtT1zdp7dc id acme-0badf00d"),
+            "k=sk_test_4eC39HqLyjWDarjtT1zdp7dc id [REDACTED]"
+        );
+        let e = Config::from_toml("[redaction]\ndeny = [\"(unclosed\"]\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("invalid config file c.toml"), "{e}");
+        assert!(e.contains("invalid pattern [0] \"(unclosed\""), "{e}");
+        let e = Config::from_toml("[redaction]\nallows = []\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allows"), "{e}");
     }
 
     #[test]

@@ -138,7 +138,7 @@ fn engine(port: u16) -> SummaryEngine {
             enabled: false,
             ..Default::default()
         },
-        redaction: compactd::summarizer::redact::RedactionConfig { enabled: false },
+        redaction: compactd::summarizer::redact::RedactionConfig::disabled(),
         fallback_extractive: false,
     }
 }

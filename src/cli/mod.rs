@@ -195,6 +195,7 @@ impl ModelArgs {
             return Ok(SummaryEngine::Extractive {
                 redaction: crate::summarizer::redact::RedactionConfig {
                     enabled: !self.no_redact && config.redaction.enabled,
+                    ..config.redaction.clone()
                 },
             });
         }
@@ -233,6 +234,7 @@ impl ModelArgs {
             retry: crate::summarizer::RetrySettings::default(),
             redaction: crate::summarizer::redact::RedactionConfig {
                 enabled: !self.no_redact && config.redaction.enabled,
+                ..config.redaction.clone()
             },
             fallback_extractive: self.fallback_extractive,
         })

@@ -3,45 +3,69 @@
 //! Coding sessions are full of credentials: `.env` files the agent read, `curl` commands with
 //! `Authorization` headers, keys pasted by the user. Compaction sends that history to a
 //! summarization provider (possibly a different one from the agent's) and writes the summary
-//! back into the session, where it is replayed on every later turn. Redacting obvious secrets
-//! before either happens keeps a compaction from spreading a key further than the session
-//! already did.
+//! back into the session, where it is replayed on every later turn. Redacting secrets before
+//! either happens keeps a compaction from spreading a key further than the session already did.
 //!
-//! The rules aim at *obvious* secrets with few false positives: well-known provider token
-//! formats, `Authorization` header values, PEM private-key blocks, URL passwords, and
-//! assignments whose name is a secret-ish word (`API_KEY=…`, `"password": "…"`). The name is
-//! kept and only the value becomes `[REDACTED]`, so a summary still says *which* key was set.
-//! Redaction is idempotent: redacting twice gives the same text as redacting once.
+//! Redaction must not damage code either: the model summarizing `const apiKey = options?.apiKey`
+//! or `{ key: "upvotes" }` needs to read them as written. So the rules judge the *value*, not the
+//! presence of a word:
+//! - by shape: well-known token formats (provider prefixes with a random tail, JWTs, PEM
+//!   private-key blocks, webhook URLs), passwords in URLs, `Authorization` header values;
+//! - by context: a literal assigned to a secret-named key (`API_KEY=…`, `"client_secret": "…"`,
+//!   `--password …`), where "secret-named" means the key's head word is a secret word (not
+//!   `sort_key`, `max_tokens`, `password_hash`) and the literal looks like a secret (random
+//!   enough; not a placeholder, an elided example, a reference, code or a type).
+//!
+//! The name is kept and only the value becomes `[REDACTED]`, so a summary still says *which* key
+//! was set. `[redaction] allow` patterns spare values the rules would redact; `deny` patterns
+//! redact whatever they match. Redaction is idempotent: redacting twice equals redacting once.
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use regex::{Captures, Regex};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 /// What replaces a secret.
 pub const REDACTED: &str = "[REDACTED]";
 
-/// Whether secrets are redacted before text reaches a provider. On by default: a user has to
-/// opt out of hygiene, not into it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+/// Whether and how secrets are redacted before text reaches a provider. On by default: a user
+/// has to opt out of hygiene, not into it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct RedactionConfig {
     pub enabled: bool,
+    /// Values matching one of these are never redacted (a test key the session must keep).
+    pub allow: Patterns,
+    /// Text matching one of these is always redacted (an internal token format).
+    pub deny: Patterns,
 }
 
 impl Default for RedactionConfig {
     fn default() -> Self {
-        RedactionConfig { enabled: true }
+        RedactionConfig {
+            enabled: true,
+            allow: Patterns::default(),
+            deny: Patterns::default(),
+        }
     }
 }
 
 impl RedactionConfig {
-    /// [`redact`] when enabled, the text untouched otherwise.
+    /// Redaction off: text reaches the provider exactly as Pi sends it.
+    pub fn disabled() -> Self {
+        RedactionConfig {
+            enabled: false,
+            ..RedactionConfig::default()
+        }
+    }
+
+    /// [`redact`] with this configuration's allow/deny patterns when enabled, the text
+    /// untouched otherwise.
     pub fn apply<'a>(&self, text: &'a str) -> Cow<'a, str> {
         if self.enabled {
-            redact(text)
+            redact_with(text, &self.allow.0, &self.deny.0)
         } else {
             Cow::Borrowed(text)
         }
@@ -55,44 +79,136 @@ impl RedactionConfig {
     }
 }
 
-/// PEM private-key blocks; the second alternative catches a block cut off by truncated output.
+/// A list of regular expressions from the configuration, compiled when the configuration is
+/// loaded so a bad pattern is reported then, with its text and position.
+#[derive(Debug, Clone, Default)]
+pub struct Patterns(Vec<Regex>);
+
+impl Patterns {
+    /// Compiles `patterns`; the error names the offending pattern.
+    pub fn new<S: AsRef<str>>(patterns: &[S]) -> Result<Patterns, String> {
+        patterns
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                Regex::new(p.as_ref())
+                    .map_err(|e| format!("invalid pattern [{i}] {:?}: {e}", p.as_ref()))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Patterns)
+    }
+}
+
+impl PartialEq for Patterns {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .all(|(a, b)| a.as_str() == b.as_str())
+    }
+}
+
+impl Eq for Patterns {}
+
+impl Serialize for Patterns {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(Regex::as_str))
+    }
+}
+
+impl<'de> Deserialize<'de> for Patterns {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let list = Vec::<String>::deserialize(d)?;
+        Patterns::new(&list).map_err(serde::de::Error::custom)
+    }
+}
+
+/// PEM private-key blocks (also with JSON-escaped `\n`); the second alternative catches a block
+/// cut off by truncated output.
 static PEM_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?s)(-----BEGIN ([A-Z0-9]+ )*PRIVATE KEY-----)(?:(.*?)(-----END ([A-Z0-9]+ )*PRIVATE KEY-----)|((?:[A-Za-z0-9+/=\s]|\\n)*))",
+        r"(?s)(-----BEGIN ([A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----)(?:(.*?)(-----END ([A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----)|((?:[A-Za-z0-9+/=\s]|\\n)*))",
     )
     .expect("PEM pattern is valid")
 });
 
 /// Passwords inside URLs (`postgres://user:pass@host`).
 static URL_CREDS_RE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(@)")
+    Regex::new(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]*:)([^\s@/]+)(@)")
         .expect("URL pattern is valid")
 });
 
-/// Provider token formats. Group 1 is a recognizable prefix that is kept; group 2 the secret.
-static TOKEN_RES: LazyLock<Vec<Regex>> = LazyLock::new(|| {
-    [
+/// Secret-bearing query parameters (`?access_token=…`, `&sig=…`).
+static URL_QUERY_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)([?&](?:access_token|token|api_key|apikey|key|sig|signature|client_secret|password|auth|x-amz-signature|x-amz-security-token)=)([^\s&#'\x22]+)",
+    )
+    .expect("query pattern is valid")
+});
+
+/// Token formats recognisable by shape alone. Group 1 is a prefix that is kept (it says what
+/// kind of credential it was), group 2 the secret. `min_distinct` guards against placeholders
+/// such as `ghp_xxxxxxxx`.
+struct TokenRule {
+    re: Regex,
+    /// The secret must contain a digit (real tokens are random; prose is not).
+    needs_digit: bool,
+}
+
+static TOKEN_RULES: LazyLock<Vec<TokenRule>> = LazyLock::new(|| {
+    let rule = |p: &str, needs_digit: bool| TokenRule {
+        re: Regex::new(p).expect("token pattern is valid"),
+        needs_digit,
+    };
+    vec![
         // Anthropic, OpenAI (project, service-account, admin and legacy keys).
-        r"\b(sk-(?:ant-(?:api|admin)\d\d-|ant-|proj-|svcacct-|admin-|None-)?)([A-Za-z0-9_-]{20,})",
+        rule(
+            r"\b(sk-(?:ant-(?:api|admin)\d\d-|ant-|proj-|svcacct-|admin-|None-)?)([A-Za-z0-9_-]{20,})",
+            true,
+        ),
         // GitHub classic and fine-grained tokens.
-        r"\b(gh[pousr]_)([A-Za-z0-9]{30,})\b",
-        r"\b(github_pat_)([A-Za-z0-9_]{40,})",
-        // Slack.
-        r"\b(xox[abposr]-)([A-Za-z0-9-]{10,})",
+        rule(r"\b(gh[pousr]_)([A-Za-z0-9]{30,})\b", true),
+        rule(r"\b(github_pat_)([A-Za-z0-9_]{40,})", true),
+        // GitLab personal, runner and deploy tokens.
+        rule(r"\b(gl(?:pat|rt|dt|ptt|cbt)-)([A-Za-z0-9_-]{20,})", false),
+        // Slack tokens and app-level tokens.
+        rule(r"\b(xox[abposre]-)([A-Za-z0-9-]{10,})", true),
+        rule(r"\b(xapp-)([A-Za-z0-9-]{10,})", true),
         // AWS access key ids.
-        r"\b(AKIA|ASIA)([A-Z0-9]{16})\b",
+        rule(r"\b(AKIA|ASIA|AGPA|AIDA|AROA)([A-Z0-9]{16})\b", true),
         // Google API keys.
-        r"\b(AIza)([0-9A-Za-z_-]{35})",
-        // Stripe secret and restricted keys.
-        r"\b((?:sk|rk)_(?:live|test)_)([0-9A-Za-z]{16,})",
+        rule(r"\b(AIza)([0-9A-Za-z_-]{35})", false),
+        // Stripe secret, restricted and webhook-signing keys.
+        rule(r"\b((?:sk|rk)_(?:live|test)_)([0-9A-Za-z]{16,})", true),
+        rule(r"\b(whsec_)([0-9A-Za-z+/=]{24,})", true),
+        // npm, PyPI, Hugging Face, DigitalOcean, Shopify, Mailgun, SendGrid, Twilio API keys.
+        rule(r"\b(npm_)([A-Za-z0-9]{36})\b", true),
+        rule(r"\b(pypi-)(AgE[A-Za-z0-9_-]{50,})", false),
+        rule(r"\b(hf_)([A-Za-z0-9]{30,})\b", false),
+        rule(r"\b(do[por]_v1_)([a-f0-9]{64})\b", true),
+        rule(r"\b(shp(?:at|ss|ca|pa)_)([a-fA-F0-9]{32})\b", true),
+        rule(r"\b(key-)([a-f0-9]{32})\b", true),
+        rule(r"\b(SG\.)([A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,})", false),
+        rule(r"\b(SK)([0-9a-f]{32})\b", true),
+        // Telegram bot tokens (`123456789:AA…`).
+        rule(r"\b((?:bot)?\d{8,10}:)(AA[A-Za-z0-9_-]{33})\b", false),
+        // Slack and Discord webhook URLs: the last path segment is the secret.
+        rule(
+            r"(https://hooks\.slack\.com/services/[A-Z0-9]+/[A-Z0-9]+/)([A-Za-z0-9]{16,})",
+            false,
+        ),
+        rule(
+            r"(https://(?:discord|discordapp)\.com/api/webhooks/\d+/)([A-Za-z0-9_-]{30,})",
+            false,
+        ),
         // JWTs (header.payload.signature, both base64url JSON objects).
-        r"\b()(eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})",
-        // A bare bearer token (the header form is handled with its name below).
-        r"(?i)\b(bearer\s+)([A-Za-z0-9._~+/-]{16,}=*)",
+        rule(
+            r"\b()(eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})",
+            false,
+        ),
     ]
-    .iter()
-    .map(|p| Regex::new(p).expect("token pattern is valid"))
-    .collect()
 });
 
 /// `Authorization: Bearer …` / `Basic …` header values, any length.
@@ -103,83 +219,150 @@ static AUTH_HEADER_RE: LazyLock<Regex> = LazyLock::new(|| {
     .expect("auth header pattern is valid")
 });
 
-/// `name <sep> value` where the name contains a secret-ish word (checked precisely by
+/// A bare bearer token (the header form is handled with its name above).
+static BEARER_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(bearer\s+)([A-Za-z0-9._~+/-]{16,}=*)").expect("bearer pattern is valid")
+});
+
+/// `--password VALUE`, `--api-token VALUE`: a secret-named flag followed by its value.
+static FLAG_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(\s--?[A-Za-z][A-Za-z0-9-]*\s+)([^\s\x22'`;|&<>]+)")
+        .expect("flag pattern is valid")
+});
+
+/// MySQL's `-pPASSWORD` (no space).
+static MYSQL_P_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(\bmysql(?:dump|admin)?\b[^\n]*?\s-p)([^\s\x22'`;|&<>]+)")
+        .expect("mysql pattern is valid")
+});
+
+/// `name <sep> value` where the name contains a secret-ish word (judged precisely by
 /// [`is_secret_name`]). The value is a quoted string (also JSON-escaped quotes) or a bare word.
 static ASSIGN_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r#"(?i)([A-Za-z0-9_.-]*(?:secret|token|key|passwd|password)[A-Za-z0-9_.-]*)((?:\\?["'])?\s*(?::=|=>|[:=])\s*)(\\"[^"\\\n]*\\"|"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s"'`,;&)\]}>]+)"#,
+        r#"(?i)([A-Za-z0-9_.-]*(?:secret|token|key|passwd|password|pass|pwd|passphrase|credentials?)[A-Za-z0-9_.-]*)((?:\\?["'])?\s*(?::=|=>|[:=])\s*)(\\"[^"\\\n]*\\"|"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s"'`,;&)\]}>]+)"#,
     )
     .expect("assignment pattern is valid")
 });
 
-/// Replaces obvious secrets in `text` with `[REDACTED]`, keeping names and recognizable
-/// prefixes. Returns `Cow::Borrowed` when nothing was found (the common case costs no copy).
+/// Replaces secrets in `text` with `[REDACTED]`, keeping names and recognizable prefixes.
+/// Returns `Cow::Borrowed` when nothing was found (the common case costs no copy).
 pub fn redact(text: &str) -> Cow<'_, str> {
+    redact_with(text, &[], &[])
+}
+
+/// [`redact`] with extra patterns: a candidate secret matching `allow` is kept; text matching
+/// `deny` is redacted whatever the built-in rules say.
+fn redact_with<'a>(text: &'a str, allow: &[Regex], deny: &[Regex]) -> Cow<'a, str> {
+    let allowed = |secret: &str| allow.iter().any(|re| re.is_match(secret));
     let mut out: Cow<str> = Cow::Borrowed(text);
 
     out = apply(out, &PEM_RE, |c| {
-        let header = c.get(1).map_or("", |m| m.as_str());
-        let whole = c.get(0).map_or("", |m| m.as_str());
+        let header = group(c, 1);
+        let whole = group(c, 0);
         let body = c.get(3).or_else(|| c.get(6)).map_or("", |m| m.as_str());
-        if body.replace("\\n", "").trim().is_empty() || body.trim() == REDACTED {
+        if body.replace("\\n", "").trim().is_empty() || body.contains(REDACTED) || allowed(body) {
             return whole.to_string();
         }
+        let nl = if body.contains("\\n") { "\\n" } else { "\n" };
         match c.get(4) {
-            Some(end) => format!("{header}\n{REDACTED}\n{}", end.as_str()),
-            None if body.ends_with('\n') => format!("{header}\n{REDACTED}\n"),
-            None => format!("{header}\n{REDACTED}"),
-        }
-    });
-    out = apply(out, &URL_CREDS_RE, |c| {
-        let pass = c.get(2).map_or("", |m| m.as_str());
-        if pass == REDACTED || pass.starts_with('$') || pass.starts_with('<') {
-            return c.get(0).map_or("", |m| m.as_str()).to_string();
-        }
-        format!(
-            "{}{REDACTED}{}",
-            c.get(1).map_or("", |m| m.as_str()),
-            c.get(3).map_or("", |m| m.as_str())
-        )
-    });
-    for re in TOKEN_RES.iter() {
-        out = apply(out, re, |c| {
-            let secret = c.get(2).map_or("", |m| m.as_str());
-            let prefix = c.get(1).map_or("", |m| m.as_str());
-            // Real tokens are random: they contain digits. This spares prose like
-            // "sk-the-quick-brown-fox-jumps".
-            if !secret.bytes().any(|b| b.is_ascii_digit()) {
-                return c.get(0).map_or("", |m| m.as_str()).to_string();
+            Some(end) => format!("{header}{nl}{REDACTED}{nl}{}", end.as_str()),
+            None if body.ends_with('\n') || body.ends_with("\\n") => {
+                format!("{header}{nl}{REDACTED}{nl}")
             }
-            format!("{prefix}{REDACTED}")
+            None => format!("{header}{nl}{REDACTED}"),
+        }
+    });
+    for rule in TOKEN_RULES.iter() {
+        out = apply(out, &rule.re, |c| {
+            let secret = group(c, 2);
+            let keep = (rule.needs_digit && !secret.bytes().any(|b| b.is_ascii_digit()))
+                || distinct_chars(secret) < 6
+                || allowed(group(c, 0))
+                || allowed(secret);
+            if keep {
+                return group(c, 0).to_string();
+            }
+            format!("{}{REDACTED}", group(c, 1))
         });
     }
-    out = apply(out, &AUTH_HEADER_RE, |c| {
-        format!("{}{REDACTED}", c.get(1).map_or("", |m| m.as_str()))
+    out = apply(out, &URL_CREDS_RE, |c| {
+        let pass = group(c, 2);
+        if is_placeholder(pass) || is_reference(pass) || pass.contains(REDACTED) || allowed(pass) {
+            return group(c, 0).to_string();
+        }
+        format!("{}{REDACTED}{}", group(c, 1), group(c, 3))
+    });
+    out = apply(out, &URL_QUERY_RE, |c| {
+        let value = group(c, 2);
+        if !looks_random(value) || is_placeholder(value) || allowed(value) {
+            return group(c, 0).to_string();
+        }
+        format!("{}{REDACTED}", group(c, 1))
+    });
+    for re in [&*AUTH_HEADER_RE, &*BEARER_RE] {
+        out = apply(out, re, |c| {
+            let value = group(c, 2);
+            if value.contains(REDACTED) || is_placeholder(value) || allowed(value) {
+                return group(c, 0).to_string();
+            }
+            format!("{}{REDACTED}", group(c, 1))
+        });
+    }
+    out = apply(out, &FLAG_RE, |c| {
+        let flag = group(c, 1).trim().trim_start_matches('-');
+        let value = group(c, 2);
+        let judged = is_secret_name(flag) && is_secret_value(value, SecretKind::of(flag), false);
+        if !judged || allowed(value) {
+            return group(c, 0).to_string();
+        }
+        format!("{}{REDACTED}", group(c, 1))
+    });
+    out = apply(out, &MYSQL_P_RE, |c| {
+        let value = group(c, 2);
+        if !is_secret_value(value, SecretKind::Password, false) || allowed(value) {
+            return group(c, 0).to_string();
+        }
+        format!("{}{REDACTED}", group(c, 1))
     });
     out = apply(out, &ASSIGN_RE, |c| {
-        let whole = c.get(0).map_or("", |m| m.as_str());
-        let name = c.get(1).map_or("", |m| m.as_str());
-        let sep = c.get(2).map_or("", |m| m.as_str());
-        let value = c.get(3).map_or("", |m| m.as_str());
+        let whole = group(c, 0);
+        let name = group(c, 1);
+        let sep = group(c, 2);
+        let value = group(c, 3);
         if !is_secret_name(name) {
             return whole.to_string();
         }
-        // `NAME=value` in env style is configuration, never code: redact even a plain word.
+        // `NAME=value` in env style is configuration, not code: a plain word counts.
         let env_style = sep == "="
             && name.bytes().any(|b| b.is_ascii_uppercase())
             && name
                 .bytes()
                 .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
-        match redact_assigned(value, env_style) {
-            Some(v) => format!("{name}{sep}{v}"),
-            None => whole.to_string(),
+        match redact_assigned(value, SecretKind::of(name), env_style) {
+            Some(v) if !allowed(unquote(value).1) => format!("{name}{sep}{v}"),
+            _ => whole.to_string(),
         }
     });
+    for re in deny {
+        out = apply(out, re, |c| {
+            let whole = group(c, 0);
+            if whole.is_empty() || whole == REDACTED {
+                whole.to_string()
+            } else {
+                REDACTED.to_string()
+            }
+        });
+    }
 
     match out {
         Cow::Owned(s) if s == text => Cow::Borrowed(text),
         other => other,
     }
+}
+
+fn group<'t>(c: &Captures<'t>, i: usize) -> &'t str {
+    c.get(i).map_or("", |m| m.as_str())
 }
 
 /// Runs one rule, keeping the text borrowed while nothing matches.
@@ -190,12 +373,39 @@ fn apply<'a>(text: Cow<'a, str>, re: &Regex, f: impl Fn(&Captures) -> String) ->
     Cow::Owned(re.replace_all(&text, |c: &Captures| f(c)).into_owned())
 }
 
-/// The redacted form of an assigned value (quotes kept), or `None` when the value is not a
-/// secret: empty or short, a reference (`$VAR`, `${…}`, `<placeholder>`, `process.env…`),
-/// code (`getToken()`, `self.token`, a type), a literal (`true`, `42`) or already redacted.
-/// `env_style` values are judged like quoted ones (configuration, not code).
-fn redact_assigned(value: &str, env_style: bool) -> Option<String> {
-    let (open, inner, close) = if let Some(i) = value
+fn distinct_chars(s: &str) -> usize {
+    let mut seen: Vec<char> = s.chars().collect();
+    seen.sort_unstable();
+    seen.dedup();
+    seen.len()
+}
+
+/// What a secret-named key holds, which decides how random its value must look.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SecretKind {
+    /// Chosen by a person: may be a plain word (`PASSWORD=correcthorse`).
+    Password,
+    /// Generated (a key, a token, a secret): must look random.
+    Generated,
+}
+
+impl SecretKind {
+    fn of(name: &str) -> SecretKind {
+        let lower = name.to_ascii_lowercase();
+        if ["pass", "pwd", "passphrase"]
+            .iter()
+            .any(|w| lower.contains(w))
+        {
+            SecretKind::Password
+        } else {
+            SecretKind::Generated
+        }
+    }
+}
+
+/// `(open quote, inner, close quote)` of an assigned value.
+fn unquote(value: &str) -> (&str, &str, &str) {
+    if let Some(i) = value
         .strip_prefix("\\\"")
         .and_then(|v| v.strip_suffix("\\\""))
     {
@@ -209,34 +419,31 @@ fn redact_assigned(value: &str, env_style: bool) -> Option<String> {
         (q, i, q)
     } else {
         ("", value, "")
-    };
-    if !is_secret_value(inner, !open.is_empty() || env_style) {
+    }
+}
+
+/// The redacted form of an assigned value (quotes kept), or `None` when it is not a secret.
+fn redact_assigned(value: &str, kind: SecretKind, env_style: bool) -> Option<String> {
+    let (open, inner, close) = unquote(value);
+    if !is_secret_value(inner, kind, !open.is_empty() || env_style) {
         return None;
     }
     Some(format!("{open}{REDACTED}{close}"))
 }
 
-/// Whether `inner` (an assigned value without quotes) looks like a secret.
-fn is_secret_value(inner: &str, quoted: bool) -> bool {
+/// Whether `inner` (an assigned literal without quotes) is a secret. Never: short values,
+/// placeholders and elided examples, references (`$VAR`, `${…}`, `process.env…`), code
+/// (`args[++i]`, `options?.apiKey`, `getToken()`), types (`String`, `Option<String>`) and
+/// structured identifiers (`agent:main:main`). Otherwise a password may be any word when it is
+/// a literal (`quoted`: in quotes or env style), and needs a digit or symbol when bare; every
+/// other secret must look random.
+fn is_secret_value(inner: &str, kind: SecretKind, quoted: bool) -> bool {
     let v = inner.trim();
-    if v.chars().count() < 4 || v.contains("[REDACTED") {
+    let min = if kind == SecretKind::Password { 4 } else { 8 };
+    if v.chars().count() < min || v.contains(REDACTED) {
         return false;
     }
-    let lower = v.to_ascii_lowercase();
-    let reference = [
-        "$",
-        "<",
-        "{{",
-        "%",
-        "process.env",
-        "os.environ",
-        "env::",
-        "env.",
-    ]
-    .iter()
-    .any(|p| lower.starts_with(p));
-    let masked = v.chars().all(|c| matches!(c, '*' | 'x' | 'X' | '.' | '•'));
-    if reference || masked {
+    if is_placeholder(v) || is_reference(v) || is_code(v) {
         return false;
     }
     // Keys, tokens and generated passwords have no spaces or escape sequences; a quoted
@@ -244,79 +451,361 @@ fn is_secret_value(inner: &str, quoted: bool) -> bool {
     if v.contains(char::is_whitespace) || v.contains('\\') {
         return false;
     }
-    if quoted {
+    match kind {
+        SecretKind::Password if quoted => !is_type_word(v),
+        SecretKind::Password => {
+            !is_type_word(v)
+                && v.bytes().any(|b| b.is_ascii_alphabetic())
+                && v.bytes().any(|b| !b.is_ascii_alphabetic())
+        }
+        SecretKind::Generated => looks_random(v),
+    }
+}
+
+/// Random enough for a generated credential: at least 8 characters, not a structured
+/// identifier, and either letters mixed with digits, or a long mixed-case string whose
+/// characters vary (Shannon entropy of at least 3.5 bits per character).
+fn looks_random(v: &str) -> bool {
+    let n = v.chars().count();
+    if n < 8 || is_structured(v) {
+        return false;
+    }
+    let digit = v.bytes().any(|b| b.is_ascii_digit());
+    let alpha = v.bytes().any(|b| b.is_ascii_alphabetic());
+    let upper = v.bytes().any(|b| b.is_ascii_uppercase());
+    let lower = v.bytes().any(|b| b.is_ascii_lowercase());
+    (digit && alpha && distinct_chars(v) >= 6) || (n >= 20 && upper && lower && entropy(v) >= 3.5)
+}
+
+fn entropy(v: &str) -> f64 {
+    let chars: Vec<char> = v.chars().collect();
+    let n = chars.len() as f64;
+    let mut sorted = chars.clone();
+    sorted.sort_unstable();
+    let mut h = 0.0;
+    let mut i = 0;
+    while i < sorted.len() {
+        let j = sorted[i..].iter().take_while(|&&c| c == sorted[i]).count();
+        let p = j as f64 / n;
+        h -= p * p.log2();
+        i += j;
+    }
+    h
+}
+
+/// Words, short numbers and short alphanumerics joined by `:` `.` `/` `-` `_`: an identifier
+/// (`agent:main:main`, `user:42:profile`, `docs/readme.md`, `v1.2.3`), not a secret.
+fn is_structured(v: &str) -> bool {
+    let parts: Vec<&str> = v
+        .split([':', '.', '/', '-', '_', '@', '+'])
+        .filter(|p| !p.is_empty())
+        .collect();
+    parts.len() >= 2
+        && parts.iter().all(|p| {
+            p.chars().all(|c| c.is_ascii_alphabetic())
+                || (p.len() <= 4 && p.chars().all(|c| c.is_ascii_digit()))
+                || p.len() <= 3
+        })
+}
+
+/// Placeholders and elided examples: `YOUR_API_KEY`, `<token>`, `sk-...`, `xxxx`, `****`,
+/// `changeme`, `REPLACE_ME`.
+fn is_placeholder(v: &str) -> bool {
+    let lower = v.to_ascii_lowercase();
+    const WORDS: [&str; 22] = [
+        "changeme",
+        "change_me",
+        "change-me",
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "apikey",
+        "api_key",
+        "test",
+        "testing",
+        "dummy",
+        "example",
+        "placeholder",
+        "redacted",
+        "none",
+        "null",
+        "todo",
+        "fixme",
+        "value",
+        "foo",
+        "bar",
+    ];
+    let masked = v.len() >= 3
+        && v.chars()
+            .all(|c| matches!(c, '*' | 'x' | 'X' | '.' | '•' | '…' | '#' | '-' | '_'));
+    let caps_name = v
+        .bytes()
+        .all(|b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
+        && v.bytes().any(|b| b == b'_' || b == b'-');
+    masked
+        || caps_name
+        || WORDS.contains(&lower.as_str())
+        || v.contains("...")
+        || v.contains('…')
+        || lower.contains("xxxx")
+        || lower.contains("****")
+        || v.starts_with('<')
+        || v.starts_with('[')
+        || [
+            "your", "my-", "my_", "insert", "replace", "enter-", "enter_", "put-", "put_",
+        ]
+        .iter()
+        .any(|p| lower.starts_with(p))
+        || lower.contains("replace_me")
+        || lower.contains("replace-me")
+        || lower.ends_with("_here")
+        || lower.ends_with("-here")
+}
+
+/// References to a secret kept elsewhere: `$VAR`, `${…}`, `{{ … }}`, `%(…)s`, `process.env…`.
+fn is_reference(v: &str) -> bool {
+    let lower = v.to_ascii_lowercase();
+    [
+        "$",
+        "{{",
+        "%",
+        "process.env",
+        "os.environ",
+        "env::",
+        "env.",
+        "import.meta.env",
+    ]
+    .iter()
+    .any(|p| lower.starts_with(p))
+        || v.contains("${")
+        || v.contains("$(")
+}
+
+/// Code, not a literal: calls, indexing, optional chaining, paths, arrows, member access on
+/// identifiers (`self.token`, `options.apiKey`).
+fn is_code(v: &str) -> bool {
+    let punct = ['(', ')', '[', ']', '{', '}', '<', '>', '?', '`', ','];
+    if v.contains(punct) || v.contains("::") || v.contains("=>") || v.starts_with('=') {
         return true;
     }
-    let literal = matches!(
-        lower.as_str(),
-        "true" | "false" | "null" | "none" | "undefined" | "nil" | "required" | "optional"
-    );
-    let short_number = v.len() <= 5 && v.bytes().all(|b| b.is_ascii_digit());
-    // Bare lowercase identifiers and paths read as code (`token = self.token`), not secrets.
-    // Bare identifiers, paths and types read as code (`token = self.token`,
-    // `api_key: Option<String>`), not secrets.
-    let identifier = v
-        .bytes()
-        .all(|b| b.is_ascii_alphabetic() || b == b'_' || b == b'.' || b == b':');
-    let code = v.contains('(')
-        || v.contains('<')
-        || v.contains("::")
-        || v.starts_with('=')
-        || v.starts_with('[')
-        || v.starts_with('{');
-    !(literal || short_number || identifier || code)
+    let ident = |s: &str| {
+        let mut chars = s.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+            && s.bytes().filter(u8::is_ascii_digit).count() <= 2
+    };
+    v.contains('.') && v.split('.').all(ident)
 }
 
-/// Secret-ish words; a name must contain one as a whole word part.
-const SECRET_WORDS: [&str; 5] = ["secret", "token", "key", "passwd", "password"];
+/// Type names and literal keywords: `String`, `string`, `Option`, `bool`, `true`, `None`.
+fn is_type_word(v: &str) -> bool {
+    const WORDS: [&str; 22] = [
+        "string",
+        "str",
+        "number",
+        "int",
+        "integer",
+        "bool",
+        "boolean",
+        "bytes",
+        "any",
+        "unknown",
+        "object",
+        "undefined",
+        "true",
+        "false",
+        "required",
+        "optional",
+        "text",
+        "varchar",
+        "char",
+        "hidden",
+        "masked",
+        "nil",
+    ];
+    let lower = v.to_ascii_lowercase();
+    let capitalized_ident = v.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        && v.chars().skip(1).all(|c| c.is_ascii_alphabetic())
+        && v.chars().skip(1).any(|c| c.is_ascii_lowercase());
+    WORDS.contains(&lower.as_str()) || capitalized_ident
+}
 
-/// Whether `name` (a variable, key or header name) names a secret: it contains one of
-/// [`SECRET_WORDS`] as a whole part, delimited by the name's ends, by a non-alphanumeric
-/// character, or by a camelCase boundary. So `API_KEY`, `apiKey`, `x-api-key`, `db_password`
-/// and `accessToken` qualify, while `keyboard`, `monkey`, `max_tokens` and `tokenizer` do not.
-/// Fused compounds such as `apikey` and `authtoken` qualify by their suffix.
-fn is_secret_name(name: &str) -> bool {
-    let name = name.trim_matches(|c: char| c == '"' || c == '\'' || c == '\\');
-    let bytes = name.as_bytes();
-    let lower = name.to_ascii_lowercase();
-    for word in SECRET_WORDS {
-        let mut from = 0;
-        while let Some(pos) = lower.get(from..).and_then(|s| s.find(word)) {
-            let start = from + pos;
-            let end = start + word.len();
-            from = start + 1;
-            let starts = start == 0 || {
-                let prev = bytes[start - 1];
-                !prev.is_ascii_alphanumeric()
-                    || (bytes[start].is_ascii_uppercase() && !prev.is_ascii_uppercase())
-                    || fused_prefix(&lower[..start])
-            };
-            let ends = end == bytes.len() || {
-                let next = bytes[end];
-                !next.is_ascii_alphanumeric()
-                    || (next.is_ascii_uppercase() && !bytes[end - 1].is_ascii_uppercase())
-            };
-            if starts && ends {
-                return true;
+/// The words a secret-named key ends with (its head word).
+const SECRET_WORDS: [&str; 10] = [
+    "secret",
+    "token",
+    "key",
+    "passwd",
+    "password",
+    "pass",
+    "pwd",
+    "passphrase",
+    "credential",
+    "credentials",
+];
+
+/// Qualifiers that make a key/token name something other than a credential: `sort_key`,
+/// `max_tokens`, `public_key`, `page_token`, `eos_token`.
+const HARMLESS_QUALIFIERS: [&str; 52] = [
+    "sort",
+    "primary",
+    "foreign",
+    "cache",
+    "partition",
+    "row",
+    "idempotency",
+    "public",
+    "publishable",
+    "routing",
+    "object",
+    "file",
+    "map",
+    "lookup",
+    "index",
+    "group",
+    "dedupe",
+    "dedup",
+    "unique",
+    "composite",
+    "hot",
+    "shortcut",
+    "i18n",
+    "translation",
+    "label",
+    "react",
+    "storage",
+    "query",
+    "search",
+    "cursor",
+    "page",
+    "continuation",
+    "pagination",
+    "sync",
+    "lock",
+    "event",
+    "metric",
+    "column",
+    "field",
+    "attribute",
+    "prop",
+    "item",
+    "entry",
+    "node",
+    "list",
+    "max",
+    "min",
+    "num",
+    "total",
+    "cancel",
+    "cancellation",
+    "eos",
+];
+
+/// Parts a name may end with after its secret word and still name the secret's value
+/// (`password_confirmation`, `secret_key_base`, `token_b64`).
+const VALUE_SUFFIXES: [&str; 10] = [
+    "value",
+    "b64",
+    "base64",
+    "hex",
+    "raw",
+    "plain",
+    "plaintext",
+    "confirmation",
+    "base",
+    "str",
+];
+
+/// Words that fuse with a secret word without a separator (`apikey`, `authtoken`, `PGPASSWORD`).
+const FUSED: [&str; 22] = [
+    "api",
+    "auth",
+    "access",
+    "secret",
+    "private",
+    "refresh",
+    "session",
+    "client",
+    "master",
+    "pg",
+    "db",
+    "admin",
+    "root",
+    "user",
+    "app",
+    "bot",
+    "service",
+    "svc",
+    "smtp",
+    "bearer",
+    "signing",
+    "encryption",
+];
+
+/// Splits a name into lowercase parts at separators and camelCase boundaries
+/// (`requesterSessionKey` → requester, session, key; `APIKey` → api, key).
+fn name_parts(name: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    for chunk in name.split(|c: char| !c.is_ascii_alphanumeric()) {
+        let chars: Vec<char> = chunk.chars().collect();
+        let mut current = String::new();
+        for (i, &c) in chars.iter().enumerate() {
+            let prev = i.checked_sub(1).map(|p| chars[p]);
+            let next = chars.get(i + 1);
+            let boundary = c.is_ascii_uppercase()
+                && prev.is_some_and(|p| {
+                    p.is_ascii_lowercase()
+                        || p.is_ascii_digit()
+                        || (p.is_ascii_uppercase() && next.is_some_and(|n| n.is_ascii_lowercase()))
+                });
+            if boundary && !current.is_empty() {
+                parts.push(std::mem::take(&mut current));
             }
+            current.push(c.to_ascii_lowercase());
+        }
+        if !current.is_empty() {
+            parts.push(current);
         }
     }
-    false
+    parts
 }
 
-/// Words that commonly fuse with a secret word without a separator (`apikey`, `authtoken`):
-/// `before` (the lowercased name up to the secret word) ends with one of them as a whole part.
-fn fused_prefix(before: &str) -> bool {
-    const FUSED: [&str; 9] = [
-        "api", "auth", "access", "secret", "private", "refresh", "session", "client", "master",
-    ];
-    FUSED.iter().any(|w| {
-        before.strip_suffix(w).is_some_and(|rest| {
-            rest.bytes()
-                .last()
-                .is_none_or(|b| !b.is_ascii_alphanumeric())
-        })
-    })
+/// Whether `name` (a variable, key, flag or header name) names a credential: its head word —
+/// the last part, or the last before value suffixes — is a secret word, possibly fused
+/// (`apikey`), and not qualified into something else (`sort_key`, `max_tokens`,
+/// `password_hash`, `tokenizer`, `keyboard`).
+fn is_secret_name(name: &str) -> bool {
+    let name = name.trim_matches(|c: char| c == '"' || c == '\'' || c == '\\' || c == '-');
+    let mut parts = name_parts(name);
+    while parts.len() > 1
+        && parts
+            .last()
+            .is_some_and(|p| VALUE_SUFFIXES.contains(&p.as_str()))
+    {
+        parts.pop();
+    }
+    let Some(head) = parts.last() else {
+        return false;
+    };
+    let qualifier = parts.len().checked_sub(2).and_then(|i| parts.get(i));
+    let direct = SECRET_WORDS.contains(&head.as_str());
+    let fused = !direct
+        && SECRET_WORDS.iter().any(|w| {
+            head.strip_suffix(w)
+                .is_some_and(|rest| FUSED.contains(&rest))
+        });
+    if !(direct || fused) {
+        return false;
+    }
+    // `pass` alone is too common a word (`--pass 2`, `pass: true`); it counts fused or
+    // qualified (`DB_PASS`, `smtp_pass`).
+    if head == "pass" && qualifier.is_none() {
+        return false;
+    }
+    !qualifier.is_some_and(|q| HARMLESS_QUALIFIERS.contains(&q.as_str()))
 }
 
 /// Redacts every string inside a JSON value, in place. A string stored under a secret-named
@@ -332,7 +821,7 @@ pub fn redact_value(v: &mut Value) {
         Value::Object(map) => {
             for (key, child) in map.iter_mut() {
                 if let Value::String(s) = child {
-                    if is_secret_name(key) && is_secret_value(s, true) {
+                    if is_secret_name(key) && is_secret_value(s, SecretKind::of(key), true) {
                         *s = REDACTED.to_string();
                         continue;
                     }
@@ -471,7 +960,7 @@ mod tests {
     fn disabled_config_passes_through() {
         let on = RedactionConfig::default();
         assert!(on.enabled);
-        let off = RedactionConfig { enabled: false };
+        let off = RedactionConfig::disabled();
         assert_eq!(off.apply("DB_PASSWORD=hunter2x"), "DB_PASSWORD=hunter2x");
         assert_eq!(on.apply("DB_PASSWORD=hunter2x"), "DB_PASSWORD=[REDACTED]");
     }
@@ -570,6 +1059,79 @@ mod tests {
                 let twice = redact(&once).into_owned();
                 prop_assert_eq!(&once, &twice, "input {:?}", text);
             }
+        }
+    }
+
+    #[test]
+    fn allow_and_deny_patterns() {
+        let config: RedactionConfig = serde_json::from_value(json!({
+            "allow": ["^sk_test_"],
+            "deny": ["\\bacme-[0-9a-f]{8}\\b"]
+        }))
+        .expect("valid patterns");
+        assert!(config.enabled, "enabled stays the default");
+        let text = "STRIPE=sk_test_4eC39HqLyjWDarjtT1zdp7dc internal acme-1f2e3d4c key";
+        assert_eq!(
+            config.apply(text),
+            "STRIPE=sk_test_4eC39HqLyjWDarjtT1zdp7dc internal [REDACTED] key"
+        );
+        // Without the allow pattern the test key is redacted like any other.
+        assert_eq!(
+            RedactionConfig::default().apply(text),
+            "STRIPE=sk_test_[REDACTED] internal acme-1f2e3d4c key"
+        );
+        // Idempotent with patterns too.
+        let once = config.apply(text).into_owned();
+        assert_eq!(config.apply(&once), once);
+        let bad = serde_json::from_value::<RedactionConfig>(json!({"deny": ["ok", "(unclosed"]}))
+            .expect_err("a bad pattern is refused");
+        assert!(
+            bad.to_string()
+                .contains("invalid pattern [1] \"(unclosed\""),
+            "{bad}"
+        );
+    }
+
+    #[test]
+    fn issue_examples_are_untouched() {
+        for t in [
+            "result.apiKey = args[++i]",
+            "const apiKey = options?.apiKey",
+            "{ key: \"upvotes\" }",
+            "\"requesterSessionKey\": \"agent:main:main\"",
+            "api_key = \"YOUR_API_KEY\"",
+            "ANTHROPIC_API_KEY=sk-ant-...",
+        ] {
+            let r = redact(t);
+            assert!(matches!(r, Cow::Borrowed(_)), "changed {t:?} to {r:?}");
+        }
+    }
+
+    #[test]
+    fn name_heads() {
+        for n in [
+            "requesterSessionKey",
+            "PGPASSWORD",
+            "DB_PASS",
+            "password_confirmation",
+            "SecretAccessKey",
+            "secret_key_base",
+        ] {
+            assert!(is_secret_name(n), "{n}");
+        }
+        for n in [
+            "sort_key",
+            "nextPageToken",
+            "password_hash",
+            "passwordPolicy",
+            "publicKey",
+            "eos_token",
+            "api_key_env",
+            "pass",
+            "secretName",
+            "keyId",
+        ] {
+            assert!(!is_secret_name(n), "{n}");
         }
     }
 }

@@ -328,7 +328,7 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
             ..Default::default()
         },
         // Pi parity: Pi sends the transcript as is (redaction is compactd's own addition).
-        redaction: compactd::summarizer::redact::RedactionConfig { enabled: false },
+        redaction: compactd::summarizer::redact::RedactionConfig::disabled(),
         fallback_extractive: false,
     };
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -1,0 +1,754 @@
+//! Summary quality you can measure: runs every summarizer over a corpus of realistic
+//! coding-agent sessions and checks, with probes, what each summary kept and how it placed it.
+//!
+//! Why a probe benchmark: a summary is only useful if the model resuming the work can act on it.
+//! That boils down to checkable facts: the goal, the constraints, the decisions, the files, the
+//! open error and the next step must survive; a fixed error or an abandoned approach must not be
+//! presented as open; a decision belongs under Key Decisions and the open failure under Blocked.
+//!
+//! The corpus lives in `benches/quality/*.session` (a compact script format described in
+//! `benches/README.md`); each script is turned into a Pi-format JSONL session in a temporary
+//! directory and compacted through the public `compact_file` path, exactly as a user's session
+//! would be. A script with `compact` markers is compacted after each segment (repeated
+//! compactions): its probes are checked against the last summary, and every summary's size is
+//! checked against the output budget.
+//!
+//! Summarizers: the embedded extractive one always; the local SmolLM2 through llama.cpp when
+//! `COMPACTD_LOCAL_LLM` names its server root (e.g. `http://127.0.0.1:8091`); the configured
+//! provider (compactd's config file, `COMPACTD_CONFIG` or the default path) when it names an
+//! LLM whose key is present.
+//!
+//! `cargo bench --bench quality` prints the tables. Under `cargo test --all-targets` (no
+//! `--bench` argument) only the extractive part runs, and it asserts the targets: fact recall of
+//! at least 95%, zero fixed errors or abandoned approaches presented as open, every placement
+//! probe in its section, no noise, and bounded sizes over repeated compactions.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use compactd::compaction::tokens::CompactionSettings;
+use compactd::compactor::{compact_file, SummaryEngine};
+use compactd::summarizer::redact::RedactionConfig;
+use compactd::summarizer::{client_for, Api, ModelSpec, RetrySettings};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+/// The sections a probe can name, and the headings (history and turn-prefix layouts) that
+/// count as that section.
+const SECTIONS: [(&str, &[&str]); 8] = [
+    ("goal", &["## Goal", "## Original Request"]),
+    ("constraints", &["## Constraints & Preferences"]),
+    ("done", &["### Done", "## Early Progress"]),
+    ("in-progress", &["### In Progress"]),
+    ("blocked", &["### Blocked"]),
+    ("decisions", &["## Key Decisions"]),
+    ("next", &["## Next Steps"]),
+    (
+        "critical",
+        &["## Critical Context", "## Context for Suffix"],
+    ),
+];
+
+/// Where a stale item would be presented as open work.
+const OPEN_SECTIONS: [&str; 2] = ["blocked", "next"];
+
+/// One check on the final summary of a session. Texts may list alternatives with ` || `.
+#[derive(Debug, Clone)]
+enum Probe {
+    /// Must appear somewhere in the summary.
+    Fact(String),
+    /// Must appear in the named section (also counts as a fact).
+    In(String, String),
+    /// Must not appear in Blocked or Next Steps (a fixed error, an abandoned approach).
+    Stale(String),
+    /// Must not appear in the named section (noise such as a greeting kept as the goal).
+    NotIn(String, String),
+    /// Must appear at most once (an injected prompt repeated).
+    Once(String),
+}
+
+/// A parsed corpus script.
+struct Script {
+    name: String,
+    title: String,
+    keep_recent_tokens: i64,
+    reserve_tokens: i64,
+    focus: Option<String>,
+    /// Messages per segment (a `compact` marker starts a new segment).
+    segments: Vec<Vec<Value>>,
+    probes: Vec<Probe>,
+}
+
+/// Unescapes `\n` and `\t` in script text.
+fn unescape(s: &str) -> String {
+    s.replace("\\n", "\n").replace("\\t", "\t")
+}
+
+/// Builds Pi messages from a script. Lines:
+/// `user: …`, `assistant: …`, `think: …`, `call NAME {json}`, `result: …`, `error: …`,
+/// `bash CODE COMMAND :: OUTPUT`, `custom TYPE: …`, `model-error: …`, `compact`, `@keep N`,
+/// `@reserve N`, `@title …`, `@focus …`, and probes (`fact:`, `in SECTION:`, `stale:`,
+/// `not-in SECTION:`, `once:`). `| …` continues the previous text on a new line.
+fn parse_script(name: &str, text: &str) -> Result<Script, String> {
+    let mut s = Script {
+        name: name.to_string(),
+        title: String::new(),
+        keep_recent_tokens: 1,
+        reserve_tokens: 16_384,
+        focus: None,
+        segments: vec![Vec::new()],
+        probes: Vec::new(),
+    };
+    // Calls waiting for a result: (id, tool name).
+    let mut pending: Vec<(String, String)> = Vec::new();
+    let mut next_id = 0u32;
+    let mut ts = 1_767_000_000_000i64;
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.trim_end();
+        let err = |m: &str| format!("{name}:{}: {m}: {line}", n + 1);
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        ts += 1000;
+        let seg = s.segments.last_mut().ok_or_else(|| err("no segment"))?;
+        if let Some(rest) = line
+            .strip_prefix("| ")
+            .or(line.strip_prefix("|").filter(|r| r.is_empty()))
+        {
+            let last = seg.last_mut().ok_or_else(|| err("continuation first"))?;
+            append_text(last, rest).ok_or_else(|| err("nothing to continue"))?;
+            continue;
+        }
+        let (head, body) = match line.split_once(": ") {
+            _ if line.starts_with('@') => line.split_once(' ').unwrap_or((line, "")),
+            Some((h, b)) if !h.starts_with("call ") && !h.starts_with("bash ") => (h, b),
+            _ => (line, ""),
+        };
+        let body = unescape(body);
+        match head {
+            "@title" => s.title = body,
+            "@keep" => s.keep_recent_tokens = body.parse().map_err(|_| err("bad @keep"))?,
+            "@reserve" => s.reserve_tokens = body.parse().map_err(|_| err("bad @reserve"))?,
+            "@focus" => s.focus = Some(body),
+            "user" => seg.push(
+                json!({"role":"user","content":[{"type":"text","text":body}],"timestamp":ts}),
+            ),
+            "assistant" | "think" => {
+                let block = if head == "think" {
+                    json!({"type":"thinking","thinking":body})
+                } else {
+                    json!({"type":"text","text":body})
+                };
+                match seg.last_mut() {
+                    Some(m)
+                        if m["role"] == "assistant"
+                            && head == "think"
+                            && m["content"].as_array().is_some_and(|c| c.is_empty()) =>
+                    {
+                        push_block(m, block);
+                    }
+                    _ => seg.push(assistant(vec![block], ts)),
+                }
+            }
+            "model-error" => {
+                let mut m = assistant(vec![], ts);
+                m["stopReason"] = json!("error");
+                m["errorMessage"] = json!(body);
+                seg.push(m);
+            }
+            "result" | "error" => {
+                if pending.is_empty() {
+                    return Err(err("result without a pending call"));
+                }
+                let (id, tool) = pending.remove(0);
+                seg.push(json!({"role":"toolResult","toolCallId":id,"toolName":tool,"content":[{"type":"text","text":body}],"isError":head == "error","timestamp":ts}));
+            }
+            "compact" => s.segments.push(Vec::new()),
+            h if h.starts_with("call ") => {
+                let rest = &line["call ".len()..];
+                let (tool, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
+                let args: Value = serde_json::from_str(args)
+                    .map_err(|e| err(&format!("bad call arguments ({e})")))?;
+                next_id += 1;
+                let id = format!("call_{next_id:03}");
+                let block = json!({"type":"toolCall","id":id,"name":tool,"arguments":args});
+                match seg.last_mut() {
+                    Some(m) if m["role"] == "assistant" && m["stopReason"] != "error" => {
+                        push_block(m, block)
+                    }
+                    _ => seg.push(assistant(vec![block], ts)),
+                }
+                if let Some(m) = seg.last_mut() {
+                    m["stopReason"] = json!("toolUse");
+                }
+                pending.push((id, tool.to_string()));
+            }
+            h if h.starts_with("bash ") => {
+                let rest = &line["bash ".len()..];
+                let (code, rest) = rest
+                    .split_once(' ')
+                    .ok_or_else(|| err("bash CODE COMMAND :: OUTPUT"))?;
+                let code: i64 = code.parse().map_err(|_| err("bad exit code"))?;
+                let (command, output) = rest.split_once(" :: ").unwrap_or((rest, ""));
+                seg.push(json!({"role":"bashExecution","command":command,"output":unescape(output),"exitCode":code,"cancelled":false,"truncated":false,"timestamp":ts}));
+            }
+            h if h.starts_with("custom ") => {
+                let kind = &h["custom ".len()..];
+                seg.push(json!({"role":"custom","customType":kind,"content":body,"display":true,"timestamp":ts}));
+            }
+            "fact" => s.probes.push(Probe::Fact(body)),
+            "stale" => s.probes.push(Probe::Stale(body)),
+            "once" => s.probes.push(Probe::Once(body)),
+            h if h.starts_with("in ") || h.starts_with("not-in ") => {
+                let (kind, section) = h.split_once(' ').unwrap_or((h, ""));
+                if !SECTIONS.iter().any(|(n, _)| *n == section) {
+                    return Err(err("unknown section"));
+                }
+                let probe = if kind == "in" {
+                    Probe::In(section.to_string(), body)
+                } else {
+                    Probe::NotIn(section.to_string(), body)
+                };
+                s.probes.push(probe);
+            }
+            _ => return Err(err("unknown line")),
+        }
+    }
+    if !pending.is_empty() {
+        return Err(format!("{name}: calls without results: {pending:?}"));
+    }
+    Ok(s)
+}
+
+fn assistant(content: Vec<Value>, ts: i64) -> Value {
+    json!({"role":"assistant","content":content,"api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5","usage":{"input":120,"output":60,"cacheRead":0,"cacheWrite":0,"totalTokens":180,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},"stopReason":"stop","timestamp":ts})
+}
+
+fn push_block(m: &mut Value, block: Value) {
+    if let Some(c) = m["content"].as_array_mut() {
+        c.push(block);
+    }
+}
+
+/// Appends a continuation line to the last text of a message.
+fn append_text(m: &mut Value, line: &str) -> Option<()> {
+    let line = unescape(line);
+    if let Some(s) = m
+        .get_mut("content")
+        .and_then(|c| c.as_str().map(str::to_owned))
+    {
+        m["content"] = json!(format!("{s}\n{line}"));
+        return Some(());
+    }
+    if let Some(out) = m.get("output").and_then(Value::as_str).map(str::to_owned) {
+        m["output"] = json!(format!("{out}\n{line}"));
+        return Some(());
+    }
+    let blocks = m.get_mut("content")?.as_array_mut()?;
+    let b = blocks
+        .iter_mut()
+        .rev()
+        .find(|b| b["type"] == "text" || b["type"] == "thinking")?;
+    let key = if b["type"] == "text" {
+        "text"
+    } else {
+        "thinking"
+    };
+    let t = b[key].as_str()?.to_string();
+    b[key] = json!(format!("{t}\n{line}"));
+    Some(())
+}
+
+/// Lowercase, backticks and emphasis removed, whitespace collapsed: what a probe matches.
+fn normalize(s: &str) -> String {
+    let cleaned: String = s.chars().filter(|c| !matches!(c, '`' | '*')).collect();
+    cleaned
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+fn contains_any(hay: &str, alternatives: &str) -> bool {
+    alternatives
+        .split(" || ")
+        .any(|a| hay.contains(&normalize(a)))
+}
+
+fn count_of(hay: &str, alternatives: &str) -> usize {
+    alternatives
+        .split(" || ")
+        .map(|a| hay.matches(&normalize(a)).count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The bodies of every section that counts as `name`, concatenated and normalized.
+fn section_text(summary: &str, name: &str) -> String {
+    let Some((_, headings)) = SECTIONS.iter().find(|(n, _)| *n == name) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    let mut inside = false;
+    for line in summary.lines() {
+        if line.starts_with("## ")
+            || line.starts_with("### ")
+            || line.starts_with("**Turn Context")
+            || line.starts_with("<read-files>")
+            || line.starts_with("<modified-files>")
+        {
+            inside = headings.contains(&line.trim_end());
+            continue;
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    normalize(&out)
+}
+
+/// The score of one summary against its probes.
+#[derive(Default, Clone)]
+struct Score {
+    facts: usize,
+    facts_found: usize,
+    placements: usize,
+    placed: usize,
+    stale_open: usize,
+    noise: usize,
+    misses: Vec<String>,
+}
+
+fn score(summary: &str, probes: &[Probe]) -> Score {
+    let all = normalize(summary);
+    let mut s = Score::default();
+    for p in probes {
+        match p {
+            Probe::Fact(t) => {
+                s.facts += 1;
+                if contains_any(&all, t) {
+                    s.facts_found += 1;
+                } else {
+                    s.misses.push(format!("missing fact: {t}"));
+                }
+            }
+            Probe::In(sec, t) => {
+                s.facts += 1;
+                s.placements += 1;
+                if contains_any(&all, t) {
+                    s.facts_found += 1;
+                } else {
+                    s.misses.push(format!("missing fact: {t}"));
+                }
+                if contains_any(&section_text(summary, sec), t) {
+                    s.placed += 1;
+                } else {
+                    s.misses.push(format!("not under {sec}: {t}"));
+                }
+            }
+            Probe::Stale(t) => {
+                if OPEN_SECTIONS
+                    .iter()
+                    .any(|sec| contains_any(&section_text(summary, sec), t))
+                {
+                    s.stale_open += 1;
+                    s.misses.push(format!("presented as open: {t}"));
+                }
+            }
+            Probe::NotIn(sec, t) => {
+                if contains_any(&section_text(summary, sec), t) {
+                    s.noise += 1;
+                    s.misses.push(format!("noise under {sec}: {t}"));
+                }
+            }
+            Probe::Once(t) => {
+                if count_of(&all, t) > 1 {
+                    s.noise += 1;
+                    s.misses.push(format!("repeated: {t}"));
+                }
+            }
+        }
+    }
+    s
+}
+
+/// Writes a Pi-format session file holding the header and the first segment.
+fn write_session(path: &Path, messages: &[Value]) -> Result<Option<String>, String> {
+    let mut lines = vec![json!({"type":"session","version":3,"id":"019b0000-0000-7000-8000-00000000beef","timestamp":"2026-01-05T09:00:00.000Z","cwd":"/home/dev/project"}).to_string()];
+    let parent = append_lines(&mut lines, messages, None, 0);
+    std::fs::write(path, lines.join("\n") + "\n").map_err(|e| e.to_string())?;
+    Ok(parent)
+}
+
+/// Message entries chained from `parent`; returns the new leaf id.
+fn append_lines(
+    lines: &mut Vec<String>,
+    messages: &[Value],
+    mut parent: Option<String>,
+    base: usize,
+) -> Option<String> {
+    for (i, m) in messages.iter().enumerate() {
+        let id = format!("{:08x}", base + i + 1);
+        lines.push(json!({"type":"message","id":id,"parentId":parent,"timestamp":"2026-01-05T09:00:01.000Z","message":m}).to_string());
+        parent = Some(id);
+    }
+    parent
+}
+
+/// The result of compacting one script with one summarizer.
+struct Run {
+    score: Score,
+    /// Summary size (chars/4) after each compaction.
+    sizes: Vec<usize>,
+    /// The output budget in tokens for the history summary (0.8 × reserve).
+    budget: usize,
+    elapsed: Duration,
+    failed: Option<String>,
+    summary: String,
+}
+
+async fn run_script(script: &Script, engine: &SummaryEngine, dir: &Path) -> Run {
+    let path = dir.join(format!("{}.jsonl", script.name));
+    let settings = CompactionSettings {
+        enabled: true,
+        reserve_tokens: script.reserve_tokens,
+        keep_recent_tokens: script.keep_recent_tokens,
+    };
+    let budget = (script.reserve_tokens as f64 * 0.8) as usize;
+    let mut run = Run {
+        score: Score::default(),
+        sizes: Vec::new(),
+        budget,
+        elapsed: Duration::ZERO,
+        failed: None,
+        summary: String::new(),
+    };
+    if let Err(e) = write_session(&path, &script.segments[0]) {
+        run.failed = Some(e);
+        return run;
+    }
+    let mut base = script.segments[0].len() + 10;
+    for (k, segment) in script.segments.iter().enumerate() {
+        if k > 0 {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let leaf = text
+                .lines()
+                .last()
+                .and_then(|l| serde_json::from_str::<Value>(l).ok())
+                .and_then(|v| v["id"].as_str().map(str::to_owned));
+            let mut lines = Vec::new();
+            append_lines(&mut lines, segment, leaf, base);
+            base += segment.len() + 10;
+            let mut f = text;
+            f.push_str(&(lines.join("\n") + "\n"));
+            if let Err(e) = std::fs::write(&path, f) {
+                run.failed = Some(e.to_string());
+                return run;
+            }
+        }
+        let started = Instant::now();
+        let result = compact_file(
+            &path,
+            &settings,
+            engine,
+            script.focus.as_deref(),
+            &CancellationToken::new(),
+        )
+        .await;
+        run.elapsed += started.elapsed();
+        match result {
+            Ok(c) => {
+                let summary = c.result["summary"].as_str().unwrap_or("").to_string();
+                run.sizes.push(summary.chars().count().div_ceil(4));
+                run.summary = summary;
+            }
+            Err(e) => {
+                run.failed = Some(format!("compaction {} failed: {e}", k + 1));
+                return run;
+            }
+        }
+    }
+    run.score = score(&run.summary, &script.probes);
+    run
+}
+
+fn load_corpus() -> Vec<Script> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("benches")
+        .join("quality");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read the corpus {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "session"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| {
+            let name = p
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("?")
+                .to_string();
+            let text =
+                std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            parse_script(&name, &text).unwrap_or_else(|e| panic!("corpus script {e}"))
+        })
+        .collect()
+}
+
+/// Totals over the corpus for one summarizer.
+#[derive(Default)]
+struct Totals {
+    score: Score,
+    tokens: Vec<usize>,
+    elapsed: Duration,
+    failures: Vec<String>,
+    repeated: Vec<(String, Vec<usize>, usize, f64)>,
+}
+
+impl Totals {
+    fn recall(&self) -> f64 {
+        ratio(self.score.facts_found, self.score.facts)
+    }
+    fn placement(&self) -> f64 {
+        ratio(self.score.placed, self.score.placements)
+    }
+}
+
+fn ratio(a: usize, b: usize) -> f64 {
+    if b == 0 {
+        1.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+async fn evaluate(label: &str, engine: &SummaryEngine, corpus: &[Script], verbose: bool) -> Totals {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut t = Totals::default();
+    for script in corpus {
+        let run = run_script(script, engine, dir.path()).await;
+        t.elapsed += run.elapsed;
+        if let Some(f) = &run.failed {
+            t.failures.push(format!("{}: {f}", script.name));
+            // A failed compaction keeps nothing: every fact of the session is lost.
+            let s = score("", &script.probes);
+            add(&mut t.score, &s);
+            continue;
+        }
+        add(&mut t.score, &run.score);
+        t.tokens.extend(run.sizes.iter().copied());
+        if run.sizes.len() >= 5 {
+            let r = ratio(run.score.facts_found, run.score.facts);
+            t.repeated
+                .push((script.name.clone(), run.sizes.clone(), run.budget, r));
+        }
+        if verbose && !run.score.misses.is_empty() {
+            println!("[{label}] {} ({}):", script.name, script.title);
+            for m in &run.score.misses {
+                println!("    {m}");
+            }
+        }
+        // `COMPACTD_QUALITY_SHOW=<name part>` prints the final summaries of matching sessions.
+        if let Ok(show) = std::env::var("COMPACTD_QUALITY_SHOW") {
+            if script.name.contains(&show) {
+                println!(
+                    "[{label}] {} final summary:\n{}\n",
+                    script.name, run.summary
+                );
+            }
+        }
+    }
+    t
+}
+
+fn add(total: &mut Score, s: &Score) {
+    total.facts += s.facts;
+    total.facts_found += s.facts_found;
+    total.placements += s.placements;
+    total.placed += s.placed;
+    total.stale_open += s.stale_open;
+    total.noise += s.noise;
+}
+
+fn print_table(label: &str, corpus: &[Script], t: &Totals, timed: bool) {
+    let mean = if t.tokens.is_empty() {
+        0
+    } else {
+        t.tokens.iter().sum::<usize>() / t.tokens.len()
+    };
+    let max = t.tokens.iter().copied().max().unwrap_or(0);
+    println!(
+        "\n## {label} ({} sessions, {} probes)",
+        corpus.len(),
+        corpus.iter().map(|s| s.probes.len()).sum::<usize>()
+    );
+    println!("| metric | value |");
+    println!("|---|---|");
+    println!(
+        "| fact recall | {:.1}% ({}/{}) |",
+        100.0 * t.recall(),
+        t.score.facts_found,
+        t.score.facts
+    );
+    println!("| stale items presented as open | {} |", t.score.stale_open);
+    println!(
+        "| section placement | {:.1}% ({}/{}) |",
+        100.0 * t.placement(),
+        t.score.placed,
+        t.score.placements
+    );
+    println!(
+        "| noise (greetings as goal, repeats, listings as progress) | {} |",
+        t.score.noise
+    );
+    println!("| summary tokens (chars/4), mean / max | {mean} / {max} |");
+    if timed {
+        println!(
+            "| time, whole corpus | {:.1} ms |",
+            t.elapsed.as_secs_f64() * 1e3
+        );
+    }
+    println!("| failed compactions | {} |", t.failures.len());
+    for f in &t.failures {
+        println!("  - {f}");
+    }
+    for (name, sizes, budget, recall) in &t.repeated {
+        let bounded = sizes.iter().all(|s| s <= budget);
+        println!(
+            "repeated compactions `{name}`: {} in a row, sizes {sizes:?} tokens (budget {budget}, {}), facts surviving {:.0}%",
+            sizes.len(),
+            if bounded { "bounded" } else { "OVER BUDGET" },
+            100.0 * recall
+        );
+    }
+}
+
+fn local_engine() -> Option<SummaryEngine> {
+    let root = std::env::var("COMPACTD_LOCAL_LLM")
+        .ok()
+        .filter(|v| !v.trim().is_empty())?;
+    let model = ModelSpec {
+        api: Api::OpenAiCompletions,
+        provider: "local-llama".into(),
+        id: "smollm2".into(),
+        base_url: format!("{}/v1", root.trim_end_matches('/')),
+        context_window: 8192,
+        // A 135M model on a busy CPU writes a few tokens a second: keep its summaries short.
+        max_tokens: std::env::var("COMPACTD_LOCAL_LLM_MAX_TOKENS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256),
+        reasoning: false,
+        api_key: Some("local".into()),
+        headers: vec![],
+    };
+    Some(SummaryEngine::Llm {
+        client: client_for(model.clone(), reqwest::Client::new()),
+        model,
+        retry: RetrySettings {
+            enabled: false,
+            ..RetrySettings::default()
+        },
+        redaction: RedactionConfig::default(),
+        fallback_extractive: false,
+    })
+}
+
+fn configured_engine() -> Option<(String, SummaryEngine)> {
+    let explicit = std::env::var_os("COMPACTD_CONFIG").map(PathBuf::from);
+    let config = compactd::config::Config::load(explicit.as_deref()).ok()?;
+    match config.engine(reqwest::Client::new()) {
+        Ok(engine @ SummaryEngine::Llm { .. }) => {
+            let label = match &engine {
+                SummaryEngine::Llm { model, .. } => {
+                    format!("configured provider {} ({})", model.provider, model.id)
+                }
+                SummaryEngine::Extractive { .. } => String::new(),
+            };
+            Some((label, engine))
+        }
+        _ => None,
+    }
+}
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let verbose = !bench || std::env::var_os("COMPACTD_QUALITY_VERBOSE").is_some();
+    let mut corpus = load_corpus();
+    // `COMPACTD_QUALITY_ONLY=<name part>` restricts a `--bench` run to matching sessions (a slow
+    // LLM on a busy machine); the test-mode run always covers the whole corpus.
+    if let (true, Ok(only)) = (bench, std::env::var("COMPACTD_QUALITY_ONLY")) {
+        corpus.retain(|s| only.split(',').any(|o| s.name.contains(o.trim())));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+
+    let extractive = SummaryEngine::Extractive {
+        redaction: RedactionConfig::default(),
+    };
+    let t = runtime.block_on(evaluate("extractive", &extractive, &corpus, verbose));
+    print_table("extractive", &corpus, &t, bench);
+
+    if bench {
+        if let Some(engine) = local_engine() {
+            let t = runtime.block_on(evaluate("smollm2", &engine, &corpus, verbose));
+            print_table("local SmolLM2 (llama.cpp)", &corpus, &t, true);
+        } else {
+            println!(
+                "\n(local SmolLM2 skipped: set COMPACTD_LOCAL_LLM to the llama.cpp server root)"
+            );
+        }
+        if let Some((label, engine)) = configured_engine() {
+            let t = runtime.block_on(evaluate(&label, &engine, &corpus, verbose));
+            print_table(&label, &corpus, &t, true);
+        } else {
+            println!("(configured provider skipped: no LLM summarizer with a key in the config)");
+        }
+        return;
+    }
+
+    // Test mode: the extractive targets are asserted.
+    assert!(
+        corpus.len() >= 20,
+        "the corpus has {} sessions, fewer than 20",
+        corpus.len()
+    );
+    assert!(
+        t.failures.is_empty(),
+        "failed compactions: {:?}",
+        t.failures
+    );
+    assert!(
+        t.recall() >= 0.95,
+        "fact recall {:.1}% is below 95%",
+        100.0 * t.recall()
+    );
+    assert_eq!(
+        t.score.stale_open, 0,
+        "fixed errors or abandoned approaches presented as open"
+    );
+    assert_eq!(
+        t.score.placed, t.score.placements,
+        "placement probes outside their section"
+    );
+    assert_eq!(t.score.noise, 0, "noise in the summaries");
+    assert!(
+        !t.repeated.is_empty(),
+        "the corpus has no repeated-compaction session"
+    );
+    for (name, sizes, budget, recall) in &t.repeated {
+        assert!(
+            sizes.iter().all(|s| s <= budget),
+            "{name}: sizes {sizes:?} exceed {budget}"
+        );
+        assert!(
+            *recall >= 0.95,
+            "{name}: facts lost over repeated compactions"
+        );
+    }
+}

@@ -1,0 +1,950 @@
+//! Unit tests of the extractive summarizer.
+
+use super::*;
+use crate::json::utf16_len;
+use serde_json::json;
+
+const HEADINGS: [&str; 9] = [
+    "## Goal",
+    "## Constraints & Preferences",
+    "## Progress",
+    "### Done",
+    "### In Progress",
+    "### Blocked",
+    "## Key Decisions",
+    "## Next Steps",
+    "## Critical Context",
+];
+const TP_HEADINGS: [&str; 3] = [
+    "## Original Request",
+    "## Early Progress",
+    "## Context for Suffix",
+];
+
+/// The lines that are exactly a heading, in order.
+fn headings_of(s: &str) -> Vec<&str> {
+    s.lines().filter(|l| l.starts_with('#')).collect()
+}
+
+fn assert_well_formed(s: &str, expected: &[&str], max_tokens: u64) {
+    assert_eq!(headings_of(s), expected, "headings in:\n{s}");
+    assert!(
+        utf16_len(s) <= budget_units(max_tokens),
+        "{} > {} in:\n{s}",
+        utf16_len(s),
+        budget_units(max_tokens)
+    );
+}
+
+fn assistant(content: Value, stop: &str) -> Value {
+    json!({"role": "assistant", "content": content, "api": "anthropic-messages",
+           "provider": "anthropic", "model": "m", "stopReason": stop, "timestamp": 1})
+}
+
+fn call(id: &str, name: &str, args: Value) -> Value {
+    json!({"type": "toolCall", "id": id, "name": name, "arguments": args})
+}
+
+fn result(id: &str, name: &str, text: &str, is_error: bool) -> Value {
+    json!({"role": "toolResult", "toolCallId": id, "toolName": name,
+           "content": [{"type": "text", "text": text}], "isError": is_error, "timestamp": 2})
+}
+
+fn session() -> Vec<Value> {
+    vec![
+        json!({"role": "user", "content": "Add a --json flag to the `report` command. Please don't use unsafe code, and keep the output stable.", "timestamp": 0}),
+        assistant(json!([
+            {"type": "thinking", "thinking": "Look at the CLI first."},
+            {"type": "text", "text": "I'll read the CLI module first."},
+            call("c1", "read", json!({"path": "src/cli.rs"})),
+        ]), "toolUse"),
+        result("c1", "read", "pub fn report() {}", false),
+        assistant(json!([
+            {"type": "text", "text": "I'll use serde_json for the output instead of hand-written formatting."},
+            call("c2", "edit", json!({"path": "src/cli.rs", "edits": [{"oldText": "a", "newText": "b"}]})),
+            call("c3", "write", json!({"path": "src/report/json.rs", "content": "pub fn x() {}"})),
+        ]), "toolUse"),
+        result("c2", "edit", "Successfully replaced 1 block(s) in src/cli.rs.", false),
+        result("c3", "write", "Successfully wrote 13 bytes to src/report/json.rs", false),
+        assistant(json!([call("c4", "bash", json!({"command": "cargo test report"}))]), "toolUse"),
+        result("c4", "bash", "error[E0425]: cannot find value `fmt` in this scope\n --> src/report/json.rs:3:5\n\nCommand exited with code 1", true),
+        json!({"role": "bashExecution", "command": "cargo build", "output": "error: could not compile `report`", "exitCode": 101, "cancelled": false, "truncated": false, "timestamp": 3}),
+        assistant(json!([
+            {"type": "text", "text": "The build fails because `fmt` is missing; fixing the import."},
+            call("c5", "edit", json!({"path": "src/report/json.rs", "edits": []})),
+        ]), "toolUse"),
+        result("c5", "edit", "Successfully replaced 1 block(s) in src/report/json.rs.", false),
+        assistant(json!([call("c6", "bash", json!({"command": "cargo test report"}))]), "toolUse"),
+        result("c6", "bash", "test result: ok. 4 passed", false),
+        assistant(json!([{"type": "text", "text": "All report tests pass. Next I will add a snapshot test for the JSON output."}]), "stop"),
+    ]
+}
+
+fn input<'a>(
+    messages: &'a [Value],
+    read: &'a [String],
+    modified: &'a [String],
+    max_tokens: u64,
+) -> ExtractiveInput<'a> {
+    ExtractiveInput {
+        messages,
+        previous_summary: None,
+        custom_instructions: None,
+        read_files: read,
+        modified_files: modified,
+        max_tokens,
+    }
+}
+
+#[test]
+fn realistic_session() {
+    let msgs = session();
+    let read: Vec<String> = vec![];
+    let modified = vec!["src/cli.rs".to_string(), "src/report/json.rs".to_string()];
+    let mut inp = input(&msgs, &read, &modified, 2000);
+    inp.custom_instructions = Some("the JSON schema");
+    let s = summarize_history(&inp);
+    assert_well_formed(&s, &HEADINGS, 2000);
+    assert!(
+        s.contains("Add a --json flag to the `report` command."),
+        "{s}"
+    );
+    assert!(s.contains("Please don't use unsafe code"), "{s}");
+    assert!(
+        s.contains("`src/cli.rs`") && s.contains("`src/report/json.rs`"),
+        "{s}"
+    );
+    assert!(
+        s.contains("error[E0425]: cannot find value `fmt` in this scope"),
+        "{s}"
+    );
+    assert!(
+        s.contains("Command `cargo test report` → exit 1, ok"),
+        "{s}"
+    );
+    assert!(s.contains("Command `cargo build` → exit 101"), "{s}");
+    assert!(
+        s.contains("Focus requested for this summary: the JSON schema"),
+        "{s}"
+    );
+    assert!(s.contains("I'll use serde_json"), "{s}");
+    assert!(s.contains("Next I will add a snapshot test"), "{s}");
+    // The failed test run was fixed later; the build failure was not.
+    let blocked = section(&s, "### Blocked");
+    assert!(blocked.contains("cargo build"), "{blocked}");
+    assert!(!blocked.contains("cargo test"), "{blocked}");
+    let done = section(&s, "### Done");
+    assert!(done.contains("- [x] Edited `src/cli.rs`"), "{done}");
+    assert!(
+        done.contains("Wrote and edited `src/report/json.rs`"),
+        "{done}"
+    );
+    assert!(
+        done.contains("Ran `cargo test report` successfully (after earlier failures)"),
+        "{done}"
+    );
+}
+
+/// The body under `heading` up to the next heading line.
+fn section<'s>(s: &'s str, heading: &str) -> &'s str {
+    let start = s
+        .find(&format!("{heading}\n"))
+        .map(|i| i + heading.len() + 1)
+        .unwrap_or(0);
+    let rest = &s[start..];
+    let end = rest.find("\n#").unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[test]
+fn tight_budget_keeps_headings_and_latest_request() {
+    let msgs = session();
+    let modified = vec!["src/cli.rs".to_string()];
+    for max_tokens in [0u64, 10, 49, 50, 60, 80, 120, 200, 400] {
+        let s = summarize_history(&input(&msgs, &[], &modified, max_tokens));
+        assert_eq!(headings_of(&s), HEADINGS, "{max_tokens}: {s}");
+        let skeleton_fits = utf16_len(&s) <= budget_units(max_tokens);
+        if max_tokens >= 60 {
+            assert!(skeleton_fits, "{max_tokens}: {s}");
+        }
+        if max_tokens >= 120 {
+            assert!(s.contains("Add a --json flag"), "{max_tokens}: {s}");
+        }
+    }
+}
+
+#[test]
+fn update_mode_merges_previous_sections() {
+    let msgs = session();
+    let previous = "## Goal\nSet up the CLI skeleton.\n\n## Constraints & Preferences\n- Keep MSRV 1.80\n\n## Progress\n### Done\n- [x] Created `src/main.rs`\n\n### In Progress\n- [ ] Wiring subcommands\n\n### Blocked\n- (none)\n\n## Key Decisions\n- **clap derive**: less code\n\n## Next Steps\n1. Add the report command\n\n## Critical Context\n- Config lives in `~/.report.toml`\n\n<read-files>\nsrc/old.rs\n</read-files>";
+    let mut inp = input(&msgs, &[], &[], 3000);
+    inp.previous_summary = Some(previous);
+    let s = summarize_history(&inp);
+    assert_well_formed(&s, &HEADINGS, 3000);
+    assert!(
+        section(&s, "## Goal").contains("Set up the CLI skeleton."),
+        "{s}"
+    );
+    assert!(
+        section(&s, "## Goal").contains("(latest) Add a --json flag"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "## Constraints & Preferences").contains("- Keep MSRV 1.80"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "### Done").contains("- [x] Created `src/main.rs`"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "### In Progress").contains("(earlier) Wiring subcommands"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "## Key Decisions").contains("**clap derive**: less code"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "## Next Steps").contains("(earlier) Add the report command"),
+        "{s}"
+    );
+    assert!(s.contains("Config lives in `~/.report.toml`"), "{s}");
+    assert!(
+        !s.contains("src/old.rs"),
+        "file blocks are recomputed, not merged: {s}"
+    );
+    // Earlier next steps come after the new ones.
+    let next = section(&s, "## Next Steps");
+    assert!(next.find("(earlier)") > next.find("1. "), "{next}");
+
+    // Merging the output again does not duplicate or re-label items.
+    let mut again = input(&[], &[], &[], 3000);
+    again.previous_summary = Some(&s);
+    let s2 = summarize_history(&again);
+    assert_well_formed(&s2, &HEADINGS, 3000);
+    assert_eq!(s2.matches("Set up the CLI skeleton.").count(), 1, "{s2}");
+    assert!(!s2.contains("(earlier) (earlier)"), "{s2}");
+    assert!(s2.contains("Keep MSRV 1.80"), "{s2}");
+}
+
+#[test]
+fn unparseable_previous_summary_is_kept_verbatim() {
+    let mut inp = input(&[], &[], &[], 1000);
+    inp.previous_summary = Some("We were porting the parser to nom; tests in tests/parse.rs.");
+    let s = summarize_history(&inp);
+    assert_well_formed(&s, &HEADINGS, 1000);
+    assert!(
+        s.contains(
+            "Earlier summary:\n  We were porting the parser to nom; tests in tests/parse.rs."
+        ),
+        "{s}"
+    );
+    inp.previous_summary = Some("No prior history.");
+    let s = summarize_history(&inp);
+    assert!(!s.contains("No prior history"), "{s}");
+}
+
+#[test]
+fn turn_prefix() {
+    let msgs = session();
+    let s = summarize_turn_prefix(&msgs[..8], 1000);
+    assert_well_formed(&s, &TP_HEADINGS, 1000);
+    assert!(
+        section(&s, "## Original Request").contains("Add a --json flag"),
+        "{s}"
+    );
+    let early = section(&s, "## Early Progress");
+    assert!(early.contains("Edited `src/cli.rs`"), "{s}");
+    assert!(
+        early.contains("`cargo test report` failed (exit code 1)"),
+        "{s}"
+    );
+    let ctx = section(&s, "## Context for Suffix");
+    assert!(
+        ctx.contains("Modified: `src/cli.rs`, `src/report/json.rs`"),
+        "{s}"
+    );
+    assert!(
+        ctx.contains("Constraint: Please don't use unsafe code"),
+        "{s}"
+    );
+    assert!(ctx.contains("error[E0425]"), "{s}");
+    // A call whose result is in the suffix is pending.
+    let s = summarize_turn_prefix(&msgs[..7], 1000);
+    assert!(s.contains("Pending `cargo test report`"), "{s}");
+}
+
+#[test]
+fn empty_input() {
+    let s = summarize_history(&input(&[], &[], &[], 1000));
+    assert_eq!(
+        s,
+        "## Goal\n(none)\n\n## Constraints & Preferences\n(none)\n\n## Progress\n### Done\n(none)\n\n### In Progress\n(none)\n\n### Blocked\n(none)\n\n## Key Decisions\n(none)\n\n## Next Steps\n(none)\n\n## Critical Context\n(none)"
+    );
+    let t = summarize_turn_prefix(&[], 1000);
+    assert_eq!(
+        t,
+        "## Original Request\n(none)\n\n## Early Progress\n(none)\n\n## Context for Suffix\n(none)"
+    );
+    assert_eq!(
+        summarize_turn_prefix(&[], 0),
+        "## Original Request\n\n## Early Progress\n\n## Context for Suffix"
+    );
+}
+
+#[test]
+fn deterministic() {
+    let msgs = session();
+    let modified = vec!["src/cli.rs".to_string()];
+    let a = summarize_history(&input(&msgs, &[], &modified, 700));
+    let b = summarize_history(&input(&msgs, &[], &modified, 700));
+    assert_eq!(a, b);
+    assert_eq!(
+        summarize_turn_prefix(&msgs, 300),
+        summarize_turn_prefix(&msgs, 300)
+    );
+}
+
+#[test]
+fn malformed_messages_do_not_panic() {
+    let msgs = vec![
+        json!(null),
+        json!(42),
+        json!({"role": 7}),
+        json!({"role": "user", "content": null}),
+        json!({"role": "user"}),
+        json!({"role": "user", "content": [null, 1, {"type": "text"}, {"type": "text", "text": 5}]}),
+        json!({"role": "assistant", "content": "plain string", "stopReason": 3}),
+        json!({"role": "assistant", "content": [{"type": "toolCall", "arguments": "x"}], "stopReason": "error"}),
+        json!({"role": "toolResult", "toolCallId": 9, "isError": "yes", "content": {}}),
+        json!({"role": "bashExecution", "exitCode": "1", "command": null}),
+        json!({"role": "bashExecution", "exitCode": 2.5e300, "command": "x"}),
+        json!({"role": "compactionSummary", "summary": 12}),
+        json!({"role": "branchSummary", "summary": "## Goal\n- g"}),
+        json!({"role": "custom", "customType": [], "content": "note"}),
+        json!({"role": "wat", "content": "x"}),
+    ];
+    let s = summarize_history(&input(&msgs, &[], &[], 500));
+    assert_well_formed(&s, &HEADINGS, 500);
+    let t = summarize_turn_prefix(&msgs, 500);
+    assert_well_formed(&t, &TP_HEADINGS, 500);
+}
+
+#[test]
+fn long_and_hostile_text_is_clipped_and_cannot_fake_headings() {
+    let long = format!("## Goal\n{}\n## Critical Context", "é🦀x".repeat(5000));
+    let msgs = vec![json!({"role": "user", "content": long})];
+    let s = summarize_history(&input(&msgs, &[], &[], 800));
+    assert_well_formed(&s, &HEADINGS, 800);
+    assert!(s.contains("more chars]"), "{s}");
+}
+
+/// The conformance cases: `COMPACTD_CONFORMANCE_DIR`, else the shared checkout next to this one.
+fn conformance_dir() -> std::path::PathBuf {
+    match std::env::var_os("COMPACTD_CONFORMANCE_DIR") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/cases")
+        }
+    }
+}
+
+fn fixture_messages(case: &str) -> Option<Vec<Value>> {
+    let path = conformance_dir().join(case).join("session.jsonl");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{} not found (set COMPACTD_CONFORMANCE_DIR)",
+            path.display()
+        );
+        eprintln!(
+            "SKIPPED: {} not found (set COMPACTD_CONFORMANCE_DIR)",
+            path.display()
+        );
+        return None;
+    };
+    Some(
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e.get("type").and_then(Value::as_str) == Some("message"))
+            .filter_map(|e| e.get("message").cloned())
+            .collect(),
+    )
+}
+
+#[test]
+fn split_turn_previous_summary_from_an_llm() {
+    // Pi's shape: history summary, the split-turn joiner, a turn-prefix summary, then the
+    // file-list blocks appended by compaction.
+    let previous = "## Goal\nPort the parser to nom.\n\n## Constraints & Preferences\n- (none)\n\n## Progress\n### Done\n- [x] Wrote `src/parse.rs`\n  with the tokenizer\n\n### In Progress\n- [ ] (none)\n\n### Blocked\n- (none)\n\n## Key Decisions\n- **nom 7**: stable API\n\n## Next Steps\n1. Port expressions\n2. Run `cargo test`\n\n## Critical Context\n- (none)\n\n---\n\n**Turn Context (split turn):**\n\n## Original Request\nAlso support comments.\n\n## Early Progress\n- Read `src/lex.rs`\n\n## Context for Suffix\n- Comments start with `#`\n\n<read-files>\nsrc/lex.rs\n</read-files>\n\n<modified-files>\nsrc/parse.rs\n</modified-files>";
+    let mut inp = input(&[], &[], &[], 2000);
+    inp.previous_summary = Some(previous);
+    let s = summarize_history(&inp);
+    assert_well_formed(&s, &HEADINGS, 2000);
+    let goal = section(&s, "## Goal");
+    assert!(
+        goal.contains("Port the parser to nom.") && goal.contains("Also support comments."),
+        "{s}"
+    );
+    assert!(
+        section(&s, "### Done").contains("- [x] Wrote `src/parse.rs`\n  with the tokenizer"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "### Done").contains("- [x] Read `src/lex.rs`"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "## Next Steps").contains("2. (earlier) Run `cargo test`"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "## Critical Context").contains("- Comments start with `#`"),
+        "{s}"
+    );
+    assert_eq!(section(&s, "### Blocked").trim(), "(none)", "{s}");
+    assert!(
+        !s.contains("<read-files>") && !s.contains("Turn Context"),
+        "{s}"
+    );
+}
+
+#[test]
+fn real_fixture_sessions() {
+    for case in [
+        "006-tool-heavy-file-ops",
+        "009-bash-executions",
+        "013-error-and-aborted-usage",
+        "010-custom-messages",
+    ] {
+        let Some(msgs) = fixture_messages(case) else {
+            continue;
+        };
+        let a = Analysis::of(&msgs);
+        let (read, modified) = a.file_lists();
+        for max_tokens in [100u64, 1000, 13_107] {
+            let s = summarize_history(&input(&msgs, &read, &modified, max_tokens));
+            assert_well_formed(&s, &HEADINGS, max_tokens);
+            if max_tokens >= 1000 {
+                assert!(!section(&s, "## Goal").starts_with("(none)"), "{case}: {s}");
+            }
+            let t = summarize_turn_prefix(&msgs, max_tokens);
+            assert_well_formed(&t, &TP_HEADINGS, max_tokens);
+        }
+        let big = summarize_history(&input(&msgs, &read, &modified, 13_107));
+        if let Some(p) = modified.first() {
+            assert!(big.contains(p.as_str()), "{case}: {big}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Extractive v2: resolution tracking, tools by arguments, goal selection, layout hygiene
+// ---------------------------------------------------------------------------------------------
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text, "timestamp": 0})
+}
+
+fn said(text: &str) -> Value {
+    assistant(json!([{"type": "text", "text": text}]), "stop")
+}
+
+fn summary_of(msgs: &[Value]) -> String {
+    let s = summarize_history(&input(msgs, &[], &[], 4000));
+    assert_well_formed(&s, &HEADINGS, 4000);
+    s
+}
+
+#[test]
+fn an_error_fixed_by_a_later_run_is_not_open() {
+    let msgs = vec![
+        user("Add spans to the lexer tokens."),
+        assistant(
+            json!([call(
+                "c1",
+                "bash",
+                json!({"command": "cargo build -p lexer"})
+            )]),
+            "toolUse",
+        ),
+        result(
+            "c1",
+            "bash",
+            "error[E0599]: no method named `with_span` found\nCommand exited with code 101",
+            true,
+        ),
+        assistant(
+            json!([call(
+                "c2",
+                "edit",
+                json!({"path": "src/lib.rs", "edits": []})
+            )]),
+            "toolUse",
+        ),
+        result(
+            "c2",
+            "edit",
+            "Successfully replaced 1 block(s) in src/lib.rs.",
+            false,
+        ),
+        assistant(
+            json!([call(
+                "c3",
+                "bash",
+                json!({"command": "cargo build -p lexer"})
+            )]),
+            "toolUse",
+        ),
+        result("c3", "bash", "Finished", false),
+        said("Builds now."),
+    ];
+    let s = summary_of(&msgs);
+    assert_eq!(section(&s, "### Blocked").trim(), "(none)", "{s}");
+    assert!(!section(&s, "## Next Steps").contains("E0599"), "{s}");
+    assert!(s.contains("later fixed"), "{s}");
+}
+
+#[test]
+fn a_message_saying_fixed_closes_the_error_it_names() {
+    let msgs = vec![
+        user("Make the lint job green."),
+        assistant(
+            json!([call(
+                "c1",
+                "bash",
+                json!({"command": "eslint src/api/client.ts"})
+            )]),
+            "toolUse",
+        ),
+        result(
+            "c1",
+            "bash",
+            "14:7 error 'retries' is never used\nCommand exited with code 1",
+            true,
+        ),
+        said("The unused variable in src/api/client.ts is fixed now; CI will rerun eslint."),
+    ];
+    let s = summary_of(&msgs);
+    assert_eq!(section(&s, "### Blocked").trim(), "(none)", "{s}");
+    // A negated report closes nothing.
+    let mut open = msgs.clone();
+    open[3] = said("The error in src/api/client.ts is still not fixed.");
+    let s = summary_of(&open);
+    assert!(section(&s, "### Blocked").contains("eslint"), "{s}");
+}
+
+#[test]
+fn an_abandoned_approach_is_a_decision_and_not_open() {
+    let msgs = vec![
+        user("Migrate the shop schema from MySQL to Postgres."),
+        assistant(json!([call("c1", "bash", json!({"command": "pgloader mysql://ro@db/shop postgresql://app@pg/shop"}))]), "toolUse"),
+        result("c1", "bash", "ERROR mysql: you need (at least one of) the SUPER privilege(s)\nCommand exited with code 1", true),
+        said("pgloader needs SUPER on the source, which we do not have. Abandoning pgloader; I'll translate the DDL by hand."),
+    ];
+    let s = summary_of(&msgs);
+    assert_eq!(section(&s, "### Blocked").trim(), "(none)", "{s}");
+    assert!(!section(&s, "## Next Steps").contains("pgloader"), "{s}");
+    let decisions = section(&s, "## Key Decisions");
+    assert!(
+        decisions.contains(
+            "pgloader needs SUPER on the source, which we do not have. Abandoning pgloader;"
+        ),
+        "{s}"
+    );
+    assert!(s.contains("approach abandoned"), "{s}");
+}
+
+#[test]
+fn shell_tools_are_recognised_by_their_arguments() {
+    let msgs = vec![
+        user("Fix the status command."),
+        assistant(
+            json!([
+                call(
+                    "c1",
+                    "exec",
+                    json!({"command": "npx vitest run test/status.test.ts"})
+                ),
+                call("c2", "shell", json!({"cmd": "python -m pytest -q"})),
+                call(
+                    "c3",
+                    "run_terminal_cmd",
+                    json!({"command": "pnpm exec tsc --noEmit", "is_background": false})
+                ),
+                call(
+                    "c4",
+                    "execute_command",
+                    json!({"command": "npm test -- login"})
+                ),
+                call(
+                    "c5",
+                    "container.exec",
+                    json!({"cmd": ["bash", "-lc", "make check"]})
+                ),
+            ]),
+            "toolUse",
+        ),
+        result(
+            "c1",
+            "exec",
+            "FAIL test/status.test.ts\nTypeError: Cannot read properties of null",
+            true,
+        ),
+        result("c2", "shell", "2 passed", false),
+        result("c3", "run_terminal_cmd", "", false),
+        result("c4", "execute_command", "Tests: 6 passed", false),
+        result("c5", "container.exec", "ok", false),
+        said("One failure left."),
+    ];
+    let s = summary_of(&msgs);
+    for cmd in [
+        "Command `python -m pytest -q` → ok",
+        "Command `pnpm exec tsc --noEmit` → ok",
+        "Command `npm test -- login` → ok",
+        "Command `bash -lc make check` → ok",
+    ] {
+        assert!(s.contains(cmd), "{cmd} in {s}");
+    }
+    assert!(
+        section(&s, "### Blocked").contains("`npx vitest run test/status.test.ts` failed"),
+        "{s}"
+    );
+}
+
+#[test]
+fn other_file_tools_and_mcp_tools_are_summarised() {
+    let msgs = vec![
+        user("File tickets for the unowned regressions."),
+        assistant(
+            json!([
+                call(
+                    "c1",
+                    "write_to_file",
+                    json!({"path": "src/middleware/rateLimit.js", "content": "x"})
+                ),
+                call(
+                    "c2",
+                    "linear__create_issue",
+                    json!({"team": "WEB", "title": "Login loop on Safari", "priority": 2})
+                ),
+                call(
+                    "c3",
+                    "github__add_comment",
+                    json!({"issue_number": 821, "body": "Tracked"})
+                ),
+            ]),
+            "toolUse",
+        ),
+        result("c1", "write_to_file", "File written successfully.", false),
+        result("c2", "linear__create_issue", "{\"id\": \"WEB-431\"}", false),
+        result(
+            "c3",
+            "github__add_comment",
+            "MCP error -32603: secondary rate limit exceeded",
+            true,
+        ),
+        said("Retrying the comment later."),
+    ];
+    let s = summary_of(&msgs);
+    let done = section(&s, "### Done");
+    assert!(done.contains("Wrote `src/middleware/rateLimit.js`"), "{s}");
+    assert!(
+        done.contains(
+            "Called `linear__create_issue` (title: Login loop on Safari) → {\"id\": \"WEB-431\"}"
+        ),
+        "{s}"
+    );
+    assert!(
+        section(&s, "### Blocked").contains("tool `github__add_comment` failed"),
+        "{s}"
+    );
+}
+
+#[test]
+fn the_goal_skips_greetings_acknowledgements_and_repeated_boilerplate() {
+    let boiler = "/new\nA new session was started. Greet the user in your configured persona.";
+    let msgs = vec![
+        user(boiler),
+        said("Hey!"),
+        user("hi"),
+        said("Hi! What are we working on?"),
+        user("set up a nightly backup of the postgres database to the bucket acme-backups"),
+        said("Sure."),
+        user("oke"),
+        user(boiler),
+        said("Hello again."),
+        user("yes please"),
+    ];
+    let s = summary_of(&msgs);
+    let goal = section(&s, "## Goal");
+    assert!(goal.contains("set up a nightly backup"), "{s}");
+    for noise in ["Greet the user", "oke", "hi\n", "yes please"] {
+        assert!(!goal.contains(noise), "{noise:?} in the goal: {s}");
+    }
+    assert_eq!(
+        s.matches("Greet the user").count(),
+        1,
+        "boilerplate stated once: {s}"
+    );
+    assert!(s.contains("Latest user reply: yes please"), "{s}");
+    assert!(
+        !s.contains("(latest)"),
+        "a single request needs no label: {s}"
+    );
+}
+
+#[test]
+fn an_injected_prompt_is_stated_once() {
+    let prompt = "You write release notes. Never mention internal ticket numbers.";
+    let note = json!({"role": "custom", "customType": "skill", "content": prompt, "display": true, "timestamp": 1});
+    let msgs = vec![
+        note.clone(),
+        user("Write the notes for v2.4.0."),
+        note,
+        said("Drafted."),
+    ];
+    let s = summary_of(&msgs);
+    assert_eq!(
+        s.matches("Never mention internal ticket numbers").count(),
+        1,
+        "{s}"
+    );
+    assert!(s.contains("sent 2×"), "{s}");
+}
+
+#[test]
+fn listings_are_not_progress_and_errors_are_labelled_apart() {
+    let msgs = vec![
+        user("Raise the upload limit and fix CI."),
+        assistant(
+            json!([
+                call("c1", "bash", json!({"command": "ls src"})),
+                call(
+                    "c2",
+                    "bash",
+                    json!({"command": "find . -name '*.rs' | head"})
+                ),
+                call("c3", "bash", json!({"command": "npm run lint"})),
+                call("c4", "bash", json!({"command": "npm run test:integration"})),
+            ]),
+            "toolUse",
+        ),
+        result("c1", "bash", "main.rs", false),
+        result("c2", "bash", "./src/main.rs", false),
+        result("c3", "bash", "lint error\nCommand exited with code 1", true),
+        result("c4", "bash", "Timeout\nCommand exited with code 1", true),
+        said("Two failures."),
+    ];
+    let s = summary_of(&msgs);
+    assert!(!section(&s, "### Done").contains("ls src"), "{s}");
+    assert!(!s.contains("Command `ls src`"), "{s}");
+    assert_eq!(s.matches("Last error from").count(), 1, "{s}");
+    assert!(
+        s.contains("Last error from `npm run test:integration`"),
+        "{s}"
+    );
+    assert!(s.contains("Earlier error from `npm run lint`"), "{s}");
+}
+
+#[test]
+fn todo_lists_fill_done_and_in_progress() {
+    let msgs = vec![
+        user("Set up the monorepo tooling."),
+        assistant(
+            json!([call(
+                "c1",
+                "todo_write",
+                json!({"todos": [
+                    {"content": "Add turbo.json", "status": "completed"},
+                    {"content": "Configure changesets", "status": "in_progress"}
+                ]})
+            )]),
+            "toolUse",
+        ),
+        result("c1", "todo_write", "Todos updated", false),
+        said("Next: changesets."),
+    ];
+    let s = summary_of(&msgs);
+    assert!(
+        section(&s, "### Done").contains("- [x] Add turbo.json"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "### In Progress").contains("- [ ] Configure changesets (in progress)"),
+        "{s}"
+    );
+}
+
+#[test]
+fn clipping_never_cuts_inside_a_word() {
+    assert_eq!(
+        clip_head("alpha beta gamma delta", 13),
+        "alpha beta […12 more chars]"
+    );
+    assert_eq!(
+        clip_tail("alpha beta gamma delta", 9),
+        "[…17 earlier chars] delta"
+    );
+    // One giant token has no boundary: it is cut.
+    assert!(clip_head(&"x".repeat(50), 10).starts_with("xxxxxxxxxx […"));
+    let long = "I'll use sqlx instead of diesel because its compile-time checked queries work with our raw SQL migrations and it is async and it is maintained";
+    let msgs = vec![user("Pick a DB layer."), said(long)];
+    let s = summarize_history(&input(&msgs, &[], &[], 100));
+    for line in s.lines().filter(|l| l.contains("more chars]")) {
+        let before = line.split(" […").next().unwrap_or("");
+        let last_word = before.rsplit(' ').next().unwrap_or("");
+        assert!(
+            long.contains(&format!("{last_word} ")),
+            "cut word in {line:?}"
+        );
+    }
+}
+
+#[test]
+fn a_turn_opened_by_an_injected_task_has_its_request() {
+    let msgs = vec![
+        json!({"role": "custom", "customType": "task-queue", "content": "Task #77: rotate the TLS certificate of the staging ingress.", "display": true, "timestamp": 1}),
+        assistant(
+            json!([call(
+                "c1",
+                "bash",
+                json!({"command": "kubectl -n web-staging get certificate"})
+            )]),
+            "toolUse",
+        ),
+        result("c1", "bash", "staging-tls False", false),
+    ];
+    let s = summarize_turn_prefix(&msgs, 1000);
+    assert_well_formed(&s, &TP_HEADINGS, 1000);
+    assert!(
+        section(&s, "## Original Request")
+            .contains("(from task-queue) Task #77: rotate the TLS certificate"),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_blocker_carried_over_is_settled_by_a_later_success() {
+    let previous = "## Goal\n- Build logq.\n\n## Constraints & Preferences\n(none)\n\n## Progress\n### Done\n(none)\n\n### In Progress\n- [ ] Last assistant message: One range test fails.\n\n### Blocked\n- `cargo test range` failed (exit code 101): assertion failed …\n\n## Key Decisions\n(none)\n\n## Next Steps\n1. Fix the failure of `cargo test range`: assertion failed …\n2. Make sure the latest user request is fully handled: Now --until.\n\n## Critical Context\n- Last error from `cargo test range` (exit code 101):\n  assertion failed";
+    let msgs = vec![
+        assistant(
+            json!([call("c1", "bash", json!({"command": "cargo test range"}))]),
+            "toolUse",
+        ),
+        result("c1", "bash", "test result: ok. 4 passed", false),
+        said("Ranges work."),
+        user("Add --count."),
+    ];
+    let mut inp = input(&msgs, &[], &[], 4000);
+    inp.previous_summary = Some(previous);
+    let s = summarize_history(&inp);
+    assert_well_formed(&s, &HEADINGS, 4000);
+    assert_eq!(section(&s, "### Blocked").trim(), "(none)", "{s}");
+    let next = section(&s, "## Next Steps");
+    assert!(
+        !next.contains("cargo test range") && !next.contains("Now --until"),
+        "{s}"
+    );
+    assert!(
+        !section(&s, "### In Progress").contains("One range test fails"),
+        "{s}"
+    );
+    assert!(
+        s.contains("Settled since the earlier summary: `cargo test range` failed"),
+        "{s}"
+    );
+    assert!(
+        s.contains("Earlier error (fixed since) from `cargo test range`"),
+        "{s}"
+    );
+    assert!(!s.contains("Last error from `cargo test range`"), "{s}");
+}
+
+#[test]
+fn a_large_cap_is_not_filled() {
+    let mut msgs = vec![user("Refactor every module.")];
+    for i in 0..300 {
+        msgs.push(assistant(json!([
+            {"type": "text", "text": format!("I'll use approach {i} instead of the old one, because it is simpler.")},
+            call(&format!("c{i}"), "edit", json!({"path": format!("src/m{i}.rs"), "edits": []})),
+        ]), "toolUse"));
+        msgs.push(result(&format!("c{i}"), "edit", "ok", false));
+    }
+    let s = summarize_history(&input(&msgs, &[], &[], 13_107));
+    assert_well_formed(&s, &HEADINGS, 13_107);
+    assert!(utf16_len(&s) <= target_units(13_107), "{}", utf16_len(&s));
+    assert!(
+        utf16_len(&s) <= budget_units(13_107) / 3,
+        "well under the cap"
+    );
+    assert!(s.contains("Refactor every module."), "{s}");
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z ]{0,40}",
+            "(must|don't|## Goal|\n|x|🦀|é|`|\\.| ){0,30}",
+            ".{0,200}",
+        ]
+    }
+
+    fn block() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            text().prop_map(|t| json!({"type": "text", "text": t})),
+            text().prop_map(|t| json!({"type": "thinking", "thinking": t})),
+            (0..4u8, prop::sample::select(vec!["read", "write", "edit", "bash", "grep"]), text())
+                .prop_map(|(id, name, t)| json!({"type": "toolCall", "id": format!("c{id}"), "name": name, "arguments": {"path": t.clone(), "command": t}})),
+            Just(json!(null)),
+            Just(json!({"type": "image", "data": "AAAA", "mimeType": "image/png"})),
+        ]
+    }
+
+    fn message() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            text().prop_map(|t| json!({"role": "user", "content": t})),
+            prop::collection::vec(block(), 0..4).prop_map(|b| json!({"role": "user", "content": b})),
+            (prop::collection::vec(block(), 0..4), prop::sample::select(vec!["stop", "toolUse", "error", "aborted", "length"]), text())
+                .prop_map(|(b, stop, err)| json!({"role": "assistant", "content": b, "stopReason": stop, "errorMessage": err})),
+            (0..4u8, any::<bool>(), text()).prop_map(|(id, e, t)| json!({"role": "toolResult", "toolCallId": format!("c{id}"), "toolName": "bash", "isError": e, "content": [{"type": "text", "text": t}]})),
+            (text(), -2..3i64, any::<bool>(), text()).prop_map(|(c, code, cancelled, out)| json!({"role": "bashExecution", "command": c, "exitCode": code, "cancelled": cancelled, "output": out})),
+            text().prop_map(|t| json!({"role": "compactionSummary", "summary": t})),
+            text().prop_map(|t| json!({"role": "custom", "customType": "x", "content": t})),
+            Just(json!({"role": "toolResult", "content": null})),
+            Just(json!(null)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn never_panics_and_fits(
+            msgs in prop::collection::vec(message(), 0..25),
+            prev in prop::option::of(text()),
+            focus in prop::option::of(text()),
+            max_tokens in 50u64..3000,
+        ) {
+            let files = vec!["a.rs".to_string(), "b/c.rs".to_string()];
+            let inp = ExtractiveInput {
+                messages: &msgs,
+                previous_summary: prev.as_deref(),
+                custom_instructions: focus.as_deref(),
+                read_files: &files,
+                modified_files: &files,
+                max_tokens,
+            };
+            let s = summarize_history(&inp);
+            prop_assert_eq!(headings_of(&s), HEADINGS.to_vec());
+            prop_assert!(utf16_len(&s) <= budget_units(max_tokens));
+            prop_assert_eq!(&s, &summarize_history(&inp));
+            let t = summarize_turn_prefix(&msgs, max_tokens);
+            prop_assert_eq!(headings_of(&t), TP_HEADINGS.to_vec());
+            prop_assert!(utf16_len(&t) <= budget_units(max_tokens));
+        }
+    }
+}
