@@ -139,29 +139,22 @@ pub fn context_settings<P: PathEntries + ?Sized>(path: &P) -> (Value, Value) {
         .rev()
         .map(|i| path.at(i))
         .find(|e| e.kind == EntryKind::ModelChange || e.is_message(Role::Assistant));
+    // `{provider, modelId}` from the setter's fields, each copied only when present.
+    let model_of = |obj: &Map<String, Value>, id_key: &str| {
+        let mut m = Map::new();
+        for (from, to) in [("provider", "provider"), (id_key, "modelId")] {
+            if let Some(v) = obj.get(from) {
+                m.insert(to.into(), v.clone());
+            }
+        }
+        Value::Object(m)
+    };
     let model = match setter {
         None => Value::Null,
-        Some(e) if e.kind == EntryKind::ModelChange => {
-            let mut m = Map::new();
-            if let Some(p) = e.get("provider") {
-                m.insert("provider".into(), p.clone());
-            }
-            if let Some(id) = e.get("modelId") {
-                m.insert("modelId".into(), id.clone());
-            }
-            Value::Object(m)
-        }
-        Some(e) => {
-            let msg = e.message().unwrap_or_default();
-            let mut m = Map::new();
-            if let Some(p) = msg.get("provider") {
-                m.insert("provider".into(), p.clone());
-            }
-            if let Some(id) = msg.get("model") {
-                m.insert("modelId".into(), id.clone());
-            }
-            Value::Object(m)
-        }
+        Some(e) if e.kind == EntryKind::ModelChange => e
+            .obj()
+            .map_or(Value::Object(Map::new()), |o| model_of(o, "modelId")),
+        Some(e) => model_of(&e.message().unwrap_or_default(), "model"),
     };
     (thinking, model)
 }

@@ -138,9 +138,8 @@ pub fn parse_facts(bytes: &[u8]) -> Result<LineFacts, serde_json::Error> {
     serde_json::from_slice::<LineFacts>(bytes)
 }
 
-/// Implements the visitor methods for every JSON type not handled explicitly, draining
-/// containers so the input is still validated.
-macro_rules! other_types_are_absent {
+/// The visitor methods for JSON's scalars other than strings, all read as `$absent`.
+macro_rules! scalars_are_absent {
     ($absent:expr) => {
         fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
             Ok($absent)
@@ -157,10 +156,22 @@ macro_rules! other_types_are_absent {
         fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
             Ok($absent)
         }
+    };
+}
+
+/// Drains an array (still validated) and reads it as `$absent`.
+macro_rules! seq_is_absent {
+    ($absent:expr) => {
         fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
             while a.next_element::<IgnoredAny>()?.is_some() {}
             Ok($absent)
         }
+    };
+}
+
+/// Drains an object (still validated) and reads it as `$absent`.
+macro_rules! map_is_absent {
+    ($absent:expr) => {
         fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
             while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
             Ok($absent)
@@ -168,31 +179,23 @@ macro_rules! other_types_are_absent {
     };
 }
 
-/// Like `other_types_are_absent!` for visitors that implement `visit_map` themselves.
+/// Every type but strings reads as `$absent` (visitors that handle strings themselves).
+macro_rules! other_types_are_absent {
+    ($absent:expr) => {
+        scalars_are_absent!($absent);
+        seq_is_absent!($absent);
+        map_is_absent!($absent);
+    };
+}
+
+/// Every type but objects reads as `$absent` (visitors that handle objects themselves).
 macro_rules! other_types_are_absent_but_map {
     ($absent:expr) => {
         fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
             Ok($absent)
         }
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($absent)
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($absent)
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($absent)
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($absent)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($absent)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
-            while a.next_element::<IgnoredAny>()?.is_some() {}
-            Ok($absent)
-        }
+        scalars_are_absent!($absent);
+        seq_is_absent!($absent);
     };
 }
 
@@ -431,28 +434,7 @@ impl<'de> Deserialize<'de> for OptMessage {
                 }
                 Ok(OptMessage(Some(m)))
             }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<OptMessage, E> {
-                Ok(OptMessage(None))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<OptMessage, E> {
-                Ok(OptMessage(None))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<OptMessage, E> {
-                Ok(OptMessage(None))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<OptMessage, E> {
-                Ok(OptMessage(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<OptMessage, E> {
-                Ok(OptMessage(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<OptMessage, E> {
-                Ok(OptMessage(None))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<OptMessage, A::Error> {
-                while a.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(OptMessage(None))
-            }
+            other_types_are_absent_but_map!(OptMessage(None));
         }
         d.deserialize_any(V)
     }
@@ -540,25 +522,8 @@ impl<'de> Deserialize<'de> for Content {
                 }
                 Ok(Content(c))
             }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Content, E> {
-                Ok(Content(ContentFacts::default()))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Content, E> {
-                Ok(Content(ContentFacts::default()))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Content, E> {
-                Ok(Content(ContentFacts::default()))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Content, E> {
-                Ok(Content(ContentFacts::default()))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Content, E> {
-                Ok(Content(ContentFacts::default()))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Content, A::Error> {
-                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Content(ContentFacts::default()))
-            }
+            scalars_are_absent!(Content(ContentFacts::default()));
+            map_is_absent!(Content(ContentFacts::default()));
         }
         d.deserialize_any(V)
     }
