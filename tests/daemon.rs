@@ -385,8 +385,8 @@ fn overflow_compacts_and_retries_once_then_gives_up_with_pis_message() {
         last["stopReason"], "error",
         "the failed reply left the agent context"
     );
-    // The retried turn overflows again: one attempt only, Pi's exact give-up message.
-    std::thread::sleep(Duration::from_millis(5));
+    // The retried turn overflows again: one attempt only, Pi's exact give-up message (its
+    // timestamp is explicitly after the compaction's, so no clock wait is needed).
     c.ok("appendMessage", json!({"sessionId": sid, "message": assistant_error(now_ms() + 1000, "prompt is too long: 213462 tokens > 200000 maximum")}));
     let n_before = c.notifications.len();
     let out = c.ok(
@@ -546,8 +546,10 @@ fn abort_mid_compaction_writes_nothing_and_a_second_compact_supersedes() {
         "an aborted compaction writes nothing"
     );
     // A second compact while one runs supersedes it: the first is cancelled.
+    c.notifications.clear();
     let first = c.send("compact", json!({"sessionId": sid}));
-    std::thread::sleep(Duration::from_millis(300));
+    c.wait_notification("compaction_start", LONG)
+        .expect("the first compaction starts");
     let second = c.send("compact", json!({"sessionId": sid}));
     let e = c.wait(first, LONG).unwrap_err();
     assert_eq!(e["message"], "Compaction cancelled");
@@ -561,8 +563,10 @@ fn abort_mid_compaction_writes_nothing_and_a_second_compact_supersedes() {
     );
     fake.state.lock().delay = Duration::from_secs(3);
     let before = std::fs::read(&file).unwrap();
+    c.notifications.clear();
     let third = c.send("compact", json!({"sessionId": sid}));
-    std::thread::sleep(Duration::from_millis(300));
+    c.wait_notification("compaction_start", LONG)
+        .expect("the third compaction starts");
     c.notify("$/cancelRequest", json!({"id": third}));
     let e = c.wait(third, LONG).unwrap_err();
     assert_eq!(

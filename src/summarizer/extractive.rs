@@ -1800,9 +1800,9 @@ mod tests {
     }
 
     fn fixture_messages(case: &str) -> Option<Vec<Value>> {
-        let path = format!("/work/shared/conformance/cases/{case}/session.jsonl");
+        let path = crate::test_fixtures::case_file("extractive fixture", case, "session.jsonl")?;
         let Ok(text) = std::fs::read_to_string(&path) else {
-            eprintln!("skipping: {path} not found");
+            crate::test_fixtures::skip_or_fail("extractive fixture", "unreadable session");
             return None;
         };
         Some(
