@@ -64,6 +64,8 @@ pub struct Recorded {
     pub raw_body: String,
     /// The body parsed as JSON (`null` when it is not JSON).
     pub body: Value,
+    /// When it arrived (to check waits between retries).
+    pub at: std::time::Instant,
 }
 
 /// The name the replay half used for a recorded request.
@@ -159,6 +161,8 @@ pub enum Fault {
     MalformedSse,
     /// A well-formed stream whose text deltas add up to this many bytes.
     Huge(usize),
+    /// The next reply, but stopped by the token cap (`length` / `max_tokens`).
+    Length,
 }
 
 impl Fault {
@@ -306,6 +310,7 @@ async fn handle(
             .collect(),
         body: serde_json::from_str(&raw_body).unwrap_or(Value::Null),
         raw_body,
+        at: std::time::Instant::now(),
     };
     let (answer, delay) = {
         let mut s = state.lock();
@@ -372,8 +377,13 @@ async fn handle(
                 Fault::StallMidStream => sse_response(Body::from_stream(
                     stream::iter(head).chain(stream::pending()),
                 )),
+                // The pause lets the headers and first events reach the client first, so the
+                // cut really happens mid-stream.
                 Fault::Truncated => sse_response(Body::from_stream(stream::iter(head).chain(
-                    stream::once(async { Err(std::io::Error::other("connection cut")) }),
+                    stream::once(async {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Err(std::io::Error::other("connection cut"))
+                    }),
                 ))),
                 Fault::MalformedSse => {
                     let mut chunks = head;
@@ -385,6 +395,9 @@ async fn handle(
                     sse_response(Body::from_stream(stream::iter(chunks)))
                 }
                 Fault::Huge(total) => huge_response(&recorded.body, total, anthropic),
+                Fault::Length => sse_response(Body::from(
+                    reply_events(&recorded.body, &reply, "length", anthropic).concat(),
+                )),
             }
         }
     }

@@ -266,6 +266,29 @@ impl Client {
         }
     }
 
+    /// The daemon's process id, when this client spawned it.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `kill -9` of the spawned daemon (no cleanup runs), then reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Every message still to be read until the stream ends or `quiet` passes with nothing new
+    /// (after [`Client::kill`]: what the daemon wrote before it died).
+    pub fn drain(&mut self, quiet: Duration) -> Vec<Value> {
+        let mut out: Vec<Value> = self.pending.drain(..).collect();
+        while let Some(v) = self.next_message(quiet) {
+            out.push(v);
+        }
+        out
+    }
+
     /// Reads whatever arrives within `d` (one message at most) — for raw error responses.
     pub fn next_raw(&mut self, d: Duration) -> Option<Value> {
         self.next_message(d)
