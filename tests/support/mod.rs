@@ -4,6 +4,7 @@
 
 pub mod daemon_env;
 pub mod fake_llm;
+pub mod oracle;
 pub mod rpc_client;
 
 use std::collections::HashMap;

@@ -193,6 +193,19 @@ impl Client {
         id
     }
 
+    /// [`Client::send`] that reports a dead peer (`None`) instead of panicking, for suites
+    /// that kill the daemon while requests are still being written.
+    pub fn try_send(&mut self, method: &str, params: Value) -> Option<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
+        let bytes = frame(self.framing, body.as_bytes());
+        let mut w = self.writer.lock().unwrap();
+        w.write_all(&bytes).ok()?;
+        w.flush().ok()?;
+        Some(id)
+    }
+
     pub fn notify(&mut self, method: &str, params: Value) {
         self.send_value(&json!({"jsonrpc":"2.0","method":method,"params":params}));
     }
