@@ -58,6 +58,13 @@ impl Env {
         Client::stdio(args, &env, framing)
     }
 
+    /// [`Env::stdio`] running inside the temporary home (relative paths resolve there).
+    pub fn stdio_inside(&self, args: &[&str], framing: Framing) -> Client {
+        let vars = self.vars();
+        let env: Vec<(&str, &Path)> = vars.iter().map(|(k, v)| (*k, v.as_path())).collect();
+        Client::stdio_in(Some(self.dir.path()), args, &env, framing)
+    }
+
     pub fn serve(&self, socket: &Path, extra: &[&str]) -> Child {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
         cmd.arg("serve")

@@ -135,7 +135,21 @@ impl Client {
 
     /// Spawns `compactd stdio` with extra args and environment.
     pub fn stdio(args: &[&str], env: &[(&str, &Path)], framing: Framing) -> Client {
+        Client::stdio_in(None, args, env, framing)
+    }
+
+    /// [`Client::stdio`] with the daemon's working directory set (so relative paths a test
+    /// sends cannot land in the checkout).
+    pub fn stdio_in(
+        cwd: Option<&Path>,
+        args: &[&str],
+        env: &[(&str, &Path)],
+        framing: Framing,
+    ) -> Client {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
         cmd.arg("stdio")
             .args(args)
             .stdin(Stdio::piped())
