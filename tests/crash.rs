@@ -54,7 +54,7 @@ fn marker(n: usize) -> String {
 /// Message `n`: users and assistants alternate; ~300 characters so compactions have work.
 fn message(n: usize) -> Value {
     let text = format!("{} {}", marker(n), "lorem ipsum dolor sit amet ".repeat(11));
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         json!({"role": "user", "content": text, "timestamp": now_ms()})
     } else {
         json!({"role": "assistant", "content": [{"type": "text", "text": text}],
