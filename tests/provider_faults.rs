@@ -51,14 +51,25 @@ struct Rig {
 }
 
 impl Rig {
-    /// A daemon whose summarizer is the fake (or, with `port`, whatever listens there).
+    /// A daemon whose summarizer is the fake over OpenAI chat completions (or, with `port`,
+    /// whatever listens there).
     fn new(port: Option<u16>) -> Rig {
+        Rig::speaking("openai-completions", port)
+    }
+
+    /// [`Rig::new`] over the given protocol (`openai-completions` or `anthropic-messages`).
+    fn speaking(provider: &str, port: Option<u16>) -> Rig {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         let fake = rt.block_on(fake_llm::start(vec![(REPLY.into(), "stop".into()); 64]));
         let env = Env::new();
+        let counts_requests = port.is_none();
+        let port = port.unwrap_or(fake.port);
+        let base = match provider {
+            "anthropic-messages" => format!("http://127.0.0.1:{port}"),
+            _ => format!("http://127.0.0.1:{port}/v1"),
+        };
         env.write_config(&format!(
-            "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nmodel = \"fake-gpt\"\nidle_timeout_secs = {IDLE_SECS}\nretry = {{ enabled = true, maxRetries = 2, baseDelayMs = 50 }}\n",
-            port.unwrap_or(fake.port)
+            "[summarizer]\nprovider = \"{provider}\"\nbase_url = \"{base}\"\nmodel = \"fake-model\"\nmax_tokens = 4096\nidle_timeout_secs = {IDLE_SECS}\nretry = {{ enabled = true, maxRetries = 2, baseDelayMs = 50 }}\n"
         ));
         let mut c = env.stdio(&[], Framing::Ndjson);
         let other_file = env.session_as("024-compacted-once", "other");
@@ -69,7 +80,7 @@ impl Rig {
             c,
             other,
             n: 0,
-            counts_requests: port.is_none(),
+            counts_requests,
             _rt: rt,
         }
     }
@@ -344,4 +355,43 @@ fn every_provider_fault_is_retried_or_reported_and_never_written() {
 fn a_refused_connection_is_retried_then_reported() {
     let mut rig = Rig::new(Some(fake_llm::refused_port()));
     rig.check("connection refused", Vec::new(), fails(2, "onnect"));
+}
+
+#[test]
+fn anthropic_stream_faults_are_handled_the_same_way() {
+    let mut rig = Rig::speaking("anthropic-messages", None);
+    let mut faults = rig.check(
+        "anthropic stall mid-stream",
+        vec![Fault::StallMidStream],
+        retried("timed out", true),
+    );
+    faults += rig.check(
+        "anthropic truncated stream",
+        vec![Fault::Truncated],
+        retried("Network error", false),
+    );
+    faults += rig.check(
+        "anthropic 429 Retry-After",
+        vec![Fault::rate_limited("1")],
+        Expect {
+            min_first_delay_ms: 1000,
+            ..retried("429", true)
+        },
+    );
+    faults += rig.check(
+        "anthropic malformed SSE",
+        vec![Fault::MalformedSse],
+        fails(0, "Could not parse Anthropic SSE event"),
+    );
+    faults += rig.check(
+        "anthropic max_tokens stop",
+        vec![Fault::Length],
+        fails(0, "token cap"),
+    );
+    faults += rig.check(
+        "anthropic 50 MB response",
+        vec![Fault::Huge(50 * 1024 * 1024)],
+        fails(0, "too large"),
+    );
+    println!("anthropic provider faults: {faults} injected, all handled");
 }
