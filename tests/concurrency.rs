@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use support::daemon_env::{now_ms, open, parsed_lines, Env};
+use support::daemon_env::{now_ms, open, parsed_lines, Env, KillOnDrop};
 use support::rpc_client::{Client, Framing};
 
 const CLIENTS: usize = 64;
@@ -246,7 +246,7 @@ fn many_clients_mixed_operations_lose_nothing_and_match_a_sequential_replay() {
         .collect();
     let socket = env.path("run/load.sock");
     std::fs::create_dir_all(env.path("run")).expect("run dir");
-    let mut server = env.serve(&socket, &[]);
+    let server = KillOnDrop(env.serve(&socket, &[]));
     // One observer sees every session's events.
     let mut observer = Client::socket(&socket, Framing::Ndjson);
     observer.ok("subscribe", json!({}));
@@ -282,8 +282,7 @@ fn many_clients_mixed_operations_lose_nothing_and_match_a_sequential_replay() {
     }
     let elapsed = started.elapsed();
     let events = observer.drain(Duration::from_millis(500));
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
 
     // Per file: what the clients were told.
     let mut acked: HashMap<PathBuf, Vec<(usize, String, String)>> = HashMap::new();

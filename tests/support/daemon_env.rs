@@ -49,6 +49,9 @@ impl Env {
             &p,
         )
         .expect("copy fixture");
+        // The fixtures may be read-only; the copy is the test's to write.
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .expect("make the copy writable");
         p
     }
 
@@ -172,4 +175,14 @@ pub fn parsed_lines(path: &Path) -> Result<Vec<Value>, String> {
         }
     }
     Ok(out)
+}
+
+/// A spawned daemon that is killed when the test ends, even by a panic.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
