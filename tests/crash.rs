@@ -174,10 +174,14 @@ fn verify(env: &Env, file: &Path, ledger: &Ledger, oracle: Option<&Oracle>) {
         assert!(last < Some(*p), "append {m} out of order");
         last = Some(*p);
     }
+    let by_id: HashMap<&str, &Value> = entries
+        .iter()
+        .filter_map(|e| e["id"].as_str().map(|id| (id, e)))
+        .collect();
     for (m, id) in &ledger.acked {
-        let e = entries
-            .iter()
-            .find(|e| e["id"] == id.as_str())
+        let e = by_id
+            .get(id.as_str())
+            .copied()
             .unwrap_or_else(|| panic!("acknowledged append {m} (entry {id}) lost"));
         assert_eq!(
             marker_of(e).as_ref(),
@@ -310,6 +314,13 @@ fn kill_9_during_appends_and_compactions_loses_nothing_acknowledged() {
         let check_pi = i % 5 == 4 || i + 1 == kills;
         verify(&env, &file, &ledger, oracle.as_ref().filter(|_| check_pi));
         ledger.pi_checks += usize::from(check_pi && oracle.is_some());
+        if ledger.kills % 25 == 0 {
+            eprintln!(
+                "crash: {} kills, {} appends acknowledged so far",
+                ledger.kills,
+                ledger.acked.len()
+            );
+        }
     }
     // One more daemon life: it opens the file and appends after the last kill.
     let mut c = env.stdio(&[], Framing::Ndjson);
