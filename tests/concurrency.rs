@@ -12,7 +12,8 @@
 //!   the acknowledged compactions;
 //! - a sequential replay of the acknowledged operations (same messages, same compactions, in
 //!   file order, one request at a time, on a fresh copy) produces the same file, compared by
-//!   entry type, parent position and content (ids and timestamps are generated, so not compared).
+//!   entry type, parent position and content (ids and timestamps are generated, so not compared);
+//! - Pi (the oracle) loads the shared sessions exactly as compactd does.
 //!
 //! Short form (CI): [`SHORT_OPS`] operations per client. Long form: `COMPACTD_LONG_TESTS=1`
 //! runs [`LONG_OPS`] (64 × 1000).
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use support::daemon_env::{now_ms, open, parsed_lines, Env, KillOnDrop};
+use support::oracle::Oracle;
 use support::rpc_client::{Client, Framing};
 
 const CLIENTS: usize = 64;
@@ -402,6 +404,15 @@ fn many_clients_mixed_operations_lose_nothing_and_match_a_sequential_replay() {
                 }
             }
             files_checked += 1;
+        }
+    }
+    // Pi loads the shared files (the busiest ones) exactly as compactd does.
+    if let Some(oracle) = Oracle::find("concurrency: Pi loads the shared files") {
+        for file in &shared {
+            let ours = env
+                .inspect(file)
+                .unwrap_or_else(|e| panic!("inspect {}: {e}", file.display()));
+            oracle.agrees(file, &ours).unwrap_or_else(|e| panic!("{e}"));
         }
     }
     // Events: per session, starts and ends alternate; successful ends = acknowledged compactions.
