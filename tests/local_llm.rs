@@ -1,5 +1,5 @@
 //! End-to-end tests against a real model: SmolLM2-135M behind llama.cpp's HTTP server
-//! (`/work/shared/tools/local-llm`). They drive both streaming protocols compactd speaks to
+//! (`../shared/tools/local-llm`). They drive both streaming protocols compactd speaks to
 //! that server, `openai-completions` and `anthropic-messages`, over real HTTP: a plain call
 //! (streaming, usage, stop reason), a `length` stop, cancellation mid-stream, and a full
 //! `compact_file` on a copy of a conformance session.

@@ -66,7 +66,8 @@ impl Failure {
                 status,
                 retry_after,
             } => AssistantReply {
-                retry_after_ms: retry_after.map(|d| d.as_millis().min(u64::MAX as u128) as u64),
+                retry_after_ms: retry_after
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 ..AssistantReply::error(message, status)
             },
         }
