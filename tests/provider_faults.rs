@@ -395,3 +395,46 @@ fn anthropic_stream_faults_are_handled_the_same_way() {
     );
     println!("anthropic provider faults: {faults} injected, all handled");
 }
+
+#[test]
+fn a_failing_branch_summary_leaves_the_tree_where_it_was() {
+    let mut rig = Rig::new(None);
+    let file = rig.env.session_as("023-chat-only-no-tools", "navigate");
+    let sid = open(&mut rig.c, &file);
+    let branch = rig.c.ok("getBranch", json!({"sessionId": sid}));
+    let target = branch
+        .as_array()
+        .and_then(|b| {
+            b.iter()
+                .filter(|e| e["type"] == "message" && e["message"]["role"] == "user")
+                .nth(2)
+        })
+        .map(|e| e["id"].clone())
+        .expect("a user message to go back to");
+    let before = std::fs::read(&file).expect("read");
+    rig.fake.inject(vec![
+        Fault::Status {
+            status: 500,
+            retry_after: None,
+        };
+        3
+    ]);
+    let e = rig
+        .c
+        .request(
+            "navigateTree",
+            json!({"sessionId": sid, "targetId": target, "summarize": true}),
+        )
+        .expect_err("the summary cannot be written");
+    assert!(
+        e["message"].as_str().unwrap_or_default().contains("500"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read(&file).expect("read"),
+        before,
+        "nothing written"
+    );
+    let leaf = rig.c.ok("getBranch", json!({"sessionId": sid}));
+    assert_eq!(leaf, branch, "the leaf did not move");
+}
