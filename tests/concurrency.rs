@@ -60,6 +60,8 @@ struct Report {
     appends: Vec<(PathBuf, String, String)>,
     /// Acknowledged compactions per session path.
     compactions: HashMap<PathBuf, usize>,
+    /// The session id each shared file got when this client opened it.
+    shared_ids: Vec<String>,
     ops: usize,
     refused: usize,
     aborts: usize,
@@ -101,7 +103,13 @@ fn run_client(socket: &Path, me: usize, ops: usize, shared: &[PathBuf], own: Pat
         );
         sids.push((p.clone(), sid));
     }
-    let mut report = Report::default();
+    let mut report = Report {
+        shared_ids: sids[..shared.len()]
+            .iter()
+            .map(|(_, s)| s.clone())
+            .collect(),
+        ..Report::default()
+    };
     for k in 0..ops {
         // Half the work on the client's own session, half on a shared one.
         let (path, sid) = if rng.below(2) == 0 {
@@ -286,6 +294,13 @@ fn many_clients_mixed_operations_lose_nothing_and_match_a_sequential_replay() {
     let events = observer.drain(Duration::from_millis(500));
     drop(server);
 
+    // Opened at the same moment by every client, each shared file is still one session.
+    for r in &reports {
+        assert_eq!(
+            r.shared_ids, reports[0].shared_ids,
+            "concurrent opens of one file gave different sessions"
+        );
+    }
     // Per file: what the clients were told.
     let mut acked: HashMap<PathBuf, Vec<(usize, String, String)>> = HashMap::new();
     let mut compacted: HashMap<PathBuf, usize> = HashMap::new();
