@@ -31,7 +31,10 @@ fuzz_target!(|data: &[u8]| {
                     Ok(None) | Err(_) => return,
                 }
             }
-            panic!("the frame reader did not reach the end of {} bytes", data.len());
+            panic!(
+                "the frame reader did not reach the end of {} bytes",
+                data.len()
+            );
         });
     }
 });
