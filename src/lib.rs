@@ -33,4 +33,7 @@ pub mod rpc;
 pub mod session;
 pub mod store;
 pub mod summarizer;
+/// Test inputs and the skip-or-fail rule, shared with the integration suites.
+#[cfg(test)]
+pub(crate) mod test_fixtures;
 pub mod transport;

@@ -158,14 +158,9 @@ mod tests {
 
     #[test]
     fn matches_fixture_sessions() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/cases");
-        let Ok(cases) = std::fs::read_dir(&dir) else {
-            eprintln!("skipping: no conformance cases at {}", dir.display());
-            return;
-        };
-        for case in cases.flatten() {
-            let Ok(bytes) = std::fs::read(case.path().join("session.jsonl")) else {
+        let cases = crate::test_fixtures::cases_with("matches_fixture_sessions", "session.jsonl");
+        for case in cases {
+            let Ok(bytes) = std::fs::read(case.join("session.jsonl")) else {
                 continue;
             };
             let crate::session::ReadOutcome::Session(p) = crate::session::read_session(&bytes)
@@ -181,7 +176,7 @@ mod tests {
                 LiveContext::from_path(&path).estimate(),
                 pure,
                 "{}",
-                case.path().display()
+                case.display()
             );
         }
     }

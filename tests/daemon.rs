@@ -5,89 +5,14 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::daemon_env::{lines, model, now_ms, open, Env};
 use support::rpc_client::{frame, Client, Framing};
 
 const LONG: Duration = Duration::from_secs(60);
-
-/// An isolated home: no user config, no Pi settings, a session copy.
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir_all(dir.path().join("config")).unwrap();
-        std::fs::create_dir_all(dir.path().join("agent")).unwrap();
-        Env { dir }
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-    fn vars(&self) -> Vec<(&'static str, PathBuf)> {
-        vec![
-            ("XDG_CONFIG_HOME", self.path("config")),
-            ("PI_CODING_AGENT_DIR", self.path("agent")),
-            ("XDG_RUNTIME_DIR", self.path("run")),
-        ]
-    }
-    fn session(&self, case: &str) -> PathBuf {
-        let p = self.path(&format!("{case}.jsonl"));
-        std::fs::copy(
-            support::conformance_dir().join(case).join("session.jsonl"),
-            &p,
-        )
-        .expect("copy fixture");
-        p
-    }
-    fn stdio(&self, args: &[&str], framing: Framing) -> Client {
-        let vars = self.vars();
-        let env: Vec<(&str, &Path)> = vars.iter().map(|(k, v)| (*k, v.as_path())).collect();
-        Client::stdio(args, &env, framing)
-    }
-    fn serve(&self, socket: &Path, extra: &[&str]) -> Child {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
-        cmd.arg("serve")
-            .arg("--socket")
-            .arg(socket)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in self.vars() {
-            cmd.env(k, v);
-        }
-        cmd.spawn().expect("spawn compactd serve")
-    }
-    /// Configures the daemon to summarize with the fake OpenAI server on `port`.
-    fn use_fake_summarizer(&self, port: u16, retry: &str) {
-        self.write_config(&format!(
-            "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"fake-gpt\"\nretry = {retry}\n"
-        ));
-    }
-    fn write_config(&self, text: &str) {
-        std::fs::create_dir_all(self.path("config/compactd")).unwrap();
-        std::fs::write(self.path("config/compactd/config.toml"), text).unwrap();
-    }
-}
-
-fn model() -> Value {
-    json!({"provider": "anthropic", "id": "claude-sonnet-4-5", "contextWindow": 200000, "maxTokens": 64000})
-}
-
-fn open(c: &mut Client, path: &Path) -> String {
-    let info = c.ok("openSession", json!({"path": path, "model": model()}));
-    info["sessionId"].as_str().expect("sessionId").to_owned()
-}
-
-fn lines(path: &Path) -> usize {
-    std::fs::read_to_string(path)
-        .map(|t| t.lines().count())
-        .unwrap_or(0)
-}
 
 #[test]
 fn stdio_ndjson_open_append_usage_preview_compact_with_ordered_events() {
@@ -349,13 +274,6 @@ fn assistant_error(ts: i64, message: &str) -> Value {
            "stopReason": "error", "errorMessage": message, "timestamp": ts})
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
 #[test]
 fn overflow_compacts_and_retries_once_then_gives_up_with_pis_message() {
     let env = Env::new();
@@ -385,8 +303,8 @@ fn overflow_compacts_and_retries_once_then_gives_up_with_pis_message() {
         last["stopReason"], "error",
         "the failed reply left the agent context"
     );
-    // The retried turn overflows again: one attempt only, Pi's exact give-up message.
-    std::thread::sleep(Duration::from_millis(5));
+    // The retried turn overflows again: one attempt only, Pi's exact give-up message (its
+    // timestamp is explicitly after the compaction's, so no clock wait is needed).
     c.ok("appendMessage", json!({"sessionId": sid, "message": assistant_error(now_ms() + 1000, "prompt is too long: 213462 tokens > 200000 maximum")}));
     let n_before = c.notifications.len();
     let out = c.ok(
@@ -546,8 +464,10 @@ fn abort_mid_compaction_writes_nothing_and_a_second_compact_supersedes() {
         "an aborted compaction writes nothing"
     );
     // A second compact while one runs supersedes it: the first is cancelled.
+    c.notifications.clear();
     let first = c.send("compact", json!({"sessionId": sid}));
-    std::thread::sleep(Duration::from_millis(300));
+    c.wait_notification("compaction_start", LONG)
+        .expect("the first compaction starts");
     let second = c.send("compact", json!({"sessionId": sid}));
     let e = c.wait(first, LONG).unwrap_err();
     assert_eq!(e["message"], "Compaction cancelled");
@@ -562,8 +482,10 @@ fn abort_mid_compaction_writes_nothing_and_a_second_compact_supersedes() {
     );
     fake.state.lock().delay = Duration::from_secs(3);
     let before = std::fs::read(&file).unwrap();
+    c.notifications.clear();
     let third = c.send("compact", json!({"sessionId": sid}));
-    std::thread::sleep(Duration::from_millis(300));
+    c.wait_notification("compaction_start", LONG)
+        .expect("the third compaction starts");
     c.notify("$/cancelRequest", json!({"id": third}));
     let e = c.wait(third, LONG).unwrap_err();
     assert_eq!(

@@ -1,17 +1,20 @@
 //! End-to-end tests against a real model: SmolLM2-135M behind llama.cpp's HTTP server
-//! (`/work/shared/tools/local-llm`). They drive both streaming protocols compactd speaks to
+//! (`../shared/tools/local-llm`). They drive both streaming protocols compactd speaks to
 //! that server, `openai-completions` and `anthropic-messages`, over real HTTP: a plain call
 //! (streaming, usage, stop reason), a `length` stop, cancellation mid-stream, and a full
 //! `compact_file` on a copy of a conformance session.
 //!
 //! The server is found through `COMPACTD_LOCAL_LLM` (e.g. `http://127.0.0.1:8091`, no `/v1`),
 //! which `scripts/test-all` exports. When it is unset or `/health` does not answer, every test
-//! prints why and passes without doing anything, so `cargo test` works on a fresh machine.
+//! prints why and passes without doing anything, so `cargo test` works on a fresh machine; under
+//! `CI=true` (where the CI script starts the server) that is a failure instead.
 //!
 //! The model is tiny and weak: the assertions check structure (stop reasons, usage, that the
 //! reply really was streamed, the stored entry), never what the model wrote. Every call goes
 //! through a recording TCP proxy, so the tests can see the raw SSE stream the server sent and
 //! check that the client assembled the reply from its deltas.
+
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -57,9 +60,10 @@ async fn local_llm(test: &str) -> Option<String> {
         .map(|s| s.trim().trim_end_matches('/').to_owned())
         .filter(|s| !s.is_empty())
     else {
-        eprintln!(
-            "SKIPPED {test}: COMPACTD_LOCAL_LLM is not set (e.g. http://127.0.0.1:8091; \
-             scripts/test-all starts the server and sets it)"
+        support::skip_or_fail(
+            test,
+            "COMPACTD_LOCAL_LLM is not set (e.g. http://127.0.0.1:8091; \
+             scripts/test-all starts the server and sets it)",
         );
         return None;
     };
@@ -71,14 +75,14 @@ async fn local_llm(test: &str) -> Option<String> {
     match health {
         Ok(r) if r.status().is_success() => Some(root),
         Ok(r) => {
-            eprintln!(
-                "SKIPPED {test}: {root}/health answered {} (server not ready)",
-                r.status()
+            support::skip_or_fail(
+                test,
+                &format!("{root}/health answered {} (server not ready)", r.status()),
             );
             None
         }
         Err(e) => {
-            eprintln!("SKIPPED {test}: {root}/health did not answer: {e}");
+            support::skip_or_fail(test, &format!("{root}/health did not answer: {e}"));
             None
         }
     }
@@ -452,15 +456,6 @@ async fn abort_mid_stream(api: Api, root: &str) {
     assert!(cancel.is_cancelled());
 }
 
-/// The conformance cases: `$COMPACTD_CONFORMANCE_DIR`, else `../shared/conformance/cases`
-/// (as `tests/support`; not shared with it so this target builds on its own).
-fn conformance_dir() -> PathBuf {
-    match std::env::var_os("COMPACTD_CONFORMANCE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/cases"),
-    }
-}
-
 /// JSON equality where numbers compare by value (`0` == `0.0`).
 fn same_json(a: &Value, b: &Value) -> bool {
     match (a, b) {
@@ -480,14 +475,7 @@ fn same_json(a: &Value, b: &Value) -> bool {
 
 /// A copy of a conformance session in a temp dir.
 fn session_copy(case: &str) -> Option<(tempfile::TempDir, PathBuf)> {
-    let src = conformance_dir().join(case).join("session.jsonl");
-    if !src.is_file() {
-        eprintln!(
-            "SKIPPED compact_file on {case}: {} not found (set COMPACTD_CONFORMANCE_DIR)",
-            src.display()
-        );
-        return None;
-    }
+    let src = support::case_file(&format!("compact_file on {case}"), case, "session.jsonl")?;
     let dir = tempfile::tempdir().expect("tempdir");
     let dst = dir.path().join("session.jsonl");
     std::fs::copy(&src, &dst).expect("copy session");

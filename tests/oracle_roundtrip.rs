@@ -3,7 +3,8 @@
 //! field by field, then compact a copy with compactd and check that Pi loads the result the way
 //! compactd does (leaf, context entries, context messages, "Already compacted").
 //!
-//! Skips (with a printed message) when `COMPACTD_ORACLE` is unset or its node binary is missing.
+//! Skips (with a printed message) when `COMPACTD_ORACLE` is unset or its node binary is missing,
+//! and fails instead when `CI=true` (CI installs the oracle).
 
 mod support;
 
@@ -44,14 +45,14 @@ struct Oracle {
 
 fn oracle() -> Option<Oracle> {
     let Some(dir) = std::env::var_os("COMPACTD_ORACLE").map(PathBuf::from) else {
-        println!("oracle roundtrip: SKIPPED (COMPACTD_ORACLE is not set)");
+        support::skip_or_fail("oracle roundtrip", "COMPACTD_ORACLE is not set");
         return None;
     };
     let node = dir.join("node");
     if !node.is_file() {
-        println!(
-            "oracle roundtrip: SKIPPED (no node binary at {})",
-            node.display()
+        support::skip_or_fail(
+            "oracle roundtrip",
+            &format!("no node binary at {}", node.display()),
         );
         return None;
     }

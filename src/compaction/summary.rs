@@ -175,6 +175,7 @@ mod tests {
             stop_reason: stop,
             error_message: None,
             http_status: None,
+            retry_after_ms: None,
         }
     }
 

@@ -163,7 +163,8 @@ impl AnthropicMessagesClient {
             let data: Value = serde_json::from_str(&event.data).map_err(|e| {
                 Failure::error(format!(
                     "Could not parse Anthropic SSE event {}: {e}; data={}",
-                    event.event, event.data
+                    transport::excerpt(&event.event, 100),
+                    transport::excerpt(&event.data, 200)
                 ))
             })?;
             state.apply(&data)?;

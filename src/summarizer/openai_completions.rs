@@ -241,7 +241,10 @@ impl OpenAiCompletionsClient {
                 continue;
             }
             let chunk: Value = serde_json::from_str(data).map_err(|e| {
-                Failure::error(format!("Could not parse stream chunk: {e}; data={data}"))
+                Failure::error(format!(
+                    "Could not parse stream chunk: {e}; data={}",
+                    transport::excerpt(data, 200)
+                ))
             })?;
             state.apply(&chunk)?;
         }
@@ -332,6 +335,7 @@ impl StreamState {
             stop_reason,
             error_message: None,
             http_status: None,
+            retry_after_ms: None,
         })
     }
 }

@@ -80,10 +80,13 @@ impl OpenAiResponsesClient {
             Err(Failure::Error {
                 message,
                 status: Some(status),
-            }) => AssistantReply::error(
-                format!("OpenAI API error ({status}): {message}"),
-                Some(status),
-            ),
+                retry_after,
+            }) => Failure::Error {
+                message: format!("OpenAI API error ({status}): {message}"),
+                status: Some(status),
+                retry_after,
+            }
+            .into_reply(),
             Err(failure) => failure.into_reply(),
         }
     }
@@ -106,7 +109,10 @@ impl OpenAiResponsesClient {
                 continue;
             }
             let value: Value = serde_json::from_str(data).map_err(|e| {
-                Failure::error(format!("Could not parse stream event: {e}; data={data}"))
+                Failure::error(format!(
+                    "Could not parse stream event: {e}; data={}",
+                    transport::excerpt(data, 200)
+                ))
             })?;
             let kind = value
                 .get("type")

@@ -5,6 +5,11 @@
 //! but quota errors and context overflows must surface at once. The schedule is deterministic
 //! (`base × 2^(attempt−1)`, no jitter) and the sleep is abortable, exactly as in Pi, so the
 //! session events the daemon emits line up with Pi's.
+//!
+//! One addition to Pi's schedule: when a failed call carries the provider's `Retry-After`
+//! (429/503), the retry waits at least that long, since retrying sooner only earns another 429.
+//! A provider asking for more than [`MAX_RETRY_AFTER_MS`] is not waited for: the call fails
+//! at once with the error and the wait asked for, rather than holding a compaction for minutes.
 
 use std::future::Future;
 use std::time::Duration;
@@ -55,6 +60,9 @@ pub enum RetryEvent {
         error_message: Option<String>,
     },
 }
+
+/// The longest `Retry-After` a retry waits for; a longer one ends the retries.
+pub const MAX_RETRY_AFTER_MS: u64 = 60_000;
 
 /// `base × 2^(attempt−1)`, saturating instead of overflowing on absurd settings.
 pub fn backoff_delay_ms(base_delay_ms: u64, attempt: u32) -> u64 {
@@ -125,6 +133,30 @@ where
             }
             return reply;
         }
+        let backoff_ms = backoff_delay_ms(settings.base_delay_ms, attempt + 1);
+        let delay_ms = match reply.retry_after_ms {
+            Some(asked) if asked > MAX_RETRY_AFTER_MS => {
+                let error_message = format!(
+                    "{} (the provider asked to retry after {} s, longer than the {} s compactd waits)",
+                    reply.error_message.as_deref().unwrap_or("Unknown error"),
+                    asked.div_ceil(1000),
+                    MAX_RETRY_AFTER_MS / 1000
+                );
+                if retried {
+                    on_event(RetryEvent::Finished {
+                        success: false,
+                        attempt,
+                        error_message: Some(error_message.clone()),
+                    });
+                }
+                return AssistantReply {
+                    error_message: Some(error_message),
+                    ..reply
+                };
+            }
+            Some(asked) => backoff_ms.max(asked),
+            None => backoff_ms,
+        };
         attempt += 1;
         retried = true;
         let error_message = reply
@@ -132,7 +164,6 @@ where
             .clone()
             .filter(|m| !m.is_empty())
             .unwrap_or_else(|| "Unknown error".to_string());
-        let delay_ms = backoff_delay_ms(settings.base_delay_ms, attempt);
         on_event(RetryEvent::Scheduled {
             attempt,
             max_attempts,
@@ -334,6 +365,75 @@ mod tests {
             events.last(),
             Some(RetryEvent::Finished { success: false, .. })
         ));
+    }
+
+    fn rate_limited(after_ms: u64) -> AssistantReply {
+        AssistantReply {
+            retry_after_ms: Some(after_ms),
+            ..AssistantReply::error("429 rate limited", Some(429))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_lengthens_the_wait_but_never_shortens_it() {
+        let settings = RetrySettings {
+            base_delay_ms: 1000,
+            ..Default::default()
+        };
+        // Asked 5 s (over the 1 s backoff), then 100 ms (under the 2 s backoff).
+        let (reply, events, calls, elapsed) = run(
+            vec![rate_limited(5000), rate_limited(100), ok()],
+            settings,
+            CancellationToken::new(),
+        )
+        .await;
+        assert_eq!((reply.stop_reason, calls), (StopReason::Stop, 3));
+        assert_eq!(elapsed, Duration::from_millis(5000 + 2000));
+        let delays: Vec<u64> = events
+            .iter()
+            .filter_map(|e| match e {
+                RetryEvent::Scheduled { delay_ms, .. } => Some(*delay_ms),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(delays, [5000, 2000], "the events report the real wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_beyond_the_cap_fails_at_once_with_the_reason() {
+        let (reply, events, calls, elapsed) = run(
+            vec![rate_limited(2000), rate_limited(3_600_000)],
+            RetrySettings::default(),
+            CancellationToken::new(),
+        )
+        .await;
+        assert_eq!((reply.stop_reason, calls), (StopReason::Error, 2));
+        assert_eq!(elapsed, Duration::from_millis(2000));
+        let msg = reply.error_message.unwrap_or_default();
+        assert!(
+            msg.starts_with("429 rate limited") && msg.contains("retry after 3600 s"),
+            "{msg}"
+        );
+        assert!(matches!(
+            events.last(),
+            Some(RetryEvent::Finished {
+                success: false,
+                attempt: 1,
+                ..
+            })
+        ));
+        // Retries disabled: the first error returns unchanged, whatever it asked for.
+        let (reply, _, calls, _) = run(
+            vec![rate_limited(3_600_000)],
+            RetrySettings {
+                enabled: false,
+                ..Default::default()
+            },
+            CancellationToken::new(),
+        )
+        .await;
+        assert_eq!(calls, 1);
+        assert_eq!(reply.error_message.as_deref(), Some("429 rate limited"));
     }
 
     #[test]

@@ -4,10 +4,12 @@
 //! turn a non-2xx answer into the error text pi-ai would show, and read SSE events while watching
 //! the cancellation token and an idle timer. Keeping that here means the abort, timeout and
 //! error-string behaviour (which the retry and overflow classifiers depend on) is identical for
-//! all protocols.
+//! all protocols. It is also where a hostile or broken provider is contained: response bodies
+//! are bounded ([`MAX_RESPONSE_BYTES`]), error bodies too, and a `Retry-After` the provider sends
+//! with a failure is read here so the retry loop can honour it.
 
 use std::pin::Pin;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures_util::{Stream, StreamExt};
@@ -21,6 +23,19 @@ use super::types::AssistantReply;
 /// connection cannot hang a compaction forever.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Most bytes one streamed response may have. A summary is capped by `max_tokens` (tens of
+/// thousands of tokens, a few MB of SSE even one token per event), so anything beyond this is a
+/// broken or hostile server, and reading it would only grow memory.
+pub const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
+
+/// Most bytes of an error body kept for the error message.
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// The message for a response over [`MAX_RESPONSE_BYTES`]. Worded so neither the retry nor the
+/// overflow classifier matches it: the same request would only fail the same way again.
+pub const TOO_LARGE_MESSAGE: &str =
+    "Provider response too large (over 32 MiB); the stream was dropped";
+
 /// Why a call ended early. Converted into an [`AssistantReply`] at the client boundary, because
 /// clients never return Rust errors (see the module docs of `summarizer`).
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +44,8 @@ pub(crate) enum Failure {
     Error {
         message: String,
         status: Option<u16>,
+        /// The wait the provider asked for before a retry (`Retry-After`), if it sent one.
+        retry_after: Option<Duration>,
     },
 }
 
@@ -37,23 +54,50 @@ impl Failure {
         Failure::Error {
             message: message.into(),
             status: None,
+            retry_after: None,
         }
     }
 
     pub(crate) fn into_reply(self) -> AssistantReply {
         match self {
             Failure::Aborted => AssistantReply::aborted(),
-            Failure::Error { message, status } => AssistantReply::error(message, status),
+            Failure::Error {
+                message,
+                status,
+                retry_after,
+            } => AssistantReply {
+                retry_after_ms: retry_after
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                ..AssistantReply::error(message, status)
+            },
         }
     }
 }
+
+/// Why reading a response body failed: the transport, or the body outgrew its bound.
+#[derive(Debug)]
+pub(crate) enum BodyError {
+    Http(reqwest::Error),
+    TooLarge,
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::Http(e) => e.fmt(f),
+            BodyError::TooLarge => f.write_str(TOO_LARGE_MESSAGE),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
 
 /// The message a timed-out wait produces. Worded so `is_retryable_assistant_error` sees a
 /// timeout (pi-ai's SDKs say "Request timed out." too).
 pub(crate) const TIMEOUT_MESSAGE: &str = "Request timed out";
 
 pub(crate) type SseStream =
-    Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
+    Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<BodyError>>> + Send>>;
 
 /// Waits for `fut` unless the token fires or `idle` elapses first.
 async fn guarded<F: std::future::Future>(
@@ -87,15 +131,90 @@ pub(crate) async fn open_sse(
         .map_err(|e| Failure::error(describe_transport_error(&e, "Connection error")))?;
     let status = response.status();
     if !status.is_success() {
-        let text = guarded(response.text(), cancel, idle)
-            .await?
-            .unwrap_or_default();
+        let retry_after = retry_after(response.headers(), SystemTime::now());
+        let text = guarded(error_body(response), cancel, idle).await?;
         return Err(Failure::Error {
             message: format_http_error(status.as_u16(), &text),
             status: Some(status.as_u16()),
+            retry_after,
         });
     }
-    Ok(Box::pin(response.bytes_stream().eventsource()))
+    Ok(Box::pin(
+        limit_body(response.bytes_stream(), MAX_RESPONSE_BYTES).eventsource(),
+    ))
+}
+
+/// The body as a stream that fails with [`BodyError::TooLarge`] once more than `limit` bytes
+/// arrived (so memory stays bounded whatever the server sends).
+fn limit_body<S>(body: S, limit: usize) -> impl Stream<Item = Result<bytes::Bytes, BodyError>>
+where
+    S: Stream<Item = Result<bytes::Bytes, reqwest::Error>>,
+{
+    let mut seen = 0usize;
+    body.map(move |chunk| {
+        let chunk = chunk.map_err(BodyError::Http)?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > limit {
+            Err(BodyError::TooLarge)
+        } else {
+            Ok(chunk)
+        }
+    })
+}
+
+/// At most [`MAX_ERROR_BODY_BYTES`] of an error response, lossily decoded; a body that fails
+/// midway keeps what arrived.
+async fn error_body(mut response: reqwest::Response) -> String {
+    let mut kept: Vec<u8> = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        let room = MAX_ERROR_BODY_BYTES - kept.len();
+        kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if kept.len() >= MAX_ERROR_BODY_BYTES {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+/// The wait a failed response asks for: `retry-after-ms` (milliseconds, as the OpenAI and
+/// Anthropic SDKs read it), else `Retry-After` as delta-seconds or an HTTP-date (RFC 9110
+/// §10.2.3). A date in the past means no wait; unreadable values are ignored.
+pub(crate) fn retry_after(
+    headers: &reqwest::header::HeaderMap,
+    now: SystemTime,
+) -> Option<Duration> {
+    let value = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    if let Some(ms) = value("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(Duration::from_secs_f64((ms / 1000.0).min(1e9)));
+        }
+    }
+    let v = value("retry-after")?;
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    if let Ok(secs) = v.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Some(Duration::from_secs_f64(secs.min(1e9)));
+        }
+    }
+    let when = httpdate::parse_http_date(v).ok()?;
+    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// At most `max` characters of `text` (on a char boundary), for quoting provider data in error
+/// messages without copying megabytes into them.
+pub(crate) fn excerpt(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
 }
 
 /// Next SSE event; `Ok(None)` at a clean end of stream.
@@ -107,10 +226,12 @@ pub(crate) async fn next_event(
     match guarded(stream.next(), cancel, idle).await? {
         None => Ok(None),
         Some(Ok(event)) => Ok(Some(event)),
-        Some(Err(EventStreamError::Transport(e))) => Err(Failure::error(describe_transport_error(
-            &e,
-            "Network error: stream terminated",
-        ))),
+        Some(Err(EventStreamError::Transport(BodyError::TooLarge))) => {
+            Err(Failure::error(TOO_LARGE_MESSAGE))
+        }
+        Some(Err(EventStreamError::Transport(BodyError::Http(e)))) => Err(Failure::error(
+            describe_transport_error(&e, "Network error: stream terminated"),
+        )),
         Some(Err(e)) => Err(Failure::error(format!(
             "Network error: stream terminated: {e}"
         ))),
@@ -243,6 +364,77 @@ mod tests {
         );
         assert_eq!(format_http_error(400, ""), "400 status code (no body)");
         assert_eq!(format_http_error(502, "Bad Gateway"), "502 Bad Gateway");
+    }
+
+    #[test]
+    fn retry_after_reads_milliseconds_seconds_and_http_dates() {
+        use reqwest::header::{HeaderMap, HeaderValue};
+        let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").expect("date");
+        let h = |pairs: &[(&'static str, &str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert(*k, HeaderValue::from_str(v).expect("value"));
+            }
+            m
+        };
+        assert_eq!(retry_after(&h(&[]), now), None);
+        assert_eq!(
+            retry_after(&h(&[("retry-after", "7")]), now),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            retry_after(&h(&[("retry-after", " 1.5 ")]), now),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            retry_after(&h(&[("retry-after", "Sun, 06 Nov 1994 08:50:07 GMT")]), now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            retry_after(&h(&[("retry-after", "Sun, 06 Nov 1994 08:00:00 GMT")]), now),
+            Some(Duration::ZERO),
+            "a date in the past: no wait"
+        );
+        assert_eq!(
+            retry_after(&h(&[("retry-after-ms", "250"), ("retry-after", "9")]), now),
+            Some(Duration::from_millis(250)),
+            "retry-after-ms wins"
+        );
+        for junk in ["soon", "-3", "NaN", "Sun, 99 Foo"] {
+            assert_eq!(
+                retry_after(&h(&[("retry-after", junk)]), now),
+                None,
+                "{junk}"
+            );
+        }
+    }
+
+    #[test]
+    fn too_large_is_neither_retryable_nor_an_overflow() {
+        use crate::summarizer::overflow::{is_context_overflow, is_retryable_error_text};
+        assert!(!is_retryable_error_text(TOO_LARGE_MESSAGE));
+        assert!(!is_context_overflow(
+            &crate::summarizer::ReplyFacts {
+                stop_reason: crate::summarizer::StopReason::Error,
+                error_message: Some(TOO_LARGE_MESSAGE),
+                input: 0,
+                cache_read: 0,
+                output: 0,
+            },
+            0
+        ));
+        assert_eq!(excerpt("héllo", 2), "hé");
+        assert_eq!(excerpt("hi", 10), "hi");
+    }
+
+    #[tokio::test]
+    async fn body_over_the_bound_fails_after_the_limit() {
+        let chunks = (0..10).map(|_| Ok(bytes::Bytes::from(vec![b'x'; 100])));
+        let out: Vec<_> = limit_body(futures_util::stream::iter(chunks), 450)
+            .collect()
+            .await;
+        assert_eq!(out.iter().filter(|r| r.is_ok()).count(), 4);
+        assert!(matches!(out[4], Err(BodyError::TooLarge)));
     }
 
     #[test]

@@ -180,6 +180,9 @@ pub struct AssistantReply {
     pub error_message: Option<String>,
     /// HTTP status of a failed request, when there was one (for retry classification / logs).
     pub http_status: Option<u16>,
+    /// How long the provider asked us to wait before retrying (`Retry-After` on a failed
+    /// request), in milliseconds; the retry loop waits at least this long.
+    pub retry_after_ms: Option<u64>,
 }
 
 impl AssistantReply {
@@ -193,6 +196,7 @@ impl AssistantReply {
             stop_reason: StopReason::Error,
             error_message: Some(message.into()),
             http_status,
+            retry_after_ms: None,
         }
     }
 
@@ -206,6 +210,7 @@ impl AssistantReply {
             stop_reason: StopReason::Aborted,
             error_message: None,
             http_status: None,
+            retry_after_ms: None,
         }
     }
 }
@@ -233,6 +238,7 @@ impl AssistantReply {
             stop_reason,
             error_message: None,
             http_status: None,
+            retry_after_ms: None,
         };
         for (kind, text) in blocks {
             match kind {

@@ -1,21 +1,33 @@
-//! An in-process fake LLM speaking OpenAI chat-completions and Anthropic messages streaming,
-//! replaying a conformance case's recorded replies in order, plus the compaction half of the
-//! conformance check that drives compactd against it.
+//! The one fake LLM provider of the test suites, an in-process HTTP server on 127.0.0.1.
+//!
+//! Provider code is only trustworthy when it meets the real wire formats and their failures, and
+//! the daemon's fault handling only when a provider misbehaves on cue. Every request is
+//! recorded (method, path, headers, exact body). Each one is answered by the first of:
+//! 1. a scripted response queued by the test ([`FakeLlm::push`], [`Scripted`]): exact bytes,
+//!    status, pacing and how the body ends (clean, cut, stalled);
+//! 2. an injected fault ([`FakeLlm::inject`], [`Fault`]): refused-like status codes, slow
+//!    headers, a stream that stalls, is cut, is malformed or is huge;
+//! 3. the replay list given to [`start`]: recorded (reply, finish) pairs streamed in the
+//!    protocol the request path names (OpenAI chat completions or Anthropic messages), as the
+//!    conformance cases recorded them; `fail_first` and `delay` shape it.
+//!
+//! It also holds the compaction half of the conformance check that drives compactd against it.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
-use axum::routing::post;
-use axum::Router;
+use futures_util::stream::{self, StreamExt};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use compactd::compaction::prepare_compaction;
 use compactd::compaction::prompts::TURN_PREFIX_PROMPT;
@@ -42,162 +54,207 @@ impl Protocol {
     }
 }
 
-/// One request the fake received.
+/// One request as the server saw it.
 #[derive(Debug, Clone)]
-pub struct Received {
+pub struct Recorded {
+    pub method: String,
     pub path: String,
+    /// Every header, names lower-cased.
     pub headers: HashMap<String, String>,
+    pub raw_body: String,
+    /// The body parsed as JSON (`null` when it is not JSON).
     pub body: Value,
+    /// When it arrived (to check waits between retries).
+    pub at: std::time::Instant,
 }
 
-/// Shared state: queued (reply, finish) pairs and the requests seen.
+/// The name the replay half used for a recorded request.
+pub type Received = Recorded;
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .get(&name.to_ascii_lowercase())
+            .map(String::as_str)
+    }
+}
+
+/// How a scripted response body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Normal end of body.
+    Clean,
+    /// The connection is torn down mid-body.
+    Cut,
+    /// The server keeps the connection open and never sends another byte.
+    Stall,
+}
+
+/// An exact response: status, content type, body chunks, pacing and ending.
+#[derive(Debug, Clone)]
+pub struct Scripted {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub headers: Vec<(String, String)>,
+    pub chunks: Vec<String>,
+    /// Pause before each chunk (to test abort mid-stream).
+    pub chunk_delay: Duration,
+    pub ending: Ending,
+}
+
+impl Scripted {
+    pub fn sse(chunks: Vec<String>) -> Self {
+        Scripted {
+            status: 200,
+            content_type: "text/event-stream",
+            headers: Vec::new(),
+            chunks,
+            chunk_delay: Duration::ZERO,
+            ending: Ending::Clean,
+        }
+    }
+
+    pub fn json(status: u16, body: &str) -> Self {
+        Scripted {
+            status,
+            content_type: "application/json",
+            headers: Vec::new(),
+            chunks: vec![body.to_string()],
+            chunk_delay: Duration::ZERO,
+            ending: Ending::Clean,
+        }
+    }
+
+    pub fn ending(mut self, ending: Ending) -> Self {
+        self.ending = ending;
+        self
+    }
+
+    pub fn delay(mut self, d: Duration) -> Self {
+        self.chunk_delay = d;
+        self
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+/// A provider failure to inject into the next request (after any scripted responses). Stream
+/// faults speak the protocol of the request path, so the client parses real events up to the
+/// point of failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer with this status, an optional `Retry-After` value and an SDK-style JSON error.
+    Status {
+        status: u16,
+        retry_after: Option<String>,
+    },
+    /// Wait this long before sending the status line and headers, then reply normally.
+    SlowHeaders(Duration),
+    /// Send the first events of a normal reply, then never another byte.
+    StallMidStream,
+    /// Send the first events of a normal reply, then tear the connection down.
+    Truncated,
+    /// Send the first events of a normal reply, then an event whose data is not JSON.
+    MalformedSse,
+    /// A well-formed stream whose text deltas add up to this many bytes.
+    Huge(usize),
+    /// The next reply, but stopped by the token cap (`length` / `max_tokens`).
+    Length,
+}
+
+impl Fault {
+    /// `429` with `Retry-After: <value>`.
+    pub fn rate_limited(retry_after: &str) -> Fault {
+        Fault::Status {
+            status: 429,
+            retry_after: Some(retry_after.into()),
+        }
+    }
+}
+
+type Responder = Box<dyn Fn(&Recorded) -> Scripted + Send + Sync>;
+
+/// Shared state: what to answer and what was asked.
 #[derive(Default)]
 pub struct FakeState {
+    /// Replayed (reply, finish) pairs, in order.
     pub replies: Vec<(String, String)>,
-    pub received: Vec<Received>,
-    /// Delay before each reply (to test aborts mid-request).
-    pub delay: std::time::Duration,
-    /// Answer the first N requests with HTTP 500 (to test retries).
+    /// Every request received, in order.
+    pub received: Vec<Recorded>,
+    /// Delay before each replayed reply (to test aborts mid-request).
+    pub delay: Duration,
+    /// Answer the next N replay requests with HTTP 500 (to test retries).
     pub fail_first: usize,
+    /// Faults for the next requests, in order.
+    pub faults: VecDeque<Fault>,
+    /// How many requests the replay list has answered.
+    served: usize,
+    script: VecDeque<Responder>,
+    /// Started with [`FakeLlm::start`]: unscripted requests get a 500, not a replay.
+    scripted_only: bool,
 }
 
+/// A running fake; stops when the last clone is dropped.
+#[derive(Clone)]
 pub struct FakeLlm {
     pub port: u16,
+    pub addr: Option<SocketAddr>,
     pub state: Arc<Mutex<FakeState>>,
-    shutdown: CancellationToken,
+    _stop: Arc<DropGuard>,
 }
 
-impl Drop for FakeLlm {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
+/// The scripted server's historical name.
+pub type MockServer = FakeLlm;
+
+impl FakeLlm {
+    /// A server that answers only what the test scripts (anything else: 500).
+    pub async fn start() -> FakeLlm {
+        let fake = start(Vec::new()).await;
+        fake.state.lock().scripted_only = true;
+        fake
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Queues a fixed response.
+    pub fn push(&self, r: Scripted) {
+        self.push_fn(move |_| r.clone());
+    }
+
+    /// Queues a response computed from the request.
+    pub fn push_fn(&self, f: impl Fn(&Recorded) -> Scripted + Send + Sync + 'static) {
+        self.state.lock().script.push_back(Box::new(f));
+    }
+
+    /// Queues faults for the next requests.
+    pub fn inject(&self, faults: impl IntoIterator<Item = Fault>) {
+        self.state.lock().faults.extend(faults);
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.lock().received.clone()
     }
 }
 
-fn js_len(s: &str) -> usize {
-    compactd::json::utf16_len(s)
-}
-
-async fn handle(
-    State(state): State<Arc<Mutex<FakeState>>>,
-    uri: axum::http::Uri,
-    headers: HeaderMap,
-    body: String,
-) -> Response {
-    let parsed: Value = match serde_json::from_str(&body) {
-        Ok(v) => v,
-        Err(_) => {
-            return Response::builder()
-                .status(StatusCode::BAD_REQUEST)
-                .body(Body::from("{\"error\":{\"message\":\"bad json\"}}"))
-                .unwrap_or_default()
-        }
-    };
-    let delay = state.lock().delay;
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-    {
-        let mut s = state.lock();
-        if s.fail_first > 0 {
-            s.fail_first -= 1;
-            return Response::builder()
-                .status(StatusCode::INTERNAL_SERVER_ERROR)
-                .header("content-type", "application/json")
-                .body(Body::from(
-                    "{\"error\":{\"message\":\"internal server error\",\"type\":\"server_error\"}}",
-                ))
-                .unwrap_or_default();
-        }
-    }
-    let (reply, finish) = {
-        let mut s = state.lock();
-        let kept = [
-            "authorization",
-            "x-api-key",
-            "anthropic-version",
-            "anthropic-beta",
-            "content-type",
-            "accept",
-        ];
-        let hs = kept
-            .iter()
-            .filter_map(|k| {
-                headers
-                    .get(*k)
-                    .and_then(|v| v.to_str().ok())
-                    .map(|v| (k.to_string(), v.to_owned()))
-            })
-            .collect();
-        let path = uri
-            .path_and_query()
-            .map(|p| p.to_string())
-            .unwrap_or_default();
-        let idx = s.received.len();
-        s.received.push(Received {
-            path,
-            headers: hs,
-            body: parsed.clone(),
-        });
-        s.replies
-            .get(idx)
-            .cloned()
-            .unwrap_or_else(|| ("UNEXPECTED-EXTRA-REQUEST".into(), "stop".into()))
-    };
-    let messages = parsed.get("messages").cloned().unwrap_or(json!([]));
-    let input = js_len(&compactd::json::stringify(&messages)).div_ceil(4);
-    let output = js_len(&reply).div_ceil(4);
-    let mut sse = String::new();
-    if uri.path().starts_with("/v1/chat/completions") {
-        let base = json!({"id":"chatcmpl-fake","object":"chat.completion.chunk","created":0,"model":parsed["model"]});
-        let mut c1 = base.clone();
-        c1["choices"] =
-            json!([{"index":0,"delta":{"role":"assistant","content":reply},"finish_reason":null}]);
-        let mut c2 = base;
-        c2["choices"] = json!([{"index":0,"delta":{},"finish_reason": if finish == "length" {"length"} else {"stop"}}]);
-        c2["usage"] =
-            json!({"prompt_tokens":input,"completion_tokens":output,"total_tokens":input+output});
-        sse.push_str(&format!("data: {c1}\n\ndata: {c2}\n\ndata: [DONE]\n\n"));
-    } else {
-        let ev = |t: &str, mut o: Value| {
-            o["type"] = json!(t);
-            format!("event: {t}\ndata: {o}\n\n")
-        };
-        sse.push_str(&ev("message_start", json!({"message":{"id":"msg_fake","type":"message","role":"assistant","model":parsed["model"],"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":input,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}})));
-        sse.push_str(&ev(
-            "content_block_start",
-            json!({"index":0,"content_block":{"type":"text","text":""}}),
-        ));
-        sse.push_str(&ev(
-            "content_block_delta",
-            json!({"index":0,"delta":{"type":"text_delta","text":reply}}),
-        ));
-        sse.push_str(&ev("content_block_stop", json!({"index":0})));
-        sse.push_str(&ev("message_delta", json!({"delta":{"stop_reason": if finish == "length" {"max_tokens"} else {"end_turn"},"stop_sequence":null},"usage":{"output_tokens":output}})));
-        sse.push_str(&ev("message_stop", json!({})));
-    }
-    Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "text/event-stream")
-        .body(Body::from(sse))
-        .unwrap_or_default()
-}
-
-/// Starts the fake on 127.0.0.1 with the given replies.
+/// Starts the fake on 127.0.0.1 with the given replay list.
 pub async fn start(replies: Vec<(String, String)>) -> FakeLlm {
     let state = Arc::new(Mutex::new(FakeState {
         replies,
-        received: Vec::new(),
-        delay: std::time::Duration::ZERO,
-        fail_first: 0,
+        ..FakeState::default()
     }));
-    let app = Router::new()
-        .route("/v1/chat/completions", post(handle))
-        .route("/v1/messages", post(handle))
+    let app = axum::Router::new()
+        .fallback(handle)
         .with_state(state.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
+    let addr = listener.local_addr().expect("addr");
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {
@@ -206,10 +263,284 @@ pub async fn start(replies: Vec<(String, String)>) -> FakeLlm {
             .await;
     });
     FakeLlm {
-        port,
+        port: addr.port(),
+        addr: Some(addr),
         state,
-        shutdown,
+        _stop: Arc::new(shutdown.drop_guard()),
     }
+}
+
+/// A loopback port nothing listens on (bound, then released): connecting is refused.
+pub fn refused_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// What one request gets.
+enum Answer {
+    Scripted(Scripted),
+    Fault(Fault, (String, String)),
+    Replay(String, String),
+    Fail500,
+    Unscripted,
+}
+
+async fn handle(
+    State(state): State<Arc<Mutex<FakeState>>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let raw_body = String::from_utf8_lossy(&body).into_owned();
+    let recorded = Recorded {
+        method: method.to_string(),
+        path: uri
+            .path_and_query()
+            .map(|p| p.to_string())
+            .unwrap_or_default(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_ascii_lowercase(),
+                    v.to_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect(),
+        body: serde_json::from_str(&raw_body).unwrap_or(Value::Null),
+        raw_body,
+        at: std::time::Instant::now(),
+    };
+    let (answer, delay) = {
+        let mut s = state.lock();
+        s.received.push(recorded.clone());
+        let answer = if let Some(f) = s.script.pop_front() {
+            Answer::Scripted(f(&recorded))
+        } else if let Some(fault) = s.faults.pop_front() {
+            let next = s
+                .replies
+                .get(s.served)
+                .cloned()
+                .unwrap_or_else(|| ("FAULT-REPLY".into(), "stop".into()));
+            Answer::Fault(fault, next)
+        } else if s.scripted_only {
+            Answer::Unscripted
+        } else if s.fail_first > 0 {
+            s.fail_first -= 1;
+            Answer::Fail500
+        } else {
+            let idx = s.served;
+            s.served += 1;
+            let (r, f) = s
+                .replies
+                .get(idx)
+                .cloned()
+                .unwrap_or_else(|| ("UNEXPECTED-EXTRA-REQUEST".into(), "stop".into()));
+            Answer::Replay(r, f)
+        };
+        (answer, s.delay)
+    };
+    let anthropic = !uri.path().starts_with("/v1/chat/completions");
+    match answer {
+        Answer::Scripted(s) => scripted(s),
+        Answer::Unscripted => Response::builder()
+            .status(StatusCode::INTERNAL_SERVER_ERROR)
+            .body(Body::from("no scripted response"))
+            .unwrap_or_default(),
+        Answer::Fail500 => error_response(500, None),
+        Answer::Replay(reply, finish) => {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            sse_response(Body::from(
+                reply_events(&recorded.body, &reply, &finish, anthropic).concat(),
+            ))
+        }
+        Answer::Fault(fault, (reply, finish)) => {
+            let events = reply_events(&recorded.body, &reply, &finish, anthropic);
+            // The events that carry the first text: everything before the finishing ones.
+            let head: Vec<Result<Bytes, std::io::Error>> = events
+                .iter()
+                .take(if anthropic { 3 } else { 1 })
+                .map(|e| Ok(Bytes::from(e.clone())))
+                .collect();
+            match fault {
+                Fault::Status {
+                    status,
+                    retry_after,
+                } => error_response(status, retry_after.as_deref()),
+                Fault::SlowHeaders(d) => {
+                    tokio::time::sleep(d).await;
+                    sse_response(Body::from(events.concat()))
+                }
+                Fault::StallMidStream => sse_response(Body::from_stream(
+                    stream::iter(head).chain(stream::pending()),
+                )),
+                // The pause lets the headers and first events reach the client first, so the
+                // cut really happens mid-stream.
+                Fault::Truncated => sse_response(Body::from_stream(stream::iter(head).chain(
+                    stream::once(async {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Err(std::io::Error::other("connection cut"))
+                    }),
+                ))),
+                Fault::MalformedSse => {
+                    let mut chunks = head;
+                    chunks.push(Ok(Bytes::from(if anthropic {
+                        "event: content_block_delta\ndata: {\"index\":0,\"delta\":{\"type\"\n\n"
+                    } else {
+                        "data: {\"choices\":[{\"delta\":{\"content\":\"x\"\n\n"
+                    })));
+                    sse_response(Body::from_stream(stream::iter(chunks)))
+                }
+                Fault::Huge(total) => huge_response(&recorded.body, total, anthropic),
+                Fault::Length => sse_response(Body::from(
+                    reply_events(&recorded.body, &reply, "length", anthropic).concat(),
+                )),
+            }
+        }
+    }
+}
+
+fn scripted(s: Scripted) -> Response {
+    let delay = s.chunk_delay;
+    let chunks = stream::iter(s.chunks).then(move |c| async move {
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        Ok::<Bytes, std::io::Error>(Bytes::from(c))
+    });
+    let body = match s.ending {
+        Ending::Clean => Body::from_stream(chunks),
+        Ending::Cut => Body::from_stream(
+            chunks.chain(stream::once(async { Err(std::io::Error::other("cut")) })),
+        ),
+        Ending::Stall => Body::from_stream(chunks.chain(stream::pending())),
+    };
+    let mut b = Response::builder()
+        .status(s.status)
+        .header("content-type", s.content_type);
+    for (k, v) in &s.headers {
+        b = b.header(k.as_str(), v.as_str());
+    }
+    b.body(body).expect("response")
+}
+
+fn sse_response(body: Body) -> Response {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .unwrap_or_default()
+}
+
+/// An error status with the SDKs' JSON error shape and an optional `Retry-After`.
+fn error_response(status: u16, retry_after: Option<&str>) -> Response {
+    let mut b = Response::builder()
+        .status(status)
+        .header("content-type", "application/json");
+    if let Some(v) = retry_after {
+        b = b.header("retry-after", v);
+    }
+    let message = match status {
+        429 => "rate limited, slow down",
+        503 => "service unavailable",
+        _ => "internal server error",
+    };
+    b.body(Body::from(
+        json!({"error": {"message": message, "type": "server_error"}}).to_string(),
+    ))
+    .unwrap_or_default()
+}
+
+/// A 200 stream of text deltas adding up to `total` bytes, produced lazily (64 KiB per event).
+fn huge_response(request: &Value, total: usize, anthropic: bool) -> Response {
+    const PIECE: usize = 64 * 1024;
+    let piece = "x".repeat(PIECE);
+    let event = if anthropic {
+        Bytes::from(format!(
+            "event: content_block_delta\ndata: {}\n\n",
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":piece}})
+        ))
+    } else {
+        Bytes::from(data(
+            &json!({"id":"chatcmpl-fake","object":"chat.completion.chunk","created":0,"model":request["model"],"choices":[{"index":0,"delta":{"content":piece},"finish_reason":null}]}),
+        ))
+    };
+    let events = reply_events(request, "", "stop", anthropic);
+    let (first, rest) = if anthropic {
+        (events[..2].concat(), events[2..].concat())
+    } else {
+        (String::new(), events[1..].concat())
+    };
+    let body = stream::once(async move { Ok::<Bytes, std::io::Error>(Bytes::from(first)) })
+        .chain(stream::iter(
+            std::iter::repeat_n(event, total.div_ceil(PIECE)).map(Ok),
+        ))
+        .chain(stream::once(async move { Ok(Bytes::from(rest)) }));
+    sse_response(Body::from_stream(body))
+}
+
+/// A complete reply as SSE events, in the protocol of the request (usage from the fixtures'
+/// formula: ceil(len/4) of the messages and of the reply).
+fn reply_events(request: &Value, reply: &str, finish: &str, anthropic: bool) -> Vec<String> {
+    let messages = request.get("messages").cloned().unwrap_or(json!([]));
+    let input = js_len(&compactd::json::stringify(&messages)).div_ceil(4);
+    let output = js_len(reply).div_ceil(4);
+    if !anthropic {
+        let base = json!({"id":"chatcmpl-fake","object":"chat.completion.chunk","created":0,"model":request["model"]});
+        let mut c1 = base.clone();
+        c1["choices"] =
+            json!([{"index":0,"delta":{"role":"assistant","content":reply},"finish_reason":null}]);
+        let mut c2 = base;
+        c2["choices"] = json!([{"index":0,"delta":{},"finish_reason": if finish == "length" {"length"} else {"stop"}}]);
+        c2["usage"] =
+            json!({"prompt_tokens":input,"completion_tokens":output,"total_tokens":input+output});
+        return vec![data(&c1), data(&c2), "data: [DONE]\n\n".into()];
+    }
+    let ev = |t: &str, mut o: Value| {
+        o["type"] = json!(t);
+        event(t, &o)
+    };
+    vec![
+        ev(
+            "message_start",
+            json!({"message":{"id":"msg_fake","type":"message","role":"assistant","model":request["model"],"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":input,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}),
+        ),
+        ev(
+            "content_block_start",
+            json!({"index":0,"content_block":{"type":"text","text":""}}),
+        ),
+        ev(
+            "content_block_delta",
+            json!({"index":0,"delta":{"type":"text_delta","text":reply}}),
+        ),
+        ev("content_block_stop", json!({"index":0})),
+        ev(
+            "message_delta",
+            json!({"delta":{"stop_reason": if finish == "length" {"max_tokens"} else {"end_turn"},"stop_sequence":null},"usage":{"output_tokens":output}}),
+        ),
+        ev("message_stop", json!({})),
+    ]
+}
+
+/// `data: <json>\n\n`, the OpenAI chunk framing.
+pub fn data(v: &Value) -> String {
+    format!("data: {}\n\n", serde_json::to_string(v).expect("json"))
+}
+
+/// `event: <name>\ndata: <json>\n\n`, the Anthropic / Responses framing.
+pub fn event(name: &str, v: &Value) -> String {
+    format!(
+        "event: {name}\ndata: {}\n\n",
+        serde_json::to_string(v).expect("json")
+    )
+}
+
+/// JavaScript `str.length` (UTF-16 units).
+pub fn js_len(s: &str) -> usize {
+    compactd::json::utf16_len(s)
 }
 
 /// The fixtures' summarizer models, pointed at the fake.

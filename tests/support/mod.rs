@@ -1,7 +1,10 @@
-//! Shared helpers for integration tests: locating fixtures and comparing JSON with useful diffs.
+//! Shared helpers for integration tests: locating fixtures (and failing in CI when they are
+//! missing), comparing JSON with useful diffs, the fake provider and the RPC client.
 #![allow(dead_code)]
 
+pub mod daemon_env;
 pub mod fake_llm;
+pub mod oracle;
 pub mod rpc_client;
 
 use std::collections::HashMap;
@@ -29,24 +32,72 @@ pub const ANALYSIS_FIELDS: [&str; 12] = [
     "serialized",
 ];
 
-/// The conformance cases directory: `$COMPACTD_CONFORMANCE_DIR`, else `../shared/conformance/cases`.
-pub fn conformance_dir() -> PathBuf {
-    if let Ok(d) = std::env::var("COMPACTD_CONFORMANCE_DIR") {
-        return PathBuf::from(d);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/cases")
-}
+#[path = "../../src/test_fixtures.rs"]
+mod fixtures;
+#[allow(unused_imports)]
+pub use fixtures::{case_file, cases_with, conformance_dir, in_ci, skip_or_fail};
 
-/// Every case directory, sorted.
+/// Every case directory with an `expected.json`, sorted; never empty (an absent or empty cases
+/// directory fails here, in CI and on a developer machine alike, since these suites need it).
 pub fn case_dirs() -> Vec<PathBuf> {
     let dir = conformance_dir();
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read conformance dir {}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("expected.json").is_file())
+    let cases = cases_with("conformance cases", "expected.json");
+    assert!(
+        !cases.is_empty(),
+        "no conformance cases in {}",
+        dir.display()
+    );
+    cases
+}
+
+/// The conformance cases directory when it exists (else `None`, after [`skip_or_fail`]).
+pub fn conformance_cases() -> Option<PathBuf> {
+    let dir = conformance_dir();
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        skip_or_fail(
+            "recorded provider requests",
+            &format!("no conformance cases at {}", dir.display()),
+        );
+        None
+    }
+}
+
+/// Every recorded request of `api` across all cases, with its case name; never empty when the
+/// cases exist (a fixture comparison over nothing would prove nothing).
+pub fn recorded_requests(api: &str) -> Vec<(String, Value)> {
+    let Some(dir) = conformance_cases() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut cases: Vec<_> = std::fs::read_dir(&dir)
+        .expect("read cases")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
         .collect();
     cases.sort();
-    cases
+    for case in cases {
+        let Ok(text) = std::fs::read_to_string(case.join("llm-requests.json")) else {
+            continue;
+        };
+        let v: Value = serde_json::from_str(&text).expect("llm-requests.json parses");
+        if let Some(reqs) = v.get(api).and_then(Value::as_array) {
+            let name = case
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            for r in reqs {
+                out.push((name.clone(), r.clone()));
+            }
+        }
+    }
+    assert!(
+        !out.is_empty(),
+        "no recorded {api} requests in {}",
+        dir.display()
+    );
+    out
 }
 
 pub fn read_json(path: &std::path::Path) -> Value {

@@ -135,7 +135,21 @@ impl Client {
 
     /// Spawns `compactd stdio` with extra args and environment.
     pub fn stdio(args: &[&str], env: &[(&str, &Path)], framing: Framing) -> Client {
+        Client::stdio_in(None, args, env, framing)
+    }
+
+    /// [`Client::stdio`] with the daemon's working directory set (so relative paths a test
+    /// sends cannot land in the checkout).
+    pub fn stdio_in(
+        cwd: Option<&Path>,
+        args: &[&str],
+        env: &[(&str, &Path)],
+        framing: Framing,
+    ) -> Client {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
         cmd.arg("stdio")
             .args(args)
             .stdin(Stdio::piped())
@@ -191,6 +205,19 @@ impl Client {
         self.next_id += 1;
         self.send_value(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}));
         id
+    }
+
+    /// [`Client::send`] that reports a dead peer (`None`) instead of panicking, for suites
+    /// that kill the daemon while requests are still being written.
+    pub fn try_send(&mut self, method: &str, params: Value) -> Option<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
+        let bytes = frame(self.framing, body.as_bytes());
+        let mut w = self.writer.lock().unwrap();
+        w.write_all(&bytes).ok()?;
+        w.flush().ok()?;
+        Some(id)
     }
 
     pub fn notify(&mut self, method: &str, params: Value) {
@@ -264,6 +291,29 @@ impl Client {
                 self.pending.push_back(v);
             }
         }
+    }
+
+    /// The daemon's process id, when this client spawned it.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `kill -9` of the spawned daemon (no cleanup runs), then reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Every message still to be read until the stream ends or `quiet` passes with nothing new
+    /// (after [`Client::kill`]: what the daemon wrote before it died).
+    pub fn drain(&mut self, quiet: Duration) -> Vec<Value> {
+        let mut out: Vec<Value> = self.pending.drain(..).collect();
+        while let Some(v) = self.next_message(quiet) {
+            out.push(v);
+        }
+        out
     }
 
     /// Reads whatever arrives within `d` (one message at most) — for raw error responses.

@@ -1,0 +1,359 @@
+//! Crash safety: `kill -9` of the real daemon at random moments, during streams of appends,
+//! during an extractive compaction, and during an LLM compaction whose provider stalls.
+//!
+//! After every kill the session file must hold every append the daemon acknowledged, in the
+//! order sent, each exactly once; no line may be half-written; every parent must precede its
+//! child; an acknowledged compaction must be there and an unacknowledged LLM compaction must
+//! not; `compactd inspect --json` must load the file, the next daemon must open it (the lock
+//! died with the process), and Pi (the oracle) must load it exactly as compactd does.
+//!
+//! Short form (CI): [`SHORT_KILLS`] kills in a few seconds. Long form: `COMPACTD_LONG_TESTS=1`
+//! runs [`LONG_KILLS`].
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use support::daemon_env::{now_ms, open, parsed_lines, Env};
+use support::fake_llm;
+use support::oracle::Oracle;
+use support::rpc_client::{Client, Framing};
+
+const SHORT_KILLS: usize = 15;
+const LONG_KILLS: usize = 150;
+const LONG: Duration = Duration::from_secs(60);
+
+fn long_form() -> bool {
+    std::env::var("COMPACTD_LONG_TESTS").as_deref() == Ok("1")
+}
+
+/// A deterministic xorshift, so a failing iteration can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// The marker text of message `n`, unique in the file.
+fn marker(n: usize) -> String {
+    format!("crash-msg-{n:06}")
+}
+
+/// Message `n`: users and assistants alternate; ~300 characters so compactions have work.
+fn message(n: usize) -> Value {
+    let text = format!("{} {}", marker(n), "lorem ipsum dolor sit amet ".repeat(11));
+    if n.is_multiple_of(2) {
+        json!({"role": "user", "content": text, "timestamp": now_ms()})
+    } else {
+        json!({"role": "assistant", "content": [{"type": "text", "text": text}],
+               "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5",
+               "usage": {"input": 10, "output": 80, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 90,
+                         "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+               "stopReason": "stop", "timestamp": now_ms()})
+    }
+}
+
+/// The marker of an entry written by this suite, if it is one.
+fn marker_of(entry: &Value) -> Option<String> {
+    let m = &entry["message"];
+    let text = m["content"]
+        .as_str()
+        .or_else(|| m["content"][0]["text"].as_str())?;
+    text.strip_prefix("crash-msg-")
+        .map(|rest| format!("crash-msg-{}", &rest[..rest.len().min(6)]))
+}
+
+/// What the suite sent and what the daemon acknowledged, across all daemon lives.
+#[derive(Default)]
+struct Ledger {
+    /// Markers in the order their appends were sent.
+    sent: Vec<String>,
+    /// Acknowledged appends: marker → entry id.
+    acked: HashMap<String, String>,
+    /// Acknowledged compaction entry ids.
+    compactions: Vec<String>,
+    kills: usize,
+    kills_in_llm_compaction: usize,
+    kills_in_extractive_compaction: usize,
+    pi_checks: usize,
+}
+
+impl Ledger {
+    /// Sends appends `from..to`, pipelined, tolerating a daemon that dies meanwhile; returns the
+    /// request ids with their markers.
+    fn send_appends(
+        &mut self,
+        c: &mut Client,
+        sid: &str,
+        from: usize,
+        to: usize,
+    ) -> Vec<(u64, String)> {
+        let mut ids = Vec::new();
+        for n in from..to {
+            let Some(id) = c.try_send(
+                "appendMessage",
+                json!({"sessionId": sid, "message": message(n)}),
+            ) else {
+                break;
+            };
+            self.sent.push(marker(n));
+            ids.push((id, marker(n)));
+        }
+        ids
+    }
+
+    /// Records the acknowledgements among `responses`.
+    fn record(&mut self, responses: &[Value], appends: &[(u64, String)], compact: Option<u64>) {
+        let by_id: HashMap<u64, &String> = appends.iter().map(|(i, m)| (*i, m)).collect();
+        for r in responses {
+            let Some(id) = r["id"].as_u64() else { continue };
+            let Some(result) = r.get("result") else {
+                continue;
+            };
+            if let Some(m) = by_id.get(&id) {
+                let entry = result["entryId"].as_str().expect("entryId").to_owned();
+                self.acked.insert((*m).clone(), entry);
+            } else if Some(id) == compact {
+                // A compaction's reply carries the result, not the entry id: find it in the file.
+                self.compactions.push(String::new());
+            }
+        }
+    }
+}
+
+/// Everything a file must satisfy after a kill.
+fn verify(env: &Env, file: &Path, ledger: &Ledger, oracle: Option<&Oracle>) {
+    let entries = parsed_lines(file).unwrap_or_else(|e| panic!("after kill {}: {e}", ledger.kills));
+    let mut ids = HashSet::new();
+    let mut seen_markers = Vec::new();
+    for (i, e) in entries.iter().enumerate().skip(1) {
+        let id = e["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("line {}: no id: {e}", i + 1));
+        assert!(ids.insert(id.to_owned()), "duplicate entry id {id}");
+        if let Some(p) = e["parentId"].as_str() {
+            assert!(
+                ids.contains(p),
+                "line {}: parent {p} does not precede its child",
+                i + 1
+            );
+        }
+        if let Some(m) = marker_of(e) {
+            seen_markers.push(m);
+        }
+    }
+    // The appends on file are the sent ones, in order, each once (a prefix-closed subsequence:
+    // only unacknowledged appends may be missing).
+    let mut unique = HashSet::new();
+    for m in &seen_markers {
+        assert!(unique.insert(m.clone()), "append {m} written twice");
+    }
+    let position: HashMap<&String, usize> = ledger
+        .sent
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m, i))
+        .collect();
+    let mut last = None;
+    for m in &seen_markers {
+        let p = position
+            .get(m)
+            .unwrap_or_else(|| panic!("{m} on file but never sent"));
+        assert!(last < Some(*p), "append {m} out of order");
+        last = Some(*p);
+    }
+    let by_id: HashMap<&str, &Value> = entries
+        .iter()
+        .filter_map(|e| e["id"].as_str().map(|id| (id, e)))
+        .collect();
+    for (m, id) in &ledger.acked {
+        let e = by_id
+            .get(id.as_str())
+            .copied()
+            .unwrap_or_else(|| panic!("acknowledged append {m} (entry {id}) lost"));
+        assert_eq!(
+            marker_of(e).as_ref(),
+            Some(m),
+            "entry {id} holds another append"
+        );
+    }
+    let compactions = entries.iter().filter(|e| e["type"] == "compaction").count();
+    assert!(
+        compactions >= ledger.compactions.len(),
+        "{} compactions acknowledged, {compactions} on file",
+        ledger.compactions.len()
+    );
+    let ours = env
+        .inspect(file)
+        .unwrap_or_else(|e| panic!("compactd inspect cannot load the file: {e}"));
+    let last_id = entries.last().and_then(|e| e["id"].as_str());
+    assert_eq!(
+        ours["session"]["leafId"].as_str(),
+        last_id,
+        "leaf is the last entry"
+    );
+    if let Some(o) = oracle {
+        o.agrees(file, &ours).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Kills the daemon after `delay`, from another thread while requests are still being written.
+fn kill_after(c: &Client, delay: Duration) -> std::thread::JoinHandle<()> {
+    let pid = c.pid().expect("spawned daemon");
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        let _ = std::process::Command::new("kill")
+            .arg("-9")
+            .arg(pid.to_string())
+            .status();
+    })
+}
+
+#[test]
+fn kill_9_during_appends_and_compactions_loses_nothing_acknowledged() {
+    let kills = if long_form() { LONG_KILLS } else { SHORT_KILLS };
+    let oracle = Oracle::find("crash: Pi loads the file after kills");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // A provider that never answers: the LLM compaction is always in flight when killed.
+    let fake = rt.block_on(fake_llm::start(vec![("NEVER".into(), "stop".into()); 4]));
+    fake.state.lock().delay = Duration::from_secs(3600);
+    let env = Env::new();
+    let file = env.session_as("009-bash-executions", "crash");
+    let mut ledger = Ledger::default();
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut next = 0usize;
+    for i in 0..kills {
+        let mode = i % 3;
+        if mode == 2 {
+            env.write_config(&format!(
+                "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nmodel = \"fake-gpt\"\nretry = {{ enabled = false }}\n",
+                fake.port
+            ));
+        } else {
+            env.remove_config();
+        }
+        let mut c = env.stdio(&[], Framing::Ndjson);
+        // The previous daemon died holding the session: its lock must be gone.
+        let sid = open(&mut c, &file);
+        c.ok(
+            "setSettingsOverrides",
+            json!({"sessionId": sid, "compaction": {"keepRecentTokens": 1000}}),
+        );
+        match mode {
+            0 => {
+                // A stream of appends, killed part-way.
+                let killer = kill_after(&c, Duration::from_millis(5 + rng.below(60)));
+                let appends = ledger.send_appends(&mut c, &sid, next, next + 300);
+                next += 300;
+                killer.join().expect("killer");
+                let responses = c.drain(Duration::from_millis(200));
+                ledger.record(&responses, &appends, None);
+            }
+            1 => {
+                // Appends, an extractive compaction, more appends; killed somewhere in there.
+                let before = ledger.send_appends(&mut c, &sid, next, next + 20);
+                next += 20;
+                for (id, _) in &before {
+                    let _ = c.wait(*id, LONG);
+                }
+                let mut responses: Vec<Value> = c.log.clone();
+                // Spread over the compaction's duration (150-300 ms in a debug build): before, during, after.
+                let killer = kill_after(&c, Duration::from_millis((i as u64 / 3 * 97) % 500));
+                let compact = c.try_send("compact", json!({"sessionId": sid}));
+                let mut appends = ledger.send_appends(&mut c, &sid, next, next + 100);
+                next += 100;
+                appends.extend(before);
+                killer.join().expect("killer");
+                responses.extend(c.drain(Duration::from_millis(200)));
+                ledger.record(&responses, &appends, compact);
+                ledger.kills_in_extractive_compaction += 1;
+            }
+            _ => {
+                // An LLM compaction stuck on its provider: killed while it waits.
+                let appends = ledger.send_appends(&mut c, &sid, next, next + 20);
+                next += 20;
+                for (id, _) in &appends {
+                    c.wait(*id, LONG).expect("append before the compaction");
+                }
+                ledger.record(&c.log.clone(), &appends, None);
+                c.ok("subscribe", json!({"sessionId": sid}));
+                let settled = std::fs::read(&file).expect("read");
+                let compact = c.send("compact", json!({"sessionId": sid}));
+                c.wait_notification("compaction_start", LONG)
+                    .expect("compaction_start");
+                std::thread::sleep(Duration::from_millis(rng.below(50)));
+                c.kill();
+                let responses = c.drain(Duration::from_millis(100));
+                assert!(
+                    !responses.iter().any(|r| r["id"] == compact),
+                    "the stalled compaction cannot have answered"
+                );
+                assert_eq!(
+                    std::fs::read(&file).expect("read"),
+                    settled,
+                    "a compaction in flight at the kill wrote to the file"
+                );
+                ledger.kills_in_llm_compaction += 1;
+            }
+        }
+        c.kill();
+        ledger.kills += 1;
+        // Pi is slow to start: it checks every fifth file and the last one.
+        let check_pi = i % 5 == 4 || i + 1 == kills;
+        verify(&env, &file, &ledger, oracle.as_ref().filter(|_| check_pi));
+        ledger.pi_checks += usize::from(check_pi && oracle.is_some());
+        if ledger.kills % 25 == 0 {
+            eprintln!(
+                "crash: {} kills, {} appends acknowledged so far",
+                ledger.kills,
+                ledger.acked.len()
+            );
+        }
+    }
+    // One more daemon life: it opens the file and appends after the last kill.
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = open(&mut c, &file);
+    let r = c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": message(next)}),
+    );
+    ledger.sent.push(marker(next));
+    ledger.acked.insert(
+        marker(next),
+        r["entryId"].as_str().expect("entryId").to_owned(),
+    );
+    drop(c);
+    verify(&env, &file, &ledger, oracle.as_ref());
+    ledger.pi_checks += usize::from(oracle.is_some());
+    let on_file = parsed_lines(&file)
+        .expect("parse")
+        .iter()
+        .filter(|e| e["type"] == "compaction")
+        .count();
+    println!(
+        "crash: {} kills survived ({} during extractive compaction, {} during a stalled LLM compaction); {} appends sent, {} acknowledged, all present; {} compactions acknowledged, {on_file} on file; Pi loaded the file {} times",
+        ledger.kills,
+        ledger.kills_in_extractive_compaction,
+        ledger.kills_in_llm_compaction,
+        ledger.sent.len(),
+        ledger.acked.len(),
+        ledger.compactions.len(),
+        ledger.pi_checks
+    );
+    assert!(
+        ledger.acked.len() > kills,
+        "too few appends were acknowledged to prove anything"
+    );
+}

@@ -1,0 +1,188 @@
+//! An isolated environment for driving the real `compactd` binary: a temporary home with no user
+//! configuration and no Pi settings, copies of conformance sessions, and helpers to start the
+//! daemon over stdio or a socket with a given configuration. Shared by the black-box suites
+//! (daemon flows, provider faults, crashes, load, dispatch fuzzing) so they all start the
+//! daemon the same way.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{json, Value};
+
+use super::rpc_client::{Client, Framing};
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("config")).expect("config dir");
+        std::fs::create_dir_all(dir.path().join("agent")).expect("agent dir");
+        Env { dir }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn vars(&self) -> Vec<(&'static str, PathBuf)> {
+        vec![
+            ("XDG_CONFIG_HOME", self.path("config")),
+            ("PI_CODING_AGENT_DIR", self.path("agent")),
+            ("XDG_RUNTIME_DIR", self.path("run")),
+        ]
+    }
+
+    /// A copy of a conformance case's session as `<case>.jsonl`.
+    pub fn session(&self, case: &str) -> PathBuf {
+        self.session_as(case, case)
+    }
+
+    /// A copy of a conformance case's session as `<name>.jsonl`.
+    pub fn session_as(&self, case: &str, name: &str) -> PathBuf {
+        let p = self.path(&format!("{name}.jsonl"));
+        std::fs::copy(
+            super::conformance_dir().join(case).join("session.jsonl"),
+            &p,
+        )
+        .expect("copy fixture");
+        // The fixtures may be read-only; the copy is the test's to write.
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .expect("make the copy writable");
+        p
+    }
+
+    pub fn stdio(&self, args: &[&str], framing: Framing) -> Client {
+        let vars = self.vars();
+        let env: Vec<(&str, &Path)> = vars.iter().map(|(k, v)| (*k, v.as_path())).collect();
+        Client::stdio(args, &env, framing)
+    }
+
+    /// [`Env::stdio`] running inside the temporary home (relative paths resolve there).
+    pub fn stdio_inside(&self, args: &[&str], framing: Framing) -> Client {
+        let vars = self.vars();
+        let env: Vec<(&str, &Path)> = vars.iter().map(|(k, v)| (*k, v.as_path())).collect();
+        Client::stdio_in(Some(self.dir.path()), args, &env, framing)
+    }
+
+    pub fn serve(&self, socket: &Path, extra: &[&str]) -> Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
+        cmd.arg("serve")
+            .arg("--socket")
+            .arg(socket)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in self.vars() {
+            cmd.env(k, v);
+        }
+        cmd.spawn().expect("spawn compactd serve")
+    }
+
+    /// Configures the daemon to summarize with the fake OpenAI server on `port`.
+    pub fn use_fake_summarizer(&self, port: u16, retry: &str) {
+        self.write_config(&format!(
+            "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"fake-gpt\"\nretry = {retry}\n"
+        ));
+    }
+
+    pub fn write_config(&self, text: &str) {
+        std::fs::create_dir_all(self.path("config/compactd")).expect("config dir");
+        std::fs::write(self.path("config/compactd/config.toml"), text).expect("write config");
+    }
+
+    /// Back to the default (extractive) configuration.
+    pub fn remove_config(&self) {
+        let _ = std::fs::remove_file(self.path("config/compactd/config.toml"));
+    }
+
+    /// `compactd inspect --json FILE`: the analysis, or the failure's stderr.
+    pub fn inspect(&self, file: &Path) -> Result<Value, String> {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
+        cmd.arg("inspect").arg("--json").arg(file);
+        for (k, v) in self.vars() {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("inspect output: {e}"))
+    }
+}
+
+impl Default for Env {
+    fn default() -> Self {
+        Env::new()
+    }
+}
+
+/// The model the suites open sessions with.
+pub fn model() -> Value {
+    json!({"provider": "anthropic", "id": "claude-sonnet-4-5", "contextWindow": 200000, "maxTokens": 64000})
+}
+
+/// `openSession` of `path`; returns the session id.
+pub fn open(c: &mut Client, path: &Path) -> String {
+    let info = c.ok("openSession", json!({"path": path, "model": model()}));
+    info["sessionId"].as_str().expect("sessionId").to_owned()
+}
+
+/// Number of lines of a file (0 when it cannot be read).
+pub fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+/// Milliseconds since the epoch, for message timestamps.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Every line of a session file parsed, failing on any line that is not complete JSON or a
+/// file that does not end with a newline (a half-written entry).
+pub fn parsed_lines(path: &Path) -> Result<Vec<Value>, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    if !bytes.is_empty() && !bytes.ends_with(b"\n") {
+        let tail = String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(120)..]).into_owned();
+        return Err(format!(
+            "{}: no final newline; tail {tail:?}",
+            path.display()
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_slice::<Value>(line) {
+            Ok(v) => out.push(v),
+            Err(e) => {
+                return Err(format!(
+                    "{} line {}: not JSON ({e}): {:?}",
+                    path.display(),
+                    i + 1,
+                    String::from_utf8_lossy(&line[..line.len().min(200)])
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A spawned daemon that is killed when the test ends, even by a panic.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
