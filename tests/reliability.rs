@@ -11,61 +11,16 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::daemon_env::{model, open, Env};
 use support::rpc_client::{Client, Framing};
 
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let dir = tempfile::tempdir().expect("tempdir");
-        for d in ["config", "agent", "run"] {
-            std::fs::create_dir_all(dir.path().join(d)).unwrap();
-        }
-        Env { dir }
+/// `compactd stdio` in the shared isolated environment, optionally with a config file's text.
+fn client(env: &Env, config: Option<&str>) -> Client {
+    match config {
+        Some(text) => env.write_config(text),
+        None => env.remove_config(),
     }
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-    fn vars(&self) -> Vec<(&'static str, PathBuf)> {
-        vec![
-            ("XDG_CONFIG_HOME", self.path("config")),
-            ("PI_CODING_AGENT_DIR", self.path("agent")),
-            ("XDG_RUNTIME_DIR", self.path("run")),
-            ("HOME", self.dir.path().to_owned()),
-        ]
-    }
-    /// `compactd stdio`, optionally with a config file's text.
-    fn client(&self, config: Option<&str>) -> Client {
-        let mut args: Vec<String> = Vec::new();
-        if let Some(text) = config {
-            let p = self.path("compactd.toml");
-            std::fs::write(&p, text).unwrap();
-            args.push("--config".into());
-            args.push(p.display().to_string());
-        }
-        let vars = self.vars();
-        let env: Vec<(&str, &Path)> = vars.iter().map(|(k, v)| (*k, v.as_path())).collect();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Client::stdio(&args, &env, Framing::Ndjson)
-    }
-    fn fixture(&self, case: &str) -> PathBuf {
-        let p = self.path(&format!("{case}.jsonl"));
-        std::fs::copy(
-            support::conformance_dir().join(case).join("session.jsonl"),
-            &p,
-        )
-        .expect("copy fixture");
-        p
-    }
-}
-
-const MODEL: fn() -> Value = || json!({"provider":"anthropic","id":"claude-sonnet-4-5","contextWindow":200000,"maxTokens":64000});
-
-fn open(c: &mut Client, path: &Path) -> String {
-    let r = c.ok("openSession", json!({"path": path, "model": MODEL()}));
-    r["sessionId"].as_str().expect("sessionId").to_owned()
+    env.stdio(&[], Framing::Ndjson)
 }
 
 fn user(c: &mut Client, sid: &str, text: &str) -> Result<Value, Value> {
@@ -118,8 +73,8 @@ fn append_bytes(path: &Path, bytes: &[u8]) {
 #[test]
 fn another_writers_entries_become_the_parent_of_the_next_append() {
     let env = Env::new();
-    let path = env.fixture("005-medium-basic");
-    let mut c = env.client(None);
+    let path = env.session("005-medium-basic");
+    let mut c = client(&env, None);
     let sid = open(&mut c, &path);
     let leaf = c.ok("getContextUsage", json!({"sessionId": sid}));
     assert!(leaf.is_object());
@@ -167,8 +122,8 @@ fn another_writers_entries_become_the_parent_of_the_next_append() {
 #[test]
 fn a_torn_line_that_stays_torn_is_repaired_not_glued() {
     let env = Env::new();
-    let path = env.fixture("005-medium-basic");
-    let mut c = env.client(None);
+    let path = env.session("005-medium-basic");
+    let mut c = client(&env, None);
     let sid = open(&mut c, &path);
     append_bytes(&path, b"{\"type\":\"message\",\"id\":\"torn");
     let r = user(&mut c, &sid, "after a crash").expect("append accepted");
@@ -182,9 +137,9 @@ fn a_torn_line_that_stays_torn_is_repaired_not_glued() {
 #[test]
 fn replaced_or_truncated_files_are_never_written_until_reopened() {
     let env = Env::new();
-    let path = env.fixture("005-medium-basic");
-    let other = env.fixture("006-tool-heavy-file-ops");
-    let mut c = env.client(None);
+    let path = env.session("005-medium-basic");
+    let other = env.session("006-tool-heavy-file-ops");
+    let mut c = client(&env, None);
     let sid = open(&mut c, &path);
     // Replaced by rename (an editor's save, another agent's rewrite).
     std::fs::rename(&other, &path).unwrap();
@@ -213,8 +168,8 @@ fn replaced_or_truncated_files_are_never_written_until_reopened() {
 #[test]
 fn the_cli_refuses_a_file_the_daemon_holds() {
     let env = Env::new();
-    let path = env.fixture("005-medium-basic");
-    let mut c = env.client(None);
+    let path = env.session("005-medium-basic");
+    let mut c = client(&env, None);
     let _sid = open(&mut c, &path);
     let before = std::fs::read(&path).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_compactd"))
@@ -249,25 +204,26 @@ fn special_files_are_refused_before_reading_and_the_daemon_keeps_serving() {
     let fifo = env.path("pipe.jsonl");
     let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(status.success());
-    let mut c = env.client(Some(
-        "[storage]\nallowed_roots = [\"/\"]\nmax_session_bytes = 4096\n",
-    ));
+    let mut c = client(
+        &env,
+        Some("[storage]\nallowed_roots = [\"/\"]\nmax_session_bytes = 4096\n"),
+    );
     let t = Instant::now();
     let err = c
-        .request("openSession", json!({"path": fifo, "model": MODEL()}))
+        .request("openSession", json!({"path": fifo, "model": model()}))
         .expect_err("fifo refused");
     assert_eq!(kind(&err), "not_regular_file", "{err}");
     assert!(t.elapsed() < Duration::from_secs(5));
     let err = c
         .request(
             "openSession",
-            json!({"path": "/dev/zero", "model": MODEL()}),
+            json!({"path": "/dev/zero", "model": model()}),
         )
         .expect_err("device refused");
     assert_eq!(kind(&err), "not_regular_file", "{err}");
-    let big = env.fixture("006-tool-heavy-file-ops");
+    let big = env.session("006-tool-heavy-file-ops");
     let err = c
-        .request("openSession", json!({"path": big, "model": MODEL()}))
+        .request("openSession", json!({"path": big, "model": model()}))
         .expect_err("too large");
     assert_eq!(kind(&err), "too_large", "{err}");
     // Still a FIFO, and the daemon still answers.
@@ -279,20 +235,20 @@ fn special_files_are_refused_before_reading_and_the_daemon_keeps_serving() {
 #[test]
 fn refused_opens_create_nothing_and_sessions_leave_no_lock_files() {
     let env = Env::new();
-    let mut c = env.client(None);
+    let mut c = client(&env, None);
     let missing = env.path("nodir/deeper/s.jsonl");
     let err = c
-        .request("openSession", json!({"path": missing, "model": MODEL()}))
+        .request("openSession", json!({"path": missing, "model": model()}))
         .expect_err("missing");
     assert_eq!(kind(&err), "not_found");
     assert!(!env.path("nodir").exists(), "no directory created");
     let text = env.path("notes.jsonl");
     std::fs::write(&text, "hello\n").unwrap();
     let err = c
-        .request("openSession", json!({"path": text, "model": MODEL()}))
+        .request("openSession", json!({"path": text, "model": model()}))
         .expect_err("not a session");
     assert_eq!(kind(&err), "invalid_session_file");
-    let path = env.fixture("005-medium-basic");
+    let path = env.session("005-medium-basic");
     // An empty lock file left by the old convention is cleaned up.
     let mut old_lock = path.as_os_str().to_owned();
     old_lock.push(".lock");
@@ -312,14 +268,17 @@ fn paths_outside_the_allowed_roots_are_refused_untouched() {
     let env = Env::new();
     let inside = env.path("inside");
     std::fs::create_dir_all(&inside).unwrap();
-    let outside = env.fixture("005-medium-basic");
+    let outside = env.session("005-medium-basic");
     let before = std::fs::read(&outside).unwrap();
-    let mut c = env.client(Some(&format!(
-        "[storage]\nallowed_roots = [\"{}\"]\n",
-        inside.display()
-    )));
+    let mut c = client(
+        &env,
+        Some(&format!(
+            "[storage]\nallowed_roots = [\"{}\"]\n",
+            inside.display()
+        )),
+    );
     let err = c
-        .request("openSession", json!({"path": outside, "model": MODEL()}))
+        .request("openSession", json!({"path": outside, "model": model()}))
         .expect_err("outside");
     assert_eq!(kind(&err), "path_not_allowed", "{err}");
     assert_eq!(std::fs::read(&outside).unwrap(), before);
@@ -327,13 +286,13 @@ fn paths_outside_the_allowed_roots_are_refused_untouched() {
     let link = inside.join("link.jsonl");
     std::os::unix::fs::symlink(&outside, &link).unwrap();
     let err = c
-        .request("openSession", json!({"path": link, "model": MODEL()}))
+        .request("openSession", json!({"path": link, "model": model()}))
         .expect_err("link outside");
     assert_eq!(kind(&err), "path_not_allowed");
     let empty = env.path("empty.jsonl");
     std::fs::write(&empty, b"").unwrap();
     let err = c
-        .request("openSession", json!({"path": empty, "model": MODEL()}))
+        .request("openSession", json!({"path": empty, "model": model()}))
         .expect_err("empty file outside");
     assert_eq!(kind(&err), "path_not_allowed");
     assert_eq!(
@@ -353,7 +312,7 @@ fn a_migration_keeps_the_original_beside_the_file() {
         "not json but someone's notes\n",
     );
     std::fs::write(&path, original).unwrap();
-    let mut c = env.client(None);
+    let mut c = client(&env, None);
     let _sid = open(&mut c, &path);
     let backup = env.path("old.jsonl.v1.bak");
     assert_eq!(std::fs::read_to_string(&backup).unwrap(), original);
@@ -364,8 +323,8 @@ fn a_migration_keeps_the_original_beside_the_file() {
 #[test]
 fn durability_always_is_accepted_and_appends_land() {
     let env = Env::new();
-    let path = env.fixture("005-medium-basic");
-    let mut c = env.client(Some("[storage]\ndurability = \"always\"\n"));
+    let path = env.session("005-medium-basic");
+    let mut c = client(&env, Some("[storage]\ndurability = \"always\"\n"));
     let sid = open(&mut c, &path);
     let r = user(&mut c, &sid, "durable").expect("append");
     assert!(lines(&path).iter().any(|e| e["id"] == r["entryId"]));
