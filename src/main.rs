@@ -8,7 +8,14 @@
 use clap::Parser;
 
 /// `default`: the level when neither `COMPACTD_LOG` nor the config sets one.
-fn init_logging(config: &compactd::config::Config, default: &str) {
+///
+/// Log lines go through a bounded, lossy background writer: a log reader that stalls (a full
+/// stderr pipe nobody drains, a slow disk) loses log lines instead of stalling every client of
+/// the daemon. The returned guard flushes what is queued when dropped.
+fn init_logging(
+    config: &compactd::config::Config,
+    default: &str,
+) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = std::env::var("COMPACTD_LOG")
         .ok()
         .or_else(|| config.log.level.clone())
@@ -29,20 +36,21 @@ fn init_logging(config: &compactd::config::Config, default: &str) {
             .ok()
     });
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let lossy = tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(true);
     match file {
-        Some(f) => builder
-            .with_ansi(false)
-            .with_writer(std::sync::Mutex::new(f))
-            .init(),
+        Some(f) => {
+            let (writer, guard) = lossy.finish(f);
+            builder.with_ansi(false).with_writer(writer).init();
+            guard
+        }
         None => {
             // Colour only for a person at a terminal: never in an editor's log buffer, a pipe
             // or a file, and never when NO_COLOR is set (https://no-color.org).
             let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-            builder
-                .with_ansi(colour)
-                .with_writer(std::io::stderr)
-                .init()
+            let (writer, guard) = lossy.finish(std::io::stderr());
+            builder.with_ansi(colour).with_writer(writer).init();
+            guard
         }
     }
 }
@@ -62,6 +70,8 @@ fn main() {
         compactd::cli::Command::Serve { .. } | compactd::cli::Command::Stdio { .. } => "info",
         _ => "warn",
     };
-    init_logging(&config, default_level);
-    std::process::exit(compactd::cli::run(cli, config));
+    let guard = init_logging(&config, default_level);
+    let code = compactd::cli::run(cli, config);
+    drop(guard);
+    std::process::exit(code);
 }
