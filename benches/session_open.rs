@@ -1,213 +1,224 @@
-//! Benchmarks against baselines measured in the same run (never absolute thresholds):
+//! In-process benchmark of opening a session, every figure a ratio to a baseline measured in the
+//! same run:
 //!
-//! 1. Opening a big session: compactd's full open (parse every line, extract entry facts, index
-//!    the tree, build the live context) vs. a bare `serde_json` parse of every line. Target: at
-//!    most 1.5x.
-//! 2. A check after an append: append one message to the in-memory session and answer
-//!    `getContextUsage`/`shouldCompact` from the incremental context. Target: under 1 ms, reported
-//!    as a ratio to the bare parse of that one line.
+//! - the floor: a validating parse of every line into `serde::de::IgnoredAny`, single-threaded,
+//!   keeping nothing (the least any reader of the file must do);
+//! - a second reference: a parse of every line into a kept `serde_json::Value` (what a value-tree
+//!   session model pays);
+//! - compactd's open: `read_session_bytes` + `SessionTree::from_parsed` + the branch +
+//!   `BranchIndex::build` + `plan_compaction` + the context estimate (what the daemon's
+//!   `openSession` + `getContextUsage` + `previewCompaction` compute, without the socket), as wall
+//!   time and as CPU time (the reader parses on several threads);
+//! - Pi 0.85.0's `bench.mjs` on the same file (`workMs`: load + context + prepare), when the oracle
+//!   is installed (`COMPACTD_ORACLE`);
+//! - a steady-state step: append one user message at the leaf, extend the index, re-plan and
+//!   re-estimate, against the floor parse of that one line.
 //!
-//! `cargo bench --bench session_open` runs it at 100 MB (override with `COMPACTD_BENCH_MB`).
-//! Under `cargo test` (no `--bench` argument) it runs a 1 MB smoke version so the code stays
-//! exercised without slowing the test suite.
+//! Sessions: `gen.mjs --big N` for N in `COMPACTD_BENCH_SIZES` (default 1,10,100), generated
+//! once into `target/bench-data/`; without the oracle, a synthetic session of the same size.
+//! Under `cargo test` (no `--bench`) a 1 MB synthetic smoke run checks the code path in seconds.
 
-use std::time::{Duration, Instant};
+mod common;
 
-use compactd::compaction::tokens::CompactionSettings;
-use compactd::live_context::LiveContext;
-use compactd::session::{read_session, Entry, ReadOutcome, SessionTree};
+use std::time::Instant;
+
+use bytes::Bytes;
 use serde_json::{json, Value};
 
-/// A deterministic xorshift generator (no dependency, same session every run).
-struct Rng(u64);
+use common::{cpu_time, median, ms, Oracle};
+use compactd::compaction::{plan_compaction, BranchIndex, CompactionSettings};
+use compactd::session::{read_session_bytes, BranchView, Entry, ReadOutcome, SessionTree};
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick<'a>(&mut self, words: &[&'a str]) -> &'a str {
-        words[(self.next() % words.len() as u64) as usize]
-    }
-    fn text(&mut self, approx: usize) -> String {
-        const WORDS: [&str; 16] = [
-            "fn",
-            "let",
-            "parser",
-            "session",
-            "token",
-            "compaction",
-            "result",
-            "error",
-            "buffer",
-            "stream",
-            "ünïcode",
-            "async",
-            "await",
-            "json",
-            "window",
-            "cut",
-        ];
-        let mut s = String::with_capacity(approx + 16);
-        while s.len() < approx {
-            s.push_str(self.pick(&WORDS));
-            s.push(if self.next().is_multiple_of(9) {
-                '\n'
-            } else {
-                ' '
-            });
-        }
-        s
-    }
+/// What an open leaves in memory.
+struct Opened {
+    tree: SessionTree,
+    branch: Vec<usize>,
+    index: BranchIndex,
 }
 
-/// A tool-heavy single-branch session of about `bytes` bytes, shaped like Pi's (read/edit/bash
-/// turns with ~3 KB results, usage on every assistant message).
-fn synthetic_session(bytes: usize) -> String {
-    let mut rng = Rng(0x9e3779b97f4a7c15);
-    let mut out = String::with_capacity(bytes + 4096);
-    out.push_str(&json!({"type":"session","version":3,"id":"bench","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}).to_string());
-    out.push('\n');
-    let mut parent: Option<String> = None;
-    let mut n = 0u64;
-    let mut push = |out: &mut String, message: Value| {
-        n += 1;
-        let id = format!("{n:08x}");
-        let line = json!({"type":"message","id":id,"parentId":parent,"timestamp":"2026-01-01T00:00:01.000Z","message":message});
-        out.push_str(&line.to_string());
-        out.push('\n');
-        parent = Some(id);
-    };
-    while out.len() < bytes {
-        push(
-            &mut out,
-            json!({"role":"user","content":[{"type":"text","text":rng.text(300)}],"timestamp":1}),
-        );
-        for _ in 0..4 {
-            let tool = rng.pick(&["read", "edit", "bash", "write"]);
-            let call_id = format!("toolu_{}", rng.next());
-            push(
-                &mut out,
-                json!({"role":"assistant","content":[{"type":"text","text":rng.text(120)},{"type":"toolCall","id":call_id,"name":tool,"arguments":{"path":format!("src/m{}.rs", rng.next() % 50),"command":rng.text(40)}}],"api":"anthropic-messages","provider":"anthropic","model":"claude","usage":{"input":100,"output":50,"cacheRead":1000,"cacheWrite":10,"totalTokens":1160 + (rng.next() % 1000),"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},"stopReason":"toolUse","timestamp":1}),
-            );
-            push(
-                &mut out,
-                json!({"role":"toolResult","toolCallId":call_id,"toolName":tool,"content":[{"type":"text","text":rng.text(3000)}],"isError":false,"timestamp":1}),
-            );
-        }
-    }
-    out
-}
-
-/// Baseline: serde_json parses every line into a `Value` and keeps them (what "opening" means:
-/// the parsed document exists afterwards). Dropped inside the timed window, like compactd's.
-fn bare_parse(text: &str) -> Vec<Value> {
-    text.split('\n')
-        .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .collect()
-}
-
-/// A second, stricter baseline: parse and drop each line at once (allocator memory stays hot).
-fn parse_and_drop(text: &str) -> usize {
-    text.split('\n')
-        .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .count()
-}
-
-fn compactd_open(text: &str) -> (SessionTree, LiveContext) {
-    let ReadOutcome::Session(parsed) = read_session(text.as_bytes()) else {
-        panic!("benchmark session does not parse");
+/// compactd's open of a file already in memory (the buffer is shared, not copied).
+fn compactd_open(bytes: &Bytes, settings: &CompactionSettings) -> Result<(Opened, f64), String> {
+    let ReadOutcome::Session(parsed) = read_session_bytes(bytes.clone()) else {
+        return Err("benchmark session does not parse".into());
     };
     let tree = SessionTree::from_parsed(parsed);
     let branch = tree.branch();
-    let live = LiveContext::from_path(&tree.refs(&branch));
-    (tree, live)
+    let view = BranchView {
+        tree: &tree,
+        positions: &branch,
+    };
+    let index = BranchIndex::build(&view);
+    let plan = plan_compaction(&view, &index, settings);
+    std::hint::black_box(&plan);
+    let tokens = index.context_estimate(&view).tokens;
+    Ok((
+        Opened {
+            tree,
+            branch,
+            index,
+        },
+        tokens,
+    ))
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+/// Parse-into-`Value` reference: every line parsed and kept.
+fn value_parse(bytes: &[u8]) -> Vec<Value> {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
+        .collect()
 }
 
-fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> Duration {
+/// Median wall ms of `runs` calls; the result is dropped outside the timed window.
+fn time_ms<T>(runs: usize, mut f: impl FnMut() -> T) -> f64 {
     median(
         (0..runs)
             .map(|_| {
                 let t = Instant::now();
-                std::hint::black_box(f());
-                t.elapsed()
+                let out = std::hint::black_box(f());
+                let d = ms(t.elapsed());
+                drop(out);
+                d
             })
             .collect(),
     )
 }
 
-fn main() {
-    let bench = std::env::args().any(|a| a == "--bench");
-    let mb: usize = if bench {
-        std::env::var("COMPACTD_BENCH_MB")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(100)
-    } else {
-        1
-    };
-    let runs = if bench { 5 } else { 1 };
-    let text = synthetic_session(mb * 1024 * 1024);
-    let lines = text.lines().count();
-
-    let parse = time(runs, || bare_parse(&text));
-    let parse_drop = time(runs, || parse_and_drop(&text));
-    let open = time(runs, || compactd_open(&text));
-    let ratio = open.as_secs_f64() / parse.as_secs_f64();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if !bench {
-        // Under `cargo test`: a debug build on 1 MB exercises the code; its timings mean nothing.
-        println!("session_open smoke run ({mb} MB, debug): opened {} entries, checks run; use `cargo bench` to measure", lines - 1);
-    }
-    let report = |line: String| {
-        if bench {
-            println!("{line}");
-        }
-    };
-    report(format!(
-        "open {mb} MB ({lines} lines, {threads} cores): serde_json parse-and-keep {:.1} ms, compactd open {:.1} ms, ratio {ratio:.2}x (target <= 1.5x); vs parse-and-drop {:.1} ms: {:.2}x",
-        parse.as_secs_f64() * 1e3,
-        open.as_secs_f64() * 1e3,
-        parse_drop.as_secs_f64() * 1e3,
-        open.as_secs_f64() / parse_drop.as_secs_f64()
-    ));
-
-    let (mut tree, mut live) = compactd_open(&text);
-    let settings = CompactionSettings::default();
+fn steady_state(
+    opened: &mut Opened,
+    settings: &CompactionSettings,
+    iterations: usize,
+) -> (f64, f64) {
     let message = json!({"role":"user","content":"one more request from the user","timestamp":2});
-    let iterations = if bench { 20_000 } else { 200 };
-    let mut total = Duration::ZERO;
-    let mut line_parse = Duration::ZERO;
+    let mut samples = Vec::with_capacity(iterations);
+    let mut floor = Vec::with_capacity(iterations);
     for i in 0..iterations {
-        let parent = tree.leaf_id().map(str::to_owned);
+        let parent = opened.tree.leaf_id().map(str::to_owned);
         let line = json!({"type":"message","id":format!("z{i:07x}"),"parentId":parent,"timestamp":"2026-01-01T00:00:02.000Z","message":message}).to_string();
+        let raw = Bytes::from(line.into_bytes());
         let t = Instant::now();
-        std::hint::black_box(serde_json::from_str::<Value>(&line).ok());
-        line_parse += t.elapsed();
+        std::hint::black_box(common::floor_parse(&raw));
+        floor.push(t.elapsed().as_secs_f64() * 1e6);
         let t = Instant::now();
-        let entry = Entry::from_value(serde_json::from_str(&line).unwrap_or(Value::Null));
-        let idx = tree.push(entry);
-        live.push_entry(tree.entry(idx));
-        std::hint::black_box((live.estimate(), live.should_compact(200_000, &settings)));
-        total += t.elapsed();
+        let Some(Ok(entry)) = Entry::from_line(raw) else {
+            continue;
+        };
+        let idx = opened.tree.push(entry);
+        opened.branch.push(idx);
+        let view = BranchView {
+            tree: &opened.tree,
+            positions: &opened.branch,
+        };
+        opened.index.push(&view);
+        std::hint::black_box(plan_compaction(&view, &opened.index, settings).ok());
+        std::hint::black_box(opened.index.context_estimate(&view).tokens);
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    let per = total / iterations as u32;
-    let per_parse = line_parse / iterations as u32;
-    report(format!(
-        "append + usage/shouldCompact check: {:.2} us per op over {iterations} ops ({:.2}x a bare parse of the line; target < 1 ms)",
-        per.as_secs_f64() * 1e6,
-        per.as_secs_f64() / per_parse.as_secs_f64().max(1e-9)
-    ));
-    if bench && per > Duration::from_millis(1) {
-        eprintln!("warning: check after append exceeds 1 ms");
+    (median(samples), median(floor))
+}
+
+fn main() {
+    let bench = common::is_bench();
+    let settings = CompactionSettings::default();
+    let oracle = if bench { Oracle::find() } else { None };
+    let sizes = if bench { common::sizes() } else { vec![1] };
+    println!(
+        "session_open ({}){}",
+        common::machine_note(),
+        if bench {
+            ""
+        } else {
+            ": smoke run (debug build, timings mean nothing; use cargo bench)"
+        }
+    );
+    if bench && oracle.is_none() {
+        println!("COMPACTD_ORACLE not set or incomplete: synthetic sessions, no Pi figures");
+    }
+    for mb in sizes {
+        let (label, path) = match common::session_file(oracle.as_ref(), mb) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("session {mb} MB: {e}");
+                std::process::exit(1);
+            }
+        };
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => {
+                eprintln!("{}: {e}", path.display());
+                std::process::exit(1);
+            }
+        };
+        let runs = if !bench {
+            1
+        } else if mb >= 50 {
+            3
+        } else {
+            5
+        };
+        let lines = common::floor_parse(&bytes);
+        let floor = common::floor_ms(&bytes, runs);
+        let floor_cpu = median(
+            (0..runs)
+                .map(|_| {
+                    let c = cpu_time();
+                    std::hint::black_box(common::floor_parse(&bytes));
+                    ms(cpu_time() - c)
+                })
+                .collect(),
+        );
+        let value = time_ms(runs, || value_parse(&bytes));
+        let mut wall = Vec::new();
+        let mut cpu = Vec::new();
+        let mut tokens = 0.0;
+        for _ in 0..runs {
+            let (t, c) = (Instant::now(), cpu_time());
+            let out = compactd_open(&bytes, &settings);
+            let (w, cp) = (ms(t.elapsed()), ms(cpu_time() - c));
+            match out {
+                Ok((opened, tok)) => {
+                    tokens = tok;
+                    drop(opened);
+                }
+                Err(e) => {
+                    eprintln!("{label}: {e}");
+                    std::process::exit(1);
+                }
+            }
+            wall.push(w);
+            cpu.push(cp);
+        }
+        let (open, open_cpu) = (median(wall), median(cpu));
+        println!(
+            "{label} ({} bytes, {lines} lines, {tokens} tokens):\n  floor (IgnoredAny, 1 thread) {floor:.1} ms | Value parse-and-keep {value:.1} ms = {:.2}x floor\n  compactd open+index+plan+estimate {open:.1} ms wall = {:.2}x floor (target <= 1.5x), {open_cpu:.1} ms CPU = {:.2}x the floor's CPU {floor_cpu:.1} ms",
+            bytes.len(),
+            value / floor,
+            open / floor,
+            open_cpu / floor_cpu,
+        );
+        if let Some(o) = &oracle {
+            match o.bench(&path, 3) {
+                Ok(pi) => println!(
+                    "  Pi bench.mjs (3 runs): workMs {:.1} (open {:.1}), processWallMs {:.1}, rss {} MB; Pi/compactd {:.1}x (target >= 10x), Pi/floor {:.1}x",
+                    pi.work_ms,
+                    pi.open_ms,
+                    pi.process_wall_ms,
+                    pi.rss_mb,
+                    pi.work_ms / open,
+                    pi.work_ms / floor
+                ),
+                Err(e) => println!("  Pi bench.mjs failed: {e}"),
+            }
+        }
+        let Ok((mut opened, _)) = compactd_open(&bytes, &settings) else {
+            std::process::exit(1);
+        };
+        let iterations = if bench { 20_000 } else { 200 };
+        let (step, line_floor) = steady_state(&mut opened, &settings, iterations);
+        println!(
+            "  in-process append + index push + plan + estimate: p50 {step:.2} us over {iterations} appends = {:.1}x the floor parse of the line ({line_floor:.2} us)",
+            step / line_floor.max(1e-3)
+        );
     }
 }
