@@ -27,6 +27,8 @@ use serde_json::{json, Value};
 
 use common::{cpu_time, median, ms, Oracle};
 use compactd::compaction::{plan_compaction, BranchIndex, CompactionSettings};
+use compactd::context::context_positions;
+use compactd::live_context::LiveContext;
 use compactd::session::{read_session_bytes, BranchView, Entry, ReadOutcome, SessionTree};
 
 /// What an open leaves in memory.
@@ -59,6 +61,56 @@ fn compactd_open(bytes: &Bytes, settings: &CompactionSettings) -> Result<(Opened
         },
         tokens,
     ))
+}
+
+/// Wall ms of each phase of one open as the daemon does it (file read from the page cache, the
+/// reader, the tree, the branch, the index, the agent context of `SessionState::loaded`, the
+/// plan, the estimate): where the time over the floor goes.
+fn phases(
+    path: &std::path::Path,
+    settings: &CompactionSettings,
+) -> Result<Vec<(&'static str, f64)>, String> {
+    let mut out = Vec::new();
+    let mut t = Instant::now();
+    let mut lap = |name: &'static str, out: &mut Vec<(&'static str, f64)>| {
+        out.push((name, ms(t.elapsed())));
+        t = Instant::now();
+    };
+    let bytes = Bytes::from(std::fs::read(path).map_err(|e| e.to_string())?);
+    lap("fs::read", &mut out);
+    let ReadOutcome::Session(parsed) = read_session_bytes(bytes) else {
+        return Err("benchmark session does not parse".into());
+    };
+    lap("read_session_bytes", &mut out);
+    let tree = SessionTree::from_parsed(parsed);
+    lap("from_parsed", &mut out);
+    let branch = tree.branch();
+    lap("branch", &mut out);
+    let view = BranchView {
+        tree: &tree,
+        positions: &branch,
+    };
+    let index = BranchIndex::build(&view);
+    lap("BranchIndex::build", &mut out);
+    let agent: Vec<usize> = context_positions(&view)
+        .into_iter()
+        .map(|p| branch[p])
+        .filter(|&i| tree.entry(i).role.is_some())
+        .collect();
+    let mut live = LiveContext::default();
+    for &i in &agent {
+        live.push_entry(tree.entry(i));
+    }
+    std::hint::black_box(&live);
+    lap("agent context (context_positions + LiveContext)", &mut out);
+    std::hint::black_box(plan_compaction(&view, &index, settings).ok());
+    lap("plan_compaction", &mut out);
+    std::hint::black_box(index.context_estimate(&view));
+    lap("context_estimate", &mut out);
+    drop((live, agent, index, branch));
+    drop(tree);
+    lap("drop", &mut out);
+    Ok(out)
 }
 
 /// Parse-into-`Value` reference: every line parsed and kept.
@@ -197,6 +249,31 @@ fn main() {
             open / floor,
             open_cpu / floor_cpu,
         );
+        if bench {
+            let mut runs_of: Vec<Vec<(&'static str, f64)>> = Vec::new();
+            for _ in 0..runs {
+                match phases(&path, &settings) {
+                    Ok(p) => runs_of.push(p),
+                    Err(e) => {
+                        eprintln!("{label}: {e}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+            let names: Vec<&str> = runs_of[0].iter().map(|(n, _)| *n).collect();
+            let parts: Vec<String> = names
+                .iter()
+                .enumerate()
+                .map(|(k, n)| {
+                    let m = median(runs_of.iter().map(|r| r[k].1).collect());
+                    format!("{n} {m:.1} ({:.2}x)", m / floor)
+                })
+                .collect();
+            println!(
+                "  daemon-style open by phase, ms (x floor): {}",
+                parts.join(", ")
+            );
+        }
         if let Some(o) = &oracle {
             match o.bench(&path, 3) {
                 Ok(pi) => println!(
