@@ -273,40 +273,61 @@ fn cold(d: &Daemon, f: &SizeFile, dir: &Path, plan: &Plan) -> Res<()> {
     Ok(())
 }
 
-/// Runs a child to completion and returns (wall ms, max RSS KiB) from `wait4`.
-fn run_measured(mut cmd: Command) -> Res<(f64, u64)> {
-    let t = Instant::now();
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("spawn: {e}"))?;
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: wait4 writes only into the two out-parameters we pass.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    let wall = ms(t.elapsed());
-    if r != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr {
-            let _ = e.read_to_string(&mut err);
-        }
-        return Err(format!("child failed (status {status}): {err}"));
+/// GNU time, which reports a child's own peak RSS. (`wait4`'s `ru_maxrss` for a child spawned
+/// from this process is at least this process's peak at the exec, which holds the session bytes,
+/// so it cannot be used directly.)
+const GNU_TIME: &str = "/usr/bin/time";
+
+/// Runs `bin args` to completion (stdout discarded); returns (wall ms, max RSS KiB if known).
+fn run_measured(
+    bin: &Path,
+    args: &[&std::ffi::OsStr],
+    env: &[(&'static str, PathBuf)],
+    scratch: &Path,
+) -> Res<(f64, Option<u64>)> {
+    let rss_file = scratch.join("time-rss.txt");
+    let timed = Path::new(GNU_TIME).exists();
+    let mut cmd = if timed {
+        let mut c = Command::new(GNU_TIME);
+        c.arg("-f").arg("%M").arg("-o").arg(&rss_file).arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    };
+    cmd.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
     }
-    Ok((wall, usage.ru_maxrss as u64))
+    let t = Instant::now();
+    let out = cmd.output().map_err(|e| format!("spawn: {e}"))?;
+    let wall = ms(t.elapsed());
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed ({}): {}",
+            bin.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let rss = timed
+        .then(|| std::fs::read_to_string(&rss_file).ok())
+        .flatten()
+        .and_then(|t| t.lines().last().and_then(|l| l.trim().parse().ok()));
+    Ok((wall, rss))
 }
 
-fn inspect(bin: &Path, env: &[(&'static str, PathBuf)], f: &SizeFile, plan: &Plan) -> Res<()> {
+fn inspect(
+    bin: &Path,
+    env: &[(&'static str, PathBuf)],
+    scratch: &Path,
+    f: &SizeFile,
+    plan: &Plan,
+) -> Res<()> {
     let mut walls = Vec::new();
-    let mut rss = 0;
+    let mut rss: Option<u64> = None;
     for _ in 0..plan.cold_runs {
-        let mut cmd = Command::new(bin);
-        cmd.arg("inspect").arg(&f.path);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let (w, r) = run_measured(cmd)?;
+        let args = [std::ffi::OsStr::new("inspect"), f.path.as_os_str()];
+        let (w, r) = run_measured(bin, &args, env, scratch)?;
         walls.push(w);
         rss = rss.max(r);
     }
@@ -321,11 +342,18 @@ fn inspect(bin: &Path, env: &[(&'static str, PathBuf)], f: &SizeFile, plan: &Pla
             )
         })
         .unwrap_or_default();
+    let rss = rss
+        .map(|kb| {
+            format!(
+                "max RSS {:.1} MB = {:.2}x file",
+                kb as f64 / 1024.0,
+                kb as f64 * 1024.0 / f.bytes as f64
+            )
+        })
+        .unwrap_or_else(|| format!("max RSS not measured ({GNU_TIME} missing)"));
     println!(
-        "  compactd inspect (whole process): {w:.1} ms = {:.2}x floor (target <= 1.5x), max RSS {:.1} MB = {:.2}x file{pi}",
+        "  compactd inspect (whole process): {w:.1} ms = {:.2}x floor (target <= 1.5x), {rss}{pi}",
         w / f.floor_ms,
-        rss as f64 / 1024.0,
-        rss as f64 * 1024.0 / f.bytes as f64
     );
     Ok(())
 }
@@ -449,9 +477,9 @@ fn pipelined(
                 batch.clear();
                 for _ in 0..depth {
                     id += 1;
-                    let _ = write!(
+                    let _ = writeln!(
                         batch,
-                        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"shouldCompact\",\"params\":{params}}}\n"
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"shouldCompact\",\"params\":{params}}}"
                     );
                 }
                 if c.writer.write_all(&batch).is_err() {
@@ -934,7 +962,7 @@ fn run() -> Res<()> {
             f.label, f.bytes, f.floor_ms
         );
         cold(&d, f, &sessions, &plan)?;
-        inspect(&bin, &d.env, f, &plan)?;
+        inspect(&bin, &d.env, root, f, &plan)?;
         let p50 = steady(&d, f, &sessions, &plan, ping, one_mb)?;
         if f.mb == 1 {
             one_mb = Some(p50);
