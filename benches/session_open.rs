@@ -221,6 +221,7 @@ fn main() {
                 .collect(),
         );
         let value = time_ms(runs, || value_parse(&bytes));
+        let utf8 = time_ms(runs, || common::floor_utf8_parse(&bytes));
         let mut wall = Vec::new();
         let mut cpu = Vec::new();
         let mut tokens = 0.0;
@@ -243,8 +244,9 @@ fn main() {
         }
         let (open, open_cpu) = (median(wall), median(cpu));
         println!(
-            "{label} ({} bytes, {lines} lines, {tokens} tokens):\n  floor (IgnoredAny, 1 thread) {floor:.1} ms | Value parse-and-keep {value:.1} ms = {:.2}x floor\n  compactd open+index+plan+estimate {open:.1} ms wall = {:.2}x floor (target <= 1.5x), {open_cpu:.1} ms CPU = {:.2}x the floor's CPU {floor_cpu:.1} ms",
+            "{label} ({} bytes, {lines} lines, {tokens} tokens):\n  floor (IgnoredAny, 1 thread) {floor:.1} ms | floor + UTF-8 check {utf8:.1} ms = {:.2}x floor | Value parse-and-keep {value:.1} ms = {:.2}x floor\n  compactd open+index+plan+estimate {open:.1} ms wall = {:.2}x floor (target <= 1.5x), {open_cpu:.1} ms CPU = {:.2}x the floor's CPU {floor_cpu:.1} ms",
             bytes.len(),
+            utf8 / floor,
             value / floor,
             open / floor,
             open_cpu / floor_cpu,

@@ -165,6 +165,17 @@ pub fn floor_parse(bytes: &[u8]) -> usize {
         .count()
 }
 
+/// The floor plus UTF-8 validation of every line (`IgnoredAny` skips strings without checking
+/// their encoding; a reader that produces strings cannot). A reference, not the floor.
+pub fn floor_utf8_parse(bytes: &[u8]) -> usize {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .filter_map(|l| std::str::from_utf8(l).ok())
+        .filter(|l| serde_json::from_str::<IgnoredAny>(l).is_ok())
+        .count()
+}
+
 /// Median wall time of `runs` calls of the floor over `bytes`.
 pub fn floor_ms(bytes: &[u8], runs: usize) -> f64 {
     median(
