@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{median, ms, percentile, Oracle, PiBench};
+use common::{median, ms, percentile, Oracle};
 
 type Res<T> = Result<T, String>;
 
@@ -116,6 +116,24 @@ impl Daemon {
 
     fn connect(&self) -> Res<Conn> {
         Conn::new(&self.socket)
+    }
+
+    /// User + system CPU time of the daemon so far, in ms (clock-tick resolution; exited
+    /// threads included).
+    fn cpu_ms(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let tick = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        (tick(11) + tick(12)) * 1000.0 / hz
     }
 
     /// (VmRSS, VmHWM) in KiB.
@@ -226,7 +244,6 @@ struct SizeFile {
     path: PathBuf,
     bytes: u64,
     floor_ms: f64,
-    pi: Option<PiBench>,
 }
 
 fn pct(v: &mut [f64]) -> (f64, f64) {
@@ -235,40 +252,119 @@ fn pct(v: &mut [f64]) -> (f64, f64) {
 
 // ---------------------------------------------------------------- cold open and inspect
 
-fn cold(d: &Daemon, f: &SizeFile, dir: &Path, plan: &Plan) -> Res<()> {
-    let mut total = Vec::new();
-    let mut open_only = Vec::new();
+/// Per-run ratios' median: each run's pair is measured back to back, so drifts of the machine's
+/// load hit both sides.
+fn median_ratio(num: &[f64], den: &[f64]) -> f64 {
+    median(num.iter().zip(den).map(|(n, d)| n / d).collect())
+}
+
+/// Cold figures, interleaved run by run: the floor (wall and CPU), the daemon's cold
+/// open + usage + preview (wall and the daemon's CPU), `compactd inspect` (wall, peak RSS) and
+/// one Pi `bench.mjs` run, so each ratio compares measurements taken moments apart.
+fn cold(
+    d: &Daemon,
+    bin: &Path,
+    oracle: Option<&Oracle>,
+    f: &SizeFile,
+    dir: &Path,
+    plan: &Plan,
+) -> Res<()> {
+    let bytes = std::fs::read(&f.path).map_err(|e| e.to_string())?;
+    let (mut floor, mut floor_cpu) = (Vec::new(), Vec::new());
+    let (mut total, mut open_only, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut insp, mut insp_rss) = (Vec::new(), None::<u64>);
+    let (mut pi_work, mut pi_wall, mut pi_rss) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..plan.cold_runs {
+        let (t, c) = (Instant::now(), common::cpu_time());
+        std::hint::black_box(common::floor_parse(std::hint::black_box(&bytes)));
+        floor.push(ms(t.elapsed()));
+        floor_cpu.push(ms(common::cpu_time() - c));
+
         let path = copy_session(&f.path, dir, &format!("cold-{}-{r}", f.mb))?;
-        let mut c = d.connect()?;
+        let mut conn = d.connect()?;
+        let c0 = d.cpu_ms();
         let t = Instant::now();
-        let sid = c.open(&path)?;
+        let sid = conn.open(&path)?;
         let t_open = ms(t.elapsed());
-        let usage = c.call("getContextUsage", json!({"sessionId": sid}))?;
-        let preview = c.call("previewCompaction", json!({"sessionId": sid}))?;
+        let usage = conn.call("getContextUsage", json!({"sessionId": sid}))?;
+        let preview = conn.call("previewCompaction", json!({"sessionId": sid}))?;
         total.push(ms(t.elapsed()));
+        cpu.push(d.cpu_ms() - c0);
         open_only.push(t_open);
         if usage.get("tokens").is_none() || preview.get("firstKeptEntryId").is_none() {
             return Err(format!("unexpected cold replies: {usage} / {preview}"));
         }
-        c.call("closeSession", json!({"sessionId": sid}))?;
-        drop(c);
+        conn.call("closeSession", json!({"sessionId": sid}))?;
+        drop(conn);
         let _ = std::fs::remove_file(&path);
+
+        let args = [std::ffi::OsStr::new("inspect"), f.path.as_os_str()];
+        let (w, rss) = run_measured(bin, &args, &d.env, dir)?;
+        insp.push(w);
+        insp_rss = insp_rss.max(rss);
+
+        if let Some(o) = oracle {
+            let p = o.bench(&f.path, 1)?;
+            pi_work.push(p.work_ms);
+            pi_wall.push(p.process_wall_ms);
+            pi_rss.push(p.rss_mb);
+        }
     }
-    let (t, o) = (median(total), median(open_only));
-    let pi =
-        f.pi.map(|p| {
+    let (fl, flc) = (median(floor.clone()), median(floor_cpu.clone()));
+    let (t, o, c) = (
+        median(total.clone()),
+        median(open_only),
+        median(cpu.clone()),
+    );
+    let w = median(insp.clone());
+    println!(
+        "  floor {fl:.1} ms wall, {flc:.1} ms CPU (medians of {} runs interleaved with the figures below)",
+        plan.cold_runs
+    );
+    let pi = if pi_work.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; Pi bench.mjs workMs {:.1} = {:.1}x compactd (target >= 10x)",
+            median(pi_work.clone()),
+            median_ratio(&pi_work, &total)
+        )
+    };
+    // The daemon's CPU time comes in clock ticks (10 ms): a ratio only when that is precise.
+    let cpu_note = if flc >= 20.0 {
+        format!(
+            "daemon CPU {c:.0} ms = {:.2}x the floor's CPU",
+            median_ratio(&cpu, &floor_cpu)
+        )
+    } else {
+        format!("daemon CPU {c:.0} ms (clock ticks, too coarse for a ratio)")
+    };
+    println!(
+        "  cold openSession+getContextUsage+previewCompaction: {t:.1} ms (open alone {o:.1}) = {:.2}x floor (target <= 1.5x); {cpu_note}{pi}",
+        median_ratio(&total, &floor),
+    );
+    let rss = insp_rss
+        .map(|kb| {
             format!(
-                "; Pi workMs {:.1} = {:.1}x compactd (target >= 10x)",
-                p.work_ms,
-                p.work_ms / t
+                "max RSS {:.1} MB = {:.2}x file",
+                kb as f64 / 1024.0,
+                kb as f64 * 1024.0 / f.bytes as f64
             )
         })
-        .unwrap_or_default();
+        .unwrap_or_else(|| format!("max RSS not measured ({GNU_TIME} missing)"));
+    let pi = if pi_wall.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; Pi processWallMs {:.1} = {:.1}x compactd (target >= 10x), Pi RSS {:.0} MB",
+            median(pi_wall.clone()),
+            median_ratio(&pi_wall, &insp),
+            median(pi_rss)
+        )
+    };
     println!(
-        "  cold openSession+getContextUsage+previewCompaction: {t:.1} ms (open alone {o:.1}) = {:.2}x floor {:.1} ms (target <= 1.5x){pi}",
-        t / f.floor_ms,
-        f.floor_ms
+        "  compactd inspect (whole process): {w:.1} ms = {:.2}x floor (target <= 1.5x), {rss}{pi}",
+        median_ratio(&insp, &floor),
     );
     Ok(())
 }
@@ -314,48 +410,6 @@ fn run_measured(
         .flatten()
         .and_then(|t| t.lines().last().and_then(|l| l.trim().parse().ok()));
     Ok((wall, rss))
-}
-
-fn inspect(
-    bin: &Path,
-    env: &[(&'static str, PathBuf)],
-    scratch: &Path,
-    f: &SizeFile,
-    plan: &Plan,
-) -> Res<()> {
-    let mut walls = Vec::new();
-    let mut rss: Option<u64> = None;
-    for _ in 0..plan.cold_runs {
-        let args = [std::ffi::OsStr::new("inspect"), f.path.as_os_str()];
-        let (w, r) = run_measured(bin, &args, env, scratch)?;
-        walls.push(w);
-        rss = rss.max(r);
-    }
-    let w = median(walls);
-    let pi =
-        f.pi.map(|p| {
-            format!(
-                "; Pi processWallMs {:.1} = {:.1}x compactd (target >= 10x), Pi RSS {} MB",
-                p.process_wall_ms,
-                p.process_wall_ms / w,
-                p.rss_mb
-            )
-        })
-        .unwrap_or_default();
-    let rss = rss
-        .map(|kb| {
-            format!(
-                "max RSS {:.1} MB = {:.2}x file",
-                kb as f64 / 1024.0,
-                kb as f64 * 1024.0 / f.bytes as f64
-            )
-        })
-        .unwrap_or_else(|| format!("max RSS not measured ({GNU_TIME} missing)"));
-    println!(
-        "  compactd inspect (whole process): {w:.1} ms = {:.2}x floor (target <= 1.5x), {rss}{pi}",
-        w / f.floor_ms,
-    );
-    Ok(())
 }
 
 // ---------------------------------------------------------------- steady state
@@ -660,6 +714,7 @@ fn compaction(
     fake: Option<&FakeProvider>,
 ) -> Res<()> {
     let mut times = Vec::new();
+    let mut cpu = Vec::new();
     let mut tokens = 0.0;
     let before = fake.map(|p| {
         (
@@ -671,9 +726,11 @@ fn compaction(
         let path = copy_session(&f.path, dir, &format!("compact-{engine}-{}-{r}", f.mb))?;
         let mut c = d.connect()?;
         let sid = c.open(&path)?;
+        let c0 = d.cpu_ms();
         let t = Instant::now();
         let res = c.call("compact", json!({"sessionId": sid}))?;
         times.push(ms(t.elapsed()));
+        cpu.push(d.cpu_ms() - c0);
         tokens = res["tokensBefore"].as_f64().unwrap_or(f64::NAN);
         if res
             .get("summary")
@@ -707,10 +764,11 @@ fn compaction(
         ""
     };
     println!(
-        "  compact, {engine} ({:.0} tokens before): {t:.1} ms{target} = {:.2}x the floor parse of the file ({:.1} ms){sent}",
+        "  compact, {engine} ({:.0} tokens before): {t:.1} ms{target} = {:.2}x the floor parse of the file ({:.1} ms); daemon CPU {:.0} ms (10 ms ticks){sent}",
         tokens,
         t / f.floor_ms,
-        f.floor_ms
+        f.floor_ms,
+        median(cpu)
     );
     Ok(())
 }
@@ -855,7 +913,7 @@ fn run() -> Res<()> {
     }
     let plan = if bench {
         Plan {
-            cold_runs: 3,
+            cold_runs: 5,
             steady_iters: 300,
             steady_time: Duration::from_secs(15),
             socket_time: Duration::from_secs(2),
@@ -911,17 +969,12 @@ fn run() -> Res<()> {
         };
         let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
         let floor_ms = common::floor_ms(&bytes, if bench { 3 } else { 1 });
-        let pi = match &oracle {
-            Some(o) => Some(o.bench(&path, 3)?),
-            None => None,
-        };
         Ok(SizeFile {
             mb,
             label,
             path,
             bytes: bytes.len() as u64,
             floor_ms,
-            pi,
         })
     };
     let size_list = if bench { common::sizes() } else { vec![1] };
@@ -949,20 +1002,8 @@ fn run() -> Res<()> {
     let ping = ping_p50(&mut pinger, if bench { 2000 } else { 20 })?;
     let mut one_mb = None;
     for f in &files {
-        let pi =
-            f.pi.map(|p| {
-                format!(
-                    "; Pi bench.mjs: workMs {:.1}, processWallMs {:.1}, RSS {} MB, {} entries",
-                    p.work_ms, p.process_wall_ms, p.rss_mb, p.entries
-                )
-            })
-            .unwrap_or_default();
-        println!(
-            "{} ({} bytes): floor {:.1} ms{pi}",
-            f.label, f.bytes, f.floor_ms
-        );
-        cold(&d, f, &sessions, &plan)?;
-        inspect(&bin, &d.env, root, f, &plan)?;
+        println!("{} ({} bytes):", f.label, f.bytes);
+        cold(&d, &bin, oracle.as_ref(), f, &sessions, &plan)?;
         let p50 = steady(&d, f, &sessions, &plan, ping, one_mb)?;
         if f.mb == 1 {
             one_mb = Some(p50);

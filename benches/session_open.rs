@@ -202,33 +202,25 @@ fn main() {
                 std::process::exit(1);
             }
         };
-        let runs = if !bench {
-            1
-        } else if mb >= 50 {
-            3
-        } else {
-            5
-        };
+        let runs = if !bench { 1 } else { 5 };
         let lines = common::floor_parse(&bytes);
-        let floor = common::floor_ms(&bytes, runs);
-        let floor_cpu = median(
-            (0..runs)
-                .map(|_| {
-                    let c = cpu_time();
-                    std::hint::black_box(common::floor_parse(&bytes));
-                    ms(cpu_time() - c)
-                })
-                .collect(),
-        );
-        let value = time_ms(runs, || value_parse(&bytes));
-        let utf8 = time_ms(runs, || common::floor_utf8_parse(&bytes));
-        let mut wall = Vec::new();
-        let mut cpu = Vec::new();
+        // Run by run, interleaved: floor, references, compactd, one Pi run; ratios are medians of
+        // per-run ratios, so a change in the machine's load hits both sides of each.
+        let (mut floor, mut floor_cpu, mut utf8, mut value) = (vec![], vec![], vec![], vec![]);
+        let (mut wall, mut cpu, mut pi_work, mut pi_open) = (vec![], vec![], vec![], vec![]);
+        let mut phase_runs: Vec<Vec<(&'static str, f64)>> = Vec::new();
         let mut tokens = 0.0;
         for _ in 0..runs {
             let (t, c) = (Instant::now(), cpu_time());
+            std::hint::black_box(common::floor_parse(std::hint::black_box(&bytes)));
+            floor.push(ms(t.elapsed()));
+            floor_cpu.push(ms(cpu_time() - c));
+            utf8.push(time_ms(1, || common::floor_utf8_parse(&bytes)));
+            value.push(time_ms(1, || value_parse(&bytes)));
+            let (t, c) = (Instant::now(), cpu_time());
             let out = compactd_open(&bytes, &settings);
-            let (w, cp) = (ms(t.elapsed()), ms(cpu_time() - c));
+            wall.push(ms(t.elapsed()));
+            cpu.push(ms(cpu_time() - c));
             match out {
                 Ok((opened, tok)) => {
                     tokens = tok;
@@ -239,36 +231,48 @@ fn main() {
                     std::process::exit(1);
                 }
             }
-            wall.push(w);
-            cpu.push(cp);
-        }
-        let (open, open_cpu) = (median(wall), median(cpu));
-        println!(
-            "{label} ({} bytes, {lines} lines, {tokens} tokens):\n  floor (IgnoredAny, 1 thread) {floor:.1} ms | floor + UTF-8 check {utf8:.1} ms = {:.2}x floor | Value parse-and-keep {value:.1} ms = {:.2}x floor\n  compactd open+index+plan+estimate {open:.1} ms wall = {:.2}x floor (target <= 1.5x), {open_cpu:.1} ms CPU = {:.2}x the floor's CPU {floor_cpu:.1} ms",
-            bytes.len(),
-            utf8 / floor,
-            value / floor,
-            open / floor,
-            open_cpu / floor_cpu,
-        );
-        if bench {
-            let mut runs_of: Vec<Vec<(&'static str, f64)>> = Vec::new();
-            for _ in 0..runs {
+            if bench {
                 match phases(&path, &settings) {
-                    Ok(p) => runs_of.push(p),
+                    Ok(p) => phase_runs.push(p),
                     Err(e) => {
                         eprintln!("{label}: {e}");
                         std::process::exit(1);
                     }
                 }
             }
-            let names: Vec<&str> = runs_of[0].iter().map(|(n, _)| *n).collect();
-            let parts: Vec<String> = names
+            if let Some(o) = &oracle {
+                match o.bench(&path, 1) {
+                    Ok(pi) => {
+                        pi_work.push(pi.work_ms);
+                        pi_open.push(pi.open_ms);
+                    }
+                    Err(e) => {
+                        eprintln!("Pi bench.mjs failed: {e}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+        let ratio = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(x, y)| x / y).collect());
+        let (fl, flc) = (median(floor.clone()), median(floor_cpu.clone()));
+        let (open, open_cpu) = (median(wall.clone()), median(cpu.clone()));
+        println!(
+            "{label} ({} bytes, {lines} lines, {tokens} tokens), medians of {runs} interleaved runs:\n  floor (IgnoredAny, 1 thread) {fl:.1} ms wall, {flc:.1} ms CPU | floor + UTF-8 check {:.1} ms = {:.2}x floor | Value parse-and-keep {:.1} ms = {:.2}x floor\n  compactd open+index+plan+estimate {open:.1} ms wall = {:.2}x floor (target <= 1.5x), {open_cpu:.1} ms CPU = {:.2}x the floor's CPU",
+            bytes.len(),
+            median(utf8.clone()),
+            ratio(&utf8, &floor),
+            median(value.clone()),
+            ratio(&value, &floor),
+            ratio(&wall, &floor),
+            ratio(&cpu, &floor_cpu),
+        );
+        if !phase_runs.is_empty() {
+            let parts: Vec<String> = phase_runs[0]
                 .iter()
                 .enumerate()
-                .map(|(k, n)| {
-                    let m = median(runs_of.iter().map(|r| r[k].1).collect());
-                    format!("{n} {m:.1} ({:.2}x)", m / floor)
+                .map(|(k, (n, _))| {
+                    let m = median(phase_runs.iter().map(|r| r[k].1).collect());
+                    format!("{n} {m:.1} ({:.2}x)", m / fl)
                 })
                 .collect();
             println!(
@@ -276,19 +280,14 @@ fn main() {
                 parts.join(", ")
             );
         }
-        if let Some(o) = &oracle {
-            match o.bench(&path, 3) {
-                Ok(pi) => println!(
-                    "  Pi bench.mjs (3 runs): workMs {:.1} (open {:.1}), processWallMs {:.1}, rss {} MB; Pi/compactd {:.1}x (target >= 10x), Pi/floor {:.1}x",
-                    pi.work_ms,
-                    pi.open_ms,
-                    pi.process_wall_ms,
-                    pi.rss_mb,
-                    pi.work_ms / open,
-                    pi.work_ms / floor
-                ),
-                Err(e) => println!("  Pi bench.mjs failed: {e}"),
-            }
+        if !pi_work.is_empty() {
+            println!(
+                "  Pi bench.mjs ({runs} runs, one per round): workMs {:.1} (open {:.1}); Pi/compactd {:.1}x (target >= 10x), Pi/floor {:.1}x",
+                median(pi_work.clone()),
+                median(pi_open),
+                ratio(&pi_work, &wall),
+                ratio(&pi_work, &floor),
+            );
         }
         let Ok((mut opened, _)) = compactd_open(&bytes, &settings) else {
             std::process::exit(1);
