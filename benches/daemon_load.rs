@@ -644,6 +644,7 @@ fn serve_fake_connection(
     requests: &AtomicU64,
     body_bytes: &AtomicU64,
 ) -> std::io::Result<()> {
+    s.set_nodelay(true)?;
     let mut reader = BufReader::new(s.try_clone()?);
     loop {
         let mut len = 0usize;
@@ -673,11 +674,13 @@ fn serve_fake_connection(
         let c1 = json!({"id":"chatcmpl-bench","object":"chat.completion.chunk","created":0,"model":"fake-gpt","choices":[{"index":0,"delta":{"role":"assistant","content":reply},"finish_reason":null}]});
         let c2 = json!({"id":"chatcmpl-bench","object":"chat.completion.chunk","created":0,"model":"fake-gpt","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":input,"completion_tokens":30,"total_tokens":input + 30}});
         let sse = format!("data: {c1}\n\ndata: {c2}\n\ndata: [DONE]\n\n");
-        write!(
-            s,
+        // One write of the whole response: several small writes would meet Nagle's algorithm
+        // and delayed ACKs on loopback and add tens of milliseconds that are not compactd's.
+        let response = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{sse}",
             sse.len()
-        )?;
+        );
+        s.write_all(response.as_bytes())?;
         s.flush()?;
     }
 }
