@@ -508,7 +508,7 @@ fn pipelined(
     depth: usize,
     time: Duration,
     pure: bool,
-) -> Res<f64> {
+) -> Res<(f64, f64)> {
     let barrier = Arc::new(Barrier::new(conns + 1));
     let errors = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
@@ -555,14 +555,16 @@ fn pipelined(
         }));
     }
     barrier.wait();
+    let c0 = d.cpu_ms();
     let start = Instant::now();
     let total: u64 = handles.into_iter().map(|h| h.join().unwrap_or(0)).sum();
     let secs = start.elapsed().as_secs_f64();
+    let cpu_us = (d.cpu_ms() - c0) * 1e3 / total.max(1) as f64;
     let e = errors.load(Ordering::Relaxed);
     if e > 0 {
         return Err(format!("{e} shouldCompact requests failed"));
     }
-    Ok(total as f64 / secs)
+    Ok((total as f64 / secs, cpu_us))
 }
 
 /// `conns` closed-loop connections (one request in flight each) for `time`; (p50, p99, req/s).
@@ -611,12 +613,16 @@ fn socket(d: &Daemon, f: &SizeFile, dir: &Path, plan: &Plan) -> Res<()> {
         plan.socket_time.as_secs_f64()
     );
     for &n in &plan.connections {
-        let session = pipelined(d, &path, n, 32, plan.socket_time, false)?;
-        let pure = pipelined(d, &path, n, 32, plan.socket_time, true)?;
+        let (session, cpu) = pipelined(d, &path, n, 32, plan.socket_time, false)?;
+        let (pure, pure_cpu) = pipelined(d, &path, n, 32, plan.socket_time, true)?;
         let target = if n == 8 { " (target >= 100000/s)" } else { "" };
+        // Daemon CPU per request bounds the rate the daemon alone could reach on every core,
+        // whatever the client threads and other load take.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         println!(
-            "  shouldCompact {{sessionId}}, {n} pipelined connections: {session:.0}/s{target} = {:.2}x the pure shouldCompact {{contextTokens}} rate {pure:.0}/s",
-            session / pure
+            "  shouldCompact {{sessionId}}, {n} pipelined connections: {session:.0}/s{target} = {:.2}x the pure shouldCompact {{contextTokens}} rate {pure:.0}/s; daemon CPU {cpu:.1} us/request (pure {pure_cpu:.1}), i.e. at most {:.0}/s on {cores} cores",
+            session / pure,
+            cores * 1e6 / cpu.max(1e-3)
         );
     }
     let (p50, p99, rate) = closed_loop(d, &path, plan.closed_loop, plan.socket_time)?;
@@ -797,6 +803,15 @@ fn rss(bin: &Path, root: &Path, largest: &SizeFile, one: &SizeFile, plan: &Plan)
             mb(peak),
             mb(idle),
             mb(now) - file
+        );
+        // The peak while the same session is compacted (extractively) and after.
+        c.call("compact", json!({"sessionId": sid}))?;
+        let (after, peak) = d.rss_kb();
+        println!(
+            "  RSS after compacting it: {:.1} MB, peak during open + compaction {:.1} MB = file + {:.1} MB",
+            mb(after),
+            mb(peak),
+            mb(peak) - file
         );
         drop(c);
         let _ = std::fs::remove_file(&path);
