@@ -1,213 +1,302 @@
-//! Benchmarks against baselines measured in the same run (never absolute thresholds):
+//! In-process benchmark of opening a session, every figure a ratio to a baseline measured in the
+//! same run:
 //!
-//! 1. Opening a big session: compactd's full open (parse every line, extract entry facts, index
-//!    the tree, build the live context) vs. a bare `serde_json` parse of every line. Target: at
-//!    most 1.5x.
-//! 2. A check after an append: append one message to the in-memory session and answer
-//!    `getContextUsage`/`shouldCompact` from the incremental context. Target: under 1 ms, reported
-//!    as a ratio to the bare parse of that one line.
+//! - the floor: a validating parse of every line into `serde::de::IgnoredAny`, single-threaded,
+//!   keeping nothing (the least any reader of the file must do);
+//! - a second reference: a parse of every line into a kept `serde_json::Value` (what a value-tree
+//!   session model pays);
+//! - compactd's open: `read_session_bytes` + `SessionTree::from_parsed` + the branch +
+//!   `BranchIndex::build` + `plan_compaction` + the context estimate (what the daemon's
+//!   `openSession` + `getContextUsage` + `previewCompaction` compute, without the socket), as wall
+//!   time and as CPU time (the reader parses on several threads);
+//! - Pi 0.85.0's `bench.mjs` on the same file (`workMs`: load + context + prepare), when the oracle
+//!   is installed (`COMPACTD_ORACLE`);
+//! - a steady-state step: append one user message at the leaf, extend the index, re-plan and
+//!   re-estimate, against the floor parse of that one line.
 //!
-//! `cargo bench --bench session_open` runs it at 100 MB (override with `COMPACTD_BENCH_MB`).
-//! Under `cargo test` (no `--bench` argument) it runs a 1 MB smoke version so the code stays
-//! exercised without slowing the test suite.
+//! Sessions: `gen.mjs --big N` for N in `COMPACTD_BENCH_SIZES` (default 1,10,100), generated
+//! once into `target/bench-data/`; without the oracle, a synthetic session of the same size.
+//! Under `cargo test` (no `--bench`) a 1 MB synthetic smoke run checks the code path in seconds.
 
-use std::time::{Duration, Instant};
+mod common;
 
-use compactd::compaction::tokens::CompactionSettings;
-use compactd::live_context::LiveContext;
-use compactd::session::{read_session, Entry, ReadOutcome, SessionTree};
+use std::time::Instant;
+
+use bytes::Bytes;
 use serde_json::{json, Value};
 
-/// A deterministic xorshift generator (no dependency, same session every run).
-struct Rng(u64);
+use common::{cpu_time, median, ms, Oracle};
+use compactd::compaction::{plan_compaction, BranchIndex, CompactionSettings};
+use compactd::context::context_positions;
+use compactd::live_context::LiveContext;
+use compactd::session::{read_session_bytes, BranchView, Entry, ReadOutcome, SessionTree};
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick<'a>(&mut self, words: &[&'a str]) -> &'a str {
-        words[(self.next() % words.len() as u64) as usize]
-    }
-    fn text(&mut self, approx: usize) -> String {
-        const WORDS: [&str; 16] = [
-            "fn",
-            "let",
-            "parser",
-            "session",
-            "token",
-            "compaction",
-            "result",
-            "error",
-            "buffer",
-            "stream",
-            "ünïcode",
-            "async",
-            "await",
-            "json",
-            "window",
-            "cut",
-        ];
-        let mut s = String::with_capacity(approx + 16);
-        while s.len() < approx {
-            s.push_str(self.pick(&WORDS));
-            s.push(if self.next().is_multiple_of(9) {
-                '\n'
-            } else {
-                ' '
-            });
-        }
-        s
-    }
+/// What an open leaves in memory.
+struct Opened {
+    tree: SessionTree,
+    branch: Vec<usize>,
+    index: BranchIndex,
 }
 
-/// A tool-heavy single-branch session of about `bytes` bytes, shaped like Pi's (read/edit/bash
-/// turns with ~3 KB results, usage on every assistant message).
-fn synthetic_session(bytes: usize) -> String {
-    let mut rng = Rng(0x9e3779b97f4a7c15);
-    let mut out = String::with_capacity(bytes + 4096);
-    out.push_str(&json!({"type":"session","version":3,"id":"bench","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}).to_string());
-    out.push('\n');
-    let mut parent: Option<String> = None;
-    let mut n = 0u64;
-    let mut push = |out: &mut String, message: Value| {
-        n += 1;
-        let id = format!("{n:08x}");
-        let line = json!({"type":"message","id":id,"parentId":parent,"timestamp":"2026-01-01T00:00:01.000Z","message":message});
-        out.push_str(&line.to_string());
-        out.push('\n');
-        parent = Some(id);
-    };
-    while out.len() < bytes {
-        push(
-            &mut out,
-            json!({"role":"user","content":[{"type":"text","text":rng.text(300)}],"timestamp":1}),
-        );
-        for _ in 0..4 {
-            let tool = rng.pick(&["read", "edit", "bash", "write"]);
-            let call_id = format!("toolu_{}", rng.next());
-            push(
-                &mut out,
-                json!({"role":"assistant","content":[{"type":"text","text":rng.text(120)},{"type":"toolCall","id":call_id,"name":tool,"arguments":{"path":format!("src/m{}.rs", rng.next() % 50),"command":rng.text(40)}}],"api":"anthropic-messages","provider":"anthropic","model":"claude","usage":{"input":100,"output":50,"cacheRead":1000,"cacheWrite":10,"totalTokens":1160 + (rng.next() % 1000),"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},"stopReason":"toolUse","timestamp":1}),
-            );
-            push(
-                &mut out,
-                json!({"role":"toolResult","toolCallId":call_id,"toolName":tool,"content":[{"type":"text","text":rng.text(3000)}],"isError":false,"timestamp":1}),
-            );
-        }
-    }
-    out
-}
-
-/// Baseline: serde_json parses every line into a `Value` and keeps them (what "opening" means:
-/// the parsed document exists afterwards). Dropped inside the timed window, like compactd's.
-fn bare_parse(text: &str) -> Vec<Value> {
-    text.split('\n')
-        .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .collect()
-}
-
-/// A second, stricter baseline: parse and drop each line at once (allocator memory stays hot).
-fn parse_and_drop(text: &str) -> usize {
-    text.split('\n')
-        .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .count()
-}
-
-fn compactd_open(text: &str) -> (SessionTree, LiveContext) {
-    let ReadOutcome::Session(parsed) = read_session(text.as_bytes()) else {
-        panic!("benchmark session does not parse");
+/// compactd's open of a file already in memory (the buffer is shared, not copied).
+fn compactd_open(bytes: &Bytes, settings: &CompactionSettings) -> Result<(Opened, f64), String> {
+    let ReadOutcome::Session(parsed) = read_session_bytes(bytes.clone()) else {
+        return Err("benchmark session does not parse".into());
     };
     let tree = SessionTree::from_parsed(parsed);
     let branch = tree.branch();
-    let live = LiveContext::from_path(&tree.refs(&branch));
-    (tree, live)
+    let view = BranchView {
+        tree: &tree,
+        positions: &branch,
+    };
+    let index = BranchIndex::build(&view);
+    let plan = plan_compaction(&view, &index, settings);
+    std::hint::black_box(&plan);
+    let tokens = index.context_estimate(&view).tokens;
+    Ok((
+        Opened {
+            tree,
+            branch,
+            index,
+        },
+        tokens,
+    ))
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+/// Wall ms of each phase of one open as the daemon does it (file read from the page cache, the
+/// reader, the tree, the branch, the index, the agent context of `SessionState::loaded`, the
+/// plan, the estimate): where the time over the floor goes.
+fn phases(
+    path: &std::path::Path,
+    settings: &CompactionSettings,
+) -> Result<Vec<(&'static str, f64)>, String> {
+    let mut out = Vec::new();
+    let mut t = Instant::now();
+    let mut lap = |name: &'static str, out: &mut Vec<(&'static str, f64)>| {
+        out.push((name, ms(t.elapsed())));
+        t = Instant::now();
+    };
+    let bytes = Bytes::from(std::fs::read(path).map_err(|e| e.to_string())?);
+    lap("fs::read", &mut out);
+    let ReadOutcome::Session(parsed) = read_session_bytes(bytes) else {
+        return Err("benchmark session does not parse".into());
+    };
+    lap("read_session_bytes", &mut out);
+    let tree = SessionTree::from_parsed(parsed);
+    lap("from_parsed", &mut out);
+    let branch = tree.branch();
+    lap("branch", &mut out);
+    let view = BranchView {
+        tree: &tree,
+        positions: &branch,
+    };
+    let index = BranchIndex::build(&view);
+    lap("BranchIndex::build", &mut out);
+    let agent: Vec<usize> = context_positions(&view)
+        .into_iter()
+        .map(|p| branch[p])
+        .filter(|&i| tree.entry(i).role.is_some())
+        .collect();
+    let mut live = LiveContext::default();
+    for &i in &agent {
+        live.push_entry(tree.entry(i));
+    }
+    std::hint::black_box(&live);
+    lap("agent context (context_positions + LiveContext)", &mut out);
+    std::hint::black_box(plan_compaction(&view, &index, settings).ok());
+    lap("plan_compaction", &mut out);
+    std::hint::black_box(index.context_estimate(&view));
+    lap("context_estimate", &mut out);
+    drop((live, agent, index, branch));
+    drop(tree);
+    lap("drop", &mut out);
+    Ok(out)
 }
 
-fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> Duration {
+/// Parse-into-`Value` reference: every line parsed and kept.
+fn value_parse(bytes: &[u8]) -> Vec<Value> {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
+        .collect()
+}
+
+/// Median wall ms of `runs` calls; the result is dropped outside the timed window.
+fn time_ms<T>(runs: usize, mut f: impl FnMut() -> T) -> f64 {
     median(
         (0..runs)
             .map(|_| {
                 let t = Instant::now();
-                std::hint::black_box(f());
-                t.elapsed()
+                let out = std::hint::black_box(f());
+                let d = ms(t.elapsed());
+                drop(out);
+                d
             })
             .collect(),
     )
 }
 
-fn main() {
-    let bench = std::env::args().any(|a| a == "--bench");
-    let mb: usize = if bench {
-        std::env::var("COMPACTD_BENCH_MB")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(100)
-    } else {
-        1
-    };
-    let runs = if bench { 5 } else { 1 };
-    let text = synthetic_session(mb * 1024 * 1024);
-    let lines = text.lines().count();
-
-    let parse = time(runs, || bare_parse(&text));
-    let parse_drop = time(runs, || parse_and_drop(&text));
-    let open = time(runs, || compactd_open(&text));
-    let ratio = open.as_secs_f64() / parse.as_secs_f64();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if !bench {
-        // Under `cargo test`: a debug build on 1 MB exercises the code; its timings mean nothing.
-        println!("session_open smoke run ({mb} MB, debug): opened {} entries, checks run; use `cargo bench` to measure", lines - 1);
-    }
-    let report = |line: String| {
-        if bench {
-            println!("{line}");
-        }
-    };
-    report(format!(
-        "open {mb} MB ({lines} lines, {threads} cores): serde_json parse-and-keep {:.1} ms, compactd open {:.1} ms, ratio {ratio:.2}x (target <= 1.5x); vs parse-and-drop {:.1} ms: {:.2}x",
-        parse.as_secs_f64() * 1e3,
-        open.as_secs_f64() * 1e3,
-        parse_drop.as_secs_f64() * 1e3,
-        open.as_secs_f64() / parse_drop.as_secs_f64()
-    ));
-
-    let (mut tree, mut live) = compactd_open(&text);
-    let settings = CompactionSettings::default();
+fn steady_state(
+    opened: &mut Opened,
+    settings: &CompactionSettings,
+    iterations: usize,
+) -> (f64, f64) {
     let message = json!({"role":"user","content":"one more request from the user","timestamp":2});
-    let iterations = if bench { 20_000 } else { 200 };
-    let mut total = Duration::ZERO;
-    let mut line_parse = Duration::ZERO;
+    let mut samples = Vec::with_capacity(iterations);
+    let mut floor = Vec::with_capacity(iterations);
     for i in 0..iterations {
-        let parent = tree.leaf_id().map(str::to_owned);
+        let parent = opened.tree.leaf_id().map(str::to_owned);
         let line = json!({"type":"message","id":format!("z{i:07x}"),"parentId":parent,"timestamp":"2026-01-01T00:00:02.000Z","message":message}).to_string();
+        let raw = Bytes::from(line.into_bytes());
         let t = Instant::now();
-        std::hint::black_box(serde_json::from_str::<Value>(&line).ok());
-        line_parse += t.elapsed();
+        std::hint::black_box(common::floor_parse(&raw));
+        floor.push(t.elapsed().as_secs_f64() * 1e6);
         let t = Instant::now();
-        let entry = Entry::from_value(serde_json::from_str(&line).unwrap_or(Value::Null));
-        let idx = tree.push(entry);
-        live.push_entry(tree.entry(idx));
-        std::hint::black_box((live.estimate(), live.should_compact(200_000, &settings)));
-        total += t.elapsed();
+        let Some(Ok(entry)) = Entry::from_line(raw) else {
+            continue;
+        };
+        let idx = opened.tree.push(entry);
+        opened.branch.push(idx);
+        let view = BranchView {
+            tree: &opened.tree,
+            positions: &opened.branch,
+        };
+        opened.index.push(&view);
+        std::hint::black_box(plan_compaction(&view, &opened.index, settings).ok());
+        std::hint::black_box(opened.index.context_estimate(&view).tokens);
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    let per = total / iterations as u32;
-    let per_parse = line_parse / iterations as u32;
-    report(format!(
-        "append + usage/shouldCompact check: {:.2} us per op over {iterations} ops ({:.2}x a bare parse of the line; target < 1 ms)",
-        per.as_secs_f64() * 1e6,
-        per.as_secs_f64() / per_parse.as_secs_f64().max(1e-9)
-    ));
-    if bench && per > Duration::from_millis(1) {
-        eprintln!("warning: check after append exceeds 1 ms");
+    (median(samples), median(floor))
+}
+
+fn main() {
+    let bench = common::is_bench();
+    let settings = CompactionSettings::default();
+    let oracle = if bench { Oracle::find() } else { None };
+    let sizes = if bench { common::sizes() } else { vec![1] };
+    println!(
+        "session_open ({}){}",
+        common::machine_note(),
+        if bench {
+            ""
+        } else {
+            ": smoke run (debug build, timings mean nothing; use cargo bench)"
+        }
+    );
+    if bench && oracle.is_none() {
+        println!("COMPACTD_ORACLE not set or incomplete: synthetic sessions, no Pi figures");
+    }
+    for mb in sizes {
+        let (label, path) = match common::session_file(oracle.as_ref(), mb) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("session {mb} MB: {e}");
+                std::process::exit(1);
+            }
+        };
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => {
+                eprintln!("{}: {e}", path.display());
+                std::process::exit(1);
+            }
+        };
+        let runs = if !bench { 1 } else { 5 };
+        let lines = common::floor_parse(&bytes);
+        // Run by run, interleaved: floor, references, compactd, one Pi run; ratios are medians of
+        // per-run ratios, so a change in the machine's load hits both sides of each.
+        let (mut floor, mut floor_cpu, mut utf8, mut value) = (vec![], vec![], vec![], vec![]);
+        let (mut wall, mut cpu, mut pi_work, mut pi_open) = (vec![], vec![], vec![], vec![]);
+        let mut phase_runs: Vec<Vec<(&'static str, f64)>> = Vec::new();
+        let mut tokens = 0.0;
+        for _ in 0..runs {
+            let (t, c) = (Instant::now(), cpu_time());
+            std::hint::black_box(common::floor_parse(std::hint::black_box(&bytes)));
+            floor.push(ms(t.elapsed()));
+            floor_cpu.push(ms(cpu_time() - c));
+            utf8.push(time_ms(1, || common::floor_utf8_parse(&bytes)));
+            value.push(time_ms(1, || value_parse(&bytes)));
+            let (t, c) = (Instant::now(), cpu_time());
+            let out = compactd_open(&bytes, &settings);
+            wall.push(ms(t.elapsed()));
+            cpu.push(ms(cpu_time() - c));
+            match out {
+                Ok((opened, tok)) => {
+                    tokens = tok;
+                    drop(opened);
+                }
+                Err(e) => {
+                    eprintln!("{label}: {e}");
+                    std::process::exit(1);
+                }
+            }
+            if bench {
+                match phases(&path, &settings) {
+                    Ok(p) => phase_runs.push(p),
+                    Err(e) => {
+                        eprintln!("{label}: {e}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+            if let Some(o) = &oracle {
+                match o.bench(&path, 1) {
+                    Ok(pi) => {
+                        pi_work.push(pi.work_ms);
+                        pi_open.push(pi.open_ms);
+                    }
+                    Err(e) => {
+                        eprintln!("Pi bench.mjs failed: {e}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+        let ratio = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(x, y)| x / y).collect());
+        let (fl, flc) = (median(floor.clone()), median(floor_cpu.clone()));
+        let (open, open_cpu) = (median(wall.clone()), median(cpu.clone()));
+        println!(
+            "{label} ({} bytes, {lines} lines, {tokens} tokens), medians of {runs} interleaved runs:\n  floor (IgnoredAny, 1 thread) {fl:.1} ms wall, {flc:.1} ms CPU | floor + UTF-8 check {:.1} ms = {:.2}x floor | Value parse-and-keep {:.1} ms = {:.2}x floor\n  compactd open+index+plan+estimate {open:.1} ms wall = {:.2}x floor (target <= 1.5x), {open_cpu:.1} ms CPU = {:.2}x the floor's CPU",
+            bytes.len(),
+            median(utf8.clone()),
+            ratio(&utf8, &floor),
+            median(value.clone()),
+            ratio(&value, &floor),
+            ratio(&wall, &floor),
+            ratio(&cpu, &floor_cpu),
+        );
+        if !phase_runs.is_empty() {
+            let parts: Vec<String> = phase_runs[0]
+                .iter()
+                .enumerate()
+                .map(|(k, (n, _))| {
+                    let m = median(phase_runs.iter().map(|r| r[k].1).collect());
+                    format!("{n} {m:.1} ({:.2}x)", m / fl)
+                })
+                .collect();
+            println!(
+                "  daemon-style open by phase, ms (x floor): {}",
+                parts.join(", ")
+            );
+        }
+        if !pi_work.is_empty() {
+            println!(
+                "  Pi bench.mjs ({runs} runs, one per round): workMs {:.1} (open {:.1}); Pi/compactd {:.1}x (target >= 10x), Pi/floor {:.1}x",
+                median(pi_work.clone()),
+                median(pi_open),
+                ratio(&pi_work, &wall),
+                ratio(&pi_work, &floor),
+            );
+        }
+        let Ok((mut opened, _)) = compactd_open(&bytes, &settings) else {
+            std::process::exit(1);
+        };
+        let iterations = if bench { 20_000 } else { 200 };
+        let (step, line_floor) = steady_state(&mut opened, &settings, iterations);
+        println!(
+            "  in-process append + index push + plan + estimate: p50 {step:.2} us over {iterations} appends = {:.1}x the floor parse of the line ({line_floor:.2} us)",
+            step / line_floor.max(1e-3)
+        );
     }
 }
