@@ -29,8 +29,48 @@ pub fn agent_dir() -> PathBuf {
 }
 
 /// Reads a settings file: a UTF-8 BOM is stripped; a missing or unparsable file is `{}` (Pi
-/// records the error and carries on).
+/// records the error and carries on). Settings are re-read at every check, which a busy daemon
+/// does thousands of times a second: the parsed file of a settled file (unchanged for a second)
+/// is reused while its identity, size and modification time stay the same (one `stat` instead
+/// of open, read and parse).
 pub fn read_settings_file(path: &Path) -> Value {
+    use std::os::unix::fs::MetadataExt;
+    type Stamp = (u64, u64, u64, i64, i64);
+    static CACHE: std::sync::LazyLock<
+        parking_lot::Mutex<std::collections::HashMap<PathBuf, (Stamp, Value)>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let Ok(meta) = std::fs::metadata(path) else {
+        CACHE.lock().remove(path);
+        return json!({});
+    };
+    // A file changed in the last second may change again within the clock's granularity with
+    // the same size: read it fresh until it has settled.
+    let settled = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .is_some_and(|age| age > std::time::Duration::from_secs(1));
+    if !settled {
+        return parse_settings_file(path);
+    }
+    let stamp: Stamp = (
+        meta.dev(),
+        meta.ino(),
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+    );
+    if let Some((s, v)) = CACHE.lock().get(path) {
+        if *s == stamp {
+            return v.clone();
+        }
+    }
+    let value = parse_settings_file(path);
+    CACHE.lock().insert(path.to_owned(), (stamp, value.clone()));
+    value
+}
+
+fn parse_settings_file(path: &Path) -> Value {
     let Ok(text) = std::fs::read_to_string(path) else {
         return json!({});
     };
