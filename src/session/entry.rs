@@ -17,7 +17,7 @@ use crate::compaction::tokens;
 use crate::json::stringify;
 
 /// The `type` discriminator of a session entry (sessions.md §4.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EntryKind {
     Message,
     ThinkingLevelChange,
@@ -31,6 +31,7 @@ pub enum EntryKind {
     /// A `session` header line after the first (Pi's loader skips it; never in a tree).
     SessionHeader,
     /// Any other type: kept, projected to nothing.
+    #[default]
     Unknown,
 }
 

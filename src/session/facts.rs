@@ -26,7 +26,7 @@ use crate::json::{js_number, utf16_len};
 pub struct LineFacts {
     /// The line is a JSON object (anything else becomes an `Unknown` entry without id).
     pub is_object: bool,
-    pub type_name: Option<String>,
+    pub kind: EntryKind,
     pub id: Option<String>,
     pub parent_id: Option<String>,
     /// The `message` field, when it is an object.
@@ -37,7 +37,7 @@ pub struct LineFacts {
 
 impl LineFacts {
     pub fn kind(&self) -> EntryKind {
-        EntryKind::from_type(self.type_name.as_deref().unwrap_or(""))
+        self.kind
     }
 }
 
@@ -45,14 +45,15 @@ impl LineFacts {
 /// the content in key order, so every reading is collected and combined at the end.
 #[derive(Debug, Default)]
 pub struct MessageFacts {
-    pub role: Option<String>,
+    /// `None` when `role` is missing or not a string (which counts as an unknown role).
+    pub role: Option<Role>,
     pub content: ContentFacts,
     pub command_len: u64,
     pub output_len: u64,
     pub summary_len: u64,
     /// `usage` when it is an object (anything else is never valid usage).
     pub usage: Option<UsageFacts>,
-    pub stop_reason: Option<String>,
+    pub stop_reason: StopReason,
 }
 
 /// `usage` numbers as `Value::as_f64` reads them (`NaN` when missing or not a number).
@@ -100,27 +101,27 @@ pub struct ContentFacts {
 
 impl MessageFacts {
     pub fn role(&self) -> Role {
-        Role::from_message_role(self.role.as_deref())
+        self.role.unwrap_or(Role::Other)
     }
 
     /// `estimateTokens(message)`.
     pub fn tokens(&self) -> u64 {
-        let chars = match self.role.as_deref() {
-            Some("user" | "toolResult" | "custom") => self.content.user_chars,
-            Some("assistant") => self.content.assistant_chars,
-            Some("bashExecution") => self.command_len + self.output_len,
-            Some("branchSummary" | "compactionSummary") => self.summary_len,
-            _ => 0,
+        let chars = match self.role() {
+            Role::User | Role::ToolResult | Role::Custom => self.content.user_chars,
+            Role::Assistant => self.content.assistant_chars,
+            Role::BashExecution => self.command_len + self.output_len,
+            Role::BranchSummary | Role::CompactionSummary => self.summary_len,
+            Role::Other => 0,
         };
         chars.div_ceil(4)
     }
 
     /// Valid usage of an assistant message (compaction.md §3.3).
     pub fn usage_tokens(&self) -> Option<f64> {
-        if self.role.as_deref() != Some("assistant") {
+        if self.role() != Role::Assistant {
             return None;
         }
-        if matches!(self.stop_reason.as_deref(), Some("aborted" | "error")) {
+        if matches!(self.stop_reason, StopReason::Aborted | StopReason::Error) {
             return None;
         }
         let tokens = self.usage?.context_tokens();
@@ -128,7 +129,7 @@ impl MessageFacts {
     }
 
     pub fn stop(&self) -> StopReason {
-        StopReason::from_str_opt(self.stop_reason.as_deref())
+        self.stop_reason
     }
 }
 
@@ -220,6 +221,103 @@ impl<'de> Deserialize<'de> for OptString {
                 Ok(OptString(Some(s)))
             }
             other_types_are_absent!(OptString(None));
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A string field matched against a known vocabulary without allocating (`None` for any other
+/// type; unknown strings map to the vocabulary's catch-all).
+struct Tag<T>(Option<T>);
+
+trait FromTag: Sized {
+    fn from_tag(s: &str) -> Self;
+}
+
+impl FromTag for EntryKind {
+    fn from_tag(s: &str) -> Self {
+        EntryKind::from_type(s)
+    }
+}
+
+impl FromTag for Role {
+    fn from_tag(s: &str) -> Self {
+        Role::from_message_role(Some(s))
+    }
+}
+
+impl FromTag for StopReason {
+    fn from_tag(s: &str) -> Self {
+        StopReason::from_str_opt(Some(s))
+    }
+}
+
+/// A content block's `type`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum BlockType {
+    Text,
+    Image,
+    Thinking,
+    ToolCall,
+    Other,
+}
+
+impl FromTag for BlockType {
+    fn from_tag(s: &str) -> Self {
+        match s {
+            "text" => BlockType::Text,
+            "image" => BlockType::Image,
+            "thinking" => BlockType::Thinking,
+            "toolCall" => BlockType::ToolCall,
+            _ => BlockType::Other,
+        }
+    }
+}
+
+impl<'de, T: FromTag> Deserialize<'de> for Tag<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: FromTag> Visitor<'de> for V<T> {
+            type Value = Tag<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Tag<T>, E> {
+                Ok(Tag(Some(T::from_tag(s))))
+            }
+            other_types_are_absent!(Tag(None));
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// A tool call's `name`: its UTF-16 length, and the file operation it stands for.
+struct ToolName {
+    len: u64,
+    op: Option<FileOpKind>,
+}
+
+impl<'de> Deserialize<'de> for ToolName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ToolName;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ToolName, E> {
+                let op = match s {
+                    "read" => Some(FileOpKind::Read),
+                    "write" => Some(FileOpKind::Write),
+                    "edit" => Some(FileOpKind::Edit),
+                    _ => None,
+                };
+                Ok(ToolName {
+                    len: utf16_len(s) as u64,
+                    op,
+                })
+            }
+            other_types_are_absent!(ToolName { len: 0, op: None });
         }
         d.deserialize_any(V)
     }
@@ -323,7 +421,12 @@ impl<'de> Deserialize<'de> for LineFacts {
                 };
                 while let Some(key) = a.next_key::<Key>()? {
                     match key {
-                        Key::Type => out.type_name = a.next_value::<OptString>()?.0,
+                        Key::Type => {
+                            out.kind = a
+                                .next_value::<Tag<EntryKind>>()?
+                                .0
+                                .unwrap_or(EntryKind::Unknown)
+                        }
                         Key::Id => out.id = a.next_value::<OptString>()?.0,
                         Key::ParentId => out.parent_id = a.next_value::<OptString>()?.0,
                         Key::Message => out.message = a.next_value::<OptMessage>()?.0,
@@ -420,13 +523,15 @@ impl<'de> Deserialize<'de> for OptMessage {
                 let mut m = MessageFacts::default();
                 while let Some(key) = a.next_key::<Key>()? {
                     match key {
-                        Key::Role => m.role = a.next_value::<OptString>()?.0,
+                        Key::Role => m.role = a.next_value::<Tag<Role>>()?.0,
                         Key::Content => m.content = a.next_value::<Content>()?.0,
                         Key::Command => m.command_len = a.next_value::<StrLen>()?.0,
                         Key::Output => m.output_len = a.next_value::<StrLen>()?.0,
                         Key::Summary => m.summary_len = a.next_value::<StrLen>()?.0,
                         Key::Usage => m.usage = a.next_value::<OptUsage>()?.0,
-                        Key::StopReason => m.stop_reason = a.next_value::<OptString>()?.0,
+                        Key::StopReason => {
+                            m.stop_reason = a.next_value::<Tag<StopReason>>()?.0.unwrap_or_default()
+                        }
                         _ => {
                             a.next_value::<IgnoredAny>()?;
                         }
@@ -496,22 +601,16 @@ impl<'de> Deserialize<'de> for Content {
                 let mut c = ContentFacts::default();
                 while let Some(b) = a.next_element::<Block>()? {
                     let b = b.0;
-                    match b.block_type.as_deref() {
-                        Some("text") => {
+                    match b.block_type {
+                        Some(BlockType::Text) => {
                             c.user_chars += b.text_len;
                             c.assistant_chars += b.text_len;
                         }
-                        Some("image") => c.user_chars += ESTIMATED_IMAGE_CHARS,
-                        Some("thinking") => c.assistant_chars += b.thinking_len,
-                        Some("toolCall") => {
+                        Some(BlockType::Image) => c.user_chars += ESTIMATED_IMAGE_CHARS,
+                        Some(BlockType::Thinking) => c.assistant_chars += b.thinking_len,
+                        Some(BlockType::ToolCall) => {
                             c.assistant_chars += b.name_len + b.arguments_len.unwrap_or(0);
-                            let kind = match b.name.as_deref() {
-                                Some("read") => Some(FileOpKind::Read),
-                                Some("write") => Some(FileOpKind::Write),
-                                Some("edit") => Some(FileOpKind::Edit),
-                                _ => None,
-                            };
-                            if let (Some(kind), Some(path)) = (kind, b.path) {
+                            if let (Some(kind), Some(path)) = (b.name_op, b.path) {
                                 if !path.is_empty() {
                                     c.file_ops.push((kind, path));
                                 }
@@ -532,11 +631,12 @@ impl<'de> Deserialize<'de> for Content {
 /// One content block's readings.
 #[derive(Default)]
 struct BlockFacts {
-    block_type: Option<String>,
+    block_type: Option<BlockType>,
     text_len: u64,
     thinking_len: u64,
     name_len: u64,
-    name: Option<String>,
+    /// The file operation a `read`/`write`/`edit` tool name stands for.
+    name_op: Option<FileOpKind>,
     /// `JSON.stringify(arguments).length` when `arguments` is present.
     arguments_len: Option<u64>,
     /// `arguments.path` when `arguments` is an object whose `path` is a string.
@@ -557,13 +657,13 @@ impl<'de> Deserialize<'de> for Block {
                 let mut b = BlockFacts::default();
                 while let Some(key) = a.next_key::<Key>()? {
                     match key {
-                        Key::Type => b.block_type = a.next_value::<OptString>()?.0,
+                        Key::Type => b.block_type = a.next_value::<Tag<BlockType>>()?.0,
                         Key::Text => b.text_len = a.next_value::<StrLen>()?.0,
                         Key::Thinking => b.thinking_len = a.next_value::<StrLen>()?.0,
                         Key::Name => {
-                            let name = a.next_value::<OptString>()?.0;
-                            b.name_len = name.as_deref().map_or(0, |n| utf16_len(n) as u64);
-                            b.name = name;
+                            let name = a.next_value::<ToolName>()?;
+                            b.name_len = name.len;
+                            b.name_op = name.op;
                         }
                         Key::Arguments => {
                             let args = a.next_value_seed(StringifyLen { capture_path: true })?;
@@ -848,7 +948,7 @@ mod tests {
     #[test]
     fn wrong_types_read_as_absent() {
         let f = parse_facts(br#"{"type":5,"id":{"x":1},"parentId":[1],"message":"m"}"#).unwrap();
-        assert!(f.type_name.is_none() && f.id.is_none() && f.parent_id.is_none());
+        assert!(f.kind == EntryKind::Unknown && f.id.is_none() && f.parent_id.is_none());
         assert!(f.message.is_none());
         assert!(parse_facts(b"[1,2]").is_ok_and(|f| !f.is_object));
         assert!(parse_facts(b"{bad").is_err());
