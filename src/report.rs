@@ -112,7 +112,7 @@ pub fn overview(
         .filter(|r| r.start < r.end)
         .map(|r| index.range_sums(r).1)
         .sum();
-    let parents: std::collections::HashSet<&str> = tree
+    let parents: std::collections::HashSet<&str, foldhash::fast::RandomState> = tree
         .entries()
         .iter()
         .filter_map(|e| e.parent_id.as_deref())

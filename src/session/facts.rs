@@ -337,27 +337,31 @@ impl<'de> Deserialize<'de> for StrLen {
 /// The UTF-16 length of the string a raw JSON string literal decodes to (`None` when `raw` is
 /// not a string literal). serde_json has validated the literal, escapes included.
 fn raw_string_utf16_len(raw: &str) -> Option<u64> {
-    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
-    let bytes = inner.as_bytes();
-    let mut units = 0u64;
-    let mut i = 0usize;
-    let mut run = 0usize;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' {
-            units += utf16_len(&inner[run..i]) as u64;
-            // `\uXXXX` is one UTF-16 unit (a surrogate pair is two escapes); others are one char.
-            i += if bytes.get(i + 1) == Some(&b'u') {
-                6
-            } else {
-                2
-            };
-            units += 1;
-            run = i;
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?.as_bytes();
+    // Every byte of the literal counted as UTF-16 units (one per scalar's leading byte, two for
+    // 4-byte sequences), then corrected for escapes: `\X` is one unit written as two bytes,
+    // `\uXXXX` one unit written as six (a surrogate pair is two escapes, so two units).
+    let mut units: u64 = if inner.is_ascii() {
+        inner.len() as u64
+    } else {
+        inner
+            .iter()
+            .map(|&b| u64::from((b & 0xC0) != 0x80) + u64::from(b >= 0xF0))
+            .sum()
+    };
+    let mut next = 0usize;
+    for i in memchr::memchr_iter(b'\\', inner) {
+        if i < next {
+            continue; // the escaped character of the previous escape
+        }
+        if inner.get(i + 1) == Some(&b'u') {
+            units = units.saturating_sub(5);
+            next = i + 6;
         } else {
-            i += 1;
+            units = units.saturating_sub(1);
+            next = i + 2;
         }
     }
-    units += utf16_len(&inner[run.min(inner.len())..]) as u64;
     Some(units)
 }
 
