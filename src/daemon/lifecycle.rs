@@ -3,8 +3,10 @@
 //!
 //! Order of operations per compaction: wait for the session's compaction slot, snapshot the
 //! branch under the state lock, prepare, ask hooks, summarize (no lock held), then re-take the
-//! lock to append the entry. Writes are refused while the slot's token is set, so the entry is
-//! always the child of the leaf its preparation read.
+//! lock to append the entry. Appends are accepted meanwhile (beyond Pi, which makes the user
+//! wait): they land after the leaf as usual, and the entry is written under the leaf at write
+//! time, so they sit in the kept tail between `firstKeptEntryId` and the compaction. Only a
+//! moved leaf (another process's write elsewhere in the tree) refuses the write.
 
 use std::sync::Arc;
 
@@ -263,7 +265,7 @@ async fn run_started(
         };
         return Err(Failure::Error(kind, e.message));
     }
-    if state.tree.leaf_id().map(str::to_owned) != snap.leaf_id {
+    if !grew_from_snapshot(&state, snap) {
         return Err(Failure::Error(
             ErrorKind::LeafMoved,
             "the session changed during compaction".into(),
@@ -281,6 +283,26 @@ async fn run_started(
     state.rebuild_agent_context();
     let estimated = state.live.estimated_total();
     Ok((result_json(&outcome, estimated), entry))
+}
+
+/// Whether the branch only grew since the snapshot (beyond Pi: appends are accepted while the
+/// summarizer runs): the snapshot's leaf is still on the current branch and nothing after it is
+/// a compaction. Then the entry can be written under the leaf of now, and everything appended
+/// meanwhile sits between `firstKeptEntryId` and the compaction, in its kept tail.
+fn grew_from_snapshot(state: &super::session::SessionState, snap: &Snapshot) -> bool {
+    let Some(leaf) = snap.leaf_id.as_deref() else {
+        return state.tree.leaf_id().is_none();
+    };
+    let Some(at) = state
+        .branch
+        .iter()
+        .rposition(|&i| state.tree.entry(i).id.as_deref() == Some(leaf))
+    else {
+        return false;
+    };
+    state.branch[at + 1..]
+        .iter()
+        .all(|&i| state.tree.entry(i).kind != EntryKind::Compaction)
 }
 
 /// The agent-context estimate had `outcome` been appended after `path` (for `write: false`,

@@ -167,6 +167,27 @@ async fn branch_summary(
     Ok((summary, details, usage))
 }
 
+/// Marks the session as navigating until dropped (also on an early return or a cancelled
+/// request), so appends are refused only while a branch summary runs.
+struct NavigatingFlag<'a>(&'a super::Session);
+
+impl<'a> NavigatingFlag<'a> {
+    fn set(session: &'a super::Session) -> NavigatingFlag<'a> {
+        session
+            .navigating
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        NavigatingFlag(session)
+    }
+}
+
+impl Drop for NavigatingFlag<'_> {
+    fn drop(&mut self) {
+        self.0
+            .navigating
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// `navigateTree`.
 pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
@@ -219,6 +240,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
     let mut from_hook = false;
     let cancel = ctx.daemon.run_token();
     *session.running.lock() = Some(cancel.clone());
+    let _navigating = NavigatingFlag::set(&session);
     let outcome = async {
         if ctx.daemon.has_hook(&session.id, "session_before_tree") {
             let prep = json!({
