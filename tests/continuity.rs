@@ -277,3 +277,104 @@ fn appends_wait_only_for_a_branch_summary() {
     drop(fake);
     drop(runtime);
 }
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn usage(input: i64) -> Value {
+    json!({"input": input, "output": 20, "cacheRead": 0, "cacheWrite": 0, "totalTokens": input + 20,
+           "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}})
+}
+
+/// A new session in `dir` with `turns` turns, each a user request, an assistant `read` of
+/// `src/fNN.rs` and its result (about 300 tokens a turn), and a final reply.
+fn tool_session(c: &mut Client, dir: &Path, turns: usize) -> (String, PathBuf) {
+    let info = c.ok(
+        "createSession",
+        json!({"cwd": dir, "sessionDir": dir, "model": model(200_000)}),
+    );
+    let sid = info["sessionId"].as_str().unwrap().to_owned();
+    let path = PathBuf::from(info["path"].as_str().unwrap());
+    let t0 = now_ms() - 1_000_000;
+    for i in 0..turns {
+        let ts = t0 + i as i64 * 1000;
+        let user = json!({"role": "user", "content": format!("turn {i}: look at file {i:02} {}", "please ".repeat(100)), "timestamp": ts});
+        c.ok("appendMessage", json!({"sessionId": sid, "message": user}));
+        let call = json!({"role": "assistant", "content": [{"type": "toolCall", "id": format!("call_{i}"), "name": "read", "arguments": {"path": format!("src/f{i:02}.rs")}}],
+            "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5", "usage": usage(1000 + i as i64 * 300), "stopReason": "toolUse", "timestamp": ts + 1});
+        c.ok("appendMessage", json!({"sessionId": sid, "message": call}));
+        let result = json!({"role": "toolResult", "toolCallId": format!("call_{i}"), "toolName": "read",
+            "content": [{"type": "text", "text": format!("fn f{i}() {{}} {}", "// body ".repeat(60))}], "isError": false, "timestamp": ts + 2});
+        c.ok(
+            "appendMessage",
+            json!({"sessionId": sid, "message": result}),
+        );
+    }
+    let done = json!({"role": "assistant", "content": [{"type": "text", "text": "Read them all."}],
+        "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5", "usage": usage(1000 + turns as i64 * 300), "stopReason": "stop", "timestamp": t0 + turns as i64 * 1000});
+    c.ok("appendMessage", json!({"sessionId": sid, "message": done}));
+    (sid, path)
+}
+
+/// The lines of the `<tag>` block at the end of a summary.
+fn block(summary: &str, tag: &str) -> Vec<String> {
+    let open = format!("<{tag}>\n");
+    let close = format!("\n</{tag}>");
+    let Some(start) = summary.find(&open) else {
+        return Vec::new();
+    };
+    let rest = &summary[start + open.len()..];
+    let end = rest.find(&close).unwrap_or(rest.len());
+    rest[..end].lines().map(str::to_owned).collect()
+}
+
+/// Item 5: `fileListLimit` cuts the summary's file blocks to the most recently touched paths
+/// plus `(+K more)`, while `details` keeps every path; unset, the blocks are Pi's, complete.
+#[test]
+fn file_list_limit_bounds_the_summary_blocks_and_keeps_details_whole() {
+    let env = Env::new();
+    let mut c = env.client();
+    let (sid, file) = tool_session(&mut c, env.dir.path(), 30);
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 1500}}),
+    );
+    // Default: Pi's behaviour, every path listed.
+    let full = c.ok("compact", json!({"sessionId": sid, "write": false}));
+    let all: Vec<String> = full["details"]["readFiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    assert!(all.len() > 10, "too few summarized reads: {all:?}");
+    assert_eq!(block(full["summary"].as_str().unwrap(), "read-files"), all);
+
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 1500, "fileListLimit": 5}}),
+    );
+    assert_eq!(
+        c.ok("getSettings", json!({"sessionId": sid}))["compaction"]["fileListLimit"],
+        5
+    );
+    let r = c.ok("compact", json!({"sessionId": sid}));
+    assert_eq!(r["details"]["readFiles"], full["details"]["readFiles"]);
+    let mut want: Vec<String> = all[all.len() - 5..].to_vec();
+    want.push(format!("(+{} more)", all.len() - 5));
+    let summary = r["summary"].as_str().unwrap();
+    assert_eq!(block(summary, "read-files"), want);
+    // The entry on disk carries the bounded summary and the full details.
+    let last = entries(&file).pop().unwrap();
+    assert_eq!(last["type"], "compaction");
+    assert_eq!(last["summary"], summary);
+    assert_eq!(last["details"]["readFiles"], full["details"]["readFiles"]);
+    if let Some(pi) = pi_agrees(&mut c, &sid, &file) {
+        let pi_summary = pi["context"]["messages"][0]["summary"].as_str().unwrap();
+        assert_eq!(block(pi_summary, "read-files"), want);
+    }
+}

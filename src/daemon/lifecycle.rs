@@ -254,6 +254,13 @@ async fn run_started(
     if cancel.is_cancelled() {
         return Err(Failure::Cancelled);
     }
+    let mut outcome = outcome;
+    if let (Some(limit), false) = (
+        daemon.session_settings(session).file_list_limit,
+        outcome.from_hook,
+    ) {
+        limit_file_lists(&mut outcome, prep, limit);
+    }
     let mut state = session.state.lock();
     // Another process may have written to the file while the summarizer ran: take its lines in
     // first, so a moved leaf is noticed rather than written under.
@@ -283,6 +290,41 @@ async fn run_started(
     state.rebuild_agent_context();
     let estimated = state.live.estimated_total();
     Ok((result_json(&outcome, estimated), entry))
+}
+
+/// Beyond Pi (`fileListLimit`): cuts the file blocks at the end of a generated summary to the
+/// most recently touched paths; `details` keeps the full lists. A summary that does not end with
+/// Pi's blocks (none were written) is left alone.
+fn limit_file_lists(outcome: &mut CompactionOutcome, prep: &Preparation, limit: usize) {
+    let list = |k: &str| -> Vec<String> {
+        outcome.details[k]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect()
+    };
+    let (read, modified) = (list("readFiles"), list("modifiedFiles"));
+    let full = crate::compaction::file_ops::format_file_operations(&read, &modified);
+    if full.is_empty() {
+        return;
+    }
+    let Some(base) = outcome.summary.strip_suffix(&full) else {
+        return;
+    };
+    // Most recent first: the turn prefix is later than the history, and later blocks later.
+    let recent: Vec<&str> = prep
+        .turn_prefix_messages
+        .iter()
+        .rev()
+        .chain(prep.messages_to_summarize.iter().rev())
+        .flat_map(|m| m.entry.file_ops.iter().rev().map(|(_, p)| &**p))
+        .collect();
+    let limited = crate::compaction::file_ops::format_file_operations_limited(
+        &read, &modified, &recent, limit,
+    );
+    outcome.summary = format!("{base}{limited}");
 }
 
 /// Whether the branch only grew since the snapshot (beyond Pi: appends are accepted while the

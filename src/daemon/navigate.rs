@@ -7,7 +7,9 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::methods::Ctx;
-use crate::compaction::file_ops::{format_file_operations, FileOps};
+use crate::compaction::file_ops::{
+    format_file_operations, format_file_operations_limited, FileOps,
+};
 use crate::compaction::prompts::{BRANCH_SUMMARY_PREAMBLE, BRANCH_SUMMARY_PROMPT, SYSTEM_PROMPT};
 use crate::compaction::serialize::serialize_conversation;
 use crate::compaction::summary::{check_reply, usage_json, CallKind};
@@ -160,10 +162,20 @@ async fn branch_summary(
             (text, Some(reply.usage))
         }
     };
-    let summary = format!(
-        "{BRANCH_SUMMARY_PREAMBLE}{text}{}",
-        format_file_operations(&read, &modified)
-    );
+    // Beyond Pi (`fileListLimit`): the most recently touched paths only; `details` keeps all.
+    let files = match ctx.daemon.session_settings(session).file_list_limit {
+        Some(limit) => {
+            let recent: Vec<&str> = plan
+                .entries
+                .iter()
+                .rev()
+                .flat_map(|e| e.file_ops.iter().rev().map(|(_, p)| &**p))
+                .collect();
+            format_file_operations_limited(&read, &modified, &recent, limit)
+        }
+        None => format_file_operations(&read, &modified),
+    };
+    let summary = format!("{BRANCH_SUMMARY_PREAMBLE}{text}{files}");
     Ok((summary, details, usage))
 }
 

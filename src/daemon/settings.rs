@@ -84,6 +84,9 @@ pub struct EffectiveSettings {
     pub branch_summary_reserve_tokens: i64,
     pub retry: RetrySettings,
     pub default_thinking_level: String,
+    /// Beyond Pi: `compaction.fileListLimit`, the most paths each summary file block lists
+    /// (`None`: unlimited, Pi's behaviour).
+    pub file_list_limit: Option<usize>,
     /// The merged JSON, for `getSettings`.
     pub merged: Value,
 }
@@ -158,6 +161,11 @@ pub fn from_merged(merged: Value) -> EffectiveSettings {
             .and_then(Value::as_str)
             .unwrap_or("medium")
             .to_owned(),
+        file_list_limit: c
+            .get("fileListLimit")
+            .and_then(Value::as_f64)
+            .filter(|f| f.is_finite() && *f >= 0.0)
+            .map(|f| f as usize),
         merged,
     }
 }
@@ -165,8 +173,12 @@ pub fn from_merged(merged: Value) -> EffectiveSettings {
 impl EffectiveSettings {
     /// `getSettings`' answer.
     pub fn to_json(&self) -> Value {
+        let mut compaction = self.compaction.to_json();
+        if let (Some(limit), Some(o)) = (self.file_list_limit, compaction.as_object_mut()) {
+            o.insert("fileListLimit".into(), Value::from(limit));
+        }
         json!({
-            "compaction": self.compaction.to_json(),
+            "compaction": compaction,
             "branchSummary": {"reserveTokens": self.branch_summary_reserve_tokens},
             "retry": {"enabled": self.retry.enabled, "maxRetries": self.retry.max_retries, "baseDelayMs": self.retry.base_delay_ms},
             "defaultThinkingLevel": self.default_thinking_level,

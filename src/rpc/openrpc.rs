@@ -171,7 +171,8 @@ fn manual_components() -> Vec<(&'static str, Value)> {
                 "properties": {
                     "enabled": {"type": "boolean"},
                     "reserveTokens": int,
-                    "keepRecentTokens": int
+                    "keepRecentTokens": int,
+                    "fileListLimit": {"type": "integer", "minimum": 0, "description": "Beyond Pi: the most paths each summary file block lists (absent: unlimited, Pi's behaviour). Only in getSettings' answer, when set."}
                 },
                 "required": ["enabled", "reserveTokens", "keepRecentTokens"]
             }),

@@ -116,6 +116,10 @@ pub struct CompactionSettingsPatch {
     pub enabled: Option<bool>,
     pub reserve_tokens: Option<i64>,
     pub keep_recent_tokens: Option<i64>,
+    /// Beyond Pi: list at most this many paths in each of the summary's `<read-files>` /
+    /// `<modified-files>` blocks (the most recently touched, then `(+K more)`); `details` keeps
+    /// the full lists. Absent: unlimited, Pi's behaviour. Ignored by `shouldCompact`.
+    pub file_list_limit: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
