@@ -378,3 +378,67 @@ fn file_list_limit_bounds_the_summary_blocks_and_keeps_details_whole() {
         assert_eq!(block(pi_summary, "read-files"), want);
     }
 }
+
+/// Item 6: after a compaction Pi knows no usage until the next reply, and its pre-prompt check
+/// ignores replies older than the compaction, so a switch to a smaller model (here with a long
+/// paste waiting) would send a request known to overflow. `setModel` reports it and the next `checkCompaction` compacts.
+#[test]
+fn a_switch_to_a_smaller_model_is_reported_and_compacted_before_the_next_request() {
+    let env = Env::new();
+    let mut c = env.client();
+    let (sid, file) = tool_session(&mut c, env.dir.path(), 30);
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 6000}}),
+    );
+    c.ok("compact", json!({"sessionId": sid}));
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 1500, "reserveTokens": 500}}),
+    );
+    // The user pastes a long text; no reply yet, so no usage is known since the compaction.
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": {"role": "user", "content": format!("pasted: {}", "log line ".repeat(900))}}),
+    );
+    // A model whose window holds the context: nothing to report, nothing happens.
+    let big = c.ok(
+        "setModel",
+        json!({"sessionId": sid, "model": model(200_000)}),
+    );
+    assert_eq!(big["shouldCompact"], false);
+    assert_eq!(big["threshold"], 199_500.0);
+    let none = c.ok(
+        "checkCompaction",
+        json!({"sessionId": sid, "phase": "prePrompt"}),
+    );
+    assert_eq!(none["action"], "none");
+    let before = entries(&file).len();
+    let small = json!({"provider": "anthropic", "id": "claude-small", "contextWindow": 4000, "maxTokens": 1000});
+    let r = c.ok("setModel", json!({"sessionId": sid, "model": small}));
+    assert_eq!(r["shouldCompact"], true, "{r}");
+    assert_eq!(r["threshold"], 3500.0);
+    assert!(r["tokens"].as_f64().unwrap() > 3500.0);
+    assert_eq!(r["entryId"], r["leafId"]);
+    let out = c.ok(
+        "checkCompaction",
+        json!({"sessionId": sid, "phase": "prePrompt"}),
+    );
+    assert_eq!(out["action"], "compacted", "{out}");
+    assert_eq!(out["reason"], "threshold");
+    let all = entries(&file);
+    assert_eq!(all.len(), before + 2, "model_change, then the compaction");
+    assert_eq!(all.last().unwrap()["type"], "compaction");
+    let after = c.ok("getContextUsage", json!({"sessionId": sid}));
+    assert_eq!(after["contextWindow"], 4000);
+    // Reported once: the next check is Pi's own again.
+    let again = c.ok(
+        "checkCompaction",
+        json!({"sessionId": sid, "phase": "prePrompt"}),
+    );
+    assert_eq!(again["action"], "none");
+    if let Some(pi) = pi_agrees(&mut c, &sid, &file) {
+        assert_eq!(pi["context"]["messages"][0]["role"], "compactionSummary");
+        assert_eq!(pi["session"]["leafId"], all.last().unwrap()["id"]);
+    }
+}

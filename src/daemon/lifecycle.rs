@@ -873,6 +873,30 @@ async fn check_message(
     CheckOutcome::none()
 }
 
+/// Beyond Pi: after `setModel` reported that the context exceeds the new model's threshold,
+/// the first check compacts (as a threshold compaction), whatever its phase and whatever the
+/// last reply says. Re-evaluated now, so a switch back or an intervening compaction cancels it.
+async fn check_model_switch(daemon: &Daemon, session: &Arc<Session>) -> Option<CheckOutcome> {
+    let (window, tokens) = {
+        let mut state = session.state.lock();
+        if !std::mem::take(&mut state.model_switch_pending) {
+            return None;
+        }
+        (
+            state.model.as_ref().map_or(0, |m| m.context_window),
+            state.live.estimate().tokens,
+        )
+    };
+    let settings = daemon.session_settings(session);
+    if window <= 0
+        || !crate::compaction::tokens::should_compact(tokens, window, &settings.compaction)
+    {
+        return None;
+    }
+    let out = run_auto(daemon, session, "threshold", false).await;
+    (out.action != "none").then_some(out)
+}
+
 fn parse_stop(s: &str) -> StopReason {
     match s {
         "length" => StopReason::Length,
@@ -886,6 +910,9 @@ fn parse_stop(s: &str) -> StopReason {
 /// `checkCompaction {phase}`: waits for a running compaction first.
 pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> CheckOutcome {
     let _slot = session.slot.lock().await;
+    if let Some(out) = check_model_switch(daemon, session).await {
+        return out;
+    }
     match phase {
         Phase::MidRun => {
             let (model_window, estimate) = {

@@ -43,6 +43,9 @@ pub struct SessionState {
     pub thinking_level: String,
     /// Pi's `_overflowRecoveryAttempted`.
     pub overflow_recovery_attempted: bool,
+    /// Beyond Pi: `setModel` switched to a model whose threshold the context exceeds; the next
+    /// `checkCompaction` compacts before the next request instead of waiting for an overflow.
+    pub model_switch_pending: bool,
     /// Per-session compaction settings overrides (`setSettingsOverrides`).
     pub overrides: Option<Value>,
     /// What compactd last read or wrote of the file (`None` until it exists).
@@ -80,6 +83,7 @@ impl SessionState {
             model,
             thinking_level: String::new(),
             overflow_recovery_attempted: false,
+            model_switch_pending: false,
             overrides: None,
             stamp: None,
             file_changed: false,
@@ -119,6 +123,7 @@ impl SessionState {
             model,
             thinking_level: thinking,
             overflow_recovery_attempted: false,
+            model_switch_pending: false,
             overrides: None,
             stamp: None,
             file_changed: false,

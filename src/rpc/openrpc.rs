@@ -557,10 +557,10 @@ fn methods(s: &mut Schemas) -> Vec<MethodDoc> {
         },
         MethodDoc {
             name: "setModel",
-            summary: "The agent switched model: sets the current model and appends a model_change.",
+            summary: "The agent switched model: sets the current model and appends a model_change; reports whether the context already exceeds the new model's threshold (then the next checkCompaction compacts).",
             params: s.params::<SetModelParams>(),
-            result_name: "AppendResult",
-            result: append_result,
+            result_name: "SetModelResult",
+            result: s.result::<SetModelResult>(),
             errors: vec![InvalidParams, UnknownSession, Compacting, Io],
         },
         MethodDoc {

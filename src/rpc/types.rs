@@ -222,3 +222,19 @@ pub struct AppendResult {
     pub entry_id: String,
     pub leaf_id: String,
 }
+
+/// `setModel`'s answer: the append, and (beyond Pi) whether the current context already needs a
+/// compaction under the new model, so the agent never sends a request known to overflow.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetModelResult {
+    pub entry_id: String,
+    pub leaf_id: String,
+    /// The context's estimate exceeds the new model's threshold (`contextWindow - reserveTokens`):
+    /// the next `checkCompaction` compacts, whatever its phase.
+    pub should_compact: bool,
+    /// The context's estimated tokens.
+    pub tokens: f64,
+    /// `contextWindow - reserveTokens` of the new model.
+    pub threshold: f64,
+}
