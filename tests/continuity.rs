@@ -442,3 +442,87 @@ fn a_switch_to_a_smaller_model_is_reported_and_compacted_before_the_next_request
         assert_eq!(pi["session"]["leafId"], all.last().unwrap()["id"]);
     }
 }
+
+/// Item 7: what a compaction summarized away is found by `searchHistory` (flagged
+/// `compacted`) and returned verbatim by `getEntry`; searching writes nothing.
+#[test]
+fn history_recall_finds_and_returns_compacted_entries() {
+    let env = Env::new();
+    let mut c = env.client();
+    let (sid, file) = tool_session(&mut c, env.dir.path(), 30);
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 1500}}),
+    );
+    let r = c.ok("compact", json!({"sessionId": sid}));
+    assert!(!r["summary"].as_str().unwrap().contains("fn f3()"));
+    let before = std::fs::read(&file).unwrap();
+
+    let hits = c.ok(
+        "searchHistory",
+        json!({"sessionId": sid, "query": "FN F3()"}),
+    );
+    let hits = hits.as_array().unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    let hit = &hits[0];
+    assert_eq!(hit["role"], "toolResult");
+    assert_eq!(hit["compacted"], true);
+    assert_eq!(hit["onBranch"], true);
+    assert!(hit["snippet"].as_str().unwrap().contains("fn f3()"));
+    let id = hit["entryId"].as_str().unwrap();
+    let stored = entries(&file).into_iter().find(|e| e["id"] == id).unwrap();
+    assert_eq!(hit["timestamp"], stored["timestamp"]);
+    assert_eq!(
+        c.ok("getEntry", json!({"sessionId": sid, "entryId": id})),
+        stored
+    );
+
+    // The kept tail is not compacted; regex hits come most recent first, bounded by limit.
+    let kept = c.ok(
+        "searchHistory",
+        json!({"sessionId": sid, "query": "fn f29()"}),
+    );
+    assert_eq!(kept[0]["compacted"], false);
+    let rx = c.ok(
+        "searchHistory",
+        json!({"sessionId": sid, "query": r"^turn 1\d:", "regex": true, "limit": 3}),
+    );
+    let texts: Vec<&str> = rx
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["snippet"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts.len(), 3);
+    assert!(
+        texts[0].starts_with("turn 19:") && texts[2].starts_with("turn 17:"),
+        "{texts:?}"
+    );
+    // The summary itself is searchable too.
+    let s = c.ok(
+        "searchHistory",
+        json!({"sessionId": sid, "query": "src/f00.rs"}),
+    );
+    assert!(s
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h["role"] == "compaction"));
+
+    let e = c
+        .request(
+            "searchHistory",
+            json!({"sessionId": sid, "query": "(", "regex": true}),
+        )
+        .unwrap_err();
+    assert_eq!(e["code"], -32602);
+    let e = c
+        .request("getEntry", json!({"sessionId": sid, "entryId": "nope"}))
+        .unwrap_err();
+    assert_eq!(e["code"], -32022);
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "recall writes nothing"
+    );
+}

@@ -168,6 +168,8 @@ def scenario(home):
     rec("compact", "compact", {"sessionId": sid, "customInstructions": "Focus on the parser fix."})
     rec("getContextUsage_after", "getContextUsage", {"sessionId": sid})
     rec("compact_already", "compact", {"sessionId": sid})
+    hits = rec("searchHistory", "searchHistory", {"sessionId": sid, "query": "EMPTY LINE", "limit": 2})["result"]
+    rec("getEntry", "getEntry", {"sessionId": sid, "entryId": hits[-1]["entryId"]})
     rec("navigateTree", "navigateTree", {"sessionId": sid, "targetId": ids[3], "summarize": True, "label": "before tests"})
     rec("unsubscribe", "unsubscribe")
     rec("error_unknown_session", "getBranch", {"sessionId": "s999"})

@@ -6,6 +6,7 @@
 //! lifecycle (`lifecycle`) are written against it; transports never see it beyond `dispatch`.
 
 pub mod connections;
+pub mod history;
 pub mod lifecycle;
 pub mod methods;
 pub mod navigate;

@@ -611,6 +611,36 @@ fn methods(s: &mut Schemas) -> Vec<MethodDoc> {
             errors: session_err.clone(),
         },
         MethodDoc {
+            name: "searchHistory",
+            summary: "Beyond Pi: finds text in every entry of the session (all branches, compacted entries included), most recent first.",
+            params: s.params::<SearchHistoryParams>(),
+            result_name: "HistoryHits",
+            result: json!({
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "entryId": {"type": ["string", "null"]},
+                        "role": {"type": "string", "description": "The message's role, else the entry's type (compaction, branch_summary, custom, …)."},
+                        "timestamp": {"description": "The entry's timestamp as stored."},
+                        "snippet": {"type": "string", "description": "The match with up to 80 characters each side, whitespace folded, … at a cut."},
+                        "compacted": {"type": "boolean", "description": "On the current branch but no longer verbatim in the context (summarized by a compaction)."},
+                        "onBranch": {"type": "boolean", "description": "On the current branch (else on an abandoned one)."}
+                    },
+                    "required": ["entryId", "role", "timestamp", "snippet", "compacted", "onBranch"]
+                }
+            }),
+            errors: session_err.clone(),
+        },
+        MethodDoc {
+            name: "getEntry",
+            summary: "Beyond Pi: one entry exactly as stored, by id (any branch), e.g. a compacted message found by searchHistory.",
+            params: s.params::<GetEntryParams>(),
+            result_name: "SessionEntry",
+            result: r("SessionEntry"),
+            errors: vec![InvalidParams, UnknownSession, EntryNotFound],
+        },
+        MethodDoc {
             name: "shouldCompact",
             summary: "Pi's shouldCompact, for a session (agent-context estimate, current model's window) or for given numbers.",
             params: s.params::<ShouldCompactParams>(),

@@ -55,6 +55,26 @@ pub struct SessionParams {
     pub session_id: String,
 }
 
+/// `searchHistory` (beyond Pi).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchHistoryParams {
+    pub session_id: String,
+    /// Text to find: a case-insensitive substring, or with `regex` a Rust regex.
+    pub query: String,
+    pub regex: Option<bool>,
+    /// Most hits returned (default 20, at most 1000).
+    pub limit: Option<u32>,
+}
+
+/// `getEntry` (beyond Pi).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GetEntryParams {
+    pub session_id: String,
+    pub entry_id: String,
+}
+
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AppendMessageParams {

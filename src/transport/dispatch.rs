@@ -105,6 +105,8 @@ table! {
     "getBranch" => sync methods::get_branch,
     "getContext" => sync methods::get_context,
     "getContextUsage" => sync methods::get_context_usage,
+    "searchHistory" => sync crate::daemon::history::search_history,
+    "getEntry" => sync crate::daemon::history::get_entry,
     "shouldCompact" => sync methods::should_compact_method,
     "previewCompaction" => sync methods::preview_compaction,
     "compact" => slow methods::compact,
