@@ -526,3 +526,142 @@ fn history_recall_finds_and_returns_compacted_entries() {
         "recall writes nothing"
     );
 }
+
+/// Appends `turns` more turns of the `tool_session` shape, reading `src/gNN.rs`.
+fn more_turns(c: &mut Client, sid: &str, round: usize, turns: usize) {
+    let t0 = now_ms() - 500_000 + (round * 10_000) as i64;
+    for i in 0..turns {
+        let ts = t0 + i as i64 * 100;
+        c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "user", "content": format!("round {round} turn {i} {}", "more ".repeat(150)), "timestamp": ts}}));
+        c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "assistant", "content": [{"type": "text", "text": format!("done {round}.{i} {}", "ok ".repeat(150))}],
+            "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5", "usage": usage(5000), "stopReason": "stop", "timestamp": ts + 1}}));
+    }
+}
+
+/// Item 2: pins survive ten successive compactions byte for byte, in compactd's context and in
+/// Pi's; an unpinned text leaves the next summary; the model never sees the section, and one it
+/// invents is replaced by compactd's.
+#[test]
+fn pins_survive_ten_compactions_verbatim() {
+    let env = Env::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fake = runtime.block_on(support::fake_llm::start(vec![
+        (
+            "## Goal\nship it\n\n## Pinned\n\nmodel-invented pin".into(),
+            "stop".into()
+        );
+        20
+    ]));
+    env.use_fake_summarizer(fake.port);
+    let mut c = env.client();
+    let (sid, file) = tool_session(&mut c, env.dir.path(), 10);
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 800}}),
+    );
+    let rules = "Never push to main.\n\n- run `cargo fmt`\n- keep   two  spaces   here\n";
+    let p1 = c.ok(
+        "pin",
+        json!({"sessionId": sid, "text": rules, "label": "Rules"}),
+    );
+    let tasks = "TODO: [ ] parser  [x] reader";
+    let p2 = c.ok("pin", json!({"sessionId": sid, "text": tasks}));
+    let pins = c.ok("listPins", json!({"sessionId": sid}));
+    assert_eq!(pins.as_array().unwrap().len(), 2);
+    assert_eq!(pins[0]["text"], rules);
+    assert_eq!(pins[0]["label"], "Rules");
+    assert_eq!(pins[1]["pinId"], p2["pinId"]);
+    // Pins are Pi custom entries.
+    let entry = entries(&file)
+        .into_iter()
+        .find(|e| e["id"] == p1["pinId"])
+        .unwrap();
+    assert_eq!(
+        (entry["type"].as_str(), entry["customType"].as_str()),
+        (Some("custom"), Some("compactd.pin"))
+    );
+    for round in 0..10 {
+        more_turns(&mut c, &sid, round, 3);
+        if round == 7 {
+            c.ok("unpin", json!({"sessionId": sid, "pinId": p2["pinId"]}));
+        }
+        let r = c.ok("compact", json!({"sessionId": sid}));
+        let summary = r["summary"].as_str().unwrap();
+        assert_eq!(
+            summary.matches(rules).count(),
+            1,
+            "round {round}: {summary}"
+        );
+        assert_eq!(summary.matches("## Pinned").count(), 1, "round {round}");
+        assert!(!summary.contains("model-invented pin"), "round {round}");
+        assert_eq!(
+            summary.contains(tasks),
+            round < 7,
+            "round {round}: the unpinned text leaves"
+        );
+        let ctx = c.ok("getContext", json!({"sessionId": sid}));
+        assert_eq!(ctx["messages"][0]["summary"], summary);
+        if let Some(pi) = pi_agrees(&mut c, &sid, &file) {
+            let pi_summary = pi["context"]["messages"][0]["summary"].as_str().unwrap();
+            assert!(pi_summary.contains(rules), "round {round}: Pi's context");
+        }
+    }
+    // The model was never shown the pins: not in any request after the first compaction.
+    let received = fake.state.lock().received.clone();
+    assert!(received.len() >= 10);
+    for req in &received {
+        let body = req.body.to_string();
+        assert!(
+            !body.contains("Never push to main."),
+            "a request carried a pin"
+        );
+    }
+    assert_eq!(
+        c.ok("listPins", json!({"sessionId": sid}))
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let e = c
+        .request("unpin", json!({"sessionId": sid, "pinId": p2["pinId"]}))
+        .unwrap_err();
+    assert_eq!(e["code"], -32022);
+    let e = c
+        .request("pin", json!({"sessionId": sid, "text": "  "}))
+        .unwrap_err();
+    assert_eq!(e["code"], -32602);
+    drop(fake);
+    drop(runtime);
+}
+
+/// Item 2 for navigation: the branch summary of the branch being left carries its live pins.
+#[test]
+fn branch_summaries_carry_the_pins_of_the_branch_left() {
+    let env = Env::new();
+    let mut c = env.client();
+    let (sid, file) = tool_session(&mut c, env.dir.path(), 4);
+    let text = "Deploy only on Fridays.";
+    c.ok("pin", json!({"sessionId": sid, "text": text}));
+    let branch = c.ok("getBranch", json!({"sessionId": sid}));
+    let target = branch[3]["id"].as_str().unwrap().to_owned();
+    let r = c.ok(
+        "navigateTree",
+        json!({"sessionId": sid, "targetId": target, "summarize": true}),
+    );
+    let summary = r["summaryEntry"]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains(&format!("## Pinned\n\n{text}")),
+        "{summary}"
+    );
+    if let Some(pi) = pi_agrees(&mut c, &sid, &file) {
+        let last = pi["context"]["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(last["role"], "branchSummary");
+        assert!(last["summary"].as_str().unwrap().contains(text));
+    }
+}

@@ -82,8 +82,17 @@ fn snapshot(daemon: &Daemon, session: &Session) -> Snapshot {
     }
 }
 
+/// The preparation to summarize from. Beyond Pi: a previous summary goes to the summarizer (and
+/// hooks) without compactd's `## Pinned` section, which compactd puts back itself afterwards, so
+/// the model never sees or rewrites the pins.
 fn prepare(snap: &Snapshot) -> Result<Preparation, Failure> {
-    snap.prep.clone().map_err(Failure::Nothing)
+    let mut prep = snap.prep.clone().map_err(Failure::Nothing)?;
+    if let Some(prev) = prep.plan.previous_summary.as_mut() {
+        if prev.contains(super::pins::HEADING) {
+            *prev = super::pins::strip_section(prev);
+        }
+    }
+    Ok(prep)
 }
 
 /// Pi's `CompactionPreparation` as hooks receive it (sets as arrays).
@@ -255,12 +264,7 @@ async fn run_started(
         return Err(Failure::Cancelled);
     }
     let mut outcome = outcome;
-    if let (Some(limit), false) = (
-        daemon.session_settings(session).file_list_limit,
-        outcome.from_hook,
-    ) {
-        limit_file_lists(&mut outcome, prep, limit);
-    }
+    let file_list_limit = daemon.session_settings(session).file_list_limit;
     let mut state = session.state.lock();
     // Another process may have written to the file while the summarizer ran: take its lines in
     // first, so a moved leaf is noticed rather than written under.
@@ -278,6 +282,11 @@ async fn run_started(
             "the session changed during compaction".into(),
         ));
     }
+    if !outcome.from_hook {
+        // The pins live now (one may have been added while the summarizer ran).
+        let (pins, pins_used) = super::pins::live_pins(&state);
+        finish_summary(&mut outcome, prep, file_list_limit, &pins, pins_used);
+    }
     if !write {
         drop(state);
         let estimated = estimate_after(&snap.path, &outcome);
@@ -292,10 +301,21 @@ async fn run_started(
     Ok((result_json(&outcome, estimated), entry))
 }
 
-/// Beyond Pi (`fileListLimit`): cuts the file blocks at the end of a generated summary to the
-/// most recently touched paths; `details` keeps the full lists. A summary that does not end with
-/// Pi's blocks (none were written) is left alone.
-fn limit_file_lists(outcome: &mut CompactionOutcome, prep: &Preparation, limit: usize) {
+/// Beyond Pi, what compactd adds to a summary it generated, between the body and Pi's file
+/// blocks: the pinned lane's `## Pinned` section (the pins verbatim, replacing any the model
+/// echoed), and with `fileListLimit` the file blocks cut to the most recently touched paths
+/// (`details` keeps the full lists). Without pins ever used and without a limit the summary
+/// stays exactly Pi's.
+fn finish_summary(
+    outcome: &mut CompactionOutcome,
+    prep: &Preparation,
+    limit: Option<usize>,
+    pins: &[super::pins::Pin],
+    pins_used: bool,
+) {
+    if limit.is_none() && !pins_used {
+        return;
+    }
     let list = |k: &str| -> Vec<String> {
         outcome.details[k]
             .as_array()
@@ -307,10 +327,17 @@ fn limit_file_lists(outcome: &mut CompactionOutcome, prep: &Preparation, limit: 
     };
     let (read, modified) = (list("readFiles"), list("modifiedFiles"));
     let full = crate::compaction::file_ops::format_file_operations(&read, &modified);
-    if full.is_empty() {
-        return;
-    }
-    let Some(base) = outcome.summary.strip_suffix(&full) else {
+    let (base, has_blocks) = match outcome.summary.strip_suffix(&full) {
+        Some(b) if !full.is_empty() => (b.to_owned(), true),
+        _ => (outcome.summary.clone(), false),
+    };
+    let body = if pins_used {
+        super::pins::strip_section(&base) + &super::pins::section(pins)
+    } else {
+        base
+    };
+    let Some(limit) = limit.filter(|_| has_blocks) else {
+        outcome.summary = if has_blocks { body + &full } else { body };
         return;
     };
     // Most recent first: the turn prefix is later than the history, and later blocks later.
@@ -324,7 +351,7 @@ fn limit_file_lists(outcome: &mut CompactionOutcome, prep: &Preparation, limit: 
     let limited = crate::compaction::file_ops::format_file_operations_limited(
         &read, &modified, &recent, limit,
     );
-    outcome.summary = format!("{base}{limited}");
+    outcome.summary = format!("{body}{limited}");
 }
 
 /// Whether the branch only grew since the snapshot (beyond Pi: appends are accepted while the

@@ -294,7 +294,7 @@ pub fn list_sessions(ctx: &Ctx) -> Result<Value, RpcError> {
 
 /// Appends are refused only while a `navigateTree` branch summary runs (the leaf is about to
 /// move); during a compaction they are accepted and land in its kept tail (beyond Pi).
-fn writable(session: &Session) -> Result<(), RpcError> {
+pub(super) fn writable(session: &Session) -> Result<(), RpcError> {
     if session.navigating.load(std::sync::atomic::Ordering::SeqCst) {
         return Err(RpcError::new(ErrorKind::Compacting, COMPACTING_MESSAGE));
     }

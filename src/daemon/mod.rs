@@ -10,6 +10,7 @@ pub mod history;
 pub mod lifecycle;
 pub mod methods;
 pub mod navigate;
+pub mod pins;
 pub mod session;
 pub mod settings;
 

@@ -175,6 +175,15 @@ async fn branch_summary(
         }
         None => format_file_operations(&read, &modified),
     };
+    // Beyond Pi: the pinned lane's section, the pins live at the branch being left, verbatim.
+    let text = {
+        let (pins, used) = super::pins::live_pins(&session.state.lock());
+        if used {
+            super::pins::strip_section(&text) + &super::pins::section(&pins)
+        } else {
+            text
+        }
+    };
     let summary = format!("{BRANCH_SUMMARY_PREAMBLE}{text}{files}");
     Ok((summary, details, usage))
 }

@@ -641,6 +641,50 @@ fn methods(s: &mut Schemas) -> Vec<MethodDoc> {
             errors: vec![InvalidParams, UnknownSession, EntryNotFound],
         },
         MethodDoc {
+            name: "pin",
+            summary: "Beyond Pi: pins a text (a Pi custom entry, customType compactd.pin); every summary compactd writes carries the live pins verbatim in a `## Pinned` section.",
+            params: s.params::<PinParams>(),
+            result_name: "PinResult",
+            result: json!({
+                "type": "object",
+                "properties": {
+                    "pinId": {"type": "string", "description": "The pin entry's id."},
+                    "entryId": {"type": "string"},
+                    "leafId": {"type": "string"}
+                },
+                "required": ["pinId", "entryId", "leafId"]
+            }),
+            errors: vec![InvalidParams, UnknownSession, Compacting, Io],
+        },
+        MethodDoc {
+            name: "unpin",
+            summary: "Beyond Pi: unpins a live pin of the current branch (appends an unpin custom entry).",
+            params: s.params::<UnpinParams>(),
+            result_name: "AppendResult",
+            result: append_result.clone(),
+            errors: vec![InvalidParams, UnknownSession, Compacting, EntryNotFound, Io],
+        },
+        MethodDoc {
+            name: "listPins",
+            summary: "Beyond Pi: the live pins of the current branch, oldest first.",
+            params: s.params::<SessionParams>(),
+            result_name: "Pins",
+            result: json!({
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "pinId": {"type": "string"},
+                        "text": {"type": "string"},
+                        "label": {"type": "string"},
+                        "timestamp": {"description": "The pin entry's timestamp as stored."}
+                    },
+                    "required": ["pinId", "text", "timestamp"]
+                }
+            }),
+            errors: session_err.clone(),
+        },
+        MethodDoc {
             name: "shouldCompact",
             summary: "Pi's shouldCompact, for a session (agent-context estimate, current model's window) or for given numbers.",
             params: s.params::<ShouldCompactParams>(),

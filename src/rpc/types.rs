@@ -67,6 +67,26 @@ pub struct SearchHistoryParams {
     pub limit: Option<u32>,
 }
 
+/// `pin` (beyond Pi).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PinParams {
+    pub session_id: String,
+    /// Kept verbatim in every summary compactd writes while the pin is live.
+    pub text: String,
+    /// A short heading for the pin in the `## Pinned` section.
+    pub label: Option<String>,
+}
+
+/// `unpin` (beyond Pi).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnpinParams {
+    pub session_id: String,
+    /// The `pinId` `pin` returned (the pin entry's id).
+    pub pin_id: String,
+}
+
 /// `getEntry` (beyond Pi).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
