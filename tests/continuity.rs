@@ -665,3 +665,121 @@ fn branch_summaries_carry_the_pins_of_the_branch_left() {
         assert!(last["summary"].as_str().unwrap().contains(text));
     }
 }
+
+/// A reply whose usage reports `input` tokens (the agent's system prompt and tools included).
+fn reply(text: &str, input: i64) -> Value {
+    json!({"role": "assistant", "content": [{"type": "text", "text": text}], "api": "anthropic-messages", "provider": "anthropic",
+           "model": "claude-sonnet-4-5", "usage": usage(input), "stopReason": "stop", "timestamp": now_ms()})
+}
+
+/// Item 4 with the pattern of an agent whose fixed overhead is above the threshold (every reply
+/// reports 7500 input tokens against a 7000 threshold): without the breaker every check
+/// compacts, with it two compactions run, one event says why, then automatic compaction pauses
+/// until a manual compaction; overflow recovery still runs while paused.
+#[test]
+fn the_thrash_breaker_bounds_compactions_that_cannot_help() {
+    let env = Env::new();
+    let mut c = env.client();
+    let (sid, file) = tool_session(&mut c, env.dir.path(), 6);
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 300, "reserveTokens": 1000}}),
+    );
+    let m = json!({"provider": "anthropic", "id": "claude-sonnet-4-5", "contextWindow": 8000, "maxTokens": 1000});
+    c.ok("setModel", json!({"sessionId": sid, "model": m}));
+    c.ok("subscribe", json!({"sessionId": sid}));
+    let mut actions = Vec::new();
+    for i in 0..8 {
+        std::thread::sleep(Duration::from_millis(5));
+        c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "user", "content": format!("step {i} {}", "go ".repeat(300)), "timestamp": now_ms()}}));
+        c.ok("appendMessage", json!({"sessionId": sid, "message": reply(&format!("did {i} {}", "ok ".repeat(300)), 7500)}));
+        let out = c.ok(
+            "checkCompaction",
+            json!({"sessionId": sid, "phase": "prePrompt"}),
+        );
+        actions.push(out["action"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(
+        actions,
+        [
+            "compacted",
+            "none",
+            "compacted",
+            "none",
+            "none",
+            "none",
+            "none",
+            "none"
+        ]
+    );
+    let compactions = entries(&file)
+        .iter()
+        .filter(|e| e["type"] == "compaction")
+        .count();
+    assert_eq!(compactions, 2);
+    let events: Vec<Value> = c
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "compaction_suppressed")
+        .map(|n| n["params"].clone())
+        .collect();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0]["paused"], false);
+    assert_eq!(events[1]["paused"], true);
+    assert_eq!(events[1]["reason"], "ineffective");
+    assert_eq!(events[1]["threshold"], 7000);
+    assert_eq!(events[1]["tokensAfter"], 7520);
+    assert_eq!(events[1]["sessionId"], sid.as_str());
+    // Overflow recovery is never suppressed.
+    c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "user", "content": "big", "timestamp": now_ms()}}));
+    let mut err = reply("", 0);
+    err["content"] = json!([]);
+    err["stopReason"] = json!("error");
+    err["errorMessage"] = json!("prompt is too long: 9100 tokens > 8000 maximum");
+    c.ok("appendMessage", json!({"sessionId": sid, "message": err}));
+    let out = c.ok(
+        "checkCompaction",
+        json!({"sessionId": sid, "phase": "postRun"}),
+    );
+    assert_eq!(
+        (out["action"].as_str(), out["reason"].as_str()),
+        (Some("compacted"), Some("overflow"))
+    );
+    // A manual compaction resumes automatic compaction.
+    c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "user", "content": format!("again {}", "go ".repeat(300)), "timestamp": now_ms()}}));
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": reply(&"ok ".repeat(300), 7500)}),
+    );
+    c.ok("compact", json!({"sessionId": sid}));
+    c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "user", "content": format!("more {}", "go ".repeat(300)), "timestamp": now_ms()}}));
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": reply(&"ok ".repeat(300), 7500)}),
+    );
+    let out = c.ok(
+        "checkCompaction",
+        json!({"sessionId": sid, "phase": "prePrompt"}),
+    );
+    assert_eq!(out["action"], "compacted");
+    pi_agrees(&mut c, &sid, &file);
+
+    // With the breaker off (Pi's behaviour) every check compacts.
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 300, "reserveTokens": 1000, "maxIneffectiveCompactions": 0}}),
+    );
+    for i in 0..3 {
+        std::thread::sleep(Duration::from_millis(5));
+        c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "user", "content": format!("off {i} {}", "go ".repeat(300)), "timestamp": now_ms()}}));
+        c.ok(
+            "appendMessage",
+            json!({"sessionId": sid, "message": reply(&"ok ".repeat(300), 7500)}),
+        );
+        let out = c.ok(
+            "checkCompaction",
+            json!({"sessionId": sid, "phase": "prePrompt"}),
+        );
+        assert_eq!(out["action"], "compacted", "breaker off, check {i}");
+    }
+}

@@ -587,6 +587,8 @@ pub async fn compact(
         Ok((result, entry)) => {
             if write {
                 compact_notice(daemon, session, &entry, from_extension, "manual", false);
+                // Beyond Pi: a manual compaction resumes paused automatic compaction.
+                session.state.lock().thrash.reset();
             }
             daemon.emit(
                 &session.id,
@@ -686,6 +688,30 @@ async fn run_auto(
     if engine(daemon, session).is_err() {
         return out; // Pi: an auth failure here is silent.
     }
+    // Beyond Pi: the thrash breaker (never for overflow recovery).
+    let settings = daemon.session_settings(session);
+    let breaker = reason == "threshold"
+        && settings.compaction.enabled
+        && settings.max_ineffective_compactions > 0;
+    if breaker {
+        let suppressed = {
+            let mut state = session.state.lock();
+            state
+                .thrash
+                .suppress(&settings.merged)
+                .map(|why| (why, state.thrash.is_paused()))
+        };
+        if let Some((why, paused)) = suppressed {
+            if let Some(why) = why {
+                daemon.emit(
+                    &session.id,
+                    "compaction_suppressed",
+                    super::thrash::event(&session.id, &why, paused),
+                );
+            }
+            return out;
+        }
+    }
     let snap = snapshot(daemon, session);
     let Ok(prep) = prepare(&snap) else {
         return out;
@@ -736,6 +762,17 @@ async fn run_auto(
             );
             if will_retry {
                 session.state.lock().drop_trailing_assistant(true);
+            }
+            if breaker {
+                let mut state = session.state.lock();
+                let pinned = super::pins::section(&super::pins::live_pins(&state).0);
+                let summary = entry.get("summary").and_then(Value::as_str).unwrap_or("");
+                let est = |t: &str| (crate::json::utf16_len(t) as f64 / 4.0).ceil();
+                state.thrash.compacted(super::thrash::Pending {
+                    tokens_before: num(result.get("tokensBefore")),
+                    summary_tokens: est(summary),
+                    pinned_tokens: est(&pinned),
+                });
             }
             out.action = "compacted";
             out.will_retry = will_retry;
@@ -894,10 +931,30 @@ async fn check_message(
     } else {
         direct
     };
+    observe_size(session, &settings, tokens, window);
     if crate::compaction::tokens::should_compact(tokens, window, &settings.compaction) {
         return run_auto(daemon, session, "threshold", false).await;
     }
     CheckOutcome::none()
+}
+
+/// Beyond Pi: hands the thrash breaker a context size reported after the latest compaction.
+fn observe_size(
+    session: &Session,
+    settings: &super::settings::EffectiveSettings,
+    tokens: f64,
+    window: i64,
+) {
+    if settings.max_ineffective_compactions == 0 || window <= 0 {
+        return;
+    }
+    let threshold = window as f64 - settings.compaction.reserve_tokens as f64;
+    session.state.lock().thrash.observe(
+        tokens,
+        threshold,
+        settings.max_ineffective_compactions,
+        &settings.merged,
+    );
 }
 
 /// Beyond Pi: after `setModel` reported that the context exceeds the new model's threshold,

@@ -13,6 +13,7 @@ pub mod navigate;
 pub mod pins;
 pub mod session;
 pub mod settings;
+pub mod thrash;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -46,6 +46,8 @@ pub struct SessionState {
     /// Beyond Pi: `setModel` switched to a model whose threshold the context exceeds; the next
     /// `checkCompaction` compacts before the next request instead of waiting for an overflow.
     pub model_switch_pending: bool,
+    /// Beyond Pi: the thrash breaker of automatic compactions.
+    pub thrash: super::thrash::Breaker,
     /// Per-session compaction settings overrides (`setSettingsOverrides`).
     pub overrides: Option<Value>,
     /// What compactd last read or wrote of the file (`None` until it exists).
@@ -84,6 +86,7 @@ impl SessionState {
             thinking_level: String::new(),
             overflow_recovery_attempted: false,
             model_switch_pending: false,
+            thrash: Default::default(),
             overrides: None,
             stamp: None,
             file_changed: false,
@@ -124,6 +127,7 @@ impl SessionState {
             thinking_level: thinking,
             overflow_recovery_attempted: false,
             model_switch_pending: false,
+            thrash: Default::default(),
             overrides: None,
             stamp: None,
             file_changed: false,

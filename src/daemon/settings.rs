@@ -87,6 +87,9 @@ pub struct EffectiveSettings {
     /// Beyond Pi: `compaction.fileListLimit`, the most paths each summary file block lists
     /// (`None`: unlimited, Pi's behaviour).
     pub file_list_limit: Option<usize>,
+    /// Beyond Pi: `compaction.maxIneffectiveCompactions`, ineffective automatic compactions in
+    /// a row before automatic compaction pauses (0: no thrash breaker, Pi's behaviour).
+    pub max_ineffective_compactions: u32,
     /// The merged JSON, for `getSettings`.
     pub merged: Value,
 }
@@ -166,6 +169,10 @@ pub fn from_merged(merged: Value) -> EffectiveSettings {
             .and_then(Value::as_f64)
             .filter(|f| f.is_finite() && *f >= 0.0)
             .map(|f| f as usize),
+        max_ineffective_compactions: int(c.get("maxIneffectiveCompactions"))
+            .map_or(super::thrash::DEFAULT_MAX_INEFFECTIVE, |n| {
+                n.clamp(0, 1000) as u32
+            }),
         merged,
     }
 }
@@ -176,6 +183,12 @@ impl EffectiveSettings {
         let mut compaction = self.compaction.to_json();
         if let (Some(limit), Some(o)) = (self.file_list_limit, compaction.as_object_mut()) {
             o.insert("fileListLimit".into(), Value::from(limit));
+        }
+        if let Some(o) = compaction.as_object_mut() {
+            o.insert(
+                "maxIneffectiveCompactions".into(),
+                Value::from(self.max_ineffective_compactions),
+            );
         }
         json!({
             "compaction": compaction,

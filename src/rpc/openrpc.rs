@@ -172,7 +172,8 @@ fn manual_components() -> Vec<(&'static str, Value)> {
                     "enabled": {"type": "boolean"},
                     "reserveTokens": int,
                     "keepRecentTokens": int,
-                    "fileListLimit": {"type": "integer", "minimum": 0, "description": "Beyond Pi: the most paths each summary file block lists (absent: unlimited, Pi's behaviour). Only in getSettings' answer, when set."}
+                    "fileListLimit": {"type": "integer", "minimum": 0, "description": "Beyond Pi: the most paths each summary file block lists (absent: unlimited, Pi's behaviour). Only in getSettings' answer, when set."},
+                    "maxIneffectiveCompactions": {"type": "integer", "minimum": 0, "description": "Beyond Pi: ineffective automatic compactions in a row before automatic compaction pauses (default 2; 0: no thrash breaker). Only in getSettings' answer."}
                 },
                 "required": ["enabled", "reserveTokens", "keepRecentTokens"]
             }),
@@ -815,6 +816,18 @@ fn notifications() -> Vec<Value> {
                 field("aborted", true, json!({"type": "boolean"})),
                 field("willRetry", true, json!({"type": "boolean"})),
                 field("errorMessage", false, json!({"type": "string"}))
+            ]
+        }),
+        json!({
+            "name": "compaction_suppressed",
+            "summary": "Beyond Pi (thrash breaker): an automatic threshold compaction was skipped because the previous one did not bring the context under the threshold. `paused`: automatic compaction is now paused for the session until a manual compact or a settings change (sent once per pause).",
+            "params": [
+                sid(),
+                field("reason", true, json!({"type": "string", "enum": ["ineffective", "floor"]})),
+                field("tokensBefore", true, json!({"type": "number"})),
+                field("tokensAfter", true, json!({"type": "number", "description": "The first context size reported after that compaction."})),
+                field("threshold", true, json!({"type": "number"})),
+                field("paused", true, json!({"type": "boolean"}))
             ]
         }),
         json!({

@@ -160,6 +160,9 @@ pub struct CompactionSettingsPatch {
     /// `<modified-files>` blocks (the most recently touched, then `(+K more)`); `details` keeps
     /// the full lists. Absent: unlimited, Pi's behaviour. Ignored by `shouldCompact`.
     pub file_list_limit: Option<u64>,
+    /// Beyond Pi: ineffective automatic compactions in a row before automatic compaction
+    /// pauses for the session (default 2; 0 turns the thrash breaker off, Pi's behaviour).
+    pub max_ineffective_compactions: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
