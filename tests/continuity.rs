@@ -783,3 +783,96 @@ fn the_thrash_breaker_bounds_compactions_that_cannot_help() {
         assert_eq!(out["action"], "compacted", "breaker off, check {i}");
     }
 }
+
+/// Item 3: `undoCompaction` brings back the exact pre-compaction context, persistently (Pi loads
+/// the same); `editSummary` replaces the summary with a sibling compaction; both refuse when
+/// the context moved on after the compaction.
+#[test]
+fn undo_and_edit_the_latest_compaction() {
+    let env = Env::new();
+    let mut c = env.client();
+    let (sid, file) = tool_session(&mut c, env.dir.path(), 10);
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 800}}),
+    );
+    let e = c
+        .request("undoCompaction", json!({"sessionId": sid}))
+        .unwrap_err();
+    assert_eq!(e["code"], -32010, "nothing to undo");
+    c.ok("subscribe", json!({"sessionId": sid}));
+    let before = c.ok("getContext", json!({"sessionId": sid}));
+    c.ok("compact", json!({"sessionId": sid}));
+    let compaction = entries(&file).pop().unwrap();
+    let undone = c.ok("undoCompaction", json!({"sessionId": sid}));
+    assert_eq!(undone["undoneCompactionId"], compaction["id"]);
+    let after = c.ok("getContext", json!({"sessionId": sid}));
+    assert_eq!(
+        after["messages"], before["messages"],
+        "the pre-compaction context"
+    );
+    let all = entries(&file);
+    let marker = all.last().unwrap();
+    assert_eq!(marker["customType"], "compactd.undo_compaction");
+    assert_eq!(marker["parentId"], compaction["parentId"]);
+    assert!(
+        all.iter().any(|e| e["id"] == compaction["id"]),
+        "kept in the tree"
+    );
+    let ev = c.wait_notification("compaction_undone", LONG).unwrap();
+    assert_eq!(ev["params"]["compactionId"], compaction["id"]);
+    if let Some(pi) = pi_agrees(&mut c, &sid, &file) {
+        assert_eq!(pi["context"]["messages"], before["messages"]);
+    }
+    // Persistent: a fresh daemon loads the same.
+    drop(c);
+    let mut c = env.client();
+    let sid = open(&mut c, &file);
+    assert_eq!(
+        c.ok("getContext", json!({"sessionId": sid}))["messages"],
+        before["messages"]
+    );
+
+    // Edit: a corrected sibling of the latest compaction.
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 800}}),
+    );
+    c.ok("subscribe", json!({"sessionId": sid}));
+    c.ok("compact", json!({"sessionId": sid}));
+    let original = entries(&file).pop().unwrap();
+    let fixed = "## Goal\nThe user wants every file read; the reader is done.";
+    let r = c.ok("editSummary", json!({"sessionId": sid, "summary": fixed}));
+    let edited = entries(&file).pop().unwrap();
+    assert_eq!(r["entry"], edited);
+    assert_eq!(edited["type"], "compaction");
+    assert_eq!(edited["summary"], fixed);
+    assert_eq!(edited["parentId"], original["parentId"]);
+    assert_eq!(edited["firstKeptEntryId"], original["firstKeptEntryId"]);
+    assert_eq!(edited["tokensBefore"], original["tokensBefore"]);
+    assert_eq!(edited["details"]["editedFrom"], original["id"]);
+    assert_eq!(
+        edited["details"]["readFiles"],
+        original["details"]["readFiles"]
+    );
+    let ctx = c.ok("getContext", json!({"sessionId": sid}));
+    assert_eq!(ctx["messages"][0]["summary"], fixed);
+    let ev = c.wait_notification("summary_edited", LONG).unwrap();
+    assert_eq!(ev["params"]["compactionId"], original["id"]);
+    if let Some(pi) = pi_agrees(&mut c, &sid, &file) {
+        assert_eq!(pi["context"]["messages"][0]["summary"], fixed);
+    }
+    // Refused once the conversation moved on past the compaction; nothing is written.
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": {"role": "user", "content": "next"}}),
+    );
+    let bytes = std::fs::read(&file).unwrap();
+    for m in ["undoCompaction", "editSummary"] {
+        let e = c
+            .request(m, json!({"sessionId": sid, "summary": "x"}))
+            .unwrap_err();
+        assert_eq!(e["code"], -32021, "{m}: {e}");
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), bytes);
+}

@@ -695,9 +695,11 @@ pub fn set_settings_overrides(ctx: &Ctx, p: SetSettingsOverridesParams) -> Resul
 
 /// Event names a connection can subscribe to: exactly what `initialize` advertises
 /// (`subscription_dropped` is delivered whatever the filters say, but may be named too).
-pub const EVENTS: [&str; 7] = [
+pub const EVENTS: [&str; 9] = [
     "compaction_start",
     "compaction_suppressed",
+    "compaction_undone",
+    "summary_edited",
     "compaction_end",
     "summarization_retry_scheduled",
     "summarization_retry_attempt_start",

@@ -14,6 +14,7 @@ pub mod pins;
 pub mod session;
 pub mod settings;
 pub mod thrash;
+pub mod undo;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -686,6 +686,39 @@ fn methods(s: &mut Schemas) -> Vec<MethodDoc> {
             errors: session_err.clone(),
         },
         MethodDoc {
+            name: "undoCompaction",
+            summary: "Beyond Pi: makes the path before the branch's latest compaction the active one by appending a compactd.undo_compaction custom entry under the compaction's parent (the compaction stays in the tree).",
+            params: s.params::<SessionParams>(),
+            result_name: "UndoCompactionResult",
+            result: json!({
+                "type": "object",
+                "properties": {
+                    "undoneCompactionId": {"type": "string"},
+                    "entryId": {"type": "string"},
+                    "leafId": {"type": "string"}
+                },
+                "required": ["undoneCompactionId", "entryId", "leafId"]
+            }),
+            errors: vec![InvalidParams, UnknownSession, NothingToCompact, LeafMoved, Compacting, FileChanged, FileBusy, Io],
+        },
+        MethodDoc {
+            name: "editSummary",
+            summary: "Beyond Pi: replaces the latest compaction's summary by appending a corrected compaction beside it (same parent, firstKeptEntryId and tokensBefore; details.editedFrom names the original).",
+            params: s.params::<EditSummaryParams>(),
+            result_name: "EditSummaryResult",
+            result: json!({
+                "type": "object",
+                "properties": {
+                    "entry": r("SessionEntry"),
+                    "editedFrom": {"type": "string"},
+                    "entryId": {"type": "string"},
+                    "leafId": {"type": "string"}
+                },
+                "required": ["entry", "editedFrom", "entryId", "leafId"]
+            }),
+            errors: vec![InvalidParams, UnknownSession, NothingToCompact, LeafMoved, Compacting, FileChanged, FileBusy, Io],
+        },
+        MethodDoc {
             name: "shouldCompact",
             summary: "Pi's shouldCompact, for a session (agent-context estimate, current model's window) or for given numbers.",
             params: s.params::<ShouldCompactParams>(),
@@ -829,6 +862,16 @@ fn notifications() -> Vec<Value> {
                 field("threshold", true, json!({"type": "number"})),
                 field("paused", true, json!({"type": "boolean"}))
             ]
+        }),
+        json!({
+            "name": "compaction_undone",
+            "summary": "Beyond Pi: undoCompaction made the path before compaction `compactionId` active (`entryId`: the appended marker, the new leaf).",
+            "params": [sid(), field("compactionId", true, json!({"type": "string"})), field("entryId", true, json!({"type": "string"}))]
+        }),
+        json!({
+            "name": "summary_edited",
+            "summary": "Beyond Pi: editSummary appended `entryId`, a corrected copy of compaction `compactionId`.",
+            "params": [sid(), field("compactionId", true, json!({"type": "string"})), field("entryId", true, json!({"type": "string"}))]
         }),
         json!({
             "name": "summarization_retry_scheduled",

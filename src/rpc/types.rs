@@ -87,6 +87,15 @@ pub struct UnpinParams {
     pub pin_id: String,
 }
 
+/// `editSummary` (beyond Pi).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EditSummaryParams {
+    pub session_id: String,
+    /// The corrected summary, stored as given.
+    pub summary: String,
+}
+
 /// `getEntry` (beyond Pi).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -110,6 +110,8 @@ table! {
     "pin" => sync crate::daemon::pins::pin,
     "unpin" => sync crate::daemon::pins::unpin,
     "listPins" => sync crate::daemon::pins::list_pins,
+    "undoCompaction" => sync crate::daemon::undo::undo_compaction,
+    "editSummary" => sync crate::daemon::undo::edit_summary,
     "shouldCompact" => sync methods::should_compact_method,
     "previewCompaction" => sync methods::preview_compaction,
     "compact" => slow methods::compact,
