@@ -434,18 +434,16 @@ fn abort_mid_compaction_writes_nothing_and_a_second_compact_supersedes() {
         json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
     );
     c.ok("subscribe", json!({"sessionId": sid}));
-    let before = std::fs::read(&file).unwrap();
     let id = c.send("compact", json!({"sessionId": sid}));
     c.wait_notification("compaction_start", LONG).unwrap();
     let info = c.ok("listSessions", json!({}));
     assert_eq!(info[0]["isCompacting"], true);
-    let e = c
-        .request(
-            "appendMessage",
-            json!({"sessionId": sid, "message": {"role": "user", "content": "x"}}),
-        )
-        .unwrap_err();
-    assert_eq!(e["code"], -32020);
+    // Appends are accepted while the summarizer runs (tests/continuity.rs covers the rest).
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": {"role": "user", "content": "x"}}),
+    );
+    let before = std::fs::read(&file).unwrap();
     assert_eq!(
         c.ok("abortCompaction", json!({"sessionId": sid}))["aborted"],
         true

@@ -168,6 +168,12 @@ def scenario(home):
     rec("compact", "compact", {"sessionId": sid, "customInstructions": "Focus on the parser fix."})
     rec("getContextUsage_after", "getContextUsage", {"sessionId": sid})
     rec("compact_already", "compact", {"sessionId": sid})
+    hits = rec("searchHistory", "searchHistory", {"sessionId": sid, "query": "EMPTY LINE", "limit": 2})["result"]
+    rec("getEntry", "getEntry", {"sessionId": sid, "entryId": hits[-1]["entryId"]})
+    pinned = rec("pin", "pin", {"sessionId": sid, "text": "Keep the reader's public API unchanged.", "label": "Rules"})["result"]
+    rec("_listPins", "listPins", {"sessionId": sid})
+    rec("_unpin", "unpin", {"sessionId": sid, "pinId": pinned["pinId"]})
+    ex["pin"] = ex["pin"] + ex["_listPins"] + ex["_unpin"]
     rec("navigateTree", "navigateTree", {"sessionId": sid, "targetId": ids[3], "summarize": True, "label": "before tests"})
     rec("unsubscribe", "unsubscribe")
     rec("error_unknown_session", "getBranch", {"sessionId": "s999"})

@@ -133,6 +133,44 @@ pub fn format_file_operations(read_files: &[String], modified_files: &[String]) 
     }
 }
 
+/// Beyond Pi (`fileListLimit`): [`format_file_operations`] with each list cut to the `limit`
+/// most recently touched paths (`recent`: most recent first; paths not in it rank last, in list
+/// order), printed in the list's own order, then a `(+K more)` line. Lists within the limit
+/// print exactly as Pi prints them.
+pub fn format_file_operations_limited(
+    read_files: &[String],
+    modified_files: &[String],
+    recent: &[&str],
+    limit: usize,
+) -> String {
+    let rank: std::collections::HashMap<&str, usize> = recent
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, p)| (*p, i))
+        .collect();
+    let cut = |list: &[String]| -> Vec<String> {
+        if list.len() <= limit {
+            return list.to_vec();
+        }
+        let mut order: Vec<usize> = (0..list.len()).collect();
+        order.sort_by_key(|&i| (rank.get(list[i].as_str()).copied().unwrap_or(usize::MAX), i));
+        let mut keep = vec![false; list.len()];
+        for &i in order.iter().take(limit) {
+            keep[i] = true;
+        }
+        let mut out: Vec<String> = list
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(p, _)| p.clone())
+            .collect();
+        out.push(format!("(+{} more)", list.len() - limit));
+        out
+    };
+    format_file_operations(&cut(read_files), &cut(modified_files))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +196,24 @@ mod tests {
             "\n\n<read-files>\nZ.rs\n</read-files>\n\n<modified-files>\na.rs\nb.rs\n</modified-files>"
         );
         assert_eq!(format_file_operations(&[], &[]), "");
+    }
+
+    #[test]
+    fn limited_lists_keep_the_most_recent_in_list_order() {
+        let read: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
+        let modified: Vec<String> = vec!["m".into()];
+        assert_eq!(
+            format_file_operations_limited(&read, &modified, &["d", "b", "m", "d"], 2),
+            "\n\n<read-files>\nb\nd\n(+2 more)\n</read-files>\n\n<modified-files>\nm\n</modified-files>"
+        );
+        // Within the limit: Pi's text exactly. Untouched paths fill up in list order.
+        assert_eq!(
+            format_file_operations_limited(&read, &modified, &[], 4),
+            format_file_operations(&read, &modified)
+        );
+        assert_eq!(
+            format_file_operations_limited(&read, &[], &["c"], 2),
+            "\n\n<read-files>\na\nc\n(+2 more)\n</read-files>"
+        );
     }
 }

@@ -3,8 +3,10 @@
 //!
 //! Order of operations per compaction: wait for the session's compaction slot, snapshot the
 //! branch under the state lock, prepare, ask hooks, summarize (no lock held), then re-take the
-//! lock to append the entry. Writes are refused while the slot's token is set, so the entry is
-//! always the child of the leaf its preparation read.
+//! lock to append the entry. Appends are accepted meanwhile (beyond Pi, which makes the user
+//! wait): they land after the leaf as usual, and the entry is written under the leaf at write
+//! time, so they sit in the kept tail between `firstKeptEntryId` and the compaction. Only a
+//! moved leaf (another process's write elsewhere in the tree) refuses the write.
 
 use std::sync::Arc;
 
@@ -80,8 +82,17 @@ fn snapshot(daemon: &Daemon, session: &Session) -> Snapshot {
     }
 }
 
+/// The preparation to summarize from. Beyond Pi: a previous summary goes to the summarizer (and
+/// hooks) without compactd's `## Pinned` section, which compactd puts back itself afterwards, so
+/// the model never sees or rewrites the pins.
 fn prepare(snap: &Snapshot) -> Result<Preparation, Failure> {
-    snap.prep.clone().map_err(Failure::Nothing)
+    let mut prep = snap.prep.clone().map_err(Failure::Nothing)?;
+    if let Some(prev) = prep.plan.previous_summary.as_mut() {
+        if prev.contains(super::pins::HEADING) {
+            *prev = super::pins::strip_section(prev);
+        }
+    }
+    Ok(prep)
 }
 
 /// Pi's `CompactionPreparation` as hooks receive it (sets as arrays).
@@ -252,6 +263,8 @@ async fn run_started(
     if cancel.is_cancelled() {
         return Err(Failure::Cancelled);
     }
+    let mut outcome = outcome;
+    let file_list_limit = daemon.session_settings(session).file_list_limit;
     let mut state = session.state.lock();
     // Another process may have written to the file while the summarizer ran: take its lines in
     // first, so a moved leaf is noticed rather than written under.
@@ -263,11 +276,16 @@ async fn run_started(
         };
         return Err(Failure::Error(kind, e.message));
     }
-    if state.tree.leaf_id().map(str::to_owned) != snap.leaf_id {
+    if !grew_from_snapshot(&state, snap) {
         return Err(Failure::Error(
             ErrorKind::LeafMoved,
             "the session changed during compaction".into(),
         ));
+    }
+    if !outcome.from_hook {
+        // The pins live now (one may have been added while the summarizer ran).
+        let (pins, pins_used) = super::pins::live_pins(&state);
+        finish_summary(&mut outcome, prep, file_list_limit, &pins, pins_used);
     }
     if !write {
         drop(state);
@@ -281,6 +299,79 @@ async fn run_started(
     state.rebuild_agent_context();
     let estimated = state.live.estimated_total();
     Ok((result_json(&outcome, estimated), entry))
+}
+
+/// Beyond Pi, what compactd adds to a summary it generated, between the body and Pi's file
+/// blocks: the pinned lane's `## Pinned` section (the pins verbatim, replacing any the model
+/// echoed), and with `fileListLimit` the file blocks cut to the most recently touched paths
+/// (`details` keeps the full lists). Without pins ever used and without a limit the summary
+/// stays exactly Pi's.
+fn finish_summary(
+    outcome: &mut CompactionOutcome,
+    prep: &Preparation,
+    limit: Option<usize>,
+    pins: &[super::pins::Pin],
+    pins_used: bool,
+) {
+    if limit.is_none() && !pins_used {
+        return;
+    }
+    let list = |k: &str| -> Vec<String> {
+        outcome.details[k]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect()
+    };
+    let (read, modified) = (list("readFiles"), list("modifiedFiles"));
+    let full = crate::compaction::file_ops::format_file_operations(&read, &modified);
+    let (base, has_blocks) = match outcome.summary.strip_suffix(&full) {
+        Some(b) if !full.is_empty() => (b.to_owned(), true),
+        _ => (outcome.summary.clone(), false),
+    };
+    let body = if pins_used {
+        super::pins::strip_section(&base) + &super::pins::section(pins)
+    } else {
+        base
+    };
+    let Some(limit) = limit.filter(|_| has_blocks) else {
+        outcome.summary = if has_blocks { body + &full } else { body };
+        return;
+    };
+    // Most recent first: the turn prefix is later than the history, and later blocks later.
+    let recent: Vec<&str> = prep
+        .turn_prefix_messages
+        .iter()
+        .rev()
+        .chain(prep.messages_to_summarize.iter().rev())
+        .flat_map(|m| m.entry.file_ops.iter().rev().map(|(_, p)| &**p))
+        .collect();
+    let limited = crate::compaction::file_ops::format_file_operations_limited(
+        &read, &modified, &recent, limit,
+    );
+    outcome.summary = format!("{body}{limited}");
+}
+
+/// Whether the branch only grew since the snapshot (beyond Pi: appends are accepted while the
+/// summarizer runs): the snapshot's leaf is still on the current branch and nothing after it is
+/// a compaction. Then the entry can be written under the leaf of now, and everything appended
+/// meanwhile sits between `firstKeptEntryId` and the compaction, in its kept tail.
+fn grew_from_snapshot(state: &super::session::SessionState, snap: &Snapshot) -> bool {
+    let Some(leaf) = snap.leaf_id.as_deref() else {
+        return state.tree.leaf_id().is_none();
+    };
+    let Some(at) = state
+        .branch
+        .iter()
+        .rposition(|&i| state.tree.entry(i).id.as_deref() == Some(leaf))
+    else {
+        return false;
+    };
+    state.branch[at + 1..]
+        .iter()
+        .all(|&i| state.tree.entry(i).kind != EntryKind::Compaction)
 }
 
 /// The agent-context estimate had `outcome` been appended after `path` (for `write: false`,
@@ -496,6 +587,8 @@ pub async fn compact(
         Ok((result, entry)) => {
             if write {
                 compact_notice(daemon, session, &entry, from_extension, "manual", false);
+                // Beyond Pi: a manual compaction resumes paused automatic compaction.
+                session.state.lock().thrash.reset();
             }
             daemon.emit(
                 &session.id,
@@ -595,6 +688,30 @@ async fn run_auto(
     if engine(daemon, session).is_err() {
         return out; // Pi: an auth failure here is silent.
     }
+    // Beyond Pi: the thrash breaker (never for overflow recovery).
+    let settings = daemon.session_settings(session);
+    let breaker = reason == "threshold"
+        && settings.compaction.enabled
+        && settings.max_ineffective_compactions > 0;
+    if breaker {
+        let suppressed = {
+            let mut state = session.state.lock();
+            state
+                .thrash
+                .suppress(&settings.merged)
+                .map(|why| (why, state.thrash.is_paused()))
+        };
+        if let Some((why, paused)) = suppressed {
+            if let Some(why) = why {
+                daemon.emit(
+                    &session.id,
+                    "compaction_suppressed",
+                    super::thrash::event(&session.id, &why, paused),
+                );
+            }
+            return out;
+        }
+    }
     let snap = snapshot(daemon, session);
     let Ok(prep) = prepare(&snap) else {
         return out;
@@ -645,6 +762,17 @@ async fn run_auto(
             );
             if will_retry {
                 session.state.lock().drop_trailing_assistant(true);
+            }
+            if breaker {
+                let mut state = session.state.lock();
+                let pinned = super::pins::section(&super::pins::live_pins(&state).0);
+                let summary = entry.get("summary").and_then(Value::as_str).unwrap_or("");
+                let est = |t: &str| (crate::json::utf16_len(t) as f64 / 4.0).ceil();
+                state.thrash.compacted(super::thrash::Pending {
+                    tokens_before: num(result.get("tokensBefore")),
+                    summary_tokens: est(summary),
+                    pinned_tokens: est(&pinned),
+                });
             }
             out.action = "compacted";
             out.will_retry = will_retry;
@@ -803,10 +931,54 @@ async fn check_message(
     } else {
         direct
     };
+    observe_size(session, &settings, tokens, window);
     if crate::compaction::tokens::should_compact(tokens, window, &settings.compaction) {
         return run_auto(daemon, session, "threshold", false).await;
     }
     CheckOutcome::none()
+}
+
+/// Beyond Pi: hands the thrash breaker a context size reported after the latest compaction.
+fn observe_size(
+    session: &Session,
+    settings: &super::settings::EffectiveSettings,
+    tokens: f64,
+    window: i64,
+) {
+    if settings.max_ineffective_compactions == 0 || window <= 0 {
+        return;
+    }
+    let threshold = window as f64 - settings.compaction.reserve_tokens as f64;
+    session.state.lock().thrash.observe(
+        tokens,
+        threshold,
+        settings.max_ineffective_compactions,
+        &settings.merged,
+    );
+}
+
+/// Beyond Pi: after `setModel` reported that the context exceeds the new model's threshold,
+/// the first check compacts (as a threshold compaction), whatever its phase and whatever the
+/// last reply says. Re-evaluated now, so a switch back or an intervening compaction cancels it.
+async fn check_model_switch(daemon: &Daemon, session: &Arc<Session>) -> Option<CheckOutcome> {
+    let (window, tokens) = {
+        let mut state = session.state.lock();
+        if !std::mem::take(&mut state.model_switch_pending) {
+            return None;
+        }
+        (
+            state.model.as_ref().map_or(0, |m| m.context_window),
+            state.live.estimate().tokens,
+        )
+    };
+    let settings = daemon.session_settings(session);
+    if window <= 0
+        || !crate::compaction::tokens::should_compact(tokens, window, &settings.compaction)
+    {
+        return None;
+    }
+    let out = run_auto(daemon, session, "threshold", false).await;
+    (out.action != "none").then_some(out)
 }
 
 fn parse_stop(s: &str) -> StopReason {
@@ -822,6 +994,9 @@ fn parse_stop(s: &str) -> StopReason {
 /// `checkCompaction {phase}`: waits for a running compaction first.
 pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> CheckOutcome {
     let _slot = session.slot.lock().await;
+    if let Some(out) = check_model_switch(daemon, session).await {
+        return out;
+    }
     match phase {
         Phase::MidRun => {
             let (model_window, estimate) = {

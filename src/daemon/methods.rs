@@ -292,8 +292,10 @@ pub fn list_sessions(ctx: &Ctx) -> Result<Value, RpcError> {
     )
 }
 
-fn writable(session: &Session) -> Result<(), RpcError> {
-    if session.is_compacting() {
+/// Appends are refused only while a `navigateTree` branch summary runs (the leaf is about to
+/// move); during a compaction they are accepted and land in its kept tail (beyond Pi).
+pub(super) fn writable(session: &Session) -> Result<(), RpcError> {
+    if session.navigating.load(std::sync::atomic::Ordering::SeqCst) {
         return Err(RpcError::new(ErrorKind::Compacting, COMPACTING_MESSAGE));
     }
     Ok(())
@@ -465,6 +467,7 @@ pub fn append_entry(ctx: &Ctx, p: AppendEntryParams) -> Result<Value, RpcError> 
 
 pub fn set_model(ctx: &Ctx, p: SetModelParams) -> Result<Value, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
+    let settings = ctx.daemon.session_settings(&session).compaction;
     let mut state = session.state.lock();
     writable(&session)?;
     let m = p.model;
@@ -477,8 +480,21 @@ pub fn set_model(ctx: &Ctx, p: SetModelParams) -> Result<Value, RpcError> {
             vec![("provider", json!(m.provider)), ("modelId", json!(m.id))],
         )
     })?;
+    let window = m.context_window;
     state.model = Some(m);
-    appended(&state, idx)
+    // Beyond Pi: a switch to a model the context already overflows is reported now, and the
+    // next `checkCompaction` compacts (Pi would send the request and recover from the error).
+    let tokens = state.live.estimate().tokens;
+    let should = window > 0 && should_compact(tokens, window, &settings);
+    state.model_switch_pending = should;
+    let id = state.tree.entry(idx).id.clone().unwrap_or_default();
+    to_value(SetModelResult {
+        entry_id: id.clone(),
+        leaf_id: id,
+        should_compact: should,
+        tokens,
+        threshold: window as f64 - settings.reserve_tokens as f64,
+    })
 }
 
 pub fn get_branch(ctx: &Ctx, p: SessionParams) -> Result<Value, RpcError> {
@@ -679,8 +695,11 @@ pub fn set_settings_overrides(ctx: &Ctx, p: SetSettingsOverridesParams) -> Resul
 
 /// Event names a connection can subscribe to: exactly what `initialize` advertises
 /// (`subscription_dropped` is delivered whatever the filters say, but may be named too).
-pub const EVENTS: [&str; 6] = [
+pub const EVENTS: [&str; 9] = [
     "compaction_start",
+    "compaction_suppressed",
+    "compaction_undone",
+    "summary_edited",
     "compaction_end",
     "summarization_retry_scheduled",
     "summarization_retry_attempt_start",

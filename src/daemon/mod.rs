@@ -6,11 +6,15 @@
 //! lifecycle (`lifecycle`) are written against it; transports never see it beyond `dispatch`.
 
 pub mod connections;
+pub mod history;
 pub mod lifecycle;
 pub mod methods;
 pub mod navigate;
+pub mod pins;
 pub mod session;
 pub mod settings;
+pub mod thrash;
+pub mod undo;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -35,6 +39,9 @@ pub struct Session {
     pub running: Mutex<Option<CancellationToken>>,
     /// Held for the whole of a compaction / branch summary: waiting on it waits for the end.
     pub slot: tokio::sync::Mutex<()>,
+    /// A `navigateTree` branch summary runs: appends would land on the branch being left, so
+    /// they wait for it (a compaction, by contrast, accepts them: see `lifecycle`).
+    pub navigating: std::sync::atomic::AtomicBool,
     holders: Mutex<HashSet<ConnId>>,
 }
 
@@ -254,6 +261,7 @@ impl Daemon {
             state: Mutex::new(state),
             running: Mutex::new(None),
             slot: tokio::sync::Mutex::new(()),
+            navigating: std::sync::atomic::AtomicBool::new(false),
             holders: Mutex::new(HashSet::from([conn.id])),
         });
         reg.by_path.insert(path.to_owned(), id.clone());

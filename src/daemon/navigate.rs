@@ -7,7 +7,9 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::methods::Ctx;
-use crate::compaction::file_ops::{format_file_operations, FileOps};
+use crate::compaction::file_ops::{
+    format_file_operations, format_file_operations_limited, FileOps,
+};
 use crate::compaction::prompts::{BRANCH_SUMMARY_PREAMBLE, BRANCH_SUMMARY_PROMPT, SYSTEM_PROMPT};
 use crate::compaction::serialize::serialize_conversation;
 use crate::compaction::summary::{check_reply, usage_json, CallKind};
@@ -160,11 +162,51 @@ async fn branch_summary(
             (text, Some(reply.usage))
         }
     };
-    let summary = format!(
-        "{BRANCH_SUMMARY_PREAMBLE}{text}{}",
-        format_file_operations(&read, &modified)
-    );
+    // Beyond Pi (`fileListLimit`): the most recently touched paths only; `details` keeps all.
+    let files = match ctx.daemon.session_settings(session).file_list_limit {
+        Some(limit) => {
+            let recent: Vec<&str> = plan
+                .entries
+                .iter()
+                .rev()
+                .flat_map(|e| e.file_ops.iter().rev().map(|(_, p)| &**p))
+                .collect();
+            format_file_operations_limited(&read, &modified, &recent, limit)
+        }
+        None => format_file_operations(&read, &modified),
+    };
+    // Beyond Pi: the pinned lane's section, the pins live at the branch being left, verbatim.
+    let text = {
+        let (pins, used) = super::pins::live_pins(&session.state.lock());
+        if used {
+            super::pins::strip_section(&text) + &super::pins::section(&pins)
+        } else {
+            text
+        }
+    };
+    let summary = format!("{BRANCH_SUMMARY_PREAMBLE}{text}{files}");
     Ok((summary, details, usage))
+}
+
+/// Marks the session as navigating until dropped (also on an early return or a cancelled
+/// request), so appends are refused only while a branch summary runs.
+struct NavigatingFlag<'a>(&'a super::Session);
+
+impl<'a> NavigatingFlag<'a> {
+    fn set(session: &'a super::Session) -> NavigatingFlag<'a> {
+        session
+            .navigating
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        NavigatingFlag(session)
+    }
+}
+
+impl Drop for NavigatingFlag<'_> {
+    fn drop(&mut self) {
+        self.0
+            .navigating
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// `navigateTree`.
@@ -219,6 +261,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
     let mut from_hook = false;
     let cancel = ctx.daemon.run_token();
     *session.running.lock() = Some(cancel.clone());
+    let _navigating = NavigatingFlag::set(&session);
     let outcome = async {
         if ctx.daemon.has_hook(&session.id, "session_before_tree") {
             let prep = json!({

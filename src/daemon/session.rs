@@ -43,6 +43,11 @@ pub struct SessionState {
     pub thinking_level: String,
     /// Pi's `_overflowRecoveryAttempted`.
     pub overflow_recovery_attempted: bool,
+    /// Beyond Pi: `setModel` switched to a model whose threshold the context exceeds; the next
+    /// `checkCompaction` compacts before the next request instead of waiting for an overflow.
+    pub model_switch_pending: bool,
+    /// Beyond Pi: the thrash breaker of automatic compactions.
+    pub thrash: super::thrash::Breaker,
     /// Per-session compaction settings overrides (`setSettingsOverrides`).
     pub overrides: Option<Value>,
     /// What compactd last read or wrote of the file (`None` until it exists).
@@ -80,6 +85,8 @@ impl SessionState {
             model,
             thinking_level: String::new(),
             overflow_recovery_attempted: false,
+            model_switch_pending: false,
+            thrash: Default::default(),
             overrides: None,
             stamp: None,
             file_changed: false,
@@ -119,6 +126,8 @@ impl SessionState {
             model,
             thinking_level: thinking,
             overflow_recovery_attempted: false,
+            model_switch_pending: false,
+            thrash: Default::default(),
             overrides: None,
             stamp: None,
             file_changed: false,

@@ -124,6 +124,12 @@ pub struct EffectiveSettings {
     pub branch_summary_reserve_tokens: i64,
     pub retry: RetrySettings,
     pub default_thinking_level: String,
+    /// Beyond Pi: `compaction.fileListLimit`, the most paths each summary file block lists
+    /// (`None`: unlimited, Pi's behaviour).
+    pub file_list_limit: Option<usize>,
+    /// Beyond Pi: `compaction.maxIneffectiveCompactions`, ineffective automatic compactions in
+    /// a row before automatic compaction pauses (0: no thrash breaker, Pi's behaviour).
+    pub max_ineffective_compactions: u32,
     /// The merged JSON, for `getSettings`.
     pub merged: Value,
 }
@@ -198,6 +204,15 @@ pub fn from_merged(merged: Value) -> EffectiveSettings {
             .and_then(Value::as_str)
             .unwrap_or("medium")
             .to_owned(),
+        file_list_limit: c
+            .get("fileListLimit")
+            .and_then(Value::as_f64)
+            .filter(|f| f.is_finite() && *f >= 0.0)
+            .map(|f| f as usize),
+        max_ineffective_compactions: int(c.get("maxIneffectiveCompactions"))
+            .map_or(super::thrash::DEFAULT_MAX_INEFFECTIVE, |n| {
+                n.clamp(0, 1000) as u32
+            }),
         merged,
     }
 }
@@ -205,8 +220,18 @@ pub fn from_merged(merged: Value) -> EffectiveSettings {
 impl EffectiveSettings {
     /// `getSettings`' answer.
     pub fn to_json(&self) -> Value {
+        let mut compaction = self.compaction.to_json();
+        if let (Some(limit), Some(o)) = (self.file_list_limit, compaction.as_object_mut()) {
+            o.insert("fileListLimit".into(), Value::from(limit));
+        }
+        if let Some(o) = compaction.as_object_mut() {
+            o.insert(
+                "maxIneffectiveCompactions".into(),
+                Value::from(self.max_ineffective_compactions),
+            );
+        }
         json!({
-            "compaction": self.compaction.to_json(),
+            "compaction": compaction,
             "branchSummary": {"reserveTokens": self.branch_summary_reserve_tokens},
             "retry": {"enabled": self.retry.enabled, "maxRetries": self.retry.max_retries, "baseDelayMs": self.retry.base_delay_ms},
             "defaultThinkingLevel": self.default_thinking_level,

@@ -171,7 +171,9 @@ fn manual_components() -> Vec<(&'static str, Value)> {
                 "properties": {
                     "enabled": {"type": "boolean"},
                     "reserveTokens": int,
-                    "keepRecentTokens": int
+                    "keepRecentTokens": int,
+                    "fileListLimit": {"type": "integer", "minimum": 0, "description": "Beyond Pi: the most paths each summary file block lists (absent: unlimited, Pi's behaviour). Only in getSettings' answer, when set."},
+                    "maxIneffectiveCompactions": {"type": "integer", "minimum": 0, "description": "Beyond Pi: ineffective automatic compactions in a row before automatic compaction pauses (default 2; 0: no thrash breaker). Only in getSettings' answer."}
                 },
                 "required": ["enabled", "reserveTokens", "keepRecentTokens"]
             }),
@@ -556,10 +558,10 @@ fn methods(s: &mut Schemas) -> Vec<MethodDoc> {
         },
         MethodDoc {
             name: "setModel",
-            summary: "The agent switched model: sets the current model and appends a model_change.",
+            summary: "The agent switched model: sets the current model and appends a model_change; reports whether the context already exceeds the new model's threshold (then the next checkCompaction compacts).",
             params: s.params::<SetModelParams>(),
-            result_name: "AppendResult",
-            result: append_result,
+            result_name: "SetModelResult",
+            result: s.result::<SetModelResult>(),
             errors: vec![InvalidParams, UnknownSession, Compacting, Io],
         },
         MethodDoc {
@@ -608,6 +610,113 @@ fn methods(s: &mut Schemas) -> Vec<MethodDoc> {
                 "required": ["tokens", "contextWindow", "percent"]
             })),
             errors: session_err.clone(),
+        },
+        MethodDoc {
+            name: "searchHistory",
+            summary: "Beyond Pi: finds text in every entry of the session (all branches, compacted entries included), most recent first.",
+            params: s.params::<SearchHistoryParams>(),
+            result_name: "HistoryHits",
+            result: json!({
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "entryId": {"type": ["string", "null"]},
+                        "role": {"type": "string", "description": "The message's role, else the entry's type (compaction, branch_summary, custom, …)."},
+                        "timestamp": {"description": "The entry's timestamp as stored."},
+                        "snippet": {"type": "string", "description": "The match with up to 80 characters each side, whitespace folded, … at a cut."},
+                        "compacted": {"type": "boolean", "description": "On the current branch but no longer verbatim in the context (summarized by a compaction)."},
+                        "onBranch": {"type": "boolean", "description": "On the current branch (else on an abandoned one)."}
+                    },
+                    "required": ["entryId", "role", "timestamp", "snippet", "compacted", "onBranch"]
+                }
+            }),
+            errors: session_err.clone(),
+        },
+        MethodDoc {
+            name: "getEntry",
+            summary: "Beyond Pi: one entry exactly as stored, by id (any branch), e.g. a compacted message found by searchHistory.",
+            params: s.params::<GetEntryParams>(),
+            result_name: "SessionEntry",
+            result: r("SessionEntry"),
+            errors: vec![InvalidParams, UnknownSession, EntryNotFound],
+        },
+        MethodDoc {
+            name: "pin",
+            summary: "Beyond Pi: pins a text (a Pi custom entry, customType compactd.pin); every summary compactd writes carries the live pins verbatim in a `## Pinned` section.",
+            params: s.params::<PinParams>(),
+            result_name: "PinResult",
+            result: json!({
+                "type": "object",
+                "properties": {
+                    "pinId": {"type": "string", "description": "The pin entry's id."},
+                    "entryId": {"type": "string"},
+                    "leafId": {"type": "string"}
+                },
+                "required": ["pinId", "entryId", "leafId"]
+            }),
+            errors: vec![InvalidParams, UnknownSession, Compacting, Io],
+        },
+        MethodDoc {
+            name: "unpin",
+            summary: "Beyond Pi: unpins a live pin of the current branch (appends an unpin custom entry).",
+            params: s.params::<UnpinParams>(),
+            result_name: "AppendResult",
+            result: append_result.clone(),
+            errors: vec![InvalidParams, UnknownSession, Compacting, EntryNotFound, Io],
+        },
+        MethodDoc {
+            name: "listPins",
+            summary: "Beyond Pi: the live pins of the current branch, oldest first.",
+            params: s.params::<SessionParams>(),
+            result_name: "Pins",
+            result: json!({
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "pinId": {"type": "string"},
+                        "text": {"type": "string"},
+                        "label": {"type": "string"},
+                        "timestamp": {"description": "The pin entry's timestamp as stored."}
+                    },
+                    "required": ["pinId", "text", "timestamp"]
+                }
+            }),
+            errors: session_err.clone(),
+        },
+        MethodDoc {
+            name: "undoCompaction",
+            summary: "Beyond Pi: makes the path before the branch's latest compaction the active one by appending a compactd.undo_compaction custom entry under the compaction's parent (the compaction stays in the tree).",
+            params: s.params::<SessionParams>(),
+            result_name: "UndoCompactionResult",
+            result: json!({
+                "type": "object",
+                "properties": {
+                    "undoneCompactionId": {"type": "string"},
+                    "entryId": {"type": "string"},
+                    "leafId": {"type": "string"}
+                },
+                "required": ["undoneCompactionId", "entryId", "leafId"]
+            }),
+            errors: vec![InvalidParams, UnknownSession, NothingToCompact, LeafMoved, Compacting, FileChanged, FileBusy, Io],
+        },
+        MethodDoc {
+            name: "editSummary",
+            summary: "Beyond Pi: replaces the latest compaction's summary by appending a corrected compaction beside it (same parent, firstKeptEntryId and tokensBefore; details.editedFrom names the original).",
+            params: s.params::<EditSummaryParams>(),
+            result_name: "EditSummaryResult",
+            result: json!({
+                "type": "object",
+                "properties": {
+                    "entry": r("SessionEntry"),
+                    "editedFrom": {"type": "string"},
+                    "entryId": {"type": "string"},
+                    "leafId": {"type": "string"}
+                },
+                "required": ["entry", "editedFrom", "entryId", "leafId"]
+            }),
+            errors: vec![InvalidParams, UnknownSession, NothingToCompact, LeafMoved, Compacting, FileChanged, FileBusy, Io],
         },
         MethodDoc {
             name: "shouldCompact",
@@ -741,6 +850,28 @@ fn notifications() -> Vec<Value> {
                 field("willRetry", true, json!({"type": "boolean"})),
                 field("errorMessage", false, json!({"type": "string"}))
             ]
+        }),
+        json!({
+            "name": "compaction_suppressed",
+            "summary": "Beyond Pi (thrash breaker): an automatic threshold compaction was skipped because the previous one did not bring the context under the threshold. `paused`: automatic compaction is now paused for the session until a manual compact or a settings change (sent once per pause).",
+            "params": [
+                sid(),
+                field("reason", true, json!({"type": "string", "enum": ["ineffective", "floor"]})),
+                field("tokensBefore", true, json!({"type": "number"})),
+                field("tokensAfter", true, json!({"type": "number", "description": "The first context size reported after that compaction."})),
+                field("threshold", true, json!({"type": "number"})),
+                field("paused", true, json!({"type": "boolean"}))
+            ]
+        }),
+        json!({
+            "name": "compaction_undone",
+            "summary": "Beyond Pi: undoCompaction made the path before compaction `compactionId` active (`entryId`: the appended marker, the new leaf).",
+            "params": [sid(), field("compactionId", true, json!({"type": "string"})), field("entryId", true, json!({"type": "string"}))]
+        }),
+        json!({
+            "name": "summary_edited",
+            "summary": "Beyond Pi: editSummary appended `entryId`, a corrected copy of compaction `compactionId`.",
+            "params": [sid(), field("compactionId", true, json!({"type": "string"})), field("entryId", true, json!({"type": "string"}))]
         }),
         json!({
             "name": "summarization_retry_scheduled",

@@ -55,6 +55,55 @@ pub struct SessionParams {
     pub session_id: String,
 }
 
+/// `searchHistory` (beyond Pi).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchHistoryParams {
+    pub session_id: String,
+    /// Text to find: a case-insensitive substring, or with `regex` a Rust regex.
+    pub query: String,
+    pub regex: Option<bool>,
+    /// Most hits returned (default 20, at most 1000).
+    pub limit: Option<u32>,
+}
+
+/// `pin` (beyond Pi).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PinParams {
+    pub session_id: String,
+    /// Kept verbatim in every summary compactd writes while the pin is live.
+    pub text: String,
+    /// A short heading for the pin in the `## Pinned` section.
+    pub label: Option<String>,
+}
+
+/// `unpin` (beyond Pi).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnpinParams {
+    pub session_id: String,
+    /// The `pinId` `pin` returned (the pin entry's id).
+    pub pin_id: String,
+}
+
+/// `editSummary` (beyond Pi).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EditSummaryParams {
+    pub session_id: String,
+    /// The corrected summary, stored as given.
+    pub summary: String,
+}
+
+/// `getEntry` (beyond Pi).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GetEntryParams {
+    pub session_id: String,
+    pub entry_id: String,
+}
+
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AppendMessageParams {
@@ -116,6 +165,13 @@ pub struct CompactionSettingsPatch {
     pub enabled: Option<bool>,
     pub reserve_tokens: Option<i64>,
     pub keep_recent_tokens: Option<i64>,
+    /// Beyond Pi: list at most this many paths in each of the summary's `<read-files>` /
+    /// `<modified-files>` blocks (the most recently touched, then `(+K more)`); `details` keeps
+    /// the full lists. Absent: unlimited, Pi's behaviour. Ignored by `shouldCompact`.
+    pub file_list_limit: Option<u64>,
+    /// Beyond Pi: ineffective automatic compactions in a row before automatic compaction
+    /// pauses for the session (default 2; 0 turns the thrash breaker off, Pi's behaviour).
+    pub max_ineffective_compactions: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -217,4 +273,20 @@ pub struct SessionInfo {
 pub struct AppendResult {
     pub entry_id: String,
     pub leaf_id: String,
+}
+
+/// `setModel`'s answer: the append, and (beyond Pi) whether the current context already needs a
+/// compaction under the new model, so the agent never sends a request known to overflow.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetModelResult {
+    pub entry_id: String,
+    pub leaf_id: String,
+    /// The context's estimate exceeds the new model's threshold (`contextWindow - reserveTokens`):
+    /// the next `checkCompaction` compacts, whatever its phase.
+    pub should_compact: bool,
+    /// The context's estimated tokens.
+    pub tokens: f64,
+    /// `contextWindow - reserveTokens` of the new model.
+    pub threshold: f64,
 }

@@ -77,6 +77,28 @@ class Methods:
     def abort_compaction(self, session_id: str) -> Any:
         return self._call("abortCompaction", _p(sessionId=session_id))
 
+    # Beyond Pi: recall, pins, undo and edit
+    def search_history(self, session_id: str, query: str, regex: Optional[bool] = None, limit: Optional[int] = None) -> Any:
+        return self._call("searchHistory", _p(sessionId=session_id, query=query, regex=regex, limit=limit))
+
+    def get_entry(self, session_id: str, entry_id: str) -> Any:
+        return self._call("getEntry", _p(sessionId=session_id, entryId=entry_id))
+
+    def pin(self, session_id: str, text: str, label: Optional[str] = None) -> Any:
+        return self._call("pin", _p(sessionId=session_id, text=text, label=label))
+
+    def unpin(self, session_id: str, pin_id: str) -> Any:
+        return self._call("unpin", _p(sessionId=session_id, pinId=pin_id))
+
+    def list_pins(self, session_id: str) -> Any:
+        return self._call("listPins", _p(sessionId=session_id))
+
+    def undo_compaction(self, session_id: str) -> Any:
+        return self._call("undoCompaction", _p(sessionId=session_id))
+
+    def edit_summary(self, session_id: str, summary: str) -> Any:
+        return self._call("editSummary", _p(sessionId=session_id, summary=summary))
+
     # Settings
     def get_settings(self, session_id: str) -> Any:
         return self._call("getSettings", _p(sessionId=session_id))

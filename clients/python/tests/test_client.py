@@ -194,7 +194,7 @@ def test_hook_that_never_answers_times_out_and_compaction_proceeds(stdio, tmp_pa
     assert cancel["params"] == {"id": hook_req["id"]}
 
 
-def test_socket_writes_refused_while_compacting_and_abort_from_another_client(server, tmp_path):
+def test_socket_writes_accepted_while_compacting_and_abort_from_another_client(server, tmp_path):
     agent, other = server(), server()
     path = session_copy(tmp_path, "005-medium-basic")
     size = os.path.getsize(path)
@@ -214,10 +214,9 @@ def test_socket_writes_refused_while_compacting_and_abort_from_another_client(se
         pending = agent.request_async("compact", {"sessionId": sid})
         assert asked.wait(10), "hook not asked"
         assert [s["isCompacting"] for s in other.list_sessions()] == [True]
-        with pytest.raises(RpcError) as e:
-            other.append_message(sid, {"role": "user", "content": "too early"})
-        assert e.value.code == -32020 and e.value.data == {"kind": "compacting"}
-        assert e.value.message.startswith("Cannot submit a prompt while compaction is in progress.")
+        # Appends never wait for a compaction (beyond Pi): accepted at once.
+        assert other.append_message(sid, {"role": "user", "content": "meanwhile"})["entryId"]
+        size = os.path.getsize(path)
         assert other.abort_compaction(sid) == {"aborted": True}
         with pytest.raises(RpcError) as e:
             pending.result(10)

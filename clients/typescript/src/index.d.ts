@@ -84,6 +84,9 @@ export declare const ErrorCodes: Readonly<{
 export type EventName =
   | 'compaction_start'
   | 'compaction_end'
+  | 'compaction_suppressed'
+  | 'compaction_undone'
+  | 'summary_edited'
   | 'summarization_retry_scheduled'
   | 'summarization_retry_attempt_start'
   | 'summarization_retry_finished'
@@ -264,7 +267,11 @@ export declare class CompactdClient {
 
   appendMessage(sessionId: string, message: object, options?: { expectedLeafId?: string }): Promise<AppendResult>;
   appendEntry(sessionId: string, entry: object, options?: { expectedLeafId?: string }): Promise<AppendResult>;
-  setModel(sessionId: string, model: Model): Promise<AppendResult>;
+  /** Beyond Pi: also says whether the context already needs a compaction under the new model. */
+  setModel(
+    sessionId: string,
+    model: Model,
+  ): Promise<AppendResult & { shouldCompact: boolean; tokens: number; threshold: number }>;
   navigateTree(
     sessionId: string,
     targetId: string | null,
@@ -285,6 +292,22 @@ export declare class CompactdClient {
   compact(sessionId: string, options?: { customInstructions?: string; write?: boolean }): Promise<CompactionResult>;
   checkCompaction(sessionId: string, phase: 'prePrompt' | 'midRun' | 'postRun'): Promise<CheckOutcome>;
   abortCompaction(sessionId: string): Promise<{ aborted: boolean }>;
+
+  /** Beyond Pi: every entry, compacted ones included, most recent first. */
+  searchHistory(
+    sessionId: string,
+    query: string,
+    options?: { regex?: boolean; limit?: number },
+  ): Promise<{ entryId: string | null; role: string; timestamp: unknown; snippet: string; compacted: boolean; onBranch: boolean }[]>;
+  /** Beyond Pi: one entry exactly as stored. */
+  getEntry(sessionId: string, entryId: string): Promise<any>;
+  /** Beyond Pi: the pinned lane. */
+  pin(sessionId: string, text: string, label?: string): Promise<{ pinId: string; entryId: string; leafId: string }>;
+  unpin(sessionId: string, pinId: string): Promise<AppendResult>;
+  listPins(sessionId: string): Promise<{ pinId: string; text: string; label?: string; timestamp: unknown }[]>;
+  /** Beyond Pi: undo and edit of the latest compaction. */
+  undoCompaction(sessionId: string): Promise<{ undoneCompactionId: string; entryId: string; leafId: string }>;
+  editSummary(sessionId: string, summary: string): Promise<{ entry: any; editedFrom: string; entryId: string; leafId: string }>;
   getSettings(sessionId: string): Promise<EffectiveSettings>;
   setSettingsOverrides(params: { sessionId?: string; compaction?: CompactionSettingsPatch | null }): Promise<{ ok: true }>;
 

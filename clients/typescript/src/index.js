@@ -81,6 +81,9 @@ export const ErrorCodes = Object.freeze({
 export const EVENTS = Object.freeze([
   'compaction_start',
   'compaction_end',
+  'compaction_suppressed',
+  'compaction_undone',
+  'summary_edited',
   'summarization_retry_scheduled',
   'summarization_retry_attempt_start',
   'summarization_retry_finished',
@@ -338,6 +341,35 @@ export class CompactdClient {
 
   abortCompaction(sessionId) {
     return this.request('abortCompaction', { sessionId });
+  }
+
+  // Beyond Pi: history recall, the pinned lane, undo and edit of the latest compaction.
+  searchHistory(sessionId, query, { regex, limit } = {}) {
+    return this.request('searchHistory', defined({ sessionId, query, regex, limit }));
+  }
+
+  getEntry(sessionId, entryId) {
+    return this.request('getEntry', { sessionId, entryId });
+  }
+
+  pin(sessionId, text, label) {
+    return this.request('pin', defined({ sessionId, text, label }));
+  }
+
+  unpin(sessionId, pinId) {
+    return this.request('unpin', { sessionId, pinId });
+  }
+
+  listPins(sessionId) {
+    return this.request('listPins', { sessionId });
+  }
+
+  undoCompaction(sessionId) {
+    return this.request('undoCompaction', { sessionId });
+  }
+
+  editSummary(sessionId, summary) {
+    return this.request('editSummary', { sessionId, summary });
   }
 
   getSettings(sessionId) {

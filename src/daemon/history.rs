@@ -1,0 +1,235 @@
+//! History recall (beyond Pi): `searchHistory` finds text in every entry of a session, the ones
+//! a compaction summarized away included, and `getEntry` returns an entry as stored, so an agent
+//! can get back exact text a summary dropped (file contents, error output, a user's wording).
+//! The file is append-only, so nothing compaction "drops" is ever gone: this makes it reachable.
+
+use serde_json::{json, Value};
+
+use super::methods::Ctx;
+use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::types::{GetEntryParams, SearchHistoryParams};
+use crate::session::{Entry, EntryKind};
+
+/// Default and largest number of hits returned.
+const DEFAULT_LIMIT: usize = 20;
+const MAX_LIMIT: usize = 1000;
+/// Characters of context on each side of a match in a snippet.
+const SNIPPET_SIDE: usize = 80;
+/// Compiled-size cap of a client regex, so a hostile pattern cannot exhaust memory.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Keys whose string values are identifiers or bookkeeping, not text anyone would look for.
+const SKIPPED_KEYS: [&str; 15] = [
+    "type",
+    "role",
+    "id",
+    "parentId",
+    "timestamp",
+    "toolCallId",
+    "api",
+    "provider",
+    "model",
+    "modelId",
+    "stopReason",
+    "signature",
+    "thinkingSignature",
+    "firstKeptEntryId",
+    "targetId",
+];
+
+/// The searchable text of an entry: its string values (message text, tool calls and results,
+/// bash commands and output, summaries, custom data), one per line.
+fn entry_text(v: &Value) -> String {
+    fn walk(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(s);
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            Value::Object(o) => {
+                for (k, x) in o {
+                    if !SKIPPED_KEYS.contains(&k.as_str()) {
+                        walk(x, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    walk(v, &mut out);
+    out
+}
+
+/// How a query matches: a regex, or a case-insensitive substring.
+enum Matcher {
+    Regex(regex::Regex),
+    Plain(String),
+}
+
+impl Matcher {
+    fn new(query: &str, regex: bool) -> Result<Matcher, RpcError> {
+        if query.is_empty() {
+            return Err(RpcError::invalid_params("query must not be empty"));
+        }
+        if regex {
+            regex::RegexBuilder::new(query)
+                .size_limit(REGEX_SIZE_LIMIT)
+                .build()
+                .map(Matcher::Regex)
+                .map_err(|e| RpcError::invalid_params(format!("query is not a valid regex: {e}")))
+        } else {
+            Ok(Matcher::Plain(query.to_lowercase()))
+        }
+    }
+
+    /// Byte range of the first match in `text`.
+    fn find(&self, text: &str) -> Option<(usize, usize)> {
+        match self {
+            Matcher::Regex(r) => r.find(text).map(|m| (m.start(), m.end())),
+            Matcher::Plain(q) => {
+                // Lowercasing can change byte lengths: search a lowered copy and map back by
+                // characters, so offsets always land on the original's char boundaries.
+                let lowered: Vec<(usize, char)> = text
+                    .char_indices()
+                    .flat_map(|(i, c)| c.to_lowercase().map(move |l| (i, l)))
+                    .collect();
+                let hay: String = lowered.iter().map(|(_, c)| *c).collect();
+                let at = hay.find(q.as_str())?;
+                let start_char = hay[..at].chars().count();
+                let len_chars = q.chars().count();
+                let start = lowered.get(start_char).map_or(text.len(), |(i, _)| *i);
+                let end = lowered
+                    .get(start_char + len_chars)
+                    .map_or(text.len(), |(i, _)| *i);
+                Some((start, end.max(start)))
+            }
+        }
+    }
+}
+
+/// The match with up to [`SNIPPET_SIDE`] characters each side, whitespace runs folded, `…`
+/// marking a cut.
+fn snippet(text: &str, (start, end): (usize, usize)) -> String {
+    let before: String = {
+        let mut b: Vec<char> = text[..start].chars().rev().take(SNIPPET_SIDE + 1).collect();
+        let cut = b.len() > SNIPPET_SIDE;
+        b.truncate(SNIPPET_SIDE);
+        b.reverse();
+        let s: String = b.into_iter().collect();
+        if cut {
+            format!("…{s}")
+        } else {
+            s
+        }
+    };
+    let after: String = {
+        let mut a: Vec<char> = text[end..].chars().take(SNIPPET_SIDE + 1).collect();
+        let cut = a.len() > SNIPPET_SIDE;
+        a.truncate(SNIPPET_SIDE);
+        let s: String = a.into_iter().collect();
+        if cut {
+            format!("{s}…")
+        } else {
+            s
+        }
+    };
+    let raw = format!("{before}{}{after}", &text[start..end]);
+    raw.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The role a hit reports: the message's role, else the entry's type.
+fn role_of(e: &Entry, v: &Value) -> String {
+    if e.kind == EntryKind::Message {
+        if let Some(r) = v["message"]["role"].as_str() {
+            return r.to_owned();
+        }
+    }
+    v["type"].as_str().unwrap_or("unknown").to_owned()
+}
+
+/// `searchHistory`: every entry of the session (all branches, file order reversed so the most
+/// recent hits come first), up to `limit` hits.
+pub fn search_history(ctx: &Ctx, p: SearchHistoryParams) -> Result<Value, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    let matcher = Matcher::new(&p.query, p.regex.unwrap_or(false))?;
+    let limit = p
+        .limit
+        .map_or(DEFAULT_LIMIT, |l| (l as usize).min(MAX_LIMIT));
+    let state = session.state.lock();
+    let on_branch: std::collections::HashSet<usize> = state.branch.iter().copied().collect();
+    let in_context: std::collections::HashSet<usize> = state.agent.iter().copied().collect();
+    let hits = crate::cpu::blocking(|| {
+        let mut hits = Vec::new();
+        for (idx, e) in state.tree.entries().iter().enumerate().rev() {
+            if hits.len() >= limit {
+                break;
+            }
+            let v = e.value();
+            let text = entry_text(&v);
+            let Some(m) = matcher.find(&text) else {
+                continue;
+            };
+            let branch = on_branch.contains(&idx);
+            hits.push(json!({
+                "entryId": e.id,
+                "role": role_of(e, &v),
+                "timestamp": v.get("timestamp").cloned().unwrap_or(Value::Null),
+                "snippet": snippet(&text, m),
+                "compacted": branch && e.role.is_some() && !in_context.contains(&idx),
+                "onBranch": branch,
+            }));
+        }
+        hits
+    });
+    Ok(Value::Array(hits))
+}
+
+/// `getEntry`: the entry exactly as stored (any branch).
+pub fn get_entry(ctx: &Ctx, p: GetEntryParams) -> Result<Value, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    let state = session.state.lock();
+    let idx = state.tree.index_of(&p.entry_id).ok_or_else(|| {
+        RpcError::new(
+            ErrorKind::EntryNotFound,
+            format!("Entry {} not found", p.entry_id),
+        )
+    })?;
+    Ok(crate::cpu::blocking(|| state.tree.entry(idx).value()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_matching_is_case_insensitive_and_keeps_char_boundaries() {
+        let m = Matcher::new("ÉCHEC", false).unwrap();
+        let text = "İx avant l'échec du test";
+        let (s, e) = m.find(text).unwrap();
+        assert_eq!(&text[s..e], "échec");
+        assert!(Matcher::new("", false).is_err());
+        assert!(Matcher::new("(", true).is_err());
+        let r = Matcher::new(r"err(or)?\s+\d+", true).unwrap();
+        assert_eq!(r.find("an error   42 here"), Some((3, 13)));
+    }
+
+    #[test]
+    fn snippets_are_bounded_and_folded() {
+        let text = format!("{}needle\n\n{}", "a".repeat(200), "b ".repeat(100));
+        let m = Matcher::new("needle", false).unwrap();
+        let s = snippet(&text, m.find(&text).unwrap());
+        assert!(s.starts_with('…') && s.ends_with('…'), "{s}");
+        assert!(s.contains("needle b b"), "{s}");
+        assert!(s.chars().count() <= 2 * SNIPPET_SIDE + 10);
+    }
+
+    #[test]
+    fn entry_text_skips_identifiers() {
+        let v = json!({"type": "message", "id": "abc", "message": {"role": "user", "content": [{"type": "text", "text": "hello"}]}});
+        assert_eq!(entry_text(&v), "hello");
+    }
+}

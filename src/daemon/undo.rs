@@ -1,0 +1,160 @@
+//! Undo and edit of the latest compaction (beyond Pi). The file is append-only and Pi's leaf on
+//! load is the file's last entry, so both work by appending: `undoCompaction` appends a marker
+//! `custom` entry under the compaction's parent (the pre-compaction path becomes the active one;
+//! the compaction stays in the tree), and `editSummary` appends a corrected compaction beside
+//! the original (same parent, `firstKeptEntryId` and `tokensBefore`, `details.editedFrom`).
+
+use serde_json::{json, Map, Value};
+
+use super::methods::{writable, Ctx};
+use super::session::SessionState;
+use crate::compaction::summary::{compaction_entry, CompactionOutcome};
+use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::types::{EditSummaryParams, SessionParams};
+use crate::session::EntryKind;
+
+/// The `customType` of the entry `undoCompaction` appends.
+pub const UNDO_TYPE: &str = "compactd.undo_compaction";
+
+/// The branch's latest compaction (tree index), checked to be undoable: the file's last entry
+/// is on its branch (Pi would load this leaf), and nothing the context holds was appended after
+/// it (that would leave the restored path).
+fn latest_compaction(state: &SessionState) -> Result<usize, RpcError> {
+    let at = state
+        .branch
+        .iter()
+        .rposition(|&i| state.tree.entry(i).kind == EntryKind::Compaction)
+        .ok_or_else(|| {
+            RpcError::new(
+                ErrorKind::NothingToCompact,
+                "No compaction on the current branch",
+            )
+        })?;
+    let last = state.tree.len().checked_sub(1);
+    if last.is_none_or(|l| !state.branch[at..].contains(&l)) {
+        return Err(RpcError::new(
+            ErrorKind::LeafMoved,
+            "The branch's latest compaction is not an ancestor of the session's latest entry (the leaf was moved elsewhere); navigate back first",
+        ));
+    }
+    if let Some(&i) = state.branch[at + 1..]
+        .iter()
+        .find(|&&i| state.tree.entry(i).role.is_some())
+    {
+        return Err(RpcError::new(
+            ErrorKind::LeafMoved,
+            format!(
+                "Entry {} was appended after the latest compaction; undoing or editing it would drop it from the context",
+                state.tree.entry(i).id.as_deref().unwrap_or("?")
+            ),
+        ));
+    }
+    Ok(state.branch[at])
+}
+
+/// Appends `build`'s entry under `parent` (moving the leaf there first), restoring the leaf if
+/// the write fails.
+fn append_under(
+    state: &mut SessionState,
+    parent: Option<usize>,
+    build: impl FnOnce(&str, Option<&str>, &str) -> Value,
+) -> Result<usize, RpcError> {
+    let old = state.tree.leaf();
+    state.tree.set_leaf(parent);
+    state.refresh_branch();
+    match state.append_with(build) {
+        Ok(idx) => {
+            state.rebuild_agent_context();
+            Ok(idx)
+        }
+        Err(e) => {
+            state.tree.set_leaf(old);
+            state.refresh_branch();
+            Err(e)
+        }
+    }
+}
+
+/// `undoCompaction`.
+pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<Value, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    let mut state = session.state.lock();
+    writable(&session)?;
+    state.sync_with_file()?;
+    let c = latest_compaction(&state)?;
+    let compaction_id = state.tree.entry(c).id.clone().unwrap_or_default();
+    let parent = state
+        .tree
+        .entry(c)
+        .parent_id
+        .clone()
+        .and_then(|pid| state.tree.index_of(&pid));
+    let data = json!({"undoneCompactionId": compaction_id});
+    let idx = append_under(&mut state, parent, |id, parent, ts| {
+        let mut o = Map::new();
+        o.insert("type".into(), json!("custom"));
+        o.insert("customType".into(), json!(UNDO_TYPE));
+        o.insert("data".into(), data);
+        o.insert("id".into(), json!(id));
+        o.insert("parentId".into(), parent.map_or(Value::Null, Value::from));
+        o.insert("timestamp".into(), json!(ts));
+        Value::Object(o)
+    })?;
+    let entry_id = state.tree.entry(idx).id.clone().unwrap_or_default();
+    drop(state);
+    ctx.daemon.emit(
+        &session.id,
+        "compaction_undone",
+        json!({"sessionId": session.id, "compactionId": compaction_id, "entryId": entry_id}),
+    );
+    Ok(json!({"undoneCompactionId": compaction_id, "entryId": entry_id, "leafId": entry_id}))
+}
+
+/// `editSummary`.
+pub fn edit_summary(ctx: &Ctx, p: EditSummaryParams) -> Result<Value, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    if p.summary.trim().is_empty() {
+        return Err(RpcError::invalid_params("summary must not be empty"));
+    }
+    let mut state = session.state.lock();
+    writable(&session)?;
+    state.sync_with_file()?;
+    let c = latest_compaction(&state)?;
+    let original = state.tree.entry(c).value();
+    let original_id = original["id"].as_str().unwrap_or_default().to_owned();
+    let first_kept = original["firstKeptEntryId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let mut details = match original.get("details") {
+        Some(Value::Object(d)) => d.clone(),
+        _ => Map::new(),
+    };
+    details.insert("editedFrom".into(), json!(original_id));
+    let outcome = CompactionOutcome {
+        summary: p.summary,
+        first_kept_entry_id: first_kept,
+        tokens_before: original["tokensBefore"].as_f64().unwrap_or(0.0),
+        usage: None,
+        details: Value::Object(details),
+        from_hook: false,
+    };
+    let parent = state
+        .tree
+        .entry(c)
+        .parent_id
+        .clone()
+        .and_then(|pid| state.tree.index_of(&pid));
+    let idx = append_under(&mut state, parent, |id, parent, ts| {
+        compaction_entry(id, parent, ts, &outcome)
+    })?;
+    let entry = state.tree.entry(idx).value();
+    let entry_id = state.tree.entry(idx).id.clone().unwrap_or_default();
+    drop(state);
+    ctx.daemon.emit(
+        &session.id,
+        "summary_edited",
+        json!({"sessionId": session.id, "compactionId": original_id, "entryId": entry_id}),
+    );
+    Ok(json!({"entry": entry, "editedFrom": original_id, "entryId": entry_id, "leafId": entry_id}))
+}
