@@ -2,18 +2,21 @@
 //!
 //! Module map, in data-flow order:
 //! - [`json`]: JavaScript-compatible JSON (UTF-16 lengths, `JSON.stringify` order and numbers).
-//! - [`session`]: Pi session files in memory — entries, reader and migrations, tree, ids.
+//! - [`session`]: Pi session files in memory — entries as line bytes plus facts read in one
+//!   borrowed pass, reader and migrations, tree and branch views, ids.
 //! - [`context`]: projection of a path to model context (`buildSessionContext`, `convertToLlm`).
-//! - [`compaction`]: the pure core — tokens, cut points, preparation, file ops, serialization,
-//!   prompts, summary assembly.
+//! - [`compaction`]: the pure core — tokens, the branch index (running totals along a path),
+//!   cut points, preparation as plans of ranges, file ops, serialization, prompts, summaries.
 //! - [`live_context`]: incremental token facts of a live agent context (O(1) checks after appends).
 //! - [`report`]: the analysis `compactd inspect` prints (the fixtures' `expected.json` shape).
 //! - [`summarizer`]: who writes summaries — LLM providers, retries, the extractive default.
 //! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry).
-//! - [`store`]: the storage shell — opening, repairing and appending to session files.
+//! - [`store`]: the storage shell — regular files only, reading other writers' appends, the
+//!   shared lock, repairs, appends and their durability.
 //! - [`rpc`]: the protocol surface — parameter/result types, error codes, the OpenRPC document.
 //! - [`daemon`]: open sessions shared by connections, Pi's compaction lifecycle, events, hooks,
-//!   settings files, tree navigation.
+//!   settings files, tree navigation, and the beyond-Pi lanes (pins, undo/edit, the thrash
+//!   breaker, history recall).
 //! - [`transport`]: framing, typed wire messages, the per-connection loop, the method table,
 //!   stdio and Unix-socket listeners.
 //! - [`config`]: the one configuration struct (TOML), summarizer selection.

@@ -5,41 +5,7 @@ use indexmap::IndexSet;
 use serde_json::{Map, Value};
 
 use crate::json::cmp_utf16;
-use crate::session::entry::FileOpKind;
-
-/// The `read`/`write`/`edit` tool calls of an assistant message whose `arguments.path` is a
-/// non-empty string, in block order (the facts an entry keeps; see `session::facts`).
-pub fn tool_call_ops(m: &Value) -> Vec<(FileOpKind, String)> {
-    let mut out = Vec::new();
-    let Some(m) = m.as_object() else { return out };
-    if m.get("role").and_then(Value::as_str) != Some("assistant") {
-        return out;
-    }
-    let Some(Value::Array(blocks)) = m.get("content") else {
-        return out;
-    };
-    for b in blocks {
-        if b.get("type").and_then(Value::as_str) != Some("toolCall") {
-            continue;
-        }
-        let Some(path) = b
-            .get("arguments")
-            .and_then(|a| a.get("path"))
-            .and_then(Value::as_str)
-            .filter(|p| !p.is_empty())
-        else {
-            continue;
-        };
-        let kind = match b.get("name").and_then(Value::as_str) {
-            Some("read") => FileOpKind::Read,
-            Some("write") => FileOpKind::Write,
-            Some("edit") => FileOpKind::Edit,
-            _ => continue,
-        };
-        out.push((kind, path.to_owned()));
-    }
-    out
-}
+use crate::session::entry::{tool_call_ops, FileOpKind};
 
 /// Insertion-ordered sets of paths, as Pi's `FileOperations`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

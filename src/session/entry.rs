@@ -103,6 +103,40 @@ pub enum FileOpKind {
     Edit,
 }
 
+/// The `read`/`write`/`edit` tool calls of an assistant message whose `arguments.path` is a
+/// non-empty string, in block order (the facts an entry keeps; see `session::facts`).
+pub fn tool_call_ops(m: &Value) -> Vec<(FileOpKind, String)> {
+    let mut out = Vec::new();
+    let Some(m) = m.as_object() else { return out };
+    if m.get("role").and_then(Value::as_str) != Some("assistant") {
+        return out;
+    }
+    let Some(Value::Array(blocks)) = m.get("content") else {
+        return out;
+    };
+    for b in blocks {
+        if b.get("type").and_then(Value::as_str) != Some("toolCall") {
+            continue;
+        }
+        let Some(path) = b
+            .get("arguments")
+            .and_then(|a| a.get("path"))
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+        else {
+            continue;
+        };
+        let kind = match b.get("name").and_then(Value::as_str) {
+            Some("read") => FileOpKind::Read,
+            Some("write") => FileOpKind::Write,
+            Some("edit") => FileOpKind::Edit,
+            _ => continue,
+        };
+        out.push((kind, path.to_owned()));
+    }
+    out
+}
+
 /// An assistant message's `stopReason`, as far as the algorithms care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StopReason {
@@ -197,7 +231,7 @@ impl Entry {
             (EntryKind::Message, Some(m)) => {
                 let stop = StopReason::from_str_opt(m.get("stopReason").and_then(Value::as_str));
                 let ops: Box<[(FileOpKind, Box<str>)]> = if role == Some(Role::Assistant) {
-                    crate::compaction::file_ops::tool_call_ops(m)
+                    tool_call_ops(m)
                         .into_iter()
                         .map(|(k, p)| (k, p.into_boxed_str()))
                         .collect()

@@ -253,7 +253,27 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 
 /// [`redact`] with extra patterns: a candidate secret matching `allow` is kept; text matching
 /// `deny` is redacted whatever the built-in rules say.
+///
+/// One pass of the rules can uncover a match for another rule (a value that ran into a key
+/// block's `-----END` marker, say), so passes repeat until nothing changes (a few at most):
+/// redacting redacted text is then a no-op, which is what lets summaries be redacted again
+/// when they are merged into the next compaction.
 fn redact_with<'a>(text: &'a str, allow: &[Regex], deny: &[Regex]) -> Cow<'a, str> {
+    let mut out = match redact_pass(text, allow, deny) {
+        Cow::Borrowed(_) => return Cow::Borrowed(text),
+        Cow::Owned(s) => s,
+    };
+    for _ in 0..4 {
+        match redact_pass(&out, allow, deny) {
+            Cow::Owned(next) if next != out => out = next,
+            _ => break,
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// One pass of every rule over `text`.
+fn redact_pass<'a>(text: &'a str, allow: &[Regex], deny: &[Regex]) -> Cow<'a, str> {
     let allowed = |secret: &str| allow.iter().any(|re| re.is_match(secret));
     let mut out: Cow<str> = Cow::Borrowed(text);
 
@@ -302,11 +322,18 @@ fn redact_with<'a>(text: &'a str, allow: &[Regex], deny: &[Regex]) -> Cow<'a, st
     });
     for re in [&*AUTH_HEADER_RE, &*BEARER_RE] {
         out = apply(out, re, |c| {
-            let value = group(c, 2);
-            if value.contains(REDACTED) || is_placeholder(value) || allowed(value) {
+            // A value never runs into a PEM boundary (`-----END …`) glued onto it: that stays,
+            // so the key block around it is still recognised on the next pass.
+            let full = group(c, 2);
+            let (value, rest) = full.split_at(full.find("-----").unwrap_or(full.len()));
+            if value.is_empty()
+                || value.contains(REDACTED)
+                || is_placeholder(value)
+                || allowed(value)
+            {
                 return group(c, 0).to_string();
             }
-            format!("{}{REDACTED}", group(c, 1))
+            format!("{}{REDACTED}{rest}", group(c, 1))
         });
     }
     out = apply(out, &FLAG_RE, |c| {
