@@ -415,8 +415,14 @@ pub async fn compact_file(
         }
         Err(e) => return Err(CompactError::Store(e.to_string())),
     }
-    store::append_raw(&abs, &raw, limits.durability != store::Durability::Flush)
-        .map_err(|e| CompactError::Store(e.to_string()))?;
+    store::append_raw(
+        &abs,
+        &raw,
+        limits
+            .durability
+            .syncs_entry(crate::session::EntryKind::Compaction),
+    )
+    .map_err(|e| CompactError::Store(e.to_string()))?;
     Ok(Compacted {
         result: result_json(&outcome, estimated),
         entry,

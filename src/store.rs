@@ -76,6 +76,25 @@ pub enum Durability {
     Always,
 }
 
+impl Durability {
+    /// Whether an appended entry of `kind` is fsynced before the reply.
+    pub fn syncs_entry(self, kind: crate::session::EntryKind) -> bool {
+        use crate::session::EntryKind;
+        match self {
+            Durability::Always => true,
+            Durability::Compactions => {
+                matches!(kind, EntryKind::Compaction | EntryKind::BranchSummary)
+            }
+            Durability::Flush => false,
+        }
+    }
+
+    /// Whether a new file (its header, or a deferred session's first write) is fsynced.
+    pub fn syncs_new_file(self) -> bool {
+        self != Durability::Flush
+    }
+}
+
 /// The storage limits and guarantees in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -104,6 +123,12 @@ pub struct FileStamp {
 }
 
 impl FileStamp {
+    /// The stamp of an open file as it is now.
+    pub fn of_file(f: &File) -> std::io::Result<FileStamp> {
+        let meta = f.metadata()?;
+        Ok(FileStamp::of(&meta, meta.len()))
+    }
+
     fn of(meta: &fs::Metadata, len: u64) -> FileStamp {
         use std::os::unix::fs::MetadataExt;
         FileStamp {
@@ -347,14 +372,6 @@ pub fn ensure_trailing_newline(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Appends one entry's line (one `write` call on an `O_APPEND` descriptor), after repairing a
-/// missing final newline. The line is flushed to the OS before returning, and fsynced when
-/// `sync`. Returns the file's stamp right after the write.
-pub fn append_line(path: &Path, raw: &[u8], sync: bool) -> Result<FileStamp, StoreError> {
-    ensure_trailing_newline(path)?;
-    append_raw(path, raw, sync)
-}
-
 /// Appends `raw` and a newline without looking at the file first (the caller knows it ends
 /// with a newline).
 pub fn append_raw(path: &Path, raw: &[u8], sync: bool) -> Result<FileStamp, StoreError> {
@@ -370,8 +387,7 @@ pub fn append_raw(path: &Path, raw: &[u8], sync: bool) -> Result<FileStamp, Stor
     if sync {
         f.sync_data().map_err(io_err(path))?;
     }
-    let meta = f.metadata().map_err(io_err(path))?;
-    Ok(FileStamp::of(&meta, meta.len()))
+    FileStamp::of_file(&f).map_err(io_err(path))
 }
 
 /// Takes the advisory lock compactd processes share on a session (proto-docs/storage.md):
@@ -416,7 +432,8 @@ mod tests {
         let p = dir.path().join("s.jsonl");
         let original = "{\"type\":\"session\",\"version\":3,\"id\":\"x\"}\n{\"type\":\"label\",\"id\":\"a\",\"parentId\":null}";
         fs::write(&p, original).unwrap();
-        append_line(&p, br#"{"type":"label","id":"b","parentId":"a"}"#, false).unwrap();
+        ensure_trailing_newline(&p).unwrap();
+        append_raw(&p, br#"{"type":"label","id":"b","parentId":"a"}"#, false).unwrap();
         let after = fs::read_to_string(&p).unwrap();
         assert!(after.starts_with(original));
         assert_eq!(

@@ -303,8 +303,3 @@ pub fn prepare_branch(
         view.tree.shared(view.positions[i])
     }))
 }
-
-/// `estimateContextTokens(buildSessionContext(path).messages)` without materializing messages.
-pub fn estimate_path_context(path: &[&Entry]) -> super::tokens::ContextEstimate {
-    BranchIndex::build(path).context_estimate(path)
-}

@@ -176,7 +176,7 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<Value, RpcError> 
                 state.limits = limits;
                 // Appended, not renamed over, so the file (and its lock) stays the same inode.
                 let header = crate::json::stringify(&state.tree.header);
-                let stamp = store::append_raw(&path, header.as_bytes(), limits.durability != store::Durability::Flush)
+                let stamp = store::append_raw(&path, header.as_bytes(), limits.durability.syncs_new_file())
                     .map_err(store_error)?;
                 state.stamp = Some(stamp);
                 state.persisted = true;

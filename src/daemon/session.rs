@@ -289,13 +289,9 @@ impl SessionState {
                 return Ok(());
             }
             if std::time::Instant::now() > deadline {
-                return Err(RpcError::new(
-                    ErrorKind::FileBusy,
-                    format!(
-                        "Session file is being written by another process (its last line is still growing): {}",
-                        self.path.display()
-                    ),
-                ));
+                return Err(super::methods::store_error(store::StoreError::Busy(
+                    self.path.clone(),
+                )));
             }
             last_partial = Some(partial);
             crate::cpu::blocking(|| std::thread::sleep(store::TORN_LINE_SETTLE));
@@ -336,12 +332,7 @@ impl SessionState {
             let idx = self.tree.push(e);
             added += 1;
             if incremental && follows_leaf && !is_compaction {
-                self.branch.push(idx);
-                let view = BranchView {
-                    tree: &self.tree,
-                    positions: &self.branch,
-                };
-                self.index.push(&view);
+                self.extend_branch(idx);
                 self.push_agent(idx);
             } else {
                 incremental = false;
@@ -353,6 +344,16 @@ impl SessionState {
         if !incremental {
             self.refresh_branch();
         }
+    }
+
+    /// Adds `idx`, a child of the old leaf, to the end of the branch and its index. O(1).
+    fn extend_branch(&mut self, idx: usize) {
+        self.branch.push(idx);
+        let view = BranchView {
+            tree: &self.tree,
+            positions: &self.branch,
+        };
+        self.index.push(&view);
     }
 
     /// Checks `expectedLeafId`.
@@ -386,13 +387,7 @@ impl SessionState {
         let e = Entry::from_value(entry);
         let is_assistant = e.is_message(Role::Assistant);
         if self.persisted {
-            let sync = match self.limits.durability {
-                store::Durability::Always => true,
-                store::Durability::Compactions => {
-                    matches!(e.kind, EntryKind::Compaction | EntryKind::BranchSummary)
-                }
-                store::Durability::Flush => false,
-            };
+            let sync = self.limits.durability.syncs_entry(e.kind);
             let before = self.stamp.map_or(0, |s| s.len);
             let after = store::append_raw(&self.path, e.raw(), sync).map_err(io_error)?;
             // Another writer's line may have landed next to ours; then the next sync reads from
@@ -411,12 +406,7 @@ impl SessionState {
         }
         let idx = self.tree.push(e);
         // The new entry's parent is the old leaf: the branch grows by one.
-        self.branch.push(idx);
-        let view = BranchView {
-            tree: &self.tree,
-            positions: &self.branch,
-        };
-        self.index.push(&view);
+        self.extend_branch(idx);
         Ok(idx)
     }
 
@@ -438,13 +428,13 @@ impl SessionState {
             .map_err(|e| io_error(format!("cannot create {}: {e}", self.path.display())))?;
         f.write_all(&text).map_err(io_error)?;
         f.flush().map_err(io_error)?;
-        if self.limits.durability != store::Durability::Flush {
+        if self.limits.durability.syncs_new_file() {
             f.sync_all().map_err(io_error)?;
         }
         self.persisted = true;
         self.stamp = Some(store::FileStamp {
             len: text.len() as u64,
-            ..stamp_of(&f).map_err(io_error)?
+            ..store::FileStamp::of_file(&f).map_err(io_error)?
         });
         self.lock = store::try_lock(&self.path).map_err(io_error)?;
         Ok(())
@@ -461,16 +451,6 @@ impl SessionState {
             self.agent.push(idx);
         }
     }
-}
-
-fn stamp_of(f: &std::fs::File) -> std::io::Result<store::FileStamp> {
-    use std::os::unix::fs::MetadataExt;
-    let m = f.metadata()?;
-    Ok(store::FileStamp {
-        dev: m.dev(),
-        ino: m.ino(),
-        len: m.len(),
-    })
 }
 
 /// Builds a `message` entry in Pi's key order.
