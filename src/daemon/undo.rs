@@ -83,12 +83,7 @@ pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<Value, RpcError> {
     state.sync_with_file()?;
     let c = latest_compaction(&state)?;
     let compaction_id = state.tree.entry(c).id.clone().unwrap_or_default();
-    let parent = state
-        .tree
-        .entry(c)
-        .parent_id
-        .clone()
-        .and_then(|pid| state.tree.index_of(&pid));
+    let parent = parent_index(&state, c);
     let data = json!({"undoneCompactionId": compaction_id});
     let idx = append_under(&mut state, parent, |id, parent, ts| {
         let mut o = Map::new();
@@ -139,12 +134,7 @@ pub fn edit_summary(ctx: &Ctx, p: EditSummaryParams) -> Result<Value, RpcError> 
         details: Value::Object(details),
         from_hook: false,
     };
-    let parent = state
-        .tree
-        .entry(c)
-        .parent_id
-        .clone()
-        .and_then(|pid| state.tree.index_of(&pid));
+    let parent = parent_index(&state, c);
     let idx = append_under(&mut state, parent, |id, parent, ts| {
         compaction_entry(id, parent, ts, &outcome)
     })?;
@@ -157,4 +147,10 @@ pub fn edit_summary(ctx: &Ctx, p: EditSummaryParams) -> Result<Value, RpcError> 
         json!({"sessionId": session.id, "compactionId": original_id, "entryId": entry_id}),
     );
     Ok(json!({"entry": entry, "editedFrom": original_id, "entryId": entry_id, "leafId": entry_id}))
+}
+
+/// The entry index of `c`'s parent (where an undo marker or an edited compaction hangs).
+fn parent_index(state: &super::session::SessionState, c: usize) -> Option<usize> {
+    let pid = state.tree.entry(c).parent_id.as_deref()?;
+    state.tree.index_of(pid)
 }
