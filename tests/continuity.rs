@@ -11,55 +11,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::daemon_env::Env;
 use support::rpc_client::{Client, Framing};
 
 const LONG: Duration = Duration::from_secs(60);
-
-/// An isolated home: no user config, no Pi settings.
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir_all(dir.path().join("config")).unwrap();
-        std::fs::create_dir_all(dir.path().join("agent")).unwrap();
-        Env { dir }
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-    fn session(&self, case: &str) -> PathBuf {
-        let p = self.path(&format!("{case}.jsonl"));
-        std::fs::copy(
-            support::conformance_dir().join(case).join("session.jsonl"),
-            &p,
-        )
-        .expect("copy fixture");
-        p
-    }
-    fn client(&self) -> Client {
-        let vars = [
-            ("XDG_CONFIG_HOME", self.path("config")),
-            ("PI_CODING_AGENT_DIR", self.path("agent")),
-            ("XDG_RUNTIME_DIR", self.path("run")),
-        ];
-        let env: Vec<(&str, &Path)> = vars.iter().map(|(k, v)| (*k, v.as_path())).collect();
-        Client::stdio(&[], &env, Framing::Ndjson)
-    }
-    /// Summarize with the fake OpenAI server on `port`, no retries.
-    fn use_fake_summarizer(&self, port: u16) {
-        std::fs::create_dir_all(self.path("config/compactd")).unwrap();
-        std::fs::write(
-            self.path("config/compactd/config.toml"),
-            format!(
-                "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"fake-gpt\"\nretry = {{ enabled = false }}\n"
-            ),
-        )
-        .unwrap();
-    }
-}
 
 fn model(window: i64) -> Value {
     json!({"provider": "anthropic", "id": "claude-sonnet-4-5", "contextWindow": window, "maxTokens": 64000})
@@ -169,9 +124,9 @@ fn appends_never_wait_for_a_compaction() {
         "stop".into(),
     )]));
     fake.state.lock().delay = Duration::from_secs(3);
-    env.use_fake_summarizer(fake.port);
+    env.use_fake_summarizer(fake.port, "{ enabled = false }");
     let file = env.session("009-bash-executions");
-    let mut c = env.client();
+    let mut c = env.stdio(&[], Framing::Ndjson);
     let sid = open(&mut c, &file);
     c.ok(
         "setSettingsOverrides",
@@ -251,9 +206,9 @@ fn appends_wait_only_for_a_branch_summary() {
         "stop".into(),
     )]));
     fake.state.lock().delay = Duration::from_secs(2);
-    env.use_fake_summarizer(fake.port);
+    env.use_fake_summarizer(fake.port, "{ enabled = false }");
     let file = env.session("009-bash-executions");
-    let mut c = env.client();
+    let mut c = env.stdio(&[], Framing::Ndjson);
     let sid = open(&mut c, &file);
     let branch = c.ok("getBranch", json!({"sessionId": sid}));
     let target = branch[2]["id"].as_str().unwrap().to_owned();
@@ -337,7 +292,7 @@ fn block(summary: &str, tag: &str) -> Vec<String> {
 #[test]
 fn file_list_limit_bounds_the_summary_blocks_and_keeps_details_whole() {
     let env = Env::new();
-    let mut c = env.client();
+    let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, file) = tool_session(&mut c, env.dir.path(), 30);
     c.ok(
         "setSettingsOverrides",
@@ -385,7 +340,7 @@ fn file_list_limit_bounds_the_summary_blocks_and_keeps_details_whole() {
 #[test]
 fn a_switch_to_a_smaller_model_is_reported_and_compacted_before_the_next_request() {
     let env = Env::new();
-    let mut c = env.client();
+    let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, file) = tool_session(&mut c, env.dir.path(), 30);
     c.ok(
         "setSettingsOverrides",
@@ -448,7 +403,7 @@ fn a_switch_to_a_smaller_model_is_reported_and_compacted_before_the_next_request
 #[test]
 fn history_recall_finds_and_returns_compacted_entries() {
     let env = Env::new();
-    let mut c = env.client();
+    let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, file) = tool_session(&mut c, env.dir.path(), 30);
     c.ok(
         "setSettingsOverrides",
@@ -552,8 +507,8 @@ fn pins_survive_ten_compactions_verbatim() {
         );
         20
     ]));
-    env.use_fake_summarizer(fake.port);
-    let mut c = env.client();
+    env.use_fake_summarizer(fake.port, "{ enabled = false }");
+    let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, file) = tool_session(&mut c, env.dir.path(), 10);
     c.ok(
         "setSettingsOverrides",
@@ -639,7 +594,7 @@ fn pins_survive_ten_compactions_verbatim() {
 #[test]
 fn branch_summaries_carry_the_pins_of_the_branch_left() {
     let env = Env::new();
-    let mut c = env.client();
+    let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, file) = tool_session(&mut c, env.dir.path(), 4);
     let text = "Deploy only on Fridays.";
     c.ok("pin", json!({"sessionId": sid, "text": text}));
@@ -679,7 +634,7 @@ fn reply(text: &str, input: i64) -> Value {
 #[test]
 fn the_thrash_breaker_bounds_compactions_that_cannot_help() {
     let env = Env::new();
-    let mut c = env.client();
+    let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, file) = tool_session(&mut c, env.dir.path(), 6);
     c.ok(
         "setSettingsOverrides",
@@ -790,7 +745,7 @@ fn the_thrash_breaker_bounds_compactions_that_cannot_help() {
 #[test]
 fn undo_and_edit_the_latest_compaction() {
     let env = Env::new();
-    let mut c = env.client();
+    let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, file) = tool_session(&mut c, env.dir.path(), 10);
     c.ok(
         "setSettingsOverrides",
@@ -826,7 +781,7 @@ fn undo_and_edit_the_latest_compaction() {
     }
     // Persistent: a fresh daemon loads the same.
     drop(c);
-    let mut c = env.client();
+    let mut c = env.stdio(&[], Framing::Ndjson);
     let sid = open(&mut c, &file);
     assert_eq!(
         c.ok("getContext", json!({"sessionId": sid}))["messages"],
