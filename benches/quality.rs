@@ -459,7 +459,7 @@ async fn run_script(script: &Script, engine: &SummaryEngine, dir: &Path) -> Run 
         run.elapsed += started.elapsed();
         match result {
             Ok(c) => {
-                let summary = c.result["summary"].as_str().unwrap_or("").to_string();
+                let summary = c.result.summary.clone();
                 run.sizes.push(summary.chars().count().div_ceil(4));
                 run.summary = summary;
             }

@@ -14,8 +14,8 @@ use crate::compaction::prepare::{prepare_branch, Preparation};
 use crate::compaction::prompts::{history_prompt_text, turn_prefix_prompt_text, SYSTEM_PROMPT};
 use crate::compaction::serialize::serialize_agent_messages;
 use crate::compaction::summary::{
-    check_reply, compaction_entry, file_details, join_split_turn, result_json, with_file_lists,
-    CallKind, CompactionOutcome,
+    check_reply, compaction_entry, file_details, join_split_turn, with_file_lists, CallKind,
+    CompactionOutcome, CompactionResult,
 };
 use crate::compaction::tokens::CompactionSettings;
 use crate::compaction::BranchIndex;
@@ -321,8 +321,8 @@ pub fn generate_extractive(
 /// What a successful manual compaction of a file produced.
 #[derive(Debug, Clone)]
 pub struct Compacted {
-    /// The `CompactionResult` JSON (with `estimatedTokensAfter`).
-    pub result: Value,
+    /// The `CompactionResult` (with `estimatedTokensAfter`).
+    pub result: CompactionResult,
     /// The appended entry.
     pub entry: Value,
     /// The tree after the append.
@@ -424,7 +424,7 @@ pub async fn compact_file(
     )
     .map_err(|e| CompactError::Store(e.to_string()))?;
     Ok(Compacted {
-        result: result_json(&outcome, estimated),
+        result: CompactionResult::new(&outcome, estimated),
         entry,
         tree,
     })

@@ -2,6 +2,8 @@
 //!
 //! Module map, in data-flow order:
 //! - [`json`]: JavaScript-compatible JSON (UTF-16 lengths, `JSON.stringify` order and numbers).
+//! - [`estimate`]: Pi's token estimate of one message and the usage a reply reports — the
+//!   primitives the session reader and the compaction core share.
 //! - [`session`]: Pi session files in memory — entries as line bytes plus facts read in one
 //!   borrowed pass, reader and migrations, tree and branch views, ids.
 //! - [`context`]: projection of a path to model context (`buildSessionContext`, `convertToLlm`).
@@ -29,6 +31,7 @@ pub mod config;
 pub mod context;
 pub mod cpu;
 pub mod daemon;
+pub mod estimate;
 pub mod json;
 pub mod live_context;
 pub mod report;

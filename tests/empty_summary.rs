@@ -65,7 +65,10 @@ async fn compact_with_reply(
         1,
         "one summarization call"
     );
-    (result.map(|c| c.result), after == before)
+    (
+        result.map(|c| serde_json::to_value(c.result).expect("result serializes")),
+        after == before,
+    )
 }
 
 #[tokio::test]

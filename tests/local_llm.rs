@@ -627,9 +627,14 @@ async fn compact_session(
                 summary.len() > tail.len(),
                 "{what}: summary has no generated text"
             );
-            assert_eq!(done.result["summary"], stored["summary"], "{what}");
             assert_eq!(
-                done.result["firstKeptEntryId"], stored["firstKeptEntryId"],
+                done.result.summary,
+                stored["summary"].as_str().unwrap_or_default(),
+                "{what}"
+            );
+            assert_eq!(
+                done.result.first_kept_entry_id,
+                stored["firstKeptEntryId"].as_str().unwrap_or_default(),
                 "{what}"
             );
             assert_eq!(done.tree.leaf_id(), stored["id"].as_str(), "{what}");

@@ -2,16 +2,25 @@
 //!
 //! `cargo test --test openrpc` fails when the committed document differs from
 //! `compactd::rpc::openrpc::document()`; `COMPACTD_BLESS=1 cargo test --test openrpc` rewrites it.
-//! It also checks that the document describes exactly the methods of the dispatch table.
+//! It also checks that the document describes exactly the methods of the dispatch table, and
+//! validates real responses of the daemon against the generated result schemas: every method's
+//! answers in a scenario run through the real binary (each method at least once), the events it
+//! sent, and the committed examples of `proto-docs/examples/transcript.json`.
 
-use std::collections::BTreeSet;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use compactd::config::Config;
-use compactd::daemon::methods::Ctx;
+use compactd::daemon::handlers::Ctx;
 use compactd::daemon::Daemon;
 use compactd::rpc::openrpc;
 use compactd::transport::dispatch::Dispatcher;
+use serde_json::{json, Map, Value};
+use support::daemon_env::{now_ms, Env};
+use support::rpc_client::{Client, Framing};
 
 fn committed_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("proto-docs/openrpc.json")
@@ -130,4 +139,327 @@ fn committed_document_is_current() {
              and commit the result."
         );
     }
+}
+
+/// A validator for `schema`, resolving `#/components/...` in the document.
+fn validator(doc: &Value, schema: &Value) -> jsonschema::Validator {
+    let mut root = match schema {
+        Value::Object(o) => o.clone(),
+        other => panic!("a result schema is an object: {other}"),
+    };
+    root.insert("components".into(), doc["components"].clone());
+    jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(&Value::Object(root))
+        .unwrap_or_else(|e| panic!("schema does not compile: {e}"))
+}
+
+/// Every method's result schema, by method name.
+fn result_validators(doc: &Value) -> BTreeMap<String, jsonschema::Validator> {
+    doc["methods"]
+        .as_array()
+        .expect("methods")
+        .iter()
+        .map(|m| {
+            let name = m["name"].as_str().expect("name").to_owned();
+            (name, validator(doc, &m["result"]["schema"]))
+        })
+        .collect()
+}
+
+/// Problems of `value` against `v`, as text.
+fn problems(v: &jsonschema::Validator, value: &Value) -> Vec<String> {
+    v.iter_errors(value)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect()
+}
+
+#[test]
+fn a_schema_refuses_what_it_does_not_describe() {
+    // The validation below is only worth something if it can fail.
+    let doc = openrpc::document();
+    let v = result_validators(&doc);
+    let good = json!({"entryId": "a", "leafId": "a"});
+    assert!(problems(&v["appendMessage"], &good).is_empty());
+    assert!(!problems(&v["appendMessage"], &json!({"entryId": "a"})).is_empty());
+    assert!(!problems(&v["compact"], &json!({"summary": "s", "firstKeptEntryId": "x", "tokensBefore": 1, "estimatedTokensAfter": -1})).is_empty());
+    assert!(!problems(
+        &v["checkCompaction"],
+        &json!({"action": "exploded", "willRetry": false, "contextChanged": false})
+    )
+    .is_empty());
+    assert!(!problems(&v["compact"], &json!({"summary": "s", "firstKeptEntryId": "x", "tokensBefore": 1, "estimatedTokensAfter": 1, "usage": null})).is_empty(), "an omitted member is not null");
+}
+
+fn usage(input: i64) -> Value {
+    json!({"input": input, "output": 20, "cacheRead": 0, "cacheWrite": 0, "totalTokens": input + 20,
+           "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}})
+}
+
+fn model(window: i64) -> Value {
+    json!({"provider": "anthropic", "id": "claude-sonnet-4-5", "contextWindow": window, "maxTokens": 64000})
+}
+
+/// Drives every method of the protocol once or more through the real binary (extractive
+/// summarizer) and returns the client with its recorded results and notifications.
+fn scenario(env: &Env) -> Client {
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let dir = env.dir.path();
+    c.ok("initialize", json!({"clientName": "openrpc-suite"}));
+    let info = c.ok(
+        "createSession",
+        json!({"cwd": dir, "sessionDir": dir, "model": model(200_000)}),
+    );
+    let sid = info["sessionId"].as_str().expect("sessionId").to_owned();
+    let path = info["path"].as_str().expect("path").to_owned();
+    c.ok("subscribe", json!({"sessionId": sid}));
+    c.ok("registerHooks", json!({"hooks": ["session_compact"]}));
+    let t0 = now_ms() - 1_000_000;
+    let mut user_ids = Vec::new();
+    for i in 0..10 {
+        let ts = t0 + i * 1000;
+        let user = json!({"role": "user", "content": format!("turn {i}: read file {i:02} {}", "please ".repeat(100)), "timestamp": ts});
+        let r = c.ok("appendMessage", json!({"sessionId": sid, "message": user}));
+        user_ids.push(r["entryId"].as_str().expect("entryId").to_owned());
+        let call = json!({"role": "assistant", "content": [{"type": "toolCall", "id": format!("call_{i}"), "name": "read", "arguments": {"path": format!("src/f{i:02}.rs")}}],
+            "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5", "usage": usage(1000 + i * 300), "stopReason": "toolUse", "timestamp": ts + 1});
+        c.ok("appendMessage", json!({"sessionId": sid, "message": call}));
+        let result = json!({"role": "toolResult", "toolCallId": format!("call_{i}"), "toolName": "read",
+            "content": [{"type": "text", "text": format!("fn f{i}() {{}} {}", "// body ".repeat(60))}], "isError": false, "timestamp": ts + 2});
+        c.ok(
+            "appendMessage",
+            json!({"sessionId": sid, "message": result}),
+        );
+    }
+    let done = json!({"role": "assistant", "content": [{"type": "text", "text": "Read them all."}],
+        "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5", "usage": usage(4000), "stopReason": "stop", "timestamp": t0 + 10_000});
+    c.ok("appendMessage", json!({"sessionId": sid, "message": done}));
+    c.ok(
+        "appendEntry",
+        json!({"sessionId": sid, "entry": {"type": "session_info", "name": "schema tour"}}),
+    );
+    c.ok(
+        "setModel",
+        json!({"sessionId": sid, "model": model(180_000)}),
+    );
+    c.ok("getBranch", json!({"sessionId": sid}));
+    c.ok("getContext", json!({"sessionId": sid}));
+    c.ok("getContext", json!({"sessionId": sid, "format": "llm"}));
+    c.ok("getContextUsage", json!({"sessionId": sid}));
+    c.ok(
+        "searchHistory",
+        json!({"sessionId": sid, "query": "fn f3()"}),
+    );
+    c.ok(
+        "getEntry",
+        json!({"sessionId": sid, "entryId": user_ids[0]}),
+    );
+    let pin = c.ok(
+        "pin",
+        json!({"sessionId": sid, "text": "Never touch src/f00.rs", "label": "rule"}),
+    );
+    c.ok("pin", json!({"sessionId": sid, "text": "Unlabelled pin"}));
+    c.ok("listPins", json!({"sessionId": sid}));
+    c.ok("unpin", json!({"sessionId": sid, "pinId": pin["pinId"]}));
+    c.ok("shouldCompact", json!({"sessionId": sid}));
+    c.ok(
+        "shouldCompact",
+        json!({"contextTokens": 190000.5, "contextWindow": 200000}),
+    );
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 800, "fileListLimit": 3}}),
+    );
+    c.ok("getSettings", json!({"sessionId": sid}));
+    c.ok("previewCompaction", json!({"sessionId": sid}));
+    c.ok(
+        "previewCompaction",
+        json!({"sessionId": sid, "detail": "full"}),
+    );
+    c.ok("compact", json!({"sessionId": sid}));
+    c.wait_notification("compaction_end", Duration::from_secs(60))
+        .expect("compaction_end");
+    c.ok("previewCompaction", json!({"sessionId": sid}));
+    c.ok("getContextUsage", json!({"sessionId": sid}));
+    c.ok(
+        "editSummary",
+        json!({"sessionId": sid, "summary": "## Goal\nRead every file."}),
+    );
+    c.ok("undoCompaction", json!({"sessionId": sid}));
+    c.ok(
+        "checkCompaction",
+        json!({"sessionId": sid, "phase": "postRun"}),
+    );
+    c.ok("abortCompaction", json!({"sessionId": sid}));
+    c.ok(
+        "navigateTree",
+        json!({"sessionId": sid, "targetId": user_ids[4]}),
+    );
+    c.ok(
+        "navigateTree",
+        json!({"sessionId": sid, "targetId": user_ids[2], "summarize": true, "label": "back"}),
+    );
+    c.ok("listSessions", json!({}));
+    c.ok("openSession", json!({"path": path}));
+    c.ok("unsubscribe", json!({}));
+    c.ok("closeSession", json!({"sessionId": sid}));
+    c
+}
+
+#[test]
+fn real_responses_match_the_result_schemas() {
+    let doc = openrpc::document();
+    let validators = result_validators(&doc);
+    let env = Env::new();
+    let c = scenario(&env);
+    let mut checked: BTreeSet<&str> = BTreeSet::new();
+    let mut failures = Vec::new();
+    for (method, result) in &c.results {
+        let v = validators
+            .get(method)
+            .unwrap_or_else(|| panic!("{method} is not in the document"));
+        for p in problems(v, result) {
+            failures.push(format!("{method}: {p}\n  result: {result}"));
+        }
+        checked.insert(method.as_str());
+    }
+    let unchecked: Vec<&String> = validators
+        .keys()
+        .filter(|m| !checked.contains(m.as_str()))
+        .collect();
+    assert!(
+        unchecked.is_empty(),
+        "the scenario must exercise every method: {unchecked:?}"
+    );
+    // Variants the scenario is built to reach.
+    let variants = |m: &str, key: &str| {
+        c.results
+            .iter()
+            .filter(|(n, r)| n == m && r.get(key).is_some())
+            .count()
+    };
+    assert!(variants("previewCompaction", "nothingToCompact") > 0);
+    assert!(variants("previewCompaction", "serialized") > 0);
+    assert!(variants("navigateTree", "editorText") > 0);
+    assert!(variants("navigateTree", "summaryEntry") > 0);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The notification descriptors of the document, by name: (field, required, validator).
+type FieldValidators = Vec<(String, bool, jsonschema::Validator)>;
+
+fn notification_validators(doc: &Value) -> BTreeMap<String, FieldValidators> {
+    doc["x-notifications"]
+        .as_array()
+        .expect("x-notifications")
+        .iter()
+        .map(|n| {
+            let fields = n["params"]
+                .as_array()
+                .expect("params")
+                .iter()
+                .map(|f| {
+                    (
+                        f["name"].as_str().expect("name").to_owned(),
+                        f["required"] == true,
+                        validator(doc, &f["schema"]),
+                    )
+                })
+                .collect();
+            (n["name"].as_str().expect("name").to_owned(), fields)
+        })
+        .collect()
+}
+
+#[test]
+fn events_match_their_documented_fields() {
+    let doc = openrpc::document();
+    let known = notification_validators(&doc);
+    let env = Env::new();
+    let c = scenario(&env);
+    let mut seen = BTreeSet::new();
+    let mut failures = Vec::new();
+    for n in &c.notifications {
+        let name = n["method"].as_str().unwrap_or_default();
+        let Some(fields) = known.get(name) else {
+            continue; // hook notifications (x-hooks) are not events
+        };
+        seen.insert(name.to_owned());
+        let params = n["params"].as_object().cloned().unwrap_or_else(Map::new);
+        for (field, required, v) in fields {
+            match params.get(field) {
+                None if *required => failures.push(format!("{name}: missing {field}")),
+                None => {}
+                Some(value) => {
+                    for p in problems(v, value) {
+                        failures.push(format!("{name}.{field}: {p}"));
+                    }
+                }
+            }
+        }
+        for key in params.keys() {
+            if !fields.iter().any(|(f, _, _)| f == key) {
+                failures.push(format!("{name}: undocumented member {key}"));
+            }
+        }
+    }
+    for expected in [
+        "compaction_start",
+        "compaction_end",
+        "compaction_undone",
+        "summary_edited",
+    ] {
+        assert!(
+            seen.contains(expected),
+            "the scenario sends {expected}: {seen:?}"
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn committed_examples_match_the_result_schemas() {
+    let doc = openrpc::document();
+    let validators = result_validators(&doc);
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("proto-docs/examples/transcript.json");
+    let text = std::fs::read_to_string(&path).expect("proto-docs/examples/transcript.json");
+    let transcript: Value = serde_json::from_str(&text).expect("transcript parses");
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for (example, frames) in transcript.as_object().expect("examples") {
+        let mut methods: BTreeMap<String, String> = BTreeMap::new();
+        for f in frames.as_array().expect("frames") {
+            // LSP-framed copies carry headers; the NDJSON ones are the same bodies.
+            let Ok(msg) = serde_json::from_str::<Value>(f["text"].as_str().unwrap_or_default())
+            else {
+                continue;
+            };
+            match (f["dir"].as_str(), msg.get("method"), msg.get("id")) {
+                (Some("out"), Some(Value::String(m)), Some(id)) => {
+                    methods.insert(id.to_string(), m.clone());
+                }
+                (Some("in"), None, Some(id)) => {
+                    let (Some(result), Some(method)) =
+                        (msg.get("result"), methods.get(&id.to_string()))
+                    else {
+                        continue;
+                    };
+                    let Some(v) = validators.get(method) else {
+                        continue;
+                    };
+                    for p in problems(v, result) {
+                        failures.push(format!("{example}/{method}: {p}"));
+                    }
+                    checked += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        checked >= 20,
+        "the transcript holds results ({checked} checked)"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -140,15 +140,16 @@ pub fn run(
     match outcome {
         Ok(done) => {
             if json {
-                super::write_stdout(&format!("{}\n", crate::json::stringify(&done.result)))
+                let result = serde_json::to_value(&done.result).unwrap_or_default();
+                super::write_stdout(&format!("{}\n", crate::json::stringify(&result)))
             } else {
                 let r = &done.result;
                 super::write_stdout(&format!(
                     "compacted: {} tokens before, ~{} after; kept from entry {}\n\n{}\n",
-                    r["tokensBefore"],
-                    r["estimatedTokensAfter"],
-                    r["firstKeptEntryId"].as_str().unwrap_or("?"),
-                    r["summary"].as_str().unwrap_or("")
+                    crate::json::js_number(r.tokens_before),
+                    r.estimated_tokens_after,
+                    r.first_kept_entry_id,
+                    r.summary
                 ))
             }
         }

@@ -1,5 +1,5 @@
 //! The pure compaction core: token accounting, cut points, preparation, file operations,
-//! serialization, prompts and summary assembly. No I/O and no async: everything here is a plain
+//! serialization, prompts, the plain reply types a summarizer returns, and summary assembly. No I/O and no async: everything here is a plain
 //! function of session data, so the conformance fixtures test it directly.
 
 pub mod branch_index;
@@ -7,6 +7,7 @@ pub mod cut_point;
 pub mod file_ops;
 pub mod prepare;
 pub mod prompts;
+pub mod reply;
 pub mod serialize;
 pub mod summary;
 pub mod tokens;

@@ -1,11 +1,13 @@
 //! Turning summarizer replies into Pi's `CompactionResult` and `compaction` entry
 //! (compaction.md §6.2 response checks, §6.6 assembly, §7 persistence).
 
+use schemars::JsonSchema;
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::file_ops::format_file_operations;
 use super::prompts::{NO_PRIOR_HISTORY, SPLIT_TURN_JOINER};
-use crate::summarizer::{AssistantReply, StopReason, Usage};
+use super::reply::{AssistantReply, StopReason, Usage};
 
 /// Which summarization call a reply belongs to; names Pi's error label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,26 +142,45 @@ pub fn usage_json(u: &Usage) -> Value {
     serde_json::to_value(u).unwrap_or(Value::Null)
 }
 
-/// `CompactionResult {summary, firstKeptEntryId, tokensBefore, estimatedTokensAfter, usage, details}`.
-pub fn result_json(outcome: &CompactionOutcome, estimated_tokens_after: u64) -> Value {
-    let mut o = Map::new();
-    o.insert("summary".into(), Value::from(outcome.summary.clone()));
-    o.insert(
-        "firstKeptEntryId".into(),
-        Value::from(outcome.first_kept_entry_id.clone()),
-    );
-    o.insert("tokensBefore".into(), number(outcome.tokens_before));
-    o.insert(
-        "estimatedTokensAfter".into(),
-        Value::from(estimated_tokens_after),
-    );
-    if let Some(u) = &outcome.usage {
-        o.insert("usage".into(), usage_json(u));
+/// Serializes a number as Pi holds it: an integral value without a fraction (`1234`, not
+/// `1234.0`), so in-process consumers of the JSON see the same value the wire shows.
+pub fn js_number<S: Serializer>(f: &f64, s: S) -> Result<S::Ok, S::Error> {
+    number(*f).serialize(s)
+}
+
+/// Pi's `CompactionResult` plus compactd's `estimatedTokensAfter`: the outcome of a compaction
+/// (`compact`, `checkCompaction.result`, `compaction_end.result`, `compactd compact`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionResult {
+    pub summary: String,
+    pub first_kept_entry_id: String,
+    #[serde(serialize_with = "js_number")]
+    pub tokens_before: f64,
+    /// Estimated tokens of the agent context rebuilt after the entry was appended (beyond Pi).
+    pub estimated_tokens_after: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Usage")]
+    pub usage: Option<Usage>,
+    /// The file lists, plus `summarizer: "extractive"` when the embedded summarizer wrote it;
+    /// a hook-supplied compaction carries whatever details the hook returned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Value")]
+    pub details: Option<Value>,
+}
+
+impl CompactionResult {
+    /// The result of `outcome` once its entry is appended and the context re-estimated.
+    pub fn new(outcome: &CompactionOutcome, estimated_tokens_after: u64) -> CompactionResult {
+        CompactionResult {
+            summary: outcome.summary.clone(),
+            first_kept_entry_id: outcome.first_kept_entry_id.clone(),
+            tokens_before: outcome.tokens_before,
+            estimated_tokens_after,
+            usage: outcome.usage,
+            details: (!outcome.details.is_null()).then(|| outcome.details.clone()),
+        }
     }
-    if !outcome.details.is_null() {
-        o.insert("details".into(), outcome.details.clone());
-    }
-    Value::Object(o)
 }
 
 #[cfg(test)]

@@ -3,10 +3,11 @@
 //! can get back exact text a summary dropped (file contents, error output, a user's wording).
 //! The file is append-only, so nothing compaction "drops" is ever gone: this makes it reachable.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::methods::Ctx;
+use super::handlers::Ctx;
 use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::results::{HistoryHit, HistoryHits, SessionEntry};
 use crate::rpc::types::{GetEntryParams, SearchHistoryParams};
 use crate::session::{Entry, EntryKind};
 
@@ -153,7 +154,7 @@ fn role_of(e: &Entry, v: &Value) -> String {
 
 /// `searchHistory`: every entry of the session (all branches, file order reversed so the most
 /// recent hits come first), up to `limit` hits.
-pub fn search_history(ctx: &Ctx, p: SearchHistoryParams) -> Result<Value, RpcError> {
+pub fn search_history(ctx: &Ctx, p: SearchHistoryParams) -> Result<HistoryHits, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let matcher = Matcher::new(&p.query, p.regex.unwrap_or(false))?;
     let limit = p
@@ -174,22 +175,22 @@ pub fn search_history(ctx: &Ctx, p: SearchHistoryParams) -> Result<Value, RpcErr
                 continue;
             };
             let branch = on_branch.contains(&idx);
-            hits.push(json!({
-                "entryId": e.id,
-                "role": role_of(e, &v),
-                "timestamp": v.get("timestamp").cloned().unwrap_or(Value::Null),
-                "snippet": snippet(&text, m),
-                "compacted": branch && e.role.is_some() && !in_context.contains(&idx),
-                "onBranch": branch,
-            }));
+            hits.push(HistoryHit {
+                entry_id: e.id.as_deref().map(str::to_owned),
+                role: role_of(e, &v),
+                timestamp: v.get("timestamp").cloned().unwrap_or(Value::Null),
+                snippet: snippet(&text, m),
+                compacted: branch && e.role.is_some() && !in_context.contains(&idx),
+                on_branch: branch,
+            });
         }
         hits
     });
-    Ok(Value::Array(hits))
+    Ok(hits)
 }
 
 /// `getEntry`: the entry exactly as stored (any branch).
-pub fn get_entry(ctx: &Ctx, p: GetEntryParams) -> Result<Value, RpcError> {
+pub fn get_entry(ctx: &Ctx, p: GetEntryParams) -> Result<SessionEntry, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let state = session.state.lock();
     let idx = state.tree.index_of(&p.entry_id).ok_or_else(|| {
@@ -198,7 +199,9 @@ pub fn get_entry(ctx: &Ctx, p: GetEntryParams) -> Result<Value, RpcError> {
             format!("Entry {} not found", p.entry_id),
         )
     })?;
-    Ok(crate::cpu::blocking(|| state.tree.entry(idx).value()))
+    Ok(SessionEntry(crate::cpu::blocking(|| {
+        state.tree.entry(idx).value()
+    })))
 }
 
 #[cfg(test)]
@@ -229,7 +232,7 @@ mod tests {
 
     #[test]
     fn entry_text_skips_identifiers() {
-        let v = json!({"type": "message", "id": "abc", "message": {"role": "user", "content": [{"type": "text", "text": "hello"}]}});
+        let v = serde_json::json!({"type": "message", "id": "abc", "message": {"role": "user", "content": [{"type": "text", "text": "hello"}]}});
         assert_eq!(entry_text(&v), "hello");
     }
 }

@@ -15,9 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Daemon, Session};
 use crate::compaction::prepare::{prepare_branch, NothingToCompact, Preparation, PreparedMessage};
-use crate::compaction::summary::{compaction_entry, number, result_json, CompactionOutcome};
+use crate::compaction::summary::{compaction_entry, number, CompactionOutcome};
 use crate::compactor::{generate, CompactError, SummaryEngine, RETRY_OBSERVER};
 use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::results::{AutoReason, CheckAction, CheckCompactionResult, CompactionResult};
 use crate::rpc::types::Phase;
 use crate::session::{ids, Entry, EntryKind, Role};
 use crate::summarizer::overflow::{is_context_overflow, is_recoverable_length, ReplyFacts};
@@ -176,7 +177,7 @@ async fn run_started(
     prep: &Preparation,
     job: Job<'_>,
     from_extension: &mut bool,
-) -> Result<(Value, Value), Failure> {
+) -> Result<(CompactionResult, Value), Failure> {
     let Job {
         reason,
         will_retry,
@@ -290,7 +291,7 @@ async fn run_started(
     if !write {
         drop(state);
         let estimated = estimate_after(&snap.path, &outcome);
-        return Ok((result_json(&outcome, estimated), Value::Null));
+        return Ok((CompactionResult::new(&outcome, estimated), Value::Null));
     }
     let idx = state
         .append_with(|id, parent, ts| compaction_entry(id, parent, ts, &outcome))
@@ -298,7 +299,7 @@ async fn run_started(
     let entry = state.tree.entry(idx).value();
     state.rebuild_agent_context();
     let estimated = state.live.estimated_total();
-    Ok((result_json(&outcome, estimated), entry))
+    Ok((CompactionResult::new(&outcome, estimated), entry))
 }
 
 /// Beyond Pi, what compactd adds to a summary it generated, between the body and Pi's file
@@ -412,7 +413,7 @@ impl EventSink<'_> {
 fn end_event(
     session_id: &str,
     reason: &str,
-    result: Option<&Value>,
+    result: Option<&CompactionResult>,
     aborted: bool,
     will_retry: bool,
     error: Option<&str>,
@@ -421,7 +422,7 @@ fn end_event(
     o.insert("sessionId".into(), Value::from(session_id));
     o.insert("reason".into(), Value::from(reason));
     if let Some(r) = result {
-        o.insert("result".into(), r.clone());
+        o.insert("result".into(), serde_json::to_value(r).unwrap_or_default());
     }
     o.insert("aborted".into(), Value::from(aborted));
     o.insert("willRetry".into(), Value::from(will_retry));
@@ -484,7 +485,7 @@ fn log_compaction(
     session: &Session,
     reason: &str,
     started: std::time::Instant,
-    outcome: Result<&Value, &str>,
+    outcome: Result<&CompactionResult, &str>,
     from_extension: bool,
 ) {
     let summarizer = if from_extension {
@@ -502,8 +503,8 @@ fn log_compaction(
             session = %session.id,
             path = %session.path.display(),
             reason,
-            tokens_before = %r["tokensBefore"],
-            tokens_after = %r["estimatedTokensAfter"],
+            tokens_before = r.tokens_before,
+            tokens_after = r.estimated_tokens_after,
             summarizer,
             duration_ms = ms,
             "compacted"
@@ -535,7 +536,7 @@ pub async fn compact(
     session: &Arc<Session>,
     custom: Option<String>,
     write: bool,
-) -> Result<Value, RpcError> {
+) -> Result<CompactionResult, RpcError> {
     if let Some(t) = session.running.lock().as_ref() {
         t.cancel();
     }
@@ -636,52 +637,16 @@ pub fn abort(session: &Session) -> bool {
     }
 }
 
-/// The outcome of an automatic check, as `checkCompaction` reports it.
-#[derive(Debug, Clone, Default)]
-pub struct CheckOutcome {
-    pub action: &'static str,
-    pub reason: Option<&'static str>,
-    pub will_retry: bool,
-    pub context_changed: bool,
-    pub result: Option<Value>,
-    pub error_message: Option<String>,
-}
-
-impl CheckOutcome {
-    fn none() -> CheckOutcome {
-        CheckOutcome {
-            action: "none",
-            ..Default::default()
-        }
-    }
-
-    pub fn to_json(&self) -> Value {
-        let mut o = Map::new();
-        o.insert("action".into(), Value::from(self.action));
-        if let Some(r) = self.reason {
-            o.insert("reason".into(), Value::from(r));
-        }
-        o.insert("willRetry".into(), Value::from(self.will_retry));
-        o.insert("contextChanged".into(), Value::from(self.context_changed));
-        if let Some(r) = &self.result {
-            o.insert("result".into(), r.clone());
-        }
-        if let Some(e) = &self.error_message {
-            o.insert("errorMessage".into(), Value::from(e.clone()));
-        }
-        Value::Object(o)
-    }
-}
-
 /// `_runAutoCompaction(reason, willRetry)` (compaction.md §8.5). The caller holds the slot.
 async fn run_auto(
     daemon: &Daemon,
     session: &Arc<Session>,
-    reason: &'static str,
+    auto: AutoReason,
     will_retry: bool,
-) -> CheckOutcome {
+) -> CheckCompactionResult {
+    let reason = auto.as_str();
     // `reason` is reported only for outcomes of a compaction that started.
-    let mut out = CheckOutcome::none();
+    let mut out = CheckCompactionResult::default();
     if session.state.lock().model.is_none() {
         return out;
     }
@@ -690,7 +655,7 @@ async fn run_auto(
     }
     // Beyond Pi: the thrash breaker (never for overflow recovery).
     let settings = daemon.session_settings(session);
-    let breaker = reason == "threshold"
+    let breaker = auto == AutoReason::Threshold
         && settings.compaction.enabled
         && settings.max_ineffective_compactions > 0;
     if breaker {
@@ -716,7 +681,7 @@ async fn run_auto(
     let Ok(prep) = prepare(&snap) else {
         return out;
     };
-    out.reason = Some(reason);
+    out.reason = Some(auto);
     let started = std::time::Instant::now();
     let cancel = start_running(daemon, session);
     daemon.emit(
@@ -769,12 +734,12 @@ async fn run_auto(
                 let summary = entry.get("summary").and_then(Value::as_str).unwrap_or("");
                 let est = |t: &str| (crate::json::utf16_len(t) as f64 / 4.0).ceil();
                 state.thrash.compacted(super::thrash::Pending {
-                    tokens_before: num(result.get("tokensBefore")),
+                    tokens_before: result.tokens_before,
                     summary_tokens: est(summary),
                     pinned_tokens: est(&pinned),
                 });
             }
-            out.action = "compacted";
+            out.action = CheckAction::Compacted;
             out.will_retry = will_retry;
             out.context_changed = true;
             out.result = Some(result);
@@ -786,7 +751,7 @@ async fn run_auto(
                 end_event(&session.id, reason, None, true, false, None),
             );
             failed_notice(daemon, session, reason, None, true, from_extension);
-            out.action = "aborted";
+            out.action = CheckAction::Aborted;
         }
         Err(f) => {
             let prefix = if reason == "overflow" {
@@ -801,15 +766,11 @@ async fn run_auto(
                 end_event(&session.id, reason, None, false, false, Some(&msg)),
             );
             failed_notice(daemon, session, reason, Some(&msg), false, from_extension);
-            out.action = "failed";
+            out.action = CheckAction::Failed;
             out.error_message = Some(msg);
         }
     }
     out
-}
-
-fn num(v: Option<&Value>) -> f64 {
-    v.and_then(Value::as_f64).unwrap_or(0.0)
 }
 
 /// `_checkCompaction(msg, skipAbortedCheck)` (compaction.md §8.4).
@@ -818,14 +779,14 @@ async fn check_message(
     session: &Arc<Session>,
     msg: &Value,
     skip_aborted: bool,
-) -> CheckOutcome {
+) -> CheckCompactionResult {
     let settings = daemon.session_settings(session);
     if !settings.compaction.enabled {
-        return CheckOutcome::none();
+        return CheckCompactionResult::default();
     }
     let stop = msg.get("stopReason").and_then(Value::as_str).unwrap_or("");
     if skip_aborted && stop == "aborted" {
-        return CheckOutcome::none();
+        return CheckCompactionResult::default();
     }
     let (window, model_max, same_model, compaction_ms, estimate, usage_msg_ts) = {
         let state = session.state.lock();
@@ -867,7 +828,7 @@ async fn check_message(
     if let Some(c) = compaction_ms {
         let c = c.map_or(f64::NAN, |v| v as f64);
         if msg_ts <= c {
-            return CheckOutcome::none();
+            return CheckCompactionResult::default();
         }
     }
     let usage = msg.get("usage");
@@ -883,7 +844,7 @@ async fn check_message(
     if overflow || recoverable {
         let will_retry = stop != "stop";
         if !will_retry {
-            return run_auto(daemon, session, "overflow", false).await;
+            return run_auto(daemon, session, AutoReason::Overflow, false).await;
         }
         let attempted = session.state.lock().overflow_recovery_attempted;
         if attempted {
@@ -898,11 +859,11 @@ async fn check_message(
                 end_event(&session.id, "overflow", None, false, false, Some(msg)),
             );
             failed_notice(daemon, session, "overflow", Some(msg), false, false);
-            return CheckOutcome {
-                action: "failed",
-                reason: Some("overflow"),
+            return CheckCompactionResult {
+                action: CheckAction::Failed,
+                reason: Some(AutoReason::Overflow),
                 error_message: Some(msg.to_owned()),
-                ..CheckOutcome::none()
+                ..CheckCompactionResult::default()
             };
         }
         let dropped = {
@@ -910,7 +871,7 @@ async fn check_message(
             state.overflow_recovery_attempted = true;
             state.drop_trailing_assistant(false)
         };
-        let mut out = run_auto(daemon, session, "overflow", true).await;
+        let mut out = run_auto(daemon, session, AutoReason::Overflow, true).await;
         out.context_changed |= dropped;
         return out;
     }
@@ -924,7 +885,7 @@ async fn check_message(
             (estimate.last_usage_index, compaction_ms, usage_msg_ts)
         {
             if ts <= c as f64 {
-                return CheckOutcome::none();
+                return CheckCompactionResult::default();
             }
         }
         estimate.tokens
@@ -933,9 +894,9 @@ async fn check_message(
     };
     observe_size(session, &settings, tokens, window);
     if crate::compaction::tokens::should_compact(tokens, window, &settings.compaction) {
-        return run_auto(daemon, session, "threshold", false).await;
+        return run_auto(daemon, session, AutoReason::Threshold, false).await;
     }
-    CheckOutcome::none()
+    CheckCompactionResult::default()
 }
 
 /// Beyond Pi: hands the thrash breaker a context size reported after the latest compaction.
@@ -960,7 +921,10 @@ fn observe_size(
 /// Beyond Pi: after `setModel` reported that the context exceeds the new model's threshold,
 /// the first check compacts (as a threshold compaction), whatever its phase and whatever the
 /// last reply says. Re-evaluated now, so a switch back or an intervening compaction cancels it.
-async fn check_model_switch(daemon: &Daemon, session: &Arc<Session>) -> Option<CheckOutcome> {
+async fn check_model_switch(
+    daemon: &Daemon,
+    session: &Arc<Session>,
+) -> Option<CheckCompactionResult> {
     let (window, tokens) = {
         let mut state = session.state.lock();
         if !std::mem::take(&mut state.model_switch_pending) {
@@ -977,8 +941,12 @@ async fn check_model_switch(daemon: &Daemon, session: &Arc<Session>) -> Option<C
     {
         return None;
     }
-    let out = run_auto(daemon, session, "threshold", false).await;
-    (out.action != "none").then_some(out)
+    let out = run_auto(daemon, session, AutoReason::Threshold, false).await;
+    (out.action != CheckAction::None).then_some(out)
+}
+
+fn num(v: Option<&Value>) -> f64 {
+    v.and_then(Value::as_f64).unwrap_or(0.0)
 }
 
 fn parse_stop(s: &str) -> StopReason {
@@ -992,7 +960,7 @@ fn parse_stop(s: &str) -> StopReason {
 }
 
 /// `checkCompaction {phase}`: waits for a running compaction first.
-pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> CheckOutcome {
+pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> CheckCompactionResult {
     let _slot = session.slot.lock().await;
     if let Some(out) = check_model_switch(daemon, session).await {
         return out;
@@ -1007,7 +975,7 @@ pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> Che
                 )
             };
             let Some(window) = model_window.filter(|w| *w > 0) else {
-                return CheckOutcome::none();
+                return CheckCompactionResult::default();
             };
             let settings = daemon.session_settings(session);
             if crate::compaction::tokens::should_compact(
@@ -1015,17 +983,17 @@ pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> Che
                 window,
                 &settings.compaction,
             ) {
-                let mut out = run_auto(daemon, session, "threshold", false).await;
+                let mut out = run_auto(daemon, session, AutoReason::Threshold, false).await;
                 out.will_retry = false;
                 return out;
             }
-            CheckOutcome::none()
+            CheckCompactionResult::default()
         }
         Phase::PrePrompt | Phase::PostRun => {
             let last = session.state.lock().last_assistant();
             match last {
                 Some(msg) => check_message(daemon, session, &msg, phase == Phase::PostRun).await,
-                None => CheckOutcome::none(),
+                None => CheckCompactionResult::default(),
             }
         }
     }

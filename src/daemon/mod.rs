@@ -1,14 +1,17 @@
 //! The daemon: open sessions shared by all connections, their single writer, events and hooks.
 //!
 //! `Daemon` owns the registry (one in-memory session per canonical file path, guarded by an
-//! advisory `flock` on the session file itself against other compactd processes), the connection table
-//! (for events and hooks) and the configuration. Method handlers (`methods`) and the compaction
-//! lifecycle (`lifecycle`) are written against it; transports never see it beyond `dispatch`.
+//! advisory `flock` on the session file itself against other compactd processes), the
+//! connection table (for events and hooks) and the configuration. The method handlers
+//! (`handlers`, and the lanes `history`, `pins`, `undo`, `navigate`) and the compaction
+//! lifecycle (`lifecycle`) are written against it. The transport's connection loop uses it
+//! too: it registers each connection, delivers hook replies to it, and aborts a session's work
+//! when a client cancels a request or disconnects.
 
 pub mod connections;
+pub mod handlers;
 pub mod history;
 pub mod lifecycle;
-pub mod methods;
 pub mod navigate;
 pub mod pins;
 pub mod session;
@@ -48,6 +51,18 @@ pub struct Session {
 impl Session {
     pub fn is_compacting(&self) -> bool {
         self.running.lock().is_some()
+    }
+
+    /// Appends are refused only while a `navigateTree` branch summary runs (the leaf is about
+    /// to move); during a compaction they are accepted and land in its kept tail (beyond Pi).
+    pub fn writable(&self) -> Result<(), RpcError> {
+        if self.navigating.load(Ordering::SeqCst) {
+            return Err(RpcError::new(
+                ErrorKind::Compacting,
+                crate::rpc::errors::COMPACTING_MESSAGE,
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -247,7 +262,7 @@ impl Daemon {
                 ))
             }
             Err(crate::store::StoreError::NotFound(_)) => None,
-            Err(e) => return Err(methods::store_error(e)),
+            Err(e) => return Err(session::store_error(e)),
         };
         let mut state = make()?;
         if state.lock.is_none() {

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::methods::Ctx;
+use super::handlers::Ctx;
 use crate::compaction::file_ops::{
     format_file_operations, format_file_operations_limited, FileOps,
 };
@@ -18,6 +18,7 @@ use crate::compactor::SummaryEngine;
 use crate::context::{convert_to_llm, project_entry};
 use crate::json::truthy;
 use crate::rpc::errors::{ErrorKind, RpcError, COMPACTING_MESSAGE};
+use crate::rpc::results::{BranchSummaryEntry, NavigateTreeResult};
 use crate::rpc::types::NavigateTreeParams;
 use crate::session::{ids, Entry, EntryKind, Role};
 use crate::summarizer::extractive::{summarize_history, ExtractiveInput};
@@ -210,7 +211,7 @@ impl Drop for NavigatingFlag<'_> {
 }
 
 /// `navigateTree`.
-pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcError> {
+pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     if session.is_compacting() {
         return Err(RpcError::new(ErrorKind::Compacting, COMPACTING_MESSAGE));
@@ -228,7 +229,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
         };
         let old_leaf = state.tree.leaf_id().map(str::to_owned);
         if p.target_id.is_some() && p.target_id == old_leaf {
-            return Ok(json!({"newLeafId": old_leaf, "oldLeafId": old_leaf, "cancelled": false}));
+            return Ok(NavigateTreeResult::stayed(old_leaf, false));
         }
         let old_path = state.tree.branch();
         let target_path = state.tree.path_to(target);
@@ -344,15 +345,12 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
     *session.running.lock() = None;
     let summary = match outcome {
         Ok(Some(s)) => s,
-        Ok(None) => {
-            return Ok(
-                json!({"newLeafId": plan.old_leaf, "oldLeafId": plan.old_leaf, "cancelled": true}),
-            )
-        }
-        Err(e) if e.kind == "cancelled" => {
-            return Ok(
-                json!({"newLeafId": plan.old_leaf, "oldLeafId": plan.old_leaf, "cancelled": true, "aborted": true}),
-            )
+        Ok(None) => return Ok(NavigateTreeResult::stayed(plan.old_leaf, true)),
+        Err(e) if e.kind == ErrorKind::Cancelled.as_str() => {
+            return Ok(NavigateTreeResult {
+                aborted: Some(true),
+                ..NavigateTreeResult::stayed(plan.old_leaf, true)
+            })
         }
         Err(e) => return Err(e),
     };
@@ -374,7 +372,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
         (None, _) => None,
     };
     let from_id = plan.old_leaf.clone().unwrap_or_else(|| "root".into());
-    let mut out = Map::new();
+    let mut summary_entry = None;
     state.tree.set_leaf(new_leaf);
     state.refresh_branch();
     if let Some((text, details, usage)) = summary {
@@ -395,7 +393,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
             o.insert("fromHook".into(), json!(from_hook));
             Value::Object(o)
         })?;
-        let summary_entry = state.tree.entry(idx).value();
+        let entry_value = state.tree.entry(idx).value();
         let summary_id = state.tree.entry(idx).id.clone().unwrap_or_default();
         if let Some(l) = label.filter(|l| !l.is_empty()) {
             state.append_with(|id, parent, ts| {
@@ -408,7 +406,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
                 )
             })?;
         }
-        out.insert("summaryEntry".into(), summary_entry);
+        summary_entry = Some(BranchSummaryEntry(entry_value));
     } else if let (Some(l), Some(tid)) = (label.filter(|l| !l.is_empty()), &plan.target_id) {
         state.append_with(|id, parent, ts| {
             super::session::simple_entry(
@@ -421,11 +419,12 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<Value, RpcErro
         })?;
     }
     state.rebuild_agent_context();
-    out.insert("newLeafId".into(), json!(state.tree.leaf_id()));
-    out.insert("oldLeafId".into(), json!(plan.old_leaf));
-    out.insert("cancelled".into(), json!(false));
-    if let Some(t) = editor {
-        out.insert("editorText".into(), json!(t));
-    }
-    Ok(Value::Object(out))
+    Ok(NavigateTreeResult {
+        summary_entry,
+        new_leaf_id: state.tree.leaf_id().map(str::to_owned),
+        old_leaf_id: plan.old_leaf,
+        cancelled: false,
+        aborted: None,
+        editor_text: editor,
+    })
 }

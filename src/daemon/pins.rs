@@ -6,9 +6,10 @@
 
 use serde_json::{json, Map, Value};
 
-use super::methods::{writable, Ctx};
+use super::handlers::Ctx;
 use super::session::SessionState;
 use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::results::{AppendResult, PinInfo, PinResult, Pins};
 use crate::rpc::types::{PinParams, SessionParams, UnpinParams};
 use crate::session::EntryKind;
 
@@ -113,25 +114,23 @@ fn pin_entry(id: &str, parent: Option<&str>, ts: &str, data: Value) -> Value {
     Value::Object(o)
 }
 
-fn pin_json(p: &Pin) -> Value {
-    let mut o = Map::new();
-    o.insert("pinId".into(), json!(p.pin_id));
-    o.insert("text".into(), json!(p.text));
-    if let Some(l) = &p.label {
-        o.insert("label".into(), json!(l));
+fn pin_info(p: &Pin) -> PinInfo {
+    PinInfo {
+        pin_id: p.pin_id.clone(),
+        text: p.text.clone(),
+        label: p.label.clone(),
+        timestamp: p.timestamp.clone(),
     }
-    o.insert("timestamp".into(), p.timestamp.clone());
-    Value::Object(o)
 }
 
 /// `pin`: appends a pin entry; its id is the pin's id.
-pub fn pin(ctx: &Ctx, p: PinParams) -> Result<Value, RpcError> {
+pub fn pin(ctx: &Ctx, p: PinParams) -> Result<PinResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     if p.text.trim().is_empty() {
         return Err(RpcError::invalid_params("text must not be empty"));
     }
     let mut state = session.state.lock();
-    writable(&session)?;
+    session.writable()?;
     let mut data = Map::new();
     data.insert("action".into(), json!("pin"));
     data.insert("text".into(), json!(p.text));
@@ -140,14 +139,18 @@ pub fn pin(ctx: &Ctx, p: PinParams) -> Result<Value, RpcError> {
     }
     let idx = state.append_with(|id, parent, ts| pin_entry(id, parent, ts, Value::Object(data)))?;
     let id = state.tree.entry(idx).id.clone().unwrap_or_default();
-    Ok(json!({"pinId": id, "entryId": id, "leafId": id}))
+    Ok(PinResult {
+        pin_id: id.clone(),
+        entry_id: id.clone(),
+        leaf_id: id,
+    })
 }
 
 /// `unpin`: appends an unpin entry for a live pin.
-pub fn unpin(ctx: &Ctx, p: UnpinParams) -> Result<Value, RpcError> {
+pub fn unpin(ctx: &Ctx, p: UnpinParams) -> Result<AppendResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let mut state = session.state.lock();
-    writable(&session)?;
+    session.writable()?;
     if !live_pins(&state).0.iter().any(|x| x.pin_id == p.pin_id) {
         return Err(RpcError::new(
             ErrorKind::EntryNotFound,
@@ -157,16 +160,17 @@ pub fn unpin(ctx: &Ctx, p: UnpinParams) -> Result<Value, RpcError> {
     let data = json!({"action": "unpin", "pinId": p.pin_id});
     let idx = state.append_with(|id, parent, ts| pin_entry(id, parent, ts, data))?;
     let id = state.tree.entry(idx).id.clone().unwrap_or_default();
-    Ok(json!({"entryId": id, "leafId": id}))
+    Ok(AppendResult {
+        entry_id: id.clone(),
+        leaf_id: id,
+    })
 }
 
 /// `listPins`: the live pins of the current branch, oldest first.
-pub fn list_pins(ctx: &Ctx, p: SessionParams) -> Result<Value, RpcError> {
+pub fn list_pins(ctx: &Ctx, p: SessionParams) -> Result<Pins, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let state = session.state.lock();
-    Ok(Value::Array(
-        live_pins(&state).0.iter().map(pin_json).collect(),
-    ))
+    Ok(live_pins(&state).0.iter().map(pin_info).collect())
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::types::Model;
 use crate::session::entry::StopReason;
 use crate::session::{ids, BranchView, Entry, EntryKind, Role, SessionTree};
-use crate::store;
+use crate::store::{self, StoreError};
 
 /// A session's in-memory state.
 #[derive(Debug)]
@@ -256,7 +256,7 @@ impl SessionState {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         loop {
             let tail = crate::cpu::blocking(|| store::read_tail(&self.path, &stamp, &self.limits))
-                .map_err(super::methods::store_error)?;
+                .map_err(store_error)?;
             let bytes = match tail {
                 store::Tail::Unchanged => return Ok(()),
                 store::Tail::Replaced | store::Tail::Truncated => {
@@ -289,9 +289,7 @@ impl SessionState {
                 return Ok(());
             }
             if std::time::Instant::now() > deadline {
-                return Err(super::methods::store_error(store::StoreError::Busy(
-                    self.path.clone(),
-                )));
+                return Err(store_error(store::StoreError::Busy(self.path.clone())));
             }
             last_partial = Some(partial);
             crate::cpu::blocking(|| std::thread::sleep(store::TORN_LINE_SETTLE));
@@ -481,4 +479,19 @@ pub fn simple_entry(
         o.insert(k.into(), v);
     }
     Value::Object(o)
+}
+
+/// The protocol error of a storage failure.
+pub fn store_error(e: StoreError) -> RpcError {
+    match e {
+        StoreError::NotFound(p) => RpcError::new(
+            ErrorKind::NotFound,
+            format!("Session file not found: {}", p.display()),
+        ),
+        StoreError::NotASession(_) => RpcError::new(ErrorKind::InvalidSessionFile, e.to_string()),
+        StoreError::NotRegular { .. } => RpcError::new(ErrorKind::NotRegularFile, e.to_string()),
+        StoreError::TooLarge { .. } => RpcError::new(ErrorKind::TooLarge, e.to_string()),
+        StoreError::Busy(_) => RpcError::new(ErrorKind::FileBusy, e.to_string()),
+        StoreError::Empty(_) | StoreError::Io { .. } => RpcError::new(ErrorKind::Io, e.to_string()),
+    }
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value};
 
 use crate::compaction::tokens::CompactionSettings;
+use crate::rpc::results;
 use crate::summarizer::RetrySettings;
 
 /// `$PI_CODING_AGENT_DIR` (with `~` expanded) or `~/.pi/agent`.
@@ -219,23 +220,22 @@ pub fn from_merged(merged: Value) -> EffectiveSettings {
 
 impl EffectiveSettings {
     /// `getSettings`' answer.
-    pub fn to_json(&self) -> Value {
-        let mut compaction = self.compaction.to_json();
-        if let (Some(limit), Some(o)) = (self.file_list_limit, compaction.as_object_mut()) {
-            o.insert("fileListLimit".into(), Value::from(limit));
+    pub fn report(&self) -> results::EffectiveSettings {
+        let mut compaction = results::CompactionSettingsView::from(&self.compaction);
+        compaction.file_list_limit = self.file_list_limit;
+        compaction.max_ineffective_compactions = Some(self.max_ineffective_compactions);
+        results::EffectiveSettings {
+            compaction,
+            branch_summary: results::BranchSummarySettings {
+                reserve_tokens: self.branch_summary_reserve_tokens,
+            },
+            retry: results::RetryView {
+                enabled: self.retry.enabled,
+                max_retries: self.retry.max_retries,
+                base_delay_ms: self.retry.base_delay_ms,
+            },
+            default_thinking_level: self.default_thinking_level.clone(),
         }
-        if let Some(o) = compaction.as_object_mut() {
-            o.insert(
-                "maxIneffectiveCompactions".into(),
-                Value::from(self.max_ineffective_compactions),
-            );
-        }
-        json!({
-            "compaction": compaction,
-            "branchSummary": {"reserveTokens": self.branch_summary_reserve_tokens},
-            "retry": {"enabled": self.retry.enabled, "maxRetries": self.retry.max_retries, "baseDelayMs": self.retry.base_delay_ms},
-            "defaultThinkingLevel": self.default_thinking_level,
-        })
     }
 }
 

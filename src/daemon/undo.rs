@@ -6,10 +6,11 @@
 
 use serde_json::{json, Map, Value};
 
-use super::methods::{writable, Ctx};
+use super::handlers::Ctx;
 use super::session::SessionState;
 use crate::compaction::summary::{compaction_entry, CompactionOutcome};
 use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::results::{EditSummaryResult, SessionEntry, UndoCompactionResult};
 use crate::rpc::types::{EditSummaryParams, SessionParams};
 use crate::session::EntryKind;
 
@@ -76,10 +77,10 @@ fn append_under(
 }
 
 /// `undoCompaction`.
-pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<Value, RpcError> {
+pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<UndoCompactionResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let mut state = session.state.lock();
-    writable(&session)?;
+    session.writable()?;
     state.sync_with_file()?;
     let c = latest_compaction(&state)?;
     let compaction_id = state.tree.entry(c).id.clone().unwrap_or_default();
@@ -102,17 +103,21 @@ pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<Value, RpcError> {
         "compaction_undone",
         json!({"sessionId": session.id, "compactionId": compaction_id, "entryId": entry_id}),
     );
-    Ok(json!({"undoneCompactionId": compaction_id, "entryId": entry_id, "leafId": entry_id}))
+    Ok(UndoCompactionResult {
+        undone_compaction_id: compaction_id,
+        entry_id: entry_id.clone(),
+        leaf_id: entry_id,
+    })
 }
 
 /// `editSummary`.
-pub fn edit_summary(ctx: &Ctx, p: EditSummaryParams) -> Result<Value, RpcError> {
+pub fn edit_summary(ctx: &Ctx, p: EditSummaryParams) -> Result<EditSummaryResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     if p.summary.trim().is_empty() {
         return Err(RpcError::invalid_params("summary must not be empty"));
     }
     let mut state = session.state.lock();
-    writable(&session)?;
+    session.writable()?;
     state.sync_with_file()?;
     let c = latest_compaction(&state)?;
     let original = state.tree.entry(c).value();
@@ -146,7 +151,12 @@ pub fn edit_summary(ctx: &Ctx, p: EditSummaryParams) -> Result<Value, RpcError> 
         "summary_edited",
         json!({"sessionId": session.id, "compactionId": original_id, "entryId": entry_id}),
     );
-    Ok(json!({"entry": entry, "editedFrom": original_id, "entryId": entry_id, "leafId": entry_id}))
+    Ok(EditSummaryResult {
+        entry: SessionEntry(entry),
+        edited_from: original_id,
+        entry_id: entry_id.clone(),
+        leaf_id: entry_id,
+    })
 }
 
 /// The entry index of `c`'s parent (where an undo marker or an edited compaction hangs).

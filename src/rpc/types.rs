@@ -1,6 +1,6 @@
-//! Parameter and result types of every method (protocol.md §3). They derive `JsonSchema` so the
-//! machine-readable reference (`proto-docs/openrpc.json`) is generated from the code and cannot
-//! drift from it.
+//! The parameter types of every method (protocol.md §3), and the model they name. They derive
+//! `JsonSchema` so the machine-readable reference (`proto-docs/openrpc.json`) is generated from
+//! the code and cannot drift from what the daemon parses. Results are in `super::results`.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -251,42 +251,6 @@ pub struct RegisterHooksParams {
     pub include: Option<Vec<String>>,
 }
 
-/// The daemon's view of an open session.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionInfo {
-    pub session_id: String,
-    pub path: String,
-    pub header_id: String,
-    pub cwd: Option<String>,
-    pub leaf_id: Option<String>,
-    pub entry_count: usize,
-    pub persisted: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<Model>,
-    pub thinking_level: String,
-    pub is_compacting: bool,
-}
-
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AppendResult {
-    pub entry_id: String,
-    pub leaf_id: String,
-}
-
-/// `setModel`'s answer: the append, and (beyond Pi) whether the current context already needs a
-/// compaction under the new model, so the agent never sends a request known to overflow.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SetModelResult {
-    pub entry_id: String,
-    pub leaf_id: String,
-    /// The context's estimate exceeds the new model's threshold (`contextWindow - reserveTokens`):
-    /// the next `checkCompaction` compacts, whatever its phase.
-    pub should_compact: bool,
-    /// The context's estimated tokens.
-    pub tokens: f64,
-    /// `contextWindow - reserveTokens` of the new model.
-    pub threshold: f64,
-}
+/// The params of a method that takes none (any fields sent are ignored).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct NoParams {}

@@ -13,7 +13,7 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use crate::compaction::tokens;
+use crate::estimate as tokens;
 use crate::json::stringify;
 
 /// The `type` discriminator of a session entry (sessions.md §4.2).

@@ -8,7 +8,7 @@
 //! validates it. The message itself stays as the line's bytes and is parsed only when needed.
 //!
 //! The semantics must be exactly those of the `Value`-based functions in
-//! [`crate::compaction::tokens`] (which stay the definition): JSON's "last duplicate key wins",
+//! [`crate::estimate`] (which stays the definition): JSON's "last duplicate key wins",
 //! lengths of `JSON.stringify` output, and zero for fields of the wrong type. A property test
 //! checks both against each other.
 
@@ -18,7 +18,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde::Deserialize;
 
 use super::entry::{EntryKind, FileOpKind, Role, StopReason};
-use crate::compaction::tokens::ESTIMATED_IMAGE_CHARS;
+use crate::estimate::ESTIMATED_IMAGE_CHARS;
 use crate::json::{js_number, utf16_len};
 
 /// What the fast pass extracts from one line.

@@ -22,7 +22,7 @@ use super::framing::{write_frame, Frame, FrameReader, Framing};
 use super::message::{response_text, Invalid, Message, RequestId};
 use super::Options;
 use crate::daemon::connections::Connection;
-use crate::daemon::methods::Ctx;
+use crate::daemon::handlers::Ctx;
 use crate::daemon::Daemon;
 use crate::rpc::{ErrorKind, RpcError};
 

@@ -1,7 +1,8 @@
-//! The method table: method names mapped to the handlers in `crate::daemon::methods`, with each
-//! method's flags. The connection loop parses a frame once into a [`Message`]; this table parses
-//! that message's params once into the handler's typed params (wrong or missing fields → -32602
-//! naming the field path) and runs the handler. No JSON-RPC library sits in between: framing,
+//! The method table, generated from the one list in `crate::rpc::methods`: each name mapped to
+//! its handler in `crate::daemon`. The connection loop parses a frame once into a [`Message`];
+//! this table parses that message's params once into the declared params type (wrong or missing
+//! fields → -32602 naming the field path), runs the handler and serializes the declared result
+//! type. No JSON-RPC library sits in between: framing,
 //! classification and parameter decoding are ours end to end.
 //!
 //! [`Message`]: super::message::Message
@@ -12,8 +13,9 @@ use std::pin::Pin;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::daemon::methods::{self, Ctx};
-use crate::rpc::{ErrorKind, RpcError};
+use crate::daemon::{self, handlers::Ctx};
+use crate::rpc::methods::{for_each_method, Run};
+use crate::rpc::{results, types, ErrorKind, RpcError};
 
 type Reply = Result<Value, RpcError>;
 type BoxReply = Pin<Box<dyn Future<Output = Reply> + Send + 'static>>;
@@ -67,71 +69,50 @@ fn field_message(path: &str, inner: &str) -> String {
     }
 }
 
-/// Params of a method that takes none (any fields sent are ignored, as before).
-#[derive(serde::Deserialize)]
-struct NoParams {}
+/// A handler's typed result as the reply's JSON. The annotation is what ties a handler to the
+/// result type its declaration names.
+fn reply<R: serde::Serialize>(result: Result<R, RpcError>) -> Reply {
+    let value = result?;
+    serde_json::to_value(value).map_err(|e| RpcError::new(ErrorKind::Internal, e.to_string()))
+}
 
 macro_rules! table {
-    ($( $name:literal => $kind:ident $handler:path ),* $(,)?) => {
-        /// Every method, its handler and its kind.
+    ($(
+        $(#[doc = $doc:literal])+
+        $name:literal => $($handler:ident)::+ ($params:ident) -> $result:ident,
+            $run:ident, $scope:ident, [$($error:ident),*];
+    )*) => {
+        /// Every method and its handler, from the one list in `crate::rpc::methods`.
         const METHODS: &[(&str, Handler)] = &[
-            $( ($name, table!(@handler $kind $handler)) ),*
+            $( ($name, table!(@handler $run, $($handler)::+, $params, $result)) ),*
         ];
     };
-    (@handler sync $handler:path) => {
-        Handler::Sync(|ctx, p| $handler(ctx, parse(p)?))
-    };
-    (@handler unit $handler:path) => {
+    (@handler Inline, $($handler:ident)::+, $params:ident, $result:ident) => {
         Handler::Sync(|ctx, p| {
-            let _: NoParams = parse(p)?;
-            $handler(ctx)
+            let params: types::$params = parse(p)?;
+            reply::<results::$result>(daemon::$($handler)::+(ctx, params))
         })
     };
-    (@handler slow $handler:path) => {
-        Handler::Slow(|ctx, p| Box::pin(async move { $handler(&ctx, parse(p)?).await }))
+    (@handler Task, $($handler:ident)::+, $params:ident, $result:ident) => {
+        Handler::Slow(|ctx, p| {
+            Box::pin(async move {
+                let params: types::$params = parse(p)?;
+                reply::<results::$result>(daemon::$($handler)::+(&ctx, params).await)
+            })
+        })
     };
 }
 
-table! {
-    "initialize" => sync methods::initialize,
-    "openSession" => sync methods::open_session,
-    "createSession" => sync methods::create_session,
-    "closeSession" => sync methods::close_session,
-    "listSessions" => unit methods::list_sessions,
-    "appendMessage" => sync methods::append_message,
-    "appendEntry" => sync methods::append_entry,
-    "setModel" => sync methods::set_model,
-    "navigateTree" => slow methods::navigate_tree,
-    "getBranch" => sync methods::get_branch,
-    "getContext" => sync methods::get_context,
-    "getContextUsage" => sync methods::get_context_usage,
-    "searchHistory" => sync crate::daemon::history::search_history,
-    "getEntry" => sync crate::daemon::history::get_entry,
-    "pin" => sync crate::daemon::pins::pin,
-    "unpin" => sync crate::daemon::pins::unpin,
-    "listPins" => sync crate::daemon::pins::list_pins,
-    "undoCompaction" => sync crate::daemon::undo::undo_compaction,
-    "editSummary" => sync crate::daemon::undo::edit_summary,
-    "shouldCompact" => sync methods::should_compact_method,
-    "previewCompaction" => sync methods::preview_compaction,
-    "compact" => slow methods::compact,
-    "checkCompaction" => slow methods::check_compaction,
-    "abortCompaction" => sync methods::abort_compaction,
-    "getSettings" => sync methods::get_settings,
-    "setSettingsOverrides" => sync methods::set_settings_overrides,
-    "subscribe" => sync methods::subscribe,
-    "unsubscribe" => unit methods::unsubscribe,
-    "registerHooks" => sync methods::register_hooks,
-}
+for_each_method!(table);
 
 /// Looks a method up.
 pub fn handler(method: &str) -> Option<Handler> {
     METHODS.iter().find(|(n, _)| *n == method).map(|(_, h)| *h)
 }
 
-/// Whether `method` runs in its own task (see [`Handler::Slow`]).
+/// Whether `method` runs in its own task (declared [`Run::Task`]).
 pub fn is_slow(method: &str) -> bool {
-    matches!(handler(method), Some(Handler::Slow(_)))
+    crate::rpc::methods::spec(method).is_some_and(|m| m.run == Run::Task)
 }
 
 /// The error for a name that is not in the table.

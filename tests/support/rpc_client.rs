@@ -30,6 +30,9 @@ pub struct Client {
     pub notifications: Vec<Value>,
     /// Every message in arrival order (for ordering assertions).
     pub log: Vec<Value>,
+    /// The result of every successful [`Client::request`], with its method: real responses
+    /// the OpenRPC suite validates against the published result schemas.
+    pub results: Vec<(String, Value)>,
     pending: VecDeque<Value>,
     hook: Arc<Mutex<Option<HookFn>>>,
     child: Option<Child>,
@@ -127,6 +130,7 @@ impl Client {
             next_id: 1,
             notifications: Vec::new(),
             log: Vec::new(),
+            results: Vec::new(),
             pending: VecDeque::new(),
             hook,
             child,
@@ -267,7 +271,11 @@ impl Client {
 
     pub fn request(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         let id = self.send(method, params);
-        self.wait(id, Duration::from_secs(60))
+        let reply = self.wait(id, Duration::from_secs(60));
+        if let Ok(result) = &reply {
+            self.results.push((method.to_owned(), result.clone()));
+        }
+        reply
     }
 
     pub fn ok(&mut self, method: &str, params: Value) -> Value {

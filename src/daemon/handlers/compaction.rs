@@ -1,0 +1,182 @@
+//! Handlers for compaction: Pi's `shouldCompact`, the preview, manual and automatic compaction,
+//! abort, and the settings that govern them.
+
+use serde_json::Value;
+
+use super::super::lifecycle;
+use super::Ctx;
+use crate::compaction::prepare::{plan_compaction, Preparation, PreparedMessage};
+use crate::compaction::tokens::{self, CompactionSettings};
+use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::results::*;
+use crate::rpc::types::*;
+use crate::session::PathEntries;
+
+fn patch_settings(
+    base: CompactionSettings,
+    patch: Option<&CompactionSettingsPatch>,
+) -> CompactionSettings {
+    let Some(p) = patch else { return base };
+    CompactionSettings {
+        enabled: p.enabled.unwrap_or(base.enabled),
+        reserve_tokens: p.reserve_tokens.unwrap_or(base.reserve_tokens),
+        keep_recent_tokens: p.keep_recent_tokens.unwrap_or(base.keep_recent_tokens),
+    }
+}
+
+pub fn should_compact(ctx: &Ctx, p: ShouldCompactParams) -> Result<ShouldCompactResult, RpcError> {
+    let (tokens, window, settings) = match &p.session_id {
+        Some(id) => {
+            let session = ctx.daemon.session(id)?;
+            let s = ctx.daemon.session_settings(&session).compaction;
+            let state = session.state.lock();
+            let window = state
+                .model
+                .as_ref()
+                .map(|m| m.context_window)
+                .ok_or_else(|| {
+                    RpcError::new(ErrorKind::NoModel, "No model selected for this session")
+                })?;
+            (
+                state.live.estimate().tokens,
+                p.context_window.unwrap_or(window),
+                patch_settings(s, p.settings.as_ref()),
+            )
+        }
+        None => {
+            let tokens = p.context_tokens.ok_or_else(|| {
+                RpcError::invalid_params("contextTokens is required without sessionId")
+            })?;
+            let window = p.context_window.ok_or_else(|| {
+                RpcError::invalid_params("contextWindow is required without sessionId")
+            })?;
+            (
+                tokens,
+                window,
+                patch_settings(CompactionSettings::default(), p.settings.as_ref()),
+            )
+        }
+    };
+    Ok(ShouldCompactResult {
+        should_compact: tokens::should_compact(tokens, window, &settings),
+        context_tokens: tokens,
+        context_window: window,
+        threshold: window as f64 - settings.reserve_tokens as f64,
+        settings: CompactionSettingsView::from(&settings),
+    })
+}
+
+pub fn preview_compaction(
+    ctx: &Ctx,
+    p: PreviewCompactionParams,
+) -> Result<PreviewCompactionResult, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    let settings = ctx.daemon.session_settings(&session).compaction;
+    let state = session.state.lock();
+    let view = state.view();
+    let plan = match plan_compaction(&view, &state.index, &settings) {
+        Ok(p) => p,
+        Err(reason) => {
+            return Ok(PreviewCompactionResult::Nothing(NothingToCompact {
+                nothing_to_compact: reason.message(),
+            }))
+        }
+    };
+    let kept_start = plan.boundaries.cut.first_kept_entry_index;
+    let (kept_tokens, kept_count) = state.index.range_sums(kept_start..view.path_len());
+    let (read_files, modified_files) = plan.file_ops.file_lists();
+    let stats = |count, estimated_tokens| MessageStats {
+        count,
+        estimated_tokens,
+    };
+    let mut preview = CompactionPreview {
+        first_kept_entry_id: plan.first_kept_entry_id.clone(),
+        is_split_turn: plan.is_split_turn,
+        tokens_before: plan.tokens_before,
+        has_previous_summary: plan.previous_summary.is_some(),
+        summarize: stats(plan.history.count, plan.history.tokens),
+        turn_prefix: stats(plan.turn_prefix.count, plan.turn_prefix.tokens),
+        kept: stats(kept_count, kept_tokens),
+        file_lists: FileLists {
+            read_files,
+            modified_files,
+        },
+        settings: CompactionSettingsView::from(&settings),
+        full: None,
+    };
+    if p.detail == Some(PreviewDetail::Full) {
+        let prep = Preparation::from_plan(plan, &view, |i| state.tree.shared(state.branch[i]));
+        let refs = |m: &[PreparedMessage]| {
+            m.iter()
+                .map(|x| MessageRef {
+                    entry_id: x.entry_id().map(str::to_owned),
+                    role: x.role_value(),
+                })
+                .collect()
+        };
+        let (history, prefix) = crate::report::serialized_inputs(&prep);
+        preview.full = Some(PreviewDetails {
+            previous_summary: prep.previous_summary.clone(),
+            messages_to_summarize: refs(&prep.messages_to_summarize),
+            turn_prefix_messages: refs(&prep.turn_prefix_messages),
+            serialized: SerializedInputs {
+                messages_to_summarize: history,
+                turn_prefix_messages: prefix,
+            },
+        });
+    }
+    Ok(PreviewCompactionResult::Preview(Box::new(preview)))
+}
+
+pub async fn compact(ctx: &Ctx, p: CompactParams) -> Result<CompactionResult, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    let write = p.write != Some(false);
+    lifecycle::compact(&ctx.daemon, &session, p.custom_instructions, write).await
+}
+
+pub async fn check_compaction(
+    ctx: &Ctx,
+    p: CheckCompactionParams,
+) -> Result<CheckCompactionResult, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    Ok(lifecycle::check(&ctx.daemon, &session, p.phase).await)
+}
+
+pub fn abort_compaction(ctx: &Ctx, p: SessionParams) -> Result<AbortCompactionResult, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    Ok(AbortCompactionResult {
+        aborted: lifecycle::abort(&session),
+    })
+}
+
+pub fn get_settings(ctx: &Ctx, p: SessionParams) -> Result<EffectiveSettings, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    Ok(ctx.daemon.session_settings(&session).report())
+}
+
+pub fn set_settings_overrides(
+    ctx: &Ctx,
+    p: SetSettingsOverridesParams,
+) -> Result<SetSettingsOverridesResult, RpcError> {
+    let value = match p.compaction {
+        None | Some(Value::Null) => None,
+        Some(v @ Value::Object(_)) => {
+            serde_json::from_value::<CompactionSettingsPatch>(v.clone())
+                .map_err(|e| RpcError::invalid_params(format!("compaction: {e}")))?;
+            Some(v)
+        }
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "compaction must be an object or null",
+            ))
+        }
+    };
+    match &p.session_id {
+        Some(id) => {
+            let session = ctx.daemon.session(id)?;
+            session.state.lock().overrides = value;
+        }
+        None => *ctx.daemon.global_overrides.lock() = value,
+    }
+    Ok(SetSettingsOverridesResult { ok: true })
+}

@@ -1,0 +1,228 @@
+//! Handlers that append to a session's branch or read it back: messages, metadata entries, the
+//! branch, the agent context and its estimated size.
+
+use serde_json::{json, Map, Value};
+
+use super::super::session::{message_entry, simple_entry, SessionState};
+use super::Ctx;
+use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::results::*;
+use crate::rpc::types::*;
+use crate::session::ids;
+
+fn appended(state: &SessionState, idx: usize) -> AppendResult {
+    let id = state.tree.entry(idx).id.clone().unwrap_or_default();
+    AppendResult {
+        entry_id: id.clone(),
+        leaf_id: id,
+    }
+}
+
+pub fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendResult, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    let Value::Object(mut message) = p.message else {
+        return Err(RpcError::invalid_params("message must be an object"));
+    };
+    let role = message
+        .get("role")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    if !matches!(
+        role.as_str(),
+        "user" | "assistant" | "toolResult" | "bashExecution"
+    ) {
+        return Err(RpcError::invalid_params(format!(
+            "message.role must be user, assistant, toolResult or bashExecution (got {role:?})"
+        )));
+    }
+    if !message.contains_key("timestamp") {
+        message.insert("timestamp".into(), Value::from(ids::now_ms()));
+    }
+    let stop = message
+        .get("stopReason")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let mut state = session.state.lock();
+    session.writable()?;
+    state.check_leaf(p.expected_leaf_id.as_deref())?;
+    let idx = state
+        .append_with(|id, parent, ts| message_entry(id, parent, ts, Value::Object(message)))?;
+    state.push_agent(idx);
+    // Pi resets the overflow-recovery flag on a new user message and on a successful reply.
+    if role == "user"
+        || (role == "assistant" && !matches!(stop.as_deref(), Some("error" | "length")))
+    {
+        state.overflow_recovery_attempted = false;
+    }
+    Ok(appended(&state, idx))
+}
+
+fn normalize_name(name: &str) -> String {
+    let mut out = String::new();
+    let mut in_break = false;
+    for c in name.chars() {
+        if c == '\r' || c == '\n' {
+            if !in_break {
+                out.push(' ');
+            }
+            in_break = true;
+        } else {
+            out.push(c);
+            in_break = false;
+        }
+    }
+    out.trim().to_owned()
+}
+
+pub fn append_entry(ctx: &Ctx, p: AppendEntryParams) -> Result<AppendResult, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    let Value::Object(entry) = p.entry else {
+        return Err(RpcError::invalid_params("entry must be an object"));
+    };
+    let kind = entry
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let field = |k: &str| entry.get(k).cloned();
+    let mut state = session.state.lock();
+    session.writable()?;
+    state.check_leaf(p.expected_leaf_id.as_deref())?;
+    let idx = match kind.as_str() {
+        "thinking_level_change" => {
+            let level = entry
+                .get("thinkingLevel")
+                .and_then(Value::as_str)
+                .ok_or_else(|| RpcError::invalid_params("thinking_level_change needs a string thinkingLevel"))?
+                .to_owned();
+            let idx = state.append_with(|id, parent, ts| {
+                simple_entry("thinking_level_change", id, parent, ts, vec![("thinkingLevel", json!(level))])
+            })?;
+            state.thinking_level = level;
+            idx
+        }
+        "label" => {
+            let target = entry
+                .get("targetId")
+                .and_then(Value::as_str)
+                .ok_or_else(|| RpcError::invalid_params("label needs a string targetId"))?
+                .to_owned();
+            if !state.tree.contains_id(&target) {
+                return Err(RpcError::new(ErrorKind::EntryNotFound, format!("Entry {target} not found")));
+            }
+            let label = entry.get("label").and_then(Value::as_str).filter(|l| !l.is_empty()).map(str::to_owned);
+            state.append_with(|id, parent, ts| {
+                let mut fields = vec![("targetId", json!(target))];
+                if let Some(l) = label {
+                    fields.push(("label", json!(l)));
+                }
+                simple_entry("label", id, parent, ts, fields)
+            })?
+        }
+        "session_info" => {
+            let name = entry.get("name").and_then(Value::as_str).map(normalize_name);
+            state.append_with(|id, parent, ts| {
+                simple_entry("session_info", id, parent, ts, name.map(|n| vec![("name", json!(n))]).unwrap_or_default())
+            })?
+        }
+        "custom" => {
+            let custom_type = field("customType").ok_or_else(|| RpcError::invalid_params("custom needs customType"))?;
+            let data = field("data");
+            state.append_with(|id, parent, ts| {
+                let mut o = Map::new();
+                o.insert("type".into(), json!("custom"));
+                o.insert("customType".into(), custom_type);
+                if let Some(d) = data {
+                    o.insert("data".into(), d);
+                }
+                o.insert("id".into(), json!(id));
+                o.insert("parentId".into(), parent.map_or(Value::Null, Value::from));
+                o.insert("timestamp".into(), json!(ts));
+                Value::Object(o)
+            })?
+        }
+        "custom_message" => {
+            let custom_type = field("customType").ok_or_else(|| RpcError::invalid_params("custom_message needs customType"))?;
+            let content = field("content").ok_or_else(|| RpcError::invalid_params("custom_message needs content"))?;
+            let display = field("display").unwrap_or(Value::Bool(true));
+            let details = field("details");
+            let idx = state.append_with(|id, parent, ts| {
+                let mut o = Map::new();
+                o.insert("type".into(), json!("custom_message"));
+                o.insert("customType".into(), custom_type);
+                o.insert("content".into(), content);
+                o.insert("display".into(), display);
+                if let Some(d) = details {
+                    o.insert("details".into(), d);
+                }
+                o.insert("id".into(), json!(id));
+                o.insert("parentId".into(), parent.map_or(Value::Null, Value::from));
+                o.insert("timestamp".into(), json!(ts));
+                Value::Object(o)
+            })?;
+            state.push_agent(idx);
+            idx
+        }
+        "model_change" => return Err(RpcError::invalid_params("use setModel for model_change")),
+        other => {
+            return Err(RpcError::invalid_params(format!(
+                "entry.type must be thinking_level_change, label, custom, custom_message or session_info (got {other:?})"
+            )))
+        }
+    };
+    Ok(appended(&state, idx))
+}
+
+pub fn get_branch(ctx: &Ctx, p: SessionParams) -> Result<Branch, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    let state = session.state.lock();
+    // Every entry is parsed from its bytes: off the async workers.
+    Ok(crate::cpu::blocking(|| {
+        state
+            .branch
+            .iter()
+            .map(|&i| SessionEntry(state.tree.entry(i).value()))
+            .collect()
+    }))
+}
+
+pub fn get_context(ctx: &Ctx, p: GetContextParams) -> Result<Context, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    let state = session.state.lock();
+    let messages = crate::cpu::blocking(|| match p.format.unwrap_or(ContextFormat::Agent) {
+        ContextFormat::Agent => state.agent_messages(),
+        ContextFormat::Llm => state.llm_messages(),
+    });
+    Ok(Context {
+        messages: messages.into_iter().map(AgentMessage).collect(),
+        leaf_id: state.tree.leaf_id().map(str::to_owned),
+    })
+}
+
+pub fn get_context_usage(ctx: &Ctx, p: SessionParams) -> Result<ContextUsage, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    let state = session.state.lock();
+    let Some(window) = state
+        .model
+        .as_ref()
+        .map(|m| m.context_window)
+        .filter(|w| *w > 0)
+    else {
+        return Ok(None);
+    };
+    // After a compaction, the size is unknown until a valid post-compaction usage exists.
+    if !state.index.usage_known() {
+        return Ok(Some(UsageFigures {
+            tokens: None,
+            context_window: window,
+            percent: None,
+        }));
+    }
+    let tokens = state.live.estimate().tokens;
+    Ok(Some(UsageFigures {
+        tokens: Some(tokens),
+        context_window: window,
+        percent: Some(tokens / window as f64 * 100.0),
+    }))
+}

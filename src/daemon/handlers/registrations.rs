@@ -1,0 +1,95 @@
+//! Handlers a connection uses to receive traffic it did not ask for: event subscriptions and
+//! hook registrations.
+
+use std::time::Duration;
+
+use super::super::connections::{HookRegistration, Subscription, OPTIONAL_HOOK_MEMBERS};
+use super::Ctx;
+use crate::rpc::errors::RpcError;
+use crate::rpc::results::*;
+use crate::rpc::types::*;
+
+/// Event names a connection can subscribe to: exactly what `initialize` advertises
+/// (`subscription_dropped` is delivered whatever the filters say, but may be named too).
+pub const EVENTS: [&str; 9] = [
+    "compaction_start",
+    "compaction_suppressed",
+    "compaction_undone",
+    "summary_edited",
+    "compaction_end",
+    "summarization_retry_scheduled",
+    "summarization_retry_attempt_start",
+    "summarization_retry_finished",
+    "subscription_dropped",
+];
+
+/// Checks names against a known list and an optional session id against the registry (shared
+/// by `subscribe` and `registerHooks`).
+fn check_registration<'a>(
+    ctx: &Ctx,
+    what: &str,
+    names: impl IntoIterator<Item = &'a String>,
+    known: &[&str],
+    session_id: Option<&String>,
+) -> Result<(), RpcError> {
+    if let Some(bad) = names.into_iter().find(|n| !known.contains(&n.as_str())) {
+        return Err(RpcError::invalid_params(format!(
+            "unknown {what} {bad:?} (known: {})",
+            known.join(", ")
+        )));
+    }
+    if let Some(id) = session_id {
+        ctx.daemon.session(id)?;
+    }
+    Ok(())
+}
+
+pub fn subscribe(ctx: &Ctx, p: SubscribeParams) -> Result<SubscribeResult, RpcError> {
+    check_registration(
+        ctx,
+        "event",
+        p.events.iter().flatten(),
+        &EVENTS,
+        p.session_id.as_ref(),
+    )?;
+    ctx.conn.subscriptions.lock().push(Subscription {
+        session_id: p.session_id,
+        events: p.events,
+    });
+    Ok(SubscribeResult { subscribed: true })
+}
+
+pub fn unsubscribe(ctx: &Ctx, _: NoParams) -> Result<UnsubscribeResult, RpcError> {
+    ctx.conn.subscriptions.lock().clear();
+    Ok(UnsubscribeResult { unsubscribed: true })
+}
+
+pub const HOOKS: [&str; 4] = [
+    "session_before_compact",
+    "session_compact",
+    "session_compact_failed",
+    "session_before_tree",
+];
+
+pub fn register_hooks(ctx: &Ctx, p: RegisterHooksParams) -> Result<RegisterHooksResult, RpcError> {
+    check_registration(ctx, "hook", p.hooks.iter(), &HOOKS, p.session_id.as_ref())?;
+    if let Some(bad) = p
+        .include
+        .iter()
+        .flatten()
+        .find(|m| !OPTIONAL_HOOK_MEMBERS.contains(&m.as_str()))
+    {
+        return Err(RpcError::invalid_params(format!(
+            "unknown include member {bad:?} (known: {})",
+            OPTIONAL_HOOK_MEMBERS.join(", ")
+        )));
+    }
+    ctx.conn.hooks.lock().push(HookRegistration {
+        include: p.include,
+        session_id: p.session_id,
+        hooks: p.hooks,
+        timeout: Duration::from_millis(p.timeout_ms.unwrap_or(60_000)),
+        seq: ctx.daemon.next_hook_seq(),
+    });
+    Ok(RegisterHooksResult { registered: true })
+}

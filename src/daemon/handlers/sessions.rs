@@ -1,0 +1,289 @@
+//! Handlers for the session lifecycle: the handshake, opening, creating, listing and closing
+//! sessions, and the model a session uses.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::super::session::{simple_entry, store_error, SessionState};
+use super::super::settings::{agent_dir, effective};
+use super::super::{canonical_path, Session};
+use super::registrations::{EVENTS, HOOKS};
+use super::Ctx;
+use crate::compaction::tokens;
+use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::results::*;
+use crate::rpc::types::*;
+use crate::rpc::PROTOCOL_VERSION;
+use crate::store::{self, StoreError};
+
+fn absolute(p: &str, what: &str) -> Result<PathBuf, RpcError> {
+    let path = PathBuf::from(p);
+    if !path.is_absolute() {
+        return Err(RpcError::invalid_params(format!(
+            "{what} must be an absolute path: {p}"
+        )));
+    }
+    Ok(path)
+}
+
+/// `SessionInfo` of an open session.
+pub fn info(session: &Session) -> SessionInfo {
+    let state = session.state.lock();
+    SessionInfo {
+        session_id: session.id.clone(),
+        path: session.path.to_string_lossy().into_owned(),
+        header_id: state
+            .tree
+            .header
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        cwd: state.cwd().map(str::to_owned),
+        leaf_id: state.tree.leaf_id().map(str::to_owned),
+        entry_count: state.tree.len(),
+        persisted: state.persisted,
+        model: state.model.clone(),
+        thinking_level: state.thinking_level.clone(),
+        is_compacting: session.is_compacting(),
+    }
+}
+
+pub fn initialize(ctx: &Ctx, p: InitializeParams) -> Result<InitializeResult, RpcError> {
+    if let Some(name) = &p.client_name {
+        tracing::info!(client = %name, "client initialized");
+    }
+    Ok(InitializeResult {
+        server_name: "compactd",
+        version: env!("CARGO_PKG_VERSION"),
+        protocol_version: PROTOCOL_VERSION,
+        capabilities: Capabilities {
+            framings: vec!["ndjson", "lsp"],
+            hooks: HOOKS.to_vec(),
+            events: EVENTS.to_vec(),
+            summarizer: ctx.daemon.config.summarizer.provider.clone(),
+        },
+    })
+}
+
+fn default_thinking(cwd: Option<&str>) -> String {
+    effective(cwd.map(Path::new), None, None).default_thinking_level
+}
+
+/// Refuses a session path outside the configured roots (`[storage] allowed_roots`), before
+/// anything is read or created.
+fn check_allowed(ctx: &Ctx, path: &Path) -> Result<(), RpcError> {
+    let roots = ctx.daemon.config.storage.roots();
+    // Resolve the nearest existing ancestor, so links cannot lead outside the roots.
+    let mut existing = path;
+    let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
+    while !existing.exists() {
+        let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
+            break;
+        };
+        rest.push(name);
+        existing = parent;
+    }
+    let mut resolved = std::fs::canonicalize(existing).unwrap_or_else(|_| existing.to_owned());
+    for name in rest.iter().rev() {
+        resolved.push(name);
+    }
+    let path = resolved.as_path();
+    if roots.iter().any(|r| path.starts_with(r)) {
+        return Ok(());
+    }
+    let list: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+    Err(RpcError::new(
+        ErrorKind::PathNotAllowed,
+        format!(
+            "Session path is outside the allowed roots ({}): {}",
+            list.join(", "),
+            path.display()
+        ),
+    ))
+}
+
+pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcError> {
+    let path = canonical_path(&absolute(&p.path, "path")?);
+    if let Some(cwd) = &p.cwd {
+        absolute(cwd, "cwd")?;
+    }
+    check_allowed(ctx, &path)?;
+    let limits = ctx.daemon.config.storage.limits();
+    let (session, created) = ctx.daemon.open_or_insert(&path, &ctx.conn, || {
+        match store::load_with(&path, true, &limits) {
+            Ok((tree, report, stamp)) => {
+                if report.skipped_lines > 0 {
+                    tracing::warn!(path = %path.display(), skipped = report.skipped_lines, "malformed lines skipped");
+                }
+                if let Some(b) = &report.backup {
+                    tracing::info!(path = %path.display(), backup = %b.display(), "migrated to v3; original kept");
+                }
+                let dt = default_thinking(tree.header.get("cwd").and_then(Value::as_str));
+                let mut state = SessionState::loaded(path.clone(), tree, p.model.clone(), &dt, p.thinking_level.clone());
+                state.stamp = Some(stamp);
+                state.limits = limits;
+                if report.migrated {
+                    // The rewrite made a new inode: the lock must be on it.
+                    state.lock = store::try_lock(&path).map_err(store_error)?;
+                }
+                Ok(state)
+            }
+            Err(StoreError::NotFound(_)) if p.create => {
+                let cwd = p.cwd.clone().ok_or_else(|| RpcError::invalid_params("create needs cwd"))?;
+                let thinking = p.thinking_level.clone().unwrap_or_else(|| default_thinking(Some(&cwd)));
+                let mut state = SessionState::deferred(path.clone(), &cwd, p.model.clone(), thinking.clone());
+                state.limits = limits;
+                seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
+                Ok(state)
+            }
+            Err(StoreError::Empty(_)) => {
+                // Pi initialises an existing 0-byte file with a fresh header.
+                let cwd = p.cwd.clone().unwrap_or_else(|| path.parent().map_or("/".into(), |d| d.to_string_lossy().into_owned()));
+                let thinking = p.thinking_level.clone().unwrap_or_else(|| default_thinking(Some(&cwd)));
+                let mut state = SessionState::deferred(path.clone(), &cwd, p.model.clone(), thinking);
+                state.limits = limits;
+                // Appended, not renamed over, so the file (and its lock) stays the same inode.
+                let header = crate::json::stringify(&state.tree.header);
+                let stamp = store::append_raw(&path, header.as_bytes(), limits.durability.syncs_new_file())
+                    .map_err(store_error)?;
+                state.stamp = Some(stamp);
+                state.persisted = true;
+                Ok(state)
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    })?;
+    if !created {
+        let mut state = session.state.lock();
+        // Reopening an open session: take in what other writers did to the file meanwhile.
+        match state.sync_with_file() {
+            Err(e) if e.kind == ErrorKind::FileChanged.as_str() && !session.is_compacting() => {
+                state.reload().map_err(store_error)?;
+            }
+            Err(e) => return Err(e),
+            Ok(()) => {}
+        }
+        if let Some(m) = p.model {
+            state.model = Some(m);
+        }
+        if let Some(t) = p.thinking_level {
+            state.thinking_level = t;
+        }
+    }
+    Ok(info(&session))
+}
+
+/// Pi's new-session entries: a `model_change` (if a model is known) and a `thinking_level_change`.
+fn seed_new_session(
+    state: &mut SessionState,
+    model: Option<&Model>,
+    thinking: &str,
+) -> Result<(), RpcError> {
+    if let Some(m) = model {
+        state.append_with(|id, parent, ts| {
+            simple_entry(
+                "model_change",
+                id,
+                parent,
+                ts,
+                vec![("provider", json!(m.provider)), ("modelId", json!(m.id))],
+            )
+        })?;
+    }
+    state.append_with(|id, parent, ts| {
+        simple_entry(
+            "thinking_level_change",
+            id,
+            parent,
+            ts,
+            vec![("thinkingLevel", json!(thinking))],
+        )
+    })?;
+    Ok(())
+}
+
+/// `--<cwd>--` directory name of Pi's default session dir.
+pub fn encoded_cwd(cwd: &str) -> String {
+    let trimmed = cwd.strip_prefix(['/', '\\']).unwrap_or(cwd);
+    format!("--{}--", trimmed.replace(['/', '\\', ':'], "-"))
+}
+
+pub fn create_session(ctx: &Ctx, p: CreateSessionParams) -> Result<SessionInfo, RpcError> {
+    absolute(&p.cwd, "cwd")?;
+    let dir = match &p.session_dir {
+        Some(d) => absolute(d, "sessionDir")?,
+        None => agent_dir().join("sessions").join(encoded_cwd(&p.cwd)),
+    };
+    let thinking = p
+        .thinking_level
+        .clone()
+        .unwrap_or_else(|| default_thinking(Some(&p.cwd)));
+    let mut state =
+        SessionState::deferred(PathBuf::new(), &p.cwd, p.model.clone(), thinking.clone());
+    let header_id = state
+        .tree
+        .header
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let ts = state
+        .tree
+        .header
+        .get("timestamp")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .replace([':', '.'], "-");
+    let path = canonical_path(&dir.join(format!("{ts}_{header_id}.jsonl")));
+    check_allowed(ctx, &path)?;
+    state.limits = ctx.daemon.config.storage.limits();
+    state.path = path.clone();
+    seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
+    let (session, _) = ctx.daemon.open_or_insert(&path, &ctx.conn, || Ok(state))?;
+    Ok(info(&session))
+}
+
+pub fn close_session(ctx: &Ctx, p: SessionParams) -> Result<CloseSessionResult, RpcError> {
+    ctx.daemon.session(&p.session_id)?;
+    ctx.conn.holds.lock().remove(&p.session_id);
+    let closed = ctx.daemon.release(&p.session_id, ctx.conn.id);
+    Ok(CloseSessionResult { closed })
+}
+
+pub fn list_sessions(ctx: &Ctx, _: NoParams) -> Result<SessionInfoList, RpcError> {
+    Ok(ctx.daemon.sessions().iter().map(|s| info(s)).collect())
+}
+
+pub fn set_model(ctx: &Ctx, p: SetModelParams) -> Result<SetModelResult, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    let settings = ctx.daemon.session_settings(&session).compaction;
+    let mut state = session.state.lock();
+    session.writable()?;
+    let m = p.model;
+    let idx = state.append_with(|id, parent, ts| {
+        simple_entry(
+            "model_change",
+            id,
+            parent,
+            ts,
+            vec![("provider", json!(m.provider)), ("modelId", json!(m.id))],
+        )
+    })?;
+    let window = m.context_window;
+    state.model = Some(m);
+    // Beyond Pi: a switch to a model the context already overflows is reported now, and the
+    // next `checkCompaction` compacts (Pi would send the request and recover from the error).
+    let tokens = state.live.estimate().tokens;
+    let should = window > 0 && tokens::should_compact(tokens, window, &settings);
+    state.model_switch_pending = should;
+    let id = state.tree.entry(idx).id.clone().unwrap_or_default();
+    Ok(SetModelResult {
+        entry_id: id.clone(),
+        leaf_id: id,
+        should_compact: should,
+        tokens,
+        threshold: window as f64 - settings.reserve_tokens as f64,
+    })
+}

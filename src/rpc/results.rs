@@ -1,0 +1,542 @@
+//! The result type of every method (protocol.md §3). Handlers return these, the dispatch table
+//! serializes them, and `proto-docs/openrpc.json` describes them from the same derives, so what
+//! the document says is what the daemon sends. Field order is wire order.
+//!
+//! Entries and messages stay Pi's own JSON ([`SessionEntry`], [`AgentMessage`]): compactd
+//! passes them through as stored, and their schemas name the members every entry has.
+
+use std::borrow::Cow;
+
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use super::types::Model;
+use crate::compaction::reply::Usage;
+
+pub use crate::compaction::summary::{js_number, CompactionResult};
+
+fn js_number_opt<S: Serializer>(f: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    f.map(crate::compaction::summary::number).serialize(s)
+}
+
+/// A raw Pi session entry (sessions.md), exactly as stored in the file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct SessionEntry(pub Value);
+
+impl JsonSchema for SessionEntry {
+    fn schema_name() -> Cow<'static, str> {
+        "SessionEntry".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A raw Pi session entry (sessions.md), exactly as stored in the file.",
+            "type": "object",
+            "properties": {
+                "type": {"type": "string", "enum": ["message", "thinking_level_change", "model_change", "compaction", "branch_summary", "custom", "custom_message", "label", "session_info"]},
+                "id": {"type": "string"},
+                "parentId": {"type": ["string", "null"]},
+                "timestamp": {"type": "string", "description": "ISO 8601."}
+            },
+            "required": ["type", "id", "parentId", "timestamp"],
+            "additionalProperties": true
+        })
+    }
+}
+
+/// An AgentMessage in Pi's field shapes, as the session's context holds it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct AgentMessage(pub Value);
+
+impl JsonSchema for AgentMessage {
+    fn schema_name() -> Cow<'static, str> {
+        "AgentMessage".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "An AgentMessage (Pi field shapes). `getContext {format: \"llm\"}` returns the `convertToLlm` projection instead (roles user/assistant/toolResult only).",
+            "type": "object",
+            "properties": {
+                "role": {"type": "string", "enum": ["user", "assistant", "toolResult", "bashExecution", "custom", "branchSummary", "compactionSummary"]},
+                "timestamp": {"type": "number", "description": "Epoch milliseconds."}
+            },
+            "required": ["role"],
+            "additionalProperties": true
+        })
+    }
+}
+
+/// The `branch_summary` entry `navigateTree` appended, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct BranchSummaryEntry(pub Value);
+
+impl JsonSchema for BranchSummaryEntry {
+    fn schema_name() -> Cow<'static, str> {
+        "BranchSummaryEntry".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let usage = generator.subschema_for::<Usage>();
+        json_schema!({
+            "type": "object",
+            "properties": {
+                "type": {"const": "branch_summary"},
+                "id": {"type": "string"},
+                "parentId": {"type": ["string", "null"]},
+                "timestamp": {"type": "string"},
+                "fromId": {"type": "string", "description": "The old leaf, or \"root\"."},
+                "summary": {"type": "string"},
+                "details": {"type": "object"},
+                "usage": usage,
+                "fromHook": {"type": "boolean"}
+            },
+            "required": ["type", "id", "parentId", "timestamp", "fromId", "summary", "fromHook"]
+        })
+    }
+}
+
+/// What `initialize` tells a client about this server.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    /// Always `compactd`.
+    pub server_name: &'static str,
+    pub version: &'static str,
+    pub protocol_version: &'static str,
+    pub capabilities: Capabilities,
+}
+
+/// What this server can do, as `initialize` reports it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    /// `ndjson` and `lsp` (`Content-Length` headers), detected per connection.
+    pub framings: Vec<&'static str>,
+    /// The hook names `registerHooks` accepts.
+    pub hooks: Vec<&'static str>,
+    /// The event names `subscribe` accepts.
+    pub events: Vec<&'static str>,
+    /// The configured summarizer provider (`extractive` when none).
+    pub summarizer: String,
+}
+
+/// `closeSession`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CloseSessionResult {
+    /// Whether this connection held the session.
+    pub closed: bool,
+}
+
+/// `listSessions`: the open sessions, sorted by id.
+pub type SessionInfoList = Vec<SessionInfo>;
+
+/// `getBranch`: the raw entries from the root to the current leaf (no header).
+pub type Branch = Vec<SessionEntry>;
+
+/// `getContext`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Context {
+    pub messages: Vec<AgentMessage>,
+    pub leaf_id: Option<String>,
+}
+
+/// `getContextUsage`: null without a model (or a window <= 0).
+pub type ContextUsage = Option<UsageFigures>;
+
+/// The estimated context size against the model's window.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageFigures {
+    /// null after a compaction until an assistant message with usage follows it.
+    #[serde(serialize_with = "js_number_opt")]
+    pub tokens: Option<f64>,
+    pub context_window: i64,
+    pub percent: Option<f64>,
+}
+
+/// `searchHistory`: hits, most recent first.
+pub type HistoryHits = Vec<HistoryHit>;
+
+/// One `searchHistory` hit.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryHit {
+    pub entry_id: Option<String>,
+    /// The message's role, else the entry's type (compaction, branch_summary, custom, …).
+    pub role: String,
+    /// The entry's timestamp as stored.
+    pub timestamp: Value,
+    /// The match with up to 80 characters each side, whitespace folded, … at a cut.
+    pub snippet: String,
+    /// On the current branch but no longer verbatim in the context (summarized by a compaction).
+    pub compacted: bool,
+    /// On the current branch (else on an abandoned one).
+    pub on_branch: bool,
+}
+
+/// `pin`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PinResult {
+    /// The pin entry's id.
+    pub pin_id: String,
+    pub entry_id: String,
+    pub leaf_id: String,
+}
+
+/// `listPins`: the live pins of the current branch, oldest first.
+pub type Pins = Vec<PinInfo>;
+
+/// One live pin.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PinInfo {
+    pub pin_id: String,
+    pub text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub label: Option<String>,
+    /// The pin entry's timestamp as stored.
+    pub timestamp: Value,
+}
+
+/// `unpin`'s answer: the appended unpin entry.
+pub type UnpinResult = AppendResult;
+
+/// `undoCompaction`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UndoCompactionResult {
+    pub undone_compaction_id: String,
+    pub entry_id: String,
+    pub leaf_id: String,
+}
+
+/// `editSummary`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EditSummaryResult {
+    /// The corrected compaction entry, as stored.
+    pub entry: SessionEntry,
+    pub edited_from: String,
+    pub entry_id: String,
+    pub leaf_id: String,
+}
+
+/// An effective `compaction` settings block.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "CompactionSettings")]
+pub struct CompactionSettingsView {
+    pub enabled: bool,
+    pub reserve_tokens: i64,
+    pub keep_recent_tokens: i64,
+    /// Beyond Pi: the most paths each summary file block lists (absent: unlimited, Pi's
+    /// behaviour). Only in getSettings' answer, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "usize")]
+    pub file_list_limit: Option<usize>,
+    /// Beyond Pi: ineffective automatic compactions in a row before automatic compaction
+    /// pauses (default 2; 0: no thrash breaker). Only in getSettings' answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32")]
+    pub max_ineffective_compactions: Option<u32>,
+}
+
+impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettingsView {
+    fn from(s: &crate::compaction::tokens::CompactionSettings) -> CompactionSettingsView {
+        CompactionSettingsView {
+            enabled: s.enabled,
+            reserve_tokens: s.reserve_tokens,
+            keep_recent_tokens: s.keep_recent_tokens,
+            file_list_limit: None,
+            max_ineffective_compactions: None,
+        }
+    }
+}
+
+/// `shouldCompact`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShouldCompactResult {
+    pub should_compact: bool,
+    #[serde(serialize_with = "js_number")]
+    pub context_tokens: f64,
+    pub context_window: i64,
+    /// contextWindow − reserveTokens.
+    #[serde(serialize_with = "js_number")]
+    pub threshold: f64,
+    pub settings: CompactionSettingsView,
+}
+
+/// `previewCompaction`: the preparation, or why there is nothing to compact.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum PreviewCompactionResult {
+    Preview(Box<CompactionPreview>),
+    Nothing(NothingToCompact),
+}
+
+/// `previewCompaction`'s answer when there is nothing to compact.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NothingToCompact {
+    /// `Already compacted` or `Nothing to compact (session too small)`.
+    pub nothing_to_compact: &'static str,
+}
+
+/// A message count with its estimated tokens.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageStats {
+    pub count: usize,
+    pub estimated_tokens: u64,
+}
+
+/// The file lists a summary would carry.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileLists {
+    pub read_files: Vec<String>,
+    pub modified_files: Vec<String>,
+}
+
+/// `previewCompaction`'s answer when there is something to compact.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionPreview {
+    pub first_kept_entry_id: String,
+    pub is_split_turn: bool,
+    #[serde(serialize_with = "js_number")]
+    pub tokens_before: f64,
+    pub has_previous_summary: bool,
+    pub summarize: MessageStats,
+    pub turn_prefix: MessageStats,
+    pub kept: MessageStats,
+    pub file_lists: FileLists,
+    pub settings: CompactionSettingsView,
+    /// With `detail: "full"` only.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub full: Option<PreviewDetails>,
+}
+
+/// The members `previewCompaction {detail: "full"}` adds.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewDetails {
+    pub previous_summary: Option<String>,
+    pub messages_to_summarize: Vec<MessageRef>,
+    pub turn_prefix_messages: Vec<MessageRef>,
+    /// The serialized summarizer input (`<conversation>` text) of each part.
+    pub serialized: SerializedInputs,
+}
+
+/// A message a compaction would summarize.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageRef {
+    pub entry_id: Option<String>,
+    pub role: Value,
+}
+
+/// The summarizer's input texts (`<conversation>` text) of each part.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SerializedInputs {
+    pub messages_to_summarize: String,
+    /// null without a split turn.
+    pub turn_prefix_messages: Option<String>,
+}
+
+/// What an automatic check did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum CheckAction {
+    #[default]
+    None,
+    Compacted,
+    Failed,
+    Aborted,
+}
+
+/// Why an automatic compaction ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AutoReason {
+    Threshold,
+    Overflow,
+}
+
+impl AutoReason {
+    /// The reason as events and logs name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AutoReason::Threshold => "threshold",
+            AutoReason::Overflow => "overflow",
+        }
+    }
+}
+
+/// The outcome of an automatic check. Compaction outcomes are never JSON-RPC errors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckCompactionResult {
+    pub action: CheckAction,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "AutoReason")]
+    pub reason: Option<AutoReason>,
+    pub will_retry: bool,
+    pub context_changed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "CompactionResult")]
+    pub result: Option<CompactionResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub error_message: Option<String>,
+}
+
+/// `navigateTree`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NavigateTreeResult {
+    /// The appended branch summary, when one was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "BranchSummaryEntry")]
+    pub summary_entry: Option<BranchSummaryEntry>,
+    pub new_leaf_id: Option<String>,
+    pub old_leaf_id: Option<String>,
+    pub cancelled: bool,
+    /// Present (true) when the branch summary was aborted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "bool")]
+    pub aborted: Option<bool>,
+    /// When the target is a user message or custom_message: its text; the leaf moves to its
+    /// parent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub editor_text: Option<String>,
+}
+
+impl NavigateTreeResult {
+    /// The leaf did not move (the target is the leaf, or a hook or an abort cancelled).
+    pub fn stayed(leaf: Option<String>, cancelled: bool) -> NavigateTreeResult {
+        NavigateTreeResult {
+            summary_entry: None,
+            new_leaf_id: leaf.clone(),
+            old_leaf_id: leaf,
+            cancelled,
+            aborted: None,
+            editor_text: None,
+        }
+    }
+}
+
+/// `abortCompaction`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct AbortCompactionResult {
+    /// Whether a compaction or branch summary was running.
+    pub aborted: bool,
+}
+
+/// The session's effective settings: defaults ← global settings.json ← trusted project
+/// settings ← overrides.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveSettings {
+    pub compaction: CompactionSettingsView,
+    pub branch_summary: BranchSummarySettings,
+    /// Pi's `settings.retry`: how the session's summarization calls retry transient errors.
+    pub retry: RetryView,
+    pub default_thinking_level: String,
+}
+
+/// An effective `retry` settings block.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryView {
+    pub enabled: bool,
+    pub max_retries: u32,
+    pub base_delay_ms: u64,
+}
+
+/// An effective `branchSummary` settings block.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BranchSummarySettings {
+    pub reserve_tokens: i64,
+}
+
+/// `setSettingsOverrides`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SetSettingsOverridesResult {
+    /// Always true.
+    pub ok: bool,
+}
+
+/// `subscribe`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SubscribeResult {
+    /// Always true.
+    pub subscribed: bool,
+}
+
+/// `unsubscribe`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct UnsubscribeResult {
+    /// Always true.
+    pub unsubscribed: bool,
+}
+
+/// `registerHooks`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct RegisterHooksResult {
+    /// Always true.
+    pub registered: bool,
+}
+
+/// The daemon's view of an open session.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub path: String,
+    pub header_id: String,
+    pub cwd: Option<String>,
+    pub leaf_id: Option<String>,
+    pub entry_count: usize,
+    pub persisted: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Model")]
+    pub model: Option<Model>,
+    pub thinking_level: String,
+    pub is_compacting: bool,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendResult {
+    pub entry_id: String,
+    pub leaf_id: String,
+}
+
+/// `setModel`'s answer: the append, and (beyond Pi) whether the current context already needs a
+/// compaction under the new model, so the agent never sends a request known to overflow.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetModelResult {
+    pub entry_id: String,
+    pub leaf_id: String,
+    /// The context's estimate exceeds the new model's threshold (`contextWindow - reserveTokens`):
+    /// the next `checkCompaction` compacts, whatever its phase.
+    pub should_compact: bool,
+    /// The context's estimated tokens.
+    pub tokens: f64,
+    /// `contextWindow - reserveTokens` of the new model.
+    pub threshold: f64,
+}
