@@ -8,7 +8,6 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 use crate::compaction::prepare::{indexed_boundaries, plan_compaction, Plan, Preparation};
-use crate::compaction::serialize::serialize_agent_messages;
 use crate::compaction::summary::number;
 use crate::compaction::tokens::{
     estimate_context_tokens, should_compact, CompactionSettings, ContextEstimate, MessageFacts,
@@ -63,15 +62,6 @@ pub fn preparation_json(prep: &Preparation) -> Value {
         "formattedFileOperations": format_file_operations(&read_files, &modified_files),
         "settings": prep.settings.to_json(),
     })
-}
-
-/// Serialized summarizer inputs of a preparation: (history, turn prefix if split).
-pub fn serialized_inputs(prep: &Preparation) -> (String, Option<String>) {
-    let history = serialize_agent_messages(prep.history_messages());
-    let prefix = prep
-        .is_split_turn
-        .then(|| serialize_agent_messages(prep.prefix_messages()));
-    (history, prefix)
 }
 
 /// The lean analysis the human `inspect` prints: facts and the plan only, no message is parsed
@@ -235,7 +225,7 @@ pub fn inspect(tree: &SessionTree, context_window: i64, settings: &CompactionSet
         Ok(prep) => {
             out.insert("preparation".into(), preparation_json(&prep));
             out.insert("preparationNullReason".into(), Value::Null);
-            let (history, prefix) = serialized_inputs(&prep);
+            let (history, prefix) = prep.serialized_inputs();
             out.insert(
                 "serialized".into(),
                 json!({"messagesToSummarize": history, "turnPrefixMessages": prefix}),

@@ -216,7 +216,15 @@ fn appends_wait_only_for_a_branch_summary() {
         "navigateTree",
         json!({"sessionId": sid, "targetId": target, "summarize": true}),
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // The branch summary is running once the summarizer has its request.
+    let deadline = Instant::now() + LONG;
+    while fake.state.lock().received.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the branch summary never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let e = c
         .request(
             "appendMessage",

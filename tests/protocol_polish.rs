@@ -7,82 +7,17 @@ mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::daemon_env::Env;
 use support::rpc_client::{Client, Framing};
 
 const LONG: Duration = Duration::from_secs(60);
-
-/// An isolated home: no user config, no Pi settings.
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let dir = tempfile::tempdir().expect("tempdir");
-        for d in ["config", "agent", "run"] {
-            std::fs::create_dir_all(dir.path().join(d)).unwrap();
-        }
-        Env { dir }
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-    fn command(&self, sub: &str) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
-        cmd.arg(sub)
-            .env("XDG_CONFIG_HOME", self.path("config"))
-            .env("PI_CODING_AGENT_DIR", self.path("agent"))
-            .env("XDG_RUNTIME_DIR", self.path("run"))
-            .env_remove("COMPACTD_LOG")
-            .env_remove("NO_COLOR");
-        cmd
-    }
-    fn session(&self, case: &str) -> PathBuf {
-        let p = self.path(&format!("{case}.jsonl"));
-        std::fs::copy(
-            support::conformance_dir().join(case).join("session.jsonl"),
-            &p,
-        )
-        .expect("copy fixture");
-        p
-    }
-    fn stdio(&self) -> Client {
-        let vars = [
-            ("XDG_CONFIG_HOME", self.path("config")),
-            ("PI_CODING_AGENT_DIR", self.path("agent")),
-            ("XDG_RUNTIME_DIR", self.path("run")),
-        ];
-        let env: Vec<(&str, &Path)> = vars.iter().map(|(k, v)| (*k, v.as_path())).collect();
-        Client::stdio(&[], &env, Framing::Ndjson)
-    }
-    fn serve(&self, socket: &Path) -> Child {
-        let child = self
-            .command("serve")
-            .arg("--socket")
-            .arg(socket)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn serve");
-        wait_for_socket(socket);
-        child
-    }
-}
-
-fn wait_for_socket(socket: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while UnixStream::connect(socket).is_err() {
-        assert!(Instant::now() < deadline, "daemon never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn request(id: u64, method: &str, params: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string() + "\n"
@@ -161,7 +96,7 @@ fn a_socket_half_close_still_gets_every_reply() {
     let env = Env::new();
     let file = env.session("009-bash-executions");
     let socket = env.path("run/d.sock");
-    let mut daemon = env.serve(&socket);
+    let mut daemon = env.serve_ready(&socket, &[], Stdio::piped());
     let mut s = UnixStream::connect(&socket).unwrap();
     s.write_all(pipeline(&file).as_bytes()).unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
@@ -178,7 +113,7 @@ fn a_socket_half_close_still_gets_every_reply() {
 #[test]
 fn empty_params_in_every_editor_spelling_and_field_path_errors() {
     let env = Env::new();
-    let mut c = env.stdio();
+    let mut c = env.stdio(&[], Framing::Ndjson);
     // Neovim sends `[]` for `{}`, Emacs sends `null`; both mean "no params".
     for params in [json!([]), Value::Null, json!({})] {
         assert_eq!(c.ok("initialize", params.clone())["serverName"], "compactd");
@@ -234,7 +169,7 @@ fn empty_params_in_every_editor_spelling_and_field_path_errors() {
 #[test]
 fn every_advertised_event_is_subscribable_and_unknown_ones_are_refused() {
     let env = Env::new();
-    let mut c = env.stdio();
+    let mut c = env.stdio(&[], Framing::Ndjson);
     let init = c.ok("initialize", json!({}));
     let events = init["capabilities"]["events"].as_array().unwrap().clone();
     assert!(events.contains(&json!("subscription_dropped")));
@@ -288,7 +223,7 @@ fn wait_until(flag: &AtomicBool) {
 fn a_clients_own_cancel_answers_request_cancelled_and_an_abort_answers_cancelled() {
     let env = Env::new();
     let file = env.session("009-bash-executions");
-    let mut c = env.stdio();
+    let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, asked) = stalled_compaction_setup(&mut c, &file);
     let before = std::fs::read(&file).unwrap();
     let id = c.send("compact", json!({"sessionId": sid}));
@@ -356,7 +291,7 @@ fn sigterm_aborts_running_compactions_answers_and_exits_cleanly() {
         let env = Env::new();
         let file = env.session("009-bash-executions");
         let socket = env.path("run/d.sock");
-        let mut daemon = env.serve(&socket);
+        let mut daemon = env.serve_ready(&socket, &[], Stdio::piped());
         let mut c = Client::socket(&socket, Framing::Ndjson);
         let (sid, asked) = stalled_compaction_setup(&mut c, &file);
         let before = std::fs::read(&file).unwrap();
@@ -433,8 +368,7 @@ fn stdio_handles_sigterm_like_serve() {
 fn an_idle_daemon_exits_promptly_on_sigterm() {
     let env = Env::new();
     let socket = env.path("run/d.sock");
-    let mut daemon = env.serve(&socket);
-    std::thread::sleep(Duration::from_millis(100));
+    let mut daemon = env.serve_ready(&socket, &[], Stdio::piped());
     signal(&daemon, "TERM");
     let (code, took) = exit_within(&mut daemon, Duration::from_secs(5));
     assert_eq!(code, Some(0));
@@ -445,11 +379,20 @@ fn an_idle_daemon_exits_promptly_on_sigterm() {
     let mut child = env
         .command("stdio")
         .stdin(Stdio::piped())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // Ready once it answers a request.
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(request(1, "initialize", json!({})).as_bytes())
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("\"serverName\""), "{line}");
     signal(&child, "TERM");
     let (code, took) = exit_within(&mut child, Duration::from_secs(5));
     eprintln!("idle stdio exited {took:?} after SIGTERM");
@@ -514,7 +457,7 @@ fn register_hooks_include_selects_what_the_hook_receives() {
     let env = Env::new();
     let file = env.session("037-large-200k");
     let socket = env.path("run/d.sock");
-    let mut daemon = env.serve(&socket);
+    let mut daemon = env.serve_ready(&socket, &[], Stdio::piped());
     let mut lean = Client::socket(&socket, Framing::Ndjson);
     let mut full = Client::socket(&socket, Framing::Ndjson);
     let seen_lean: Arc<std::sync::Mutex<Option<String>>> = Arc::default();

@@ -9,71 +9,22 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::daemon_env::{wait_for_socket, Env};
 use support::rpc_client::{Client, Framing};
 
 const LONG: Duration = Duration::from_secs(60);
 
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let dir = tempfile::tempdir().expect("tempdir");
-        for d in ["config", "agent", "run"] {
-            std::fs::create_dir_all(dir.path().join(d)).unwrap();
-        }
-        Env { dir }
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-    fn command(&self, sub: &str) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
-        cmd.arg(sub)
-            .env("XDG_CONFIG_HOME", self.path("config"))
-            .env("PI_CODING_AGENT_DIR", self.path("agent"))
-            .env("XDG_RUNTIME_DIR", self.path("run"));
-        cmd
-    }
-    fn session(&self, case: &str) -> PathBuf {
-        let p = self.path(&format!("{case}.jsonl"));
-        std::fs::copy(
-            support::conformance_dir().join(case).join("session.jsonl"),
-            &p,
-        )
-        .expect("copy fixture");
-        p
-    }
-    /// `compactd serve` on `socket` with `extra` flags; stderr goes to `log`.
-    fn serve(&self, socket: &Path, extra: &[&str], log: &Path) -> Child {
-        let child = self
-            .command("serve")
-            .arg("--socket")
-            .arg(socket)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(File::create(log).unwrap())
-            .spawn()
-            .expect("spawn serve");
-        wait_for_socket(socket);
-        child
-    }
-}
-
-fn wait_for_socket(socket: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while UnixStream::connect(socket).is_err() {
-        assert!(Instant::now() < deadline, "daemon never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// `compactd serve` on `socket` with `extra` flags, its stderr in `log`, once it listens.
+fn serve(env: &Env, socket: &Path, extra: &[&str], log: &Path) -> Child {
+    let log = File::create(log).expect("log file");
+    env.serve_ready(socket, extra, Stdio::from(log))
 }
 
 fn stop(mut child: Child) {
@@ -201,7 +152,8 @@ fn a_client_that_never_reads_cannot_grow_the_daemons_memory() {
     let env = Env::new();
     let file = env.session("037-large-200k");
     let socket = env.path("run/d.sock");
-    let daemon = env.serve(
+    let daemon = serve(
+        &env,
         &socket,
         &["--max-queued-bytes", "2000000"],
         &env.path("log"),
@@ -269,7 +221,7 @@ fn slow_requests_past_the_in_flight_limit_are_refused_clearly() {
     let env = Env::new();
     let file = env.session("009-bash-executions");
     let socket = env.path("run/d.sock");
-    let daemon = env.serve(&socket, &["--max-in-flight", "1"], &env.path("log"));
+    let daemon = serve(&env, &socket, &["--max-in-flight", "1"], &env.path("log"));
     let mut c = Client::socket(&socket, Framing::Ndjson);
     let asked = Arc::new(AtomicBool::new(false));
     let a = asked.clone();
@@ -315,7 +267,8 @@ fn slow_requests_past_the_in_flight_limit_are_refused_clearly() {
 fn many_clients_sending_huge_frames_share_one_buffer_budget() {
     let env = Env::new();
     let socket = env.path("run/d.sock");
-    let daemon = env.serve(
+    let daemon = serve(
+        &env,
         &socket,
         &["--max-buffered-bytes", "1000000"],
         &env.path("log"),
@@ -367,7 +320,7 @@ fn many_clients_sending_huge_frames_share_one_buffer_budget() {
 fn connections_past_the_limit_are_refused_with_a_reason() {
     let env = Env::new();
     let socket = env.path("run/d.sock");
-    let daemon = env.serve(&socket, &["--max-connections", "2"], &env.path("log"));
+    let daemon = serve(&env, &socket, &["--max-connections", "2"], &env.path("log"));
     let hold = || {
         let mut s = UnixStream::connect(&socket).unwrap();
         s.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}\n")
@@ -475,7 +428,7 @@ fn the_socket_directory_is_never_chmodded_and_only_stale_sockets_are_removed() {
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let socket = dir.join("d.sock");
-    let daemon = env.serve(&socket, &[], &env.path("log"));
+    let daemon = serve(&env, &socket, &[], &env.path("log"));
     assert_eq!(
         mode(&dir),
         0o755,
@@ -485,7 +438,7 @@ fn the_socket_directory_is_never_chmodded_and_only_stale_sockets_are_removed() {
     stop(daemon);
     // The killed daemon left a stale socket: it is replaced.
     assert!(socket.exists());
-    let daemon = env.serve(&socket, &[], &env.path("log2"));
+    let daemon = serve(&env, &socket, &[], &env.path("log2"));
     stop(daemon);
     // A regular file where the socket should be is refused and left alone.
     let file = dir.join("notes.txt");

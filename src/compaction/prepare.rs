@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::branch_index::BranchIndex;
 use super::cut_point::{find_cut_point, CutPoint};
 use super::file_ops::FileOps;
+use super::serialize::serialize_agent_messages;
 use super::tokens::CompactionSettings;
 use crate::context::project_entry;
 use crate::json::truthy;
@@ -244,6 +245,16 @@ impl std::ops::Deref for Preparation {
 }
 
 impl Preparation {
+    /// The summarizer's inputs as Pi serializes them: (history, the turn prefix if split).
+    /// `previewCompaction` and `inspect` show them.
+    pub fn serialized_inputs(&self) -> (String, Option<String>) {
+        let history = serialize_agent_messages(self.history_messages());
+        let prefix = self
+            .is_split_turn
+            .then(|| serialize_agent_messages(self.prefix_messages()));
+        (history, prefix)
+    }
+
     /// Takes handles on the plan's messages; `shared(i)` gives the entry at path position `i`.
     pub fn from_plan<P: PathEntries + ?Sized>(
         plan: Plan,

@@ -5,16 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// pi-ai's stop reasons.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum StopReason {
-    Stop,
-    Length,
-    ToolUse,
-    Error,
-    Aborted,
-}
+pub use crate::session::StopReason;
 
 /// Cost breakdown in Pi's key order.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

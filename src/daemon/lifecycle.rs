@@ -270,7 +270,7 @@ async fn run_started(
     // Another process may have written to the file while the summarizer ran: take its lines in
     // first, so a moved leaf is noticed rather than written under.
     if let Err(e) = state.sync_with_file() {
-        let kind = if e.kind == ErrorKind::FileBusy.as_str() {
+        let kind = if e.kind == ErrorKind::FileBusy {
             ErrorKind::FileBusy
         } else {
             ErrorKind::FileChanged
@@ -833,7 +833,7 @@ async fn check_message(
     }
     let usage = msg.get("usage");
     let facts = ReplyFacts {
-        stop_reason: parse_stop(stop),
+        stop_reason: StopReason::parse(stop).unwrap_or(StopReason::Stop),
         error_message: msg.get("errorMessage").and_then(Value::as_str),
         input: num(usage.and_then(|u| u.get("input"))) as u64,
         cache_read: num(usage.and_then(|u| u.get("cacheRead"))) as u64,
@@ -947,16 +947,6 @@ async fn check_model_switch(
 
 fn num(v: Option<&Value>) -> f64 {
     v.and_then(Value::as_f64).unwrap_or(0.0)
-}
-
-fn parse_stop(s: &str) -> StopReason {
-    match s {
-        "length" => StopReason::Length,
-        "toolUse" => StopReason::ToolUse,
-        "error" => StopReason::Error,
-        "aborted" => StopReason::Aborted,
-        _ => StopReason::Stop,
-    }
 }
 
 /// `checkCompaction {phase}`: waits for a running compaction first.

@@ -346,7 +346,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
     let summary = match outcome {
         Ok(Some(s)) => s,
         Ok(None) => return Ok(NavigateTreeResult::stayed(plan.old_leaf, true)),
-        Err(e) if e.kind == ErrorKind::Cancelled.as_str() => {
+        Err(e) if e.kind == ErrorKind::Cancelled => {
             return Ok(NavigateTreeResult {
                 aborted: Some(true),
                 ..NavigateTreeResult::stayed(plan.old_leaf, true)

@@ -215,7 +215,8 @@ impl SessionState {
         if !e.is_message(Role::Assistant) {
             return false;
         }
-        if only_error_or_length && !matches!(e.stop_reason, StopReason::Error | StopReason::Length)
+        if only_error_or_length
+            && !matches!(e.stop_reason, Some(StopReason::Error | StopReason::Length))
         {
             return false;
         }

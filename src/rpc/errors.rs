@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcError {
     pub code: i32,
-    pub kind: &'static str,
+    pub kind: ErrorKind,
     pub message: String,
 }
 
@@ -59,7 +59,7 @@ impl RpcError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> RpcError {
         RpcError {
             code: kind.code(),
-            kind: kind.as_str(),
+            kind,
             message: message.into(),
         }
     }
@@ -76,7 +76,7 @@ impl RpcError {
     }
 
     pub fn data(&self) -> Value {
-        json!({ "kind": self.kind })
+        json!({ "kind": self.kind.as_str() })
     }
 
     /// The JSON-RPC `error` member.

@@ -137,29 +137,28 @@ pub fn tool_call_ops(m: &Value) -> Vec<(FileOpKind, String)> {
     out
 }
 
-/// An assistant message's `stopReason`, as far as the algorithms care.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// pi-ai's stop reasons: how an assistant message ended, as sessions store it and as a
+/// summarizer's reply reports it (`crate::compaction::reply` uses this same type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum StopReason {
-    #[default]
-    None,
     Stop,
     Length,
     ToolUse,
     Error,
     Aborted,
-    Other,
 }
 
 impl StopReason {
-    pub fn from_str_opt(s: Option<&str>) -> StopReason {
+    /// The one mapping from pi-ai's names; `None` for any other string.
+    pub fn parse(s: &str) -> Option<StopReason> {
         match s {
-            None => StopReason::None,
-            Some("stop") => StopReason::Stop,
-            Some("length") => StopReason::Length,
-            Some("toolUse") => StopReason::ToolUse,
-            Some("error") => StopReason::Error,
-            Some("aborted") => StopReason::Aborted,
-            Some(_) => StopReason::Other,
+            "stop" => Some(StopReason::Stop),
+            "length" => Some(StopReason::Length),
+            "toolUse" => Some(StopReason::ToolUse),
+            "error" => Some(StopReason::Error),
+            "aborted" => Some(StopReason::Aborted),
+            _ => None,
         }
     }
 }
@@ -183,8 +182,8 @@ pub struct Entry {
     /// `calculateContextTokens(usage)` when this is an assistant message with valid usage
     /// (compaction.md §3.3), else `None`.
     pub usage_tokens: Option<f64>,
-    /// `stopReason` of a `message` entry's message.
-    pub stop_reason: StopReason,
+    /// `stopReason` of a `message` entry's message, when it is one of pi-ai's.
+    pub stop_reason: Option<StopReason>,
     /// `read`/`write`/`edit` tool calls of an assistant message, in block order.
     pub file_ops: Box<[(FileOpKind, Box<str>)]>,
 }
@@ -229,7 +228,10 @@ impl Entry {
         let (role, tokens, usage_tokens) = projection_of(kind, obj);
         let (stop_reason, file_ops) = match (kind, field("message")) {
             (EntryKind::Message, Some(m)) => {
-                let stop = StopReason::from_str_opt(m.get("stopReason").and_then(Value::as_str));
+                let stop = m
+                    .get("stopReason")
+                    .and_then(Value::as_str)
+                    .and_then(StopReason::parse);
                 let ops: Box<[(FileOpKind, Box<str>)]> = if role == Some(Role::Assistant) {
                     tool_call_ops(m)
                         .into_iter()
@@ -240,7 +242,7 @@ impl Entry {
                 };
                 (stop, ops)
             }
-            _ => (StopReason::None, Box::default()),
+            _ => (None, Box::default()),
         };
         Entry {
             raw,
@@ -288,7 +290,7 @@ impl Entry {
                 };
                 (Some(role), m.tokens(), m.usage_tokens(), m.stop(), ops)
             }
-            _ => (None, 0, None, StopReason::None, Box::default()),
+            _ => (None, 0, None, None, Box::default()),
         };
         Some(Ok(Entry {
             raw,

@@ -53,7 +53,7 @@ pub struct MessageFacts {
     pub summary_len: u64,
     /// `usage` when it is an object (anything else is never valid usage).
     pub usage: Option<UsageFacts>,
-    pub stop_reason: StopReason,
+    pub stop_reason: Option<StopReason>,
 }
 
 /// `usage` numbers as `Value::as_f64` reads them (`NaN` when missing or not a number).
@@ -121,14 +121,17 @@ impl MessageFacts {
         if self.role() != Role::Assistant {
             return None;
         }
-        if matches!(self.stop_reason, StopReason::Aborted | StopReason::Error) {
+        if matches!(
+            self.stop_reason,
+            Some(StopReason::Aborted | StopReason::Error)
+        ) {
             return None;
         }
         let tokens = self.usage?.context_tokens();
         (tokens > 0.0).then_some(tokens)
     }
 
-    pub fn stop(&self) -> StopReason {
+    pub fn stop(&self) -> Option<StopReason> {
         self.stop_reason
     }
 }
@@ -246,9 +249,9 @@ impl FromTag for Role {
     }
 }
 
-impl FromTag for StopReason {
+impl FromTag for Option<StopReason> {
     fn from_tag(s: &str) -> Self {
-        StopReason::from_str_opt(Some(s))
+        StopReason::parse(s)
     }
 }
 
@@ -534,7 +537,7 @@ impl<'de> Deserialize<'de> for OptMessage {
                         Key::Summary => m.summary_len = a.next_value::<StrLen>()?.0,
                         Key::Usage => m.usage = a.next_value::<OptUsage>()?.0,
                         Key::StopReason => {
-                            m.stop_reason = a.next_value::<Tag<StopReason>>()?.0.unwrap_or_default()
+                            m.stop_reason = a.next_value::<Tag<Option<StopReason>>>()?.0.flatten()
                         }
                         _ => {
                             a.next_value::<IgnoredAny>()?;

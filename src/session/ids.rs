@@ -74,16 +74,6 @@ pub fn timestamp_value_ms(v: Option<&serde_json::Value>) -> Option<i64> {
     }
 }
 
-/// Pi's session id rule for caller-supplied ids.
-pub fn is_valid_session_id(id: &str) -> bool {
-    let b = id.as_bytes();
-    let ok = |c: u8| c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-';
-    !b.is_empty()
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|&c| ok(c))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,15 +98,5 @@ mod tests {
         );
         assert_eq!(parse_iso_ms("2026-01-06T08:46:41Z"), Some(1767689201000));
         assert_eq!(parse_iso_ms("not a date"), None);
-    }
-
-    #[test]
-    fn session_id_rule() {
-        assert!(is_valid_session_id("a"));
-        assert!(is_valid_session_id("a.b-c_d9"));
-        assert!(!is_valid_session_id("-a"));
-        assert!(!is_valid_session_id("a-"));
-        assert!(!is_valid_session_id(""));
-        assert!(!is_valid_session_id("a b"));
     }
 }

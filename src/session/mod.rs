@@ -8,6 +8,6 @@ pub mod ids;
 pub mod reader;
 pub mod tree;
 
-pub use entry::{Entry, EntryKind, Role};
+pub use entry::{Entry, EntryKind, Role, StopReason};
 pub use reader::{read_session, read_session_bytes, ParsedSession, ReadOutcome};
 pub use tree::{BranchView, PathEntries, SessionTree};

@@ -25,7 +25,6 @@ use std::sync::LazyLock;
 
 use regex::{Captures, Regex};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::Value;
 
 /// What replaces a secret.
 pub const REDACTED: &str = "[REDACTED]";
@@ -68,13 +67,6 @@ impl RedactionConfig {
             redact_with(text, &self.allow.0, &self.deny.0)
         } else {
             Cow::Borrowed(text)
-        }
-    }
-
-    /// [`redact_value`] when enabled.
-    pub fn apply_value(&self, v: &mut Value) {
-        if self.enabled {
-            redact_value(v);
         }
     }
 }
@@ -835,31 +827,6 @@ fn is_secret_name(name: &str) -> bool {
     !qualifier.is_some_and(|q| HARMLESS_QUALIFIERS.contains(&q.as_str()))
 }
 
-/// Redacts every string inside a JSON value, in place. A string stored under a secret-named
-/// key (`{"apiKey": "…"}`) is redacted whole, since its name is not part of the string.
-pub fn redact_value(v: &mut Value) {
-    match v {
-        Value::String(s) => {
-            if let Cow::Owned(r) = redact(s) {
-                *s = r;
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(redact_value),
-        Value::Object(map) => {
-            for (key, child) in map.iter_mut() {
-                if let Value::String(s) = child {
-                    if is_secret_name(key) && is_secret_value(s, SecretKind::of(key), true) {
-                        *s = REDACTED.to_string();
-                        continue;
-                    }
-                }
-                redact_value(child);
-            }
-        }
-        _ => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -990,36 +957,6 @@ mod tests {
         let off = RedactionConfig::disabled();
         assert_eq!(off.apply("DB_PASSWORD=hunter2x"), "DB_PASSWORD=hunter2x");
         assert_eq!(on.apply("DB_PASSWORD=hunter2x"), "DB_PASSWORD=[REDACTED]");
-    }
-
-    #[test]
-    fn redact_value_nested() {
-        let mut v = json!({
-            "role": "assistant",
-            "content": [
-                {"type": "text", "text": "Set OPENAI_API_KEY=sk-abc123DEF456ghi789JKL012 then run"},
-                {"type": "toolCall", "id": "c1", "name": "bash",
-                 "arguments": {"command": "curl -H 'Authorization: Bearer tok_9f8e7d6c5b4a' x",
-                               "env": {"password": "hunter2", "user": "admin", "retries": 3}}}
-            ],
-            "usage": {"totalTokens": 12, "keys": ["AKIAIOSFODNN7EXAMPLE", null, true]}
-        });
-        redact_value(&mut v);
-        let s = v.to_string();
-        for leaked in [
-            "sk-abc123",
-            "tok_9f8e7d6c5b4a",
-            "hunter2",
-            "IOSFODNN7EXAMPLE",
-        ] {
-            assert!(!s.contains(leaked), "{leaked} in {s}");
-        }
-        assert_eq!(v["content"][1]["arguments"]["env"]["user"], "admin");
-        assert_eq!(v["content"][1]["arguments"]["env"]["retries"], 3);
-        assert_eq!(v["usage"]["totalTokens"], 12);
-        let once = v.clone();
-        redact_value(&mut v);
-        assert_eq!(v, once);
     }
 
     #[test]

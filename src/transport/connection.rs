@@ -145,10 +145,11 @@ impl Loop {
                 ));
                 return;
             }
-            let session_id = params
-                .as_ref()
-                .and_then(|p| p.get("sessionId"))
-                .and_then(Value::as_str)
+            // A session-scoped method names its session in `sessionId` (the list declares it):
+            // that is the work a cancel or a disconnect aborts.
+            let session_id = crate::rpc::methods::spec(&method)
+                .filter(|m| m.scope == crate::rpc::methods::Scope::Session)
+                .and_then(|_| params.as_ref()?.get("sessionId")?.as_str())
                 .map(str::to_owned);
             table.insert(
                 id.clone(),

@@ -19,8 +19,9 @@ pub struct Env {
 impl Env {
     pub fn new() -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir_all(dir.path().join("config")).expect("config dir");
-        std::fs::create_dir_all(dir.path().join("agent")).expect("agent dir");
+        for d in ["config", "agent", "run"] {
+            std::fs::create_dir_all(dir.path().join(d)).expect("env dir");
+        }
         Env { dir }
     }
 
@@ -66,6 +67,34 @@ impl Env {
         let vars = self.vars();
         let env: Vec<(&str, &Path)> = vars.iter().map(|(k, v)| (*k, v.as_path())).collect();
         Client::stdio_in(Some(self.dir.path()), args, &env, framing)
+    }
+
+    /// `compactd <sub>` in this environment, with no log settings inherited from the caller.
+    pub fn command(&self, sub: &str) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
+        cmd.arg(sub)
+            .env_remove("COMPACTD_LOG")
+            .env_remove("NO_COLOR");
+        for (k, v) in self.vars() {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// `compactd serve` on `socket` with `extra` flags, stderr to `stderr`; returns once the
+    /// socket accepts connections.
+    pub fn serve_ready(&self, socket: &Path, extra: &[&str], stderr: Stdio) -> Child {
+        let child = self
+            .command("serve")
+            .arg("--socket")
+            .arg(socket)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn compactd serve");
+        wait_for_socket(socket);
+        child
     }
 
     pub fn serve(&self, socket: &Path, extra: &[&str]) -> Child {
@@ -117,6 +146,19 @@ impl Env {
 impl Default for Env {
     fn default() -> Self {
         Env::new()
+    }
+}
+
+/// Waits until `socket` accepts connections (the daemon is listening).
+pub fn wait_for_socket(socket: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(socket).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "daemon never listened on {}",
+            socket.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 

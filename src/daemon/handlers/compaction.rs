@@ -114,7 +114,7 @@ pub fn preview_compaction(
                 })
                 .collect()
         };
-        let (history, prefix) = crate::report::serialized_inputs(&prep);
+        let (history, prefix) = prep.serialized_inputs();
         preview.full = Some(PreviewDetails {
             previous_summary: prep.previous_summary.clone(),
             messages_to_summarize: refs(&prep.messages_to_summarize),

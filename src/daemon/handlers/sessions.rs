@@ -159,7 +159,7 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcE
         let mut state = session.state.lock();
         // Reopening an open session: take in what other writers did to the file meanwhile.
         match state.sync_with_file() {
-            Err(e) if e.kind == ErrorKind::FileChanged.as_str() && !session.is_compacting() => {
+            Err(e) if e.kind == ErrorKind::FileChanged && !session.is_compacting() => {
                 state.reload().map_err(store_error)?;
             }
             Err(e) => return Err(e),
