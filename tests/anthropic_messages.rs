@@ -2,11 +2,10 @@
 //! requests recorded in the conformance cases (thinking on and off), usage including
 //! `cacheWrite1h`, stop reasons, error bodies and events, broken streams and cancellation.
 
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::{event, js_len, recorded_requests, Ending, MockServer, Scripted};
 use compactd::summarizer::overflow::{is_context_overflow, ReplyFacts};
 use compactd::summarizer::retry::{retry_call, RetrySettings};
 use compactd::summarizer::types::Api;
@@ -15,6 +14,8 @@ use compactd::summarizer::{
     StopReason,
 };
 use serde_json::{json, Value};
+use support::fake_llm::{event, js_len, Ending, MockServer, Scripted};
+use support::recorded_requests;
 use tokio_util::sync::CancellationToken;
 
 fn fake_claude(base: &str) -> ModelSpec {

@@ -2,11 +2,10 @@
 //! exact bodies Pi recorded in the conformance cases, usage and stop-reason parsing, HTTP errors,
 //! retries, broken and stalled streams, and cancellation.
 
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::{data, js_len, recorded_requests, Ending, MockServer, Scripted};
 use compactd::summarizer::overflow::{is_context_overflow, ReplyFacts};
 use compactd::summarizer::retry::{retry_call, RetryEvent, RetrySettings};
 use compactd::summarizer::types::Api;
@@ -14,6 +13,8 @@ use compactd::summarizer::{
     AssistantReply, LlmClient, LlmRequest, ModelSpec, OpenAiCompletionsClient, StopReason,
 };
 use serde_json::{json, Value};
+use support::fake_llm::{data, js_len, Ending, MockServer, Scripted};
+use support::recorded_requests;
 use tokio_util::sync::CancellationToken;
 
 fn fake_gpt(base: &str) -> ModelSpec {

@@ -2,11 +2,10 @@
 //! Responses streaming events: text and usage, `max_output_tokens` incompletes, failures, HTTP
 //! errors with retry, broken streams and cancellation.
 
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::{event, Ending, MockServer, Scripted};
 use compactd::summarizer::overflow::{is_context_overflow, ReplyFacts};
 use compactd::summarizer::retry::{retry_call, RetrySettings};
 use compactd::summarizer::types::Api;
@@ -15,6 +14,7 @@ use compactd::summarizer::{
     StopReason,
 };
 use serde_json::{json, Value};
+use support::fake_llm::{event, Ending, MockServer, Scripted};
 use tokio_util::sync::CancellationToken;
 
 fn model(base: &str) -> ModelSpec {

@@ -7,15 +7,24 @@
 /// System prompt for every summarization call.
 pub const SYSTEM_PROMPT: &str = "You write summaries of coding-agent sessions. You are shown the transcript of a session between a user and an AI coding assistant, and you reply with a structured summary of it in exactly the format you are asked for.\n\nDo not carry on the conversation and do not answer any question that appears in it. Your whole reply is the structured summary.";
 
-/// The six-section template shared by the initial and the update prompt.
-const HISTORY_SECTIONS: &str = "## Goal
-[What the user wants done. List several goals if the session covered several tasks.]
+/// Pi's headings of a history summary, in order: what models and tools downstream parse.
+pub const HISTORY_HEADINGS: [&str; 9] = [
+    "## Goal",
+    "## Constraints & Preferences",
+    "## Progress",
+    "### Done",
+    "### In Progress",
+    "### Blocked",
+    "## Key Decisions",
+    "## Next Steps",
+    "## Critical Context",
+];
 
-## Constraints & Preferences
-- [Requirements, constraints and preferences the user stated]
-- [Or \"(none)\" when the user stated none]
-
-## Progress
+/// The Progress, Key Decisions and Next Steps sections, as every summary prompt asks for them
+/// (a macro so the prompts can be assembled with `concat!` at compile time).
+macro_rules! progress_sections {
+    () => {
+        "## Progress
 ### Done
 - [x] [Finished tasks and changes]
 
@@ -29,11 +38,27 @@ const HISTORY_SECTIONS: &str = "## Goal
 - **[Decision]**: [Why, in a few words]
 
 ## Next Steps
-1. [What should happen next, in order]
+1. [What should happen next, in order]"
+    };
+}
+
+/// The six-section template shared by the initial and the update prompt.
+const HISTORY_SECTIONS: &str = concat!(
+    "## Goal
+[What the user wants done. List several goals if the session covered several tasks.]
+
+## Constraints & Preferences
+- [Requirements, constraints and preferences the user stated]
+- [Or \"(none)\" when the user stated none]
+
+",
+    progress_sections!(),
+    "
 
 ## Critical Context
 - [Data, examples or references needed to continue]
-- [Or \"(none)\" when nothing applies]";
+- [Or \"(none)\" when nothing applies]"
+);
 
 const CLOSING: &str =
     "Be brief in every section, and reproduce file paths, function names and error messages exactly as they appear.";
@@ -106,7 +131,8 @@ Summarize the prefix so the kept suffix makes sense on its own:
 Keep it short: include only what the suffix depends on.";
 
 /// Branch summaries (tree navigation): the same sections minus Critical Context.
-pub const BRANCH_SUMMARY_PROMPT: &str = "The transcript above is a conversation branch the user is leaving. Summarize it so the work can be picked up again if the user comes back to it.
+pub const BRANCH_SUMMARY_PROMPT: &str = concat!(
+    "The transcript above is a conversation branch the user is leaving. Summarize it so the work can be picked up again if the user comes back to it.
 
 Use this EXACT format:
 
@@ -116,23 +142,12 @@ Use this EXACT format:
 ## Constraints & Preferences
 - [Requirements and preferences the user stated, or \"(none)\"]
 
-## Progress
-### Done
-- [x] [Finished tasks and changes]
+",
+    progress_sections!(),
+    "
 
-### In Progress
-- [ ] [Work that was under way]
-
-### Blocked
-- [Problems stopping progress, if any]
-
-## Key Decisions
-- **[Decision]**: [Why, in a few words]
-
-## Next Steps
-1. [What should happen next, in order]
-
-Be brief in every section, and reproduce file paths, function names and error messages exactly as they appear.";
+Be brief in every section, and reproduce file paths, function names and error messages exactly as they appear."
+);
 
 /// Stored at the head of every Pi branch summary: data, so Pi's exact text.
 pub const BRANCH_SUMMARY_PREAMBLE: &str =
@@ -188,17 +203,7 @@ mod tests {
         let plain = history_prompt_text("C", Some(""), Some(""));
         assert!(plain.starts_with("<conversation>\nC\n</conversation>\n\nThe transcript"));
         assert!(!plain.contains("Additional focus"));
-        for h in [
-            "## Goal",
-            "## Constraints & Preferences",
-            "## Progress",
-            "### Done",
-            "### In Progress",
-            "### Blocked",
-            "## Key Decisions",
-            "## Next Steps",
-            "## Critical Context",
-        ] {
+        for h in HISTORY_HEADINGS {
             assert!(plain.contains(&format!("\n{h}\n")), "{h}");
             assert!(t.contains(&format!("\n{h}\n")), "{h}");
         }

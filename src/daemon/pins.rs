@@ -7,7 +7,7 @@
 use serde_json::{json, Map, Value};
 
 use super::handlers::Ctx;
-use super::session::SessionState;
+use super::session::{custom_entry, SessionState};
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::results::{AppendResult, PinInfo, PinResult, Pins};
 use crate::rpc::types::{PinParams, SessionParams, UnpinParams};
@@ -104,14 +104,13 @@ pub fn strip_section(body: &str) -> String {
 }
 
 fn pin_entry(id: &str, parent: Option<&str>, ts: &str, data: Value) -> Value {
-    let mut o = Map::new();
-    o.insert("type".into(), json!("custom"));
-    o.insert("customType".into(), json!(PIN_TYPE));
-    o.insert("data".into(), data);
-    o.insert("id".into(), json!(id));
-    o.insert("parentId".into(), parent.map_or(Value::Null, Value::from));
-    o.insert("timestamp".into(), json!(ts));
-    Value::Object(o)
+    custom_entry(
+        "custom",
+        id,
+        parent,
+        ts,
+        vec![("customType", json!(PIN_TYPE)), ("data", data)],
+    )
 }
 
 fn pin_info(p: &Pin) -> PinInfo {

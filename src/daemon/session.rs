@@ -66,24 +66,24 @@ fn io_error(e: impl std::fmt::Display) -> RpcError {
 }
 
 impl SessionState {
-    /// A loaded (persisted) session.
-    pub fn loaded(
+    /// A session over `tree` with nothing derived yet (no branch, context or index).
+    fn new(
         path: PathBuf,
         tree: SessionTree,
         model: Option<Model>,
-        default_thinking: &str,
-        thinking: Option<String>,
+        thinking_level: String,
+        persisted: bool,
     ) -> SessionState {
-        let mut s = SessionState {
+        SessionState {
             path,
             tree,
             branch: Vec::new(),
             index: BranchIndex::default(),
-            persisted: true,
+            persisted,
             agent: Vec::new(),
             live: LiveContext::default(),
             model,
-            thinking_level: String::new(),
+            thinking_level,
             overflow_recovery_attempted: false,
             model_switch_pending: false,
             thrash: Default::default(),
@@ -92,7 +92,18 @@ impl SessionState {
             file_changed: false,
             limits: store::Limits::default(),
             lock: None,
-        };
+        }
+    }
+
+    /// A loaded (persisted) session.
+    pub fn loaded(
+        path: PathBuf,
+        tree: SessionTree,
+        model: Option<Model>,
+        default_thinking: &str,
+        thinking: Option<String>,
+    ) -> SessionState {
+        let mut s = SessionState::new(path, tree, model, String::new(), true);
         s.refresh_branch();
         s.thinking_level = thinking.unwrap_or_else(|| {
             s.path_thinking_level()
@@ -115,25 +126,13 @@ impl SessionState {
             "timestamp": ids::iso_timestamp(ids::now_ms()),
             "cwd": cwd,
         });
-        SessionState {
+        SessionState::new(
             path,
-            tree: SessionTree::new(header, Vec::new()),
-            branch: Vec::new(),
-            index: BranchIndex::default(),
-            persisted: false,
-            agent: Vec::new(),
-            live: LiveContext::default(),
+            SessionTree::new(header, Vec::new()),
             model,
-            thinking_level: thinking,
-            overflow_recovery_attempted: false,
-            model_switch_pending: false,
-            thrash: Default::default(),
-            overrides: None,
-            stamp: None,
-            file_changed: false,
-            limits: store::Limits::default(),
-            lock: None,
-        }
+            thinking,
+            false,
+        )
     }
 
     /// The current branch as a path the pure algorithms read.
@@ -454,13 +453,14 @@ impl SessionState {
 
 /// Builds a `message` entry in Pi's key order.
 pub fn message_entry(id: &str, parent: Option<&str>, ts: &str, message: Value) -> Value {
-    let mut o = Map::new();
-    o.insert("type".into(), Value::from("message"));
+    simple_entry("message", id, parent, ts, vec![("message", message)])
+}
+
+/// The `id, parentId, timestamp` every entry carries.
+fn put_ids(o: &mut Map<String, Value>, id: &str, parent: Option<&str>, ts: &str) {
     o.insert("id".into(), Value::from(id));
     o.insert("parentId".into(), parent.map_or(Value::Null, Value::from));
     o.insert("timestamp".into(), Value::from(ts));
-    o.insert("message".into(), message);
-    Value::Object(o)
 }
 
 /// Builds a metadata entry `type, id, parentId, timestamp, <fields…>` in Pi's key order.
@@ -473,13 +473,53 @@ pub fn simple_entry(
 ) -> Value {
     let mut o = Map::new();
     o.insert("type".into(), Value::from(kind));
-    o.insert("id".into(), Value::from(id));
-    o.insert("parentId".into(), parent.map_or(Value::Null, Value::from));
-    o.insert("timestamp".into(), Value::from(ts));
-    for (k, v) in fields {
-        o.insert(k.into(), v);
-    }
+    put_ids(&mut o, id, parent, ts);
+    o.extend(fields.into_iter().map(|(k, v)| (k.to_owned(), v)));
     Value::Object(o)
+}
+
+/// Builds an entry whose own fields come before `id, parentId, timestamp`, Pi's key order for
+/// `custom` and `custom_message` entries: `type, <fields…>, id, parentId, timestamp`.
+pub fn custom_entry(
+    kind: &str,
+    id: &str,
+    parent: Option<&str>,
+    ts: &str,
+    fields: Vec<(&str, Value)>,
+) -> Value {
+    let mut o = Map::new();
+    o.insert("type".into(), Value::from(kind));
+    o.extend(fields.into_iter().map(|(k, v)| (k.to_owned(), v)));
+    put_ids(&mut o, id, parent, ts);
+    Value::Object(o)
+}
+
+/// A `model_change` entry naming `model`.
+pub fn model_change_entry(id: &str, parent: Option<&str>, ts: &str, model: &Model) -> Value {
+    simple_entry(
+        "model_change",
+        id,
+        parent,
+        ts,
+        vec![
+            ("provider", Value::from(model.provider.as_str())),
+            ("modelId", Value::from(model.id.as_str())),
+        ],
+    )
+}
+
+/// A `label` entry putting `label` on `target`.
+pub fn label_entry(id: &str, parent: Option<&str>, ts: &str, target: &str, label: &str) -> Value {
+    simple_entry(
+        "label",
+        id,
+        parent,
+        ts,
+        vec![
+            ("targetId", Value::from(target)),
+            ("label", Value::from(label)),
+        ],
+    )
 }
 
 /// The protocol error of a storage failure.

@@ -7,7 +7,8 @@
 use serde_json::{json, Map, Value};
 
 use super::handlers::Ctx;
-use super::session::SessionState;
+use super::session::{custom_entry, SessionState};
+use super::Session;
 use crate::compaction::summary::{compaction_entry, CompactionOutcome};
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::results::{EditSummaryResult, SessionEntry, UndoCompactionResult};
@@ -87,27 +88,37 @@ pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<UndoCompactionResu
     let parent = parent_index(&state, c);
     let data = json!({"undoneCompactionId": compaction_id});
     let idx = append_under(&mut state, parent, |id, parent, ts| {
-        let mut o = Map::new();
-        o.insert("type".into(), json!("custom"));
-        o.insert("customType".into(), json!(UNDO_TYPE));
-        o.insert("data".into(), data);
-        o.insert("id".into(), json!(id));
-        o.insert("parentId".into(), parent.map_or(Value::Null, Value::from));
-        o.insert("timestamp".into(), json!(ts));
-        Value::Object(o)
+        custom_entry(
+            "custom",
+            id,
+            parent,
+            ts,
+            vec![("customType", json!(UNDO_TYPE)), ("data", data)],
+        )
     })?;
     let entry_id = state.tree.entry(idx).id.clone().unwrap_or_default();
     drop(state);
-    ctx.daemon.emit(
-        &session.id,
+    announce(
+        ctx,
+        &session,
         "compaction_undone",
-        json!({"sessionId": session.id, "compactionId": compaction_id, "entryId": entry_id}),
+        &compaction_id,
+        &entry_id,
     );
     Ok(UndoCompactionResult {
         undone_compaction_id: compaction_id,
         entry_id: entry_id.clone(),
         leaf_id: entry_id,
     })
+}
+
+/// Tells subscribers that `entry_id` was appended about compaction `compaction_id`.
+fn announce(ctx: &Ctx, session: &Session, event: &str, compaction_id: &str, entry_id: &str) {
+    ctx.daemon.emit(
+        &session.id,
+        event,
+        json!({"sessionId": session.id, "compactionId": compaction_id, "entryId": entry_id}),
+    );
 }
 
 /// `editSummary`.
@@ -146,11 +157,7 @@ pub fn edit_summary(ctx: &Ctx, p: EditSummaryParams) -> Result<EditSummaryResult
     let entry = state.tree.entry(idx).value();
     let entry_id = state.tree.entry(idx).id.clone().unwrap_or_default();
     drop(state);
-    ctx.daemon.emit(
-        &session.id,
-        "summary_edited",
-        json!({"sessionId": session.id, "compactionId": original_id, "entryId": entry_id}),
-    );
+    announce(ctx, &session, "summary_edited", &original_id, &entry_id);
     Ok(EditSummaryResult {
         entry: SessionEntry(entry),
         edited_from: original_id,

@@ -10,8 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::transport::{self, count, Failure};
 use super::types::{
-    clamp_max_tokens, AssistantReply, BlockKind, BoxFuture, LlmClient, LlmRequest, ModelSpec,
-    StopReason, Usage,
+    clamp_max_tokens, AssistantReply, BlockKind, LlmRequest, ModelSpec, StopReason, Usage,
 };
 
 /// The API version pi-ai's SDK pins.
@@ -110,66 +109,6 @@ impl AnthropicMessagesClient {
             .and_then(thinking_budget)
             .is_some();
         (self.model.reasoning && thinking).then(|| INTERLEAVED_THINKING_BETA.to_string())
-    }
-
-    async fn run(&self, request: &LlmRequest, cancel: &CancellationToken) -> AssistantReply {
-        match self.stream(request, cancel).await {
-            Ok(reply) => reply,
-            Err(failure) => failure.into_reply(),
-        }
-    }
-
-    async fn stream(
-        &self,
-        request: &LlmRequest,
-        cancel: &CancellationToken,
-    ) -> Result<AssistantReply, Failure> {
-        let body = self.build_body(request);
-        let url = transport::join_url(&self.model.base_url, "/v1/messages?beta=true");
-        let mut builder = self.http.post(url);
-        if let Some(key) = self.model.api_key.as_deref().filter(|k| !k.is_empty()) {
-            builder = builder.header("x-api-key", key);
-        }
-        builder = builder.header("anthropic-version", ANTHROPIC_VERSION);
-        if let Some(betas) = self.betas(request) {
-            builder = builder.header("anthropic-beta", betas);
-        }
-        builder = builder
-            .header("content-type", "application/json")
-            .header("accept", "application/json");
-        for (name, value) in &self.model.headers {
-            if !name.eq_ignore_ascii_case("anthropic-beta") {
-                builder = builder.header(name.as_str(), value.as_str());
-            }
-        }
-        let builder = builder.body(crate::json::stringify(&body));
-        let mut events = transport::open_sse(builder, cancel, self.idle_timeout).await?;
-
-        let mut state = StreamState::default();
-        while let Some(event) =
-            transport::next_event(&mut events, cancel, self.idle_timeout).await?
-        {
-            match event.event.as_str() {
-                // pi-ai surfaces the raw event data as the error text.
-                "error" => return Err(Failure::error(event.data)),
-                "message_start"
-                | "message_delta"
-                | "message_stop"
-                | "content_block_start"
-                | "content_block_delta"
-                | "content_block_stop" => {}
-                _ => continue,
-            }
-            let data: Value = serde_json::from_str(&event.data).map_err(|e| {
-                Failure::error(format!(
-                    "Could not parse Anthropic SSE event {}: {e}; data={}",
-                    transport::excerpt(&event.event, 100),
-                    transport::excerpt(&event.data, 200)
-                ))
-            })?;
-            state.apply(&data)?;
-        }
-        state.finish()
     }
 }
 
@@ -320,22 +259,13 @@ impl StreamState {
         if self.saw_start && !self.saw_stop {
             return Err(Failure::error("Anthropic stream ended before message_stop"));
         }
-        let Some(stop_reason) = self.stop else {
-            return Err(Failure::error(
-                "Anthropic stream ended without a stop reason",
-            ));
-        };
-        if matches!(stop_reason, StopReason::Error | StopReason::Aborted) {
-            return Err(Failure::error(
-                self.error_message
-                    .unwrap_or_else(|| "An unknown error occurred".to_string()),
-            ));
-        }
-        Ok(AssistantReply::from_blocks(
-            stop_reason,
+        transport::completed_reply(
+            self.stop,
+            "Anthropic stream ended without a stop reason",
+            self.error_message,
             self.usage,
             self.blocks.into_iter().map(|(_, kind, text)| (kind, text)),
-        ))
+        )
     }
 }
 
@@ -367,13 +297,55 @@ pub fn map_stop_reason(
     })
 }
 
-impl LlmClient for AnthropicMessagesClient {
-    fn complete<'a>(
-        &'a self,
-        request: &'a LlmRequest,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, AssistantReply> {
-        Box::pin(self.run(request, cancel))
+impl transport::StreamingProvider for AnthropicMessagesClient {
+    async fn stream(
+        &self,
+        request: &LlmRequest,
+        cancel: &CancellationToken,
+    ) -> Result<AssistantReply, Failure> {
+        let body = self.build_body(request);
+        let url = transport::join_url(&self.model.base_url, "/v1/messages?beta=true");
+        let mut builder = self.http.post(url);
+        if let Some(key) = self.model.api_key.as_deref().filter(|k| !k.is_empty()) {
+            builder = builder.header("x-api-key", key);
+        }
+        builder = builder.header("anthropic-version", ANTHROPIC_VERSION);
+        if let Some(betas) = self.betas(request) {
+            builder = builder.header("anthropic-beta", betas);
+        }
+        builder = builder
+            .header("content-type", "application/json")
+            .header("accept", "application/json");
+        for (name, value) in &self.model.headers {
+            if !name.eq_ignore_ascii_case("anthropic-beta") {
+                builder = builder.header(name.as_str(), value.as_str());
+            }
+        }
+        let builder = builder.body(crate::json::stringify(&body));
+        let mut events = transport::open_sse(builder, cancel, self.idle_timeout).await?;
+
+        let mut state = StreamState::default();
+        while let Some(event) =
+            transport::next_event(&mut events, cancel, self.idle_timeout).await?
+        {
+            match event.event.as_str() {
+                // pi-ai surfaces the raw event data as the error text.
+                "error" => return Err(Failure::error(event.data)),
+                "message_start"
+                | "message_delta"
+                | "message_stop"
+                | "content_block_start"
+                | "content_block_delta"
+                | "content_block_stop" => {}
+                _ => continue,
+            }
+            let what = format!(
+                "Anthropic SSE event {}",
+                transport::excerpt(&event.event, 100)
+            );
+            state.apply(&transport::parse_event(&event.data, &what)?)?;
+        }
+        state.finish()
     }
 }
 

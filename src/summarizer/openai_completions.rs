@@ -9,10 +9,7 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::transport::{self, count, Failure};
-use super::types::{
-    clamp_max_tokens, AssistantReply, BoxFuture, LlmClient, LlmRequest, ModelSpec, StopReason,
-    Usage,
-};
+use super::types::{clamp_max_tokens, AssistantReply, LlmRequest, ModelSpec, StopReason, Usage};
 
 /// How a particular OpenAI-compatible server wants reasoning expressed. pi-ai detects this from
 /// the provider name and base URL; we follow the same detection for the common servers.
@@ -211,45 +208,6 @@ impl OpenAiCompletionsClient {
         }
         Value::Object(body)
     }
-
-    async fn run(&self, request: &LlmRequest, cancel: &CancellationToken) -> AssistantReply {
-        match self.stream(request, cancel).await {
-            Ok(reply) => reply,
-            Err(failure) => failure.into_reply(),
-        }
-    }
-
-    async fn stream(
-        &self,
-        request: &LlmRequest,
-        cancel: &CancellationToken,
-    ) -> Result<AssistantReply, Failure> {
-        let body = self.build_body(request);
-        let builder =
-            transport::openai_style_post(&self.http, &self.model, "/chat/completions", &body);
-        let mut events = transport::open_sse(builder, cancel, self.idle_timeout).await?;
-
-        let mut state = StreamState::default();
-        while let Some(event) =
-            transport::next_event(&mut events, cancel, self.idle_timeout).await?
-        {
-            if event.event == "error" {
-                return Err(Failure::error(event.data));
-            }
-            let data = event.data.trim();
-            if data.is_empty() || data == "[DONE]" {
-                continue;
-            }
-            let chunk: Value = serde_json::from_str(data).map_err(|e| {
-                Failure::error(format!(
-                    "Could not parse stream chunk: {e}; data={}",
-                    transport::excerpt(data, 200)
-                ))
-            })?;
-            state.apply(&chunk)?;
-        }
-        state.finish()
-    }
 }
 
 /// What has been read from the stream so far.
@@ -391,13 +349,29 @@ pub fn map_finish_reason(reason: &str) -> (StopReason, Option<String>) {
     }
 }
 
-impl LlmClient for OpenAiCompletionsClient {
-    fn complete<'a>(
-        &'a self,
-        request: &'a LlmRequest,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, AssistantReply> {
-        Box::pin(self.run(request, cancel))
+impl transport::StreamingProvider for OpenAiCompletionsClient {
+    async fn stream(
+        &self,
+        request: &LlmRequest,
+        cancel: &CancellationToken,
+    ) -> Result<AssistantReply, Failure> {
+        let body = self.build_body(request);
+        let builder =
+            transport::openai_style_post(&self.http, &self.model, "/chat/completions", &body);
+        let mut events = transport::open_sse(builder, cancel, self.idle_timeout).await?;
+
+        let mut state = StreamState::default();
+        while let Some(event) =
+            transport::next_event(&mut events, cancel, self.idle_timeout).await?
+        {
+            if event.event == "error" {
+                return Err(Failure::error(event.data));
+            }
+            if let Some(chunk) = transport::event_json(&event.data, "stream chunk")? {
+                state.apply(&chunk)?;
+            }
+        }
+        state.finish()
     }
 }
 

@@ -11,10 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::openai_completions::effective_reasoning_level;
 use super::transport::{self, count, Failure};
-use super::types::{
-    clamp_max_tokens, AssistantReply, BlockKind, BoxFuture, LlmClient, LlmRequest, StopReason,
-    Usage,
-};
+use super::types::{clamp_max_tokens, AssistantReply, BlockKind, LlmRequest, StopReason, Usage};
 
 /// The Responses API rejects `max_output_tokens` below 16, so pi-ai raises smaller caps.
 const MIN_OUTPUT_TOKENS: u64 = 16;
@@ -71,57 +68,6 @@ impl OpenAiResponsesClient {
             }
         }
         Value::Object(body)
-    }
-
-    async fn run(&self, request: &LlmRequest, cancel: &CancellationToken) -> AssistantReply {
-        match self.stream(request, cancel).await {
-            Ok(reply) => reply,
-            // pi-ai prefixes HTTP failures with "OpenAI API error (<status>): ".
-            Err(Failure::Error {
-                message,
-                status: Some(status),
-                retry_after,
-            }) => Failure::Error {
-                message: format!("OpenAI API error ({status}): {message}"),
-                status: Some(status),
-                retry_after,
-            }
-            .into_reply(),
-            Err(failure) => failure.into_reply(),
-        }
-    }
-
-    async fn stream(
-        &self,
-        request: &LlmRequest,
-        cancel: &CancellationToken,
-    ) -> Result<AssistantReply, Failure> {
-        let body = self.build_body(request);
-        let builder = transport::openai_style_post(&self.http, &self.model, "/responses", &body);
-        let mut events = transport::open_sse(builder, cancel, self.idle_timeout).await?;
-
-        let mut state = StreamState::default();
-        while let Some(event) =
-            transport::next_event(&mut events, cancel, self.idle_timeout).await?
-        {
-            let data = event.data.trim();
-            if data.is_empty() || data == "[DONE]" {
-                continue;
-            }
-            let value: Value = serde_json::from_str(data).map_err(|e| {
-                Failure::error(format!(
-                    "Could not parse stream event: {e}; data={}",
-                    transport::excerpt(data, 200)
-                ))
-            })?;
-            let kind = value
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or(event.event.as_str())
-                .to_string();
-            state.apply(&kind, &value)?;
-        }
-        state.finish()
     }
 }
 
@@ -340,22 +286,13 @@ impl StreamState {
                 "OpenAI Responses stream ended before a terminal response event",
             ));
         }
-        let Some(stop_reason) = self.stop else {
-            return Err(Failure::error(
-                "OpenAI Responses stream ended without a stop reason",
-            ));
-        };
-        if matches!(stop_reason, StopReason::Error | StopReason::Aborted) {
-            return Err(Failure::error(
-                self.error_message
-                    .unwrap_or_else(|| "An unknown error occurred".to_string()),
-            ));
-        }
-        Ok(AssistantReply::from_blocks(
-            stop_reason,
+        transport::completed_reply(
+            self.stop,
+            "OpenAI Responses stream ended without a stop reason",
+            self.error_message,
             self.usage,
             self.blocks.into_iter().map(|(_, kind, text)| (kind, text)),
-        ))
+        )
     }
 }
 
@@ -394,13 +331,36 @@ pub fn map_status(
     }
 }
 
-impl LlmClient for OpenAiResponsesClient {
-    fn complete<'a>(
-        &'a self,
-        request: &'a LlmRequest,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, AssistantReply> {
-        Box::pin(self.run(request, cancel))
+impl transport::StreamingProvider for OpenAiResponsesClient {
+    /// pi-ai prefixes HTTP failures with "OpenAI API error (<status>): ".
+    fn http_error_message(&self, status: u16, message: String) -> String {
+        format!("OpenAI API error ({status}): {message}")
+    }
+
+    async fn stream(
+        &self,
+        request: &LlmRequest,
+        cancel: &CancellationToken,
+    ) -> Result<AssistantReply, Failure> {
+        let body = self.build_body(request);
+        let builder = transport::openai_style_post(&self.http, &self.model, "/responses", &body);
+        let mut events = transport::open_sse(builder, cancel, self.idle_timeout).await?;
+
+        let mut state = StreamState::default();
+        while let Some(event) =
+            transport::next_event(&mut events, cancel, self.idle_timeout).await?
+        {
+            let Some(value) = transport::event_json(&event.data, "stream event")? else {
+                continue;
+            };
+            let kind = value
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or(event.event.as_str())
+                .to_string();
+            state.apply(&kind, &value)?;
+        }
+        state.finish()
     }
 }
 

@@ -16,7 +16,9 @@ use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::types::AssistantReply;
+use super::types::{
+    AssistantReply, BlockKind, BoxFuture, LlmClient, LlmRequest, StopReason, Usage,
+};
 
 /// Default for how long a stream may stay silent (no bytes at all) before we give up on it.
 /// Providers routinely pause while thinking, so this is generous; it exists so a dead
@@ -47,6 +49,88 @@ pub(crate) enum Failure {
         /// The wait the provider asked for before a retry (`Retry-After`), if it sent one.
         retry_after: Option<Duration>,
     },
+}
+
+/// One wire protocol's streaming call. Each provider implements only this; the blanket
+/// [`LlmClient`] impl below turns a [`Failure`] into pi-ai's error reply the same way for all.
+pub(crate) trait StreamingProvider: Send + Sync {
+    fn stream(
+        &self,
+        request: &LlmRequest,
+        cancel: &CancellationToken,
+    ) -> impl std::future::Future<Output = Result<AssistantReply, Failure>> + Send;
+
+    /// The error text of an HTTP failure with `status`, as pi-ai words it for this protocol
+    /// (by default the provider's own message).
+    fn http_error_message(&self, _status: u16, message: String) -> String {
+        message
+    }
+}
+
+impl<T: StreamingProvider> LlmClient for T {
+    fn complete<'a>(
+        &'a self,
+        request: &'a LlmRequest,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, AssistantReply> {
+        Box::pin(async move {
+            match self.stream(request, cancel).await {
+                Ok(reply) => reply,
+                Err(Failure::Error {
+                    message,
+                    status: Some(status),
+                    retry_after,
+                }) => Failure::Error {
+                    message: self.http_error_message(status, message),
+                    status: Some(status),
+                    retry_after,
+                }
+                .into_reply(),
+                Err(failure) => failure.into_reply(),
+            }
+        })
+    }
+}
+
+/// The reply pi-ai builds from a finished stream: no stop reason is a failure (`missing` says
+/// which protocol), an `error`/`aborted` stop a failure with the provider's message, anything
+/// else the blocks in order.
+pub(crate) fn completed_reply(
+    stop_reason: Option<StopReason>,
+    missing: &str,
+    error_message: Option<String>,
+    usage: Usage,
+    blocks: impl IntoIterator<Item = (BlockKind, String)>,
+) -> Result<AssistantReply, Failure> {
+    let Some(stop_reason) = stop_reason else {
+        return Err(Failure::error(missing));
+    };
+    if matches!(stop_reason, StopReason::Error | StopReason::Aborted) {
+        return Err(Failure::error(
+            error_message.unwrap_or_else(|| "An unknown error occurred".to_string()),
+        ));
+    }
+    Ok(AssistantReply::from_blocks(stop_reason, usage, blocks))
+}
+
+/// The JSON of one SSE event's data; `what` names the event in the error (`stream chunk`, …).
+pub(crate) fn parse_event(data: &str, what: &str) -> Result<Value, Failure> {
+    serde_json::from_str(data).map_err(|e| {
+        Failure::error(format!(
+            "Could not parse {what}: {e}; data={}",
+            excerpt(data, 200)
+        ))
+    })
+}
+
+/// [`parse_event`] for OpenAI-style streams, which also send blank and `[DONE]` events
+/// (`Ok(None)`).
+pub(crate) fn event_json(data: &str, what: &str) -> Result<Option<Value>, Failure> {
+    let data = data.trim();
+    if data.is_empty() || data == "[DONE]" {
+        return Ok(None);
+    }
+    parse_event(data, what).map(Some)
 }
 
 impl Failure {

@@ -1,9 +1,9 @@
 //! Handlers that append to a session's branch or read it back: messages, metadata entries, the
 //! branch, the agent context and its estimated size.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use super::super::session::{message_entry, simple_entry, SessionState};
+use super::super::session::{custom_entry, message_entry, simple_entry, SessionState};
 use super::Ctx;
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::results::*;
@@ -129,38 +129,18 @@ pub fn append_entry(ctx: &Ctx, p: AppendEntryParams) -> Result<AppendResult, Rpc
         "custom" => {
             let custom_type = field("customType").ok_or_else(|| RpcError::invalid_params("custom needs customType"))?;
             let data = field("data");
-            state.append_with(|id, parent, ts| {
-                let mut o = Map::new();
-                o.insert("type".into(), json!("custom"));
-                o.insert("customType".into(), custom_type);
-                if let Some(d) = data {
-                    o.insert("data".into(), d);
-                }
-                o.insert("id".into(), json!(id));
-                o.insert("parentId".into(), parent.map_or(Value::Null, Value::from));
-                o.insert("timestamp".into(), json!(ts));
-                Value::Object(o)
-            })?
+            let mut fields = vec![("customType", custom_type)];
+            fields.extend(data.map(|d| ("data", d)));
+            state.append_with(|id, parent, ts| custom_entry("custom", id, parent, ts, fields))?
         }
         "custom_message" => {
             let custom_type = field("customType").ok_or_else(|| RpcError::invalid_params("custom_message needs customType"))?;
             let content = field("content").ok_or_else(|| RpcError::invalid_params("custom_message needs content"))?;
             let display = field("display").unwrap_or(Value::Bool(true));
             let details = field("details");
-            let idx = state.append_with(|id, parent, ts| {
-                let mut o = Map::new();
-                o.insert("type".into(), json!("custom_message"));
-                o.insert("customType".into(), custom_type);
-                o.insert("content".into(), content);
-                o.insert("display".into(), display);
-                if let Some(d) = details {
-                    o.insert("details".into(), d);
-                }
-                o.insert("id".into(), json!(id));
-                o.insert("parentId".into(), parent.map_or(Value::Null, Value::from));
-                o.insert("timestamp".into(), json!(ts));
-                Value::Object(o)
-            })?;
+            let mut fields = vec![("customType", custom_type), ("content", content), ("display", display)];
+            fields.extend(details.map(|d| ("details", d)));
+            let idx = state.append_with(|id, parent, ts| custom_entry("custom_message", id, parent, ts, fields))?;
             state.push_agent(idx);
             idx
         }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::super::session::{simple_entry, store_error, SessionState};
+use super::super::session::{model_change_entry, simple_entry, store_error, SessionState};
 use super::super::settings::{agent_dir, effective};
 use super::super::{canonical_path, Session};
 use super::registrations::{EVENTS, HOOKS};
@@ -182,15 +182,7 @@ fn seed_new_session(
     thinking: &str,
 ) -> Result<(), RpcError> {
     if let Some(m) = model {
-        state.append_with(|id, parent, ts| {
-            simple_entry(
-                "model_change",
-                id,
-                parent,
-                ts,
-                vec![("provider", json!(m.provider)), ("modelId", json!(m.id))],
-            )
-        })?;
+        state.append_with(|id, parent, ts| model_change_entry(id, parent, ts, m))?;
     }
     state.append_with(|id, parent, ts| {
         simple_entry(
@@ -222,20 +214,16 @@ pub fn create_session(ctx: &Ctx, p: CreateSessionParams) -> Result<SessionInfo, 
         .unwrap_or_else(|| default_thinking(Some(&p.cwd)));
     let mut state =
         SessionState::deferred(PathBuf::new(), &p.cwd, p.model.clone(), thinking.clone());
-    let header_id = state
-        .tree
-        .header
-        .get("id")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
-    let ts = state
-        .tree
-        .header
-        .get("timestamp")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .replace([':', '.'], "-");
+    let header = |key: &str| {
+        state
+            .tree
+            .header
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let (header_id, ts) = (header("id"), header("timestamp").replace([':', '.'], "-"));
     let path = canonical_path(&dir.join(format!("{ts}_{header_id}.jsonl")));
     check_allowed(ctx, &path)?;
     state.limits = ctx.daemon.config.storage.limits();
@@ -262,15 +250,7 @@ pub fn set_model(ctx: &Ctx, p: SetModelParams) -> Result<SetModelResult, RpcErro
     let mut state = session.state.lock();
     session.writable()?;
     let m = p.model;
-    let idx = state.append_with(|id, parent, ts| {
-        simple_entry(
-            "model_change",
-            id,
-            parent,
-            ts,
-            vec![("provider", json!(m.provider)), ("modelId", json!(m.id))],
-        )
-    })?;
+    let idx = state.append_with(|id, parent, ts| model_change_entry(id, parent, ts, &m))?;
     let window = m.context_window;
     state.model = Some(m);
     // Beyond Pi: a switch to a model the context already overflows is reported now, and the

@@ -105,6 +105,11 @@ impl Items {
         Items { list: Vec::new() }
     }
 
+    /// Adds an item of this session's own entries, ordered by the entry index `idx`.
+    pub(super) fn add_new(&mut self, section: usize, priority: u32, idx: usize, text: &str) {
+        self.add(section, priority, (G_NEW, idx as u64), text);
+    }
+
     pub(super) fn add(&mut self, section: usize, priority: u32, order: (u8, u64), text: &str) {
         let text = layout(text);
         if text.is_empty() || is_placeholder(&text) {

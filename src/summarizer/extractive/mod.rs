@@ -128,7 +128,7 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
     if a.requests.is_empty() {
         if let Some((idx, label, text, _)) = a.notes.first() {
             let text = format!("(from {label}) {}", clip_head(text, caps.goal));
-            items.add(GOAL, P_GOAL_FIRST, (G_NEW, *idx as u64), &text);
+            items.add_new(GOAL, P_GOAL_FIRST, *idx, &text);
         }
     }
     for (n, (idx, text)) in a.requests.iter().enumerate() {
@@ -146,28 +146,18 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
         } else {
             (P_GOAL_OLDER + a.recency(*idx), clipped)
         };
-        items.add(GOAL, priority, (G_NEW, *idx as u64), &text);
+        items.add_new(GOAL, priority, *idx, &text);
     }
 
     // Constraints & Preferences: user sentences that read like rules.
     for (idx, sentence) in a.user_sentences(&CONSTRAINT_RE) {
         let text = clip_head(&sentence, caps.item);
-        items.add(
-            CONSTRAINTS,
-            P_CONSTRAINT + a.recency(idx),
-            (G_NEW, idx as u64),
-            &text,
-        );
+        items.add_new(CONSTRAINTS, P_CONSTRAINT + a.recency(idx), idx, &text);
     }
 
     // Done: completed file changes and successful commands.
     for done in a.done_items() {
-        items.add(
-            DONE,
-            P_DONE + a.recency(done.idx),
-            (G_NEW, done.idx as u64),
-            &done.text,
-        );
+        items.add_new(DONE, P_DONE + a.recency(done.idx), done.idx, &done.text);
     }
 
     // In Progress: the last assistant words, pending calls, an aborted last turn.
@@ -189,23 +179,13 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
             fail.code_note(),
             first_line(fail.text, caps.item)
         );
-        items.add(
-            BLOCKED,
-            P_BLOCKED + a.recency(fail.idx),
-            (G_NEW, fail.idx as u64),
-            &text,
-        );
+        items.add_new(BLOCKED, P_BLOCKED + a.recency(fail.idx), fail.idx, &text);
     }
 
     // Key Decisions: assistant sentences that announce a choice or abandon an approach.
     for (idx, sentence) in a.decisions() {
         let text = clip_head(&sentence, caps.item);
-        items.add(
-            DECISIONS,
-            P_DECISION + a.recency(idx),
-            (G_NEW, idx as u64),
-            &text,
-        );
+        items.add_new(DECISIONS, P_DECISION + a.recency(idx), idx, &text);
     }
 
     // Next Steps: ranked, most actionable first.
@@ -345,7 +325,7 @@ pub fn summarize_turn_prefix(messages: &[Value], max_tokens: u64) -> String {
     if opened_by_note || a.requests.is_empty() {
         if let Some((idx, label, text, _)) = a.notes.first() {
             let text = format!("(from {label}) {}", clip_head(text, caps.goal));
-            items.add(ORIGINAL, P_GOAL_LATEST, (G_NEW, *idx as u64), &text);
+            items.add_new(ORIGINAL, P_GOAL_LATEST, *idx, &text);
         }
     }
     for (idx, label, text, _) in a
@@ -367,12 +347,7 @@ pub fn summarize_turn_prefix(messages: &[Value], max_tokens: u64) -> String {
         } else {
             P_GOAL_OLDER + a.recency(*idx)
         };
-        items.add(
-            ORIGINAL,
-            priority,
-            (G_NEW, *idx as u64),
-            &clip_head(text, caps.goal),
-        );
+        items.add_new(ORIGINAL, priority, *idx, &clip_head(text, caps.goal));
     }
     for (idx, label, summary) in &a.embedded_summaries {
         let text = format!("{label}:\n{}", clip_head(summary, caps.error));
@@ -386,12 +361,7 @@ pub fn summarize_turn_prefix(messages: &[Value], max_tokens: u64) -> String {
 
     // Early Progress: what got done, what failed, what was decided.
     for done in a.done_items() {
-        items.add(
-            EARLY,
-            P_DONE + a.recency(done.idx),
-            (G_NEW, done.idx as u64),
-            &done.text,
-        );
+        items.add_new(EARLY, P_DONE + a.recency(done.idx), done.idx, &done.text);
     }
     for fail in a.failures() {
         let text = format!(
@@ -406,21 +376,11 @@ pub fn summarize_turn_prefix(messages: &[Value], max_tokens: u64) -> String {
             first_line(fail.text, caps.item)
         );
         let priority = if fail.resolved { P_DONE } else { P_BLOCKED };
-        items.add(
-            EARLY,
-            priority + a.recency(fail.idx),
-            (G_NEW, fail.idx as u64),
-            &text,
-        );
+        items.add_new(EARLY, priority + a.recency(fail.idx), fail.idx, &text);
     }
     for (idx, sentence) in a.decisions() {
         let text = format!("Decision: {}", clip_head(&sentence, caps.item));
-        items.add(
-            EARLY,
-            P_DECISION + a.recency(idx),
-            (G_NEW, idx as u64),
-            &text,
-        );
+        items.add_new(EARLY, P_DECISION + a.recency(idx), idx, &text);
     }
 
     // Context for Suffix: rules, files, open calls, last words, last error verbatim.

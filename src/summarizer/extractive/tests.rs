@@ -4,17 +4,7 @@ use super::*;
 use crate::json::utf16_len;
 use serde_json::json;
 
-const HEADINGS: [&str; 9] = [
-    "## Goal",
-    "## Constraints & Preferences",
-    "## Progress",
-    "### Done",
-    "### In Progress",
-    "### Blocked",
-    "## Key Decisions",
-    "## Next Steps",
-    "## Critical Context",
-];
+use crate::compaction::prompts::HISTORY_HEADINGS as HEADINGS;
 const TP_HEADINGS: [&str; 3] = [
     "## Original Request",
     "## Early Progress",
