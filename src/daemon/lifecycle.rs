@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Daemon, Session};
 use crate::compaction::prepare::{prepare_branch, NothingToCompact, Preparation, PreparedMessage};
 use crate::compaction::summary::{compaction_entry, number, result_json, CompactionOutcome};
-use crate::compactor::{generate, CompactError, SummaryEngine, RETRY_OBSERVER};
+use crate::compactor::{generate, CompactError, SummaryEngine};
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::types::Phase;
 use crate::session::{ids, Entry, EntryKind, Role};
@@ -224,32 +224,20 @@ async fn run_started(
         Some(o) => o,
         None => {
             let engine = engine(daemon, session)?;
-            let sid = session.id.clone();
-            let reason_s = reason.to_owned();
-            let d_events = EventSink {
+            let events = EventSink {
                 daemon,
-                session_id: sid,
+                session_id: session.id.clone(),
             };
-            // Retry events travel through a channel drained below, so the observer is
-            // `'static` while the daemon stays borrowed.
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<RetryEvent>();
-            let observer: crate::compactor::RetryObserver = Arc::new(move |e: &RetryEvent| {
-                let _ = tx.send(e.clone());
-            });
-            let fut = RETRY_OBSERVER.scope(
-                observer,
-                generate(prep, &engine, custom, Some(&snap.thinking_level), cancel),
-            );
-            tokio::pin!(fut);
-            let result = loop {
-                tokio::select! {
-                    r = &mut fut => break r,
-                    Some(e) = rx.recv() => d_events.retry_event(&e, &reason_s),
-                }
-            };
-            while let Ok(e) = rx.try_recv() {
-                d_events.retry_event(&e, &reason_s);
-            }
+            let on_retry = |e: &RetryEvent| events.retry_event(e, reason);
+            let result = generate(
+                prep,
+                &engine,
+                custom,
+                Some(&snap.thinking_level),
+                cancel,
+                &on_retry,
+            )
+            .await;
             result.map_err(|e| match e {
                 CompactError::Cancelled => Failure::Cancelled,
                 CompactError::NothingToCompact(m) => {
