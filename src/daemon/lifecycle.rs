@@ -122,9 +122,11 @@ fn preparation_json(prep: &Preparation) -> Value {
     Value::Object(o)
 }
 
-/// The engine for this daemon (configured summarizer, else extractive).
-fn engine(daemon: &Daemon, session: &Session) -> Result<SummaryEngine, Failure> {
-    super::session_engine(daemon, session).map_err(|e| Failure::Error(ErrorKind::Auth, e.message))
+/// The session's summarizer (the daemon's cached engine), or the auth failure compacting reports.
+fn engine(daemon: &Daemon, session: &Session) -> Result<Arc<SummaryEngine>, Failure> {
+    daemon
+        .session_engine(session)
+        .map_err(|e| Failure::Error(ErrorKind::Auth, e.message))
 }
 
 /// A hook-supplied compaction, validated (beyond Pi): its `firstKeptEntryId` must be on the
@@ -478,7 +480,7 @@ fn log_compaction(
     let summarizer = if from_extension {
         "hook".to_owned()
     } else {
-        match super::session_engine(daemon, session) {
+        match daemon.session_engine(session).as_deref() {
             Ok(SummaryEngine::Llm { model, .. }) => format!("{}/{}", model.provider, model.id),
             Ok(SummaryEngine::Extractive { .. }) => "extractive".to_owned(),
             Err(_) => "none".to_owned(),

@@ -116,7 +116,7 @@ async fn branch_summary(
     if messages.is_empty() {
         return Ok((NO_CONTENT.to_owned(), details, None));
     }
-    let engine = super::session_engine(&ctx.daemon, session)?;
+    let engine = ctx.daemon.session_engine(session)?;
     let inputs = BranchInputs {
         messages: &messages,
         read_files: &read,
