@@ -1,6 +1,10 @@
 //! Runs one compaction end to end: preparation → summarizer call(s) in Pi's order → the
 //! `CompactionResult` → (for the file-level entry point) the appended `compaction` entry.
 //!
+//! It also writes the branch summaries of tree navigation ([`summarize_branch`]): both kinds of
+//! summary share one engine dispatch and one provider call (redaction, retries reported to the
+//! caller's [`OnRetry`], Pi's reply checks), so there is one place that calls providers.
+//!
 //! This is the imperative shell around the pure core: it owns the async calls, cancellation and
 //! the single file write, and nothing else. The daemon and the CLI both drive it.
 
