@@ -1020,3 +1020,53 @@ pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> Che
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `compact` (with `write: false`, so it can repeat) on a copy of a conformance session,
+    /// opened in a daemon with the default (extractive) configuration.
+    #[tokio::test]
+    async fn compactions_share_the_one_cached_engine() {
+        let test = "compactions_share_the_one_cached_engine";
+        let Some(fixture) =
+            crate::test_fixtures::case_file(test, "005-medium-basic", "session.jsonl")
+        else {
+            return;
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("session.jsonl");
+        std::fs::write(&path, std::fs::read(&fixture).expect("read fixture")).expect("copy");
+        let daemon = Daemon::new(crate::config::Config::default());
+        // Pi's defaults whatever settings files the machine has.
+        *daemon.global_overrides.lock() =
+            Some(json!({"enabled": true, "reserveTokens": 16384, "keepRecentTokens": 20000}));
+        let (conn, _events) = daemon.connect();
+        let limits = crate::store::Limits::default();
+        let (session, _) = daemon
+            .open_or_insert(&path, &conn, || {
+                let (tree, _, stamp) = crate::store::load_with(&path, true, &limits)
+                    .map_err(super::super::methods::store_error)?;
+                let mut state = super::super::session::SessionState::loaded(
+                    path.clone(),
+                    tree,
+                    None,
+                    "off",
+                    None,
+                );
+                state.stamp = Some(stamp);
+                Ok(state)
+            })
+            .expect("open");
+        let mut engines = Vec::new();
+        for _ in 0..2 {
+            let result = compact(&daemon, &session, None, false).await;
+            assert!(result.is_ok(), "{:?}", result.err().map(|e| e.message));
+            let cache = daemon.engines.lock();
+            assert_eq!(cache.len(), 1, "the compactions built one engine");
+            engines.extend(cache.values().cloned());
+        }
+        assert!(Arc::ptr_eq(&engines[0], &engines[1]), "and both used it");
+    }
+}
