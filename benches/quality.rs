@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use compactd::compaction::tokens::CompactionSettings;
-use compactd::compactor::{compact_file, SummaryEngine};
+use compactd::compactor::{compact_file, ignore_retries, SummaryEngine};
 use compactd::summarizer::redact::RedactionConfig;
 use compactd::summarizer::{client_for, Api, ModelSpec, RetrySettings};
 use serde_json::{json, Value};
@@ -454,6 +454,7 @@ async fn run_script(script: &Script, engine: &SummaryEngine, dir: &Path) -> Run 
             engine,
             script.focus.as_deref(),
             &CancellationToken::new(),
+            &ignore_retries,
         )
         .await;
         run.elapsed += started.elapsed();

@@ -1,9 +1,14 @@
 //! Runs one compaction end to end: preparation → summarizer call(s) in Pi's order → the
 //! `CompactionResult` → (for the file-level entry point) the appended `compaction` entry.
 //!
+//! It also writes the branch summaries of tree navigation ([`summarize_branch`]): both kinds of
+//! summary share one engine dispatch and one provider call (redaction, retries reported to the
+//! caller's [`OnRetry`], Pi's reply checks), so there is one place that calls providers.
+//!
 //! This is the imperative shell around the pure core: it owns the async calls, cancellation and
 //! the single file write, and nothing else. The daemon and the CLI both drive it.
 
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -11,31 +16,32 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::compaction::prepare::{prepare_branch, Preparation};
-use crate::compaction::prompts::{history_prompt_text, turn_prefix_prompt_text, SYSTEM_PROMPT};
-use crate::compaction::serialize::serialize_agent_messages;
+use crate::compaction::prompts::{
+    branch_prompt_text, history_prompt_text, turn_prefix_prompt_text, SYSTEM_PROMPT,
+};
+use crate::compaction::serialize::{serialize_agent_messages, serialize_conversation};
 use crate::compaction::summary::{
     check_reply, compaction_entry, file_details, join_split_turn, with_file_lists, CallKind,
     CompactionOutcome, CompactionResult,
 };
 use crate::compaction::tokens::CompactionSettings;
 use crate::compaction::BranchIndex;
-use crate::context::context_settings;
+use crate::context::{context_settings, convert_to_llm};
 use crate::session::{ids, BranchView, Entry, SessionTree};
 use crate::store;
 use crate::summarizer::extractive::{summarize_history, summarize_turn_prefix, ExtractiveInput};
 use crate::summarizer::redact::RedactionConfig;
 use crate::summarizer::{
-    retry_call, AssistantReply, LlmClient, LlmRequest, ModelSpec, RetryEvent, RetrySettings,
+    retry_call, LlmClient, LlmRequest, ModelSpec, RetryEvent, RetrySettings, Usage,
 };
 
-/// Receives the summarization retry events of the calls made inside its scope (the daemon turns
-/// them into `summarization_retry_*` notifications). A task-local keeps `generate`'s signature
-/// free of transport concerns.
-pub type RetryObserver = std::sync::Arc<dyn Fn(&RetryEvent) + Send + Sync>;
+/// Receives the retry events of the summarization calls a function makes (the daemon turns them
+/// into `summarization_retry_*` notifications, the CLI into its progress line). It is an explicit
+/// argument, not ambient state, so every caller says what happens to them.
+pub type OnRetry<'a> = dyn Fn(&RetryEvent) + Send + Sync + 'a;
 
-tokio::task_local! {
-    pub static RETRY_OBSERVER: RetryObserver;
-}
+/// An [`OnRetry`] for callers with nobody to tell about retries.
+pub fn ignore_retries(_: &RetryEvent) {}
 
 /// Pi's message for an aborted compaction.
 pub const CANCELLED: &str = "Compaction cancelled";
@@ -96,110 +102,144 @@ fn messages_of(prep: &[crate::compaction::prepare::PreparedMessage]) -> Vec<Valu
     prep.iter().map(|m| m.message()).collect()
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn call_llm(
-    client: &dyn LlmClient,
-    model: &ModelSpec,
-    retry: &RetrySettings,
-    redaction: &RedactionConfig,
-    prompt_text: String,
-    max_tokens: u64,
-    thinking_level: Option<&str>,
-    cancel: &CancellationToken,
-) -> AssistantReply {
-    let request = LlmRequest {
-        system_prompt: SYSTEM_PROMPT.to_owned(),
-        prompt_text: redaction.apply(&prompt_text).into_owned(),
-        max_tokens,
-        reasoning: reasoning_for(model, thinking_level),
-        session_id: Some(ids::new_session_id()),
-        timestamp_ms: ids::now_ms(),
-    };
-    retry_call(|| client.complete(&request, cancel), retry, cancel, |event| {
-        if let RetryEvent::Scheduled { attempt, max_attempts, delay_ms, error_message } = &event {
-            tracing::warn!(attempt, max_attempts, delay_ms, error = %error_message, "summarization call failed; retrying");
-        }
-        let _ = RETRY_OBSERVER.try_with(|observe| observe(&event));
-    })
-    .await
+/// An LLM engine's provider together with everything one call to it needs. [`Provider::ask`] is
+/// the only place compactd calls a provider, for compactions and branch summaries alike.
+struct Provider<'a> {
+    client: &'a dyn LlmClient,
+    model: &'a ModelSpec,
+    retry: &'a RetrySettings,
+    redaction: &'a RedactionConfig,
+    cancel: &'a CancellationToken,
+    on_retry: &'a OnRetry<'a>,
 }
 
-/// Pi's `compact(preparation, …)`: generates the summary text and returns the result (nothing
-/// is written). Calls are sequential: history first, then the turn prefix of a split turn.
-pub async fn generate(
-    prep: &Preparation,
-    engine: &SummaryEngine,
-    custom_instructions: Option<&str>,
-    thinking_level: Option<&str>,
-    cancel: &CancellationToken,
-) -> Result<CompactionOutcome, CompactError> {
-    let (client, model, retry, redaction) = match engine {
+impl Provider<'_> {
+    /// One summarization call: the prompt redacted, sent with Pi's retries (each retry logged
+    /// and reported to `on_retry`), an abort noticed, and Pi's reply checks for `kind` applied.
+    /// Returns the summary text and the call's usage.
+    async fn ask(
+        &self,
+        kind: CallKind,
+        prompt_text: &str,
+        max_tokens: u64,
+        reasoning: Option<String>,
+    ) -> Result<(String, Usage), CompactError> {
+        let request = LlmRequest {
+            system_prompt: SYSTEM_PROMPT.to_owned(),
+            prompt_text: self.redaction.apply(prompt_text).into_owned(),
+            max_tokens,
+            reasoning,
+            session_id: Some(ids::new_session_id()),
+            timestamp_ms: ids::now_ms(),
+        };
+        let reply = retry_call(
+            || self.client.complete(&request, self.cancel),
+            self.retry,
+            self.cancel,
+            |event| {
+                if let RetryEvent::Scheduled { attempt, max_attempts, delay_ms, error_message } = &event {
+                    tracing::warn!(attempt, max_attempts, delay_ms, error = %error_message, "summarization call failed; retrying");
+                }
+                (self.on_retry)(&event);
+            },
+        )
+        .await;
+        if self.cancel.is_cancelled() {
+            return Err(CompactError::Cancelled);
+        }
+        let text = check_reply(kind, &reply).map_err(CompactError::Summarization)?;
+        Ok((text, reply.usage))
+    }
+}
+
+/// Marks an outcome the extractive engine wrote because the LLM failed (`details.fallbackReason`).
+fn mark_fallback(mut outcome: CompactionOutcome, reason: String) -> CompactionOutcome {
+    if let Some(d) = outcome.details.as_object_mut() {
+        d.insert("fallbackReason".into(), Value::from(reason));
+    }
+    outcome
+}
+
+/// The one engine dispatch of every summary: the extractive engine runs `extractive` (as CPU
+/// work, see [`crate::cpu`]); an LLM engine runs `llm` against its [`Provider`]. When the LLM
+/// fails to summarize, an engine configured to fall back runs `extractive` instead and passes the
+/// result and the failure to `fallback`; a summary kind that never falls back passes `None`.
+async fn dispatch<'a, T, Fut>(
+    engine: &'a SummaryEngine,
+    cancel: &'a CancellationToken,
+    on_retry: &'a OnRetry<'a>,
+    extractive: impl FnOnce(&'a RedactionConfig) -> T,
+    llm: impl FnOnce(Provider<'a>) -> Fut,
+    fallback: Option<fn(T, String) -> T>,
+) -> Result<T, CompactError>
+where
+    Fut: Future<Output = Result<T, CompactError>>,
+{
+    let (provider, fallback_extractive) = match engine {
+        SummaryEngine::Extractive { redaction } => {
+            return Ok(crate::cpu::blocking(|| extractive(redaction)))
+        }
         SummaryEngine::Llm {
             client,
             model,
             retry,
             redaction,
             fallback_extractive,
-        } => {
-            if *fallback_extractive {
-                return match generate_llm(
-                    prep,
-                    client.as_ref(),
-                    model,
-                    retry,
-                    redaction,
-                    custom_instructions,
-                    thinking_level,
-                    cancel,
-                )
-                .await
-                {
-                    Err(CompactError::Summarization(reason)) => {
-                        tracing::warn!(%reason, "LLM summarizer failed; falling back to the extractive summarizer");
-                        let mut outcome = crate::cpu::blocking(|| {
-                            generate_extractive(prep, custom_instructions, redaction)
-                        });
-                        if let Some(d) = outcome.details.as_object_mut() {
-                            d.insert("fallbackReason".into(), Value::from(reason));
-                        }
-                        Ok(outcome)
-                    }
-                    other => other,
-                };
-            }
-            (client, model, retry, redaction)
-        }
-        SummaryEngine::Extractive { redaction } => {
-            return Ok(crate::cpu::blocking(|| {
-                generate_extractive(prep, custom_instructions, redaction)
-            }))
-        }
+        } => (
+            Provider {
+                client: client.as_ref(),
+                model,
+                retry,
+                redaction,
+                cancel,
+                on_retry,
+            },
+            *fallback_extractive,
+        ),
     };
-    generate_llm(
-        prep,
-        client.as_ref(),
-        model,
-        retry,
-        redaction,
-        custom_instructions,
-        thinking_level,
+    let redaction = provider.redaction;
+    match (
+        llm(provider).await,
+        fallback.filter(|_| fallback_extractive),
+    ) {
+        (Err(CompactError::Summarization(reason)), Some(mark)) => {
+            tracing::warn!(%reason, "LLM summarizer failed; falling back to the extractive summarizer");
+            Ok(mark(crate::cpu::blocking(|| extractive(redaction)), reason))
+        }
+        (other, _) => other,
+    }
+}
+
+/// Pi's `compact(preparation, …)`: generates the summary text and returns the result (nothing
+/// is written). Calls are sequential: history first, then the turn prefix of a split turn. The
+/// calls' retries are reported to `on_retry`.
+pub async fn generate(
+    prep: &Preparation,
+    engine: &SummaryEngine,
+    custom_instructions: Option<&str>,
+    thinking_level: Option<&str>,
+    cancel: &CancellationToken,
+    on_retry: &OnRetry<'_>,
+) -> Result<CompactionOutcome, CompactError> {
+    dispatch(
+        engine,
         cancel,
+        on_retry,
+        |redaction| generate_extractive(prep, custom_instructions, redaction),
+        |provider| generate_llm(prep, provider, custom_instructions, thinking_level),
+        Some(mark_fallback),
     )
     .await
 }
 
 /// The LLM half of [`generate`].
-#[allow(clippy::too_many_arguments)]
 async fn generate_llm(
     prep: &Preparation,
-    client: &dyn LlmClient,
-    model: &ModelSpec,
-    retry: &RetrySettings,
-    redaction: &RedactionConfig,
+    provider: Provider<'_>,
     custom_instructions: Option<&str>,
     thinking_level: Option<&str>,
-    cancel: &CancellationToken,
 ) -> Result<CompactionOutcome, CompactError> {
+    let model = provider.model;
     let history_max = call_max_tokens(&prep.settings, 0.8, model.max_tokens);
     let prefix_max = call_max_tokens(&prep.settings, 0.5, model.max_tokens);
     let history_text = || {
@@ -211,32 +251,28 @@ async fn generate_llm(
             custom_instructions,
         )
     };
-    // One summarization call: send, notice an abort, apply Pi's response checks.
-    let call = |kind: CallKind, prompt: String, max_tokens: u64| async move {
-        let reply = call_llm(
-            client,
-            model,
-            retry,
-            redaction,
-            prompt,
-            max_tokens,
-            thinking_level,
-            cancel,
-        )
-        .await;
-        if cancel.is_cancelled() {
-            return Err(CompactError::Cancelled);
+    // One compaction call: Pi's checks, then compactd's refusal of a blank summary.
+    let call = |kind: CallKind, prompt: String, max_tokens: u64| {
+        let provider = &provider;
+        async move {
+            let (text, usage) = provider
+                .ask(
+                    kind,
+                    &prompt,
+                    max_tokens,
+                    reasoning_for(model, thinking_level),
+                )
+                .await?;
+            // Beyond Pi (proto-docs/gaps.md): a blank summary would replace the history with
+            // nothing, so it is refused (and falls back to extractive when configured).
+            if text.trim().is_empty() {
+                return Err(CompactError::Summarization(format!(
+                    "{} failed: empty summary",
+                    kind.label()
+                )));
+            }
+            Ok((text, usage))
         }
-        let text = check_reply(kind, &reply).map_err(CompactError::Summarization)?;
-        // Beyond Pi (proto-docs/gaps.md): a blank summary would replace the history with
-        // nothing, so it is refused (and falls back to extractive when configured).
-        if text.trim().is_empty() {
-            return Err(CompactError::Summarization(format!(
-                "{} failed: empty summary",
-                kind.label()
-            )));
-        }
-        Ok((text, reply.usage))
     };
     let (summary, usage) = if prep.is_split_turn && !prep.turn_prefix_messages.is_empty() {
         let history = if prep.messages_to_summarize.is_empty() {
@@ -318,6 +354,90 @@ pub fn generate_extractive(
     }
 }
 
+/// The output cap of a branch summary (Pi's fixed budget, lowered to the model's own cap).
+pub const BRANCH_MAX_TOKENS: u64 = 4096;
+
+/// What a branch summary is written from (compaction.md §9): the branch's messages as
+/// `prepareBranchEntries` chose them, its file lists, and the caller's instructions.
+#[derive(Debug, Clone, Copy)]
+pub struct BranchInputs<'a> {
+    pub messages: &'a [Value],
+    pub read_files: &'a [String],
+    pub modified_files: &'a [String],
+    pub custom_instructions: Option<&'a str>,
+    /// The custom instructions replace Pi's branch prompt instead of adding a focus to it.
+    pub replace_instructions: bool,
+}
+
+/// A summary body as an engine wrote it, before the caller frames it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryOutcome {
+    pub text: String,
+    /// The provider's usage (`None` from the extractive engine).
+    pub usage: Option<Usage>,
+}
+
+/// Summarizes a branch being left (Pi's `generateBranchSummary`) through the same engine
+/// dispatch, provider call, redaction and retries as a compaction; retries go to `on_retry`.
+/// Unlike a compaction, a failed LLM branch summary never falls back to the extractive engine
+/// (`fallback` is a compaction setting): it fails the navigation.
+pub async fn summarize_branch(
+    engine: &SummaryEngine,
+    inputs: &BranchInputs<'_>,
+    cancel: &CancellationToken,
+    on_retry: &OnRetry<'_>,
+) -> Result<SummaryOutcome, CompactError> {
+    dispatch(
+        engine,
+        cancel,
+        on_retry,
+        |redaction| extractive_branch(inputs, redaction),
+        |provider| llm_branch(inputs, provider),
+        None,
+    )
+    .await
+}
+
+/// The extractive half of [`summarize_branch`]: the branch as a history summary, redacted.
+fn extractive_branch(inputs: &BranchInputs<'_>, redaction: &RedactionConfig) -> SummaryOutcome {
+    let text = summarize_history(&ExtractiveInput {
+        messages: inputs.messages,
+        previous_summary: None,
+        custom_instructions: inputs.custom_instructions,
+        read_files: inputs.read_files,
+        modified_files: inputs.modified_files,
+        max_tokens: BRANCH_MAX_TOKENS,
+    });
+    SummaryOutcome {
+        text: redaction.apply(&text).into_owned(),
+        usage: None,
+    }
+}
+
+/// The LLM half of [`summarize_branch`]: one call with Pi's branch prompt, no reasoning.
+async fn llm_branch(
+    inputs: &BranchInputs<'_>,
+    provider: Provider<'_>,
+) -> Result<SummaryOutcome, CompactError> {
+    let conversation = serialize_conversation(&convert_to_llm(inputs.messages));
+    let prompt = branch_prompt_text(
+        &conversation,
+        inputs.custom_instructions,
+        inputs.replace_instructions,
+    );
+    let max_tokens = match provider.model.max_tokens {
+        0 => BRANCH_MAX_TOKENS,
+        cap => cap.min(BRANCH_MAX_TOKENS),
+    };
+    let (text, usage) = provider
+        .ask(CallKind::Branch, &prompt, max_tokens, None)
+        .await?;
+    Ok(SummaryOutcome {
+        text,
+        usage: Some(usage),
+    })
+}
+
 /// What a successful manual compaction of a file produced.
 #[derive(Debug, Clone)]
 pub struct Compacted {
@@ -352,12 +472,14 @@ pub fn append_outcome(
 /// load-time repairs), prepare, summarize, and append the entry. On any failure the file is left
 /// exactly as loading left it. The file is locked as a daemon locks it (a file a daemon holds is
 /// refused), and a file another process wrote to during the summarizer call is not written.
+/// The summarizer's retries are reported to `on_retry`.
 pub async fn compact_file(
     path: &Path,
     settings: &CompactionSettings,
     engine: &SummaryEngine,
     custom_instructions: Option<&str>,
     cancel: &CancellationToken,
+    on_retry: &OnRetry<'_>,
 ) -> Result<Compacted, CompactError> {
     let abs = store::absolute(path);
     let _lock = match store::try_lock(&abs) {
@@ -395,6 +517,7 @@ pub async fn compact_file(
         custom_instructions,
         thinking.as_str(),
         cancel,
+        on_retry,
     )
     .await?;
     if cancel.is_cancelled() {
@@ -428,4 +551,160 @@ pub async fn compact_file(
         entry,
         tree,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::summarizer::{Api, AssistantReply, BoxFuture, StopReason};
+    use parking_lot::Mutex;
+    use serde_json::json;
+
+    /// A provider that fails with a retryable error for its first `failures` calls, then
+    /// answers `summary`. Records the prompts it was sent.
+    struct FlakyClient {
+        failures: usize,
+        prompts: Mutex<Vec<String>>,
+    }
+
+    impl LlmClient for FlakyClient {
+        fn complete<'a>(
+            &'a self,
+            request: &'a LlmRequest,
+            _cancel: &'a CancellationToken,
+        ) -> BoxFuture<'a, AssistantReply> {
+            Box::pin(async move {
+                let mut prompts = self.prompts.lock();
+                prompts.push(request.prompt_text.clone());
+                if prompts.len() <= self.failures {
+                    return AssistantReply::error("503 overloaded", Some(503));
+                }
+                AssistantReply {
+                    text_blocks: vec!["summary".into()],
+                    stop_reason: StopReason::Stop,
+                    error_message: None,
+                    ..AssistantReply::aborted()
+                }
+            })
+        }
+    }
+
+    /// An LLM engine over `client` retrying after 1 ms, with redaction of a fake secret.
+    fn flaky_engine(client: Arc<FlakyClient>) -> SummaryEngine {
+        SummaryEngine::Llm {
+            client,
+            model: ModelSpec {
+                api: Api::OpenAiCompletions,
+                provider: "fake".into(),
+                id: "flaky".into(),
+                base_url: "http://127.0.0.1:9/v1".into(),
+                context_window: 200_000,
+                max_tokens: 0,
+                reasoning: false,
+                api_key: None,
+                headers: Vec::new(),
+            },
+            retry: RetrySettings {
+                enabled: true,
+                max_retries: 3,
+                base_delay_ms: 1,
+            },
+            redaction: RedactionConfig::default(),
+            fallback_extractive: false,
+        }
+    }
+
+    /// The events one retry produces, in Pi's order.
+    fn one_retry() -> Vec<RetryEvent> {
+        vec![
+            RetryEvent::Scheduled {
+                attempt: 1,
+                max_attempts: 3,
+                delay_ms: 1,
+                error_message: "503 overloaded".into(),
+            },
+            RetryEvent::AttemptStart,
+            RetryEvent::Finished {
+                success: true,
+                attempt: 1,
+                error_message: None,
+            },
+        ]
+    }
+
+    #[tokio::test]
+    async fn branch_summaries_report_retries_to_the_callback_and_redact_the_prompt() {
+        let client = Arc::new(FlakyClient {
+            failures: 1,
+            prompts: Mutex::new(Vec::new()),
+        });
+        let engine = flaky_engine(client.clone());
+        let messages = vec![json!({
+            "role": "user",
+            "content": "deploy with OPENAI_API_KEY=sk-proj-4eC39HqLyjWDarjtT1zdp7dcAbCdEf",
+            "timestamp": 1
+        })];
+        let inputs = BranchInputs {
+            messages: &messages,
+            read_files: &[],
+            modified_files: &[],
+            custom_instructions: None,
+            replace_instructions: false,
+        };
+        let events = Mutex::new(Vec::new());
+        let outcome = summarize_branch(&engine, &inputs, &CancellationToken::new(), &|e| {
+            events.lock().push(e.clone())
+        })
+        .await;
+        assert_eq!(outcome.map(|o| o.text), Ok("summary".to_owned()));
+        assert_eq!(*events.lock(), one_retry());
+        let prompts = client.prompts.lock();
+        assert_eq!(prompts.len(), 2, "one failure, one retry");
+        assert!(prompts[0].starts_with("<conversation>\n"), "{}", prompts[0]);
+        assert!(
+            !prompts[0].contains("4eC39HqLyjWDarjtT1zdp7dc"),
+            "{}",
+            prompts[0]
+        );
+    }
+
+    #[tokio::test]
+    async fn compactions_report_retries_to_the_callback() {
+        let Some(fixture) = crate::test_fixtures::case_file(
+            "compactions_report_retries_to_the_callback",
+            "009-bash-executions",
+            "session.jsonl",
+        ) else {
+            return;
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("session.jsonl");
+        std::fs::write(&path, std::fs::read(&fixture).expect("read fixture")).expect("copy");
+        let client = Arc::new(FlakyClient {
+            failures: 1,
+            prompts: Mutex::new(Vec::new()),
+        });
+        let engine = flaky_engine(client.clone());
+        let settings = CompactionSettings {
+            enabled: true,
+            reserve_tokens: 16384,
+            keep_recent_tokens: 2000,
+        };
+        let events = Mutex::new(Vec::new());
+        let done = compact_file(
+            &path,
+            &settings,
+            &engine,
+            None,
+            &CancellationToken::new(),
+            &|e| events.lock().push(e.clone()),
+        )
+        .await
+        .expect("compacted after one retry");
+        assert!(done.result.summary.starts_with("summary"));
+        assert_eq!(*events.lock(), one_retry());
+        let prompts = client.prompts.lock();
+        assert!(prompts.len() >= 2, "one failure, then the calls");
+        assert_eq!(prompts[0], prompts[1], "the retry resends the failed call");
+    }
 }

@@ -32,7 +32,7 @@ pub enum ConfigError {
 }
 
 /// The session's current model as the engine selection needs it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionModel {
     pub provider: String,
     pub id: String,
@@ -241,24 +241,36 @@ impl Config {
         self.summarizer.engine(&self.redaction, http)
     }
 
-    /// Which summarizer runs for a session (protocol.md §4): the configured summarizer model if
-    /// any; else the session's current model when its provider is configured with a key (Pi's
-    /// choice); else the extractive engine.
-    pub fn engine_for_session(
+    /// The session model's provider, when the engine follows the session's model: no dedicated
+    /// summarizer is configured and `[providers]` names the model's provider.
+    fn session_provider<'m>(
         &self,
-        model: Option<&SessionModel>,
+        model: Option<&'m SessionModel>,
+    ) -> Option<(&'m SessionModel, &ProviderConfig, Api)> {
+        if self.summarizer.provider != "extractive" {
+            return None;
+        }
+        let m = model?;
+        let p = self.providers.get(&m.provider)?;
+        Some((m, p, Api::parse(&p.api)?))
+    }
+
+    /// What a session's engine depends on besides this (fixed) configuration: the session's
+    /// model when the engine follows it, else nothing. Sessions with equal keys get equal engines,
+    /// so the daemon builds one engine per key.
+    pub fn engine_key(&self, model: Option<&SessionModel>) -> EngineKey {
+        EngineKey(self.session_provider(model).map(|(m, _, _)| m.clone()))
+    }
+
+    /// Which summarizer runs for sessions with this key (protocol.md §4): the configured
+    /// summarizer model if any; else the session's current model when its provider is configured
+    /// with a key (Pi's choice); else the extractive engine.
+    pub fn engine_for(
+        &self,
+        key: &EngineKey,
         http: reqwest::Client,
     ) -> Result<SummaryEngine, ConfigError> {
-        if self.summarizer.provider != "extractive" {
-            return self.engine(http);
-        }
-        let Some(m) = model else {
-            return self.engine(http);
-        };
-        let Some(p) = self.providers.get(&m.provider) else {
-            return self.engine(http);
-        };
-        let Some(api) = Api::parse(&p.api) else {
+        let Some((m, p, api)) = self.session_provider(key.0.as_ref()) else {
             return self.engine(http);
         };
         let api_key = match &p.api_key_env {
@@ -280,44 +292,56 @@ impl Config {
             api_key,
             headers: Vec::new(),
         };
-        let client = crate::summarizer::client_with_idle_timeout(
-            spec.clone(),
-            http,
-            std::time::Duration::from_secs(self.summarizer.idle_timeout_secs.max(1)),
-        );
-        Ok(SummaryEngine::Llm {
-            client,
-            model: spec,
-            retry: self.summarizer.retry,
-            redaction: self.redaction.clone(),
-            fallback_extractive: self.summarizer.fallback.as_deref() == Some("extractive"),
-        })
+        Ok(self.summarizer.llm_engine(spec, &self.redaction, http))
     }
 }
 
+/// The part of a session that decides its summarizer (see [`Config::engine_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EngineKey(Option<SessionModel>);
+
 impl SummarizerConfig {
-    /// Builds the engine (see [`Config::engine`]).
+    /// Builds the engine (see [`Config::engine`]): the key is looked up only for an LLM.
     pub fn engine(
         &self,
         redaction: &RedactionConfig,
         http: reqwest::Client,
     ) -> Result<SummaryEngine, ConfigError> {
-        let Some(api) = Api::parse(&self.provider) else {
-            return Ok(SummaryEngine::Extractive {
-                redaction: redaction.clone(),
-            });
-        };
-        let api_key = match &self.api_key_env {
-            Some(var) => match std::env::var(var) {
-                Ok(k) if !k.is_empty() => Some(k),
-                _ => {
-                    return Err(ConfigError::MissingKey {
-                        provider: self.provider.clone(),
-                        var: var.clone(),
-                    })
-                }
-            },
+        let api_key = match Api::parse(&self.provider) {
+            Some(_) => self.api_key()?,
             None => None,
+        };
+        Ok(self.engine_with_key(api_key, redaction, http))
+    }
+
+    /// The key `api_key_env` names; unset or empty is Pi's `No API key found`.
+    fn api_key(&self) -> Result<Option<String>, ConfigError> {
+        let Some(var) = &self.api_key_env else {
+            return Ok(None);
+        };
+        match std::env::var(var) {
+            Ok(k) if !k.is_empty() => Ok(Some(k)),
+            _ => Err(ConfigError::MissingKey {
+                provider: self.provider.clone(),
+                var: var.clone(),
+            }),
+        }
+    }
+
+    /// The one constructor of the engine a summarizer section describes, given its key: the
+    /// daemon's configured summarizer and the CLI's flags both come through here, so both honour
+    /// `retry`, `fallback` and `idle_timeout_secs`. A provider that is no LLM protocol
+    /// (`extractive`) gives the extractive engine.
+    pub fn engine_with_key(
+        &self,
+        api_key: Option<String>,
+        redaction: &RedactionConfig,
+        http: reqwest::Client,
+    ) -> SummaryEngine {
+        let Some(api) = Api::parse(&self.provider) else {
+            return SummaryEngine::Extractive {
+                redaction: redaction.clone(),
+            };
         };
         let model = ModelSpec {
             api,
@@ -330,18 +354,29 @@ impl SummarizerConfig {
             api_key,
             headers: Vec::new(),
         };
+        self.llm_engine(model, redaction, http)
+    }
+
+    /// An LLM engine for `model` with this section's call policy: its client (with the stream
+    /// idle timeout), retries and extractive fallback. Also used for a session's own model.
+    pub fn llm_engine(
+        &self,
+        model: ModelSpec,
+        redaction: &RedactionConfig,
+        http: reqwest::Client,
+    ) -> SummaryEngine {
         let client = crate::summarizer::client_with_idle_timeout(
             model.clone(),
             http,
             std::time::Duration::from_secs(self.idle_timeout_secs.max(1)),
         );
-        Ok(SummaryEngine::Llm {
+        SummaryEngine::Llm {
             client,
             model,
             retry: self.retry,
             redaction: redaction.clone(),
             fallback_extractive: self.fallback.as_deref() == Some("extractive"),
-        })
+        }
     }
 }
 

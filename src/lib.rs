@@ -12,7 +12,8 @@
 //! - [`live_context`]: incremental token facts of a live agent context (O(1) checks after appends).
 //! - [`report`]: the analysis `compactd inspect` prints (the fixtures' `expected.json` shape).
 //! - [`summarizer`]: who writes summaries — LLM providers, retries, the extractive default.
-//! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry).
+//! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry), and writes
+//!   branch summaries through the same engine dispatch and provider call.
 //! - [`store`]: the storage shell — regular files only, reading other writers' appends, the
 //!   shared lock, repairs, appends and their durability.
 //! - [`rpc`]: the protocol surface — parameter/result types, error codes, the OpenRPC document.

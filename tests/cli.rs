@@ -289,6 +289,43 @@ fn the_config_file_selects_the_summarizer() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("summarizer.provider 'nope'"));
 }
 
+#[test]
+fn compact_flags_keep_the_configured_retry_policy() {
+    // Two failures, one retry allowed: the CLI gives up after the second request. With Pi's
+    // default policy (3 retries, 2 s base) it would wait 2 s + 4 s and succeed on the third.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let fake = runtime.block_on(support::fake_llm::start(vec![(
+        "LLM SUMMARY".into(),
+        "stop".into(),
+    )]));
+    fake.state.lock().fail_first = 2;
+    let (tmp, file) = copy_case("009-bash-executions");
+    let before = std::fs::read(&file).expect("read");
+    let cfg = tmp.path().join("config.toml");
+    std::fs::write(
+        &cfg,
+        "[summarizer]\nretry = { enabled = true, maxRetries = 1, baseDelayMs = 1 }\n",
+    )
+    .expect("write config");
+    let started = std::time::Instant::now();
+    let (code, v) = run_json(
+        compact_via_fake(&file, fake.port, &["--keep-recent-tokens", "2000"])
+            .arg("--config")
+            .arg(&cfg),
+    );
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("Summarization failed"),
+        "{v}"
+    );
+    assert_eq!(fake.state.lock().received.len(), 2, "one call, one retry");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    assert_eq!(std::fs::read(&file).expect("read"), before);
+}
+
 /// A session as an agent writes it: the user's goal and constraint, reads and edits, a failing
 /// command, more work after it.
 fn crafted_session() -> String {

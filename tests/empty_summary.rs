@@ -6,7 +6,7 @@
 mod support;
 
 use compactd::compaction::tokens::CompactionSettings;
-use compactd::compactor::{compact_file, CompactError, SummaryEngine};
+use compactd::compactor::{compact_file, ignore_retries, CompactError, SummaryEngine};
 use compactd::summarizer::redact::RedactionConfig;
 use compactd::summarizer::{client_for, RetrySettings};
 use serde_json::json;
@@ -58,7 +58,15 @@ async fn compact_with_reply(
         reserve_tokens: 16384,
         keep_recent_tokens: 50,
     };
-    let result = compact_file(&path, &settings, &engine, None, &CancellationToken::new()).await;
+    let result = compact_file(
+        &path,
+        &settings,
+        &engine,
+        None,
+        &CancellationToken::new(),
+        &ignore_retries,
+    )
+    .await;
     let after = std::fs::read_to_string(&path).expect("read session");
     assert_eq!(
         fake.state.lock().received.len(),

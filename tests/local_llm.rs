@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use compactd::compaction::summary::{check_reply, CallKind};
 use compactd::compaction::tokens::CompactionSettings;
-use compactd::compactor::{compact_file, CompactError, SummaryEngine};
+use compactd::compactor::{compact_file, ignore_retries, CompactError, SummaryEngine};
 use compactd::summarizer::types::Api;
 use compactd::summarizer::{
     client_for, AssistantReply, LlmClient, LlmRequest, ModelSpec, RetrySettings, StopReason,
@@ -535,6 +535,7 @@ async fn compact_session(
             &engine,
             custom_instructions,
             &CancellationToken::new(),
+            &ignore_retries,
         ),
     )
     .await

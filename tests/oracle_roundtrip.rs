@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use compactd::compaction::prepare_compaction;
 use compactd::compaction::tokens::CompactionSettings;
-use compactd::compactor::{compact_file, CompactError, SummaryEngine};
+use compactd::compactor::{compact_file, ignore_retries, CompactError, SummaryEngine};
 use compactd::context::{build_session_context, context_entries};
 use compactd::session::{read_session, ReadOutcome, SessionTree};
 
@@ -190,6 +190,7 @@ fn run_case(
         engine,
         None,
         &CancellationToken::new(),
+        &ignore_retries,
     ));
     let done = match res {
         Ok(done) => done,

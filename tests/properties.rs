@@ -19,7 +19,9 @@ use compactd::compaction::cut_point::find_cut_point;
 use compactd::compaction::prepare::{compaction_boundaries, prepare_compaction, NothingToCompact};
 use compactd::compaction::summary::CompactionOutcome;
 use compactd::compaction::tokens::CompactionSettings;
-use compactd::compactor::{append_outcome, compact_file, CompactError, SummaryEngine};
+use compactd::compactor::{
+    append_outcome, compact_file, ignore_retries, CompactError, SummaryEngine,
+};
 use compactd::context::{build_session_context, context_entries};
 use compactd::session::{read_session, Entry, EntryKind, ReadOutcome, Role, SessionTree};
 
@@ -605,6 +607,7 @@ fn compact_file_only_appends() {
                 &ok_engine,
                 None,
                 &CancellationToken::new(),
+                &ignore_retries,
             ));
             let after = std::fs::read(&file).expect("read");
             match res {
@@ -664,6 +667,7 @@ fn compact_file_only_appends() {
                 &len_engine,
                 None,
                 &CancellationToken::new(),
+                &ignore_retries,
             ));
             prop_assert!(res.is_err(), "a length-stopped summary must fail");
             if expect_ok {

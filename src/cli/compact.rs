@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::compaction::tokens::CompactionSettings;
-use crate::compactor::{compact_file, RetryObserver, SummaryEngine, RETRY_OBSERVER};
+use crate::compactor::{compact_file, SummaryEngine};
 use crate::summarizer::RetryEvent;
 
 /// What the progress line says; the ticker re-renders it (the countdown moves).
@@ -87,29 +87,26 @@ pub fn run(
     pb.tick();
     let cancel = CancellationToken::new();
     let ctrl_c = cancel.clone();
-    let observer: RetryObserver = {
-        let status = status.clone();
-        let pb = pb.clone();
-        Arc::new(move |e: &RetryEvent| {
-            let mut s = status.lock();
-            match e {
-                RetryEvent::Scheduled {
-                    attempt,
-                    max_attempts,
-                    delay_ms,
-                    error_message,
-                } => {
-                    s.retry = Some((
-                        *attempt,
-                        *max_attempts,
-                        Instant::now() + Duration::from_millis(*delay_ms),
-                        error_message.clone(),
-                    ))
-                }
-                RetryEvent::AttemptStart | RetryEvent::Finished { .. } => s.retry = None,
+    // The countdown of a retry being waited for, shown until the next attempt starts.
+    let on_retry = |e: &RetryEvent| {
+        let mut s = status.lock();
+        match e {
+            RetryEvent::Scheduled {
+                attempt,
+                max_attempts,
+                delay_ms,
+                error_message,
+            } => {
+                s.retry = Some((
+                    *attempt,
+                    *max_attempts,
+                    Instant::now() + Duration::from_millis(*delay_ms),
+                    error_message.clone(),
+                ))
             }
-            pb.set_message(s.render());
-        })
+            RetryEvent::AttemptStart | RetryEvent::Finished { .. } => s.retry = None,
+        }
+        pb.set_message(s.render());
     };
     let outcome = runtime.block_on(async {
         tokio::spawn(async move {
@@ -127,12 +124,15 @@ pub fn run(
                 }
             })
         };
-        let r = RETRY_OBSERVER
-            .scope(
-                observer,
-                compact_file(path, settings, engine, custom_instructions, &cancel),
-            )
-            .await;
+        let r = compact_file(
+            path,
+            settings,
+            engine,
+            custom_instructions,
+            &cancel,
+            &on_retry,
+        )
+        .await;
         ticker.abort();
         r
     });

@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::compaction::tokens::CompactionSettings;
 use crate::compactor::SummaryEngine;
-use crate::summarizer::{client_for, Api, ModelSpec};
+use crate::summarizer::Api;
 
 /// The exit-code scheme, shown in `--help` and kept by every subcommand.
 pub const EXIT_CODES: &str =
@@ -184,60 +184,74 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     /// The summarizer these flags select: `--provider` wins, else the configuration file's
-    /// `[summarizer]`, else the extractive default.
+    /// `[summarizer]`, else the extractive default. Either way the engine comes from
+    /// [`crate::config::SummarizerConfig::engine_with_key`], so the flags' summarizer keeps the
+    /// configuration's call policy (`retry`, `idle_timeout_secs`).
     pub fn engine(&self, config: &crate::config::Config) -> Result<SummaryEngine, String> {
         let Some(provider) = self.provider.as_deref() else {
             return config
                 .engine(reqwest::Client::new())
                 .map_err(|e| e.to_string());
         };
+        let redaction = crate::summarizer::redact::RedactionConfig {
+            enabled: !self.no_redact && config.redaction.enabled,
+            ..config.redaction.clone()
+        };
+        let summarizer = self.summarizer(provider, &config.summarizer)?;
+        let api_key = if provider == "extractive" {
+            None
+        } else {
+            self.api_key()?
+        };
+        Ok(summarizer.engine_with_key(api_key, &redaction, reqwest::Client::new()))
+    }
+
+    /// The `[summarizer]` section the flags describe: the model from the flags, the call policy
+    /// (`retry`, `idle_timeout_secs`) from the configuration's section.
+    fn summarizer(
+        &self,
+        provider: &str,
+        configured: &crate::config::SummarizerConfig,
+    ) -> Result<crate::config::SummarizerConfig, String> {
         if provider == "extractive" {
-            return Ok(SummaryEngine::Extractive {
-                redaction: crate::summarizer::redact::RedactionConfig {
-                    enabled: !self.no_redact && config.redaction.enabled,
-                    ..config.redaction.clone()
-                },
+            return Ok(crate::config::SummarizerConfig {
+                provider: provider.to_owned(),
+                ..configured.clone()
             });
         }
-        let api = Api::parse(provider).ok_or_else(|| {
-            format!("unknown provider '{provider}' (expected openai-completions, anthropic-messages or openai-responses)")
-        })?;
+        if Api::parse(provider).is_none() {
+            return Err(format!("unknown provider '{provider}' (expected openai-completions, anthropic-messages or openai-responses)"));
+        }
         let base_url = self
             .base_url
             .clone()
             .ok_or("--base-url is required with --provider")?;
-        let id = self
+        let model = self
             .model
             .clone()
             .ok_or("--model is required with --provider")?;
-        let api_key = match (&self.api_key, &self.api_key_env) {
-            (Some(k), _) => Some(k.clone()),
-            (None, Some(var)) => Some(
-                std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))?,
-            ),
-            (None, None) => None,
-        };
-        let model = ModelSpec {
-            api,
+        Ok(crate::config::SummarizerConfig {
             provider: provider.to_owned(),
-            id,
-            base_url,
-            context_window: self.context_window,
+            base_url: Some(base_url),
+            model: Some(model),
             max_tokens: self.model_max_tokens,
+            context_window: self.context_window,
             reasoning: self.reasoning,
-            api_key,
-            headers: Vec::new(),
-        };
-        Ok(SummaryEngine::Llm {
-            client: client_for(model.clone(), reqwest::Client::new()),
-            model,
-            retry: crate::summarizer::RetrySettings::default(),
-            redaction: crate::summarizer::redact::RedactionConfig {
-                enabled: !self.no_redact && config.redaction.enabled,
-                ..config.redaction.clone()
-            },
-            fallback_extractive: self.fallback_extractive,
+            api_key_env: self.api_key_env.clone(),
+            fallback: self.fallback_extractive.then(|| "extractive".to_owned()),
+            ..configured.clone()
         })
+    }
+
+    /// The key from `--api-key`, else from the variable `--api-key-env` names, else none.
+    fn api_key(&self) -> Result<Option<String>, String> {
+        match (&self.api_key, &self.api_key_env) {
+            (Some(k), _) => Ok(Some(k.clone())),
+            (None, Some(var)) => std::env::var(var)
+                .map(Some)
+                .map_err(|_| format!("environment variable {var} is not set")),
+            (None, None) => Ok(None),
+        }
     }
 }
 

@@ -189,6 +189,24 @@ pub fn turn_prefix_prompt_text(conversation: &str) -> String {
     format!("<conversation>\n{conversation}\n</conversation>\n\n{TURN_PREFIX_PROMPT}")
 }
 
+/// The user message of a branch summary call (compaction.md §9): Pi's branch prompt, with the
+/// custom instructions as an added focus, or instead of the prompt when they replace it.
+pub fn branch_prompt_text(
+    conversation: &str,
+    custom_instructions: Option<&str>,
+    replace_instructions: bool,
+) -> String {
+    let instructions = match (
+        replace_instructions,
+        custom_instructions.filter(|c| !c.is_empty()),
+    ) {
+        (true, Some(c)) => c.to_owned(),
+        (false, Some(c)) => format!("{BRANCH_SUMMARY_PROMPT}\n\nAdditional focus: {c}"),
+        _ => BRANCH_SUMMARY_PROMPT.to_owned(),
+    };
+    format!("<conversation>\n{conversation}\n</conversation>\n\n{instructions}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +238,23 @@ mod tests {
         ] {
             assert!(t.contains(h));
         }
+    }
+
+    #[test]
+    fn branch_prompt_layout() {
+        let plain = branch_prompt_text("B", None, false);
+        assert_eq!(
+            plain,
+            format!("<conversation>\nB\n</conversation>\n\n{BRANCH_SUMMARY_PROMPT}")
+        );
+        assert_eq!(branch_prompt_text("B", Some(""), true), plain);
+        assert_eq!(
+            branch_prompt_text("B", Some("focus"), false),
+            format!("{plain}\n\nAdditional focus: focus")
+        );
+        assert_eq!(
+            branch_prompt_text("B", Some("only this"), true),
+            "<conversation>\nB\n</conversation>\n\nonly this"
+        );
     }
 }

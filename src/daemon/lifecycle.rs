@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Daemon, Session};
 use crate::compaction::prepare::{prepare_branch, NothingToCompact, Preparation, PreparedMessage};
 use crate::compaction::summary::{compaction_entry, number, CompactionOutcome};
-use crate::compactor::{generate, CompactError, SummaryEngine, RETRY_OBSERVER};
+use crate::compactor::{generate, CompactError, SummaryEngine};
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::results::{AutoReason, CheckAction, CheckCompactionResult, CompactionResult};
 use crate::rpc::types::Phase;
@@ -123,9 +123,11 @@ fn preparation_json(prep: &Preparation) -> Value {
     Value::Object(o)
 }
 
-/// The engine for this daemon (configured summarizer, else extractive).
-fn engine(daemon: &Daemon, session: &Session) -> Result<SummaryEngine, Failure> {
-    super::session_engine(daemon, session).map_err(|e| Failure::Error(ErrorKind::Auth, e.message))
+/// The session's summarizer (the daemon's cached engine), or the auth failure compacting reports.
+fn engine(daemon: &Daemon, session: &Session) -> Result<Arc<SummaryEngine>, Failure> {
+    daemon
+        .session_engine(session)
+        .map_err(|e| Failure::Error(ErrorKind::Auth, e.message))
 }
 
 /// A hook-supplied compaction, validated (beyond Pi): its `firstKeptEntryId` must be on the
@@ -225,32 +227,20 @@ async fn run_started(
         Some(o) => o,
         None => {
             let engine = engine(daemon, session)?;
-            let sid = session.id.clone();
-            let reason_s = reason.to_owned();
-            let d_events = EventSink {
+            let events = EventSink {
                 daemon,
-                session_id: sid,
+                session_id: session.id.clone(),
             };
-            // Retry events travel through a channel drained below, so the observer is
-            // `'static` while the daemon stays borrowed.
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<RetryEvent>();
-            let observer: crate::compactor::RetryObserver = Arc::new(move |e: &RetryEvent| {
-                let _ = tx.send(e.clone());
-            });
-            let fut = RETRY_OBSERVER.scope(
-                observer,
-                generate(prep, &engine, custom, Some(&snap.thinking_level), cancel),
-            );
-            tokio::pin!(fut);
-            let result = loop {
-                tokio::select! {
-                    r = &mut fut => break r,
-                    Some(e) = rx.recv() => d_events.retry_event(&e, &reason_s),
-                }
-            };
-            while let Ok(e) = rx.try_recv() {
-                d_events.retry_event(&e, &reason_s);
-            }
+            let on_retry = |e: &RetryEvent| events.retry_event(e, reason);
+            let result = generate(
+                prep,
+                &engine,
+                custom,
+                Some(&snap.thinking_level),
+                cancel,
+                &on_retry,
+            )
+            .await;
             result.map_err(|e| match e {
                 CompactError::Cancelled => Failure::Cancelled,
                 CompactError::NothingToCompact(m) => {
@@ -491,7 +481,7 @@ fn log_compaction(
     let summarizer = if from_extension {
         "hook".to_owned()
     } else {
-        match super::session_engine(daemon, session) {
+        match daemon.session_engine(session).as_deref() {
             Ok(SummaryEngine::Llm { model, .. }) => format!("{}/{}", model.provider, model.id),
             Ok(SummaryEngine::Extractive { .. }) => "extractive".to_owned(),
             Err(_) => "none".to_owned(),
@@ -986,5 +976,55 @@ pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> Che
                 None => CheckCompactionResult::default(),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `compact` (with `write: false`, so it can repeat) on a copy of a conformance session,
+    /// opened in a daemon with the default (extractive) configuration.
+    #[tokio::test]
+    async fn compactions_share_the_one_cached_engine() {
+        let test = "compactions_share_the_one_cached_engine";
+        let Some(fixture) =
+            crate::test_fixtures::case_file(test, "005-medium-basic", "session.jsonl")
+        else {
+            return;
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("session.jsonl");
+        std::fs::write(&path, std::fs::read(&fixture).expect("read fixture")).expect("copy");
+        let daemon = Daemon::new(crate::config::Config::default());
+        // Pi's defaults whatever settings files the machine has.
+        *daemon.global_overrides.lock() =
+            Some(json!({"enabled": true, "reserveTokens": 16384, "keepRecentTokens": 20000}));
+        let (conn, _events) = daemon.connect();
+        let limits = crate::store::Limits::default();
+        let (session, _) = daemon
+            .open_or_insert(&path, &conn, || {
+                let (tree, _, stamp) = crate::store::load_with(&path, true, &limits)
+                    .map_err(super::super::session::store_error)?;
+                let mut state = super::super::session::SessionState::loaded(
+                    path.clone(),
+                    tree,
+                    None,
+                    "off",
+                    None,
+                );
+                state.stamp = Some(stamp);
+                Ok(state)
+            })
+            .expect("open");
+        let mut engines = Vec::new();
+        for _ in 0..2 {
+            let result = compact(&daemon, &session, None, false).await;
+            assert!(result.is_ok(), "{:?}", result.err().map(|e| e.message));
+            let cache = daemon.engines.lock();
+            assert_eq!(cache.len(), 1, "the compactions built one engine");
+            engines.extend(cache.values().cloned());
+        }
+        assert!(Arc::ptr_eq(&engines[0], &engines[1]), "and both used it");
     }
 }

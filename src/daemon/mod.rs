@@ -28,7 +28,8 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::compactor::SummaryEngine;
+use crate::config::{Config, EngineKey, SessionModel};
 use crate::rpc::errors::{ErrorKind, RpcError};
 use connections::{ConnId, Connection, PeerError};
 use session::SessionState;
@@ -66,30 +67,6 @@ impl Session {
     }
 }
 
-/// The summarizer for a session: configured summarizer, else the session's model through a
-/// configured provider, else extractive (`Config::engine_for_session`).
-pub fn session_engine(
-    daemon: &Daemon,
-    session: &Session,
-) -> Result<crate::compactor::SummaryEngine, RpcError> {
-    let model = session
-        .state
-        .lock()
-        .model
-        .as_ref()
-        .map(|m| crate::config::SessionModel {
-            provider: m.provider.clone(),
-            id: m.id.clone(),
-            context_window: m.context_window,
-            max_tokens: m.max_tokens,
-            reasoning: m.reasoning.unwrap_or(false),
-        });
-    daemon
-        .config
-        .engine_for_session(model.as_ref(), daemon.http.clone())
-        .map_err(|e| RpcError::new(ErrorKind::Auth, e.to_string()))
-}
-
 #[derive(Default)]
 struct Registry {
     by_path: HashMap<PathBuf, String>,
@@ -100,6 +77,11 @@ struct Registry {
 pub struct Daemon {
     pub config: Config,
     pub http: reqwest::Client,
+    /// The summary engines built so far, one per [`EngineKey`]: the configuration is fixed for
+    /// the daemon's life, so an engine (its client and connection pool) is built the first time
+    /// a key needs it and shared by every later compaction and branch summary. The keys are the
+    /// distinct session models the engine follows, a handful in practice.
+    engines: Mutex<HashMap<EngineKey, Arc<SummaryEngine>>>,
     registry: Mutex<Registry>,
     /// Per-path opening locks: one open of a file at a time, outside the registry lock.
     opening: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
@@ -132,6 +114,7 @@ impl Daemon {
         Arc::new(Daemon {
             config,
             http: reqwest::Client::new(),
+            engines: Mutex::new(HashMap::new()),
             registry: Mutex::new(Registry::default()),
             opening: Mutex::new(HashMap::new()),
             connections: Mutex::new(HashMap::new()),
@@ -141,6 +124,37 @@ impl Daemon {
             global_overrides: Mutex::new(None),
             shutdown: CancellationToken::new(),
         })
+    }
+
+    /// The summarizer for a session (`Config::engine_for`): the configured summarizer, else the
+    /// session's model through a configured provider, else extractive. A missing key is an
+    /// `auth` error.
+    pub fn session_engine(&self, session: &Session) -> Result<Arc<SummaryEngine>, RpcError> {
+        let model = session.state.lock().model.as_ref().map(|m| SessionModel {
+            provider: m.provider.clone(),
+            id: m.id.clone(),
+            context_window: m.context_window,
+            max_tokens: m.max_tokens,
+            reasoning: m.reasoning.unwrap_or(false),
+        });
+        self.engine_for(model.as_ref())
+    }
+
+    /// The engine for sessions on `model`, built once per key and cached. A failure (a missing
+    /// key) is not cached: it is reported again, with the same message, each time it is needed.
+    pub fn engine_for(&self, model: Option<&SessionModel>) -> Result<Arc<SummaryEngine>, RpcError> {
+        let key = self.config.engine_key(model);
+        let mut engines = self.engines.lock();
+        if let Some(engine) = engines.get(&key) {
+            return Ok(engine.clone());
+        }
+        let engine = self
+            .config
+            .engine_for(&key, self.http.clone())
+            .map_err(|e| RpcError::new(ErrorKind::Auth, e.to_string()))?;
+        let engine = Arc::new(engine);
+        engines.insert(key, engine.clone());
+        Ok(engine)
     }
 
     /// A fresh abort token for a compaction or branch summary (cancelled by shutdown too).
@@ -403,5 +417,87 @@ impl Daemon {
                 &serde_json::json!({"jsonrpc": "2.0", "method": hook, "params": params}),
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(provider: &str, id: &str) -> SessionModel {
+        SessionModel {
+            provider: provider.into(),
+            id: id.into(),
+            context_window: 200_000,
+            max_tokens: 64_000,
+            reasoning: false,
+        }
+    }
+
+    fn config(text: &str) -> Config {
+        Config::from_toml(text, Path::new("c.toml")).expect("valid config")
+    }
+
+    fn engine(daemon: &Daemon, m: Option<&SessionModel>) -> Arc<SummaryEngine> {
+        match daemon.engine_for(m) {
+            Ok(e) => e,
+            Err(e) => panic!("no engine: {}", e.message),
+        }
+    }
+
+    #[test]
+    fn a_configured_summarizer_is_built_once_whatever_the_session_model() {
+        let daemon = Daemon::new(config(
+            "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n",
+        ));
+        let first = engine(&daemon, Some(&model("anthropic", "a")));
+        assert!(Arc::ptr_eq(&first, &engine(&daemon, None)));
+        assert!(Arc::ptr_eq(
+            &first,
+            &engine(&daemon, Some(&model("openai", "b")))
+        ));
+        assert_eq!(daemon.engines.lock().len(), 1);
+    }
+
+    #[test]
+    fn an_engine_following_the_session_model_is_built_once_per_model() {
+        let daemon = Daemon::new(config(
+            "[providers.anthropic]\napi = \"anthropic-messages\"\nbase_url = \"http://127.0.0.1:9\"\n",
+        ));
+        let sonnet = model("anthropic", "sonnet");
+        let first = engine(&daemon, Some(&sonnet));
+        assert!(Arc::ptr_eq(&first, &engine(&daemon, Some(&sonnet))));
+        let haiku = engine(&daemon, Some(&model("anthropic", "haiku")));
+        assert!(!Arc::ptr_eq(&first, &haiku));
+        match (&*first, &*haiku) {
+            (SummaryEngine::Llm { model: a, .. }, SummaryEngine::Llm { model: b, .. }) => {
+                assert_eq!((a.id.as_str(), b.id.as_str()), ("sonnet", "haiku"));
+            }
+            _ => panic!("expected the session models' LLM engines"),
+        }
+        // Models of unconfigured providers, and no model, share the one extractive engine.
+        let extractive = engine(&daemon, None);
+        assert!(matches!(*extractive, SummaryEngine::Extractive { .. }));
+        assert!(Arc::ptr_eq(
+            &extractive,
+            &engine(&daemon, Some(&model("openai", "gpt")))
+        ));
+        assert_eq!(daemon.engines.lock().len(), 3);
+    }
+
+    #[test]
+    fn a_missing_key_is_reported_every_time_and_not_cached() {
+        let daemon = Daemon::new(config(
+            "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://x\"\nmodel = \"m\"\napi_key_env = \"COMPACTD_SURELY_UNSET_VAR\"\n",
+        ));
+        for _ in 0..2 {
+            let e = daemon.engine_for(None).err().map(|e| e.message);
+            assert!(
+                e.as_deref()
+                    .is_some_and(|m| m.starts_with("No API key found for openai-completions.")),
+                "{e:?}"
+            );
+        }
+        assert!(daemon.engines.lock().is_empty());
     }
 }

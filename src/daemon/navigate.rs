@@ -10,19 +10,19 @@ use super::handlers::Ctx;
 use crate::compaction::file_ops::{
     format_file_operations, format_file_operations_limited, FileOps,
 };
-use crate::compaction::prompts::{BRANCH_SUMMARY_PREAMBLE, BRANCH_SUMMARY_PROMPT, SYSTEM_PROMPT};
-use crate::compaction::serialize::serialize_conversation;
-use crate::compaction::summary::{check_reply, usage_json, CallKind};
+use crate::compaction::prompts::BRANCH_SUMMARY_PREAMBLE;
+use crate::compaction::summary::usage_json;
 use crate::compaction::tokens::estimate_value;
-use crate::compactor::SummaryEngine;
-use crate::context::{convert_to_llm, project_entry};
+use crate::compactor::{
+    ignore_retries, summarize_branch, BranchInputs, CompactError, SummaryOutcome, CANCELLED,
+};
+use crate::context::project_entry;
 use crate::json::truthy;
 use crate::rpc::errors::{ErrorKind, RpcError, COMPACTING_MESSAGE};
 use crate::rpc::results::{BranchSummaryEntry, NavigateTreeResult};
 use crate::rpc::types::NavigateTreeParams;
 use crate::session::{ids, Entry, EntryKind, Role};
-use crate::summarizer::extractive::{summarize_history, ExtractiveInput};
-use crate::summarizer::{retry_call, LlmRequest, Usage};
+use crate::summarizer::Usage;
 
 /// Pi's text when a branch has nothing to summarize.
 pub const NO_CONTENT: &str = "No content to summarize";
@@ -80,6 +80,14 @@ fn editor_text(e: &Entry) -> Option<String> {
     ))
 }
 
+/// A failed branch summary as `navigateTree` reports it.
+fn branch_error(e: CompactError) -> RpcError {
+    match e {
+        CompactError::Cancelled => RpcError::new(ErrorKind::Cancelled, CANCELLED),
+        other => RpcError::new(ErrorKind::SummarizationFailed, other.to_string()),
+    }
+}
+
 struct Plan {
     old_leaf: Option<String>,
     target: Option<usize>,
@@ -109,60 +117,20 @@ async fn branch_summary(
     if messages.is_empty() {
         return Ok((NO_CONTENT.to_owned(), details, None));
     }
-    let engine = super::session_engine(&ctx.daemon, session)?;
-    let (text, usage) = match engine {
-        SummaryEngine::Extractive { redaction } => {
-            let t = summarize_history(&ExtractiveInput {
-                messages: &messages,
-                previous_summary: None,
-                custom_instructions: custom,
-                read_files: &read,
-                modified_files: &modified,
-                max_tokens: 4096,
-            });
-            (redaction.apply(&t).into_owned(), None)
-        }
-        SummaryEngine::Llm {
-            client,
-            model,
-            retry,
-            redaction,
-            ..
-        } => {
-            let instructions = match (replace, custom.filter(|c| !c.is_empty())) {
-                (true, Some(c)) => c.to_owned(),
-                (false, Some(c)) => format!("{BRANCH_SUMMARY_PROMPT}\n\nAdditional focus: {c}"),
-                _ => BRANCH_SUMMARY_PROMPT.to_owned(),
-            };
-            let conversation = serialize_conversation(&convert_to_llm(&messages));
-            let prompt =
-                format!("<conversation>\n{conversation}\n</conversation>\n\n{instructions}");
-            let cap = if model.max_tokens > 0 {
-                model.max_tokens.min(4096)
-            } else {
-                4096
-            };
-            let request = LlmRequest {
-                system_prompt: SYSTEM_PROMPT.to_owned(),
-                prompt_text: redaction.apply(&prompt).into_owned(),
-                max_tokens: cap,
-                reasoning: None,
-                session_id: Some(ids::new_session_id()),
-                timestamp_ms: ids::now_ms(),
-            };
-            let reply =
-                retry_call(|| client.complete(&request, cancel), &retry, cancel, |_| {}).await;
-            if cancel.is_cancelled() {
-                return Err(RpcError::new(
-                    ErrorKind::Cancelled,
-                    crate::compactor::CANCELLED,
-                ));
-            }
-            let text = check_reply(CallKind::Branch, &reply)
-                .map_err(|m| RpcError::new(ErrorKind::SummarizationFailed, m))?;
-            (text, Some(reply.usage))
-        }
+    let engine = ctx.daemon.session_engine(session)?;
+    let inputs = BranchInputs {
+        messages: &messages,
+        read_files: &read,
+        modified_files: &modified,
+        custom_instructions: custom,
+        replace_instructions: replace,
     };
+    // navigateTree reports no retries: the `summarization_retry_*` events describe compactions
+    // (`source: "compaction"`), so a branch summary's retries are only logged.
+    let SummaryOutcome { text, usage } =
+        summarize_branch(&engine, &inputs, cancel, &ignore_retries)
+            .await
+            .map_err(branch_error)?;
     // Beyond Pi (`fileListLimit`): the most recently touched paths only; `details` keeps all.
     let files = match ctx.daemon.session_settings(session).file_list_limit {
         Some(limit) => {

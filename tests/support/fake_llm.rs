@@ -32,7 +32,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use compactd::compaction::prepare_compaction;
 use compactd::compaction::prompts::TURN_PREFIX_PROMPT;
 use compactd::compaction::tokens::{estimate_context_tokens, should_compact, MessageFacts};
-use compactd::compactor::{compact_file, SummaryEngine};
+use compactd::compactor::{compact_file, ignore_retries, SummaryEngine};
 use compactd::context::{build_session_context, context_entries, convert_to_llm};
 use compactd::report::estimate_json;
 use compactd::summarizer::{Api, LlmClient, ModelSpec};
@@ -673,7 +673,15 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
         compactd::store::load(&file, true).expect("load");
         std::fs::read(&file).expect("read")
     };
-    let outcome = compact_file(&file, &settings, &engine, custom, &CancellationToken::new()).await;
+    let outcome = compact_file(
+        &file,
+        &settings,
+        &engine,
+        custom,
+        &CancellationToken::new(),
+        &ignore_retries,
+    )
+    .await;
     let mut f = Vec::new();
     let received = fake.state.lock().received.clone();
     let primary = protocol == Protocol::OpenAiCompletions;
