@@ -65,6 +65,29 @@ pub enum SummaryEngine {
     Extractive { redaction: RedactionConfig },
 }
 
+impl SummaryEngine {
+    /// This engine with `retry` as its retry policy: itself when it already has it (or writes
+    /// extractively), else a copy sharing its client.
+    pub fn with_retry(self: &Arc<Self>, retry: &RetrySettings) -> Arc<SummaryEngine> {
+        match &**self {
+            SummaryEngine::Llm {
+                client,
+                model,
+                retry: current,
+                redaction,
+                fallback_extractive,
+            } if current != retry => Arc::new(SummaryEngine::Llm {
+                client: client.clone(),
+                model: model.clone(),
+                retry: *retry,
+                redaction: redaction.clone(),
+                fallback_extractive: *fallback_extractive,
+            }),
+            _ => self.clone(),
+        }
+    }
+}
+
 /// A compaction that did not produce an entry. The message is Pi's original text (no
 /// `Compaction failed: ` prefix; that belongs to the event).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::compactor::SummaryEngine;
+use crate::rpc::types::Model;
 use crate::summarizer::redact::RedactionConfig;
 use crate::summarizer::{Api, ModelSpec, RetrySettings};
 
@@ -31,14 +32,67 @@ pub enum ConfigError {
     MissingKey { provider: String, var: String },
 }
 
-/// The session's current model as the engine selection needs it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SessionModel {
-    pub provider: String,
-    pub id: String,
-    pub context_window: i64,
-    pub max_tokens: i64,
-    pub reasoning: bool,
+/// Who writes summaries: the embedded extractive summarizer, or an LLM reached over one of
+/// pi-ai's wire protocols. Parsed (and refused with a clear message) when the file is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SummarizerProvider {
+    Extractive,
+    Llm(Api),
+}
+
+impl SummarizerProvider {
+    /// Parses a provider name as the configuration and `--provider` spell it.
+    pub fn parse(name: &str) -> Option<SummarizerProvider> {
+        match name {
+            "extractive" => Some(SummarizerProvider::Extractive),
+            other => Api::parse(other).map(SummarizerProvider::Llm),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SummarizerProvider::Extractive => "extractive",
+            SummarizerProvider::Llm(api) => api.as_str(),
+        }
+    }
+
+    /// The wire protocol, for an LLM.
+    pub fn api(self) -> Option<Api> {
+        match self {
+            SummarizerProvider::Extractive => None,
+            SummarizerProvider::Llm(api) => Some(api),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SummarizerProvider {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        SummarizerProvider::parse(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "summarizer.provider '{name}' is not one of extractive, openai-completions, anthropic-messages, openai-responses"
+            ))
+        })
+    }
+}
+
+/// What runs when the LLM summarizer fails (beyond Pi; none by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    /// Summarize extractively instead.
+    Extractive,
+}
+
+impl<'de> Deserialize<'de> for Fallback {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        match name.as_str() {
+            "extractive" => Ok(Fallback::Extractive),
+            _ => Err(serde::de::Error::custom(format!(
+                "summarizer.fallback '{name}' is not supported (only \"extractive\")"
+            ))),
+        }
+    }
 }
 
 /// Logging: level filter (tracing `EnvFilter` syntax) and an optional file instead of stderr.
@@ -54,7 +108,7 @@ pub struct LogConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct SummarizerConfig {
     /// `extractive`, `openai-completions`, `anthropic-messages` or `openai-responses`.
-    pub provider: String,
+    pub provider: SummarizerProvider,
     pub base_url: Option<String>,
     pub model: Option<String>,
     /// The summarizer model's output cap (0: none), Pi's `model.maxTokens`.
@@ -66,7 +120,7 @@ pub struct SummarizerConfig {
     /// Environment variable holding the API key.
     pub api_key_env: Option<String>,
     /// `"extractive"`: when the LLM summarizer fails, summarize extractively instead.
-    pub fallback: Option<String>,
+    pub fallback: Option<Fallback>,
     /// Seconds without stream progress before a call fails.
     pub idle_timeout_secs: u64,
     /// Pi's `settings.retry` for the summarization calls.
@@ -76,7 +130,7 @@ pub struct SummarizerConfig {
 impl Default for SummarizerConfig {
     fn default() -> Self {
         SummarizerConfig {
-            provider: "extractive".into(),
+            provider: SummarizerProvider::Extractive,
             base_url: None,
             model: None,
             max_tokens: 0,
@@ -205,19 +259,6 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         let s = &self.summarizer;
-        if s.provider != "extractive" && Api::parse(&s.provider).is_none() {
-            return Err(ConfigError::Invalid(format!(
-                "summarizer.provider '{}' is not one of extractive, openai-completions, anthropic-messages, openai-responses",
-                s.provider
-            )));
-        }
-        if let Some(f) = &s.fallback {
-            if f != "extractive" {
-                return Err(ConfigError::Invalid(format!(
-                    "summarizer.fallback '{f}' is not supported (only \"extractive\")"
-                )));
-            }
-        }
         for (name, p) in &self.providers {
             if Api::parse(&p.api).is_none() {
                 return Err(ConfigError::Invalid(format!(
@@ -226,10 +267,12 @@ impl Config {
                 )));
             }
         }
-        if s.provider != "extractive" && (s.base_url.is_none() || s.model.is_none()) {
+        if s.provider != SummarizerProvider::Extractive
+            && (s.base_url.is_none() || s.model.is_none())
+        {
             return Err(ConfigError::Invalid(format!(
                 "summarizer.provider = '{}' needs base_url and model",
-                s.provider
+                s.provider.as_str()
             )));
         }
         Ok(())
@@ -245,9 +288,9 @@ impl Config {
     /// summarizer is configured and `[providers]` names the model's provider.
     fn session_provider<'m>(
         &self,
-        model: Option<&'m SessionModel>,
-    ) -> Option<(&'m SessionModel, &ProviderConfig, Api)> {
-        if self.summarizer.provider != "extractive" {
+        model: Option<&'m Model>,
+    ) -> Option<(&'m Model, &ProviderConfig, Api)> {
+        if self.summarizer.provider != SummarizerProvider::Extractive {
             return None;
         }
         let m = model?;
@@ -258,7 +301,7 @@ impl Config {
     /// What a session's engine depends on besides this (fixed) configuration: the session's
     /// model when the engine follows it, else nothing. Sessions with equal keys get equal engines,
     /// so the daemon builds one engine per key.
-    pub fn engine_key(&self, model: Option<&SessionModel>) -> EngineKey {
+    pub fn engine_key(&self, model: Option<&Model>) -> EngineKey {
         EngineKey(self.session_provider(model).map(|(m, _, _)| m.clone()))
     }
 
@@ -288,7 +331,7 @@ impl Config {
             base_url: p.base_url.clone(),
             context_window: m.context_window.max(0) as u64,
             max_tokens: m.max_tokens.max(0) as u64,
-            reasoning: m.reasoning,
+            reasoning: m.reasoning.unwrap_or(false),
             api_key,
             headers: Vec::new(),
         };
@@ -298,7 +341,7 @@ impl Config {
 
 /// The part of a session that decides its summarizer (see [`Config::engine_key`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct EngineKey(Option<SessionModel>);
+pub struct EngineKey(Option<Model>);
 
 impl SummarizerConfig {
     /// Builds the engine (see [`Config::engine`]): the key is looked up only for an LLM.
@@ -307,9 +350,9 @@ impl SummarizerConfig {
         redaction: &RedactionConfig,
         http: reqwest::Client,
     ) -> Result<SummaryEngine, ConfigError> {
-        let api_key = match Api::parse(&self.provider) {
-            Some(_) => self.api_key()?,
-            None => None,
+        let api_key = match self.provider {
+            SummarizerProvider::Llm(_) => self.api_key()?,
+            SummarizerProvider::Extractive => None,
         };
         Ok(self.engine_with_key(api_key, redaction, http))
     }
@@ -322,7 +365,7 @@ impl SummarizerConfig {
         match std::env::var(var) {
             Ok(k) if !k.is_empty() => Ok(Some(k)),
             _ => Err(ConfigError::MissingKey {
-                provider: self.provider.clone(),
+                provider: self.provider.as_str().to_owned(),
                 var: var.clone(),
             }),
         }
@@ -338,14 +381,14 @@ impl SummarizerConfig {
         redaction: &RedactionConfig,
         http: reqwest::Client,
     ) -> SummaryEngine {
-        let Some(api) = Api::parse(&self.provider) else {
+        let Some(api) = self.provider.api() else {
             return SummaryEngine::Extractive {
                 redaction: redaction.clone(),
             };
         };
         let model = ModelSpec {
             api,
-            provider: self.provider.clone(),
+            provider: api.as_str().to_owned(),
             id: self.model.clone().unwrap_or_default(),
             base_url: self.base_url.clone().unwrap_or_default(),
             context_window: self.context_window,
@@ -375,7 +418,7 @@ impl SummarizerConfig {
             model,
             retry: self.retry,
             redaction: redaction.clone(),
-            fallback_extractive: self.fallback.as_deref() == Some("extractive"),
+            fallback_extractive: self.fallback == Some(Fallback::Extractive),
         }
     }
 }

@@ -439,3 +439,45 @@ fn a_failing_branch_summary_leaves_the_tree_where_it_was() {
     let leaf = rig.c.ok("getBranch", json!({"sessionId": sid}));
     assert_eq!(leaf, branch, "the leaf did not move");
 }
+
+#[test]
+fn the_settings_retry_policy_governs_summarization_retries() {
+    // The configuration allows two retries; the session's Pi settings allow one. Pi's
+    // `settings.retry` governs its summarization calls, so one retry is made and reported.
+    let mut rig = Rig::new(None);
+    std::fs::write(
+        rig.env.path("agent/settings.json"),
+        r#"{"retry": {"maxRetries": 1, "baseDelayMs": 20}}"#,
+    )
+    .expect("write settings.json");
+    let file = rig.env.session_as("009-bash-executions", "settings-retry");
+    let sid = open(&mut rig.c, &file);
+    let settings = rig.c.ok("getSettings", json!({"sessionId": sid}));
+    assert_eq!(
+        settings["retry"],
+        json!({"enabled": true, "maxRetries": 1, "baseDelayMs": 20})
+    );
+    rig.c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 1000}}),
+    );
+    let before = rig.fake.requests().len();
+    let unavailable = || Fault::Status {
+        status: 503,
+        retry_after: None,
+    };
+    rig.fake
+        .inject([unavailable(), unavailable(), unavailable()]);
+    let e = rig
+        .c
+        .request("compact", json!({"sessionId": sid}))
+        .expect_err("every attempt fails");
+    assert_eq!(e["data"]["kind"], "summarization_failed", "{e}");
+    assert_eq!(
+        rig.fake.requests().len() - before,
+        2,
+        "the first call and the one retry settings.json allows"
+    );
+    // The unused fault is the configuration's second retry, never made.
+    rig.fake.state.lock().faults.clear();
+}

@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::compaction::tokens::CompactionSettings;
 use crate::compactor::SummaryEngine;
-use crate::summarizer::Api;
+use crate::config::{Fallback, SummarizerProvider};
 
 /// The exit-code scheme, shown in `--help` and kept by every subcommand.
 pub const EXIT_CODES: &str =
@@ -198,10 +198,9 @@ impl ModelArgs {
             ..config.redaction.clone()
         };
         let summarizer = self.summarizer(provider, &config.summarizer)?;
-        let api_key = if provider == "extractive" {
-            None
-        } else {
-            self.api_key()?
+        let api_key = match summarizer.provider {
+            SummarizerProvider::Extractive => None,
+            SummarizerProvider::Llm(_) => self.api_key()?,
         };
         Ok(summarizer.engine_with_key(api_key, &redaction, reqwest::Client::new()))
     }
@@ -213,15 +212,16 @@ impl ModelArgs {
         provider: &str,
         configured: &crate::config::SummarizerConfig,
     ) -> Result<crate::config::SummarizerConfig, String> {
-        if provider == "extractive" {
-            return Ok(crate::config::SummarizerConfig {
-                provider: provider.to_owned(),
-                ..configured.clone()
-            });
-        }
-        if Api::parse(provider).is_none() {
-            return Err(format!("unknown provider '{provider}' (expected openai-completions, anthropic-messages or openai-responses)"));
-        }
+        let kind = match SummarizerProvider::parse(provider) {
+            Some(SummarizerProvider::Extractive) => {
+                return Ok(crate::config::SummarizerConfig {
+                    provider: SummarizerProvider::Extractive,
+                    ..configured.clone()
+                })
+            }
+            Some(llm) => llm,
+            None => return Err(format!("unknown provider '{provider}' (expected openai-completions, anthropic-messages or openai-responses)")),
+        };
         let base_url = self
             .base_url
             .clone()
@@ -231,14 +231,14 @@ impl ModelArgs {
             .clone()
             .ok_or("--model is required with --provider")?;
         Ok(crate::config::SummarizerConfig {
-            provider: provider.to_owned(),
+            provider: kind,
             base_url: Some(base_url),
             model: Some(model),
             max_tokens: self.model_max_tokens,
             context_window: self.context_window,
             reasoning: self.reasoning,
             api_key_env: self.api_key_env.clone(),
-            fallback: self.fallback_extractive.then(|| "extractive".to_owned()),
+            fallback: self.fallback_extractive.then_some(Fallback::Extractive),
             ..configured.clone()
         })
     }

@@ -29,8 +29,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::compactor::SummaryEngine;
-use crate::config::{Config, EngineKey, SessionModel};
+use crate::config::{Config, EngineKey};
 use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::types::Model;
 use connections::{ConnId, Connection, PeerError};
 use session::SessionState;
 
@@ -130,19 +131,15 @@ impl Daemon {
     /// session's model through a configured provider, else extractive. A missing key is an
     /// `auth` error.
     pub fn session_engine(&self, session: &Session) -> Result<Arc<SummaryEngine>, RpcError> {
-        let model = session.state.lock().model.as_ref().map(|m| SessionModel {
-            provider: m.provider.clone(),
-            id: m.id.clone(),
-            context_window: m.context_window,
-            max_tokens: m.max_tokens,
-            reasoning: m.reasoning.unwrap_or(false),
-        });
-        self.engine_for(model.as_ref())
+        let model = session.state.lock().model.clone();
+        let engine = self.engine_for(model.as_ref())?;
+        // Pi's `settings.retry` of the session governs its calls (files re-read now).
+        Ok(engine.with_retry(&self.session_settings(session).retry))
     }
 
     /// The engine for sessions on `model`, built once per key and cached. A failure (a missing
     /// key) is not cached: it is reported again, with the same message, each time it is needed.
-    pub fn engine_for(&self, model: Option<&SessionModel>) -> Result<Arc<SummaryEngine>, RpcError> {
+    pub fn engine_for(&self, model: Option<&Model>) -> Result<Arc<SummaryEngine>, RpcError> {
         let key = self.config.engine_key(model);
         let mut engines = self.engines.lock();
         if let Some(engine) = engines.get(&key) {
@@ -194,7 +191,12 @@ impl Daemon {
             (state.cwd().map(PathBuf::from), state.overrides.clone())
         };
         let global = self.global_overrides.lock().clone();
-        settings::effective(cwd.as_deref(), global.as_ref(), overrides.as_ref())
+        settings::effective(
+            cwd.as_deref(),
+            global.as_ref(),
+            overrides.as_ref(),
+            &self.config.summarizer.retry,
+        )
     }
 
     pub fn next_hook_seq(&self) -> u64 {
@@ -424,13 +426,13 @@ impl Daemon {
 mod tests {
     use super::*;
 
-    fn model(provider: &str, id: &str) -> SessionModel {
-        SessionModel {
+    fn model(provider: &str, id: &str) -> Model {
+        Model {
             provider: provider.into(),
             id: id.into(),
             context_window: 200_000,
             max_tokens: 64_000,
-            reasoning: false,
+            reasoning: None,
         }
     }
 
@@ -438,7 +440,7 @@ mod tests {
         Config::from_toml(text, Path::new("c.toml")).expect("valid config")
     }
 
-    fn engine(daemon: &Daemon, m: Option<&SessionModel>) -> Arc<SummaryEngine> {
+    fn engine(daemon: &Daemon, m: Option<&Model>) -> Arc<SummaryEngine> {
         match daemon.engine_for(m) {
             Ok(e) => e,
             Err(e) => panic!("no engine: {}", e.message),

@@ -142,10 +142,15 @@ fn int(v: Option<&Value>) -> Option<i64> {
 }
 
 /// Computes the effective settings for a session whose header `cwd` is `cwd`.
+///
+/// `retry_default` is the summarization retry policy before any settings file: the daemon's
+/// `[summarizer] retry` (Pi's defaults unless configured). A settings file's `retry` overrides
+/// it field by field, as Pi's `settings.retry` governs its summarization calls.
 pub fn effective(
     cwd: Option<&Path>,
     global_overrides: Option<&Value>,
     session_overrides: Option<&Value>,
+    retry_default: &RetrySettings,
 ) -> EffectiveSettings {
     let dir = agent_dir();
     let global = read_settings_file(&dir.join("settings.json"));
@@ -159,12 +164,12 @@ pub fn effective(
     for o in [global_overrides, session_overrides].into_iter().flatten() {
         deep_merge(&mut merged, &json!({ "compaction": o }));
     }
-    from_merged(merged)
+    from_merged(merged, retry_default)
 }
 
 /// Reads the typed values (with Pi's `??` defaults) out of merged settings JSON. Values of the
 /// wrong type fall back to the defaults.
-pub fn from_merged(merged: Value) -> EffectiveSettings {
+pub fn from_merged(merged: Value, retry_default: &RetrySettings) -> EffectiveSettings {
     let empty = Map::new();
     let c = merged
         .get("compaction")
@@ -187,7 +192,7 @@ pub fn from_merged(merged: Value) -> EffectiveSettings {
         .get("retry")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
-    let rd = RetrySettings::default();
+    let rd = *retry_default;
     let retry = RetrySettings {
         enabled: r
             .get("enabled")
@@ -254,7 +259,7 @@ mod tests {
             base,
             json!({"compaction": {"enabled": true, "reserveTokens": 2, "keepRecentTokens": null}, "x": [2]})
         );
-        let s = from_merged(base);
+        let s = from_merged(base, &RetrySettings::default());
         assert_eq!(
             s.compaction,
             CompactionSettings {
@@ -265,11 +270,12 @@ mod tests {
         );
         let wrong = from_merged(
             json!({"compaction": {"reserveTokens": "big"}, "retry": {"maxRetries": 1}}),
+            &RetrySettings::default(),
         );
         assert_eq!(wrong.compaction.reserve_tokens, 16384);
         assert_eq!(wrong.retry.max_retries, 1);
         assert_eq!(
-            from_merged(json!({"compaction": null})).compaction,
+            from_merged(json!({"compaction": null}), &RetrySettings::default()).compaction,
             CompactionSettings::default()
         );
     }

@@ -6,8 +6,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Pi's model fields. Both numbers are required.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// Pi's model fields, as a client names its session's model. Both numbers are required. (A
+/// summarizer's resolved endpoint, with its protocol and key, is `summarizer::ModelSpec`.)
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Model {
     pub provider: String,

@@ -16,6 +16,7 @@ use crate::rpc::results::*;
 use crate::rpc::types::*;
 use crate::rpc::PROTOCOL_VERSION;
 use crate::store::{self, StoreError};
+use crate::summarizer::RetrySettings;
 
 fn absolute(p: &str, what: &str) -> Result<PathBuf, RpcError> {
     let path = PathBuf::from(p);
@@ -62,13 +63,13 @@ pub fn initialize(ctx: &Ctx, p: InitializeParams) -> Result<InitializeResult, Rp
             framings: vec!["ndjson", "lsp"],
             hooks: HOOKS.to_vec(),
             events: EVENTS.to_vec(),
-            summarizer: ctx.daemon.config.summarizer.provider.clone(),
+            summarizer: ctx.daemon.config.summarizer.provider.as_str().to_owned(),
         },
     })
 }
 
 fn default_thinking(cwd: Option<&str>) -> String {
-    effective(cwd.map(Path::new), None, None).default_thinking_level
+    effective(cwd.map(Path::new), None, None, &RetrySettings::default()).default_thinking_level
 }
 
 /// Refuses a session path outside the configured roots (`[storage] allowed_roots`), before
