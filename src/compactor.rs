@@ -90,7 +90,7 @@ impl SummaryEngine {
 
 /// A compaction that did not produce an entry. The message is Pi's original text (no
 /// `Compaction failed: ` prefix; that belongs to the event).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum CompactError {
     #[error("{0}")]
     NothingToCompact(&'static str),
@@ -98,8 +98,13 @@ pub enum CompactError {
     Cancelled,
     #[error("{0}")]
     Summarization(String),
-    #[error("{0}")]
-    Store(String),
+    /// Reading or writing the session file failed (the storage error, with its source).
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    #[error("Session file is locked by another compactd process: {}", .0.display())]
+    Locked(std::path::PathBuf),
+    #[error("Session file changed during compaction (another process wrote to it); nothing was written: {}", .0.display())]
+    ChangedMeanwhile(std::path::PathBuf),
 }
 
 /// `maxTokens` of a call: `min(floor(factor × reserve), model.maxTokens > 0 ? model.maxTokens : ∞)`.
@@ -507,24 +512,16 @@ pub async fn compact_file(
     let abs = store::absolute(path);
     let _lock = match store::try_lock(&abs) {
         Ok(Some(lock)) => lock,
-        Ok(None) => {
-            return Err(CompactError::Store(format!(
-                "Session file is locked by another compactd process: {}",
-                abs.display()
-            )))
-        }
+        Ok(None) => return Err(CompactError::Locked(abs)),
         Err(store::StoreError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
-            return Err(CompactError::Store(
-                store::StoreError::NotFound(abs).to_string(),
-            ))
+            return Err(store::StoreError::NotFound(abs).into())
         }
-        Err(e) => return Err(CompactError::Store(e.to_string())),
+        Err(e) => return Err(e.into()),
     };
     let limits = store::Limits::default();
-    let (mut tree, _report, stamp) =
-        store::load_with(&abs, true, &limits).map_err(|e| CompactError::Store(e.to_string()))?;
+    let (mut tree, _report, stamp) = store::load_with(&abs, true, &limits)?;
     let branch = tree.branch();
     let view = BranchView {
         tree: &tree,
@@ -553,13 +550,8 @@ pub async fn compact_file(
         .unwrap_or_default();
     match store::read_tail(&abs, &stamp, &limits) {
         Ok(store::Tail::Unchanged) => {}
-        Ok(_) => {
-            return Err(CompactError::Store(format!(
-                "Session file changed during compaction (another process wrote to it); nothing was written: {}",
-                abs.display()
-            )))
-        }
-        Err(e) => return Err(CompactError::Store(e.to_string())),
+        Ok(_) => return Err(CompactError::ChangedMeanwhile(abs)),
+        Err(e) => return Err(e.into()),
     }
     store::append_raw(
         &abs,
@@ -567,8 +559,7 @@ pub async fn compact_file(
         limits
             .durability
             .syncs_entry(crate::session::EntryKind::Compaction),
-    )
-    .map_err(|e| CompactError::Store(e.to_string()))?;
+    )?;
     Ok(Compacted {
         result: CompactionResult::new(&outcome, estimated),
         entry,
@@ -679,7 +670,7 @@ mod tests {
             events.lock().push(e.clone())
         })
         .await;
-        assert_eq!(outcome.map(|o| o.text), Ok("summary".to_owned()));
+        assert_eq!(outcome.expect("summarized").text, "summary");
         assert_eq!(*events.lock(), one_retry());
         let prompts = client.prompts.lock();
         assert_eq!(prompts.len(), 2, "one failure, one retry");

@@ -205,7 +205,7 @@ impl StorageConfig {
         let roots: Vec<PathBuf> = match &self.allowed_roots {
             Some(r) => r.clone(),
             None => {
-                let mut r = vec![crate::daemon::settings::agent_dir(), std::env::temp_dir()];
+                let mut r = vec![agent_dir(), std::env::temp_dir()];
                 if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
                     r.push(PathBuf::from(home));
                 }
@@ -216,6 +216,26 @@ impl StorageConfig {
             .iter()
             .filter_map(|r| std::fs::canonicalize(r).ok())
             .collect()
+    }
+}
+
+/// Pi's agent directory (settings, sessions, trust): `$PI_CODING_AGENT_DIR` (with `~`
+/// expanded) or `~/.pi/agent`.
+pub fn agent_dir() -> PathBuf {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    match std::env::var("PI_CODING_AGENT_DIR") {
+        Ok(d) if !d.is_empty() => {
+            if let Some(rest) = d.strip_prefix("~/") {
+                home.join(rest)
+            } else if d == "~" {
+                home
+            } else {
+                PathBuf::from(d)
+            }
+        }
+        _ => home.join(".pi").join("agent"),
     }
 }
 

@@ -1,28 +1,33 @@
 //! compactd: LLM context compaction for Pi-format coding-agent sessions.
 //!
-//! Module map, in data-flow order:
+//! Module map, in layers (each imports only the layers before it; `ARCHITECTURE.md` follows
+//! one compaction through them):
 //! - [`json`]: JavaScript-compatible JSON (UTF-16 lengths, `JSON.stringify` order and numbers).
 //! - [`estimate`]: Pi's token estimate of one message and the usage a reply reports — the
 //!   primitives the session reader and the compaction core share.
 //! - [`session`]: Pi session files in memory — entries as line bytes plus facts read in one
-//!   borrowed pass, reader and migrations, tree and branch views, ids.
+//!   borrowed pass, reader and migrations, tree and branch views, ids, stop reasons.
 //! - [`context`]: projection of a path to model context (`buildSessionContext`, `convertToLlm`).
 //! - [`compaction`]: the pure core — tokens, the branch index (running totals along a path),
-//!   cut points, preparation as plans of ranges, file ops, serialization, prompts, summaries.
+//!   cut points, preparation as plans of ranges, file ops, serialization, prompts, the reply
+//!   types a summarizer returns, summaries and `CompactionResult`.
 //! - [`live_context`]: incremental token facts of a live agent context (O(1) checks after appends).
 //! - [`report`]: the analysis `compactd inspect` prints (the fixtures' `expected.json` shape).
-//! - [`summarizer`]: who writes summaries — LLM providers, retries, the extractive default.
-//! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry), and writes
-//!   branch summaries through the same engine dispatch and provider call.
+//! - [`summarizer`]: who writes summaries — LLM providers (each only a streaming protocol),
+//!   retries, overflow classifiers, redaction, the extractive default.
 //! - [`store`]: the storage shell — regular files only, reading other writers' appends, the
 //!   shared lock, repairs, appends and their durability.
-//! - [`rpc`]: the protocol surface — parameter/result types, error codes, the OpenRPC document.
-//! - [`daemon`]: open sessions shared by connections, Pi's compaction lifecycle, events, hooks,
-//!   settings files, tree navigation, and the beyond-Pi lanes (pins, undo/edit, the thrash
-//!   breaker, history recall).
-//! - [`transport`]: framing, typed wire messages, the per-connection loop, the method table,
-//!   stdio and Unix-socket listeners.
-//! - [`config`]: the one configuration struct (TOML), summarizer selection.
+//! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry), and writes
+//!   branch summaries through the same engine dispatch and provider call.
+//! - [`rpc`]: the protocol surface — the one list of methods, params, results, event payloads,
+//!   error codes, and the OpenRPC document generated from them.
+//! - [`config`]: the one configuration struct (TOML, typed at parse time), engine selection and
+//!   construction.
+//! - [`daemon`]: open sessions shared by connections, the method handlers, Pi's compaction
+//!   lifecycle and its pure automatic decision, events, hooks, settings files, tree navigation,
+//!   and the beyond-Pi lanes (pins, undo/edit, the thrash breaker, history recall).
+//! - [`transport`]: framing, typed wire messages, the per-connection loop, the dispatch table
+//!   generated from the method list, stdio and Unix-socket listeners.
 //! - [`cli`]: the command-line front end (`serve`, `stdio`, `inspect`, `compact`).
 //! - [`cpu`]: CPU-heavy work run without stalling the async workers.
 pub mod cli;

@@ -13,49 +13,48 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::auto_check::{decide, Action, CheckFacts};
 use super::{Daemon, Session};
 use crate::compaction::prepare::{prepare_branch, NothingToCompact, Preparation, PreparedMessage};
 use crate::compaction::summary::{compaction_entry, number, CompactionOutcome};
 use crate::compactor::{generate, CompactError, SummaryEngine};
 use crate::rpc::errors::{ErrorKind, RpcError};
-use crate::rpc::results::{AutoReason, CheckAction, CheckCompactionResult, CompactionResult};
+use crate::rpc::events;
+use crate::rpc::results::{
+    AutoReason, CheckAction, CheckCompactionResult, CompactionResult, SessionEntry,
+};
 use crate::rpc::types::Phase;
 use crate::session::{ids, Entry, EntryKind, Role};
-use crate::summarizer::overflow::{is_context_overflow, is_recoverable_length, ReplyFacts};
+use crate::summarizer::overflow::ReplyFacts;
 use crate::summarizer::{RetryEvent, StopReason, Usage};
-
-/// Pi's overflow give-up messages.
-pub const OVERFLOW_GIVE_UP: &str = "Context overflow recovery failed after one compact-and-retry attempt. Try reducing context or switching to a larger-context model.";
-pub const LENGTH_GIVE_UP: &str =
-    "Truncated response recovery failed after one compact-and-retry attempt.";
 
 /// Why a compaction produced no entry.
 #[derive(Debug, Clone)]
-enum Failure {
+enum CompactionFailure {
     Nothing(NothingToCompact),
     Cancelled,
     Error(ErrorKind, String),
 }
 
-impl Failure {
+impl CompactionFailure {
     fn message(&self) -> String {
         match self {
-            Failure::Nothing(n) => n.message().to_owned(),
-            Failure::Cancelled => crate::compactor::CANCELLED.to_owned(),
-            Failure::Error(_, m) => m.clone(),
+            CompactionFailure::Nothing(n) => n.message().to_owned(),
+            CompactionFailure::Cancelled => crate::compactor::CANCELLED.to_owned(),
+            CompactionFailure::Error(_, m) => m.clone(),
         }
     }
 
     fn to_rpc(&self) -> RpcError {
         match self {
-            Failure::Nothing(NothingToCompact::AlreadyCompacted) => {
+            CompactionFailure::Nothing(NothingToCompact::AlreadyCompacted) => {
                 RpcError::new(ErrorKind::AlreadyCompacted, self.message())
             }
-            Failure::Nothing(NothingToCompact::TooSmall) => {
+            CompactionFailure::Nothing(NothingToCompact::TooSmall) => {
                 RpcError::new(ErrorKind::NothingToCompact, self.message())
             }
-            Failure::Cancelled => RpcError::new(ErrorKind::Cancelled, self.message()),
-            Failure::Error(kind, m) => RpcError::new(*kind, m.clone()),
+            CompactionFailure::Cancelled => RpcError::new(ErrorKind::Cancelled, self.message()),
+            CompactionFailure::Error(kind, m) => RpcError::new(*kind, m.clone()),
         }
     }
 }
@@ -86,8 +85,8 @@ fn snapshot(daemon: &Daemon, session: &Session) -> Snapshot {
 /// The preparation to summarize from. Beyond Pi: a previous summary goes to the summarizer (and
 /// hooks) without compactd's `## Pinned` section, which compactd puts back itself afterwards, so
 /// the model never sees or rewrites the pins.
-fn prepare(snap: &Snapshot) -> Result<Preparation, Failure> {
-    let mut prep = snap.prep.clone().map_err(Failure::Nothing)?;
+fn prepare(snap: &Snapshot) -> Result<Preparation, CompactionFailure> {
+    let mut prep = snap.prep.clone().map_err(CompactionFailure::Nothing)?;
     if let Some(prev) = prep.plan.previous_summary.as_mut() {
         if prev.contains(super::pins::HEADING) {
             *prev = super::pins::strip_section(prev);
@@ -124,10 +123,10 @@ fn preparation_json(prep: &Preparation) -> Value {
 }
 
 /// The session's summarizer (the daemon's cached engine), or the auth failure compacting reports.
-fn engine(daemon: &Daemon, session: &Session) -> Result<Arc<SummaryEngine>, Failure> {
+fn engine(daemon: &Daemon, session: &Session) -> Result<Arc<SummaryEngine>, CompactionFailure> {
     daemon
         .session_engine(session)
-        .map_err(|e| Failure::Error(ErrorKind::Auth, e.message))
+        .map_err(|e| CompactionFailure::Error(ErrorKind::Auth, e.message))
 }
 
 /// A hook-supplied compaction, validated (beyond Pi): its `firstKeptEntryId` must be on the
@@ -179,7 +178,7 @@ async fn run_started(
     prep: &Preparation,
     job: Job<'_>,
     from_extension: &mut bool,
-) -> Result<(CompactionResult, Value), Failure> {
+) -> Result<(CompactionResult, Value), CompactionFailure> {
     let Job {
         reason,
         will_retry,
@@ -215,7 +214,7 @@ async fn run_started(
             .await;
         for a in &answers {
             if a.get("cancel") == Some(&Value::Bool(true)) {
-                return Err(Failure::Cancelled);
+                return Err(CompactionFailure::Cancelled);
             }
             if let Some(o) = hook_outcome(a, snap) {
                 outcome = Some(o);
@@ -242,17 +241,23 @@ async fn run_started(
             )
             .await;
             result.map_err(|e| match e {
-                CompactError::Cancelled => Failure::Cancelled,
+                CompactError::Cancelled => CompactionFailure::Cancelled,
                 CompactError::NothingToCompact(m) => {
-                    Failure::Error(ErrorKind::NothingToCompact, m.to_owned())
+                    CompactionFailure::Error(ErrorKind::NothingToCompact, m.to_owned())
                 }
-                CompactError::Summarization(m) => Failure::Error(ErrorKind::SummarizationFailed, m),
-                CompactError::Store(m) => Failure::Error(ErrorKind::Io, m),
+                CompactError::Summarization(m) => {
+                    CompactionFailure::Error(ErrorKind::SummarizationFailed, m)
+                }
+                e @ (CompactError::Store(_)
+                | CompactError::Locked(_)
+                | CompactError::ChangedMeanwhile(_)) => {
+                    CompactionFailure::Error(ErrorKind::Io, e.to_string())
+                }
             })?
         }
     };
     if cancel.is_cancelled() {
-        return Err(Failure::Cancelled);
+        return Err(CompactionFailure::Cancelled);
     }
     let mut outcome = outcome;
     let file_list_limit = daemon.session_settings(session).file_list_limit;
@@ -265,10 +270,10 @@ async fn run_started(
         } else {
             ErrorKind::FileChanged
         };
-        return Err(Failure::Error(kind, e.message));
+        return Err(CompactionFailure::Error(kind, e.message));
     }
     if !grew_from_snapshot(&state, snap) {
-        return Err(Failure::Error(
+        return Err(CompactionFailure::Error(
             ErrorKind::LeafMoved,
             "the session changed during compaction".into(),
         ));
@@ -285,7 +290,7 @@ async fn run_started(
     }
     let idx = state
         .append_with(|id, parent, ts| compaction_entry(id, parent, ts, &outcome))
-        .map_err(|e| Failure::Error(ErrorKind::Io, e.message))?;
+        .map_err(|e| CompactionFailure::Error(ErrorKind::Io, e.message))?;
     let entry = state.tree.entry(idx).value();
     state.rebuild_agent_context();
     let estimated = state.live.estimated_total();
@@ -400,73 +405,111 @@ impl EventSink<'_> {
     }
 }
 
-fn end_event(
-    session_id: &str,
-    reason: &str,
-    result: Option<&CompactionResult>,
-    aborted: bool,
+/// How a compaction that started ended, told to subscribers (`compaction_end`) and to hooks
+/// (`session_compact` / `session_compact_failed`) in Pi's order. Manual and automatic
+/// compactions end the same way.
+struct Ended<'a> {
+    reason: &'a str,
     will_retry: bool,
-    error: Option<&str>,
-) -> Value {
-    let mut o = Map::new();
-    o.insert("sessionId".into(), Value::from(session_id));
-    o.insert("reason".into(), Value::from(reason));
-    if let Some(r) = result {
-        o.insert("result".into(), serde_json::to_value(r).unwrap_or_default());
-    }
-    o.insert("aborted".into(), Value::from(aborted));
-    o.insert("willRetry".into(), Value::from(will_retry));
-    if let Some(e) = error {
-        o.insert("errorMessage".into(), Value::from(e));
-    }
-    Value::Object(o)
+    from_extension: bool,
 }
 
-/// `session_compact`'s entry: the *first* compaction in the file with this summary (E16).
-fn compact_notice(
-    daemon: &Daemon,
-    session: &Session,
-    entry: &Value,
-    from_extension: bool,
-    reason: &str,
-    will_retry: bool,
-) {
-    let summary = entry.get("summary").cloned();
-    let first = {
-        let state = session.state.lock();
-        state
-            .tree
-            .entries()
-            .iter()
-            .find(|e| e.kind == EntryKind::Compaction && e.get("summary") == summary.as_ref())
-            .map(|e| e.value())
-            .unwrap_or_else(|| entry.clone())
-    };
-    daemon.notify_hooks(
+impl Ended<'_> {
+    /// Success: `session_compact` when an entry was written, then `compaction_end` with the
+    /// result.
+    fn succeeded(
+        &self,
+        daemon: &Daemon,
+        session: &Session,
+        result: &CompactionResult,
+        entry: Option<&Value>,
+    ) {
+        if let Some(entry) = entry {
+            self.compact_notice(daemon, session, entry);
+        }
+        self.end(daemon, session, Some(result), false, None);
+    }
+
+    /// No entry: `compaction_end` without a result, then `session_compact_failed`.
+    fn failed(&self, daemon: &Daemon, session: &Session, error: Option<&str>, aborted: bool) {
+        self.end(daemon, session, None, aborted, error);
+        daemon.notify_hooks(
+            &session.id,
+            "session_compact_failed",
+            events::payload(&events::SessionCompactFailed {
+                session_id: &session.id,
+                reason: self.reason,
+                error_message: error,
+                aborted,
+                will_retry: false,
+                from_extension: self.from_extension,
+            }),
+        );
+    }
+
+    /// `compaction_end`; only a success may retry (`willRetry`).
+    fn end(
+        &self,
+        daemon: &Daemon,
+        session: &Session,
+        result: Option<&CompactionResult>,
+        aborted: bool,
+        error: Option<&str>,
+    ) {
+        daemon.emit(
+            &session.id,
+            "compaction_end",
+            events::payload(&events::CompactionEnd {
+                session_id: &session.id,
+                reason: self.reason,
+                result,
+                aborted,
+                will_retry: self.will_retry && result.is_some(),
+                error_message: error,
+            }),
+        );
+    }
+
+    /// `session_compact`'s entry: the *first* compaction in the file with this summary (E16).
+    fn compact_notice(&self, daemon: &Daemon, session: &Session, entry: &Value) {
+        let summary = entry.get("summary").cloned();
+        let first = {
+            let state = session.state.lock();
+            state
+                .tree
+                .entries()
+                .iter()
+                .find(|e| e.kind == EntryKind::Compaction && e.get("summary") == summary.as_ref())
+                .map(|e| e.value())
+                .unwrap_or_else(|| entry.clone())
+        };
+        daemon.notify_hooks(
+            &session.id,
+            "session_compact",
+            events::payload(&events::SessionCompact {
+                session_id: &session.id,
+                compaction_entry: SessionEntry(first),
+                from_extension: self.from_extension,
+                reason: self.reason,
+                will_retry: self.will_retry,
+            }),
+        );
+    }
+}
+
+/// Announces a compaction that starts now and installs its abort token.
+fn start(daemon: &Daemon, session: &Session, reason: &str) -> CancellationToken {
+    let token = daemon.run_token();
+    *session.running.lock() = Some(token.clone());
+    daemon.emit(
         &session.id,
-        "session_compact",
-        json!({"sessionId": session.id, "compactionEntry": first, "fromExtension": from_extension, "reason": reason, "willRetry": will_retry}),
+        "compaction_start",
+        events::payload(&events::CompactionStart {
+            session_id: &session.id,
+            reason,
+        }),
     );
-}
-
-fn failed_notice(
-    daemon: &Daemon,
-    session: &Session,
-    reason: &str,
-    error: Option<&str>,
-    aborted: bool,
-    from_extension: bool,
-) {
-    let mut o = Map::new();
-    o.insert("sessionId".into(), Value::from(session.id.clone()));
-    o.insert("reason".into(), Value::from(reason));
-    if let Some(e) = error {
-        o.insert("errorMessage".into(), Value::from(e));
-    }
-    o.insert("aborted".into(), Value::from(aborted));
-    o.insert("willRetry".into(), Value::from(false));
-    o.insert("fromExtension".into(), Value::from(from_extension));
-    daemon.notify_hooks(&session.id, "session_compact_failed", Value::Object(o));
+    token
 }
 
 /// One log line per finished compaction: reason, tokens, summarizer and duration.
@@ -511,13 +554,6 @@ fn log_compaction(
     }
 }
 
-/// Installs a fresh abort token for a compaction that is starting.
-fn start_running(daemon: &Daemon, session: &Session) -> CancellationToken {
-    let token = daemon.run_token();
-    *session.running.lock() = Some(token.clone());
-    token
-}
-
 /// Manual `compact` (compaction.md §8.2). Supersedes a running compaction of the session.
 /// With `write` false the entry is not appended (and `session_compact` not sent): the caller
 /// writes it, e.g. a Pi extension returning it from Pi's own `session_before_compact`.
@@ -532,12 +568,7 @@ pub async fn compact(
     }
     let _slot = session.slot.lock().await;
     let started = std::time::Instant::now();
-    let cancel = start_running(daemon, session);
-    daemon.emit(
-        &session.id,
-        "compaction_start",
-        json!({"sessionId": session.id, "reason": "manual"}),
-    );
+    let cancel = start(daemon, session, "manual");
     let custom = custom.filter(|c| !c.is_empty());
     let mut from_extension = false;
     let snap = snapshot(daemon, session);
@@ -562,7 +593,7 @@ pub async fn compact(
         Err(f) => Err(f),
     };
     *session.running.lock() = None;
-    let log_error = outcome.as_ref().err().map(Failure::message);
+    let log_error = outcome.as_ref().err().map(CompactionFailure::message);
     log_compaction(
         daemon,
         session,
@@ -574,43 +605,24 @@ pub async fn compact(
             .map_err(|_| log_error.as_deref().unwrap_or("")),
         from_extension,
     );
+    let ended = Ended {
+        reason: "manual",
+        will_retry: false,
+        from_extension,
+    };
     match outcome {
         Ok((result, entry)) => {
             if write {
-                compact_notice(daemon, session, &entry, from_extension, "manual", false);
                 // Beyond Pi: a manual compaction resumes paused automatic compaction.
                 session.state.lock().thrash.reset();
             }
-            daemon.emit(
-                &session.id,
-                "compaction_end",
-                end_event(&session.id, "manual", Some(&result), false, false, None),
-            );
+            ended.succeeded(daemon, session, &result, write.then_some(&entry));
             Ok(result)
         }
         Err(f) => {
-            let aborted = matches!(f, Failure::Cancelled);
+            let aborted = matches!(f, CompactionFailure::Cancelled);
             let error = (!aborted).then(|| format!("Compaction failed: {}", f.message()));
-            daemon.emit(
-                &session.id,
-                "compaction_end",
-                end_event(
-                    &session.id,
-                    "manual",
-                    None,
-                    aborted,
-                    false,
-                    error.as_deref(),
-                ),
-            );
-            failed_notice(
-                daemon,
-                session,
-                "manual",
-                error.as_deref(),
-                aborted,
-                from_extension,
-            );
+            ended.failed(daemon, session, error.as_deref(), aborted);
             Err(f.to_rpc())
         }
     }
@@ -673,12 +685,7 @@ async fn run_auto(
     };
     out.reason = Some(auto);
     let started = std::time::Instant::now();
-    let cancel = start_running(daemon, session);
-    daemon.emit(
-        &session.id,
-        "compaction_start",
-        json!({"sessionId": session.id, "reason": reason}),
-    );
+    let cancel = start(daemon, session, reason);
     let mut from_extension = false;
     let r = run_started(
         daemon,
@@ -696,7 +703,7 @@ async fn run_auto(
     )
     .await;
     *session.running.lock() = None;
-    let log_error = r.as_ref().err().map(Failure::message);
+    let log_error = r.as_ref().err().map(CompactionFailure::message);
     log_compaction(
         daemon,
         session,
@@ -707,14 +714,14 @@ async fn run_auto(
             .map_err(|_| log_error.as_deref().unwrap_or("")),
         from_extension,
     );
+    let ended = Ended {
+        reason,
+        will_retry,
+        from_extension,
+    };
     match r {
         Ok((result, entry)) => {
-            compact_notice(daemon, session, &entry, from_extension, reason, will_retry);
-            daemon.emit(
-                &session.id,
-                "compaction_end",
-                end_event(&session.id, reason, Some(&result), false, will_retry, None),
-            );
+            ended.succeeded(daemon, session, &result, Some(&entry));
             if will_retry {
                 session.state.lock().drop_trailing_assistant(true);
             }
@@ -734,13 +741,8 @@ async fn run_auto(
             out.context_changed = true;
             out.result = Some(result);
         }
-        Err(Failure::Cancelled) => {
-            daemon.emit(
-                &session.id,
-                "compaction_end",
-                end_event(&session.id, reason, None, true, false, None),
-            );
-            failed_notice(daemon, session, reason, None, true, from_extension);
+        Err(CompactionFailure::Cancelled) => {
+            ended.failed(daemon, session, None, true);
             out.action = CheckAction::Aborted;
         }
         Err(f) => {
@@ -750,12 +752,7 @@ async fn run_auto(
                 "Auto-compaction failed: "
             };
             let msg = format!("{prefix}{}", f.message());
-            daemon.emit(
-                &session.id,
-                "compaction_end",
-                end_event(&session.id, reason, None, false, false, Some(&msg)),
-            );
-            failed_notice(daemon, session, reason, Some(&msg), false, from_extension);
+            ended.failed(daemon, session, Some(&msg), false);
             out.action = CheckAction::Failed;
             out.error_message = Some(msg);
         }
@@ -763,7 +760,8 @@ async fn run_auto(
     out
 }
 
-/// `_checkCompaction(msg, skipAbortedCheck)` (compaction.md §8.4).
+/// `_checkCompaction(msg, skipAbortedCheck)` (compaction.md §8.4): the facts gathered here,
+/// the decision [`decide`]'s, carried out here.
 async fn check_message(
     daemon: &Daemon,
     session: &Arc<Session>,
@@ -771,122 +769,94 @@ async fn check_message(
     skip_aborted: bool,
 ) -> CheckCompactionResult {
     let settings = daemon.session_settings(session);
-    if !settings.compaction.enabled {
-        return CheckCompactionResult::default();
-    }
     let stop = msg.get("stopReason").and_then(Value::as_str).unwrap_or("");
-    if skip_aborted && stop == "aborted" {
-        return CheckCompactionResult::default();
-    }
-    let (window, model_max, same_model, compaction_ms, estimate, usage_msg_ts) = {
-        let state = session.state.lock();
-        let model = state.model.clone();
-        let window = model.as_ref().map_or(0, |m| m.context_window);
-        let same = model.as_ref().is_some_and(|m| {
-            msg.get("provider").and_then(Value::as_str) == Some(m.provider.as_str())
-                && msg.get("model").and_then(Value::as_str) == Some(m.id.as_str())
-        });
-        let compaction_ms = state
-            .index
-            .latest_compaction()
-            .map(|l| state.tree.entry(state.branch[l.at]))
-            .map(|e| ids::timestamp_value_ms(e.get("timestamp")));
-        let estimate = state.live.estimate();
-        let usage_ts = estimate
-            .last_usage_index
-            .and_then(|i| state.agent.get(i))
-            .and_then(|&ei| {
-                let e = state.tree.entry(ei);
-                e.is_message(Role::Assistant)
-                    .then(|| {
-                        e.message()
-                            .and_then(|m| m.get("timestamp").and_then(Value::as_f64))
-                    })
-                    .flatten()
-            });
-        (
-            window,
-            model.map_or(0, |m| m.max_tokens),
-            same,
-            compaction_ms,
-            estimate,
-            usage_ts,
-        )
-    };
-    let msg_ts = num(msg.get("timestamp"));
-    // Stale guard: a message at or before the latest compaction never triggers anything.
-    if let Some(c) = compaction_ms {
-        let c = c.map_or(f64::NAN, |v| v as f64);
-        if msg_ts <= c {
-            return CheckCompactionResult::default();
-        }
-    }
     let usage = msg.get("usage");
-    let facts = ReplyFacts {
-        stop_reason: StopReason::parse(stop).unwrap_or(StopReason::Stop),
-        error_message: msg.get("errorMessage").and_then(Value::as_str),
-        input: num(usage.and_then(|u| u.get("input"))) as u64,
-        cache_read: num(usage.and_then(|u| u.get("cacheRead"))) as u64,
-        output: num(usage.and_then(|u| u.get("output"))) as u64,
+    let (action, window) = {
+        let state = session.state.lock();
+        let model = state.model.as_ref();
+        let estimate = state.live.estimate();
+        let facts = CheckFacts {
+            settings: &settings.compaction,
+            skip_aborted,
+            stop,
+            reply: ReplyFacts {
+                stop_reason: StopReason::parse(stop).unwrap_or(StopReason::Stop),
+                error_message: msg.get("errorMessage").and_then(Value::as_str),
+                input: num(usage.and_then(|u| u.get("input"))) as u64,
+                cache_read: num(usage.and_then(|u| u.get("cacheRead"))) as u64,
+                output: num(usage.and_then(|u| u.get("output"))) as u64,
+            },
+            message_ms: num(msg.get("timestamp")),
+            latest_compaction_ms: state
+                .index
+                .latest_compaction()
+                .map(|l| state.tree.entry(state.branch[l.at]))
+                .map(|e| ids::timestamp_value_ms(e.get("timestamp"))),
+            same_model: model.is_some_and(|m| {
+                msg.get("provider").and_then(Value::as_str) == Some(m.provider.as_str())
+                    && msg.get("model").and_then(Value::as_str) == Some(m.id.as_str())
+            }),
+            window: model.map_or(0, |m| m.context_window),
+            model_max_tokens: model.map_or(0, |m| m.max_tokens),
+            overflow_recovery_attempted: state.overflow_recovery_attempted,
+            usage_tokens: usage
+                .and_then(Value::as_object)
+                .map_or(0.0, crate::compaction::tokens::calculate_context_tokens),
+            estimate_tokens: estimate.tokens,
+            estimate_usage_ms: estimate
+                .last_usage_index
+                .and_then(|i| state.agent.get(i))
+                .and_then(|&ei| {
+                    let e = state.tree.entry(ei);
+                    e.is_message(Role::Assistant)
+                        .then(|| {
+                            e.message()
+                                .and_then(|m| m.get("timestamp").and_then(Value::as_f64))
+                        })
+                        .flatten()
+                }),
+            estimate_has_usage: estimate.last_usage_index.is_some(),
+        };
+        (decide(&facts), facts.window)
     };
-    let overflow = same_model && is_context_overflow(&facts, window.max(0) as u64);
-    let recoverable = same_model && is_recoverable_length(&facts, model_max.max(0) as u64);
-    if overflow || recoverable {
-        let will_retry = stop != "stop";
-        if !will_retry {
-            return run_auto(daemon, session, AutoReason::Overflow, false).await;
+    match action {
+        Action::Nothing => CheckCompactionResult::default(),
+        Action::RecoverOverflow { retry: false } => {
+            run_auto(daemon, session, AutoReason::Overflow, false).await
         }
-        let attempted = session.state.lock().overflow_recovery_attempted;
-        if attempted {
-            let msg = if overflow {
-                OVERFLOW_GIVE_UP
-            } else {
-                LENGTH_GIVE_UP
+        Action::RecoverOverflow { retry: true } => {
+            let dropped = {
+                let mut state = session.state.lock();
+                state.overflow_recovery_attempted = true;
+                state.drop_trailing_assistant(false)
             };
-            daemon.emit(
-                &session.id,
-                "compaction_end",
-                end_event(&session.id, "overflow", None, false, false, Some(msg)),
-            );
-            failed_notice(daemon, session, "overflow", Some(msg), false, false);
-            return CheckCompactionResult {
+            let mut out = run_auto(daemon, session, AutoReason::Overflow, true).await;
+            out.context_changed |= dropped;
+            out
+        }
+        Action::GiveUp { message } => {
+            let ended = Ended {
+                reason: "overflow",
+                will_retry: false,
+                from_extension: false,
+            };
+            ended.failed(daemon, session, Some(message), false);
+            CheckCompactionResult {
                 action: CheckAction::Failed,
                 reason: Some(AutoReason::Overflow),
-                error_message: Some(msg.to_owned()),
+                error_message: Some(message.to_owned()),
                 ..CheckCompactionResult::default()
-            };
-        }
-        let dropped = {
-            let mut state = session.state.lock();
-            state.overflow_recovery_attempted = true;
-            state.drop_trailing_assistant(false)
-        };
-        let mut out = run_auto(daemon, session, AutoReason::Overflow, true).await;
-        out.context_changed |= dropped;
-        return out;
-    }
-    // Threshold.
-    let direct = usage
-        .and_then(Value::as_object)
-        .map_or(0.0, crate::compaction::tokens::calculate_context_tokens);
-    let direct = if direct.is_nan() { 0.0 } else { direct };
-    let tokens = if stop == "error" || direct == 0.0 {
-        if let (Some(_), Some(Some(c)), Some(ts)) =
-            (estimate.last_usage_index, compaction_ms, usage_msg_ts)
-        {
-            if ts <= c as f64 {
-                return CheckCompactionResult::default();
             }
         }
-        estimate.tokens
-    } else {
-        direct
-    };
-    observe_size(session, &settings, tokens, window);
-    if crate::compaction::tokens::should_compact(tokens, window, &settings.compaction) {
-        return run_auto(daemon, session, AutoReason::Threshold, false).await;
+        Action::Measure { tokens, compact } => {
+            observe_size(session, &settings, tokens, window);
+            if compact {
+                run_auto(daemon, session, AutoReason::Threshold, false).await
+            } else {
+                CheckCompactionResult::default()
+            }
+        }
     }
-    CheckCompactionResult::default()
 }
 
 /// Beyond Pi: hands the thrash breaker a context size reported after the latest compaction.

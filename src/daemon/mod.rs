@@ -8,6 +8,7 @@
 //! too: it registers each connection, delivers hook replies to it, and aborts a session's work
 //! when a client cancels a request or disconnects.
 
+pub mod auto_check;
 pub mod connections;
 pub mod handlers;
 pub mod history;

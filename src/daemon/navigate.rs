@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::handlers::Ctx;
+use super::session::label_entry;
 use crate::compaction::file_ops::{
     format_file_operations, format_file_operations_limited, FileOps,
 };
@@ -364,27 +365,11 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
         let entry_value = state.tree.entry(idx).value();
         let summary_id = state.tree.entry(idx).id.clone().unwrap_or_default();
         if let Some(l) = label.filter(|l| !l.is_empty()) {
-            state.append_with(|id, parent, ts| {
-                super::session::simple_entry(
-                    "label",
-                    id,
-                    parent,
-                    ts,
-                    vec![("targetId", json!(summary_id)), ("label", json!(l))],
-                )
-            })?;
+            state.append_with(|id, parent, ts| label_entry(id, parent, ts, &summary_id, &l))?;
         }
         summary_entry = Some(BranchSummaryEntry(entry_value));
     } else if let (Some(l), Some(tid)) = (label.filter(|l| !l.is_empty()), &plan.target_id) {
-        state.append_with(|id, parent, ts| {
-            super::session::simple_entry(
-                "label",
-                id,
-                parent,
-                ts,
-                vec![("targetId", json!(tid)), ("label", json!(l))],
-            )
-        })?;
+        state.append_with(|id, parent, ts| label_entry(id, parent, ts, tid, &l))?;
     }
     state.rebuild_agent_context();
     Ok(NavigateTreeResult {

@@ -10,24 +10,7 @@ use crate::compaction::tokens::CompactionSettings;
 use crate::rpc::results;
 use crate::summarizer::RetrySettings;
 
-/// `$PI_CODING_AGENT_DIR` (with `~` expanded) or `~/.pi/agent`.
-pub fn agent_dir() -> PathBuf {
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/"));
-    match std::env::var("PI_CODING_AGENT_DIR") {
-        Ok(d) if !d.is_empty() => {
-            if let Some(rest) = d.strip_prefix("~/") {
-                home.join(rest)
-            } else if d == "~" {
-                home
-            } else {
-                PathBuf::from(d)
-            }
-        }
-        _ => home.join(".pi").join("agent"),
-    }
-}
+pub use crate::config::agent_dir;
 
 /// Reads a settings file: a UTF-8 BOM is stripped; a missing or unparsable file is `{}` (Pi
 /// records the error and carries on). Settings are re-read at every check, which a busy daemon

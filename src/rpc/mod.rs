@@ -1,8 +1,9 @@
-//! The protocol surface: the one list of methods, their parameter and result types, error codes
-//! and the OpenRPC document generated from them. Transport-independent; the handlers live in
+//! The protocol surface: the one list of methods, their parameter and result types, the event
+//! payloads, error codes and the OpenRPC document generated from them. Transport-independent; the handlers live in
 //! `crate::daemon`, and `crate::transport::dispatch` builds its table from [`methods`].
 
 pub mod errors;
+pub mod events;
 pub mod methods;
 pub mod openrpc;
 pub mod results;

@@ -8,7 +8,7 @@
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::transport::{self, count, Failure};
+use super::transport::{self, count, CallFailure};
 use super::types::{
     clamp_max_tokens, AssistantReply, BlockKind, LlmRequest, ModelSpec, StopReason, Usage,
 };
@@ -136,7 +136,7 @@ impl StreamState {
         u.total_tokens = u.input + u.output + u.cache_read + u.cache_write;
     }
 
-    fn apply(&mut self, ev: &Value) -> Result<(), Failure> {
+    fn apply(&mut self, ev: &Value) -> Result<(), CallFailure> {
         let index = ev.get("index").and_then(Value::as_u64);
         match ev.get("type").and_then(Value::as_str).unwrap_or("") {
             "message_start" => {
@@ -165,7 +165,7 @@ impl StreamState {
                 };
                 match kind {
                     Some("fallback") if !self.blocks.is_empty() => {
-                        return Err(Failure::error(
+                        return Err(CallFailure::error(
                             "Anthropic performed an unsupported mid-output model fallback",
                         ));
                     }
@@ -219,7 +219,7 @@ impl StreamState {
                         .and_then(|d| d.get("explanation"))
                         .and_then(Value::as_str);
                     let (stop, message) =
-                        map_stop_reason(reason, explanation).map_err(Failure::error)?;
+                        map_stop_reason(reason, explanation).map_err(CallFailure::error)?;
                     self.stop = Some(stop);
                     if message.is_some() {
                         self.error_message = message;
@@ -255,9 +255,11 @@ impl StreamState {
         Ok(())
     }
 
-    fn finish(self) -> Result<AssistantReply, Failure> {
+    fn finish(self) -> Result<AssistantReply, CallFailure> {
         if self.saw_start && !self.saw_stop {
-            return Err(Failure::error("Anthropic stream ended before message_stop"));
+            return Err(CallFailure::error(
+                "Anthropic stream ended before message_stop",
+            ));
         }
         transport::completed_reply(
             self.stop,
@@ -302,7 +304,7 @@ impl transport::StreamingProvider for AnthropicMessagesClient {
         &self,
         request: &LlmRequest,
         cancel: &CancellationToken,
-    ) -> Result<AssistantReply, Failure> {
+    ) -> Result<AssistantReply, CallFailure> {
         let body = self.build_body(request);
         let url = transport::join_url(&self.model.base_url, "/v1/messages?beta=true");
         let mut builder = self.http.post(url);
@@ -330,7 +332,7 @@ impl transport::StreamingProvider for AnthropicMessagesClient {
         {
             match event.event.as_str() {
                 // pi-ai surfaces the raw event data as the error text.
-                "error" => return Err(Failure::error(event.data)),
+                "error" => return Err(CallFailure::error(event.data)),
                 "message_start"
                 | "message_delta"
                 | "message_stop"

@@ -8,7 +8,7 @@
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::transport::{self, count, Failure};
+use super::transport::{self, count, CallFailure};
 use super::types::{clamp_max_tokens, AssistantReply, LlmRequest, ModelSpec, StopReason, Usage};
 
 /// How a particular OpenAI-compatible server wants reasoning expressed. pi-ai detects this from
@@ -221,14 +221,14 @@ struct StreamState {
 }
 
 impl StreamState {
-    fn apply(&mut self, chunk: &Value) -> Result<(), Failure> {
+    fn apply(&mut self, chunk: &Value) -> Result<(), CallFailure> {
         // OpenAI-compatible servers report mid-stream failures as a chunk with an `error` object.
         if let Some(err) = chunk.get("error").filter(|e| crate::json::truthy(Some(e))) {
             let message = match err.get("message") {
                 Some(Value::String(s)) if !s.is_empty() => s.clone(),
                 _ => crate::json::stringify(err),
             };
-            return Err(Failure::error(message));
+            return Err(CallFailure::error(message));
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = parse_chunk_usage(usage);
@@ -276,12 +276,12 @@ impl StreamState {
         Ok(())
     }
 
-    fn finish(self) -> Result<AssistantReply, Failure> {
+    fn finish(self) -> Result<AssistantReply, CallFailure> {
         let Some((stop_reason, error_message)) = self.stop else {
-            return Err(Failure::error("Stream ended without finish_reason"));
+            return Err(CallFailure::error("Stream ended without finish_reason"));
         };
         if stop_reason == StopReason::Error {
-            return Err(Failure::error(error_message.unwrap_or_else(|| {
+            return Err(CallFailure::error(error_message.unwrap_or_else(|| {
                 "Provider returned an error stop reason".to_string()
             })));
         }
@@ -354,7 +354,7 @@ impl transport::StreamingProvider for OpenAiCompletionsClient {
         &self,
         request: &LlmRequest,
         cancel: &CancellationToken,
-    ) -> Result<AssistantReply, Failure> {
+    ) -> Result<AssistantReply, CallFailure> {
         let body = self.build_body(request);
         let builder =
             transport::openai_style_post(&self.http, &self.model, "/chat/completions", &body);
@@ -365,7 +365,7 @@ impl transport::StreamingProvider for OpenAiCompletionsClient {
             transport::next_event(&mut events, cancel, self.idle_timeout).await?
         {
             if event.event == "error" {
-                return Err(Failure::error(event.data));
+                return Err(CallFailure::error(event.data));
             }
             if let Some(chunk) = transport::event_json(&event.data, "stream chunk")? {
                 state.apply(&chunk)?;

@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::openai_completions::effective_reasoning_level;
-use super::transport::{self, count, Failure};
+use super::transport::{self, count, CallFailure};
 use super::types::{clamp_max_tokens, AssistantReply, BlockKind, LlmRequest, StopReason, Usage};
 
 /// The Responses API rejects `max_output_tokens` below 16, so pi-ai raises smaller caps.
@@ -115,7 +115,7 @@ impl StreamState {
         self.open.push((output_index, self.blocks.len() - 1));
     }
 
-    fn apply(&mut self, kind: &str, ev: &Value) -> Result<(), Failure> {
+    fn apply(&mut self, kind: &str, ev: &Value) -> Result<(), CallFailure> {
         let output_index = ev.get("output_index").and_then(Value::as_u64).unwrap_or(0);
         let delta = str_of(ev, "delta").unwrap_or("");
         match kind {
@@ -214,7 +214,7 @@ impl StreamState {
                     .get("message")
                     .map(js_display)
                     .unwrap_or("undefined".into());
-                return Err(Failure::error(format!("Error Code {code}: {message}")));
+                return Err(CallFailure::error(format!("Error Code {code}: {message}")));
             }
             "response.failed" => {
                 self.terminal = true;
@@ -239,7 +239,7 @@ impl StreamState {
                     (None, Some(r)) => format!("incomplete: {r}"),
                     (None, None) => "Unknown error (no error details in response)".to_string(),
                 };
-                return Err(Failure::error(msg));
+                return Err(CallFailure::error(msg));
             }
             _ => {}
         }
@@ -280,9 +280,9 @@ impl StreamState {
         }
     }
 
-    fn finish(self) -> Result<AssistantReply, Failure> {
+    fn finish(self) -> Result<AssistantReply, CallFailure> {
         if !self.terminal {
-            return Err(Failure::error(
+            return Err(CallFailure::error(
                 "OpenAI Responses stream ended before a terminal response event",
             ));
         }
@@ -341,7 +341,7 @@ impl transport::StreamingProvider for OpenAiResponsesClient {
         &self,
         request: &LlmRequest,
         cancel: &CancellationToken,
-    ) -> Result<AssistantReply, Failure> {
+    ) -> Result<AssistantReply, CallFailure> {
         let body = self.build_body(request);
         let builder = transport::openai_style_post(&self.http, &self.model, "/responses", &body);
         let mut events = transport::open_sse(builder, cancel, self.idle_timeout).await?;

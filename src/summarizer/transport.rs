@@ -41,7 +41,7 @@ pub const TOO_LARGE_MESSAGE: &str =
 /// Why a call ended early. Converted into an [`AssistantReply`] at the client boundary, because
 /// clients never return Rust errors (see the module docs of `summarizer`).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Failure {
+pub(crate) enum CallFailure {
     Aborted,
     Error {
         message: String,
@@ -52,13 +52,13 @@ pub(crate) enum Failure {
 }
 
 /// One wire protocol's streaming call. Each provider implements only this; the blanket
-/// [`LlmClient`] impl below turns a [`Failure`] into pi-ai's error reply the same way for all.
+/// [`LlmClient`] impl below turns a [`CallFailure`] into pi-ai's error reply the same way for all.
 pub(crate) trait StreamingProvider: Send + Sync {
     fn stream(
         &self,
         request: &LlmRequest,
         cancel: &CancellationToken,
-    ) -> impl std::future::Future<Output = Result<AssistantReply, Failure>> + Send;
+    ) -> impl std::future::Future<Output = Result<AssistantReply, CallFailure>> + Send;
 
     /// The error text of an HTTP failure with `status`, as pi-ai words it for this protocol
     /// (by default the provider's own message).
@@ -76,11 +76,11 @@ impl<T: StreamingProvider> LlmClient for T {
         Box::pin(async move {
             match self.stream(request, cancel).await {
                 Ok(reply) => reply,
-                Err(Failure::Error {
+                Err(CallFailure::Error {
                     message,
                     status: Some(status),
                     retry_after,
-                }) => Failure::Error {
+                }) => CallFailure::Error {
                     message: self.http_error_message(status, message),
                     status: Some(status),
                     retry_after,
@@ -101,12 +101,12 @@ pub(crate) fn completed_reply(
     error_message: Option<String>,
     usage: Usage,
     blocks: impl IntoIterator<Item = (BlockKind, String)>,
-) -> Result<AssistantReply, Failure> {
+) -> Result<AssistantReply, CallFailure> {
     let Some(stop_reason) = stop_reason else {
-        return Err(Failure::error(missing));
+        return Err(CallFailure::error(missing));
     };
     if matches!(stop_reason, StopReason::Error | StopReason::Aborted) {
-        return Err(Failure::error(
+        return Err(CallFailure::error(
             error_message.unwrap_or_else(|| "An unknown error occurred".to_string()),
         ));
     }
@@ -114,9 +114,9 @@ pub(crate) fn completed_reply(
 }
 
 /// The JSON of one SSE event's data; `what` names the event in the error (`stream chunk`, …).
-pub(crate) fn parse_event(data: &str, what: &str) -> Result<Value, Failure> {
+pub(crate) fn parse_event(data: &str, what: &str) -> Result<Value, CallFailure> {
     serde_json::from_str(data).map_err(|e| {
-        Failure::error(format!(
+        CallFailure::error(format!(
             "Could not parse {what}: {e}; data={}",
             excerpt(data, 200)
         ))
@@ -125,7 +125,7 @@ pub(crate) fn parse_event(data: &str, what: &str) -> Result<Value, Failure> {
 
 /// [`parse_event`] for OpenAI-style streams, which also send blank and `[DONE]` events
 /// (`Ok(None)`).
-pub(crate) fn event_json(data: &str, what: &str) -> Result<Option<Value>, Failure> {
+pub(crate) fn event_json(data: &str, what: &str) -> Result<Option<Value>, CallFailure> {
     let data = data.trim();
     if data.is_empty() || data == "[DONE]" {
         return Ok(None);
@@ -133,9 +133,9 @@ pub(crate) fn event_json(data: &str, what: &str) -> Result<Option<Value>, Failur
     parse_event(data, what).map(Some)
 }
 
-impl Failure {
+impl CallFailure {
     pub(crate) fn error(message: impl Into<String>) -> Self {
-        Failure::Error {
+        CallFailure::Error {
             message: message.into(),
             status: None,
             retry_after: None,
@@ -144,8 +144,8 @@ impl Failure {
 
     pub(crate) fn into_reply(self) -> AssistantReply {
         match self {
-            Failure::Aborted => AssistantReply::aborted(),
-            Failure::Error {
+            CallFailure::Aborted => AssistantReply::aborted(),
+            CallFailure::Error {
                 message,
                 status,
                 retry_after,
@@ -188,11 +188,11 @@ async fn guarded<F: std::future::Future>(
     fut: F,
     cancel: &CancellationToken,
     idle: Duration,
-) -> Result<F::Output, Failure> {
+) -> Result<F::Output, CallFailure> {
     tokio::select! {
         biased;
-        _ = cancel.cancelled() => Err(Failure::Aborted),
-        r = tokio::time::timeout(idle, fut) => r.map_err(|_| Failure::error(TIMEOUT_MESSAGE)),
+        _ = cancel.cancelled() => Err(CallFailure::Aborted),
+        r = tokio::time::timeout(idle, fut) => r.map_err(|_| CallFailure::error(TIMEOUT_MESSAGE)),
     }
 }
 
@@ -206,18 +206,18 @@ pub(crate) async fn open_sse(
     request: reqwest::RequestBuilder,
     cancel: &CancellationToken,
     idle: Duration,
-) -> Result<SseStream, Failure> {
+) -> Result<SseStream, CallFailure> {
     if cancel.is_cancelled() {
-        return Err(Failure::Aborted);
+        return Err(CallFailure::Aborted);
     }
     let response = guarded(request.send(), cancel, idle)
         .await?
-        .map_err(|e| Failure::error(describe_transport_error(&e, "Connection error")))?;
+        .map_err(|e| CallFailure::error(describe_transport_error(&e, "Connection error")))?;
     let status = response.status();
     if !status.is_success() {
         let retry_after = retry_after(response.headers(), SystemTime::now());
         let text = guarded(error_body(response), cancel, idle).await?;
-        return Err(Failure::Error {
+        return Err(CallFailure::Error {
             message: format_http_error(status.as_u16(), &text),
             status: Some(status.as_u16()),
             retry_after,
@@ -306,17 +306,17 @@ pub(crate) async fn next_event(
     stream: &mut SseStream,
     cancel: &CancellationToken,
     idle: Duration,
-) -> Result<Option<Event>, Failure> {
+) -> Result<Option<Event>, CallFailure> {
     match guarded(stream.next(), cancel, idle).await? {
         None => Ok(None),
         Some(Ok(event)) => Ok(Some(event)),
         Some(Err(EventStreamError::Transport(BodyError::TooLarge))) => {
-            Err(Failure::error(TOO_LARGE_MESSAGE))
+            Err(CallFailure::error(TOO_LARGE_MESSAGE))
         }
-        Some(Err(EventStreamError::Transport(BodyError::Http(e)))) => Err(Failure::error(
+        Some(Err(EventStreamError::Transport(BodyError::Http(e)))) => Err(CallFailure::error(
             describe_transport_error(&e, "Network error: stream terminated"),
         )),
-        Some(Err(e)) => Err(Failure::error(format!(
+        Some(Err(e)) => Err(CallFailure::error(format!(
             "Network error: stream terminated: {e}"
         ))),
     }

@@ -64,7 +64,7 @@ pub(super) enum Resolution {
 }
 
 /// A failure, with whether something later fixed or abandoned it.
-pub(super) struct Failure<'a> {
+pub(super) struct FailedAction<'a> {
     pub(super) idx: usize,
     pub(super) label: String,
     pub(super) code: Option<i64>,
@@ -74,7 +74,7 @@ pub(super) struct Failure<'a> {
     pub(super) resolution: Resolution,
 }
 
-impl Failure<'_> {
+impl FailedAction<'_> {
     /// ", later fixed" / ", abandoned" / "" for the Critical Context error lines.
     pub(super) fn resolution_note(&self) -> &'static str {
         match self.resolution {
@@ -397,7 +397,7 @@ impl Analysis {
     /// the same action succeeded (the same command, or one extending it; the same tool on the
     /// same path or key; a later normal model turn) or a later assistant sentence naming the
     /// failure says it is fixed; abandoned when a later sentence naming it gives it up.
-    pub(super) fn failures(&self) -> Vec<Failure<'_>> {
+    pub(super) fn failures(&self) -> Vec<FailedAction<'_>> {
         let mut out = Vec::new();
         for (i, act) in self.actions.iter().enumerate() {
             let (code, cancelled, text) = match &act.outcome {
@@ -417,7 +417,7 @@ impl Analysis {
             } else {
                 self.said_about(act, text)
             };
-            out.push(Failure {
+            out.push(FailedAction {
                 idx: act.idx,
                 label: act.label(),
                 code,
