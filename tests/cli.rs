@@ -102,17 +102,7 @@ fn compact_without_configuration_writes_an_extractive_six_section_summary() {
     assert_eq!(code, 0, "{result}");
     let summary = result["summary"].as_str().expect("summary");
     let mut at = 0;
-    for h in [
-        "## Goal",
-        "## Constraints & Preferences",
-        "## Progress",
-        "### Done",
-        "### In Progress",
-        "### Blocked",
-        "## Key Decisions",
-        "## Next Steps",
-        "## Critical Context",
-    ] {
+    for h in compactd::compaction::prompts::HISTORY_HEADINGS {
         let pos = summary[at..]
             .find(h)
             .unwrap_or_else(|| panic!("missing {h} after byte {at}:\n{summary}"));

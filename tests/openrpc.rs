@@ -19,7 +19,7 @@ use compactd::daemon::Daemon;
 use compactd::rpc::openrpc;
 use compactd::transport::dispatch::Dispatcher;
 use serde_json::{json, Map, Value};
-use support::daemon_env::{now_ms, Env};
+use support::daemon_env::{tool_session, Env};
 use support::rpc_client::{Client, Framing};
 
 fn committed_path() -> PathBuf {
@@ -191,11 +191,6 @@ fn a_schema_refuses_what_it_does_not_describe() {
     assert!(!problems(&v["compact"], &json!({"summary": "s", "firstKeptEntryId": "x", "tokensBefore": 1, "estimatedTokensAfter": 1, "usage": null})).is_empty(), "an omitted member is not null");
 }
 
-fn usage(input: i64) -> Value {
-    json!({"input": input, "output": 20, "cacheRead": 0, "cacheWrite": 0, "totalTokens": input + 20,
-           "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}})
-}
-
 fn model(window: i64) -> Value {
     json!({"provider": "anthropic", "id": "claude-sonnet-4-5", "contextWindow": window, "maxTokens": 64000})
 }
@@ -206,34 +201,22 @@ fn scenario(env: &Env) -> Client {
     let mut c = env.stdio(&[], Framing::Ndjson);
     let dir = env.dir.path();
     c.ok("initialize", json!({"clientName": "openrpc-suite"}));
-    let info = c.ok(
-        "createSession",
-        json!({"cwd": dir, "sessionDir": dir, "model": model(200_000)}),
-    );
-    let sid = info["sessionId"].as_str().expect("sessionId").to_owned();
-    let path = info["path"].as_str().expect("path").to_owned();
+    let (sid, path) = tool_session(&mut c, dir, 10);
     c.ok("subscribe", json!({"sessionId": sid}));
-    c.ok("registerHooks", json!({"hooks": ["session_compact"]}));
-    let t0 = now_ms() - 1_000_000;
-    let mut user_ids = Vec::new();
-    for i in 0..10 {
-        let ts = t0 + i * 1000;
-        let user = json!({"role": "user", "content": format!("turn {i}: read file {i:02} {}", "please ".repeat(100)), "timestamp": ts});
-        let r = c.ok("appendMessage", json!({"sessionId": sid, "message": user}));
-        user_ids.push(r["entryId"].as_str().expect("entryId").to_owned());
-        let call = json!({"role": "assistant", "content": [{"type": "toolCall", "id": format!("call_{i}"), "name": "read", "arguments": {"path": format!("src/f{i:02}.rs")}}],
-            "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5", "usage": usage(1000 + i * 300), "stopReason": "toolUse", "timestamp": ts + 1});
-        c.ok("appendMessage", json!({"sessionId": sid, "message": call}));
-        let result = json!({"role": "toolResult", "toolCallId": format!("call_{i}"), "toolName": "read",
-            "content": [{"type": "text", "text": format!("fn f{i}() {{}} {}", "// body ".repeat(60))}], "isError": false, "timestamp": ts + 2});
-        c.ok(
-            "appendMessage",
-            json!({"sessionId": sid, "message": result}),
-        );
-    }
-    let done = json!({"role": "assistant", "content": [{"type": "text", "text": "Read them all."}],
-        "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5", "usage": usage(4000), "stopReason": "stop", "timestamp": t0 + 10_000});
-    c.ok("appendMessage", json!({"sessionId": sid, "message": done}));
+    // Hook requests are answered with "no result", so every compaction still summarizes.
+    c.on_request(|_, _| Some(Value::Null));
+    c.ok(
+        "registerHooks",
+        json!({"hooks": ["session_before_compact", "session_compact", "session_compact_failed", "session_before_tree"]}),
+    );
+    let user_ids: Vec<String> = c
+        .ok("getBranch", json!({"sessionId": sid}))
+        .as_array()
+        .expect("branch")
+        .iter()
+        .filter(|e| e["message"]["role"] == "user")
+        .filter_map(|e| e["id"].as_str().map(str::to_owned))
+        .collect();
     c.ok(
         "appendEntry",
         json!({"sessionId": sid, "entry": {"type": "session_info", "name": "schema tour"}}),
@@ -300,7 +283,7 @@ fn scenario(env: &Env) -> Client {
         json!({"sessionId": sid, "targetId": user_ids[2], "summarize": true, "label": "back"}),
     );
     c.ok("listSessions", json!({}));
-    c.ok("openSession", json!({"path": path}));
+    c.ok("openSession", json!({"path": path.to_string_lossy()}));
     c.ok("unsubscribe", json!({}));
     c.ok("closeSession", json!({"sessionId": sid}));
     c
@@ -345,13 +328,14 @@ fn real_responses_match_the_result_schemas() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The notification descriptors of the document, by name: (field, required, validator).
+/// The descriptors of one section of the document (`x-notifications` or `x-hooks`), by name:
+/// (field, required, validator) for each param.
 type FieldValidators = Vec<(String, bool, jsonschema::Validator)>;
 
-fn notification_validators(doc: &Value) -> BTreeMap<String, FieldValidators> {
-    doc["x-notifications"]
+fn message_validators(doc: &Value, section: &str) -> BTreeMap<String, FieldValidators> {
+    doc[section]
         .as_array()
-        .expect("x-notifications")
+        .unwrap_or_else(|| panic!("{section}"))
         .iter()
         .map(|n| {
             let fields = n["params"]
@@ -371,18 +355,18 @@ fn notification_validators(doc: &Value) -> BTreeMap<String, FieldValidators> {
         .collect()
 }
 
-#[test]
-fn events_match_their_documented_fields() {
-    let doc = openrpc::document();
-    let known = notification_validators(&doc);
-    let env = Env::new();
-    let c = scenario(&env);
+/// Checks every message of `messages` that `known` describes: required members present, every
+/// member documented and valid. Returns the names seen and the problems found.
+fn check_messages<'a>(
+    known: &BTreeMap<String, FieldValidators>,
+    messages: impl IntoIterator<Item = &'a Value>,
+) -> (BTreeSet<String>, Vec<String>) {
     let mut seen = BTreeSet::new();
     let mut failures = Vec::new();
-    for n in &c.notifications {
+    for n in messages {
         let name = n["method"].as_str().unwrap_or_default();
         let Some(fields) = known.get(name) else {
-            continue; // hook notifications (x-hooks) are not events
+            continue;
         };
         seen.insert(name.to_owned());
         let params = n["params"].as_object().cloned().unwrap_or_else(Map::new);
@@ -403,6 +387,18 @@ fn events_match_their_documented_fields() {
             }
         }
     }
+    (seen, failures)
+}
+
+#[test]
+fn events_and_hook_traffic_match_their_documented_fields() {
+    let doc = openrpc::document();
+    let env = Env::new();
+    let c = scenario(&env);
+    let (seen, failures) = check_messages(
+        &message_validators(&doc, "x-notifications"),
+        &c.notifications,
+    );
     for expected in [
         "compaction_start",
         "compaction_end",
@@ -412,6 +408,19 @@ fn events_match_their_documented_fields() {
         assert!(
             seen.contains(expected),
             "the scenario sends {expected}: {seen:?}"
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Hook requests arrive with an id, hook notifications without: both are in the log.
+    let (seen, failures) = check_messages(&message_validators(&doc, "x-hooks"), &c.log);
+    for expected in [
+        "session_before_compact",
+        "session_compact",
+        "session_before_tree",
+    ] {
+        assert!(
+            seen.contains(expected),
+            "the scenario triggers {expected}: {seen:?}"
         );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

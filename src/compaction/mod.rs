@@ -2,6 +2,7 @@
 //! serialization, prompts, the plain reply types a summarizer returns, and summary assembly. No I/O and no async: everything here is a plain
 //! function of session data, so the conformance fixtures test it directly.
 
+pub mod branch;
 pub mod branch_index;
 pub mod cut_point;
 pub mod file_ops;

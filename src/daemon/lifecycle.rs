@@ -10,13 +10,13 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::auto_check::{decide, Action, CheckFacts};
 use super::{Daemon, Session};
-use crate::compaction::prepare::{prepare_branch, NothingToCompact, Preparation, PreparedMessage};
-use crate::compaction::summary::{compaction_entry, number, CompactionOutcome};
+use crate::compaction::prepare::{prepare_branch, NothingToCompact, Preparation};
+use crate::compaction::summary::{compaction_entry, CompactionOutcome};
 use crate::compactor::{generate, CompactError, SummaryEngine};
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::events;
@@ -95,33 +95,6 @@ fn prepare(snap: &Snapshot) -> Result<Preparation, CompactionFailure> {
     Ok(prep)
 }
 
-/// Pi's `CompactionPreparation` as hooks receive it (sets as arrays).
-fn preparation_json(prep: &Preparation) -> Value {
-    let msgs =
-        |m: &[PreparedMessage]| Value::Array(m.iter().map(PreparedMessage::message).collect());
-    let mut o = Map::new();
-    o.insert(
-        "firstKeptEntryId".into(),
-        Value::from(prep.first_kept_entry_id.clone()),
-    );
-    o.insert(
-        "messagesToSummarize".into(),
-        msgs(&prep.messages_to_summarize),
-    );
-    o.insert(
-        "turnPrefixMessages".into(),
-        msgs(&prep.turn_prefix_messages),
-    );
-    o.insert("isSplitTurn".into(), Value::from(prep.is_split_turn));
-    o.insert("tokensBefore".into(), number(prep.tokens_before));
-    if let Some(p) = &prep.previous_summary {
-        o.insert("previousSummary".into(), Value::from(p.clone()));
-    }
-    o.insert("fileOps".into(), prep.file_ops.to_json());
-    o.insert("settings".into(), prep.settings.to_json());
-    Value::Object(o)
-}
-
 /// The session's summarizer (the daemon's cached engine), or the auth failure compacting reports.
 fn engine(daemon: &Daemon, session: &Session) -> Result<Arc<SummaryEngine>, CompactionFailure> {
     daemon
@@ -188,29 +161,21 @@ async fn run_started(
     } = job;
     let mut outcome: Option<CompactionOutcome> = None;
     if daemon.has_hook(&session.id, "session_before_compact") {
-        let mut params = Map::new();
-        params.insert("sessionId".into(), Value::from(session.id.clone()));
-        params.insert(
-            "preparation".into(),
-            crate::cpu::blocking(|| preparation_json(prep)),
-        );
-        params.insert(
-            "branchEntries".into(),
-            crate::cpu::blocking(|| Value::Array(snap.path.iter().map(|e| e.value()).collect())),
-        );
-        if let Some(c) = custom {
-            params.insert("customInstructions".into(), Value::from(c));
-        }
-        params.insert("reason".into(), Value::from(reason));
-        params.insert("willRetry".into(), Value::from(will_retry));
+        // Every message and entry is parsed from its line: off the async workers.
+        let params = crate::cpu::blocking(|| {
+            events::payload(&events::SessionBeforeCompact {
+                session_id: &session.id,
+                preparation: events::CompactionPreparation::of(prep),
+                branch_entries: snap.path.iter().map(|e| SessionEntry(e.value())).collect(),
+                custom_instructions: custom,
+                reason,
+                will_retry,
+            })
+        });
         let answers = daemon
-            .ask_hooks(
-                &session.id,
-                "session_before_compact",
-                Value::Object(params),
-                cancel,
-                |v| v.get("cancel") == Some(&Value::Bool(true)),
-            )
+            .ask_hooks(&session.id, "session_before_compact", params, cancel, |v| {
+                v.get("cancel") == Some(&Value::Bool(true))
+            })
             .await;
         for a in &answers {
             if a.get("cancel") == Some(&Value::Bool(true)) {

@@ -8,65 +8,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::handlers::Ctx;
 use super::session::label_entry;
-use crate::compaction::file_ops::{
-    format_file_operations, format_file_operations_limited, FileOps,
-};
+use crate::compaction::branch::{prepare_branch_entries, NO_CONTENT};
+use crate::compaction::file_ops::{format_file_operations, format_file_operations_limited};
 use crate::compaction::prompts::BRANCH_SUMMARY_PREAMBLE;
 use crate::compaction::summary::usage_json;
-use crate::compaction::tokens::estimate_value;
 use crate::compactor::{
     ignore_retries, summarize_branch, BranchInputs, CompactError, SummaryOutcome, CANCELLED,
 };
-use crate::context::project_entry;
-use crate::json::truthy;
 use crate::rpc::errors::{ErrorKind, RpcError, COMPACTING_MESSAGE};
-use crate::rpc::results::{BranchSummaryEntry, NavigateTreeResult};
+use crate::rpc::events;
+use crate::rpc::results::{BranchSummaryEntry, NavigateTreeResult, SessionEntry};
 use crate::rpc::types::NavigateTreeParams;
-use crate::session::{ids, Entry, EntryKind, Role};
+use crate::session::{Entry, EntryKind, Role};
 use crate::summarizer::Usage;
-
-/// Pi's text when a branch has nothing to summarize.
-pub const NO_CONTENT: &str = "No content to summarize";
-
-/// `prepareBranchEntries`: messages (newest kept first within the budget) and file operations.
-pub fn prepare_branch_entries(entries: &[Entry], budget: i64) -> (Vec<Value>, FileOps) {
-    let mut ops = FileOps::default();
-    for e in entries {
-        if e.kind == EntryKind::BranchSummary && !truthy(e.get("fromHook")) {
-            if let Some(d) = e.get("details").and_then(Value::as_object) {
-                ops.add_from_details(d);
-            }
-        }
-    }
-    let mut messages: Vec<Value> = Vec::new();
-    let mut total: i64 = 0;
-    for e in entries.iter().rev() {
-        let message = match e.kind {
-            EntryKind::Message if e.role != Some(Role::ToolResult) => project_entry(e),
-            EntryKind::CustomMessage | EntryKind::Compaction => project_entry(e),
-            EntryKind::BranchSummary => Some(json!({
-                "role": "branchSummary",
-                "summary": e.get("summary").cloned().unwrap_or(Value::Null),
-                "fromId": e.get("fromId").cloned().unwrap_or(Value::Null),
-                "timestamp": ids::timestamp_value_ms(e.get("timestamp")),
-            })),
-            _ => None,
-        };
-        let Some(m) = message else { continue };
-        ops.add_from_message(&m);
-        let tokens = estimate_value(&m) as i64;
-        if budget > 0 && total + tokens > budget {
-            let summary_like = matches!(e.kind, EntryKind::Compaction | EntryKind::BranchSummary);
-            if summary_like && (total as f64) < 0.9 * budget as f64 {
-                messages.insert(0, m);
-            }
-            break;
-        }
-        total += tokens;
-        messages.insert(0, m);
-    }
-    (messages, ops)
-}
 
 /// The text of a user / custom message target, for the editor.
 fn editor_text(e: &Entry) -> Option<String> {
@@ -234,25 +188,28 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
     let _navigating = NavigatingFlag::set(&session);
     let outcome = async {
         if ctx.daemon.has_hook(&session.id, "session_before_tree") {
-            let prep = json!({
-                "targetId": plan.target_id,
-                "oldLeafId": plan.old_leaf,
-                "commonAncestorId": plan.common_ancestor,
-                "entriesToSummarize": plan.entries.iter().map(|e| e.value()).collect::<Vec<_>>(),
-                "userWantsSummary": p.summarize,
-                "customInstructions": custom,
-                "replaceInstructions": replace,
-                "label": label,
+            let request = events::payload(&events::SessionBeforeTree {
+                session_id: &session.id,
+                preparation: events::TreePreparation {
+                    target_id: plan.target_id.as_deref(),
+                    old_leaf_id: plan.old_leaf.as_deref(),
+                    common_ancestor_id: plan.common_ancestor.as_deref(),
+                    entries_to_summarize: plan
+                        .entries
+                        .iter()
+                        .map(|e| SessionEntry(e.value()))
+                        .collect(),
+                    user_wants_summary: p.summarize,
+                    custom_instructions: custom.as_deref(),
+                    replace_instructions: replace,
+                    label: label.as_deref(),
+                },
             });
             let answers = ctx
                 .daemon
-                .ask_hooks(
-                    &session.id,
-                    "session_before_tree",
-                    json!({"sessionId": session.id, "preparation": prep}),
-                    &cancel,
-                    |v| v.get("cancel") == Some(&Value::Bool(true)),
-                )
+                .ask_hooks(&session.id, "session_before_tree", request, &cancel, |v| {
+                    v.get("cancel") == Some(&Value::Bool(true))
+                })
                 .await;
             for a in answers {
                 if a.get("cancel") == Some(&Value::Bool(true)) {

@@ -20,6 +20,71 @@ fn js_number_opt<S: Serializer>(f: &Option<f64>, s: S) -> Result<S::Ok, S::Error
     f.map(crate::compaction::summary::number).serialize(s)
 }
 
+/// A method's result as the reply's JSON. `serde_json::to_value` copies every `Value` inside a
+/// result, so the results that carry whole branches or contexts (Pi's own JSON, possibly
+/// hundreds of megabytes) move theirs instead; every other result serializes as it derives.
+pub trait IntoReply: Serialize + Sized {
+    fn into_reply(self) -> Result<Value, serde_json::Error> {
+        serde_json::to_value(&self)
+    }
+}
+
+impl IntoReply for SessionEntry {
+    fn into_reply(self) -> Result<Value, serde_json::Error> {
+        Ok(self.0)
+    }
+}
+
+impl IntoReply for Branch {
+    fn into_reply(self) -> Result<Value, serde_json::Error> {
+        Ok(Value::Array(self.into_iter().map(|e| e.0).collect()))
+    }
+}
+
+impl IntoReply for Context {
+    fn into_reply(self) -> Result<Value, serde_json::Error> {
+        let mut o = serde_json::Map::new();
+        let messages = self.messages.into_iter().map(|m| m.0).collect();
+        o.insert("messages".into(), Value::Array(messages));
+        o.insert(
+            "leafId".into(),
+            self.leaf_id.map_or(Value::Null, Value::String),
+        );
+        Ok(Value::Object(o))
+    }
+}
+
+/// The results that serialize as they derive.
+macro_rules! serialized_replies {
+    ($($t:ty),* $(,)?) => { $(impl IntoReply for $t {})* };
+}
+
+serialized_replies!(
+    InitializeResult,
+    SessionInfo,
+    CloseSessionResult,
+    SessionInfoList,
+    AppendResult,
+    SetModelResult,
+    NavigateTreeResult,
+    ContextUsage,
+    HistoryHits,
+    PinResult,
+    Pins,
+    UndoCompactionResult,
+    EditSummaryResult,
+    ShouldCompactResult,
+    PreviewCompactionResult,
+    CompactionResult,
+    CheckCompactionResult,
+    AbortCompactionResult,
+    EffectiveSettings,
+    SetSettingsOverridesResult,
+    SubscribeResult,
+    UnsubscribeResult,
+    RegisterHooksResult,
+);
+
 /// A raw Pi session entry (sessions.md), exactly as stored in the file.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(transparent)]
@@ -539,4 +604,32 @@ pub struct SetModelResult {
     pub tokens: f64,
     /// `contextWindow - reserveTokens` of the new model.
     pub threshold: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn moved_replies_are_the_json_their_types_serialize_to() {
+        let entry = json!({"type": "message", "id": "a1", "parentId": null, "timestamp": "t", "message": {"role": "user", "content": "hi", "2": 1}});
+        let branch: Branch = vec![SessionEntry(entry.clone()), SessionEntry(entry.clone())];
+        assert_eq!(
+            branch.clone().into_reply().unwrap(),
+            serde_json::to_value(&branch).unwrap()
+        );
+        for leaf_id in [None, Some("a1".to_owned())] {
+            let context = Context {
+                messages: vec![AgentMessage(entry["message"].clone())],
+                leaf_id,
+            };
+            assert_eq!(
+                context.clone().into_reply().unwrap(),
+                serde_json::to_value(&context).unwrap()
+            );
+        }
+        let one = SessionEntry(entry.clone());
+        assert_eq!(one.into_reply().unwrap(), entry);
+    }
 }

@@ -71,9 +71,10 @@ fn field_message(path: &str, inner: &str) -> String {
 
 /// A handler's typed result as the reply's JSON. The annotation is what ties a handler to the
 /// result type its declaration names.
-fn reply<R: serde::Serialize>(result: Result<R, RpcError>) -> Reply {
-    let value = result?;
-    serde_json::to_value(value).map_err(|e| RpcError::new(ErrorKind::Internal, e.to_string()))
+fn reply<R: results::IntoReply>(result: Result<R, RpcError>) -> Reply {
+    result?
+        .into_reply()
+        .map_err(|e| RpcError::new(ErrorKind::Internal, e.to_string()))
 }
 
 macro_rules! table {

@@ -228,3 +228,39 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// A reply's usage reporting `input` context tokens.
+pub fn usage(input: i64) -> Value {
+    json!({"input": input, "output": 20, "cacheRead": 0, "cacheWrite": 0, "totalTokens": input + 20,
+           "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}})
+}
+
+/// A new session in `dir` with `turns` turns, each a user request, an assistant `read` of
+/// `src/fNN.rs` and its result (about 300 tokens a turn), and a final reply.
+pub fn tool_session(c: &mut Client, dir: &Path, turns: usize) -> (String, PathBuf) {
+    let info = c.ok(
+        "createSession",
+        json!({"cwd": dir, "sessionDir": dir, "model": model()}),
+    );
+    let sid = info["sessionId"].as_str().unwrap().to_owned();
+    let path = PathBuf::from(info["path"].as_str().unwrap());
+    let t0 = now_ms() - 1_000_000;
+    for i in 0..turns {
+        let ts = t0 + i as i64 * 1000;
+        let user = json!({"role": "user", "content": format!("turn {i}: look at file {i:02} {}", "please ".repeat(100)), "timestamp": ts});
+        c.ok("appendMessage", json!({"sessionId": sid, "message": user}));
+        let call = json!({"role": "assistant", "content": [{"type": "toolCall", "id": format!("call_{i}"), "name": "read", "arguments": {"path": format!("src/f{i:02}.rs")}}],
+            "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5", "usage": usage(1000 + i as i64 * 300), "stopReason": "toolUse", "timestamp": ts + 1});
+        c.ok("appendMessage", json!({"sessionId": sid, "message": call}));
+        let result = json!({"role": "toolResult", "toolCallId": format!("call_{i}"), "toolName": "read",
+            "content": [{"type": "text", "text": format!("fn f{i}() {{}} {}", "// body ".repeat(60))}], "isError": false, "timestamp": ts + 2});
+        c.ok(
+            "appendMessage",
+            json!({"sessionId": sid, "message": result}),
+        );
+    }
+    let done = json!({"role": "assistant", "content": [{"type": "text", "text": "Read them all."}],
+        "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5", "usage": usage(1000 + turns as i64 * 300), "stopReason": "stop", "timestamp": t0 + turns as i64 * 1000});
+    c.ok("appendMessage", json!({"sessionId": sid, "message": done}));
+    (sid, path)
+}

@@ -1,0 +1,54 @@
+//! What a branch summary is written from (compaction.md §9): Pi's `prepareBranchEntries`, the
+//! messages of the branch being left (newest first within the token budget) and its file
+//! operations.
+
+use serde_json::{json, Value};
+
+use super::file_ops::FileOps;
+use super::tokens::estimate_value;
+use crate::context::project_entry;
+use crate::json::truthy;
+use crate::session::{ids, Entry, EntryKind, Role};
+
+/// Pi's text when a branch has nothing to summarize.
+pub const NO_CONTENT: &str = "No content to summarize";
+
+/// `prepareBranchEntries`: messages (newest kept first within the budget) and file operations.
+pub fn prepare_branch_entries(entries: &[Entry], budget: i64) -> (Vec<Value>, FileOps) {
+    let mut ops = FileOps::default();
+    for e in entries {
+        if e.kind == EntryKind::BranchSummary && !truthy(e.get("fromHook")) {
+            if let Some(d) = e.get("details").and_then(Value::as_object) {
+                ops.add_from_details(d);
+            }
+        }
+    }
+    let mut messages: Vec<Value> = Vec::new();
+    let mut total: i64 = 0;
+    for e in entries.iter().rev() {
+        let message = match e.kind {
+            EntryKind::Message if e.role != Some(Role::ToolResult) => project_entry(e),
+            EntryKind::CustomMessage | EntryKind::Compaction => project_entry(e),
+            EntryKind::BranchSummary => Some(json!({
+                "role": "branchSummary",
+                "summary": e.get("summary").cloned().unwrap_or(Value::Null),
+                "fromId": e.get("fromId").cloned().unwrap_or(Value::Null),
+                "timestamp": ids::timestamp_value_ms(e.get("timestamp")),
+            })),
+            _ => None,
+        };
+        let Some(m) = message else { continue };
+        ops.add_from_message(&m);
+        let tokens = estimate_value(&m) as i64;
+        if budget > 0 && total + tokens > budget {
+            let summary_like = matches!(e.kind, EntryKind::Compaction | EntryKind::BranchSummary);
+            if summary_like && (total as f64) < 0.9 * budget as f64 {
+                messages.insert(0, m);
+            }
+            break;
+        }
+        total += tokens;
+        messages.insert(0, m);
+    }
+    (messages, ops)
+}
