@@ -110,6 +110,26 @@ fn document_is_well_formed() {
             "{k:?} missing from x-errors"
         );
     }
+    // The events and hooks a client can subscribe or register to are exactly the documented ones.
+    let names = |section: &str| -> BTreeSet<String> {
+        doc[section]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let events: BTreeSet<String> = compactd::daemon::handlers::registrations::EVENTS
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert_eq!(events, names("x-notifications"));
+    let mut hooks: BTreeSet<String> = compactd::daemon::handlers::registrations::HOOKS
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    hooks.insert("$/cancelRequest".into());
+    assert_eq!(hooks, names("x-hooks"));
     // Deterministic.
     assert_eq!(openrpc::document_text(), openrpc::document_text());
 }
