@@ -17,7 +17,7 @@
 use serde_json::Value;
 
 use super::errors::ErrorKind;
-use super::openrpc::Schemas;
+use super::schemas::Schemas;
 
 /// How the connection runs a method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,6 +7,7 @@ pub mod events;
 pub mod methods;
 pub mod openrpc;
 pub mod results;
+pub mod schemas;
 pub mod types;
 
 pub use errors::{ErrorKind, RpcError};

@@ -17,7 +17,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::entry::{EntryKind, FileOpKind, Role, StopReason};
+use super::vocab::{EntryKind, FileOpKind, Role, StopReason};
 use crate::estimate::ESTIMATED_IMAGE_CHARS;
 use crate::json::{js_number, utf16_len};
 

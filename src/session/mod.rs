@@ -7,6 +7,7 @@ pub mod facts;
 pub mod ids;
 pub mod reader;
 pub mod tree;
+pub mod vocab;
 
 pub use entry::{Entry, EntryKind, Role, StopReason};
 pub use reader::{read_session, read_session_bytes, ParsedSession, ReadOutcome};
