@@ -509,3 +509,38 @@ fn secrets_never_reach_a_provider_or_a_stored_summary() {
         .to_string()
         .contains(SECRETS[0]));
 }
+
+#[test]
+fn fallback_and_redaction_flags_apply_to_the_configured_summarizer() {
+    // The configured LLM summarizer cannot be reached (a refused port, no retries).
+    let (tmp, file) = copy_case("009-bash-executions");
+    let port = support::fake_llm::refused_port();
+    let cfg = tmp.path().join("config.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\nretry = {{ enabled = false, maxRetries = 0, baseDelayMs = 1 }}\n"
+        ),
+    )
+    .expect("write config");
+    let run = |extra: &[&str]| {
+        run_json(
+            compactd()
+                .arg("compact")
+                .arg(&file)
+                .arg("--json")
+                .args(["--keep-recent-tokens", "2000", "--no-redact"])
+                .args(extra)
+                .arg("--config")
+                .arg(&cfg),
+        )
+    };
+    let (code, v) = run(&[]);
+    assert_eq!(code, 1, "without the flag the failure stands: {v}");
+    let (code, v) = run(&["--fallback-extractive"]);
+    assert_eq!(code, 0, "{v}");
+    assert!(
+        v["details"]["fallbackReason"].is_string(),
+        "the extractive fallback wrote it: {v}"
+    );
+}

@@ -184,18 +184,24 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     /// The summarizer these flags select: `--provider` wins, else the configuration file's
-    /// `[summarizer]`, else the extractive default. Either way the engine comes from
+    /// `[summarizer]`, else the extractive default; `--no-redact` and `--fallback-extractive`
+    /// apply to either. Either way the engine comes from
     /// [`crate::config::SummarizerConfig::engine_with_key`], so the flags' summarizer keeps the
     /// configuration's call policy (`retry`, `idle_timeout_secs`).
     pub fn engine(&self, config: &crate::config::Config) -> Result<SummaryEngine, String> {
-        let Some(provider) = self.provider.as_deref() else {
-            return config
-                .engine(reqwest::Client::new())
-                .map_err(|e| e.to_string());
-        };
+        // `--no-redact` and `--fallback-extractive` apply to whichever summarizer runs.
         let redaction = crate::summarizer::redact::RedactionConfig {
             enabled: !self.no_redact && config.redaction.enabled,
             ..config.redaction.clone()
+        };
+        let Some(provider) = self.provider.as_deref() else {
+            let mut configured = config.summarizer.clone();
+            if self.fallback_extractive {
+                configured.fallback = Some(Fallback::Extractive);
+            }
+            return configured
+                .engine(&redaction, reqwest::Client::new())
+                .map_err(|e| e.to_string());
         };
         let summarizer = self.summarizer(provider, &config.summarizer)?;
         let api_key = match summarizer.provider {
