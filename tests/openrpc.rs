@@ -119,15 +119,17 @@ fn document_is_well_formed() {
             .map(|n| n["name"].as_str().unwrap().to_owned())
             .collect()
     };
-    let events: BTreeSet<String> = compactd::daemon::handlers::registrations::EVENTS
-        .iter()
-        .map(|e| e.to_string())
-        .collect();
-    assert_eq!(events, names("x-notifications"));
-    let mut hooks: BTreeSet<String> = compactd::daemon::handlers::registrations::HOOKS
-        .iter()
-        .map(|e| e.to_string())
-        .collect();
+    let listed = |list| -> BTreeSet<String> {
+        compactd::rpc::events::names(list)
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        listed(compactd::rpc::events::EVENTS),
+        names("x-notifications")
+    );
+    let mut hooks = listed(compactd::rpc::events::HOOKS);
     hooks.insert("$/cancelRequest".into());
     assert_eq!(hooks, names("x-hooks"));
     // Deterministic.

@@ -190,7 +190,7 @@ impl Connection {
                 .saturating_sub(1);
             if left == 0 && self.dropped_notice_pending.swap(false, Ordering::SeqCst) {
                 return Some(crate::json::stringify(
-                    &json!({"jsonrpc": "2.0", "method": "subscription_dropped", "params": {}}),
+                    &json!({"jsonrpc": "2.0", "method": "subscription_dropped", "params": crate::rpc::events::payload(&crate::rpc::events::SubscriptionDropped {})}),
                 ));
             }
         }

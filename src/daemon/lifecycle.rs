@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::auto_check::{decide, Action, CheckFacts};
@@ -19,7 +19,7 @@ use crate::compaction::prepare::{prepare_branch, NothingToCompact, Preparation};
 use crate::compaction::summary::{compaction_entry, CompactionOutcome};
 use crate::compactor::{generate, CompactError, SummaryEngine};
 use crate::rpc::errors::{ErrorKind, RpcError};
-use crate::rpc::events;
+use crate::rpc::events::{self, Reason};
 use crate::rpc::results::{
     AutoReason, CheckAction, CheckCompactionResult, CompactionResult, SessionEntry,
 };
@@ -135,7 +135,7 @@ fn hook_outcome(v: &Value, snap: &Snapshot) -> Option<CompactionOutcome> {
 /// Why and how a compaction runs.
 #[derive(Clone, Copy)]
 struct Job<'a> {
-    reason: &'a str,
+    reason: Reason,
     will_retry: bool,
     custom: Option<&'a str>,
     cancel: &'a CancellationToken,
@@ -352,34 +352,51 @@ struct EventSink<'a> {
 }
 
 impl EventSink<'_> {
-    fn retry_event(&self, e: &RetryEvent, reason: &str) {
-        let sid = self.session_id.clone();
-        match e {
-            RetryEvent::Scheduled { attempt, max_attempts, delay_ms, error_message } => self.daemon.emit(
-                &sid,
+    fn retry_event(&self, e: &RetryEvent, reason: Reason) {
+        let session_id = self.session_id.as_str();
+        let (event, params) = match e {
+            RetryEvent::Scheduled {
+                attempt,
+                max_attempts,
+                delay_ms,
+                error_message,
+            } => (
                 "summarization_retry_scheduled",
-                json!({"sessionId": sid, "attempt": attempt, "maxAttempts": max_attempts, "delayMs": delay_ms, "errorMessage": error_message}),
+                events::payload(&events::RetryScheduled {
+                    session_id,
+                    attempt: *attempt,
+                    max_attempts: *max_attempts,
+                    delay_ms: *delay_ms,
+                    error_message,
+                }),
             ),
-            RetryEvent::AttemptStart => self.daemon.emit(
-                &sid,
+            RetryEvent::AttemptStart => (
                 "summarization_retry_attempt_start",
-                json!({"sessionId": sid, "source": "compaction", "reason": reason}),
+                events::payload(&events::RetryAttemptStart {
+                    session_id,
+                    source: events::RetrySource::Compaction,
+                    reason,
+                }),
             ),
-            RetryEvent::Finished { .. } => self.daemon.emit(&sid, "summarization_retry_finished", json!({"sessionId": sid})),
-        }
+            RetryEvent::Finished { .. } => (
+                "summarization_retry_finished",
+                events::payload(&events::RetryFinished { session_id }),
+            ),
+        };
+        self.daemon.emit(session_id, event, params);
     }
 }
 
 /// How a compaction that started ended, told to subscribers (`compaction_end`) and to hooks
 /// (`session_compact` / `session_compact_failed`) in Pi's order. Manual and automatic
 /// compactions end the same way.
-struct Ended<'a> {
-    reason: &'a str,
+struct Ended {
+    reason: Reason,
     will_retry: bool,
     from_extension: bool,
 }
 
-impl Ended<'_> {
+impl Ended {
     /// Success: `session_compact` when an entry was written, then `compaction_end` with the
     /// result.
     fn succeeded(
@@ -453,7 +470,7 @@ impl Ended<'_> {
             "session_compact",
             events::payload(&events::SessionCompact {
                 session_id: &session.id,
-                compaction_entry: SessionEntry(first),
+                compaction_entry: events::CompactionEntry(first),
                 from_extension: self.from_extension,
                 reason: self.reason,
                 will_retry: self.will_retry,
@@ -463,7 +480,7 @@ impl Ended<'_> {
 }
 
 /// Announces a compaction that starts now and installs its abort token.
-fn start(daemon: &Daemon, session: &Session, reason: &str) -> CancellationToken {
+fn start(daemon: &Daemon, session: &Session, reason: Reason) -> CancellationToken {
     let token = daemon.run_token();
     *session.running.lock() = Some(token.clone());
     daemon.emit(
@@ -533,7 +550,7 @@ pub async fn compact(
     }
     let _slot = session.slot.lock().await;
     let started = std::time::Instant::now();
-    let cancel = start(daemon, session, "manual");
+    let cancel = start(daemon, session, Reason::Manual);
     let custom = custom.filter(|c| !c.is_empty());
     let mut from_extension = false;
     let snap = snapshot(daemon, session);
@@ -545,7 +562,7 @@ pub async fn compact(
                 &snap,
                 &prep,
                 Job {
-                    reason: "manual",
+                    reason: Reason::Manual,
                     will_retry: false,
                     custom: custom.as_deref(),
                     cancel: &cancel,
@@ -571,7 +588,7 @@ pub async fn compact(
         from_extension,
     );
     let ended = Ended {
-        reason: "manual",
+        reason: Reason::Manual,
         will_retry: false,
         from_extension,
     };
@@ -611,7 +628,7 @@ async fn run_auto(
     auto: AutoReason,
     will_retry: bool,
 ) -> CheckCompactionResult {
-    let reason = auto.as_str();
+    let reason = Reason::from(auto);
     // `reason` is reported only for outcomes of a compaction that started.
     let mut out = CheckCompactionResult::default();
     if session.state.lock().model.is_none() {
@@ -672,7 +689,7 @@ async fn run_auto(
     log_compaction(
         daemon,
         session,
-        reason,
+        reason.as_str(),
         started,
         r.as_ref()
             .map(|(v, _)| v)
@@ -711,7 +728,7 @@ async fn run_auto(
             out.action = CheckAction::Aborted;
         }
         Err(f) => {
-            let prefix = if reason == "overflow" {
+            let prefix = if auto == AutoReason::Overflow {
                 "Context overflow recovery failed: "
             } else {
                 "Auto-compaction failed: "
@@ -801,7 +818,7 @@ async fn check_message(
         }
         Action::GiveUp { message } => {
             let ended = Ended {
-                reason: "overflow",
+                reason: Reason::Overflow,
                 will_retry: false,
                 from_extension: false,
             };
@@ -917,6 +934,7 @@ pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> Che
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// `compact` (with `write: false`, so it can repeat) on a copy of a conformance session,
     /// opened in a daemon with the default (extractive) configuration.

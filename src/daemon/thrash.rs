@@ -6,7 +6,8 @@
 //! manual `compact` or a change of its effective settings. Overflow recovery is never
 //! suppressed; `maxIneffectiveCompactions: 0` turns the breaker off (Pi's behaviour).
 
-use serde_json::{json, Value};
+use crate::rpc::events::{self, Ineffectiveness};
+use serde_json::Value;
 
 /// Default of `compaction.maxIneffectiveCompactions`.
 pub const DEFAULT_MAX_INEFFECTIVE: u32 = 2;
@@ -14,9 +15,9 @@ pub const DEFAULT_MAX_INEFFECTIVE: u32 = 2;
 /// Why a compaction counted as ineffective.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ineffective {
-    /// `ineffective` (the context stayed above the threshold) or `floor` (what cannot be
-    /// summarized is itself above it).
-    pub reason: &'static str,
+    /// The context stayed above the threshold, or what cannot be summarized is itself above
+    /// it.
+    pub reason: Ineffectiveness,
     pub tokens_before: f64,
     pub tokens_after: f64,
     pub threshold: f64,
@@ -124,9 +125,9 @@ pub fn judge(
     let floor = (tokens_after - summary_tokens).max(0.0) + pinned_tokens;
     Some(Ineffective {
         reason: if floor > threshold {
-            "floor"
+            Ineffectiveness::Floor
         } else {
-            "ineffective"
+            Ineffectiveness::Ineffective
         },
         tokens_before,
         tokens_after,
@@ -136,19 +137,20 @@ pub fn judge(
 
 /// The `compaction_suppressed` event's params.
 pub fn event(session_id: &str, why: &Ineffective, paused: bool) -> Value {
-    json!({
-        "sessionId": session_id,
-        "reason": why.reason,
-        "tokensBefore": crate::compaction::summary::number(why.tokens_before),
-        "tokensAfter": crate::compaction::summary::number(why.tokens_after),
-        "threshold": crate::compaction::summary::number(why.threshold),
-        "paused": paused,
+    events::payload(&events::CompactionSuppressed {
+        session_id,
+        reason: why.reason,
+        tokens_before: why.tokens_before,
+        tokens_after: why.tokens_after,
+        threshold: why.threshold,
+        paused,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn why() -> Ineffective {
         judge(100.0, 90.0, 10.0, 0.0, 50.0).unwrap()
@@ -184,14 +186,14 @@ mod tests {
     #[test]
     fn judging() {
         assert_eq!(judge(100.0, 40.0, 10.0, 0.0, 50.0), None);
-        assert_eq!(why().reason, "floor");
+        assert_eq!(why().reason, Ineffectiveness::Floor);
         assert_eq!(
             judge(100.0, 90.0, 60.0, 0.0, 50.0).unwrap().reason,
-            "ineffective"
+            Ineffectiveness::Ineffective
         );
         assert_eq!(
             judge(100.0, 90.0, 60.0, 30.0, 50.0).unwrap().reason,
-            "floor"
+            Ineffectiveness::Floor
         );
     }
 }

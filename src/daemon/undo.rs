@@ -11,6 +11,7 @@ use super::session::{custom_entry, SessionState};
 use super::Session;
 use crate::compaction::summary::{compaction_entry, CompactionOutcome};
 use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::events;
 use crate::rpc::results::{EditSummaryResult, SessionEntry, UndoCompactionResult};
 use crate::rpc::types::{EditSummaryParams, SessionParams};
 use crate::session::EntryKind;
@@ -117,7 +118,11 @@ fn announce(ctx: &Ctx, session: &Session, event: &str, compaction_id: &str, entr
     ctx.daemon.emit(
         &session.id,
         event,
-        json!({"sessionId": session.id, "compactionId": compaction_id, "entryId": entry_id}),
+        events::payload(&events::CompactionRevised {
+            session_id: &session.id,
+            compaction_id,
+            entry_id,
+        }),
     );
 }
 

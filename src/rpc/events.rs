@@ -1,76 +1,183 @@
-//! The payloads of the compaction events and hook notifications the daemon sends (the
-//! `x-notifications` and `x-hooks` of `proto-docs/openrpc.json`), typed so each is built in one
-//! place with Pi's key order. `tests/openrpc.rs` checks what the daemon sends against the
-//! document.
+//! The events a subscriber receives and the hook traffic a registered connection receives, each
+//! declared once: [`EVENTS`] and [`HOOKS`] list name, payload type and summary; the payload
+//! types below are what the daemon builds (Pi's key order) and what the OpenRPC document's
+//! `x-notifications` / `x-hooks` describe (derived `JsonSchema`). `subscribe`, `registerHooks`
+//! and `initialize` take their names from the same lists. `tests/openrpc.rs` checks the daemon's
+//! real traffic against the document.
 
+use schemars::JsonSchema;
 use serde::Serialize;
+use serde_json::Value;
 
-use super::results::{AgentMessage, CompactionResult, CompactionSettingsView, SessionEntry};
+use super::results::{
+    pi_json, AgentMessage, AutoReason, CompactionResult, CompactionSettingsView, SessionEntry,
+};
+use super::schemas::Schemas;
+use crate::compaction::reply::Usage;
 use crate::compaction::summary::js_number;
 
-/// `compaction_start`: a compaction of the session started (Pi's `compaction_start`).
-#[derive(Debug, Clone, Serialize)]
+/// Why a compaction runs (Pi's `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Reason {
+    Manual,
+    Threshold,
+    Overflow,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Manual => "manual",
+            Reason::Threshold => "threshold",
+            Reason::Overflow => "overflow",
+        }
+    }
+}
+
+impl From<AutoReason> for Reason {
+    fn from(r: AutoReason) -> Reason {
+        match r {
+            AutoReason::Threshold => Reason::Threshold,
+            AutoReason::Overflow => Reason::Overflow,
+        }
+    }
+}
+
+/// `compaction_start`'s payload.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionStart<'a> {
     pub session_id: &'a str,
-    /// `manual`, `threshold` or `overflow`.
-    pub reason: &'a str,
+    pub reason: Reason,
 }
 
-/// `compaction_end`: a compaction ended; `result` only when it succeeded.
-#[derive(Debug, Clone, Serialize)]
+/// `compaction_end`'s payload.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionEnd<'a> {
     pub session_id: &'a str,
-    pub reason: &'a str,
+    pub reason: Reason,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "CompactionResult")]
     pub result: Option<&'a CompactionResult>,
     pub aborted: bool,
     pub will_retry: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub error_message: Option<&'a str>,
 }
 
-/// The `session_compact` hook notification: an entry was appended (Pi's `session_compact`).
-#[derive(Debug, Clone, Serialize)]
+/// Why the thrash breaker skipped a compaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct SessionCompact<'a> {
-    pub session_id: &'a str,
-    pub compaction_entry: SessionEntry,
-    pub from_extension: bool,
-    pub reason: &'a str,
-    pub will_retry: bool,
+pub enum Ineffectiveness {
+    /// The previous compaction did not bring the context under the threshold.
+    Ineffective,
+    /// The kept tail and the pins alone are over the threshold: no compaction can help.
+    Floor,
 }
 
-/// The `session_compact_failed` hook notification: a compaction ended without an entry.
-#[derive(Debug, Clone, Serialize)]
+/// `compaction_suppressed`'s payload (beyond Pi: the thrash breaker).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct SessionCompactFailed<'a> {
+pub struct CompactionSuppressed<'a> {
     pub session_id: &'a str,
-    pub reason: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_message: Option<&'a str>,
-    pub aborted: bool,
-    /// Always false: a failed compaction is never retried.
-    pub will_retry: bool,
-    pub from_extension: bool,
+    pub reason: Ineffectiveness,
+    #[serde(serialize_with = "js_number")]
+    pub tokens_before: f64,
+    /// The first context size reported after that compaction.
+    #[serde(serialize_with = "js_number")]
+    pub tokens_after: f64,
+    #[serde(serialize_with = "js_number")]
+    pub threshold: f64,
+    pub paused: bool,
 }
 
-/// The `session_before_compact` hook request: asked before a compaction summarizes.
-#[derive(Debug, Clone, Serialize)]
+/// The payload of `compaction_undone` and `summary_edited` (beyond Pi).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionRevised<'a> {
+    pub session_id: &'a str,
+    pub compaction_id: &'a str,
+    pub entry_id: &'a str,
+}
+
+/// `summarization_retry_scheduled`'s payload.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryScheduled<'a> {
+    pub session_id: &'a str,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub delay_ms: u64,
+    pub error_message: &'a str,
+}
+
+/// What a retried summarization call belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum RetrySource {
+    Compaction,
+}
+
+/// `summarization_retry_attempt_start`'s payload.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryAttemptStart<'a> {
+    pub session_id: &'a str,
+    pub source: RetrySource,
+    pub reason: Reason,
+}
+
+/// `summarization_retry_finished`'s payload.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryFinished<'a> {
+    pub session_id: &'a str,
+}
+
+/// `subscription_dropped`'s payload (none).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SubscriptionDropped {}
+
+pi_json!(
+    /// A stored `compaction` entry, exactly as in the file.
+    CompactionEntry,
+    |generator| {
+            "type": "object",
+            "properties": {
+                "type": {"const": "compaction"},
+                "id": {"type": "string"},
+                "parentId": {"type": ["string", "null"]},
+                "timestamp": {"type": "string"},
+                "summary": {"type": "string"},
+                "firstKeptEntryId": {"type": "string"},
+                "tokensBefore": {"type": "number"},
+                "details": {"type": "object"},
+                "usage": generator.subschema_for::<Usage>(),
+                "fromHook": {"type": "boolean"}
+            },
+            "required": ["type", "id", "parentId", "timestamp", "summary", "firstKeptEntryId", "tokensBefore", "fromHook"]
+        }
+);
+
+/// The `session_before_compact` hook request.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionBeforeCompact<'a> {
     pub session_id: &'a str,
     pub preparation: CompactionPreparation,
     pub branch_entries: Vec<SessionEntry>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub custom_instructions: Option<&'a str>,
-    pub reason: &'a str,
+    pub reason: Reason,
     pub will_retry: bool,
 }
 
 /// Pi's `CompactionPreparation` (compaction.md §5 step 13) as hooks receive it, sets as arrays.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionPreparation {
     pub first_kept_entry_id: String,
@@ -80,13 +187,14 @@ pub struct CompactionPreparation {
     #[serde(serialize_with = "js_number")]
     pub tokens_before: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub previous_summary: Option<String>,
     pub file_ops: FileOps,
     pub settings: CompactionSettingsView,
 }
 
 /// The file operations of a preparation, each set as an array in first-seen order.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct FileOps {
     pub read: Vec<String>,
     pub written: Vec<String>,
@@ -117,8 +225,8 @@ impl CompactionPreparation {
     }
 }
 
-/// The `session_before_tree` hook request: asked before `navigateTree` moves the leaf.
-#[derive(Debug, Clone, Serialize)]
+/// The `session_before_tree` hook request.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionBeforeTree<'a> {
     pub session_id: &'a str,
@@ -126,7 +234,7 @@ pub struct SessionBeforeTree<'a> {
 }
 
 /// Pi's tree-navigation preparation (compaction.md §9).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TreePreparation<'a> {
     pub target_id: Option<&'a str>,
@@ -139,8 +247,120 @@ pub struct TreePreparation<'a> {
     pub label: Option<&'a str>,
 }
 
+/// The `session_compact` hook notification.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCompact<'a> {
+    pub session_id: &'a str,
+    pub compaction_entry: CompactionEntry,
+    pub from_extension: bool,
+    pub reason: Reason,
+    pub will_retry: bool,
+}
+
+/// The `session_compact_failed` hook notification.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCompactFailed<'a> {
+    pub session_id: &'a str,
+    pub reason: Reason,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub error_message: Option<&'a str>,
+    pub aborted: bool,
+    /// Always false: a failed compaction is never retried.
+    pub will_retry: bool,
+    pub from_extension: bool,
+}
+
+/// How a hook reaches a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookKind {
+    /// A request the daemon waits on (with the registration's timeout).
+    Request,
+    /// A notification: nothing is answered.
+    Notification,
+}
+
+/// One event or hook, as the lists declare it.
+pub struct MessageSpec {
+    pub name: &'static str,
+    pub summary: &'static str,
+    /// For hooks: request or notification.
+    pub kind: Option<HookKind>,
+    /// One OpenRPC content descriptor per member of the payload.
+    pub params_schema: fn(&mut Schemas) -> Vec<Value>,
+}
+
+macro_rules! messages {
+    ($list:ident: $( $(#[doc = $doc:literal])+ $name:literal $(($kind:ident))? => $payload:ty ),* $(,)?) => {
+        pub const $list: &[MessageSpec] = &[$(
+            MessageSpec {
+                name: $name,
+                summary: concat!($($doc),+),
+                kind: messages!(@kind $($kind)?),
+                params_schema: |s| s.fields::<$payload>(),
+            }
+        ),*];
+    };
+    (@kind) => { None };
+    (@kind $kind:ident) => { Some(HookKind::$kind) };
+}
+
+// The events a connection can subscribe to, in the order `initialize` advertises them
+// (`subscription_dropped` is delivered whatever the filters say, but may be named too).
+messages! { EVENTS:
+    /// A compaction of the session started (Pi's `compaction_start`). An agent treats
+    /// reason "manual" for its session as Pi's abort().
+    "compaction_start" => CompactionStart<'static>,
+    /// Beyond Pi (thrash breaker): an automatic threshold compaction was skipped because
+    /// the previous one did not bring the context under the threshold. `paused`: automatic
+    /// compaction is now paused for the session until a manual compact or a settings change
+    /// (sent once per pause).
+    "compaction_suppressed" => CompactionSuppressed<'static>,
+    /// Beyond Pi: undoCompaction made the path before compaction `compactionId` active
+    /// (`entryId`: the appended marker, the new leaf).
+    "compaction_undone" => CompactionRevised<'static>,
+    /// Beyond Pi: editSummary appended `entryId`, a corrected copy of compaction
+    /// `compactionId`.
+    "summary_edited" => CompactionRevised<'static>,
+    /// A compaction ended. `result` is omitted (not null) unless it succeeded;
+    /// `errorMessage` is prefixed (`Compaction failed: `, `Auto-compaction failed: `,
+    /// `Context overflow recovery failed: `) or is the overflow give-up text.
+    "compaction_end" => CompactionEnd<'static>,
+    /// A summarization call failed with a retryable error; the next attempt is scheduled.
+    "summarization_retry_scheduled" => RetryScheduled<'static>,
+    /// A scheduled retry attempt starts.
+    "summarization_retry_attempt_start" => RetryAttemptStart<'static>,
+    /// The retry sequence of a summarization call ended.
+    "summarization_retry_finished" => RetryFinished<'static>,
+    /// This connection fell too far behind (1024 queued events); its subscriptions were
+    /// removed. Sent once, after the queue drained. Resubscribe to continue.
+    "subscription_dropped" => SubscriptionDropped,
+}
+
+// The hooks a connection can register for.
+messages! { HOOKS:
+    /// Asked before a compaction summarizes (Pi's session_before_compact). Connections are
+    /// asked in registration order, at most once each; a timeout, error or disconnect
+    /// counts as no result. The last result with a valid compaction wins; cancel stops.
+    "session_before_compact" (Request) => SessionBeforeCompact<'static>,
+    /// A compaction entry was appended (Pi's session_compact). `compactionEntry` is the
+    /// first compaction in the file with this summary.
+    "session_compact" (Notification) => SessionCompact<'static>,
+    /// A compaction ended without an entry (Pi's session_compact_failed).
+    "session_compact_failed" (Notification) => SessionCompactFailed<'static>,
+    /// Asked before navigateTree moves the leaf (Pi's session_before_tree).
+    "session_before_tree" (Request) => SessionBeforeTree<'static>,
+}
+
+/// The names of `list`, in its order.
+pub fn names(list: &[MessageSpec]) -> Vec<&'static str> {
+    list.iter().map(|m| m.name).collect()
+}
+
 /// An event payload as the JSON the connections send.
-pub fn payload(event: &impl Serialize) -> serde_json::Value {
+pub fn payload(event: &impl Serialize) -> Value {
     // Plain structs of strings, booleans and numbers always serialize.
     serde_json::to_value(event).unwrap_or_default()
 }

@@ -5,9 +5,7 @@
 //! Entries and messages stay Pi's own JSON ([`SessionEntry`], [`AgentMessage`]): compactd
 //! passes them through as stored, and their schemas name the members every entry has.
 
-use std::borrow::Cow;
-
-use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use schemars::JsonSchema;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
@@ -85,18 +83,32 @@ serialized_replies!(
     RegisterHooksResult,
 );
 
-/// A raw Pi session entry (sessions.md), exactly as stored in the file.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(transparent)]
-pub struct SessionEntry(pub Value);
+/// Declares a newtype over Pi's own JSON, passed through exactly as stored, with the schema
+/// that documents it (`|generator| { schema }`: the generator registers referenced types).
+macro_rules! pi_json {
+    ($(#[$doc:meta])* $name:ident, |$g:ident| $schema:tt) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+        #[serde(transparent)]
+        pub struct $name(pub serde_json::Value);
 
-impl JsonSchema for SessionEntry {
-    fn schema_name() -> Cow<'static, str> {
-        "SessionEntry".into()
-    }
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
 
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
+            fn json_schema($g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!($schema)
+            }
+        }
+    };
+}
+pub(crate) use pi_json;
+
+pi_json!(
+    /// A raw Pi session entry (sessions.md), exactly as stored in the file.
+    SessionEntry,
+    |_generator| {
             "description": "A raw Pi session entry (sessions.md), exactly as stored in the file.",
             "type": "object",
             "properties": {
@@ -107,22 +119,13 @@ impl JsonSchema for SessionEntry {
             },
             "required": ["type", "id", "parentId", "timestamp"],
             "additionalProperties": true
-        })
-    }
-}
+        }
+);
 
-/// An AgentMessage in Pi's field shapes, as the session's context holds it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(transparent)]
-pub struct AgentMessage(pub Value);
-
-impl JsonSchema for AgentMessage {
-    fn schema_name() -> Cow<'static, str> {
-        "AgentMessage".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
+pi_json!(
+    /// An AgentMessage in Pi's field shapes, as the session's context holds it.
+    AgentMessage,
+    |_generator| {
             "description": "An AgentMessage (Pi field shapes). `getContext {format: \"llm\"}` returns the `convertToLlm` projection instead (roles user/assistant/toolResult only).",
             "type": "object",
             "properties": {
@@ -131,23 +134,13 @@ impl JsonSchema for AgentMessage {
             },
             "required": ["role"],
             "additionalProperties": true
-        })
-    }
-}
+        }
+);
 
-/// The `branch_summary` entry `navigateTree` appended, as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(transparent)]
-pub struct BranchSummaryEntry(pub Value);
-
-impl JsonSchema for BranchSummaryEntry {
-    fn schema_name() -> Cow<'static, str> {
-        "BranchSummaryEntry".into()
-    }
-
-    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
-        let usage = generator.subschema_for::<Usage>();
-        json_schema!({
+pi_json!(
+    /// The `branch_summary` entry `navigateTree` appended, as stored.
+    BranchSummaryEntry,
+    |generator| {
             "type": "object",
             "properties": {
                 "type": {"const": "branch_summary"},
@@ -157,13 +150,12 @@ impl JsonSchema for BranchSummaryEntry {
                 "fromId": {"type": "string", "description": "The old leaf, or \"root\"."},
                 "summary": {"type": "string"},
                 "details": {"type": "object"},
-                "usage": usage,
+                "usage": generator.subschema_for::<Usage>(),
                 "fromHook": {"type": "boolean"}
             },
             "required": ["type", "id", "parentId", "timestamp", "fromId", "summary", "fromHook"]
-        })
-    }
-}
+        }
+);
 
 /// What `initialize` tells a client about this server.
 #[derive(Debug, Clone, Serialize, JsonSchema)]

@@ -27,33 +27,15 @@ impl Schemas {
         }
     }
 
-    /// One OpenRPC content descriptor per field of the params struct `T`.
+    /// One OpenRPC content descriptor per field of the params struct `T`, as parsed.
     pub fn params<T: JsonSchema>(&mut self) -> Vec<Value> {
-        let root = self.de.root_schema_for::<T>();
-        let obj = root.as_object().cloned().unwrap_or_default();
-        let required: Vec<&str> = obj
-            .get("required")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let Some(Value::Object(props)) = obj.get("properties") else {
-            return Vec::new();
-        };
-        props
-            .iter()
-            .map(|(name, schema)| {
-                let mut schema = schema.clone();
-                let description = schema.as_object_mut().and_then(|o| o.remove("description"));
-                let mut d = Map::new();
-                d.insert("name".into(), json!(name));
-                if let Some(desc) = description {
-                    d.insert("description".into(), desc);
-                }
-                d.insert("required".into(), json!(required.contains(&name.as_str())));
-                d.insert("schema".into(), schema);
-                Value::Object(d)
-            })
-            .collect()
+        descriptors(self.de.root_schema_for::<T>())
+    }
+
+    /// One OpenRPC content descriptor per member of the payload `T` (an event or a hook
+    /// message), as sent.
+    pub fn fields<T: JsonSchema>(&mut self) -> Vec<Value> {
+        descriptors(self.ser.root_schema_for::<T>())
     }
 
     /// A `$ref` to a serialized result type, registering its definition.
@@ -75,4 +57,33 @@ impl Default for Schemas {
     fn default() -> Self {
         Schemas::new()
     }
+}
+
+/// The content descriptors of a struct's schema: one per property, with its description,
+/// whether it is required, and its schema.
+fn descriptors(root: schemars::Schema) -> Vec<Value> {
+    let obj = root.as_object().cloned().unwrap_or_default();
+    let required: Vec<&str> = obj
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let Some(Value::Object(props)) = obj.get("properties") else {
+        return Vec::new();
+    };
+    props
+        .iter()
+        .map(|(name, schema)| {
+            let mut schema = schema.clone();
+            let description = schema.as_object_mut().and_then(|o| o.remove("description"));
+            let mut d = Map::new();
+            d.insert("name".into(), json!(name));
+            if let Some(desc) = description {
+                d.insert("description".into(), desc);
+            }
+            d.insert("required".into(), json!(required.contains(&name.as_str())));
+            d.insert("schema".into(), schema);
+            Value::Object(d)
+        })
+        .collect()
 }

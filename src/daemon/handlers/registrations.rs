@@ -6,22 +6,9 @@ use std::time::Duration;
 use super::super::connections::{HookRegistration, Subscription, OPTIONAL_HOOK_MEMBERS};
 use super::Ctx;
 use crate::rpc::errors::RpcError;
+use crate::rpc::events::{self, MessageSpec};
 use crate::rpc::results::*;
 use crate::rpc::types::*;
-
-/// Event names a connection can subscribe to: exactly what `initialize` advertises
-/// (`subscription_dropped` is delivered whatever the filters say, but may be named too).
-pub const EVENTS: [&str; 9] = [
-    "compaction_start",
-    "compaction_suppressed",
-    "compaction_undone",
-    "summary_edited",
-    "compaction_end",
-    "summarization_retry_scheduled",
-    "summarization_retry_attempt_start",
-    "summarization_retry_finished",
-    "subscription_dropped",
-];
 
 /// Checks names against a known list and an optional session id against the registry (shared
 /// by `subscribe` and `registerHooks`).
@@ -29,9 +16,10 @@ fn check_registration<'a>(
     ctx: &Ctx,
     what: &str,
     names: impl IntoIterator<Item = &'a String>,
-    known: &[&str],
+    known: &[MessageSpec],
     session_id: Option<&String>,
 ) -> Result<(), RpcError> {
+    let known = events::names(known);
     if let Some(bad) = names.into_iter().find(|n| !known.contains(&n.as_str())) {
         return Err(RpcError::invalid_params(format!(
             "unknown {what} {bad:?} (known: {})",
@@ -49,7 +37,7 @@ pub fn subscribe(ctx: &Ctx, p: SubscribeParams) -> Result<SubscribeResult, RpcEr
         ctx,
         "event",
         p.events.iter().flatten(),
-        &EVENTS,
+        events::EVENTS,
         p.session_id.as_ref(),
     )?;
     ctx.conn.subscriptions.lock().push(Subscription {
@@ -64,15 +52,14 @@ pub fn unsubscribe(ctx: &Ctx, _: NoParams) -> Result<UnsubscribeResult, RpcError
     Ok(UnsubscribeResult { unsubscribed: true })
 }
 
-pub const HOOKS: [&str; 4] = [
-    "session_before_compact",
-    "session_compact",
-    "session_compact_failed",
-    "session_before_tree",
-];
-
 pub fn register_hooks(ctx: &Ctx, p: RegisterHooksParams) -> Result<RegisterHooksResult, RpcError> {
-    check_registration(ctx, "hook", p.hooks.iter(), &HOOKS, p.session_id.as_ref())?;
+    check_registration(
+        ctx,
+        "hook",
+        p.hooks.iter(),
+        events::HOOKS,
+        p.session_id.as_ref(),
+    )?;
     if let Some(bad) = p
         .include
         .iter()

@@ -8,10 +8,10 @@ use serde_json::{json, Value};
 use super::super::session::{model_change_entry, simple_entry, store_error, SessionState};
 use super::super::settings::{agent_dir, effective};
 use super::super::{canonical_path, Session};
-use super::registrations::{EVENTS, HOOKS};
 use super::Ctx;
 use crate::compaction::tokens;
 use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::events;
 use crate::rpc::results::*;
 use crate::rpc::types::*;
 use crate::rpc::PROTOCOL_VERSION;
@@ -61,8 +61,8 @@ pub fn initialize(ctx: &Ctx, p: InitializeParams) -> Result<InitializeResult, Rp
         protocol_version: PROTOCOL_VERSION,
         capabilities: Capabilities {
             framings: vec!["ndjson", "lsp"],
-            hooks: HOOKS.to_vec(),
-            events: EVENTS.to_vec(),
+            hooks: events::names(events::HOOKS),
+            events: events::names(events::EVENTS),
             summarizer: ctx.daemon.config.summarizer.provider.as_str().to_owned(),
         },
     })
