@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::auto_check::{decide, Action, CheckFacts};
+use super::settings::EffectiveSettings;
 use super::{Daemon, Session};
 use crate::compaction::prepare::{prepare_branch, NothingToCompact, Preparation};
 use crate::compaction::summary::{compaction_entry, CompactionOutcome};
@@ -63,18 +64,20 @@ impl CompactionFailure {
 /// the live branch index, O(kept tail)) and shared handles on the branch's entries, so nothing
 /// is copied and the lock is released before any summarizing.
 struct Snapshot {
+    /// The session's settings, read once for the whole compaction.
+    settings: EffectiveSettings,
     path: Vec<Arc<Entry>>,
     prep: Result<Preparation, NothingToCompact>,
     thinking_level: String,
     leaf_id: Option<String>,
 }
 
-fn snapshot(daemon: &Daemon, session: &Session) -> Snapshot {
-    let settings = daemon.session_settings(session);
+fn snapshot(session: &Session, settings: EffectiveSettings) -> Snapshot {
     let state = session.state.lock();
     let view = state.view();
     let prep = prepare_branch(&view, &state.index, &settings.compaction);
     Snapshot {
+        settings,
         path: state.branch.iter().map(|&i| state.tree.shared(i)).collect(),
         prep,
         thinking_level: state.thinking_level.clone(),
@@ -96,9 +99,13 @@ fn prepare(snap: &Snapshot) -> Result<Preparation, CompactionFailure> {
 }
 
 /// The session's summarizer (the daemon's cached engine), or the auth failure compacting reports.
-fn engine(daemon: &Daemon, session: &Session) -> Result<Arc<SummaryEngine>, CompactionFailure> {
+fn engine(
+    daemon: &Daemon,
+    session: &Session,
+    settings: &EffectiveSettings,
+) -> Result<Arc<SummaryEngine>, CompactionFailure> {
     daemon
-        .session_engine(session)
+        .session_engine(session, settings)
         .map_err(|e| CompactionFailure::Error(ErrorKind::Auth, e.message))
 }
 
@@ -190,7 +197,7 @@ async fn run_started(
     let outcome = match outcome {
         Some(o) => o,
         None => {
-            let engine = engine(daemon, session)?;
+            let engine = engine(daemon, session, &snap.settings)?;
             let events = EventSink {
                 daemon,
                 session_id: session.id.clone(),
@@ -225,7 +232,7 @@ async fn run_started(
         return Err(CompactionFailure::Cancelled);
     }
     let mut outcome = outcome;
-    let file_list_limit = daemon.session_settings(session).file_list_limit;
+    let file_list_limit = snap.settings.file_list_limit;
     let mut state = session.state.lock();
     // Another process may have written to the file while the summarizer ran: take its lines in
     // first, so a moved leaf is noticed rather than written under.
@@ -498,6 +505,7 @@ fn start(daemon: &Daemon, session: &Session, reason: Reason) -> CancellationToke
 fn log_compaction(
     daemon: &Daemon,
     session: &Session,
+    settings: &EffectiveSettings,
     reason: &str,
     started: std::time::Instant,
     outcome: Result<&CompactionResult, &str>,
@@ -506,7 +514,7 @@ fn log_compaction(
     let summarizer = if from_extension {
         "hook".to_owned()
     } else {
-        match daemon.session_engine(session).as_deref() {
+        match daemon.session_engine(session, settings).as_deref() {
             Ok(SummaryEngine::Llm { model, .. }) => format!("{}/{}", model.provider, model.id),
             Ok(SummaryEngine::Extractive { .. }) => "extractive".to_owned(),
             Err(_) => "none".to_owned(),
@@ -553,7 +561,7 @@ pub async fn compact(
     let cancel = start(daemon, session, Reason::Manual);
     let custom = custom.filter(|c| !c.is_empty());
     let mut from_extension = false;
-    let snap = snapshot(daemon, session);
+    let snap = snapshot(session, daemon.session_settings(session));
     let outcome = match prepare(&snap) {
         Ok(prep) => {
             run_started(
@@ -579,6 +587,7 @@ pub async fn compact(
     log_compaction(
         daemon,
         session,
+        &snap.settings,
         "manual",
         started,
         outcome
@@ -621,10 +630,12 @@ pub fn abort(session: &Session) -> bool {
     }
 }
 
-/// `_runAutoCompaction(reason, willRetry)` (compaction.md §8.5). The caller holds the slot.
+/// `_runAutoCompaction(reason, willRetry)` (compaction.md §8.5), with the settings the check
+/// read. The caller holds the slot.
 async fn run_auto(
     daemon: &Daemon,
     session: &Arc<Session>,
+    settings: EffectiveSettings,
     auto: AutoReason,
     will_retry: bool,
 ) -> CheckCompactionResult {
@@ -634,11 +645,10 @@ async fn run_auto(
     if session.state.lock().model.is_none() {
         return out;
     }
-    if engine(daemon, session).is_err() {
+    if engine(daemon, session, &settings).is_err() {
         return out; // Pi: an auth failure here is silent.
     }
     // Beyond Pi: the thrash breaker (never for overflow recovery).
-    let settings = daemon.session_settings(session);
     let breaker = auto == AutoReason::Threshold
         && settings.compaction.enabled
         && settings.max_ineffective_compactions > 0;
@@ -661,7 +671,7 @@ async fn run_auto(
             return out;
         }
     }
-    let snap = snapshot(daemon, session);
+    let snap = snapshot(session, settings);
     let Ok(prep) = prepare(&snap) else {
         return out;
     };
@@ -689,6 +699,7 @@ async fn run_auto(
     log_compaction(
         daemon,
         session,
+        &snap.settings,
         reason.as_str(),
         started,
         r.as_ref()
@@ -747,10 +758,10 @@ async fn run_auto(
 async fn check_message(
     daemon: &Daemon,
     session: &Arc<Session>,
+    settings: EffectiveSettings,
     msg: &Value,
     skip_aborted: bool,
 ) -> CheckCompactionResult {
-    let settings = daemon.session_settings(session);
     let stop = msg.get("stopReason").and_then(Value::as_str).unwrap_or("");
     let usage = msg.get("usage");
     let (action, window) = {
@@ -804,7 +815,7 @@ async fn check_message(
     match action {
         Action::Nothing => CheckCompactionResult::default(),
         Action::RecoverOverflow { retry: false } => {
-            run_auto(daemon, session, AutoReason::Overflow, false).await
+            run_auto(daemon, session, settings, AutoReason::Overflow, false).await
         }
         Action::RecoverOverflow { retry: true } => {
             let dropped = {
@@ -812,7 +823,7 @@ async fn check_message(
                 state.overflow_recovery_attempted = true;
                 state.drop_trailing_assistant(false)
             };
-            let mut out = run_auto(daemon, session, AutoReason::Overflow, true).await;
+            let mut out = run_auto(daemon, session, settings, AutoReason::Overflow, true).await;
             out.context_changed |= dropped;
             out
         }
@@ -833,7 +844,7 @@ async fn check_message(
         Action::Measure { tokens, compact } => {
             observe_size(session, &settings, tokens, window);
             if compact {
-                run_auto(daemon, session, AutoReason::Threshold, false).await
+                run_auto(daemon, session, settings, AutoReason::Threshold, false).await
             } else {
                 CheckCompactionResult::default()
             }
@@ -866,6 +877,7 @@ fn observe_size(
 async fn check_model_switch(
     daemon: &Daemon,
     session: &Arc<Session>,
+    settings: &EffectiveSettings,
 ) -> Option<CheckCompactionResult> {
     let (window, tokens) = {
         let mut state = session.state.lock();
@@ -877,13 +889,19 @@ async fn check_model_switch(
             state.live.estimate().tokens,
         )
     };
-    let settings = daemon.session_settings(session);
     if window <= 0
         || !crate::compaction::tokens::should_compact(tokens, window, &settings.compaction)
     {
         return None;
     }
-    let out = run_auto(daemon, session, AutoReason::Threshold, false).await;
+    let out = run_auto(
+        daemon,
+        session,
+        settings.clone(),
+        AutoReason::Threshold,
+        false,
+    )
+    .await;
     (out.action != CheckAction::None).then_some(out)
 }
 
@@ -894,7 +912,9 @@ fn num(v: Option<&Value>) -> f64 {
 /// `checkCompaction {phase}`: waits for a running compaction first.
 pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> CheckCompactionResult {
     let _slot = session.slot.lock().await;
-    if let Some(out) = check_model_switch(daemon, session).await {
+    // The settings files are read once per check.
+    let settings = daemon.session_settings(session);
+    if let Some(out) = check_model_switch(daemon, session, &settings).await {
         return out;
     }
     match phase {
@@ -909,13 +929,13 @@ pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> Che
             let Some(window) = model_window.filter(|w| *w > 0) else {
                 return CheckCompactionResult::default();
             };
-            let settings = daemon.session_settings(session);
             if crate::compaction::tokens::should_compact(
                 estimate.tokens,
                 window,
                 &settings.compaction,
             ) {
-                let mut out = run_auto(daemon, session, AutoReason::Threshold, false).await;
+                let mut out =
+                    run_auto(daemon, session, settings, AutoReason::Threshold, false).await;
                 out.will_retry = false;
                 return out;
             }
@@ -924,7 +944,9 @@ pub async fn check(daemon: &Daemon, session: &Arc<Session>, phase: Phase) -> Che
         Phase::PrePrompt | Phase::PostRun => {
             let last = session.state.lock().last_assistant();
             match last {
-                Some(msg) => check_message(daemon, session, &msg, phase == Phase::PostRun).await,
+                Some(msg) => {
+                    check_message(daemon, session, settings, &msg, phase == Phase::PostRun).await
+                }
                 None => CheckCompactionResult::default(),
             }
         }

@@ -131,11 +131,15 @@ impl Daemon {
     /// The summarizer for a session (`Config::engine_for`): the configured summarizer, else the
     /// session's model through a configured provider, else extractive. A missing key is an
     /// `auth` error.
-    pub fn session_engine(&self, session: &Session) -> Result<Arc<SummaryEngine>, RpcError> {
+    /// Pi's `settings.retry` in the session's `settings` governs its calls.
+    pub fn session_engine(
+        &self,
+        session: &Session,
+        settings: &settings::EffectiveSettings,
+    ) -> Result<Arc<SummaryEngine>, RpcError> {
         let model = session.state.lock().model.clone();
         let engine = self.engine_for(model.as_ref())?;
-        // Pi's `settings.retry` of the session governs its calls (files re-read now).
-        Ok(engine.with_retry(&self.session_settings(session).retry))
+        Ok(engine.with_retry(&settings.retry))
     }
 
     /// The engine for sessions on `model`, built once per key and cached. A failure (a missing

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::handlers::Ctx;
 use super::session::label_entry;
+use super::settings::EffectiveSettings;
 use crate::compaction::branch::{prepare_branch_entries, NO_CONTENT};
 use crate::compaction::file_ops::{format_file_operations, format_file_operations_limited};
 use crate::compaction::prompts::BRANCH_SUMMARY_PREAMBLE;
@@ -58,7 +59,7 @@ async fn branch_summary(
     plan: &Plan,
     custom: Option<&str>,
     replace: bool,
-    reserve: i64,
+    settings: &EffectiveSettings,
     cancel: &CancellationToken,
 ) -> Result<(String, Value, Option<Usage>), RpcError> {
     let window = if plan.context_window > 0 {
@@ -66,13 +67,14 @@ async fn branch_summary(
     } else {
         128_000
     };
-    let (messages, ops) = prepare_branch_entries(&plan.entries, window - reserve);
+    let budget = window - settings.branch_summary_reserve_tokens;
+    let (messages, ops) = prepare_branch_entries(&plan.entries, budget);
     let (read, modified) = ops.file_lists();
     let details = json!({"readFiles": read, "modifiedFiles": modified});
     if messages.is_empty() {
         return Ok((NO_CONTENT.to_owned(), details, None));
     }
-    let engine = ctx.daemon.session_engine(session)?;
+    let engine = ctx.daemon.session_engine(session, settings)?;
     let inputs = BranchInputs {
         messages: &messages,
         read_files: &read,
@@ -87,7 +89,7 @@ async fn branch_summary(
             .await
             .map_err(branch_error)?;
     // Beyond Pi (`fileListLimit`): the most recently touched paths only; `details` keeps all.
-    let files = match ctx.daemon.session_settings(session).file_list_limit {
+    let files = match settings.file_list_limit {
         Some(limit) => {
             let recent: Vec<&str> = plan
                 .entries
@@ -246,10 +248,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
         let summary = match hook_summary.take() {
             Some(s) => Some(s),
             None if p.summarize && !plan.entries.is_empty() => {
-                let reserve = ctx
-                    .daemon
-                    .session_settings(&session)
-                    .branch_summary_reserve_tokens;
+                let settings = ctx.daemon.session_settings(&session);
                 Some(
                     branch_summary(
                         ctx,
@@ -257,7 +256,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
                         &plan,
                         custom.as_deref(),
                         replace,
-                        reserve,
+                        &settings,
                         &cancel,
                     )
                     .await?,
