@@ -283,11 +283,7 @@ fn the_config_file_selects_the_summarizer() {
 fn compact_flags_keep_the_configured_retry_policy() {
     // Two failures, one retry allowed: the CLI gives up after the second request. With Pi's
     // default policy (3 retries, 2 s base) it would wait 2 s + 4 s and succeed on the third.
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let fake = runtime.block_on(support::fake_llm::start(vec![(
-        "LLM SUMMARY".into(),
-        "stop".into(),
-    )]));
+    let (_runtime, fake) = support::fake_llm::serve(&["LLM SUMMARY"]);
     fake.state.lock().fail_first = 2;
     let (tmp, file) = copy_case("009-bash-executions");
     let before = std::fs::read(&file).expect("read");
@@ -453,11 +449,7 @@ fn secret_session() -> String {
 
 #[test]
 fn secrets_never_reach_a_provider_or_a_stored_summary() {
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let fake = runtime.block_on(support::fake_llm::start(vec![(
-        "SUMMARY".into(),
-        "stop".into(),
-    )]));
+    let (runtime, fake) = support::fake_llm::serve(&["SUMMARY"]);
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("s.jsonl");
     std::fs::write(&file, secret_session()).expect("write");

@@ -6,12 +6,12 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::daemon_env::{now_ms, tool_session, usage, Env};
+use support::oracle::Oracle;
 use support::rpc_client::{Client, Framing};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -38,63 +38,12 @@ fn entries(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// Pi 0.85.0's harness, if installed.
-struct Oracle {
-    node: PathBuf,
-    dir: PathBuf,
-}
-
-fn oracle() -> Option<Oracle> {
-    let ci = std::env::var("CI").as_deref() == Ok("true");
-    let dir = match std::env::var_os("COMPACTD_ORACLE").map(PathBuf::from) {
-        Some(d) => d,
-        None if ci => panic!("CI=true but COMPACTD_ORACLE is not set: the Pi check cannot run"),
-        None => {
-            println!("continuity: Pi check SKIPPED (COMPACTD_ORACLE is not set)");
-            return None;
-        }
-    };
-    let node = dir.join("node");
-    if !node.is_file() {
-        assert!(
-            !ci,
-            "CI=true but there is no node binary at {}",
-            node.display()
-        );
-        println!(
-            "continuity: Pi check SKIPPED (no node binary at {})",
-            node.display()
-        );
-        return None;
-    }
-    Some(Oracle { node, dir })
-}
-
-impl Oracle {
-    /// What Pi makes of `file` on load (`harness.mjs --no-compact`): `session` and `context`.
-    fn load(&self, file: &Path) -> Value {
-        let out = file.with_extension("pi.json");
-        let status = Command::new(&self.node)
-            .arg(self.dir.join("harness.mjs"))
-            .arg(file)
-            .arg("--no-compact")
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .expect("run harness.mjs");
-        assert!(
-            status.status.success(),
-            "harness.mjs failed: {}",
-            String::from_utf8_lossy(&status.stderr)
-        );
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).expect("harness output")
-    }
-}
-
 /// Pi loads `file` with exactly the context compactd serves (`getContext`), and its leaf.
 fn pi_agrees(c: &mut Client, sid: &str, file: &Path) -> Option<Value> {
-    let oracle = oracle()?;
-    let pi = oracle.load(file);
+    let oracle = Oracle::find("continuity: Pi loads what compactd wrote")?;
+    let pi = oracle
+        .analyse(file)
+        .unwrap_or_else(|e| panic!("Pi could not load the file: {e}"));
     let ours = c.ok("getContext", json!({"sessionId": sid}));
     assert_eq!(pi["session"]["leafId"], ours["leafId"], "Pi's leaf");
     if let Some(d) = support::first_diff(&ours["messages"], &pi["context"]["messages"], "context") {
@@ -118,11 +67,7 @@ fn texts(messages: &Value) -> Vec<String> {
 #[test]
 fn appends_never_wait_for_a_compaction() {
     let env = Env::new();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let fake = runtime.block_on(support::fake_llm::start(vec![(
-        "SLOW-SUMMARY".into(),
-        "stop".into(),
-    )]));
+    let (runtime, fake) = support::fake_llm::serve(&["SLOW-SUMMARY"]);
     fake.state.lock().delay = Duration::from_secs(3);
     env.use_fake_summarizer(fake.port, "{ enabled = false }");
     let file = env.session("009-bash-executions");
@@ -200,11 +145,7 @@ fn appends_never_wait_for_a_compaction() {
 #[test]
 fn appends_wait_only_for_a_branch_summary() {
     let env = Env::new();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let fake = runtime.block_on(support::fake_llm::start(vec![(
-        "BRANCH".into(),
-        "stop".into(),
-    )]));
+    let (runtime, fake) = support::fake_llm::serve(&["BRANCH"]);
     fake.state.lock().delay = Duration::from_secs(2);
     env.use_fake_summarizer(fake.port, "{ enabled = false }");
     let file = env.session("009-bash-executions");

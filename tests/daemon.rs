@@ -731,11 +731,7 @@ fn pi_settings_files_are_read_fresh_and_project_trust_is_respected() {
 #[test]
 fn transient_provider_errors_are_retried_with_events() {
     let env = Env::new();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let fake = runtime.block_on(support::fake_llm::start(vec![(
-        "LLM SUMMARY".into(),
-        "stop".into(),
-    )]));
+    let (_runtime, fake) = support::fake_llm::serve(&["LLM SUMMARY"]);
     fake.state.lock().fail_first = 2;
     env.use_fake_summarizer(
         fake.port,
@@ -789,11 +785,7 @@ fn transient_provider_errors_are_retried_with_events() {
 #[test]
 fn without_a_dedicated_summarizer_the_sessions_own_model_summarizes_through_its_provider() {
     let env = Env::new();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let fake = runtime.block_on(support::fake_llm::start(vec![(
-        "FROM THE SESSION MODEL".into(),
-        "stop".into(),
-    )]));
+    let (_runtime, fake) = support::fake_llm::serve(&["FROM THE SESSION MODEL"]);
     env.write_config(&format!(
         "[providers.anthropic]\napi = \"anthropic-messages\"\nbase_url = \"http://127.0.0.1:{}\"\napi_key_env = \"COMPACTD_TEST_ANTHROPIC_KEY\"\n",
         fake.port

@@ -63,13 +63,7 @@ fn compactions(path: &Path) -> usize {
 fn end_of_input_over_stdio_finishes_every_request_already_received() {
     let env = Env::new();
     let file = env.session("009-bash-executions");
-    let mut child = env
-        .command("stdio")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = env.spawn_stdio(Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(pipeline(&file).as_bytes()).unwrap();
     drop(stdin);
@@ -313,13 +307,7 @@ fn sigterm_aborts_running_compactions_answers_and_exits_cleanly() {
 fn stdio_handles_sigterm_like_serve() {
     let env = Env::new();
     let file = env.session("009-bash-executions");
-    let mut child = env
-        .command("stdio")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = env.spawn_stdio(Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut send = |v: String| {
@@ -376,13 +364,7 @@ fn an_idle_daemon_exits_promptly_on_sigterm() {
     // The brief's target is 200 ms; allow for a loaded CI machine but stay well under the
     // 1.3 s the daemon took before.
     assert!(took < Duration::from_millis(800), "took {took:?}");
-    let mut child = env
-        .command("stdio")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = env.spawn_stdio(Stdio::null());
     // Ready once it answers a request.
     let mut stdin = child.stdin.take().expect("stdin");
     stdin
@@ -405,13 +387,7 @@ fn default_logs_say_what_happened_without_colour_or_debug_dumps() {
     let env = Env::new();
     let file = env.session("009-bash-executions");
     let small = env.session("003-tiny-nothing-to-compact");
-    let mut child = env
-        .command("stdio")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = env.spawn_stdio(Stdio::piped());
     let input = [
         pipeline(&file),
         request(5, "openSession", json!({"path": small})),
@@ -520,13 +496,7 @@ fn register_hooks_include_selects_what_the_hook_receives() {
 fn a_hook_handler_that_never_replies_is_waited_for_visibly_in_the_log() {
     let env = Env::new();
     let file = env.session("009-bash-executions");
-    let mut child = env
-        .command("stdio")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = env.spawn_stdio(Stdio::piped());
     let mut stdin = child.stdin.take().unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     for r in [

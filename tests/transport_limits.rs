@@ -110,13 +110,7 @@ fn a_content_length_over_the_limit_is_refused_and_the_connection_closed() {
 #[test]
 fn a_short_content_length_gives_a_parse_error_and_the_stream_resynchronises() {
     let env = Env::new();
-    let mut child = env
-        .command("stdio")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = env.spawn_stdio(Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     let first = r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#;
     // The header claims 20 bytes of a 46-byte body.

@@ -81,6 +81,17 @@ impl Env {
         cmd
     }
 
+    /// `compactd stdio` with piped stdin and stdout, stderr to `stderr`, for suites that speak
+    /// raw bytes rather than through [`Client`].
+    pub fn spawn_stdio(&self, stderr: Stdio) -> Child {
+        self.command("stdio")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn compactd stdio")
+    }
+
     /// `compactd serve` on `socket` with `extra` flags, stderr to `stderr`; returns once the
     /// socket accepts connections.
     pub fn serve_ready(&self, socket: &Path, extra: &[&str], stderr: Stdio) -> Child {

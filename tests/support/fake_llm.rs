@@ -270,6 +270,18 @@ pub async fn start(replies: Vec<(String, String)>) -> FakeLlm {
     }
 }
 
+/// For the blocking suites: the fake on a runtime of its own, answering each text in turn with
+/// stop reason `stop`. Keep the runtime alive as long as the fake is used.
+pub fn serve(texts: &[&str]) -> (tokio::runtime::Runtime, FakeLlm) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let replies = texts
+        .iter()
+        .map(|t| (t.to_string(), "stop".to_owned()))
+        .collect();
+    let fake = runtime.block_on(start(replies));
+    (runtime, fake)
+}
+
 /// A loopback port nothing listens on (bound, then released): connecting is refused.
 pub fn refused_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
