@@ -247,6 +247,7 @@ fn scenario(env: &Env) -> Client {
         "setModel",
         json!({"sessionId": sid, "model": model(180_000)}),
     );
+    c.ok("syncSession", json!({"sessionId": sid}));
     c.ok("getBranch", json!({"sessionId": sid}));
     c.ok("getContext", json!({"sessionId": sid}));
     c.ok("getContext", json!({"sessionId": sid, "format": "llm"}));

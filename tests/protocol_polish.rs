@@ -410,7 +410,8 @@ fn default_logs_say_what_happened_without_colour_or_debug_dumps() {
         "compacted",
         "tokens_before",
         "summarizer",
-        "compaction did not complete",
+        "compaction refused",
+        "Nothing to compact",
         "unknown method",
         "noSuchMethod",
         "session closed",
@@ -418,6 +419,29 @@ fn default_logs_say_what_happened_without_colour_or_debug_dumps() {
     ] {
         assert!(log.contains(want), "log lacks {want:?}:\n{log}");
     }
+    // A refusal is not a problem of the daemon's: INFO with the reason, never WARN.
+    let refusal = log
+        .lines()
+        .find(|l| l.contains("compaction refused"))
+        .unwrap_or_default();
+    assert!(
+        refusal.contains("INFO") && !refusal.contains("WARN"),
+        "{refusal}"
+    );
+    // Token counts are whole numbers (`tokens_before=4742`, not `4742.0`).
+    let compacted = log
+        .lines()
+        .find(|l| l.contains(" compacted"))
+        .unwrap_or_default();
+    let tokens = compacted
+        .split("tokens_before=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_default();
+    assert!(
+        !tokens.is_empty() && tokens.bytes().all(|b| b.is_ascii_digit()),
+        "{compacted}"
+    );
     assert!(
         !log.contains('\u{1b}'),
         "no ANSI escapes off a terminal:\n{log}"

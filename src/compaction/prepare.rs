@@ -303,6 +303,25 @@ pub fn prepare_compaction(
     }))
 }
 
+/// Beyond Pi (speculative compaction): `prepareCompaction` as if `compaction`, a compaction that
+/// was summarized but never written, sat on the path right after position `at`. Its summary is
+/// then the previous summary, its details seed the file operations, and the messages between its
+/// cut and the new cut are to be summarized: Pi's incremental update on top of it, written as one
+/// entry. `at` must not be before the compaction's first kept entry. O(path).
+pub fn prepare_on_top(
+    path: &[&Entry],
+    at: usize,
+    compaction: &Entry,
+    settings: &CompactionSettings,
+) -> Result<Preparation, NothingToCompact> {
+    let at = at.min(path.len().saturating_sub(1));
+    let mut with: Vec<&Entry> = Vec::with_capacity(path.len() + 1);
+    with.extend(path.iter().take(at + 1));
+    with.push(compaction);
+    with.extend(path.iter().skip(at + 1));
+    prepare_compaction(&with, settings)
+}
+
 /// `prepareCompaction` over a tree's branch: entries are shared with the tree, not copied.
 pub fn prepare_branch(
     view: &BranchView<'_>,

@@ -137,6 +137,45 @@ pub fn compaction_entry(
     Value::Object(o)
 }
 
+/// The `branch_summary` entry line of tree navigation (compaction.md §9), keys in Pi's order;
+/// `details` and `usage` omitted when absent.
+pub fn branch_summary_entry(
+    id: &str,
+    parent_id: Option<&str>,
+    timestamp: &str,
+    from_id: &str,
+    summary: &BranchSummary,
+) -> Value {
+    let mut o = Map::new();
+    o.insert("type".into(), Value::from("branch_summary"));
+    o.insert("id".into(), Value::from(id));
+    o.insert(
+        "parentId".into(),
+        parent_id.map_or(Value::Null, Value::from),
+    );
+    o.insert("timestamp".into(), Value::from(timestamp));
+    o.insert("fromId".into(), Value::from(from_id));
+    o.insert("summary".into(), Value::from(summary.text.clone()));
+    if !summary.details.is_null() {
+        o.insert("details".into(), summary.details.clone());
+    }
+    if let Some(u) = &summary.usage {
+        o.insert("usage".into(), usage_json(u));
+    }
+    o.insert("fromHook".into(), Value::from(summary.from_hook));
+    Value::Object(o)
+}
+
+/// A finished branch summary, as its entry records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BranchSummary {
+    pub text: String,
+    /// `{readFiles, modifiedFiles}`, or what a hook supplied (`Null`: omitted).
+    pub details: Value,
+    pub usage: Option<Usage>,
+    pub from_hook: bool,
+}
+
 /// A `Usage` as JSON in Pi's key order.
 pub fn usage_json(u: &Usage) -> Value {
     serde_json::to_value(u).unwrap_or(Value::Null)

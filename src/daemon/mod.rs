@@ -48,6 +48,8 @@ pub struct Session {
     /// A `navigateTree` branch summary runs: appends would land on the branch being left, so
     /// they wait for it (a compaction, by contrast, accepts them: see `lifecycle`).
     pub navigating: std::sync::atomic::AtomicBool,
+    /// Beyond Pi: the speculative compaction running or ready for this session.
+    pub speculation: lifecycle::speculation::Slot,
     holders: Mutex<HashSet<ConnId>>,
 }
 
@@ -56,10 +58,14 @@ impl Session {
         self.running.lock().is_some()
     }
 
+    pub fn is_navigating(&self) -> bool {
+        self.navigating.load(Ordering::SeqCst)
+    }
+
     /// Appends are refused only while a `navigateTree` branch summary runs (the leaf is about
     /// to move); during a compaction they are accepted and land in its kept tail (beyond Pi).
     pub fn writable(&self) -> Result<(), RpcError> {
-        if self.navigating.load(Ordering::SeqCst) {
+        if self.is_navigating() {
             return Err(RpcError::new(
                 ErrorKind::Compacting,
                 crate::rpc::errors::COMPACTING_MESSAGE,
@@ -298,6 +304,7 @@ impl Daemon {
             running: Mutex::new(None),
             slot: tokio::sync::Mutex::new(()),
             navigating: std::sync::atomic::AtomicBool::new(false),
+            speculation: Default::default(),
             holders: Mutex::new(HashSet::from([conn.id])),
         });
         reg.by_path.insert(path.to_owned(), id.clone());
@@ -323,6 +330,16 @@ impl Daemon {
             reg.by_id.remove(session_id);
             reg.by_path.remove(&s.path);
             tracing::info!(session = session_id, path = %s.path.display(), "session closed");
+        }
+        let closed = holders.is_empty();
+        drop(holders);
+        drop(reg);
+        if closed {
+            lifecycle::speculation::discard(
+                self,
+                &s,
+                lifecycle::speculation::DiscardReason::Closed,
+            );
         }
         held
     }

@@ -3,16 +3,17 @@
 
 use std::collections::HashSet;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::handlers::Ctx;
+use super::lifecycle::finish::finish_text;
+use super::lifecycle::speculation::{self, DiscardReason};
 use super::session::label_entry;
 use super::settings::EffectiveSettings;
 use crate::compaction::branch::{prepare_branch_entries, NO_CONTENT};
-use crate::compaction::file_ops::{format_file_operations, format_file_operations_limited};
 use crate::compaction::prompts::BRANCH_SUMMARY_PREAMBLE;
-use crate::compaction::summary::usage_json;
+use crate::compaction::summary::{branch_summary_entry, BranchSummary};
 use crate::compactor::{
     ignore_retries, summarize_branch, BranchInputs, CompactError, SummaryOutcome, CANCELLED,
 };
@@ -21,7 +22,6 @@ use crate::rpc::events;
 use crate::rpc::results::{BranchSummaryEntry, NavigateTreeResult, SessionEntry};
 use crate::rpc::types::NavigateTreeParams;
 use crate::session::{Entry, EntryKind, Role};
-use crate::summarizer::Usage;
 
 /// The text of a user / custom message target, for the editor.
 fn editor_text(e: &Entry) -> Option<String> {
@@ -61,7 +61,7 @@ async fn branch_summary(
     replace: bool,
     settings: &EffectiveSettings,
     cancel: &CancellationToken,
-) -> Result<(String, Value, Option<Usage>), RpcError> {
+) -> Result<BranchSummary, RpcError> {
     let window = if plan.context_window > 0 {
         plan.context_window
     } else {
@@ -72,7 +72,12 @@ async fn branch_summary(
     let (read, modified) = ops.file_lists();
     let details = json!({"readFiles": read, "modifiedFiles": modified});
     if messages.is_empty() {
-        return Ok((NO_CONTENT.to_owned(), details, None));
+        return Ok(BranchSummary {
+            text: NO_CONTENT.to_owned(),
+            details,
+            usage: None,
+            from_hook: false,
+        });
     }
     let engine = ctx.daemon.session_engine(session, settings)?;
     let inputs = BranchInputs {
@@ -88,30 +93,29 @@ async fn branch_summary(
         summarize_branch(&engine, &inputs, cancel, &ignore_retries)
             .await
             .map_err(branch_error)?;
-    // Beyond Pi (`fileListLimit`): the most recently touched paths only; `details` keeps all.
-    let files = match settings.file_list_limit {
-        Some(limit) => {
-            let recent: Vec<&str> = plan
-                .entries
-                .iter()
-                .rev()
-                .flat_map(|e| e.file_ops.iter().rev().map(|(_, p)| &**p))
-                .collect();
-            format_file_operations_limited(&read, &modified, &recent, limit)
-        }
-        None => format_file_operations(&read, &modified),
-    };
-    // Beyond Pi: the pinned lane's section, the pins live at the branch being left, verbatim.
-    let text = {
-        let (pins, used) = super::pins::live_pins(&session.state.lock());
-        if used {
-            super::pins::strip_section(&text) + &super::pins::section(&pins)
-        } else {
-            text
-        }
-    };
-    let summary = format!("{BRANCH_SUMMARY_PREAMBLE}{text}{files}");
-    Ok((summary, details, usage))
+    // Finished as compactions are: the pins live at the branch being left, and the file
+    // blocks limited to the most recently touched paths with `fileListLimit`.
+    let recent: Vec<&str> = plan
+        .entries
+        .iter()
+        .rev()
+        .flat_map(|e| e.file_ops.iter().rev().map(|(_, p)| &**p))
+        .collect();
+    let (pins, used) = super::pins::live_pins(&session.state.lock());
+    let body = finish_text(
+        &text,
+        &read,
+        &modified,
+        &recent,
+        settings.file_list_limit,
+        used.then_some(pins.as_slice()),
+    );
+    Ok(BranchSummary {
+        text: format!("{BRANCH_SUMMARY_PREAMBLE}{body}"),
+        details,
+        usage,
+        from_hook: false,
+    })
 }
 
 /// Marks the session as navigating until dropped (also on an early return or a cancelled
@@ -183,8 +187,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
     let mut custom = p.custom_instructions.clone();
     let mut replace = p.replace_instructions;
     let mut label = p.label.clone();
-    let mut hook_summary: Option<(String, Value, Option<Usage>)> = None;
-    let mut from_hook = false;
+    let mut hook_summary: Option<BranchSummary> = None;
     let cancel = ctx.daemon.run_token();
     *session.running.lock() = Some(cancel.clone());
     let _navigating = NavigatingFlag::set(&session);
@@ -223,15 +226,14 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
                     .and_then(Value::as_str)
                 {
                     if p.summarize {
-                        let usage = a["summary"]
-                            .get("usage")
-                            .and_then(|u| serde_json::from_value(u.clone()).ok());
-                        hook_summary = Some((
-                            s.to_owned(),
-                            a["summary"].get("details").cloned().unwrap_or(Value::Null),
-                            usage,
-                        ));
-                        from_hook = true;
+                        hook_summary = Some(BranchSummary {
+                            text: s.to_owned(),
+                            details: a["summary"].get("details").cloned().unwrap_or(Value::Null),
+                            usage: a["summary"]
+                                .get("usage")
+                                .and_then(|u| serde_json::from_value(u.clone()).ok()),
+                            from_hook: true,
+                        });
                     }
                 }
                 if let Some(c) = a.get("customInstructions").and_then(Value::as_str) {
@@ -300,23 +302,9 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
     let mut summary_entry = None;
     state.tree.set_leaf(new_leaf);
     state.refresh_branch();
-    if let Some((text, details, usage)) = summary {
+    if let Some(summary) = summary {
         let idx = state.append_with(|id, parent, ts| {
-            let mut o = Map::new();
-            o.insert("type".into(), json!("branch_summary"));
-            o.insert("id".into(), json!(id));
-            o.insert("parentId".into(), parent.map_or(Value::Null, Value::from));
-            o.insert("timestamp".into(), json!(ts));
-            o.insert("fromId".into(), json!(from_id));
-            o.insert("summary".into(), json!(text));
-            if !details.is_null() {
-                o.insert("details".into(), details);
-            }
-            if let Some(u) = &usage {
-                o.insert("usage".into(), usage_json(u));
-            }
-            o.insert("fromHook".into(), json!(from_hook));
-            Value::Object(o)
+            branch_summary_entry(id, parent, ts, &from_id, &summary)
         })?;
         let entry_value = state.tree.entry(idx).value();
         let summary_id = state.tree.entry(idx).id.clone().unwrap_or_default();
@@ -328,9 +316,14 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
         state.append_with(|id, parent, ts| label_entry(id, parent, ts, tid, &l))?;
     }
     state.rebuild_agent_context();
+    let new_leaf_id = state.tree.leaf_id().map(str::to_owned);
+    drop(state);
+    // A speculation of the branch left behind no longer applies.
+    let settings = ctx.daemon.session_settings(&session);
+    speculation::revalidate(&ctx.daemon, &session, &settings, DiscardReason::Navigated);
     Ok(NavigateTreeResult {
         summary_entry,
-        new_leaf_id: state.tree.leaf_id().map(str::to_owned),
+        new_leaf_id,
         old_leaf_id: plan.old_leaf,
         cancelled: false,
         aborted: None,

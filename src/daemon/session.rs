@@ -59,6 +59,9 @@ pub struct SessionState {
     pub limits: store::Limits,
     /// The advisory lock compactd processes share on the file (proto-docs/storage.md).
     pub lock: Option<std::fs::File>,
+    /// How many times another writer's lines moved the leaf off the branch (a fork): a
+    /// speculation that no longer applies can then say why.
+    pub foreign_moves: u64,
 }
 
 fn io_error(e: impl std::fmt::Display) -> RpcError {
@@ -92,6 +95,7 @@ impl SessionState {
             file_changed: false,
             limits: store::Limits::default(),
             lock: None,
+            foreign_moves: 0,
         }
     }
 
@@ -340,6 +344,7 @@ impl SessionState {
             tracing::info!(path = %self.path.display(), entries = added, "indexed entries written by another process");
         }
         if !incremental {
+            self.foreign_moves += 1;
             self.refresh_branch();
         }
     }

@@ -114,6 +114,11 @@ pub struct EffectiveSettings {
     /// Beyond Pi: `compaction.maxIneffectiveCompactions`, ineffective automatic compactions in
     /// a row before automatic compaction pauses (0: no thrash breaker, Pi's behaviour).
     pub max_ineffective_compactions: u32,
+    /// Beyond Pi: `compaction.speculativeAt`, the fraction of the threshold at which a session
+    /// with an LLM summarizer starts a speculative compaction (`0`: off, Pi's behaviour).
+    /// `None` when no settings file or override sets a valid value: the default applies (see
+    /// `lifecycle::speculation::fraction`).
+    pub speculative_at: Option<f64>,
     /// The merged JSON, for `getSettings`.
     pub merged: Value,
 }
@@ -202,8 +207,19 @@ pub fn from_merged(merged: Value, retry_default: &RetrySettings) -> EffectiveSet
             .map_or(super::thrash::DEFAULT_MAX_INEFFECTIVE, |n| {
                 n.clamp(0, 1000) as u32
             }),
+        speculative_at: c
+            .get("speculativeAt")
+            .and_then(Value::as_f64)
+            .filter(|f| valid_speculative_at(*f)),
         merged,
     }
+}
+
+/// A `compaction.speculativeAt` compactd accepts: a fraction of the threshold in (0, 1), or 0
+/// for off. A settings file with anything else is read as if it did not set it (Pi's settings
+/// are tolerant); `setSettingsOverrides` refuses it.
+pub fn valid_speculative_at(f: f64) -> bool {
+    (0.0..1.0).contains(&f)
 }
 
 impl EffectiveSettings {

@@ -44,6 +44,12 @@ pub struct Breaker {
 }
 
 impl Breaker {
+    /// Whether the next automatic threshold compaction would be skipped (suppressed or
+    /// paused): a speculation for it would be wasted.
+    pub fn holds(&self) -> bool {
+        self.suppress_next.is_some() || self.paused.is_some()
+    }
+
     /// Back to normal (a manual compaction ran).
     pub fn reset(&mut self) {
         *self = Breaker::default();

@@ -7,6 +7,7 @@
 use serde_json::{json, Map, Value};
 
 use super::handlers::Ctx;
+use super::lifecycle::speculation::{self, DiscardReason};
 use super::session::{custom_entry, SessionState};
 use super::Session;
 use crate::compaction::summary::{compaction_entry, CompactionOutcome};
@@ -98,7 +99,11 @@ pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<UndoCompactionResu
         )
     })?;
     let entry_id = state.tree.entry(idx).id.clone().unwrap_or_default();
+    // The thrash breaker's verdict pending on that compaction no longer applies; a user's undo
+    // resumes automatic compaction as a manual compaction does.
+    state.thrash.reset();
     drop(state);
+    revalidate_speculation(ctx, &session, DiscardReason::Undone);
     announce(
         ctx,
         &session,
@@ -111,6 +116,12 @@ pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<UndoCompactionResu
         entry_id: entry_id.clone(),
         leaf_id: entry_id,
     })
+}
+
+/// A speculation made before the undo or edit summarized a path that is no longer the one.
+fn revalidate_speculation(ctx: &Ctx, session: &Session, why: DiscardReason) {
+    let settings = ctx.daemon.session_settings(session);
+    speculation::revalidate(&ctx.daemon, session, &settings, why);
 }
 
 /// Tells subscribers that `entry_id` was appended about compaction `compaction_id`.
@@ -161,7 +172,10 @@ pub fn edit_summary(ctx: &Ctx, p: EditSummaryParams) -> Result<EditSummaryResult
     })?;
     let entry = state.tree.entry(idx).value();
     let entry_id = state.tree.entry(idx).id.clone().unwrap_or_default();
+    // As for an undo: the verdict pending on the original compaction no longer applies.
+    state.thrash.reset();
     drop(state);
+    revalidate_speculation(ctx, &session, DiscardReason::Edited);
     announce(ctx, &session, "summary_edited", &original_id, &entry_id);
     Ok(EditSummaryResult {
         entry: SessionEntry(entry),

@@ -103,6 +103,72 @@ pub struct CompactionRevised<'a> {
     pub entry_id: &'a str,
 }
 
+/// Why a speculative summary was thrown away (beyond Pi: speculative compaction). Each names
+/// what changed since the speculation started, or why it could not be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum DiscardReason {
+    /// `navigateTree` moved the leaf off the summarized entries.
+    Navigated,
+    /// `undoCompaction` made another path active.
+    Undone,
+    /// `editSummary` replaced the compaction the speculation built on.
+    Edited,
+    /// Another compaction was written to the branch.
+    Compacted,
+    /// The session's model (or the summarizer it selects) changed.
+    ModelChanged,
+    /// A setting that shapes the request changed (reserveTokens, keepRecentTokens, the
+    /// thinking level), or speculation was turned off.
+    SettingsChanged,
+    /// `abortCompaction`, or the daemon shutting down.
+    Aborted,
+    /// Another writer's lines forked the branch away from the summarized entries.
+    Forked,
+    /// The summarized entries are no longer on the current branch.
+    BranchChanged,
+    /// The summarization call failed.
+    Failed,
+    /// A `session_before_compact` hook cancelled it.
+    HookCancelled,
+    /// The session was closed.
+    Closed,
+}
+
+/// `speculation_started`'s payload (beyond Pi).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpeculationStarted<'a> {
+    pub session_id: &'a str,
+    /// The last entry the speculative summary covers (the one before its firstKeptEntryId).
+    #[schemars(with = "Option<String>")]
+    pub covers_through_entry_id: Option<&'a str>,
+    /// The context tokens (Pi's usage-first estimate) when it started.
+    #[serde(serialize_with = "js_number")]
+    pub tokens: f64,
+}
+
+/// `speculation_ready`'s payload (beyond Pi).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpeculationReady<'a> {
+    pub session_id: &'a str,
+    #[schemars(with = "Option<String>")]
+    pub covers_through_entry_id: Option<&'a str>,
+    /// The summary's estimated tokens (chars/4).
+    pub summary_tokens: u64,
+    /// How long the summarization took.
+    pub ms: u64,
+}
+
+/// `speculation_discarded`'s payload (beyond Pi).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpeculationDiscarded<'a> {
+    pub session_id: &'a str,
+    pub reason: DiscardReason,
+}
+
 /// `summarization_retry_scheduled`'s payload.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -174,6 +240,10 @@ pub struct SessionBeforeCompact<'a> {
     pub custom_instructions: Option<&'a str>,
     pub reason: Reason,
     pub will_retry: bool,
+    /// Beyond Pi: asked when a speculative compaction starts (the summary is installed later,
+    /// when the compaction is due). Omitted for normal compactions.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub speculative: bool,
 }
 
 /// Pi's `CompactionPreparation` (compaction.md §5 step 13) as hooks receive it, sets as arrays.
@@ -328,6 +398,14 @@ messages! { EVENTS:
     /// `errorMessage` is prefixed (`Compaction failed: `, `Auto-compaction failed: `,
     /// `Context overflow recovery failed: `) or is the overflow give-up text.
     "compaction_end" => CompactionEnd<'static>,
+    /// Beyond Pi: a speculative compaction started summarizing the context in the background,
+    /// before the threshold (compaction.speculativeAt), so the compaction at the threshold is
+    /// instant.
+    "speculation_started" => SpeculationStarted<'static>,
+    /// Beyond Pi: the speculative summary is ready; the next due compaction installs it.
+    "speculation_ready" => SpeculationReady<'static>,
+    /// Beyond Pi: a speculative summary was thrown away and will not be installed.
+    "speculation_discarded" => SpeculationDiscarded<'static>,
     /// A summarization call failed with a retryable error; the next attempt is scheduled.
     "summarization_retry_scheduled" => RetryScheduled<'static>,
     /// A scheduled retry attempt starts.

@@ -92,6 +92,11 @@ macro_rules! for_each_method {
             /// next checkCompaction compacts).
             "setModel" => handlers::sessions::set_model(SetModelParams) -> SetModelResult,
                 Inline, Session, [InvalidParams, UnknownSession, Compacting, FileChanged, FileBusy, Io];
+            /// Beyond Pi: reads the lines other writers appended to the session file (an agent
+            /// that writes the file itself, e.g. Pi with the compactd extension, calls it after
+            /// every turn), then starts a speculative compaction when one is due.
+            "syncSession" => handlers::sessions::sync_session(SessionParams) -> SyncSessionResult,
+                Inline, Session, [InvalidParams, UnknownSession, FileChanged, FileBusy, Io];
             /// Pi's tree navigation, with an optional branch summary of the abandoned branch
             /// and the session_before_tree hook.
             "navigateTree" => navigate::navigate(NavigateTreeParams) -> NavigateTreeResult,

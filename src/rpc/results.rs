@@ -60,6 +60,7 @@ macro_rules! serialized_replies {
 serialized_replies!(
     InitializeResult,
     SessionInfo,
+    SyncSessionResult,
     CloseSessionResult,
     SessionInfoList,
     AppendResult,
@@ -304,6 +305,12 @@ pub struct CompactionSettingsView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "u32")]
     pub max_ineffective_compactions: Option<u32>,
+    /// Beyond Pi: the fraction of the threshold at which this session starts a speculative
+    /// compaction, as it applies to the session's summarizer (0: never). Only in getSettings'
+    /// answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "f64")]
+    pub speculative_at: Option<f64>,
 }
 
 impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettingsView {
@@ -314,6 +321,7 @@ impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettings
             keep_recent_tokens: s.keep_recent_tokens,
             file_list_limit: None,
             max_ineffective_compactions: None,
+            speculative_at: None,
         }
     }
 }
@@ -378,6 +386,10 @@ pub struct CompactionPreview {
     pub kept: MessageStats,
     pub file_lists: FileLists,
     pub settings: CompactionSettingsView,
+    /// Beyond Pi: the speculative compaction a compaction due now would install, if any (it
+    /// was prepared earlier, so its cut may differ from `firstKeptEntryId` above).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculation: Option<SpeculationView>,
     /// With `detail: "full"` only.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub full: Option<PreviewDetails>,
@@ -496,9 +508,52 @@ impl NavigateTreeResult {
 
 /// `abortCompaction`'s answer.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct AbortCompactionResult {
     /// Whether a compaction or branch summary was running.
     pub aborted: bool,
+    /// Beyond Pi: whether a speculative compaction (running or ready) was discarded.
+    pub speculation_discarded: bool,
+}
+
+/// Where a speculative compaction is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SpeculationState {
+    /// The summarizer is still writing it.
+    Running,
+    /// Written; the next due compaction installs it.
+    Ready,
+}
+
+/// Beyond Pi: a session's speculative compaction, as `previewCompaction` and `listSessions`
+/// report it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpeculationView {
+    pub state: SpeculationState,
+    /// The last entry it summarizes.
+    pub covers_through_entry_id: Option<String>,
+    /// Its cut: everything from here on stays verbatim.
+    pub first_kept_entry_id: String,
+    pub started_at: String,
+    /// The context tokens when it started.
+    #[serde(serialize_with = "js_number")]
+    pub tokens: f64,
+    /// A compaction due now (at the threshold, or a manual one without instructions) would
+    /// install it (ready) or wait for it (running): it is still valid.
+    pub would_install: bool,
+}
+
+/// `syncSession`'s answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncSessionResult {
+    pub leaf_id: Option<String>,
+    pub entry_count: usize,
+    /// The session's speculative compaction after the sync, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculation: Option<SpeculationView>,
 }
 
 /// The session's effective settings: defaults ← global settings.json ← trusted project
@@ -573,6 +628,9 @@ pub struct SessionInfo {
     pub model: Option<Model>,
     pub thinking_level: String,
     pub is_compacting: bool,
+    /// Beyond Pi: the session's speculative compaction, if one runs or is ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculation: Option<SpeculationView>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

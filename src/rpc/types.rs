@@ -173,6 +173,10 @@ pub struct CompactionSettingsPatch {
     /// Beyond Pi: ineffective automatic compactions in a row before automatic compaction
     /// pauses for the session (default 2; 0 turns the thrash breaker off, Pi's behaviour).
     pub max_ineffective_compactions: Option<u32>,
+    /// Beyond Pi: start a speculative compaction when the context reaches this fraction of
+    /// the threshold, in (0, 1); 0 turns speculation off (Pi's behaviour). Default 0.75 for
+    /// sessions with an LLM summarizer; the extractive summarizer never speculates.
+    pub speculative_at: Option<f64>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

@@ -99,6 +99,10 @@ class Methods:
     def edit_summary(self, session_id: str, summary: str) -> Any:
         return self._call("editSummary", _p(sessionId=session_id, summary=summary))
 
+    def sync_session(self, session_id: str) -> Any:
+        """Beyond Pi: read lines another writer appended to the file; may start a speculation."""
+        return self._call("syncSession", _p(sessionId=session_id))
+
     # Settings
     def get_settings(self, session_id: str) -> Any:
         return self._call("getSettings", _p(sessionId=session_id))

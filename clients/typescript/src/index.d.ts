@@ -135,6 +135,22 @@ export interface CompactionSettingsPatch {
   enabled?: boolean;
   reserveTokens?: number;
   keepRecentTokens?: number;
+  /** Beyond Pi: the most paths each summary file block lists. */
+  fileListLimit?: number;
+  /** Beyond Pi: ineffective automatic compactions in a row before automatic compaction pauses. */
+  maxIneffectiveCompactions?: number;
+  /** Beyond Pi: speculate at this fraction of the threshold, in (0, 1); 0 turns speculation off. */
+  speculativeAt?: number;
+}
+
+/** Beyond Pi: a speculative compaction (previewCompaction, listSessions, syncSession). */
+export interface SpeculationView {
+  state: 'running' | 'ready';
+  coversThroughEntryId: string | null;
+  firstKeptEntryId: string;
+  startedAt: string;
+  tokens: number;
+  wouldInstall: boolean;
 }
 
 export interface CompactionResult {
@@ -308,6 +324,8 @@ export declare class CompactdClient {
   /** Beyond Pi: undo and edit of the latest compaction. */
   undoCompaction(sessionId: string): Promise<{ undoneCompactionId: string; entryId: string; leafId: string }>;
   editSummary(sessionId: string, summary: string): Promise<{ entry: any; editedFrom: string; entryId: string; leafId: string }>;
+  /** Beyond Pi: reads lines another writer appended to the session file; may start a speculative compaction. */
+  syncSession(sessionId: string): Promise<{ leafId: string | null; entryCount: number; speculation?: SpeculationView }>;
   getSettings(sessionId: string): Promise<EffectiveSettings>;
   setSettingsOverrides(params: { sessionId?: string; compaction?: CompactionSettingsPatch | null }): Promise<{ ok: true }>;
 

@@ -372,6 +372,10 @@ export class CompactdClient {
     return this.request('editSummary', { sessionId, summary });
   }
 
+  syncSession(sessionId) {
+    return this.request('syncSession', { sessionId });
+  }
+
   getSettings(sessionId) {
     return this.request('getSettings', { sessionId });
   }

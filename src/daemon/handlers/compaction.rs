@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 
-use super::super::lifecycle;
+use super::super::lifecycle::{self, speculation, speculation::DiscardReason};
+use super::super::settings::valid_speculative_at;
 use super::Ctx;
 use crate::compaction::prepare::{plan_compaction, Preparation, PreparedMessage};
 use crate::compaction::tokens::{self, CompactionSettings};
@@ -71,7 +72,8 @@ pub fn preview_compaction(
     p: PreviewCompactionParams,
 ) -> Result<PreviewCompactionResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    let settings = ctx.daemon.session_settings(&session).compaction;
+    let all_settings = ctx.daemon.session_settings(&session);
+    let settings = all_settings.compaction;
     let state = session.state.lock();
     let view = state.view();
     let plan = match plan_compaction(&view, &state.index, &settings) {
@@ -102,6 +104,7 @@ pub fn preview_compaction(
             modified_files,
         },
         settings: CompactionSettingsView::from(&settings),
+        speculation: speculation::view(&ctx.daemon, &session, &state, &all_settings),
         full: None,
     };
     if p.detail == Some(PreviewDetail::Full) {
@@ -146,12 +149,22 @@ pub fn abort_compaction(ctx: &Ctx, p: SessionParams) -> Result<AbortCompactionRe
     let session = ctx.daemon.session(&p.session_id)?;
     Ok(AbortCompactionResult {
         aborted: lifecycle::abort(&session),
+        speculation_discarded: speculation::discard(&ctx.daemon, &session, DiscardReason::Aborted),
     })
 }
 
 pub fn get_settings(ctx: &Ctx, p: SessionParams) -> Result<EffectiveSettings, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    Ok(ctx.daemon.session_settings(&session).report())
+    let settings = ctx.daemon.session_settings(&session);
+    let mut report = settings.report();
+    // The fraction as it applies to this session's summarizer (the default depends on it).
+    let fraction = ctx
+        .daemon
+        .session_engine(&session, &settings)
+        .ok()
+        .and_then(|engine| speculation::fraction(&settings, &engine));
+    report.compaction.speculative_at = Some(fraction.unwrap_or(0.0));
+    Ok(report)
 }
 
 pub fn set_settings_overrides(
@@ -161,8 +174,15 @@ pub fn set_settings_overrides(
     let value = match p.compaction {
         None | Some(Value::Null) => None,
         Some(v @ Value::Object(_)) => {
-            serde_json::from_value::<CompactionSettingsPatch>(v.clone())
+            let patch = serde_json::from_value::<CompactionSettingsPatch>(v.clone())
                 .map_err(|e| RpcError::invalid_params(format!("compaction: {e}")))?;
+            if let Some(f) = patch.speculative_at {
+                if !valid_speculative_at(f) {
+                    return Err(RpcError::invalid_params(format!(
+                        "compaction.speculativeAt must be a fraction of the threshold in (0, 1), or 0 for off (got {f})"
+                    )));
+                }
+            }
             Some(v)
         }
         Some(_) => {
@@ -171,12 +191,33 @@ pub fn set_settings_overrides(
             ))
         }
     };
-    match &p.session_id {
+    let sessions = match &p.session_id {
         Some(id) => {
             let session = ctx.daemon.session(id)?;
             session.state.lock().overrides = value;
+            vec![session]
         }
-        None => *ctx.daemon.global_overrides.lock() = value,
+        None => {
+            *ctx.daemon.global_overrides.lock() = value;
+            ctx.daemon.sessions()
+        }
+    };
+    for session in sessions.iter().filter(|s| s.speculation.is_busy()) {
+        let settings = ctx.daemon.session_settings(session);
+        let off = ctx
+            .daemon
+            .session_engine(session, &settings)
+            .map_or(true, |e| speculation::fraction(&settings, &e).is_none());
+        if off {
+            speculation::discard(&ctx.daemon, session, DiscardReason::SettingsChanged);
+        } else {
+            speculation::revalidate(
+                &ctx.daemon,
+                session,
+                &settings,
+                DiscardReason::SettingsChanged,
+            );
+        }
     }
     Ok(SetSettingsOverridesResult { ok: true })
 }

@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use super::super::lifecycle::speculation;
 use super::super::session::{custom_entry, message_entry, simple_entry, SessionState};
 use super::Ctx;
 use crate::rpc::errors::{ErrorKind, RpcError};
@@ -55,7 +56,14 @@ pub fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendResult,
     {
         state.overflow_recovery_attempted = false;
     }
-    Ok(appended(&state, idx))
+    let result = appended(&state, idx);
+    drop(state);
+    if role == "assistant" {
+        // Beyond Pi: a reply may bring the context to where a speculation starts.
+        let settings = ctx.daemon.session_settings(&session);
+        speculation::consider(&ctx.daemon, &session, &settings);
+    }
+    Ok(result)
 }
 
 fn normalize_name(name: &str) -> String {

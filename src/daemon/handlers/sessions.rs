@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use super::super::lifecycle::speculation::{self, DiscardReason};
 use super::super::session::{model_change_entry, simple_entry, store_error, SessionState};
 use super::super::settings::{agent_dir, effective};
-use super::super::{canonical_path, Session};
+use super::super::{canonical_path, Daemon, Session};
 use super::Ctx;
 use crate::compaction::tokens;
 use crate::rpc::errors::{ErrorKind, RpcError};
@@ -29,7 +30,11 @@ fn absolute(p: &str, what: &str) -> Result<PathBuf, RpcError> {
 }
 
 /// `SessionInfo` of an open session.
-pub fn info(session: &Session) -> SessionInfo {
+pub fn info(daemon: &Daemon, session: &Session) -> SessionInfo {
+    let settings = session
+        .speculation
+        .is_busy()
+        .then(|| daemon.session_settings(session));
     let state = session.state.lock();
     SessionInfo {
         session_id: session.id.clone(),
@@ -48,6 +53,8 @@ pub fn info(session: &Session) -> SessionInfo {
         model: state.model.clone(),
         thinking_level: state.thinking_level.clone(),
         is_compacting: session.is_compacting(),
+        speculation: settings
+            .and_then(|settings| speculation::view(daemon, session, &state, &settings)),
     }
 }
 
@@ -173,7 +180,7 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcE
             state.thinking_level = t;
         }
     }
-    Ok(info(&session))
+    Ok(info(&ctx.daemon, &session))
 }
 
 /// Pi's new-session entries: a `model_change` (if a model is known) and a `thinking_level_change`.
@@ -231,7 +238,7 @@ pub fn create_session(ctx: &Ctx, p: CreateSessionParams) -> Result<SessionInfo, 
     state.path = path.clone();
     seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
     let (session, _) = ctx.daemon.open_or_insert(&path, &ctx.conn, || Ok(state))?;
-    Ok(info(&session))
+    Ok(info(&ctx.daemon, &session))
 }
 
 pub fn close_session(ctx: &Ctx, p: SessionParams) -> Result<CloseSessionResult, RpcError> {
@@ -242,22 +249,57 @@ pub fn close_session(ctx: &Ctx, p: SessionParams) -> Result<CloseSessionResult, 
 }
 
 pub fn list_sessions(ctx: &Ctx, _: NoParams) -> Result<SessionInfoList, RpcError> {
-    Ok(ctx.daemon.sessions().iter().map(|s| info(s)).collect())
+    Ok(ctx
+        .daemon
+        .sessions()
+        .iter()
+        .map(|s| info(&ctx.daemon, s))
+        .collect())
+}
+
+/// `syncSession` (beyond Pi): reads the lines other writers appended to the session file (an
+/// agent that writes the file itself, as Pi does), then considers a speculative compaction.
+pub fn sync_session(ctx: &Ctx, p: SessionParams) -> Result<SyncSessionResult, RpcError> {
+    let session = ctx.daemon.session(&p.session_id)?;
+    let settings = ctx.daemon.session_settings(&session);
+    session.state.lock().sync_with_file()?;
+    speculation::revalidate(&ctx.daemon, &session, &settings, DiscardReason::Forked);
+    speculation::consider(&ctx.daemon, &session, &settings);
+    let state = session.state.lock();
+    Ok(SyncSessionResult {
+        leaf_id: state.tree.leaf_id().map(str::to_owned),
+        entry_count: state.tree.len(),
+        speculation: speculation::view(&ctx.daemon, &session, &state, &settings),
+    })
 }
 
 pub fn set_model(ctx: &Ctx, p: SetModelParams) -> Result<SetModelResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    let settings = ctx.daemon.session_settings(&session).compaction;
+    let all_settings = ctx.daemon.session_settings(&session);
+    let result = switch_model(&session, p.model, &all_settings.compaction)?;
+    speculation::revalidate(
+        &ctx.daemon,
+        &session,
+        &all_settings,
+        DiscardReason::ModelChanged,
+    );
+    Ok(result)
+}
+
+fn switch_model(
+    session: &Session,
+    m: Model,
+    settings: &crate::compaction::tokens::CompactionSettings,
+) -> Result<SetModelResult, RpcError> {
     let mut state = session.state.lock();
     session.writable()?;
-    let m = p.model;
     let idx = state.append_with(|id, parent, ts| model_change_entry(id, parent, ts, &m))?;
     let window = m.context_window;
     state.model = Some(m);
     // Beyond Pi: a switch to a model the context already overflows is reported now, and the
     // next `checkCompaction` compacts (Pi would send the request and recover from the error).
     let tokens = state.live.estimate().tokens;
-    let should = window > 0 && tokens::should_compact(tokens, window, &settings);
+    let should = window > 0 && tokens::should_compact(tokens, window, settings);
     state.model_switch_pending = should;
     let id = state.tree.entry(idx).id.clone().unwrap_or_default();
     Ok(SetModelResult {

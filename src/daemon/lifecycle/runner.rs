@@ -1,0 +1,424 @@
+//! The one compaction runner. Every compaction goes through [`run`]: manual `compact`, the
+//! automatic threshold and overflow paths, and the install of a speculative summary; they differ
+//! only in their [`Job`] and in what their callers do before (the automatic checks) and after
+//! (the thrash breaker, overflow retries).
+//!
+//! One run: announce `compaction_start` and install the abort token → take a ready speculation
+//! when the job may use one (waiting for a running one rather than sending a second request),
+//! updating it on top when the context would still be over the threshold with it → otherwise
+//! snapshot the branch, prepare, ask the hooks and summarize (no lock held) → finish and write
+//! the entry → announce the end and log.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::super::settings::EffectiveSettings;
+use super::super::{Daemon, Session};
+use super::announce::{self, Ended, RetryEvents};
+use super::finish::{self, Anchor, Finished, Written};
+use super::hooks::{self, Question, Verdict};
+use super::speculation::{self, DiscardReason};
+use super::CompactionFailure;
+use crate::compaction::prepare::{prepare_branch, NothingToCompact, Preparation};
+use crate::compaction::summary::CompactionOutcome;
+use crate::compactor::{generate, CompactError, SummaryEngine};
+use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::events::Reason;
+use crate::rpc::results::CompactionResult;
+use crate::session::Entry;
+
+/// What a compaction works from, taken under the state lock: the preparation (planned from the
+/// live branch index, O(kept tail)) and shared handles on the branch's entries, so nothing is
+/// copied and the lock is released before any summarizing.
+pub(super) struct Snapshot {
+    pub path: Vec<Arc<Entry>>,
+    pub prep: Result<Preparation, NothingToCompact>,
+    pub thinking_level: String,
+    pub leaf_id: Option<String>,
+}
+
+pub(super) fn snapshot(session: &Session, settings: &EffectiveSettings) -> Snapshot {
+    let state = session.state.lock();
+    let view = state.view();
+    let prep = prepare_branch(&view, &state.index, &settings.compaction);
+    Snapshot {
+        path: state.branch.iter().map(|&i| state.tree.shared(i)).collect(),
+        prep,
+        thinking_level: state.thinking_level.clone(),
+        leaf_id: state.tree.leaf_id().map(str::to_owned),
+    }
+}
+
+/// The preparation to summarize from. Beyond Pi: a previous summary goes to the summarizer (and
+/// hooks) without compactd's `## Pinned` section, which compactd puts back itself afterwards, so
+/// the model never sees or rewrites the pins.
+pub(super) fn prepare(snap: &Snapshot) -> Result<Preparation, CompactionFailure> {
+    let mut prep = snap.prep.clone().map_err(CompactionFailure::Nothing)?;
+    strip_pins(&mut prep);
+    Ok(prep)
+}
+
+/// Takes compactd's `## Pinned` section out of a preparation's previous summary.
+pub(super) fn strip_pins(prep: &mut Preparation) {
+    if let Some(prev) = prep.plan.previous_summary.as_mut() {
+        if prev.contains(super::super::pins::HEADING) {
+            *prev = super::super::pins::strip_section(prev);
+        }
+    }
+}
+
+/// The session's summarizer (the daemon's cached engine), or the auth failure compacting reports.
+pub(super) fn engine(
+    daemon: &Daemon,
+    session: &Session,
+    settings: &EffectiveSettings,
+) -> Result<Arc<SummaryEngine>, CompactionFailure> {
+    daemon
+        .session_engine(session, settings)
+        .map_err(|e| CompactionFailure::Error(ErrorKind::Auth, e.message))
+}
+
+/// The protocol's failure for a summarizer's error.
+pub(super) fn summarizer_failure(e: CompactError) -> CompactionFailure {
+    match e {
+        CompactError::Cancelled => CompactionFailure::Cancelled,
+        CompactError::NothingToCompact(m) => {
+            CompactionFailure::Error(ErrorKind::NothingToCompact, m.to_owned())
+        }
+        CompactError::Summarization(m) => {
+            CompactionFailure::Error(ErrorKind::SummarizationFailed, m)
+        }
+        e @ (CompactError::Store(_)
+        | CompactError::Locked(_)
+        | CompactError::ChangedMeanwhile(_)) => {
+            CompactionFailure::Error(ErrorKind::Io, e.to_string())
+        }
+    }
+}
+
+/// Why and how a compaction runs.
+pub(super) struct Job {
+    pub reason: Reason,
+    pub will_retry: bool,
+    pub custom: Option<String>,
+    /// `false` (`compact` with `write: false`): validate and return the result, append nothing.
+    pub write: bool,
+    /// A valid speculative summary may be installed (a threshold compaction, a manual one
+    /// without instructions); overflow recovery and instructed compactions never use one.
+    pub use_speculation: bool,
+}
+
+/// A compaction that wrote its entry (or, without `write`, would have).
+pub(super) struct Completed {
+    pub result: CompactionResult,
+    /// The appended entry (`Value::Null` without `write`).
+    pub entry: serde_json::Value,
+}
+
+/// A compaction that produced no entry.
+pub(super) struct Failed {
+    pub failure: CompactionFailure,
+}
+
+/// One pass's outcome before it is announced.
+struct Pass {
+    written: Written,
+    /// A speculative summary was installed.
+    speculative: bool,
+}
+
+/// One compaction while it runs: what it works with, and who wrote its summary (for the log
+/// and the hooks' `fromExtension`).
+struct Run<'a> {
+    daemon: &'a Daemon,
+    session: &'a Arc<Session>,
+    settings: &'a EffectiveSettings,
+    job: &'a Job,
+    cancel: CancellationToken,
+    from_extension: bool,
+    summarizer: String,
+}
+
+/// Runs `job` (see the module doc). The caller holds the session's slot. `first` is a snapshot
+/// the caller already took (the automatic path checks it has something to compact before
+/// starting).
+pub(super) async fn run(
+    daemon: &Daemon,
+    session: &Arc<Session>,
+    settings: &EffectiveSettings,
+    job: &Job,
+    first: Option<Snapshot>,
+) -> Result<Completed, Failed> {
+    let started = std::time::Instant::now();
+    let mut run = Run {
+        daemon,
+        session,
+        settings,
+        job,
+        cancel: announce::start(daemon, session, job.reason),
+        from_extension: false,
+        summarizer: String::from("none"),
+    };
+    let pass = run.pass(first).await;
+    *session.running.lock() = None;
+    let ended = Ended {
+        reason: job.reason,
+        will_retry: job.will_retry,
+        from_extension: run.from_extension,
+    };
+    match pass {
+        Ok(p) => {
+            announce::log_compaction(
+                session,
+                job.reason,
+                &run.summarizer,
+                started,
+                Ok((&p.written.result, p.speculative)),
+            );
+            ended.succeeded(
+                daemon,
+                session,
+                &p.written.result,
+                job.write.then_some(&p.written.entry),
+            );
+            Ok(Completed {
+                result: p.written.result,
+                entry: p.written.entry,
+            })
+        }
+        Err(failure) => {
+            announce::log_compaction(session, job.reason, &run.summarizer, started, Err(&failure));
+            let aborted = matches!(failure, CompactionFailure::Cancelled);
+            let error = (!aborted).then(|| {
+                format!(
+                    "{}{}",
+                    announce::failure_prefix(job.reason),
+                    failure.message()
+                )
+            });
+            ended.failed(daemon, session, error.as_deref(), aborted);
+            Err(Failed { failure })
+        }
+    }
+}
+
+impl Run<'_> {
+    /// The session's threshold (`contextWindow − reserveTokens`), when it has a model.
+    fn threshold(&self) -> Option<f64> {
+        let window = self
+            .session
+            .state
+            .lock()
+            .model
+            .as_ref()
+            .map_or(0, |m| m.context_window);
+        (window > 0).then_some(window as f64 - self.settings.compaction.reserve_tokens as f64)
+    }
+
+    /// The summarizer's call for `prep`, with the job's instructions and the retry events.
+    async fn summarize(
+        &mut self,
+        prep: &Preparation,
+        thinking_level: &str,
+    ) -> Result<CompactionOutcome, CompactionFailure> {
+        let engine = engine(self.daemon, self.session, self.settings)?;
+        self.summarizer = announce::summarizer_name(Some(&engine), false);
+        let events = RetryEvents {
+            daemon: self.daemon,
+            session_id: &self.session.id,
+            reason: self.job.reason,
+        };
+        let on_retry = |e: &crate::summarizer::RetryEvent| events.emit(e);
+        generate(
+            prep,
+            &engine,
+            self.job.custom.as_deref(),
+            Some(thinking_level),
+            &self.cancel,
+            &on_retry,
+        )
+        .await
+        .map_err(summarizer_failure)
+    }
+
+    /// The pass after `compaction_start`: a speculation when one is ready for this compaction,
+    /// else prepare, hooks and the summarizer; then finish and write.
+    async fn pass(&mut self, first: Option<Snapshot>) -> Result<Pass, CompactionFailure> {
+        if self.job.use_speculation {
+            let claimed =
+                speculation::claim(self.daemon, self.session, self.settings, &self.cancel).await;
+            if let Some(ready) = claimed {
+                return self.install(ready).await;
+            }
+        }
+        if self.cancel.is_cancelled() {
+            return Err(CompactionFailure::Cancelled);
+        }
+        let snap = match first {
+            Some(s) => s,
+            None => snapshot(self.session, self.settings),
+        };
+        let prep = prepare(&snap)?;
+        let verdict = hooks::ask(
+            self.daemon,
+            Question {
+                session_id: &self.session.id,
+                prep: &prep,
+                path: &snap.path,
+                custom: self.job.custom.as_deref(),
+                reason: self.job.reason,
+                will_retry: self.job.will_retry,
+                speculative: false,
+            },
+            &self.cancel,
+        )
+        .await;
+        let outcome = match verdict {
+            Verdict::Cancel => return Err(CompactionFailure::Cancelled),
+            Verdict::Supplied(o) => {
+                self.from_extension = true;
+                self.summarizer = announce::summarizer_name(None, true);
+                *o
+            }
+            Verdict::Proceed => self.summarize(&prep, &snap.thinking_level).await?,
+        };
+        if self.cancel.is_cancelled() {
+            return Err(CompactionFailure::Cancelled);
+        }
+        let written = finish::write(
+            self.session,
+            Finished {
+                outcome,
+                prep: &prep,
+                anchor: Anchor::Leaf(snap.leaf_id.as_deref()),
+                file_list_limit: self.settings.file_list_limit,
+                write: self.job.write,
+            },
+        )?;
+        if self.job.write {
+            // Another compaction now sits on the branch: a speculation made before it is void.
+            speculation::revalidate(
+                self.daemon,
+                self.session,
+                self.settings,
+                DiscardReason::Compacted,
+            );
+        }
+        Ok(Pass {
+            written,
+            speculative: false,
+        })
+    }
+
+    /// Installs a claimed speculation. When the tail grew so much meanwhile that the context
+    /// would still be at or over the threshold with it, the summary is first updated on top of
+    /// it (Pi's incremental update of the speculative summary, summarizing what lies between its
+    /// cut and a cut made now), and that one entry is written: no request is ever made with a
+    /// context known to be over the threshold, and the speculation's work is not thrown away.
+    async fn install(&mut self, ready: speculation::Claimed) -> Result<Pass, CompactionFailure> {
+        self.from_extension = ready.outcome.from_hook;
+        self.summarizer = ready.summarizer.clone();
+        let (path, thinking_level) = {
+            let state = self.session.state.lock();
+            let path: Vec<Arc<Entry>> =
+                state.branch.iter().map(|&i| state.tree.shared(i)).collect();
+            (path, state.thinking_level.clone())
+        };
+        let over = self
+            .threshold()
+            .is_some_and(|t| finish::estimate_after(&path, &ready.outcome) as f64 >= t);
+        let on_top = if over {
+            speculation::on_top(&path, &ready, &self.settings.compaction)
+        } else {
+            None
+        };
+        let (outcome, prep) = match on_top {
+            Some(mut prep) => {
+                strip_pins(&mut prep);
+                tracing::info!(
+                    session = %self.session.id,
+                    "the speculative summary alone would leave the context over the threshold; updating it on top"
+                );
+                let mut outcome = self.summarize(&prep, &thinking_level).await?;
+                self.from_extension = false;
+                // The context it replaces is the session's now, not the virtual path's.
+                outcome.tokens_before = ready.outcome.tokens_before;
+                speculation::mark(&mut outcome, &ready.origin, true);
+                (outcome, Arc::new(prep))
+            }
+            None => {
+                let mut outcome = ready.outcome;
+                speculation::mark(&mut outcome, &ready.origin, false);
+                (outcome, ready.prep.clone())
+            }
+        };
+        if self.cancel.is_cancelled() {
+            return Err(CompactionFailure::Cancelled);
+        }
+        let written = finish::write(
+            self.session,
+            Finished {
+                outcome,
+                prep: &prep,
+                anchor: Anchor::Cut {
+                    first_kept: &prep.first_kept_entry_id,
+                    previous: ready.previous_compaction.as_deref(),
+                },
+                file_list_limit: self.settings.file_list_limit,
+                write: self.job.write,
+            },
+        )?;
+        Ok(Pass {
+            written,
+            speculative: true,
+        })
+    }
+}
+
+/// Manual `compact` (compaction.md §8.2). Supersedes a running compaction of the session.
+/// With `write` false the entry is not appended (and `session_compact` not sent): the caller
+/// writes it, e.g. a Pi extension returning it from Pi's own `session_before_compact`. Without
+/// custom instructions a ready speculative summary is used (beyond Pi).
+pub async fn compact(
+    daemon: &Daemon,
+    session: &Arc<Session>,
+    custom: Option<String>,
+    write: bool,
+) -> Result<CompactionResult, RpcError> {
+    if let Some(t) = session.running.lock().as_ref() {
+        t.cancel();
+    }
+    let _slot = session.slot.lock().await;
+    let settings = daemon.session_settings(session);
+    let custom = custom.filter(|c| !c.is_empty());
+    let job = Job {
+        reason: Reason::Manual,
+        will_retry: false,
+        use_speculation: custom.is_none(),
+        custom,
+        write,
+    };
+    match run(daemon, session, &settings, &job, None).await {
+        Ok(done) => {
+            if write {
+                // Beyond Pi: a manual compaction resumes paused automatic compaction.
+                session.state.lock().thrash.reset();
+            }
+            Ok(done.result)
+        }
+        Err(f) => Err(f.failure.to_rpc()),
+    }
+}
+
+/// Signals the running compaction or branch summary; true if one was running. A speculation is
+/// left alone: it belongs to no request (`abortCompaction` discards it explicitly).
+pub fn abort(session: &Session) -> bool {
+    match session.running.lock().as_ref() {
+        Some(t) => {
+            t.cancel();
+            true
+        }
+        None => false,
+    }
+}
