@@ -17,24 +17,19 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::net::UnixStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use common::daemon::{Conn, Daemon, FakeProvider};
 use common::{median, ms, percentile, Oracle};
 
 type Res<T> = Result<T, String>;
-
-fn model() -> Value {
-    json!({"provider": "anthropic", "id": "claude-sonnet-4-5", "contextWindow": 200000, "maxTokens": 64000})
-}
 
 /// Knobs of one run: the full benchmark or the smoke version.
 struct Plan {
@@ -47,188 +42,6 @@ struct Plan {
     compact_runs: usize,
     many_sessions: usize,
     isolation_baseline: Duration,
-}
-
-/// A running daemon with its own HOME and XDG directories.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    env: Vec<(&'static str, PathBuf)>,
-}
-
-fn env_dirs(root: &Path) -> Res<Vec<(&'static str, PathBuf)>> {
-    let vars = [
-        ("HOME", "home"),
-        ("XDG_CONFIG_HOME", "config"),
-        ("XDG_DATA_HOME", "data"),
-        ("XDG_STATE_HOME", "state"),
-        ("XDG_CACHE_HOME", "cache"),
-        ("XDG_RUNTIME_DIR", "run"),
-        ("PI_CODING_AGENT_DIR", "agent"),
-    ];
-    let mut out = Vec::new();
-    for (k, d) in vars {
-        let p = root.join(d);
-        std::fs::create_dir_all(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-        out.push((k, p));
-    }
-    Ok(out)
-}
-
-impl Daemon {
-    fn start(bin: &Path, root: &Path, config: Option<&str>) -> Res<Daemon> {
-        let env = env_dirs(root)?;
-        if let Some(text) = config {
-            let dir = root.join("config/compactd");
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-            std::fs::write(dir.join("config.toml"), text).map_err(|e| e.to_string())?;
-        }
-        let socket = root.join("run/bench.sock");
-        let log = std::fs::File::create(root.join("daemon.log")).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(bin);
-        cmd.arg("serve")
-            .arg("--socket")
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .env("COMPACTD_LOG", "warn");
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
-        let mut d = Daemon { child, socket, env };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while UnixStream::connect(&d.socket).is_err() {
-            if Instant::now() > deadline {
-                return Err("daemon did not listen within 30 s".into());
-            }
-            if let Ok(Some(status)) = d.child.try_wait() {
-                let log = std::fs::read_to_string(root.join("daemon.log")).unwrap_or_default();
-                return Err(format!("daemon exited ({status}): {log}"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(d)
-    }
-
-    fn connect(&self) -> Res<Conn> {
-        Conn::new(&self.socket)
-    }
-
-    /// User + system CPU time of the daemon so far, in ms (clock-tick resolution; exited
-    /// threads included).
-    fn cpu_ms(&self) -> f64 {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let tick = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        (tick(11) + tick(12)) * 1000.0 / hz
-    }
-
-    /// (VmRSS, VmHWM) in KiB.
-    fn rss_kb(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
-        (field("VmRSS:"), field("VmHWM:"))
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One NDJSON connection.
-struct Conn {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next_id: u64,
-    line: Vec<u8>,
-}
-
-impl Conn {
-    fn new(socket: &Path) -> Res<Conn> {
-        let s = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
-        s.set_read_timeout(Some(Duration::from_secs(300)))
-            .map_err(|e| e.to_string())?;
-        let writer = s.try_clone().map_err(|e| e.to_string())?;
-        Ok(Conn {
-            reader: BufReader::with_capacity(1 << 16, s),
-            writer,
-            next_id: 1,
-            line: Vec::with_capacity(4096),
-        })
-    }
-
-    /// Reads the next response line (notifications and server requests are skipped).
-    fn read_response(&mut self) -> Res<Value> {
-        loop {
-            self.read_line()?;
-            let v: Value = serde_json::from_slice(&self.line)
-                .map_err(|e| format!("bad response line: {e}"))?;
-            if v.get("method").is_none() {
-                return Ok(v);
-            }
-        }
-    }
-
-    fn read_line(&mut self) -> Res<()> {
-        self.line.clear();
-        let n = self
-            .reader
-            .read_until(b'\n', &mut self.line)
-            .map_err(|e| format!("read: {e}"))?;
-        if n == 0 {
-            return Err("daemon closed the connection".into());
-        }
-        Ok(())
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> Res<Value> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut req =
-            serde_json::to_vec(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}))
-                .map_err(|e| e.to_string())?;
-        req.push(b'\n');
-        self.writer
-            .write_all(&req)
-            .map_err(|e| format!("write: {e}"))?;
-        let v = self.read_response()?;
-        if let Some(err) = v.get("error") {
-            return Err(format!("{method}: {err}"));
-        }
-        Ok(v.get("result").cloned().unwrap_or(Value::Null))
-    }
-
-    fn open(&mut self, path: &Path) -> Res<String> {
-        let info = self.call("openSession", json!({"path": path, "model": model()}))?;
-        info["sessionId"]
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| format!("openSession without sessionId: {info}"))
-    }
 }
 
 /// A copy of `src` under `dir` (sessions are appended to, so every scenario gets its own).
@@ -654,82 +467,6 @@ fn socket(d: &Daemon, f: &SizeFile, dir: &Path, plan: &Plan) -> Res<()> {
 
 // ---------------------------------------------------------------- compaction
 
-/// A fake OpenAI-compatible server on 127.0.0.1 that answers every chat completion at once.
-struct FakeProvider {
-    port: u16,
-    requests: Arc<AtomicU64>,
-    body_bytes: Arc<AtomicU64>,
-}
-
-fn serve_fake_connection(
-    mut s: TcpStream,
-    requests: &AtomicU64,
-    body_bytes: &AtomicU64,
-) -> std::io::Result<()> {
-    s.set_nodelay(true)?;
-    let mut reader = BufReader::new(s.try_clone()?);
-    loop {
-        let mut len = 0usize;
-        let mut first = true;
-        loop {
-            let mut h = String::new();
-            if reader.read_line(&mut h)? == 0 {
-                return Ok(());
-            }
-            let h = h.trim_end();
-            if h.is_empty() && !first {
-                break;
-            }
-            first = false;
-            if let Some((k, v)) = h.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-            }
-        }
-        let mut body = vec![0u8; len];
-        reader.read_exact(&mut body)?;
-        requests.fetch_add(1, Ordering::Relaxed);
-        body_bytes.fetch_add(len as u64, Ordering::Relaxed);
-        let reply = "## Goal\nBenchmark summary.\n\n## Progress\n- Done: everything so far.\n\n## Next Steps\n1. Continue.";
-        let input = len / 4;
-        let c1 = json!({"id":"chatcmpl-bench","object":"chat.completion.chunk","created":0,"model":"fake-gpt","choices":[{"index":0,"delta":{"role":"assistant","content":reply},"finish_reason":null}]});
-        let c2 = json!({"id":"chatcmpl-bench","object":"chat.completion.chunk","created":0,"model":"fake-gpt","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":input,"completion_tokens":30,"total_tokens":input + 30}});
-        let sse = format!("data: {c1}\n\ndata: {c2}\n\ndata: [DONE]\n\n");
-        // One write of the whole response: several small writes would meet Nagle's algorithm
-        // and delayed ACKs on loopback and add tens of milliseconds that are not compactd's.
-        let response = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{sse}",
-            sse.len()
-        );
-        s.write_all(response.as_bytes())?;
-        s.flush()?;
-    }
-}
-
-impl FakeProvider {
-    fn start() -> Res<FakeProvider> {
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
-        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-        let requests = Arc::new(AtomicU64::new(0));
-        let body_bytes = Arc::new(AtomicU64::new(0));
-        let (r, b) = (requests.clone(), body_bytes.clone());
-        std::thread::spawn(move || {
-            for s in listener.incoming().flatten() {
-                let (r, b) = (r.clone(), b.clone());
-                std::thread::spawn(move || {
-                    let _ = serve_fake_connection(s, &r, &b);
-                });
-            }
-        });
-        Ok(FakeProvider {
-            port,
-            requests,
-            body_bytes,
-        })
-    }
-}
-
 fn compaction(
     d: &Daemon,
     engine: &str,
@@ -1050,22 +787,12 @@ fn run() -> Res<()> {
     socket(&d, smallest, &sessions, &plan)?;
 
     let fake = FakeProvider::start()?;
-    let fake_daemon = Daemon::start(
-        &bin,
-        &root.join("fake"),
-        Some(&format!(
-            "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nmodel = \"fake-gpt\"\nretry = {{ enabled = false }}\n",
-            fake.port
-        )),
-    )?;
+    let fake_daemon = Daemon::start(&bin, &root.join("fake"), Some(&fake.config()))?;
     // The same provider with redaction off: how much of the overhead is the secret scan.
     let fake_plain = Daemon::start(
         &bin,
         &root.join("fake-plain"),
-        Some(&format!(
-            "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nmodel = \"fake-gpt\"\nretry = {{ enabled = false }}\n[redaction]\nenabled = false\n",
-            fake.port
-        )),
+        Some(&format!("{}[redaction]\nenabled = false\n", fake.config())),
     )?;
     println!("compaction (median of {}):", plan.compact_runs);
     for mb in compact_sizes {

@@ -5,6 +5,8 @@
 //! same file, and small statistics helpers. Everything is measured in the run that prints it.
 #![allow(dead_code)]
 
+pub mod daemon;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -6,8 +6,13 @@
  * `session_before_compact` this extension asks the daemon, over its Unix socket, to compact the
  * same session file with `write: false` (the daemon prepares, summarizes and validates but
  * appends nothing) and returns the result as Pi's custom compaction, so Pi itself appends the
- * entry (`fromHook: true`) exactly as with any extension-supplied summary. The daemon's hold on
- * the session (and its lock) is released before Pi writes.
+ * entry (`fromHook: true`) exactly as with any extension-supplied summary. The daemon never
+ * writes to Pi's file.
+ *
+ * Speculation (beyond Pi): the extension holds the session in the daemon and, after every turn,
+ * has it read Pi's new lines (`syncSession`). With an LLM summarizer the daemon then summarizes
+ * in the background once the context passes 75 % of the threshold, and Pi's compaction gets
+ * that summary at once instead of waiting for a model.
  *
  * When the daemon is unreachable the extension returns nothing, so Pi compacts as usual, and
  * says so once per Pi process. Any other refusal (a different branch on disk, a daemon error)
@@ -40,6 +45,7 @@ interface BeforeCompactEvent {
 
 interface ExtensionApi {
 	on(event: "session_before_compact", handler: (event: BeforeCompactEvent, ctx: NotifyingContext) => Promise<Json>): void;
+	on(event: "turn_end" | "session_shutdown", handler: (event: unknown, ctx: NotifyingContext) => void): void;
 }
 
 /** The socket this extension talks to (see the file comment). */
@@ -63,6 +69,7 @@ class DaemonError extends Error {
 
 /** One NDJSON JSON-RPC connection; requests resolve with the result or reject with DaemonError. */
 class Connection {
+	closed = false;
 	private buffer = "";
 	private nextId = 1;
 	private pending = new Map<number, { resolve(v: Json): void; reject(e: Error): void }>();
@@ -72,6 +79,7 @@ class Connection {
 		socket.on("data", (chunk: string) => this.receive(chunk));
 		socket.on("error", () => {});
 		socket.on("close", () => {
+			this.closed = true;
 			for (const p of this.pending.values()) p.reject(new DaemonError("compactd closed the connection", "io"));
 			this.pending.clear();
 		});
@@ -131,28 +139,118 @@ class Connection {
 	}
 }
 
+/**
+ * The daemon's view of this Pi session, held for as long as the session runs: one connection
+ * and one `openSession` hold, so a speculative compaction the daemon starts after a turn
+ * survives until Pi's compaction asks for it. Reopened when the connection drops, when Pi
+ * switches to another session file, or when the model changes (the daemon's threshold follows
+ * the model's window).
+ */
+class HeldSession {
+	private constructor(
+		readonly conn: Connection,
+		readonly file: string,
+		readonly sessionId: string,
+		private modelKey: string,
+	) {}
+
+	/** Opens `file` in the daemon over a new connection. */
+	static async open(sock: string, file: string, model: Json | undefined): Promise<HeldSession> {
+		const conn = await Connection.open(sock);
+		try {
+			const info = await conn.request("openSession", model ? { path: file, model } : { path: file });
+			return new HeldSession(conn, file, info.sessionId, JSON.stringify(model ?? null));
+		} catch (e) {
+			conn.close();
+			throw e;
+		}
+	}
+
+	/** Tells the daemon the model Pi uses now, when it changed (no entry is written). */
+	async follow(model: Json | undefined): Promise<void> {
+		const key = JSON.stringify(model ?? null);
+		if (key === this.modelKey || !model) return;
+		await this.conn.request("openSession", { path: this.file, model });
+		this.modelKey = key;
+	}
+
+	/** The daemon reads Pi's new lines (and may start a speculative compaction). */
+	sync(): Promise<Json> {
+		return this.conn.request("syncSession", { sessionId: this.sessionId });
+	}
+
+	close(): void {
+		this.conn.close();
+	}
+}
+
+/** The model Pi uses, as the daemon's `openSession` takes it (undefined when incomplete). */
+function modelOf(ctx: NotifyingContext): Json | undefined {
+	const m = ctx.model;
+	return m && typeof m.contextWindow === "number" && typeof m.maxTokens === "number"
+		? { provider: m.provider, id: m.id, contextWindow: m.contextWindow, maxTokens: m.maxTokens }
+		: undefined;
+}
+
+/** The held session of one Pi session (each extension instance has its own). */
+class Holder {
+	/** A promise, so concurrent callers share one open. */
+	private held: Promise<HeldSession> | undefined;
+
+	/** The held session for Pi's current file, opened (or reopened) as needed. */
+	async session(ctx: NotifyingContext, sock: string): Promise<HeldSession> {
+		const file = ctx.sessionManager.getSessionFile();
+		if (!file) throw new DaemonError("the session is not saved to a file", undefined);
+		let current = this.held && (await this.held.catch(() => undefined));
+		if (current && (current.file !== file || current.conn.closed)) {
+			current.close();
+			current = undefined;
+		}
+		if (!current) {
+			this.held = HeldSession.open(sock, file, modelOf(ctx));
+			current = await this.held.catch((e) => {
+				this.held = undefined;
+				throw e;
+			});
+		}
+		await current.follow(modelOf(ctx));
+		return current;
+	}
+
+	/**
+	 * After every turn: the daemon reads the lines Pi just wrote, and starts a speculative
+	 * compaction once the context passes `compaction.speculativeAt` of the threshold, so Pi's
+	 * compaction finds the summary ready. Never delays the agent (not awaited) and never
+	 * notifies: an unreachable daemon is reported when a compaction needs it.
+	 */
+	afterTurn(ctx: NotifyingContext, sock: string): void {
+		if (!ctx.sessionManager.getSessionFile()) return;
+		this.session(ctx, sock)
+			.then((s) => s.sync())
+			.catch(() => {});
+	}
+
+	close(): void {
+		const h = this.held;
+		this.held = undefined;
+		h?.then((s) => s.close()).catch(() => {});
+	}
+}
+
 /** Asks the daemon for the compaction Pi is about to make; throws Unreachable or DaemonError. */
-async function compactWithDaemon(event: BeforeCompactEvent, ctx: NotifyingContext, sock: string): Promise<Json> {
-	const file = ctx.sessionManager.getSessionFile();
-	if (!file) throw new DaemonError("the session is not saved to a file", undefined);
-	const conn = await Connection.open(sock);
-	let sessionId: string | undefined;
+async function compactWithDaemon(event: BeforeCompactEvent, ctx: NotifyingContext, sock: string, holder: Holder): Promise<Json> {
+	const session = await holder.session(ctx, sock);
+	const { conn, sessionId } = session;
 	let overridden = false;
 	const abort = () => {
-		if (sessionId) conn.request("abortCompaction", { sessionId }).catch(() => {});
+		conn.request("abortCompaction", { sessionId }).catch(() => {});
 	};
 	event.signal?.addEventListener("abort", abort, { once: true });
 	try {
-		const m = ctx.model;
-		const model =
-			m && typeof m.contextWindow === "number" && typeof m.maxTokens === "number"
-				? { provider: m.provider, id: m.id, contextWindow: m.contextWindow, maxTokens: m.maxTokens }
-				: undefined;
-		const info = await conn.request("openSession", model ? { path: file, model } : { path: file });
-		sessionId = info.sessionId;
 		// The daemon reads the file; Pi's leaf must be its last entry, or the branches differ.
-		if (info.leafId !== ctx.sessionManager.getLeafId()) {
-			throw new DaemonError(`the file's last entry (${info.leafId}) is not Pi's current leaf`, "leaf_moved");
+		const synced = await session.sync();
+		if (synced.leafId !== ctx.sessionManager.getLeafId()) {
+			throw new DaemonError(`the file's last entry (${synced.leafId}) is not Pi's current leaf`, "leaf_moved");
 		}
 		// Pi's settings decide the cut. The daemon reads the same files, so they normally agree;
 		// when they do not (an override of Pi's), the daemon is told Pi's for this compaction.
@@ -165,6 +263,8 @@ async function compactWithDaemon(event: BeforeCompactEvent, ctx: NotifyingContex
 				overridden = true;
 			}
 		}
+		// Without instructions a speculative summary the daemon made after an earlier turn is
+		// returned at once (beyond Pi).
 		const params: Json = { sessionId, write: false };
 		if (event.customInstructions) params.customInstructions = event.customInstructions;
 		const result = await conn.request("compact", params);
@@ -180,20 +280,19 @@ async function compactWithDaemon(event: BeforeCompactEvent, ctx: NotifyingContex
 		return { compaction };
 	} finally {
 		event.signal?.removeEventListener("abort", abort);
-		if (sessionId) {
-			if (overridden) await conn.request("setSettingsOverrides", { sessionId, compaction: null }).catch(() => {});
-			await conn.request("closeSession", { sessionId }).catch(() => {});
-		}
-		conn.close();
+		if (overridden) await conn.request("setSettingsOverrides", { sessionId, compaction: null }).catch(() => {});
 	}
 }
 
 export default function compactd(pi: ExtensionApi): void {
 	let toldUnreachable = false;
+	const holder = new Holder();
+	pi.on("turn_end", (_event, ctx) => holder.afterTurn(ctx, socketPath()));
+	pi.on("session_shutdown", () => holder.close());
 	pi.on("session_before_compact", async (event, ctx) => {
 		const sock = socketPath();
 		try {
-			return await compactWithDaemon(event, ctx, sock);
+			return await compactWithDaemon(event, ctx, sock, holder);
 		} catch (e) {
 			if (event.signal?.aborted) return { cancel: true };
 			if (e instanceof Unreachable) {

@@ -13,6 +13,8 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import fs from "node:fs";
+import http from "node:http";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -38,6 +40,58 @@ if (why) console.log(`# SKIPPED: ${why}`);
 
 // The bundle is what the `pi` command runs (its package index imports an undeclared package).
 const loadPi = () => import(pathToFileURL(path.join(PI_DIST, "bundle/index.js")).href);
+
+/** A summarizer that takes `delayMs` per request (OpenAI chat completions, streamed). */
+async function startSlowSummarizer(delayMs, text) {
+	const requests = [];
+	const server = http.createServer((req, res) => {
+		let raw = "";
+		req.on("data", (c) => (raw += c));
+		req.on("end", () => {
+			requests.push(JSON.parse(raw));
+			setTimeout(() => {
+				res.writeHead(200, { "content-type": "text/event-stream" });
+				const base = { id: "slow", object: "chat.completion.chunk", created: 0, model: "slow" };
+				const chunk = (o) => res.write(`data: ${JSON.stringify({ ...base, ...o })}\n\n`);
+				chunk({ choices: [{ index: 0, delta: { role: "assistant", content: text }, finish_reason: null }] });
+				chunk({ choices: [{ index: 0, delta: {}, finish_reason: "stop" }], usage: { prompt_tokens: 100, completion_tokens: 5, total_tokens: 105 } });
+				res.write("data: [DONE]\n\n");
+				res.end();
+			}, delayMs);
+		});
+	});
+	await new Promise((r) => server.listen(0, "127.0.0.1", r));
+	return { port: server.address().port, requests, close: () => new Promise((r) => server.close(r)) };
+}
+
+/** One JSON-RPC request to the daemon on `sock` over a connection of its own. */
+function rpc(sock, method, params) {
+	return new Promise((resolve, reject) => {
+		const s = net.connect(sock);
+		let buf = "";
+		s.on("connect", () => s.write(`${JSON.stringify({ jsonrpc: "2.0", id: 1, method, params })}\n`));
+		s.on("data", (d) => {
+			buf += d;
+			const nl = buf.indexOf("\n");
+			if (nl < 0) return;
+			const m = JSON.parse(buf.slice(0, nl));
+			s.end();
+			if (m.error) reject(new Error(m.error.message));
+			else resolve(m.result);
+		});
+		s.on("error", reject);
+	});
+}
+
+async function until(what, f, ms = 30000) {
+	const deadline = Date.now() + ms;
+	for (;;) {
+		const v = await f();
+		if (v) return v;
+		if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+		await new Promise((r) => setTimeout(r, 25));
+	}
+}
 
 function lines(file) {
 	return fs
@@ -227,6 +281,85 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 		assert.deepEqual(all.slice(-2).map((e) => e.message?.role), ["user", "assistant"], "then the turn ran");
 		assert.equal(session.agent.state.messages[0].summary, entry.summary);
 		assert.deepEqual(notes, []);
+	});
+
+	test("speculation: once the daemon has speculated, Pi's compaction takes no summarizer time", async () => {
+		// A second daemon with a slow LLM summarizer (2 s a call), reading Pi's own settings.
+		const slow = await startSlowSummarizer(2000, "SPECULATIVE-SUMMARY");
+		const run2 = path.join(tmp, "run2");
+		fs.mkdirSync(run2, { mode: 0o700 });
+		const sock2 = path.join(run2, "compactd.sock");
+		const config = path.join(tmp, "config2");
+		fs.mkdirSync(path.join(config, "compactd"), { recursive: true });
+		fs.writeFileSync(
+			path.join(config, "compactd", "config.toml"),
+			`[summarizer]\nprovider = "openai-completions"\nbase_url = "http://127.0.0.1:${slow.port}/v1"\nmodel = "slow"\nretry = { enabled = false }\n`,
+		);
+		const env = { ...process.env, PI_CODING_AGENT_DIR: mods.agentDir, XDG_CONFIG_HOME: config, RUST_LOG: "warn" };
+		const daemon2 = spawn(BIN, ["serve", "--socket", sock2], { env, stdio: "ignore" });
+		try {
+			await until("the second daemon", () => fs.existsSync(sock2));
+			process.env.COMPACTD_SOCKET = sock2;
+			fake.state.replies = { history: "Done.", turnPrefix: "-" };
+			// Measure the context a first turn reports (the fake's usage is a function of the
+			// request), on a throwaway copy.
+			const probeFile = sessionCopy("speculation-probe");
+			const probe = await piSession(probeFile, []);
+			await probe.prompt("Next step, please.");
+			const used = (m) => m.usage.input + m.usage.output + m.usage.cacheRead + m.usage.cacheWrite;
+			const reported = used(lines(probeFile).filter((e) => e.message?.role === "assistant").at(-1).message);
+			// A window whose threshold (window − 16384 reserve) puts that turn at 85 %: past the
+			// daemon's 75 %, short of Pi's compaction.
+			const threshold = Math.ceil(reported / 0.85);
+			const file = sessionCopy("speculation");
+			const notes = [];
+			const session = await piSession(file, notes, { ...mods.model, contextWindow: threshold + 16384 });
+			const timeline = [];
+			session.subscribe((e) => {
+				if (e.type === "compaction_start" || e.type === "compaction_end") timeline.push({ type: e.type, at: Date.now(), e });
+			});
+			await session.prompt("Next step, please.");
+			await session.waitForIdle();
+			assert.equal(timeline.length, 0, "under Pi's threshold: no compaction yet");
+			// After the turn the extension had the daemon read Pi's lines: it speculates.
+			const info = await until("the session in the daemon", async () =>
+				(await rpc(sock2, "listSessions", {})).find((s) => s.path === fs.realpathSync(file)),
+			);
+			await until("the speculative summary", async () =>
+				(await rpc(sock2, "previewCompaction", { sessionId: info.sessionId })).speculation?.state === "ready",
+			);
+			// One compaction's calls (two when the cut splits a turn), made in the background.
+			const background = slow.requests.length;
+			assert.ok(background >= 1 && background <= 2, `${background} summarization calls`);
+			// A big request (about 30 % more context) takes it past Pi's threshold, not past the
+			// window: Pi compacts after the turn, at the threshold.
+			const request = "Also port the reader to the new buffer API. ";
+			await session.prompt(request.repeat(Math.ceil((reported * 0.3 * 4) / request.length)));
+			await session.waitForIdle();
+			const start = timeline.find((t) => t.type === "compaction_start");
+			const end = timeline.find((t) => t.type === "compaction_end");
+			assert.ok(start && end, "Pi compacted");
+			assert.equal(start.e.reason, "threshold");
+			const took = end.at - start.at;
+			console.log(`# Pi's threshold compaction took ${took} ms (the summarizer takes 2000 ms a call)`);
+			assert.ok(took < 300, `Pi's compaction took ${took} ms with the summary ready`);
+			assert.equal(slow.requests.length, background, "no summarization request during Pi's compaction");
+			const entry = lines(file).filter((e) => e.type === "compaction").at(-1);
+			assert.equal(entry.fromHook, true);
+			assert.match(entry.summary, /^SPECULATIVE-SUMMARY/);
+			assert.ok(entry.details.speculative, "details.speculative");
+			const context = mods.sessions.SessionManager.open(file).buildSessionContext();
+			assert.equal(context.messages[0].summary, entry.summary);
+			assert.deepEqual(notes, []);
+			session.dispose?.();
+			probe.dispose?.();
+		} finally {
+			const exited = new Promise((r) => daemon2.once("exit", r));
+			daemon2.kill("SIGTERM");
+			await exited;
+			await slow.close();
+			fake.state.replies = { history: "PI-OWN-SUMMARY", turnPrefix: "PI-OWN-TURN-PREFIX" };
+		}
 	});
 
 	test("daemon unreachable: Pi compacts on its own, with one notification", async () => {
