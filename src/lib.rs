@@ -24,8 +24,9 @@
 //! - [`config`]: the one configuration struct (TOML, typed at parse time), engine selection and
 //!   construction.
 //! - [`daemon`]: open sessions shared by connections, the method handlers, Pi's compaction
-//!   lifecycle and its pure automatic decision, events, hooks, settings files, tree navigation,
-//!   and the beyond-Pi lanes (pins, undo/edit, the thrash breaker, history recall).
+//!   lifecycle (one compaction runner) and its pure automatic decision, events, hooks, settings
+//!   files, tree navigation, and the beyond-Pi lanes (speculative compaction, pins, undo/edit,
+//!   the thrash breaker, history recall).
 //! - [`transport`]: framing, typed wire messages, the per-connection loop, the dispatch table
 //!   generated from the method list, stdio and Unix-socket listeners.
 //! - [`cli`]: the command-line front end (`serve`, `stdio`, `inspect`, `compact`).

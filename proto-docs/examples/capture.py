@@ -148,6 +148,7 @@ def scenario(home):
     rec("closeSession", "closeSession", {"sessionId": sid})
     info = rec("openSession", "openSession", {"path": path, "model": model})["result"]
     sid = info["sessionId"]
+    rec("syncSession", "syncSession", {"sessionId": sid})
     rec("appendEntry", "appendEntry", {"sessionId": sid, "entry": {"type": "session_info", "name": "Parser: blank lines"}})
     rec("appendEntry_label", "appendEntry", {"sessionId": sid, "entry": {"type": "label", "targetId": ids[0], "label": "start"}})
     rec("setModel", "setModel", {"sessionId": sid, "model": model})

@@ -333,3 +333,69 @@ pub fn prepare_branch(
         view.tree.shared(view.positions[i])
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compaction::summary::{compaction_entry, CompactionOutcome};
+    use serde_json::json;
+
+    /// A user request of `chars` characters (`chars / 4` estimated tokens).
+    fn user(id: &str, chars: usize) -> Entry {
+        Entry::from_value(
+            json!({"type":"message","id":id,"parentId":null,"message":{"role":"user","content":"x".repeat(chars)}}),
+        )
+    }
+
+    /// An unwritten compaction with `summary`, cut at `first_kept`, carrying file details.
+    fn speculative(first_kept: &str, summary: &str) -> Entry {
+        let outcome = CompactionOutcome {
+            summary: summary.into(),
+            first_kept_entry_id: first_kept.into(),
+            tokens_before: 0.0,
+            usage: None,
+            details: json!({"readFiles": ["a.rs"], "modifiedFiles": []}),
+            from_hook: false,
+        };
+        Entry::from_value(compaction_entry("spec", None, "t", &outcome))
+    }
+
+    #[test]
+    fn on_top_summarizes_between_the_two_cuts_with_the_unwritten_summary_as_previous() {
+        // u0..u9, 100 tokens each; the speculation cut at u3 (it had summarized u0..u2) and
+        // would have been installed after u5.
+        let entries: Vec<Entry> = (0..10).map(|i| user(&format!("u{i}"), 400)).collect();
+        let path: Vec<&Entry> = entries.iter().collect();
+        let spec = speculative("u3", "SPECULATIVE");
+        let settings = CompactionSettings {
+            enabled: true,
+            reserve_tokens: 100,
+            keep_recent_tokens: 250,
+        };
+        let prep = prepare_on_top(&path, 5, &spec, &settings).expect("something to summarize");
+        assert_eq!(prep.previous_summary.as_deref(), Some("SPECULATIVE"));
+        // Pi's cut, keeping 250 tokens of the 500 after u5 and the summary: u7.
+        assert_eq!(prep.first_kept_entry_id, "u7");
+        let ids: Vec<&str> = prep
+            .messages_to_summarize
+            .iter()
+            .filter_map(|m| m.entry_id())
+            .collect();
+        assert_eq!(
+            ids,
+            ["u3", "u4", "u5", "u6"],
+            "from the speculation's cut on"
+        );
+        assert!(
+            prep.file_ops.read.contains("a.rs"),
+            "its details seed the files"
+        );
+        // Placed at the end, the same compaction leaves nothing (Pi refuses after a compaction).
+        let mut at_end = path.clone();
+        at_end.push(&spec);
+        assert_eq!(
+            prepare_compaction(&at_end, &settings).err(),
+            Some(NothingToCompact::AlreadyCompacted)
+        );
+    }
+}
