@@ -43,6 +43,22 @@ pub type OnRetry<'a> = dyn Fn(&RetryEvent) + Send + Sync + 'a;
 /// An [`OnRetry`] for callers with nobody to tell about retries.
 pub fn ignore_retries(_: &RetryEvent) {}
 
+/// Sums the usage every provider call of a summary reported, failed attempts and retries
+/// included: what the summary cost (beyond Pi; Pi's `usage` field counts the successful calls).
+#[derive(Debug, Default)]
+pub struct Meter(parking_lot::Mutex<Usage>);
+
+impl Meter {
+    pub fn add(&self, usage: &Usage) {
+        let mut total = self.0.lock();
+        *total = total.combine(usage);
+    }
+
+    pub fn total(&self) -> Usage {
+        *self.0.lock()
+    }
+}
+
 /// Pi's message for an aborted compaction.
 pub const CANCELLED: &str = "Compaction cancelled";
 
@@ -139,6 +155,7 @@ struct Provider<'a> {
     redaction: &'a RedactionConfig,
     cancel: &'a CancellationToken,
     on_retry: &'a OnRetry<'a>,
+    meter: &'a Meter,
 }
 
 impl Provider<'_> {
@@ -161,7 +178,11 @@ impl Provider<'_> {
             timestamp_ms: ids::now_ms(),
         };
         let reply = retry_call(
-            || self.client.complete(&request, self.cancel),
+            || async {
+                let reply = self.client.complete(&request, self.cancel).await;
+                self.meter.add(&reply.usage);
+                reply
+            },
             self.retry,
             self.cancel,
             |event| {
@@ -192,10 +213,12 @@ fn mark_fallback(mut outcome: CompactionOutcome, reason: String) -> CompactionOu
 /// work, see [`crate::cpu`]); an LLM engine runs `llm` against its [`Provider`]. When the LLM
 /// fails to summarize, an engine configured to fall back runs `extractive` instead and passes the
 /// result and the failure to `fallback`; a summary kind that never falls back passes `None`.
+#[allow(clippy::too_many_arguments)]
 async fn dispatch<'a, T, Fut>(
     engine: &'a SummaryEngine,
     cancel: &'a CancellationToken,
     on_retry: &'a OnRetry<'a>,
+    meter: &'a Meter,
     extractive: impl FnOnce(&'a RedactionConfig) -> T,
     llm: impl FnOnce(Provider<'a>) -> Fut,
     fallback: Option<fn(T, String) -> T>,
@@ -221,6 +244,7 @@ where
                 redaction,
                 cancel,
                 on_retry,
+                meter,
             },
             *fallback_extractive,
         ),
@@ -240,7 +264,8 @@ where
 
 /// Pi's `compact(preparation, …)`: generates the summary text and returns the result (nothing
 /// is written). Calls are sequential: history first, then the turn prefix of a split turn. The
-/// calls' retries are reported to `on_retry`.
+/// calls' retries are reported to `on_retry`, and every call's usage is added to `meter`.
+#[allow(clippy::too_many_arguments)]
 pub async fn generate(
     prep: &Preparation,
     engine: &SummaryEngine,
@@ -248,11 +273,13 @@ pub async fn generate(
     thinking_level: Option<&str>,
     cancel: &CancellationToken,
     on_retry: &OnRetry<'_>,
+    meter: &Meter,
 ) -> Result<CompactionOutcome, CompactError> {
     dispatch(
         engine,
         cancel,
         on_retry,
+        meter,
         |redaction| generate_extractive(prep, custom_instructions, redaction),
         |provider| generate_llm(prep, provider, custom_instructions, thinking_level),
         Some(mark_fallback),
@@ -419,6 +446,7 @@ pub async fn summarize_branch(
         engine,
         cancel,
         on_retry,
+        &Meter::default(),
         |redaction| extractive_branch(inputs, redaction),
         |provider| llm_branch(inputs, provider),
         None,
@@ -538,6 +566,7 @@ pub async fn compact_file(
         thinking.as_str(),
         cancel,
         on_retry,
+        &Meter::default(),
     )
     .await?;
     if cancel.is_cancelled() {
@@ -591,14 +620,20 @@ mod tests {
                 let mut prompts = self.prompts.lock();
                 prompts.push(request.prompt_text.clone());
                 if prompts.len() <= self.failures {
-                    return AssistantReply::error("503 overloaded", Some(503));
+                    // A provider may bill a call that then fails.
+                    let mut failed = AssistantReply::error("503 overloaded", Some(503));
+                    failed.usage.input = 100;
+                    return failed;
                 }
-                AssistantReply {
+                let mut reply = AssistantReply {
                     text_blocks: vec!["summary".into()],
                     stop_reason: StopReason::Stop,
                     error_message: None,
                     ..AssistantReply::aborted()
-                }
+                };
+                reply.usage.input = 200;
+                reply.usage.output = 10;
+                reply
             })
         }
     }
@@ -720,5 +755,51 @@ mod tests {
         let prompts = client.prompts.lock();
         assert!(prompts.len() >= 2, "one failure, then the calls");
         assert_eq!(prompts[0], prompts[1], "the retry resends the failed call");
+    }
+
+    #[tokio::test]
+    async fn the_meter_counts_every_attempt_and_the_usage_field_only_the_answer() {
+        let Some(fixture) = crate::test_fixtures::case_file(
+            "the_meter_counts_every_attempt_and_the_usage_field_only_the_answer",
+            "009-bash-executions",
+            "session.jsonl",
+        ) else {
+            return;
+        };
+        let bytes = std::fs::read(&fixture).expect("read fixture");
+        let crate::session::ReadOutcome::Session(parsed) = crate::session::read_session(&bytes)
+        else {
+            panic!("not a session");
+        };
+        let tree = SessionTree::from_parsed(parsed);
+        let branch = tree.branch();
+        let path = tree.refs(&branch);
+        let settings = CompactionSettings {
+            enabled: true,
+            reserve_tokens: 16384,
+            keep_recent_tokens: 2000,
+        };
+        let prep = crate::compaction::prepare_compaction(&path, &settings).expect("prepared");
+        let calls = if prep.is_split_turn { 2 } else { 1 };
+        let client = Arc::new(FlakyClient {
+            failures: 1,
+            prompts: Mutex::new(Vec::new()),
+        });
+        let meter = Meter::default();
+        let outcome = generate(
+            &prep,
+            &flaky_engine(client),
+            None,
+            None,
+            &CancellationToken::new(),
+            &ignore_retries,
+            &meter,
+        )
+        .await
+        .expect("summarized after a retry");
+        // Pi's usage: the answering calls; the meter: the failed attempt too.
+        assert_eq!(outcome.usage.map(|u| u.input), Some(200 * calls));
+        assert_eq!(meter.total().input, 200 * calls + 100);
+        assert_eq!(meter.total().output, 10 * calls);
     }
 }

@@ -167,6 +167,36 @@ pub struct Config {
     /// Providers by the name sessions record in their model (`anthropic`, `openai`, …).
     pub providers: std::collections::BTreeMap<String, ProviderConfig>,
     pub storage: StorageConfig,
+    /// Beyond Pi: `[prices."<model id>"]` or `[prices."<provider>/<model id>"]`, USD per
+    /// million tokens (`input`, `output`, `cache_read`, `cache_write`), over the built-in table
+    /// (`accounting::prices`).
+    pub prices: crate::accounting::PriceTable,
+}
+
+impl Config {
+    /// The price of a summarizer's model (`None` for the extractive one: it costs nothing, and
+    /// callers report it as free).
+    pub fn summarizer_price(&self, engine: &SummaryEngine) -> Option<crate::accounting::Price> {
+        match engine {
+            SummaryEngine::Llm { model, .. } => {
+                self.prices.lookup(Some(&model.provider), &model.id)
+            }
+            SummaryEngine::Extractive { .. } => None,
+        }
+    }
+
+    /// What a summarizer's calls cost: `usage` priced at its model's price; the extractive
+    /// engine reports zero tokens at a known price of 0.
+    pub fn summarizer_cost(
+        &self,
+        engine: &SummaryEngine,
+        usage: &crate::summarizer::Usage,
+    ) -> crate::accounting::Cost {
+        match engine {
+            SummaryEngine::Extractive { .. } => crate::accounting::Cost::FREE,
+            SummaryEngine::Llm { .. } => usage.cost(self.summarizer_price(engine)),
+        }
+    }
 }
 
 /// `[storage]`: where sessions may live, how big they may be, how durable appends are.

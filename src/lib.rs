@@ -3,6 +3,8 @@
 //! Module map, in layers (each imports only the layers before it; `ARCHITECTURE.md` follows
 //! one compaction through them):
 //! - [`json`]: JavaScript-compatible JSON (UTF-16 lengths, `JSON.stringify` order and numbers).
+//! - [`accounting`]: beyond Pi, what compactions cost and save — prices, costs, the economics of
+//!   a compaction due now, calibrated estimates (plain arithmetic, below the session model).
 //! - [`estimate`]: Pi's token estimate of one message and the usage a reply reports — the
 //!   primitives the session reader and the compaction core share.
 //! - [`session`]: Pi session files in memory — entries as line bytes plus facts read in one
@@ -31,6 +33,7 @@
 //!   generated from the method list, stdio and Unix-socket listeners.
 //! - [`cli`]: the command-line front end (`serve`, `stdio`, `inspect`, `compact`).
 //! - [`cpu`]: CPU-heavy work run without stalling the async workers.
+pub mod accounting;
 pub mod cli;
 pub mod compaction;
 pub mod compactor;

@@ -277,6 +277,7 @@ fn scenario(env: &Env) -> Client {
         json!({"sessionId": sid, "compaction": {"keepRecentTokens": 800, "fileListLimit": 3}}),
     );
     c.ok("getSettings", json!({"sessionId": sid}));
+    c.ok("getCostReport", json!({"sessionId": sid}));
     c.ok("previewCompaction", json!({"sessionId": sid}));
     c.ok(
         "previewCompaction",

@@ -167,6 +167,7 @@ def scenario(home):
     rec("subscribe", "subscribe", {"sessionId": sid})
     rec("registerHooks", "registerHooks", {"sessionId": sid, "hooks": ["session_before_compact", "session_compact", "session_compact_failed", "session_before_tree"], "timeoutMs": 5000})
     rec("compact", "compact", {"sessionId": sid, "customInstructions": "Focus on the parser fix."})
+    rec("getCostReport", "getCostReport", {"sessionId": sid})
     rec("getContextUsage_after", "getContextUsage", {"sessionId": sid})
     rec("compact_already", "compact", {"sessionId": sid})
     hits = rec("searchHistory", "searchHistory", {"sessionId": sid, "query": "EMPTY LINE", "limit": 2})["result"]

@@ -41,6 +41,17 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// The tokens this usage reports, priced at `price` (beyond Pi: compactd's accounting).
+    pub fn cost(&self, price: Option<crate::accounting::Price>) -> crate::accounting::Cost {
+        crate::accounting::Cost::of(
+            self.input,
+            self.output,
+            self.cache_read,
+            self.cache_write,
+            price,
+        )
+    }
+
     /// Pi's `combineUsage`: field-wise sums; optional members present if either side has them.
     pub fn combine(&self, other: &Usage) -> Usage {
         fn opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {

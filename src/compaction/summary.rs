@@ -206,6 +206,11 @@ pub struct CompactionResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Value")]
     pub details: Option<Value>,
+    /// Beyond Pi: what the compaction's summarization calls cost (history, turn prefix and
+    /// retries), priced at the summarizer's model; `usd` is null for an unknown price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "crate::accounting::Cost")]
+    pub cost: Option<crate::accounting::Cost>,
 }
 
 impl CompactionResult {
@@ -218,6 +223,7 @@ impl CompactionResult {
             estimated_tokens_after,
             usage: outcome.usage,
             details: (!outcome.details.is_null()).then(|| outcome.details.clone()),
+            cost: None,
         }
     }
 }

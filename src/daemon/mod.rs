@@ -17,6 +17,7 @@ pub mod navigate;
 pub mod pins;
 pub mod session;
 pub mod settings;
+pub mod spend;
 pub mod thrash;
 pub mod undo;
 
@@ -29,6 +30,8 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::accounting::Calibration;
+use crate::compaction::tokens::ContextEstimate;
 use crate::compactor::SummaryEngine;
 use crate::config::{Config, EngineKey};
 use crate::rpc::errors::{ErrorKind, RpcError};
@@ -99,6 +102,9 @@ pub struct Daemon {
     hook_seq: AtomicU64,
     /// `setSettingsOverrides` without a session: applies to every session.
     pub global_overrides: Mutex<Option<Value>>,
+    /// Beyond Pi: per model (`provider/id`), the learned ratio of the tokens providers report
+    /// to compactd's chars/4 estimate of the same messages (`accounting::calibration`).
+    calibrations: Mutex<HashMap<String, Calibration>>,
     /// Cancelled when the daemon shuts down (SIGTERM/SIGINT): every compaction's abort token
     /// is a child of it, so shutdown aborts them all and any started afterwards.
     pub shutdown: CancellationToken,
@@ -130,6 +136,7 @@ impl Daemon {
             next_session: AtomicU64::new(1),
             hook_seq: AtomicU64::new(1),
             global_overrides: Mutex::new(None),
+            calibrations: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
         })
     }
@@ -163,6 +170,76 @@ impl Daemon {
         let engine = Arc::new(engine);
         engines.insert(key, engine.clone());
         Ok(engine)
+    }
+
+    /// The calibration learned for `model` so far.
+    pub fn calibration(&self, model: Option<&Model>) -> Calibration {
+        model
+            .and_then(|m| {
+                self.calibrations
+                    .lock()
+                    .get(&format!("{}/{}", m.provider, m.id))
+                    .copied()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Learns from an assistant reply about to be appended to `state`'s context: the prompt
+    /// tokens it reports against the previous reply's context plus the estimate of what came
+    /// after it (only when that previous usage is after the latest compaction).
+    pub fn observe_reply(&self, state: &SessionState, reply: &serde_json::Map<String, Value>) {
+        let Some(usage) = reply.get("usage").and_then(Value::as_object) else {
+            return;
+        };
+        let before = state.live.estimate();
+        if before.last_usage_index.is_none() || !state.index.usage_known() {
+            return;
+        }
+        let field = |k: &str| usage.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+        let prompt = field("input") + field("cacheRead") + field("cacheWrite");
+        let (Some(provider), Some(id)) = (
+            reply.get("provider").and_then(Value::as_str),
+            reply.get("model").and_then(Value::as_str),
+        ) else {
+            return;
+        };
+        self.calibrations
+            .lock()
+            .entry(format!("{provider}/{id}"))
+            .or_default()
+            .observe(prompt, before.usage_tokens, before.trailing_tokens);
+    }
+
+    /// The session's context estimate as decisions use it: Pi's usage-first estimate, with
+    /// `compaction.calibratedEstimates` (beyond Pi) its trailing part scaled by the model's
+    /// learned ratio.
+    pub fn estimate(
+        &self,
+        state: &SessionState,
+        settings: &settings::EffectiveSettings,
+    ) -> ContextEstimate {
+        let mut e = state.live.estimate();
+        if settings.calibrated_estimates {
+            let factor = self.calibration(state.model.as_ref()).factor();
+            e.tokens = e.usage_tokens + factor * e.trailing_tokens as f64;
+        }
+        e
+    }
+
+    /// The context's size for decisions Pi does not make (speculation, the idle gate): the
+    /// estimate above, or, while no usage was reported since the latest compaction (the last
+    /// usage on the branch would count what the compaction removed), the sum of the context's
+    /// per-message estimates.
+    pub fn context_tokens(
+        &self,
+        state: &SessionState,
+        settings: &settings::EffectiveSettings,
+    ) -> f64 {
+        if state.index.usage_known() {
+            self.estimate(state, settings).tokens
+        } else {
+            state.live.estimated_total() as f64
+        }
     }
 
     /// A fresh abort token for a compaction or branch summary (cancelled by shutdown too).

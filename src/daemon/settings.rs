@@ -119,6 +119,16 @@ pub struct EffectiveSettings {
     /// `None` when no settings file or override sets a valid value: the default applies (see
     /// `lifecycle::speculation::fraction`).
     pub speculative_at: Option<f64>,
+    /// Beyond Pi: `compaction.idleCompactAt`, the fraction of the threshold from which a
+    /// `prePrompt` check compacts a session whose provider cache has expired anyway (`None`:
+    /// off, Pi's behaviour).
+    pub idle_compact_at: Option<f64>,
+    /// Beyond Pi: `compaction.cacheTtlSeconds`, how long the agent's provider keeps its prompt
+    /// cache (default 300, Anthropic's and OpenAI's default).
+    pub cache_ttl_seconds: u64,
+    /// Beyond Pi: `compaction.calibratedEstimates`: trailing estimates use the model's learned
+    /// ratio of reported to estimated tokens (default false: Pi's numbers stay exact).
+    pub calibrated_estimates: bool,
     /// The merged JSON, for `getSettings`.
     pub merged: Value,
 }
@@ -211,8 +221,31 @@ pub fn from_merged(merged: Value, retry_default: &RetrySettings) -> EffectiveSet
             .get("speculativeAt")
             .and_then(Value::as_f64)
             .filter(|f| valid_speculative_at(*f)),
+        idle_compact_at: c
+            .get("idleCompactAt")
+            .and_then(Value::as_f64)
+            .filter(|f| valid_idle_compact_at(*f) && *f > 0.0),
+        cache_ttl_seconds: c
+            .get("cacheTtlSeconds")
+            .and_then(Value::as_f64)
+            .filter(|f| f.is_finite() && *f >= 0.0)
+            .map_or(DEFAULT_CACHE_TTL_SECONDS, |f| f as u64),
+        calibrated_estimates: c
+            .get("calibratedEstimates")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         merged,
     }
+}
+
+/// `compaction.cacheTtlSeconds` unless set: the prompt-cache lifetime of Anthropic (5 minutes
+/// unless the 1-hour cache is asked for) and OpenAI (5 to 10 minutes of inactivity).
+pub const DEFAULT_CACHE_TTL_SECONDS: u64 = 300;
+
+/// A `compaction.idleCompactAt` compactd accepts: a fraction of the threshold in (0, 1], or 0
+/// for off.
+pub fn valid_idle_compact_at(f: f64) -> bool {
+    (0.0..=1.0).contains(&f)
 }
 
 /// A `compaction.speculativeAt` compactd accepts: a fraction of the threshold in (0, 1), or 0
@@ -228,6 +261,9 @@ impl EffectiveSettings {
         let mut compaction = results::CompactionSettingsView::from(&self.compaction);
         compaction.file_list_limit = self.file_list_limit;
         compaction.max_ineffective_compactions = Some(self.max_ineffective_compactions);
+        compaction.idle_compact_at = Some(self.idle_compact_at.unwrap_or(0.0));
+        compaction.cache_ttl_seconds = Some(self.cache_ttl_seconds);
+        compaction.calibrated_estimates = Some(self.calibrated_estimates);
         results::EffectiveSettings {
             compaction,
             branch_summary: results::BranchSummarySettings {

@@ -23,6 +23,9 @@ pub enum Reason {
     Manual,
     Threshold,
     Overflow,
+    /// Beyond Pi: the idle gate (`compaction.idleCompactAt`): the provider's cache has expired
+    /// anyway, so compacting now costs no cache rewrite.
+    Idle,
 }
 
 impl Reason {
@@ -31,6 +34,7 @@ impl Reason {
             Reason::Manual => "manual",
             Reason::Threshold => "threshold",
             Reason::Overflow => "overflow",
+            Reason::Idle => "idle",
         }
     }
 }
@@ -40,6 +44,7 @@ impl From<AutoReason> for Reason {
         match r {
             AutoReason::Threshold => Reason::Threshold,
             AutoReason::Overflow => Reason::Overflow,
+            AutoReason::Idle => Reason::Idle,
         }
     }
 }

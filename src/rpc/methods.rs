@@ -141,6 +141,11 @@ macro_rules! for_each_method {
             /// details.editedFrom names the original).
             "editSummary" => undo::edit_summary(EditSummaryParams) -> EditSummaryResult,
                 Inline, Session, [InvalidParams, UnknownSession, NothingToCompact, LeafMoved, Compacting, FileChanged, FileBusy, Io];
+            /// Beyond Pi: what the session spent: the agent's replies, its compactions,
+            /// discarded speculations and each compaction's cache rewrite, in tokens and (with
+            /// prices) US dollars.
+            "getCostReport" => spend::get_cost_report(SessionParams) -> CostReport,
+                Inline, Session, [InvalidParams, UnknownSession];
             /// Pi's shouldCompact, for a session (agent-context estimate, current model's
             /// window) or for given numbers.
             "shouldCompact" => handlers::compaction::should_compact(ShouldCompactParams) -> ShouldCompactResult,

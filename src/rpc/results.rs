@@ -61,6 +61,7 @@ serialized_replies!(
     InitializeResult,
     SessionInfo,
     SyncSessionResult,
+    CostReport,
     CloseSessionResult,
     SessionInfoList,
     AppendResult,
@@ -216,6 +217,20 @@ pub struct UsageFigures {
     pub tokens: Option<f64>,
     pub context_window: i64,
     pub percent: Option<f64>,
+    /// Beyond Pi: the ratio of the tokens this model's provider reports to compactd's chars/4
+    /// estimate, learned from replies, and how many replies it was learned from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<CalibrationView>,
+}
+
+/// A model's learned ratio of reported to estimated tokens.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CalibrationView {
+    pub ratio: f64,
+    pub samples: u64,
+    /// Whether estimates use it now (`compaction.calibratedEstimates`, and enough samples).
+    pub applied: bool,
 }
 
 /// `searchHistory`: hits, most recent first.
@@ -311,6 +326,20 @@ pub struct CompactionSettingsView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "f64")]
     pub speculative_at: Option<f64>,
+    /// Beyond Pi: the fraction of the threshold from which a `prePrompt` check compacts when
+    /// the provider's cache has expired anyway (0: off). Only in getSettings' answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "f64")]
+    pub idle_compact_at: Option<f64>,
+    /// Beyond Pi: the agent's provider's prompt-cache lifetime. Only in getSettings' answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
+    pub cache_ttl_seconds: Option<u64>,
+    /// Beyond Pi: trailing estimates calibrated by the model's reported usage. Only in
+    /// getSettings' answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "bool")]
+    pub calibrated_estimates: Option<bool>,
 }
 
 impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettingsView {
@@ -322,6 +351,9 @@ impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettings
             file_list_limit: None,
             max_ineffective_compactions: None,
             speculative_at: None,
+            idle_compact_at: None,
+            cache_ttl_seconds: None,
+            calibrated_estimates: None,
         }
     }
 }
@@ -390,6 +422,8 @@ pub struct CompactionPreview {
     /// was prepared earlier, so its cut may differ from `firstKeptEntryId` above).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculation: Option<SpeculationView>,
+    /// Beyond Pi: what this compaction would cost and save (see proto-docs/methods.md).
+    pub economics: crate::accounting::Economics,
     /// With `detail: "full"` only.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub full: Option<PreviewDetails>,
@@ -440,6 +474,8 @@ pub enum CheckAction {
 pub enum AutoReason {
     Threshold,
     Overflow,
+    /// Beyond Pi: the idle gate (`compaction.idleCompactAt`).
+    Idle,
 }
 
 impl AutoReason {
@@ -448,6 +484,7 @@ impl AutoReason {
         match self {
             AutoReason::Threshold => "threshold",
             AutoReason::Overflow => "overflow",
+            AutoReason::Idle => "idle",
         }
     }
 }
@@ -540,9 +577,81 @@ pub struct SpeculationView {
     /// The context tokens when it started.
     #[serde(serialize_with = "js_number")]
     pub tokens: f64,
+    /// The ready summary's estimated tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary_tokens: Option<u64>,
     /// A compaction due now (at the threshold, or a manual one without instructions) would
     /// install it (ready) or wait for it (running): it is still valid.
     pub would_install: bool,
+}
+
+/// Beyond Pi: tokens and dollars spent on one kind of call, summed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSpend {
+    /// How many calls (replies, compactions, speculations).
+    pub count: u64,
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    /// null when a price is unknown for any of them.
+    pub usd: Option<f64>,
+}
+
+impl Default for SessionSpend {
+    fn default() -> Self {
+        SessionSpend {
+            count: 0,
+            input: 0,
+            output: 0,
+            cache_read: 0,
+            cache_write: 0,
+            usd: Some(0.0),
+        }
+    }
+}
+
+impl SessionSpend {
+    pub fn add(&mut self, c: &crate::accounting::Cost) {
+        self.count += 1;
+        self.input += c.input;
+        self.output += c.output;
+        self.cache_read += c.cache_read;
+        self.cache_write += c.cache_write;
+        self.usd = self.usd.zip(c.usd).map(|(a, b)| a + b);
+    }
+}
+
+/// The cache write the first request after a compaction made.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheRewrite {
+    pub compaction_id: String,
+    /// Its cache write and uncached input, as the agent's provider reported them.
+    pub tokens: u64,
+    /// The cache had expired before the compaction (the reply before it was older than
+    /// `cacheTtlSeconds`): the rewrite would have happened anyway, and costs the compaction 0.
+    pub cold: bool,
+    /// null when the agent's model has no known price.
+    pub usd: Option<f64>,
+}
+
+/// `getCostReport`'s answer.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CostReport {
+    /// The agent's replies (every assistant message in the file).
+    pub agent: SessionSpend,
+    /// The compaction entries' summarization calls.
+    pub compactions: SessionSpend,
+    /// Speculative summaries this daemon made and threw away.
+    pub discarded_speculations: SessionSpend,
+    /// Each compaction's cache rewrite (compactions followed by a reply).
+    pub cache_rewrites: Vec<CacheRewrite>,
+    /// What compaction cost in all: compactions, discarded speculations and cache rewrites
+    /// (null when a price is unknown).
+    pub compaction_usd: Option<f64>,
 }
 
 /// `syncSession`'s answer.

@@ -177,6 +177,14 @@ pub struct CompactionSettingsPatch {
     /// the threshold, in (0, 1); 0 turns speculation off (Pi's behaviour). Default 0.75 for
     /// sessions with an LLM summarizer; the extractive summarizer never speculates.
     pub speculative_at: Option<f64>,
+    /// Beyond Pi: at `checkCompaction {phase: "prePrompt"}`, compact now (reason "idle") when
+    /// the last reply is older than `cacheTtlSeconds` and the context is at this fraction of
+    /// the threshold, in (0, 1]; 0 or absent: off (Pi's behaviour).
+    pub idle_compact_at: Option<f64>,
+    /// Beyond Pi: the agent's provider's prompt-cache lifetime in seconds (default 300).
+    pub cache_ttl_seconds: Option<u64>,
+    /// Beyond Pi: calibrate trailing estimates by the model's reported usage (default false).
+    pub calibrated_estimates: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::super::lifecycle::{self, speculation, speculation::DiscardReason};
-use super::super::settings::valid_speculative_at;
+use super::super::settings::{valid_idle_compact_at, valid_speculative_at};
 use super::Ctx;
 use crate::compaction::prepare::{plan_compaction, Preparation, PreparedMessage};
 use crate::compaction::tokens::{self, CompactionSettings};
@@ -29,7 +29,8 @@ pub fn should_compact(ctx: &Ctx, p: ShouldCompactParams) -> Result<ShouldCompact
     let (tokens, window, settings) = match &p.session_id {
         Some(id) => {
             let session = ctx.daemon.session(id)?;
-            let s = ctx.daemon.session_settings(&session).compaction;
+            let all = ctx.daemon.session_settings(&session);
+            let s = all.compaction;
             let state = session.state.lock();
             let window = state
                 .model
@@ -39,7 +40,7 @@ pub fn should_compact(ctx: &Ctx, p: ShouldCompactParams) -> Result<ShouldCompact
                     RpcError::new(ErrorKind::NoModel, "No model selected for this session")
                 })?;
             (
-                state.live.estimate().tokens,
+                ctx.daemon.estimate(&state, &all).tokens,
                 p.context_window.unwrap_or(window),
                 patch_settings(s, p.settings.as_ref()),
             )
@@ -74,6 +75,8 @@ pub fn preview_compaction(
     let session = ctx.daemon.session(&p.session_id)?;
     let all_settings = ctx.daemon.session_settings(&session);
     let settings = all_settings.compaction;
+    // Before the state lock: finding the engine reads the session's model.
+    let engine = ctx.daemon.session_engine(&session, &all_settings).ok();
     let state = session.state.lock();
     let view = state.view();
     let plan = match plan_compaction(&view, &state.index, &settings) {
@@ -91,6 +94,19 @@ pub fn preview_compaction(
         count,
         estimated_tokens,
     };
+    let speculation = speculation::view(&ctx.daemon, &session, &state, &all_settings);
+    let economics = crate::daemon::spend::economics(
+        &ctx.daemon,
+        engine.as_deref(),
+        &state,
+        &all_settings,
+        &plan,
+        kept_tokens,
+        speculation
+            .as_ref()
+            .filter(|s| s.would_install)
+            .and_then(|s| s.summary_tokens),
+    );
     let mut preview = CompactionPreview {
         first_kept_entry_id: plan.first_kept_entry_id.clone(),
         is_split_turn: plan.is_split_turn,
@@ -104,7 +120,8 @@ pub fn preview_compaction(
             modified_files,
         },
         settings: CompactionSettingsView::from(&settings),
-        speculation: speculation::view(&ctx.daemon, &session, &state, &all_settings),
+        speculation,
+        economics,
         full: None,
     };
     if p.detail == Some(PreviewDetail::Full) {
@@ -176,6 +193,13 @@ pub fn set_settings_overrides(
         Some(v @ Value::Object(_)) => {
             let patch = serde_json::from_value::<CompactionSettingsPatch>(v.clone())
                 .map_err(|e| RpcError::invalid_params(format!("compaction: {e}")))?;
+            if let Some(f) = patch.idle_compact_at {
+                if !valid_idle_compact_at(f) {
+                    return Err(RpcError::invalid_params(format!(
+                        "compaction.idleCompactAt must be a fraction of the threshold in (0, 1], or 0 for off (got {f})"
+                    )));
+                }
+            }
             if let Some(f) = patch.speculative_at {
                 if !valid_speculative_at(f) {
                     return Err(RpcError::invalid_params(format!(

@@ -49,6 +49,13 @@ pub fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendResult,
     state.check_leaf(p.expected_leaf_id.as_deref())?;
     let idx = state
         .append_with(|id, parent, ts| message_entry(id, parent, ts, Value::Object(message)))?;
+    if role == "assistant" {
+        // Beyond Pi: what the reply reports against the context it was sent (the context
+        // before it joins).
+        if let Some(reply) = state.tree.entry(idx).message() {
+            ctx.daemon.observe_reply(&state, &reply);
+        }
+    }
     state.push_agent(idx);
     // Pi resets the overflow-recovery flag on a new user message and on a successful reply.
     if role == "user"
@@ -190,7 +197,17 @@ pub fn get_context(ctx: &Ctx, p: GetContextParams) -> Result<Context, RpcError> 
 
 pub fn get_context_usage(ctx: &Ctx, p: SessionParams) -> Result<ContextUsage, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
+    let settings = ctx.daemon.session_settings(&session);
     let state = session.state.lock();
+    // Beyond Pi: what compactd learned of this model's tokenizer (used with
+    // `calibratedEstimates`).
+    let learned = ctx.daemon.calibration(state.model.as_ref());
+    let calibration = Some(CalibrationView {
+        ratio: learned.ratio,
+        samples: learned.samples,
+        applied: settings.calibrated_estimates
+            && learned.samples >= crate::accounting::calibration::MIN_SAMPLES,
+    });
     let Some(window) = state
         .model
         .as_ref()
@@ -205,12 +222,14 @@ pub fn get_context_usage(ctx: &Ctx, p: SessionParams) -> Result<ContextUsage, Rp
             tokens: None,
             context_window: window,
             percent: None,
+            calibration,
         }));
     }
-    let tokens = state.live.estimate().tokens;
+    let tokens = ctx.daemon.estimate(&state, &settings).tokens;
     Ok(Some(UsageFigures {
         tokens: Some(tokens),
         context_window: window,
         percent: Some(tokens / window as f64 * 100.0),
+        calibration,
     }))
 }

@@ -276,7 +276,7 @@ pub fn sync_session(ctx: &Ctx, p: SessionParams) -> Result<SyncSessionResult, Rp
 pub fn set_model(ctx: &Ctx, p: SetModelParams) -> Result<SetModelResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let all_settings = ctx.daemon.session_settings(&session);
-    let result = switch_model(&session, p.model, &all_settings.compaction)?;
+    let result = switch_model(&ctx.daemon, &session, p.model, &all_settings)?;
     speculation::revalidate(
         &ctx.daemon,
         &session,
@@ -287,10 +287,12 @@ pub fn set_model(ctx: &Ctx, p: SetModelParams) -> Result<SetModelResult, RpcErro
 }
 
 fn switch_model(
+    daemon: &Daemon,
     session: &Session,
     m: Model,
-    settings: &crate::compaction::tokens::CompactionSettings,
+    all: &super::super::settings::EffectiveSettings,
 ) -> Result<SetModelResult, RpcError> {
+    let settings = &all.compaction;
     let mut state = session.state.lock();
     session.writable()?;
     let idx = state.append_with(|id, parent, ts| model_change_entry(id, parent, ts, &m))?;
@@ -298,7 +300,7 @@ fn switch_model(
     state.model = Some(m);
     // Beyond Pi: a switch to a model the context already overflows is reported now, and the
     // next `checkCompaction` compacts (Pi would send the request and recover from the error).
-    let tokens = state.live.estimate().tokens;
+    let tokens = daemon.estimate(&state, all).tokens;
     let should = window > 0 && tokens::should_compact(tokens, window, settings);
     state.model_switch_pending = should;
     let id = state.tree.entry(idx).id.clone().unwrap_or_default();

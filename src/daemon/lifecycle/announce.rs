@@ -169,7 +169,7 @@ pub(super) fn failure_prefix(reason: Reason) -> &'static str {
     match reason {
         Reason::Manual => "Compaction failed: ",
         Reason::Overflow => "Context overflow recovery failed: ",
-        Reason::Threshold => "Auto-compaction failed: ",
+        Reason::Threshold | Reason::Idle => "Auto-compaction failed: ",
     }
 }
 

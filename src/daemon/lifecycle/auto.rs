@@ -72,7 +72,8 @@ async fn run_auto(
         will_retry,
         custom: None,
         write: true,
-        use_speculation: auto == AutoReason::Threshold,
+        // A ready speculative summary makes the idle compaction instant too.
+        use_speculation: matches!(auto, AutoReason::Threshold | AutoReason::Idle),
     };
     match runner::run(daemon, session, settings, &job, Some(snap)).await {
         Ok(done) => {
@@ -130,7 +131,7 @@ async fn check_message(
     let (action, window) = {
         let state = session.state.lock();
         let model = state.model.as_ref();
-        let estimate = state.live.estimate();
+        let estimate = daemon.estimate(&state, settings);
         let facts = CheckFacts {
             settings: &settings.compaction,
             skip_aborted,
@@ -244,7 +245,7 @@ async fn check_model_switch(
         }
         (
             state.model.as_ref().map_or(0, |m| m.context_window),
-            state.live.estimate().tokens,
+            daemon.estimate(&state, settings).tokens,
         )
     };
     if window <= 0
@@ -292,7 +293,7 @@ async fn check_phase(
                 let state = session.state.lock();
                 (
                     state.model.as_ref().map(|m| m.context_window),
-                    state.live.estimate(),
+                    daemon.estimate(&state, settings),
                 )
             };
             let Some(window) = model_window.filter(|w| *w > 0) else {
@@ -312,12 +313,48 @@ async fn check_phase(
         }
         Phase::PrePrompt | Phase::PostRun => {
             let last = session.state.lock().last_assistant();
-            match last {
-                Some(msg) => {
-                    check_message(daemon, session, settings, &msg, phase == Phase::PostRun).await
-                }
-                None => CheckCompactionResult::default(),
+            let Some(msg) = last else {
+                return CheckCompactionResult::default();
+            };
+            let out = check_message(daemon, session, settings, &msg, phase == Phase::PostRun).await;
+            if phase == Phase::PrePrompt
+                && out.action == CheckAction::None
+                && idle(daemon, session, settings, &msg)
+            {
+                return run_auto(daemon, session, settings, AutoReason::Idle, false).await;
             }
+            out
         }
     }
+}
+
+/// Beyond Pi, the idle gate (`compaction.idleCompactAt`): before a new prompt, the last reply is
+/// older than the provider's cache lifetime (its timestamp against the daemon's clock), so the
+/// next request writes the whole prompt to the cache anyway and a compaction now costs no cache
+/// rewrite; compact when the context is at `idleCompactAt` × the threshold.
+fn idle(daemon: &Daemon, session: &Session, settings: &EffectiveSettings, reply: &Value) -> bool {
+    let Some(fraction) = settings
+        .idle_compact_at
+        .filter(|_| settings.compaction.enabled)
+    else {
+        return false;
+    };
+    let Some(replied_ms) = reply.get("timestamp").and_then(Value::as_f64) else {
+        return false;
+    };
+    let idle_ms = ids::now_ms() as f64 - replied_ms;
+    if idle_ms < settings.cache_ttl_seconds as f64 * 1000.0 {
+        return false;
+    }
+    let state = session.state.lock();
+    let Some(window) = state
+        .model
+        .as_ref()
+        .map(|m| m.context_window)
+        .filter(|w| *w > 0)
+    else {
+        return false;
+    };
+    let threshold = window as f64 - settings.compaction.reserve_tokens as f64;
+    daemon.context_tokens(&state, settings) >= fraction * threshold
 }

@@ -20,9 +20,10 @@ use super::finish::{self, Anchor, Finished, Written};
 use super::hooks::{self, Question, Verdict};
 use super::speculation::{self, DiscardReason};
 use super::CompactionFailure;
+use crate::accounting::Cost;
 use crate::compaction::prepare::{prepare_branch, NothingToCompact, Preparation};
 use crate::compaction::summary::CompactionOutcome;
-use crate::compactor::{generate, CompactError, SummaryEngine};
+use crate::compactor::{generate, CompactError, Meter, SummaryEngine};
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::events::Reason;
 use crate::rpc::results::CompactionResult;
@@ -138,6 +139,10 @@ struct Run<'a> {
     cancel: CancellationToken,
     from_extension: bool,
     summarizer: String,
+    /// Every summarization call's usage (retries included) and the engine that made them:
+    /// the compaction's `cost`.
+    meter: Meter,
+    engine: Option<Arc<SummaryEngine>>,
 }
 
 /// Runs `job` (see the module doc). The caller holds the session's slot. `first` is a snapshot
@@ -159,6 +164,8 @@ pub(super) async fn run(
         cancel: announce::start(daemon, session, job.reason),
         from_extension: false,
         summarizer: String::from("none"),
+        meter: Meter::default(),
+        engine: None,
     };
     let pass = run.pass(first).await;
     *session.running.lock() = None;
@@ -224,6 +231,7 @@ impl Run<'_> {
     ) -> Result<CompactionOutcome, CompactionFailure> {
         let engine = engine(self.daemon, self.session, self.settings)?;
         self.summarizer = announce::summarizer_name(Some(&engine), false);
+        self.engine = Some(engine.clone());
         let events = RetryEvents {
             daemon: self.daemon,
             session_id: &self.session.id,
@@ -237,9 +245,22 @@ impl Run<'_> {
             Some(thinking_level),
             &self.cancel,
             &on_retry,
+            &self.meter,
         )
         .await
         .map_err(summarizer_failure)
+    }
+
+    /// What this run's summarization calls cost: priced at the engine's model; the extractive
+    /// engine is free; a hook-supplied summary reports its own usage, at an unknown price.
+    fn own_cost(&self, outcome: &CompactionOutcome) -> Cost {
+        match &self.engine {
+            Some(engine) => self
+                .daemon
+                .config
+                .summarizer_cost(engine, &self.meter.total()),
+            None => outcome.usage.unwrap_or_default().cost(None),
+        }
     }
 
     /// The pass after `compaction_start`: a speculation when one is ready for this compaction,
@@ -286,7 +307,8 @@ impl Run<'_> {
         if self.cancel.is_cancelled() {
             return Err(CompactionFailure::Cancelled);
         }
-        let written = finish::write(
+        let cost = self.own_cost(&outcome);
+        let mut written = finish::write(
             self.session,
             Finished {
                 outcome,
@@ -296,6 +318,7 @@ impl Run<'_> {
                 write: self.job.write,
             },
         )?;
+        written.result.cost = Some(cost);
         if self.job.write {
             // Another compaction now sits on the branch: a speculation made before it is void.
             speculation::revalidate(
@@ -328,6 +351,8 @@ impl Run<'_> {
         let over = self
             .threshold()
             .is_some_and(|t| finish::estimate_after(&path, &ready.outcome) as f64 >= t);
+        // The speculation's own calls, then those of an update on top.
+        let mut cost = ready.cost;
         let on_top = if over {
             speculation::on_top(&path, &ready, &self.settings.compaction)
         } else {
@@ -341,6 +366,7 @@ impl Run<'_> {
                     "the speculative summary alone would leave the context over the threshold; updating it on top"
                 );
                 let mut outcome = self.summarize(&prep, &thinking_level).await?;
+                cost = cost.plus(&self.own_cost(&outcome));
                 self.from_extension = false;
                 // The context it replaces is the session's now, not the virtual path's.
                 outcome.tokens_before = ready.outcome.tokens_before;
@@ -356,7 +382,7 @@ impl Run<'_> {
         if self.cancel.is_cancelled() {
             return Err(CompactionFailure::Cancelled);
         }
-        let written = finish::write(
+        let mut written = finish::write(
             self.session,
             Finished {
                 outcome,
@@ -369,6 +395,7 @@ impl Run<'_> {
                 write: self.job.write,
             },
         )?;
+        written.result.cost = Some(cost);
         Ok(Pass {
             written,
             speculative: true,

@@ -31,16 +31,17 @@ use super::finish;
 use super::hooks::{self, Question, Verdict};
 use super::runner::summarizer_failure;
 use super::CompactionFailure;
+use crate::accounting::Cost;
 use crate::compaction::prepare::{plan_compaction, prepare_branch, prepare_on_top, Preparation};
 use crate::compaction::summary::{compaction_entry, CompactionOutcome};
-use crate::compactor::{generate, SummaryEngine};
+use crate::compactor::{generate, Meter, SummaryEngine};
 use crate::config::EngineKey;
 pub use crate::rpc::events::DiscardReason;
 use crate::rpc::events::{self, Reason};
 use crate::rpc::results::{SpeculationState, SpeculationView};
 use crate::rpc::types::Model;
 use crate::session::{ids, Entry, Role};
-use crate::summarizer::{RetryEvent, Usage};
+use crate::summarizer::RetryEvent;
 
 /// `compaction.speculativeAt` when a session with an LLM summarizer does not set it.
 pub const DEFAULT_SPECULATIVE_AT: f64 = 0.75;
@@ -80,6 +81,8 @@ fn basis(daemon: &Daemon, state: &SessionState, settings: &EffectiveSettings) ->
 struct Ready {
     outcome: CompactionOutcome,
     summarizer: String,
+    /// What its calls cost.
+    cost: Cost,
 }
 
 /// One speculation, running or ready.
@@ -107,17 +110,17 @@ struct Speculation {
 
 /// The summarization spend of speculations that were discarded (beyond Pi: reported so the cost
 /// of speculating is visible).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Wasted {
     pub speculations: u64,
-    pub usage: Usage,
+    pub cost: Cost,
 }
 
-impl Wasted {
-    fn add(&mut self, usage: Option<&Usage>) {
-        self.speculations += 1;
-        if let Some(u) = usage {
-            self.usage = self.usage.combine(u);
+impl Default for Wasted {
+    fn default() -> Self {
+        Wasted {
+            speculations: 0,
+            cost: Cost::FREE,
         }
     }
 }
@@ -171,13 +174,16 @@ fn validate(spec: &Speculation, state: &SessionState, now: &Basis) -> Result<(),
     Ok(())
 }
 
-/// Removes the current speculation (cancelling it if it runs) and counts what it spent.
+/// Removes the current speculation (cancelling it if it runs) and counts it as wasted: a ready
+/// one with what its calls cost; a running one's task adds its calls' cost when it ends.
 fn discard_locked(slot: &mut SlotState) -> Option<()> {
     let spec = slot.current.take()?;
     spec.cancel.cancel();
     spec.done.cancel();
-    let usage = spec.ready.as_ref().and_then(|r| r.outcome.usage);
-    slot.wasted.add(usage.as_ref());
+    slot.wasted.speculations += 1;
+    if let Some(r) = &spec.ready {
+        slot.wasted.cost = slot.wasted.cost.plus(&r.cost);
+    }
     Some(())
 }
 
@@ -249,6 +255,10 @@ pub fn view(
         first_kept_entry_id: spec.prep.first_kept_entry_id.clone(),
         started_at: spec.started_at.clone(),
         tokens: spec.tokens,
+        summary_tokens: spec
+            .ready
+            .as_ref()
+            .map(|r| (crate::json::utf16_len(&r.outcome.summary) as f64 / 4.0).ceil() as u64),
         would_install: validate(spec, state, &basis(daemon, state, settings)).is_ok(),
     })
 }
@@ -278,7 +288,7 @@ pub fn consider(daemon: &Arc<Daemon>, session: &Arc<Session>, settings: &Effecti
             return;
         };
         let threshold = window as f64 - settings.compaction.reserve_tokens as f64;
-        let tokens = context_tokens(&state);
+        let tokens = daemon.context_tokens(&state, settings);
         if tokens < fraction * threshold || state.thrash.holds() {
             return;
         }
@@ -354,17 +364,6 @@ struct Task {
     started: Instant,
 }
 
-/// The context's size: Pi's usage-first estimate, or, while no usage was reported since the
-/// latest compaction (the last usage on the branch predates it and would count what the
-/// compaction removed), the sum of the context's per-message estimates.
-fn context_tokens(state: &SessionState) -> f64 {
-    if state.index.usage_known() {
-        state.live.estimate().tokens
-    } else {
-        state.live.estimated_total() as f64
-    }
-}
-
 /// Prepares the branch as it is now and records the new speculation in the slot.
 #[allow(clippy::too_many_arguments)]
 fn start_locked(
@@ -394,7 +393,7 @@ fn start_locked(
     let path = daemon
         .has_hook(&session.id, "session_before_compact")
         .then(|| state.branch.iter().map(|&i| state.tree.shared(i)).collect());
-    let tokens = context_tokens(state);
+    let tokens = daemon.context_tokens(state, settings);
     let prep = Arc::new(prep);
     let cancel = daemon.run_token();
     slot.next_id += 1;
@@ -461,6 +460,7 @@ async fn speculate(daemon: Arc<Daemon>, session: Arc<Session>, task: Task) {
         }
         None => Verdict::Proceed,
     };
+    let meter = Meter::default();
     let result = match verdict {
         Verdict::Cancel => Err(None),
         Verdict::Supplied(o) => Ok((*o, announce::summarizer_name(None, true))),
@@ -477,22 +477,24 @@ async fn speculate(daemon: Arc<Daemon>, session: Arc<Session>, task: Task) {
                 Some(&thinking_level),
                 &cancel,
                 &log_retry,
+                &meter,
             )
             .await
             .map(|o| (o, announce::summarizer_name(Some(&engine), false)))
             .map_err(|e| Some(summarizer_failure(e)))
         }
     };
+    // A hook's own summary cost its own calls, at a price compactd does not know.
+    let cost = match &result {
+        Ok((o, _)) if o.from_hook => o.usage.unwrap_or_default().cost(None),
+        _ => daemon.config.summarizer_cost(&engine, &meter.total()),
+    };
     let ms = started.elapsed().as_millis() as u64;
     let mut slot = session.speculation.inner.lock();
     let current = slot.current.as_mut().filter(|s| s.id == id);
     let Some(spec) = current else {
-        // Discarded meanwhile: what the call spent was spent for nothing.
-        if let Ok((o, _)) = &result {
-            if let Some(u) = &o.usage {
-                slot.wasted.usage = slot.wasted.usage.combine(u);
-            }
-        }
+        // Discarded meanwhile: what the calls spent was spent for nothing.
+        slot.wasted.cost = slot.wasted.cost.plus(&cost);
         return;
     };
     let reason = match result {
@@ -502,6 +504,7 @@ async fn speculate(daemon: Arc<Daemon>, session: Arc<Session>, task: Task) {
             spec.ready = Some(Ready {
                 outcome,
                 summarizer,
+                cost,
             });
             spec.done.cancel();
             drop(slot);
@@ -525,6 +528,8 @@ async fn speculate(daemon: Arc<Daemon>, session: Arc<Session>, task: Task) {
             DiscardReason::Failed
         }
     };
+    // What the failed calls spent is wasted too.
+    slot.wasted.cost = slot.wasted.cost.plus(&cost);
     discard_locked(&mut slot);
     drop(slot);
     emit_discarded(&daemon, &session, reason);
@@ -537,6 +542,8 @@ pub(super) struct Claimed {
     /// The compaction it built on (where the branch must still be when it is written).
     pub previous_compaction: Option<String>,
     pub summarizer: String,
+    /// What its calls cost.
+    pub cost: Cost,
     pub origin: Origin,
 }
 
@@ -629,6 +636,7 @@ pub(super) async fn claim(
                     prep: spec.prep,
                     previous_compaction: spec.previous_compaction,
                     summarizer: ready.summarizer,
+                    cost: ready.cost,
                     origin: Origin {
                         started_at: spec.started_at,
                         covers_through: spec.covers_through,
