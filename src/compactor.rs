@@ -82,6 +82,14 @@ pub enum SummaryEngine {
 }
 
 impl SummaryEngine {
+    /// How logs and status reports name this engine: `provider/model`, or `extractive`.
+    pub fn label(&self) -> String {
+        match self {
+            SummaryEngine::Llm { model, .. } => format!("{}/{}", model.provider, model.id),
+            SummaryEngine::Extractive { .. } => "extractive".to_owned(),
+        }
+    }
+
     /// This engine with `retry` as its retry policy: itself when it already has it (or writes
     /// extractively), else a copy sharing its client.
     pub fn with_retry(self: &Arc<Self>, retry: &RetrySettings) -> Arc<SummaryEngine> {

@@ -27,11 +27,14 @@
 //!   construction.
 //! - [`daemon`]: open sessions shared by connections, the method handlers, Pi's compaction
 //!   lifecycle (one compaction runner) and its pure automatic decision, events, hooks, settings
-//!   files, tree navigation, and the beyond-Pi lanes (speculative compaction, pins, undo/edit,
-//!   the thrash breaker, history recall).
+//!   files, tree navigation, the beyond-Pi lanes (speculative compaction, pins, undo/edit, the
+//!   thrash breaker, history recall, spend), and each session's compaction activity as its
+//!   events announced it (for `listSessions`' status).
 //! - [`transport`]: framing, typed wire messages, the per-connection loop, the dispatch table
 //!   generated from the method list, stdio and Unix-socket listeners.
-//! - [`cli`]: the command-line front end (`serve`, `stdio`, `inspect`, `compact`).
+//! - [`cli`]: the command-line front end (`serve`, `stdio`, `inspect`, `compact`, and `top`, a
+//!   live terminal view that is a client of the daemon's socket: a pure view model, the
+//!   connection shell, ratatui and plain-text renderers).
 //! - [`cpu`]: CPU-heavy work run without stalling the async workers.
 pub mod accounting;
 pub mod cli;

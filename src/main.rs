@@ -2,8 +2,9 @@
 //! configured file; never stdout, which carries protocol bytes for `stdio`), hand off to `cli`.
 //!
 //! The daemon logs at `info` by default (connections, sessions opened and closed, each
-//! compaction, hook waits and failures); `inspect` and `compact` at `warn`. `COMPACTD_LOG` or
-//! the config's `log.level` change it.
+//! compaction, hook waits and failures); `inspect` and `compact` at `warn`; `top` not at all
+//! (its terminal view is on the same screen). `COMPACTD_LOG` or the config's `log.level` change
+//! it.
 
 use clap::Parser;
 
@@ -68,6 +69,8 @@ fn main() {
     // log only problems.
     let default_level = match cli.command {
         compactd::cli::Command::Serve { .. } | compactd::cli::Command::Stdio { .. } => "info",
+        // A log line on stderr would tear the terminal view; `top` reports in its event pane.
+        compactd::cli::Command::Top { .. } => "off",
         _ => "warn",
     };
     let guard = init_logging(&config, default_level);

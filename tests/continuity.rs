@@ -592,6 +592,9 @@ fn the_thrash_breaker_bounds_compactions_that_cannot_help() {
     assert_eq!(events[1]["threshold"], 7000);
     assert_eq!(events[1]["tokensAfter"], 7520);
     assert_eq!(events[1]["sessionId"], sid.as_str());
+    // A monitor sees the pause in listSessions' status (`compactd top` shows it).
+    let listed = c.ok("listSessions", json!({}));
+    assert_eq!(listed[0]["autoCompaction"], "paused", "{listed}");
     // Overflow recovery is never suppressed.
     c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "user", "content": "big", "timestamp": now_ms()}}));
     let mut err = reply("", 0);
@@ -614,6 +617,7 @@ fn the_thrash_breaker_bounds_compactions_that_cannot_help() {
         json!({"sessionId": sid, "message": reply(&"ok ".repeat(300), 7500)}),
     );
     c.ok("compact", json!({"sessionId": sid}));
+    assert_eq!(c.ok("listSessions", json!({}))[0]["autoCompaction"], "on");
     c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "user", "content": format!("more {}", "go ".repeat(300)), "timestamp": now_ms()}}));
     c.ok(
         "appendMessage",

@@ -286,6 +286,8 @@ fn scenario(env: &Env) -> Client {
     c.ok("compact", json!({"sessionId": sid}));
     c.wait_notification("compaction_end", Duration::from_secs(60))
         .expect("compaction_end");
+    // The status of a session with a compaction this daemon wrote (beyond Pi).
+    c.ok("listSessions", json!({}));
     c.ok("previewCompaction", json!({"sessionId": sid}));
     c.ok("getContextUsage", json!({"sessionId": sid}));
     c.ok(
@@ -349,6 +351,15 @@ fn real_responses_match_the_result_schemas() {
     assert!(variants("previewCompaction", "serialized") > 0);
     assert!(variants("navigateTree", "editorText") > 0);
     assert!(variants("navigateTree", "summaryEntry") > 0);
+    let full_status = c.results.iter().filter(|(n, r)| {
+        n == "listSessions"
+            && r.as_array().into_iter().flatten().any(|s| {
+                s["lastCompaction"].get("durationMs").is_some()
+                    && s.get("threshold").is_some()
+                    && s.get("autoCompaction").is_some()
+            })
+    });
+    assert!(full_status.count() > 0, "listSessions reports a status");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

@@ -4,6 +4,7 @@
 
 pub mod compact;
 pub mod inspect;
+pub mod top;
 
 use std::path::PathBuf;
 
@@ -89,6 +90,18 @@ pub enum Command {
         settings: SettingsArgs,
         #[command(flatten)]
         model: ModelArgs,
+    },
+    /// A live terminal view of every session open in the running daemon: context against the
+    /// threshold, what is compacting, the last compaction, events as they arrive. Keys: c
+    /// compact (after y), p preview, a abort, / filter, q quit.
+    #[command(after_help = EXIT_CODES)]
+    Top {
+        /// The daemon's socket (default: the config's `socket`, else the daemon's default).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Print one plain-text snapshot (aligned columns, no escape codes) and exit.
+        #[arg(long)]
+        once: bool,
     },
 }
 
@@ -341,6 +354,12 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                 &engine,
                 custom_instructions.as_deref(),
             )
+        }
+        Command::Top { socket, once } => {
+            let path = socket
+                .or_else(|| config.socket.clone())
+                .unwrap_or_else(crate::transport::unix::default_socket_path);
+            top::run(&path, once)
         }
     }
 }

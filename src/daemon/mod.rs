@@ -8,6 +8,7 @@
 //! too: it registers each connection, delivers hook replies to it, and aborts a session's work
 //! when a client cancels a request or disconnects.
 
+pub mod activity;
 pub mod auto_check;
 pub mod connections;
 pub mod handlers;
@@ -53,6 +54,9 @@ pub struct Session {
     pub navigating: std::sync::atomic::AtomicBool,
     /// Beyond Pi: the speculative compaction running or ready for this session.
     pub speculation: lifecycle::speculation::Slot,
+    /// What its compactions are doing and did, folded from the events it announced (beyond Pi:
+    /// `listSessions` reports it).
+    pub activity: Mutex<activity::Activity>,
     holders: Mutex<HashSet<ConnId>>,
 }
 
@@ -382,6 +386,7 @@ impl Daemon {
             slot: tokio::sync::Mutex::new(()),
             navigating: std::sync::atomic::AtomicBool::new(false),
             speculation: Default::default(),
+            activity: Mutex::new(activity::Activity::default()),
             holders: Mutex::new(HashSet::from([conn.id])),
         });
         reg.by_path.insert(path.to_owned(), id.clone());
@@ -421,8 +426,15 @@ impl Daemon {
         held
     }
 
-    /// Sends an event to every subscribed connection.
+    /// Sends an event to every subscribed connection, and records it in the session's
+    /// [`activity::Activity`] (only its own lock is taken: callers may hold the session's state).
     pub fn emit(&self, session_id: &str, event: &str, params: Value) {
+        if let Ok(session) = self.session(session_id) {
+            session
+                .activity
+                .lock()
+                .observe(event, &params, crate::session::ids::now_ms());
+        }
         let conns: Vec<Arc<Connection>> = self.connections.lock().values().cloned().collect();
         for c in conns {
             if c.wants(session_id, event) {

@@ -112,6 +112,19 @@ impl Breaker {
     pub fn is_paused(&self) -> bool {
         self.paused.is_some()
     }
+
+    /// Whether automatic compaction is paused under `settings` (a pause ends when the effective
+    /// settings change; the next check notices, a status report may say so now).
+    pub fn paused_under(&self, settings: &Value) -> bool {
+        self.paused
+            .as_ref()
+            .is_some_and(|(_, _, at)| at == settings)
+    }
+
+    /// Whether the next automatic threshold compaction will be skipped.
+    pub fn suppresses_next(&self) -> bool {
+        self.suppress_next.is_some()
+    }
 }
 
 /// Judges an automatic compaction by the first context size reported after it (`tokens_after`,
@@ -168,10 +181,13 @@ mod tests {
         let mut b = Breaker::default();
         assert_eq!(b.suppress(&s), None);
         b.record(Some(why()), 2, &s);
+        assert!(b.suppresses_next() && !b.is_paused());
         assert_eq!(b.suppress(&s), Some(Some(why())));
         assert_eq!(b.suppress(&s), None, "only the next one");
+        assert!(!b.suppresses_next());
         b.record(Some(why()), 2, &s);
         assert!(b.is_paused());
+        assert!(b.paused_under(&s) && !b.paused_under(&json!({"a": 2})));
         assert_eq!(b.suppress(&s), Some(Some(why())), "announced once");
         assert_eq!(b.suppress(&s), Some(None));
         assert_eq!(

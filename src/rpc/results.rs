@@ -737,9 +737,92 @@ pub struct SessionInfo {
     pub model: Option<Model>,
     pub thinking_level: String,
     pub is_compacting: bool,
+    /// Beyond Pi, in `listSessions`' answer only: the agent context's estimated tokens, as
+    /// `getContextUsage` reports them; after a compaction, until a reply reports usage (when
+    /// `getContextUsage` says null), the sum of the context messages' estimates (what
+    /// `estimatedTokensAfter` reported).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "js_number_opt"
+    )]
+    #[schemars(with = "f64")]
+    pub context_tokens: Option<f64>,
+    /// Beyond Pi, in `listSessions`' answer only, with a model: `contextWindow - reserveTokens`.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "js_number_opt"
+    )]
+    #[schemars(with = "f64")]
+    pub threshold: Option<f64>,
+    /// Beyond Pi, in `listSessions`' answer only: where automatic compaction stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "AutoCompaction")]
+    pub auto_compaction: Option<AutoCompaction>,
+    /// Beyond Pi, in `listSessions`' answer only, while a compaction runs (not a `navigateTree`
+    /// branch summary, which only sets `isCompacting`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "CurrentCompaction")]
+    pub current_compaction: Option<CurrentCompaction>,
+    /// Beyond Pi, in `listSessions`' answer only: the latest compaction on the current branch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "LastCompaction")]
+    pub last_compaction: Option<LastCompaction>,
     /// Beyond Pi: the session's speculative compaction, if one runs or is ready.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculation: Option<SpeculationView>,
+}
+
+/// Where a session's automatic compaction stands (beyond Pi).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AutoCompaction {
+    /// Threshold and overflow compactions run as Pi's settings say.
+    On,
+    /// `compaction.enabled` is false: only overflow recovery and manual compactions run.
+    Off,
+    /// The thrash breaker skips the next threshold compaction (the last one was ineffective).
+    Suppressed,
+    /// The thrash breaker paused threshold compaction until a manual `compact` or a settings
+    /// change.
+    Paused,
+}
+
+/// The compaction running now (beyond Pi).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CurrentCompaction {
+    /// `compaction_start`'s reason.
+    pub reason: String,
+    /// When `compaction_start` was sent (ISO 8601).
+    pub started_at: String,
+    /// Milliseconds since then, at the time of the answer.
+    pub elapsed_ms: u64,
+}
+
+/// The latest compaction entry on the current branch (beyond Pi).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastCompaction {
+    pub entry_id: String,
+    /// The entry's timestamp as stored.
+    pub timestamp: Value,
+    #[serde(serialize_with = "js_number")]
+    pub tokens_before: f64,
+    /// The context estimate right after this daemon wrote it (absent for an entry it did not
+    /// write in this run, or an edited copy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
+    pub tokens_after: Option<u64>,
+    /// `details.summarizer` (`extractive`), `hook` for a hook's summary, else, for an entry
+    /// this daemon wrote, the engine that compacts the session (`provider/model`); absent when
+    /// not known (an LLM entry written by Pi or an earlier daemon).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub summarizer: Option<String>,
+    /// From `compaction_start` to `compaction_end`, when this daemon ran it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
+    pub duration_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

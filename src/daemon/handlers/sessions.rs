@@ -16,6 +16,7 @@ use crate::rpc::events;
 use crate::rpc::results::*;
 use crate::rpc::types::*;
 use crate::rpc::PROTOCOL_VERSION;
+use crate::session::ids;
 use crate::store::{self, StoreError};
 use crate::summarizer::RetrySettings;
 
@@ -55,7 +56,88 @@ pub fn info(daemon: &Daemon, session: &Session) -> SessionInfo {
         is_compacting: session.is_compacting(),
         speculation: settings
             .and_then(|settings| speculation::view(daemon, session, &state, &settings)),
+        context_tokens: None,
+        threshold: None,
+        auto_compaction: None,
+        current_compaction: None,
+        last_compaction: None,
     }
+}
+
+/// `SessionInfo` with the status a monitor shows (beyond Pi, `listSessions` only): context
+/// tokens against the threshold, the thrash breaker, the running and the latest compaction.
+/// The settings files are read (cached) before the session's lock is taken, and the engine cache
+/// is consulted after it is released, so the lock is held only to read the state.
+fn status(daemon: &Daemon, session: &Session) -> SessionInfo {
+    let settings = daemon.session_settings(session);
+    let mut out = info(daemon, session);
+    let now = ids::now_ms();
+    let activity = session.activity.lock().clone();
+    let mut wrote_last = None;
+    {
+        let state = session.state.lock();
+        // After a compaction, until a reply reports usage, Pi's estimate still counts the
+        // pre-compaction usage of the kept messages: the messages' own estimates say more.
+        out.context_tokens = Some(daemon.context_tokens(&state, &settings));
+        out.threshold = state
+            .model
+            .as_ref()
+            .filter(|m| m.context_window > 0)
+            .map(|m| m.context_window as f64 - settings.compaction.reserve_tokens as f64);
+        out.auto_compaction = Some(if !settings.compaction.enabled {
+            AutoCompaction::Off
+        } else if state.thrash.paused_under(&settings.merged) {
+            AutoCompaction::Paused
+        } else if state.thrash.suppresses_next() {
+            AutoCompaction::Suppressed
+        } else {
+            AutoCompaction::On
+        });
+        out.last_compaction = state.index.latest_compaction().and_then(|latest| {
+            let entry = state.tree.entry(*state.branch.get(latest.at)?);
+            let entry_id = entry.id.clone()?;
+            let tokens_before = entry.get("tokensBefore").and_then(Value::as_f64)?;
+            let details = entry.get("details");
+            let edited = details.and_then(|d| d.get("editedFrom")).is_some();
+            let run = entry
+                .str_field("firstKeptEntryId")
+                .and_then(|kept| activity.finished(kept, tokens_before))
+                .filter(|_| !edited);
+            let summarizer = details
+                .and_then(|d| d.get("summarizer"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .or_else(|| {
+                    (entry.get("fromHook") == Some(&Value::Bool(true))).then(|| "hook".into())
+                });
+            if run.is_some() && summarizer.is_none() {
+                wrote_last = Some(state.model.clone());
+            }
+            Some(LastCompaction {
+                entry_id,
+                timestamp: entry.get("timestamp").cloned().unwrap_or(Value::Null),
+                tokens_before,
+                tokens_after: run.and_then(|r| r.tokens_after),
+                summarizer,
+                duration_ms: run.and_then(|r| r.duration_ms),
+            })
+        });
+    }
+    if let Some(model) = wrote_last {
+        // This daemon wrote it with the session's engine (the configuration is fixed for the
+        // daemon's life; the engine follows the session's model).
+        if let (Ok(engine), Some(last)) =
+            (daemon.engine_for(model.as_ref()), &mut out.last_compaction)
+        {
+            last.summarizer = Some(engine.label());
+        }
+    }
+    out.current_compaction = activity.running().map(|r| CurrentCompaction {
+        reason: r.reason.clone(),
+        started_at: ids::iso_timestamp(r.started_ms),
+        elapsed_ms: (now - r.started_ms).max(0) as u64,
+    });
+    out
 }
 
 pub fn initialize(ctx: &Ctx, p: InitializeParams) -> Result<InitializeResult, RpcError> {
@@ -253,7 +335,7 @@ pub fn list_sessions(ctx: &Ctx, _: NoParams) -> Result<SessionInfoList, RpcError
         .daemon
         .sessions()
         .iter()
-        .map(|s| info(&ctx.daemon, s))
+        .map(|s| status(&ctx.daemon, s))
         .collect())
 }
 
