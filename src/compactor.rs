@@ -29,7 +29,9 @@ use crate::compaction::BranchIndex;
 use crate::context::{context_settings, convert_to_llm};
 use crate::session::{ids, BranchView, Entry, SessionTree};
 use crate::store;
-use crate::summarizer::extractive::{summarize_history, summarize_turn_prefix, ExtractiveInput};
+use crate::summarizer::extractive::{
+    summarize_history, summarize_turn_prefix, ExtractiveInput, ExtractiveSettings,
+};
 use crate::summarizer::redact::RedactionConfig;
 use crate::summarizer::{
     retry_call, LlmClient, LlmRequest, ModelSpec, RetryEvent, RetrySettings, Usage,
@@ -62,7 +64,11 @@ pub enum SummaryEngine {
     },
     /// The embedded deterministic summarizer: no network, no key (beyond Pi). Its output is
     /// redacted like provider input, since it quotes the transcript.
-    Extractive { redaction: RedactionConfig },
+    Extractive {
+        redaction: RedactionConfig,
+        /// Its size target (`[summarizer] extractive_target_tokens`).
+        settings: ExtractiveSettings,
+    },
 }
 
 impl SummaryEngine {
@@ -190,13 +196,14 @@ fn mark_fallback(mut outcome: CompactionOutcome, reason: String) -> CompactionOu
 
 /// The one engine dispatch of every summary: the extractive engine runs `extractive` (as CPU
 /// work, see [`crate::cpu`]); an LLM engine runs `llm` against its [`Provider`]. When the LLM
-/// fails to summarize, an engine configured to fall back runs `extractive` instead and passes the
-/// result and the failure to `fallback`; a summary kind that never falls back passes `None`.
+/// fails to summarize, an engine configured to fall back runs `extractive` instead (with the
+/// default extractive settings) and passes the result and the failure to `fallback`; a summary
+/// kind that never falls back passes `None`.
 async fn dispatch<'a, T, Fut>(
     engine: &'a SummaryEngine,
     cancel: &'a CancellationToken,
     on_retry: &'a OnRetry<'a>,
-    extractive: impl FnOnce(&'a RedactionConfig) -> T,
+    extractive: impl FnOnce(&'a RedactionConfig, ExtractiveSettings) -> T,
     llm: impl FnOnce(Provider<'a>) -> Fut,
     fallback: Option<fn(T, String) -> T>,
 ) -> Result<T, CompactError>
@@ -204,9 +211,10 @@ where
     Fut: Future<Output = Result<T, CompactError>>,
 {
     let (provider, fallback_extractive) = match engine {
-        SummaryEngine::Extractive { redaction } => {
-            return Ok(crate::cpu::blocking(|| extractive(redaction)))
-        }
+        SummaryEngine::Extractive {
+            redaction,
+            settings,
+        } => return Ok(crate::cpu::blocking(|| extractive(redaction, *settings))),
         SummaryEngine::Llm {
             client,
             model,
@@ -232,7 +240,10 @@ where
     ) {
         (Err(CompactError::Summarization(reason)), Some(mark)) => {
             tracing::warn!(%reason, "LLM summarizer failed; falling back to the extractive summarizer");
-            Ok(mark(crate::cpu::blocking(|| extractive(redaction)), reason))
+            Ok(mark(
+                crate::cpu::blocking(|| extractive(redaction, ExtractiveSettings::DEFAULT)),
+                reason,
+            ))
         }
         (other, _) => other,
     }
@@ -253,7 +264,7 @@ pub async fn generate(
         engine,
         cancel,
         on_retry,
-        |redaction| generate_extractive(prep, custom_instructions, redaction),
+        |redaction, settings| generate_extractive(prep, custom_instructions, redaction, settings),
         |provider| generate_llm(prep, provider, custom_instructions, thinking_level),
         Some(mark_fallback),
     )
@@ -345,23 +356,31 @@ pub fn generate_extractive(
     prep: &Preparation,
     custom_instructions: Option<&str>,
     redaction: &RedactionConfig,
+    settings: ExtractiveSettings,
 ) -> CompactionOutcome {
     let (read_files, modified_files) = prep.file_ops.file_lists();
+    let split_turn = prep.is_split_turn && !prep.turn_prefix_messages.is_empty();
+    let prefix_messages = if split_turn {
+        messages_of(&prep.turn_prefix_messages)
+    } else {
+        Vec::new()
+    };
     let history = || {
         summarize_history(&ExtractiveInput {
             messages: &messages_of(&prep.messages_to_summarize),
             previous_summary: prep.previous_summary.as_deref().filter(|s| !s.is_empty()),
             custom_instructions: custom_instructions.filter(|s| !s.is_empty()),
-            read_files: &read_files,
-            modified_files: &modified_files,
+            turn_prefix: &prefix_messages,
             max_tokens: call_max_tokens(&prep.settings, 0.8, 0),
+            settings,
         })
     };
-    let summary = if prep.is_split_turn && !prep.turn_prefix_messages.is_empty() {
+    let summary = if split_turn {
         let hist = (!prep.messages_to_summarize.is_empty()).then(history);
         let prefix = summarize_turn_prefix(
-            &messages_of(&prep.turn_prefix_messages),
+            &prefix_messages,
             call_max_tokens(&prep.settings, 0.5, 0),
+            settings,
         );
         join_split_turn(hist.as_deref(), &prefix)
     } else {
@@ -419,7 +438,7 @@ pub async fn summarize_branch(
         engine,
         cancel,
         on_retry,
-        |redaction| extractive_branch(inputs, redaction),
+        |redaction, settings| extractive_branch(inputs, redaction, settings),
         |provider| llm_branch(inputs, provider),
         None,
     )
@@ -427,14 +446,18 @@ pub async fn summarize_branch(
 }
 
 /// The extractive half of [`summarize_branch`]: the branch as a history summary, redacted.
-fn extractive_branch(inputs: &BranchInputs<'_>, redaction: &RedactionConfig) -> SummaryOutcome {
+fn extractive_branch(
+    inputs: &BranchInputs<'_>,
+    redaction: &RedactionConfig,
+    settings: ExtractiveSettings,
+) -> SummaryOutcome {
     let text = summarize_history(&ExtractiveInput {
         messages: inputs.messages,
         previous_summary: None,
         custom_instructions: inputs.custom_instructions,
-        read_files: inputs.read_files,
-        modified_files: inputs.modified_files,
+        turn_prefix: &[],
         max_tokens: BRANCH_MAX_TOKENS,
+        settings,
     });
     SummaryOutcome {
         text: redaction.apply(&text).into_owned(),
