@@ -744,4 +744,74 @@ mod tests {
         assert!(prompts.len() >= 2, "one failure, then the calls");
         assert_eq!(prompts[0], prompts[1], "the retry resends the failed call");
     }
+
+    /// A session of `n` rounds of an edit and a successful test run, as Pi writes it.
+    fn many_runs_session(n: usize) -> String {
+        let mut lines = vec![json!({"type": "session", "version": 3, "id": "019b0000-0000-7000-8000-0000000000aa", "timestamp": "2026-01-05T09:00:00.000Z", "cwd": "/w"}).to_string()];
+        let mut parent: Option<String> = None;
+        let mut push = |m: Value, lines: &mut Vec<String>| {
+            let id = format!("{:08x}", lines.len());
+            lines.push(json!({"type": "message", "id": id, "parentId": parent, "timestamp": "2026-01-05T09:00:01.000Z", "message": m}).to_string());
+            parent = Some(id);
+        };
+        push(
+            json!({"role": "user", "content": "Make every module's tests pass.", "timestamp": 1}),
+            &mut lines,
+        );
+        for i in 0..n {
+            push(
+                json!({"role": "assistant", "content": [{"type": "toolCall", "id": format!("c{i}"), "name": "bash", "arguments": {"command": format!("cargo test -p module{i}")}}], "api": "anthropic-messages", "provider": "anthropic", "model": "m", "stopReason": "toolUse", "timestamp": 2}),
+                &mut lines,
+            );
+            push(
+                json!({"role": "toolResult", "toolCallId": format!("c{i}"), "toolName": "bash", "content": [{"type": "text", "text": "test result: ok"}], "isError": false, "timestamp": 3}),
+                &mut lines,
+            );
+        }
+        push(
+            json!({"role": "user", "content": "thanks", "timestamp": 4}),
+            &mut lines,
+        );
+        lines.join("\n") + "\n"
+    }
+
+    #[tokio::test]
+    async fn the_extractive_engine_aims_at_its_configured_size() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let settings = CompactionSettings {
+            enabled: true,
+            reserve_tokens: 16384,
+            keep_recent_tokens: 1,
+        };
+        let mut sizes = Vec::new();
+        for target_tokens in [250, 4000] {
+            let path = dir.path().join(format!("s{target_tokens}.jsonl"));
+            std::fs::write(&path, many_runs_session(200)).expect("write session");
+            let engine = SummaryEngine::Extractive {
+                redaction: RedactionConfig::default(),
+                settings: ExtractiveSettings { target_tokens },
+            };
+            let done = compact_file(
+                &path,
+                &settings,
+                &engine,
+                None,
+                &CancellationToken::new(),
+                &ignore_retries,
+            )
+            .await
+            .expect("compacted");
+            let summary = done.result.summary;
+            assert!(
+                summary.contains("Make every module's tests pass."),
+                "{summary}"
+            );
+            sizes.push(crate::json::utf16_len(&summary));
+        }
+        assert!(sizes[0] <= 250 * 4, "{sizes:?}");
+        assert!(
+            sizes[1] > 250 * 4,
+            "the larger target keeps more: {sizes:?}"
+        );
+    }
 }

@@ -519,6 +519,33 @@ enabled = false
     }
 
     #[test]
+    fn the_extractive_target_reaches_the_engine_and_is_validated() {
+        assert_eq!(
+            Config::default().summarizer.extractive_settings(),
+            ExtractiveSettings::DEFAULT
+        );
+        let c = Config::from_toml(
+            "[summarizer]\nextractive_target_tokens = 900\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        match c.engine(reqwest::Client::new()).unwrap() {
+            SummaryEngine::Extractive { settings, .. } => assert_eq!(settings.target_tokens, 900),
+            SummaryEngine::Llm { .. } => panic!("expected the extractive engine"),
+        }
+        let e = Config::from_toml(
+            "[summarizer]\nextractive_target_tokens = 20\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("summarizer.extractive_target_tokens = 20 is below the minimum of 200"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn redaction_patterns_are_validated_at_load() {
         let c = Config::from_toml(
             "[redaction]\nallow = [\"^sk_test_\"]\ndeny = [\"\\\\bacme-[0-9a-f]{8}\\\\b\"]\n",

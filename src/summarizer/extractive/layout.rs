@@ -214,7 +214,7 @@ pub(super) fn render(specs: &[SectionSpec], items: Vec<Item>, budget: Budget) ->
     let mut chosen: Vec<usize> = Vec::new();
     let mut total = layout_len(specs, &counts, &sums);
 
-    if total > budget.hard.min(budget.target.max(total)) {
+    if total > budget.hard {
         return specs
             .iter()
             .map(|s| s.heading)

@@ -108,16 +108,24 @@ pub(super) enum GoalRole {
 }
 
 /// What an update takes from an earlier summary besides the items it merges: the goal (which
-/// the span's requests rearrange), the plan steps left (which the span may finish), and the
-/// latest request its Next Steps named.
+/// the span's requests rearrange) and the latest request its Next Steps named. Its plan steps
+/// left are read by [`carried_plan`] before the span is followed.
 #[derive(Default)]
 pub(super) struct Carried {
     /// Goal items in order: (sequence, role, text without its label).
     pub(super) goals: Vec<(u64, GoalRole, String)>,
-    /// Plan steps left: (step number, text).
-    pub(super) plan: Vec<(Option<u32>, String)>,
     /// The request of "Make sure the latest user request is fully handled: …".
     pub(super) latest_next: Option<String>,
+}
+
+/// The plan steps an earlier summary left (its `(plan step N) …` Next Steps): (number, text).
+pub(super) fn carried_plan(summary: &str) -> Vec<(Option<u32>, String)> {
+    parse_summary(summary.trim())
+        .unwrap_or_default()
+        .iter()
+        .filter(|(section, ..)| *section == Some(NEXT))
+        .filter_map(|(_, text, _)| super::plan::parse_step_label(strip_labels(text.trim())))
+        .collect()
 }
 
 const LATEST_NEXT: &str = "Make sure the latest user request is fully handled: ";
@@ -178,8 +186,8 @@ pub(super) fn merge_previous(
                 continue;
             }
             Some(NEXT) => {
-                if let Some(step) = super::plan::parse_step_label(&text) {
-                    carried.plan.push(step);
+                // Plan steps are followed by `plan`, which re-adds those still left.
+                if super::plan::parse_step_label(&text).is_some() {
                     continue;
                 }
                 if let Some(rest) = text.strip_prefix(LATEST_NEXT) {

@@ -150,17 +150,8 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
     // Their plan steps are read back first, so the span's statements and results can finish
     // them; what the span settled is no longer open, and what it supersedes (its own last
     // words, latest request, command runs, an older statement of what comes next) is dropped.
-    let mut carried = Carried::default();
-    if let Some(prev) = input.previous_summary {
-        if let Some(parsed) = parse_summary(prev.trim()) {
-            carried.plan = parsed
-                .iter()
-                .filter(|(s, ..)| *s == Some(NEXT))
-                .filter_map(|(_, t, _)| plan::parse_step_label(strip_labels(t.trim())))
-                .collect();
-        }
-    }
-    let plans = plan::track(&a, &carried.plan);
+    let carried_steps = input.previous_summary.map(carried_plan).unwrap_or_default();
+    let plans = plan::track(&a, &carried_steps);
     let reported = a.reported_work(caps.item);
     let said_done: Vec<Vec<String>> = reported
         .iter()
@@ -175,7 +166,7 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
         restated_next,
     };
     let carry = |section: usize, item: &str| span.carry_over(section, item);
-    carried.plan.clear();
+    let mut carried = Carried::default();
     if let Some(prev) = input.previous_summary {
         merge_previous(&mut items, prev, 0, &caps, &carry, &mut carried);
     }

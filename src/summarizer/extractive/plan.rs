@@ -99,6 +99,15 @@ static REMAINING_LEAD_RE: LazyLock<Regex> = LazyLock::new(|| {
     .expect("remaining lead pattern is valid")
 });
 
+/// The lead line of a list of something else (steps to reproduce, findings, options): not a
+/// plan, unless the lead also says it is one or says what is left ("remaining issues").
+static NOT_A_PLAN_LEAD_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b(reproduce|repro|found|findings|errors?|failures?|warnings?|issues|problems|results?|output|options|alternatives|causes?|reasons?)\b",
+    )
+    .expect("not-a-plan lead pattern is valid")
+});
+
 /// A list item: number or bullet, an optional checkbox, the text.
 static ITEM_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^(?:(\d{1,2})[.)]|[-*+•])\s+(?:\[([ xX])\]\s+)?(.+)$")
@@ -123,8 +132,12 @@ fn statements_in(idx: usize, text: &str, by_user: bool) -> Vec<Statement> {
         if run.len() >= 2 {
             let numbered = run.iter().all(|r| r.0.is_some());
             let checkboxes = run.iter().any(|r| r.1.is_some());
+            let other_list =
+                NOT_A_PLAN_LEAD_RE.is_match(lead) && !lead.to_lowercase().contains("plan");
             let kind = if REMAINING_LEAD_RE.is_match(lead) {
                 Some(Kind::Remaining)
+            } else if other_list {
+                None
             } else if PLAN_LEAD_RE.is_match(lead) || checkboxes || (by_user && numbered) {
                 Some(Kind::Full)
             } else {

@@ -1095,6 +1095,41 @@ fn plan_steps_are_done_by_results_and_statements_and_the_rest_is_left_in_order()
 }
 
 #[test]
+fn plans_in_other_shapes() {
+    // Checkboxes restated by the assistant: the ticked ones are done.
+    let msgs = vec![
+        user("Ship the release."),
+        said(
+            "Progress:\n- [x] Tag v1.4.0\n- [ ] Publish the crate\n- [ ] Announce it on the forum",
+        ),
+        user("ok"),
+    ];
+    let s = summary_of(&msgs);
+    assert!(section(&s, "### Done").contains("Tag v1.4.0"), "{s}");
+    let next = section(&s, "## Next Steps");
+    assert!(next.contains("(plan step 2) Publish the crate"), "{s}");
+    assert!(!next.contains("Tag v1.4.0"), "{s}");
+    // A range of step numbers, with an en dash.
+    let msgs = vec![
+        user("Do it:\n1. Alpha\n2. Beta\n3. Gamma\n4. Delta"),
+        said("Steps 1–3 are done."),
+        user("ok"),
+    ];
+    let next = section(&summary_of(&msgs), "## Next Steps").to_string();
+    assert!(
+        next.contains("(plan step 4) Delta") && !next.contains("Beta"),
+        "{next}"
+    );
+    // Steps to reproduce are no plan.
+    let msgs = vec![
+        user("The app crashes. Steps to reproduce:\n1. Open settings\n2. Tap export"),
+        said("Looking."),
+        user("ok"),
+    ];
+    assert!(!section(&summary_of(&msgs), "## Next Steps").contains("(plan"));
+}
+
+#[test]
 fn the_latest_request_of_a_split_turn_is_in_its_prefix() {
     let history = vec![
         user("Add retries to the uploader."),
