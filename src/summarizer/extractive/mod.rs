@@ -448,8 +448,8 @@ fn is_resolved_error(item: &str) -> bool {
 /// What a span says about the items of an earlier summary (see [`Carry`]).
 struct Span<'s> {
     a: &'s Analysis,
-    /// The content words of every clause of the span that reports work done, and of every
-    /// plan step it finished.
+    /// The content words of the span's latest clauses reporting work done (see
+    /// `Analysis::reported_work`), and of every plan step it finished.
     said_done: &'s [Vec<String>],
     /// The span states what comes next itself (a plan, a list of what is left, or next-step
     /// prose in its last assistant message): that statement replaces the earlier one.
