@@ -29,7 +29,9 @@ use crate::compaction::BranchIndex;
 use crate::context::{context_settings, convert_to_llm};
 use crate::session::{ids, BranchView, Entry, SessionTree};
 use crate::store;
-use crate::summarizer::extractive::{summarize_history, summarize_turn_prefix, ExtractiveInput};
+use crate::summarizer::extractive::{
+    summarize_history, summarize_turn_prefix, ExtractiveInput, ExtractiveSettings,
+};
 use crate::summarizer::redact::RedactionConfig;
 use crate::summarizer::{
     retry_call, LlmClient, LlmRequest, ModelSpec, RetryEvent, RetrySettings, Usage,
@@ -78,7 +80,11 @@ pub enum SummaryEngine {
     },
     /// The embedded deterministic summarizer: no network, no key (beyond Pi). Its output is
     /// redacted like provider input, since it quotes the transcript.
-    Extractive { redaction: RedactionConfig },
+    Extractive {
+        redaction: RedactionConfig,
+        /// Its size target (`[summarizer] extractive_target_tokens`).
+        settings: ExtractiveSettings,
+    },
 }
 
 impl SummaryEngine {
@@ -219,15 +225,16 @@ fn mark_fallback(mut outcome: CompactionOutcome, reason: String) -> CompactionOu
 
 /// The one engine dispatch of every summary: the extractive engine runs `extractive` (as CPU
 /// work, see [`crate::cpu`]); an LLM engine runs `llm` against its [`Provider`]. When the LLM
-/// fails to summarize, an engine configured to fall back runs `extractive` instead and passes the
-/// result and the failure to `fallback`; a summary kind that never falls back passes `None`.
+/// fails to summarize, an engine configured to fall back runs `extractive` instead (with the
+/// default extractive settings) and passes the result and the failure to `fallback`; a summary
+/// kind that never falls back passes `None`.
 #[allow(clippy::too_many_arguments)]
 async fn dispatch<'a, T, Fut>(
     engine: &'a SummaryEngine,
     cancel: &'a CancellationToken,
     on_retry: &'a OnRetry<'a>,
     meter: &'a Meter,
-    extractive: impl FnOnce(&'a RedactionConfig) -> T,
+    extractive: impl FnOnce(&'a RedactionConfig, ExtractiveSettings) -> T,
     llm: impl FnOnce(Provider<'a>) -> Fut,
     fallback: Option<fn(T, String) -> T>,
 ) -> Result<T, CompactError>
@@ -235,9 +242,10 @@ where
     Fut: Future<Output = Result<T, CompactError>>,
 {
     let (provider, fallback_extractive) = match engine {
-        SummaryEngine::Extractive { redaction } => {
-            return Ok(crate::cpu::blocking(|| extractive(redaction)))
-        }
+        SummaryEngine::Extractive {
+            redaction,
+            settings,
+        } => return Ok(crate::cpu::blocking(|| extractive(redaction, *settings))),
         SummaryEngine::Llm {
             client,
             model,
@@ -264,7 +272,10 @@ where
     ) {
         (Err(CompactError::Summarization(reason)), Some(mark)) => {
             tracing::warn!(%reason, "LLM summarizer failed; falling back to the extractive summarizer");
-            Ok(mark(crate::cpu::blocking(|| extractive(redaction)), reason))
+            Ok(mark(
+                crate::cpu::blocking(|| extractive(redaction, ExtractiveSettings::DEFAULT)),
+                reason,
+            ))
         }
         (other, _) => other,
     }
@@ -288,7 +299,7 @@ pub async fn generate(
         cancel,
         on_retry,
         meter,
-        |redaction| generate_extractive(prep, custom_instructions, redaction),
+        |redaction, settings| generate_extractive(prep, custom_instructions, redaction, settings),
         |provider| generate_llm(prep, provider, custom_instructions, thinking_level),
         Some(mark_fallback),
     )
@@ -380,23 +391,31 @@ pub fn generate_extractive(
     prep: &Preparation,
     custom_instructions: Option<&str>,
     redaction: &RedactionConfig,
+    settings: ExtractiveSettings,
 ) -> CompactionOutcome {
     let (read_files, modified_files) = prep.file_ops.file_lists();
+    let split_turn = prep.is_split_turn && !prep.turn_prefix_messages.is_empty();
+    let prefix_messages = if split_turn {
+        messages_of(&prep.turn_prefix_messages)
+    } else {
+        Vec::new()
+    };
     let history = || {
         summarize_history(&ExtractiveInput {
             messages: &messages_of(&prep.messages_to_summarize),
             previous_summary: prep.previous_summary.as_deref().filter(|s| !s.is_empty()),
             custom_instructions: custom_instructions.filter(|s| !s.is_empty()),
-            read_files: &read_files,
-            modified_files: &modified_files,
+            turn_prefix: &prefix_messages,
             max_tokens: call_max_tokens(&prep.settings, 0.8, 0),
+            settings,
         })
     };
-    let summary = if prep.is_split_turn && !prep.turn_prefix_messages.is_empty() {
+    let summary = if split_turn {
         let hist = (!prep.messages_to_summarize.is_empty()).then(history);
         let prefix = summarize_turn_prefix(
-            &messages_of(&prep.turn_prefix_messages),
+            &prefix_messages,
             call_max_tokens(&prep.settings, 0.5, 0),
+            settings,
         );
         join_split_turn(hist.as_deref(), &prefix)
     } else {
@@ -455,7 +474,7 @@ pub async fn summarize_branch(
         cancel,
         on_retry,
         &Meter::default(),
-        |redaction| extractive_branch(inputs, redaction),
+        |redaction, settings| extractive_branch(inputs, redaction, settings),
         |provider| llm_branch(inputs, provider),
         None,
     )
@@ -463,14 +482,18 @@ pub async fn summarize_branch(
 }
 
 /// The extractive half of [`summarize_branch`]: the branch as a history summary, redacted.
-fn extractive_branch(inputs: &BranchInputs<'_>, redaction: &RedactionConfig) -> SummaryOutcome {
+fn extractive_branch(
+    inputs: &BranchInputs<'_>,
+    redaction: &RedactionConfig,
+    settings: ExtractiveSettings,
+) -> SummaryOutcome {
     let text = summarize_history(&ExtractiveInput {
         messages: inputs.messages,
         previous_summary: None,
         custom_instructions: inputs.custom_instructions,
-        read_files: inputs.read_files,
-        modified_files: inputs.modified_files,
+        turn_prefix: &[],
         max_tokens: BRANCH_MAX_TOKENS,
+        settings,
     });
     SummaryOutcome {
         text: redaction.apply(&text).into_owned(),
@@ -809,5 +832,75 @@ mod tests {
         assert_eq!(outcome.usage.map(|u| u.input), Some(200 * calls));
         assert_eq!(meter.total().input, 200 * calls + 100);
         assert_eq!(meter.total().output, 10 * calls);
+    }
+
+    /// A session of `n` rounds of an edit and a successful test run, as Pi writes it.
+    fn many_runs_session(n: usize) -> String {
+        let mut lines = vec![json!({"type": "session", "version": 3, "id": "019b0000-0000-7000-8000-0000000000aa", "timestamp": "2026-01-05T09:00:00.000Z", "cwd": "/w"}).to_string()];
+        let mut parent: Option<String> = None;
+        let mut push = |m: Value, lines: &mut Vec<String>| {
+            let id = format!("{:08x}", lines.len());
+            lines.push(json!({"type": "message", "id": id, "parentId": parent, "timestamp": "2026-01-05T09:00:01.000Z", "message": m}).to_string());
+            parent = Some(id);
+        };
+        push(
+            json!({"role": "user", "content": "Make every module's tests pass.", "timestamp": 1}),
+            &mut lines,
+        );
+        for i in 0..n {
+            push(
+                json!({"role": "assistant", "content": [{"type": "toolCall", "id": format!("c{i}"), "name": "bash", "arguments": {"command": format!("cargo test -p module{i}")}}], "api": "anthropic-messages", "provider": "anthropic", "model": "m", "stopReason": "toolUse", "timestamp": 2}),
+                &mut lines,
+            );
+            push(
+                json!({"role": "toolResult", "toolCallId": format!("c{i}"), "toolName": "bash", "content": [{"type": "text", "text": "test result: ok"}], "isError": false, "timestamp": 3}),
+                &mut lines,
+            );
+        }
+        push(
+            json!({"role": "user", "content": "thanks", "timestamp": 4}),
+            &mut lines,
+        );
+        lines.join("\n") + "\n"
+    }
+
+    #[tokio::test]
+    async fn the_extractive_engine_aims_at_its_configured_size() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let settings = CompactionSettings {
+            enabled: true,
+            reserve_tokens: 16384,
+            keep_recent_tokens: 1,
+        };
+        let mut sizes = Vec::new();
+        for target_tokens in [250, 4000] {
+            let path = dir.path().join(format!("s{target_tokens}.jsonl"));
+            std::fs::write(&path, many_runs_session(200)).expect("write session");
+            let engine = SummaryEngine::Extractive {
+                redaction: RedactionConfig::default(),
+                settings: ExtractiveSettings { target_tokens },
+            };
+            let done = compact_file(
+                &path,
+                &settings,
+                &engine,
+                None,
+                &CancellationToken::new(),
+                &ignore_retries,
+            )
+            .await
+            .expect("compacted");
+            let summary = done.result.summary;
+            assert!(
+                summary.contains("Make every module's tests pass."),
+                "{summary}"
+            );
+            sizes.push(crate::json::utf16_len(&summary));
+        }
+        assert!(sizes[0] <= 250 * 4, "{sizes:?}");
+        assert!(
+            sizes[1] > 250 * 4,
+            "the larger target keeps more: {sizes:?}"
+        );
     }
 }

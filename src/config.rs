@@ -11,8 +11,13 @@ use serde::Deserialize;
 
 use crate::compactor::SummaryEngine;
 use crate::rpc::types::Model;
+use crate::summarizer::extractive::ExtractiveSettings;
 use crate::summarizer::redact::RedactionConfig;
 use crate::summarizer::{Api, ModelSpec, RetrySettings};
+
+/// The smallest `extractive_target_tokens` accepted: below it not even a short goal and the
+/// section headings fit.
+const MIN_EXTRACTIVE_TARGET_TOKENS: u64 = 200;
 
 /// Errors loading or applying the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +130,9 @@ pub struct SummarizerConfig {
     pub idle_timeout_secs: u64,
     /// Pi's `settings.retry` for the summarization calls.
     pub retry: RetrySettings,
+    /// The size the extractive summarizer aims for, in tokens (chars/4), under Pi's cap; what
+    /// keeps its summaries flat over many compactions (must-keep facts may pass it).
+    pub extractive_target_tokens: u64,
 }
 
 impl Default for SummarizerConfig {
@@ -140,6 +148,7 @@ impl Default for SummarizerConfig {
             fallback: None,
             idle_timeout_secs: 120,
             retry: RetrySettings::default(),
+            extractive_target_tokens: ExtractiveSettings::DEFAULT.target_tokens,
         }
     }
 }
@@ -317,6 +326,12 @@ impl Config {
                 )));
             }
         }
+        if s.extractive_target_tokens < MIN_EXTRACTIVE_TARGET_TOKENS {
+            return Err(ConfigError::Invalid(format!(
+                "summarizer.extractive_target_tokens = {} is below the minimum of {MIN_EXTRACTIVE_TARGET_TOKENS}",
+                s.extractive_target_tokens
+            )));
+        }
         if s.provider != SummarizerProvider::Extractive
             && (s.base_url.is_none() || s.model.is_none())
         {
@@ -434,6 +449,7 @@ impl SummarizerConfig {
         let Some(api) = self.provider.api() else {
             return SummaryEngine::Extractive {
                 redaction: redaction.clone(),
+                settings: self.extractive_settings(),
             };
         };
         let model = ModelSpec {
@@ -448,6 +464,13 @@ impl SummarizerConfig {
             headers: Vec::new(),
         };
         self.llm_engine(model, redaction, http)
+    }
+
+    /// The extractive summarizer's settings from this section.
+    pub fn extractive_settings(&self) -> ExtractiveSettings {
+        ExtractiveSettings {
+            target_tokens: self.extractive_target_tokens,
+        }
     }
 
     /// An LLM engine for `model` with this section's call policy: its client (with the stream
@@ -523,6 +546,33 @@ enabled = false
             }
             SummaryEngine::Extractive { .. } => panic!("expected an LLM engine"),
         }
+    }
+
+    #[test]
+    fn the_extractive_target_reaches_the_engine_and_is_validated() {
+        assert_eq!(
+            Config::default().summarizer.extractive_settings(),
+            ExtractiveSettings::DEFAULT
+        );
+        let c = Config::from_toml(
+            "[summarizer]\nextractive_target_tokens = 900\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        match c.engine(reqwest::Client::new()).unwrap() {
+            SummaryEngine::Extractive { settings, .. } => assert_eq!(settings.target_tokens, 900),
+            SummaryEngine::Llm { .. } => panic!("expected the extractive engine"),
+        }
+        let e = Config::from_toml(
+            "[summarizer]\nextractive_target_tokens = 20\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("summarizer.extractive_target_tokens = 20 is below the minimum of 200"),
+            "{e}"
+        );
     }
 
     #[test]

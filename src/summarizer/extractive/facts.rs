@@ -8,6 +8,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use super::layout::Caps;
+use super::plan::{is_about, is_done_status, step_label, Plans};
 use super::text::*;
 
 /// How a tool call or command ended.
@@ -61,6 +62,9 @@ pub(super) enum Resolution {
     Fixed,
     /// A later message gives the approach up.
     Abandoned,
+    /// A later run of the same action no longer shows the error (it failed for another
+    /// reason, which is its own failure).
+    Superseded,
 }
 
 /// A failure, with whether something later fixed or abandoned it.
@@ -81,7 +85,13 @@ impl FailedAction<'_> {
             Resolution::Open => "",
             Resolution::Fixed => ", later fixed",
             Resolution::Abandoned => ", approach abandoned",
+            Resolution::Superseded => ", gone in a later run",
         }
+    }
+
+    /// The line of the output that says what went wrong (see [`error_headline`]).
+    pub(super) fn headline(&self) -> &str {
+        error_headline(self.text)
     }
 
     pub(super) fn code_note(&self) -> String {
@@ -127,6 +137,10 @@ pub(super) struct Analysis {
     pub(super) last_ack: Option<(usize, String)>,
     /// The latest todo list a tool call wrote: (index, [(content, status)]).
     pub(super) todos: Option<(usize, Vec<(String, String)>)>,
+    /// Every todo list a tool call wrote, in order (each one a full statement of the plan).
+    pub(super) todo_lists: Vec<(usize, Vec<(String, String)>)>,
+    /// Harness commands the user typed (`/model x`): (index, text). They are not requests.
+    pub(super) slash_commands: Vec<(usize, String)>,
     /// branchSummary / compactionSummary messages inside the span: (index, label, summary).
     pub(super) embedded_summaries: Vec<(usize, &'static str, String)>,
 }
@@ -167,6 +181,8 @@ impl Analysis {
             boilerplate: Vec::new(),
             last_ack: None,
             todos: None,
+            todo_lists: Vec::new(),
+            slash_commands: Vec::new(),
             embedded_summaries: Vec::new(),
         };
         // toolCallId → index into `actions`; ids may repeat, the latest call wins.
@@ -250,7 +266,12 @@ impl Analysis {
         }
         let mut boilerplate: Vec<(usize, String, usize)> = Vec::new();
         let mut requests = Vec::new();
+        let mut slash_commands = Vec::new();
         for (idx, text) in &self.user_texts {
+            if is_slash_command(text) {
+                slash_commands.push((*idx, text.clone()));
+                continue;
+            }
             let repeated = counts.get(text.as_str()).copied().unwrap_or(0);
             let first = text.lines().next().unwrap_or("").trim();
             let slash = text.lines().count() > 1
@@ -268,9 +289,12 @@ impl Analysis {
         }
         self.last_ack = self
             .user_texts
-            .last()
+            .iter()
+            .rev()
+            .find(|(_, t)| !is_slash_command(t))
             .filter(|(_, t)| is_acknowledgement(t))
             .cloned();
+        self.slash_commands = slash_commands;
         self.requests = requests;
         self.boilerplate = boilerplate;
     }
@@ -293,7 +317,8 @@ impl Analysis {
                 let name = str_field(b, "name").unwrap_or("unknown").to_string();
                 let args = b.get("arguments");
                 if let Some(list) = todo_list(args) {
-                    self.todos = Some((idx, list));
+                    self.todos = Some((idx, list.clone()));
+                    self.todo_lists.push((idx, list));
                 }
                 let kind = classify_call(&name, args);
                 if let Some(id) = str_field(b, "id") {
@@ -389,14 +414,35 @@ impl Analysis {
         ((idx as u64).min(n) * 1000 / n) as u32
     }
 
+    /// User sentences that state a rule or a preference: questions ask and set no rule, and a
+    /// task described with a weak marker ("Add a flag that … without …") is a request.
+    pub(super) fn constraints(&self) -> Vec<(usize, String)> {
+        self.user_sentences(&CONSTRAINT_RE)
+            .into_iter()
+            .filter(|(_, s)| is_constraint(s))
+            .collect()
+    }
+
+    /// User sentences matching `re`, questions left out (a question asks; it sets no rule).
+    /// Slash commands are not sentences of the user's.
     pub(super) fn user_sentences(&self, re: &Regex) -> Vec<(usize, String)> {
-        pick_sentences(&self.user_texts, re)
+        let texts: Vec<(usize, String)> = self
+            .user_texts
+            .iter()
+            .filter(|(_, t)| !is_slash_command(t))
+            .cloned()
+            .collect();
+        pick_sentences(&texts, re)
+            .into_iter()
+            .filter(|(_, s)| !is_question(s))
+            .collect()
     }
 
     /// Failures in chronological order, each with its resolution: fixed when a later run of
     /// the same action succeeded (the same command, or one extending it; the same tool on the
-    /// same path or key; a later normal model turn) or a later assistant sentence naming the
-    /// failure says it is fixed; abandoned when a later sentence naming it gives it up.
+    /// same path or key; a later normal model turn) or a later sentence naming the failure says
+    /// it is fixed; abandoned when a later sentence naming it gives it up; superseded when a
+    /// later run of exactly the same action failed without showing this error any more.
     pub(super) fn failures(&self) -> Vec<FailedAction<'_>> {
         let mut out = Vec::new();
         for (i, act) in self.actions.iter().enumerate() {
@@ -405,17 +451,29 @@ impl Analysis {
                 Some(Outcome::Cancelled) => (None, true, "command cancelled"),
                 _ => continue,
             };
+            let later = &self.actions[i + 1..];
             let rerun_ok = match act.kind {
                 ActionKind::AssistantError => self.last_ok_assistant.is_some_and(|j| j > act.idx),
-                _ => self.actions[i + 1..].iter().any(|later| {
-                    same_action(&later.kind, &act.kind)
-                        && matches!(later.outcome, Some(Outcome::Ok { .. }))
+                _ => later.iter().any(|l| {
+                    same_action(&l.kind, &act.kind) && matches!(l.outcome, Some(Outcome::Ok { .. }))
                 }),
             };
+            let headline = error_headline(text);
+            let superseded = !cancelled
+                && !matches!(act.kind, ActionKind::AssistantError)
+                && later.iter().any(|l| {
+                    matches!(&l.outcome, Some(Outcome::Fail { text: t, .. }) if !still_shows(t, headline))
+                        && exactly_same_action(&l.kind, &act.kind)
+                });
             let resolution = if rerun_ok {
                 Resolution::Fixed
             } else {
-                self.said_about(act, text)
+                let mut words = failure_words(&act.kind, text);
+                words.extend(identifiers(headline));
+                match self.said_about(&words, Some(act.done_idx)) {
+                    Resolution::Open if superseded => Resolution::Superseded,
+                    r => r,
+                }
             };
             out.push(FailedAction {
                 idx: act.idx,
@@ -430,17 +488,17 @@ impl Analysis {
         out
     }
 
-    /// What later assistant prose says about a failure: a sentence that names it (a distinctive
-    /// word of its command or tool, or an error code from its output) and gives it up or
-    /// reports it fixed (not negated: "still fails" closes nothing).
-    fn said_about(&self, act: &Action, text: &str) -> Resolution {
-        let words = failure_words(&act.kind, text);
+    /// What assistant prose after `after` (all of it for `None`) says about a failure named by
+    /// `words` (distinctive words of its command or tool, error codes and identifiers from its
+    /// output): a sentence naming it that gives it up, or that reports it fixed (not negated:
+    /// "still fails" closes nothing).
+    fn said_about(&self, words: &[String], after: Option<usize>) -> Resolution {
         if words.is_empty() {
             return Resolution::Open;
         }
         let mut verdict = Resolution::Open;
         for (idx, said) in &self.assistant_texts {
-            if *idx <= act.done_idx {
+            if after.is_some_and(|a| *idx <= a) {
                 continue;
             }
             for sentence in sentences(said) {
@@ -458,17 +516,46 @@ impl Analysis {
         verdict
     }
 
-    /// Whether an item carried over from an earlier summary (a blocker, a next step) is settled
-    /// by this span: its first inline-code span names a command that now ran successfully.
-    pub(super) fn settles(&self, item: &str) -> bool {
+    /// How this span settles an item carried over from an earlier summary (a blocker, a next
+    /// step, an error line) whose first inline-code span names a command: a successful run of
+    /// it fixes it; a failed run of exactly it that no longer shows the item's error supersedes
+    /// it; a sentence naming it that reports it fixed or gives it up settles it too.
+    pub(super) fn resolves(&self, item: &str) -> Resolution {
         let Some(cmd) = item.split('`').nth(1).filter(|c| !c.trim().is_empty()) else {
-            return false;
+            return Resolution::Open;
         };
         let cmd = cmd.trim();
-        self.actions.iter().any(|a| match (&a.kind, &a.outcome) {
+        let ran_ok = self.actions.iter().any(|a| match (&a.kind, &a.outcome) {
             (ActionKind::Command(c), Some(Outcome::Ok { .. })) => same_command(cmd, c.trim()),
             _ => false,
-        })
+        });
+        if ran_ok {
+            return Resolution::Fixed;
+        }
+        let error = carried_error(item);
+        let headline = error.map(error_headline).unwrap_or("");
+        let mut words = failure_words(&ActionKind::Command(cmd.to_string()), headline);
+        words.extend(identifiers(headline));
+        let said = self.said_about(&words, None);
+        if said != Resolution::Open {
+            return said;
+        }
+        let last_failure = self
+            .actions
+            .iter()
+            .rev()
+            .find_map(|a| match (&a.kind, &a.outcome) {
+                (ActionKind::Command(c), Some(Outcome::Fail { text, .. })) if c.trim() == cmd => {
+                    Some(text.as_str())
+                }
+                _ => None,
+            });
+        match last_failure {
+            Some(text) if !headline.is_empty() && !still_shows(text, headline) => {
+                Resolution::Superseded
+            }
+            _ => Resolution::Open,
+        }
     }
 
     /// Whether a "Command `x` → …" line of an earlier summary is superseded: this span ran
@@ -585,16 +672,30 @@ impl Analysis {
                 out.push(item);
             }
         }
-        if let Some((idx, list)) = &self.todos {
-            for (content, _) in list.iter().filter(|(_, st)| is_done_status(st)) {
-                out.push(DoneItem {
-                    idx: *idx,
-                    text: clip_head(content, 200),
-                });
-            }
-        }
         out.sort_by_key(|d| d.idx);
         out
+    }
+
+    /// Work the assistant reported done in its own words ("I've rewritten the config", "the
+    /// OperationalError is fixed"): each reporting clause of the latest few, questions left
+    /// out. A sentence that turns to what comes next ("…, and I will now …") gives only its
+    /// first clause.
+    pub(super) fn reported_work(&self, cap: usize) -> Vec<DoneItem> {
+        let mut out = Vec::new();
+        for (idx, text) in &self.assistant_texts {
+            for sentence in sentences(text) {
+                for clause in clauses(&sentence) {
+                    if clause.split_whitespace().count() >= 3 && reports_done(&clause) {
+                        out.push(DoneItem {
+                            idx: *idx,
+                            text: clip_head(&clause, cap),
+                        });
+                    }
+                }
+            }
+        }
+        let skip = out.len().saturating_sub(6);
+        out.split_off(skip)
     }
 
     /// (index, text) lines for In Progress: the last assistant words, pending calls, an
@@ -615,8 +716,12 @@ impl Analysis {
         for act in pending.iter().rev().take(3).rev() {
             out.push((act.idx, format!("Pending {} (no result yet)", act.label())));
         }
+        // A todo tool's step in progress; its pending steps are Next Steps (see `plan`).
         if let Some((idx, list)) = &self.todos {
-            for (content, status) in list.iter().filter(|(_, st)| !is_done_status(st)) {
+            for (content, status) in list
+                .iter()
+                .filter(|(_, st)| !is_done_status(st) && st.replace('_', " ") == "in progress")
+            {
                 let status = status.replace('_', " ");
                 out.push((*idx, format!("{} ({status})", clip_head(content, 200))));
             }
@@ -632,15 +737,22 @@ impl Analysis {
         out
     }
 
-    /// Ranked next steps: fix what is broken, finish what is pending, what the assistant said
-    /// it would do, then the latest request.
-    pub(super) fn next_steps(&self, caps: &Caps) -> Vec<String> {
+    /// Ranked next steps: fix what is broken, finish what is pending, the plan's steps left
+    /// (in order), what the assistant said it would do, then the latest request. Nothing that
+    /// was reported done is a next step: a clause announcing a fix or finished work, or naming
+    /// a finished plan step, is left out.
+    pub(super) fn next_steps(
+        &self,
+        caps: &Caps,
+        plans: &Plans,
+        latest_request: Option<&str>,
+    ) -> Vec<String> {
         let mut out = Vec::new();
         for fail in self.failures().iter().rev().filter(|f| !f.resolved).take(2) {
             out.push(format!(
                 "Fix the failure of {}: {}",
                 fail.label,
-                first_line(fail.text, caps.item)
+                first_line(fail.headline(), caps.item)
             ));
         }
         let pending: Vec<&Action> = self
@@ -651,22 +763,61 @@ impl Analysis {
         for act in pending.iter().rev().take(2) {
             out.push(format!("Check the result of the pending {}", act.label()));
         }
-        if let Some((_, text)) = self.assistant_texts.last() {
-            let said: Vec<String> = sentences(text)
-                .into_iter()
-                .filter(|s| NEXT_RE.is_match(s))
-                .collect();
-            for s in said.iter().rev().take(3).rev() {
-                out.push(clip_head(s, caps.item));
-            }
+        for step in plans.left.iter().filter(|s| !s.in_progress) {
+            out.push(format!(
+                "{}{}",
+                step_label(step.number),
+                clip_head(&step.text, caps.item)
+            ));
         }
-        if let Some((_, text)) = self.requests.last() {
+        let settled: Vec<Vec<String>> = plans
+            .done
+            .iter()
+            .map(|(_, t)| t)
+            .chain(plans.left.iter().map(|s| &s.text))
+            .map(|t| stems(t))
+            .collect();
+        let said: Vec<String> = self
+            .said_next()
+            .into_iter()
+            .filter(|c| {
+                let cs = stems(c);
+                !settled
+                    .iter()
+                    .any(|st| is_about(&cs, st) && is_about(st, &cs))
+            })
+            .collect();
+        for s in said.iter().rev().take(3).rev() {
+            out.push(clip_head(s, caps.item));
+        }
+        if let Some(text) = latest_request {
             out.push(format!(
                 "Make sure the latest user request is fully handled: {}",
                 first_line(text, caps.item)
             ));
         }
         out
+    }
+
+    /// What the last assistant message says comes next: its clauses announcing an action
+    /// ("next I will …"), not those reporting work done, asking, or announcing a choice (a
+    /// choice is a Key Decision).
+    pub(super) fn said_next(&self) -> Vec<String> {
+        let Some((_, text)) = self.assistant_texts.last() else {
+            return Vec::new();
+        };
+        sentences(text)
+            .iter()
+            .flat_map(|s| clauses(s))
+            .filter(|c| {
+                NEXT_RE.is_match(c)
+                    // "Remaining:" leads into a list (a plan statement), it says nothing itself.
+                    && !c.trim_end().ends_with(':')
+                    && !reports_done(c)
+                    && !is_question(c)
+                    && !DECISION_RE.is_match(c)
+            })
+            .collect()
     }
 
     /// One line per distinct command (latest 12): its outcomes in order, most recent last.
@@ -883,13 +1034,6 @@ fn todo_list(args: Option<&Value>) -> Option<Vec<(String, String)>> {
     (!list.is_empty()).then_some(list)
 }
 
-fn is_done_status(status: &str) -> bool {
-    matches!(
-        status.to_ascii_lowercase().as_str(),
-        "completed" | "complete" | "done" | "finished"
-    )
-}
-
 /// Whether two actions are the same thing tried again.
 fn same_action(later: &ActionKind, failed: &ActionKind) -> bool {
     match (later, failed) {
@@ -897,6 +1041,26 @@ fn same_action(later: &ActionKind, failed: &ActionKind) -> bool {
         (ActionKind::Tool(a, ka), ActionKind::Tool(b, kb)) => a == b && ka == kb,
         (a, b) => a == b,
     }
+}
+
+/// Exactly the same action again (a re-run that can supersede an error: a command extended
+/// with more arguments may not run the part that failed).
+fn exactly_same_action(later: &ActionKind, failed: &ActionKind) -> bool {
+    match (later, failed) {
+        (ActionKind::Command(a), ActionKind::Command(b)) => a.trim() == b.trim(),
+        (a, b) => a == b,
+    }
+}
+
+/// The error text of a carried-over item: what follows the first `: ` after its first
+/// inline-code span (`` `cmd` failed (exit code 1): error… ``, `` Fix the failure of `cmd`: … ``).
+fn carried_error(item: &str) -> Option<&str> {
+    let after_code = item.splitn(3, '`').nth(2)?;
+    let (_, rest) = after_code
+        .split_once(": ")
+        .or_else(|| after_code.split_once(":\n"))?;
+    let rest = rest.trim().trim_end_matches('…').trim();
+    (!rest.is_empty()).then_some(rest)
 }
 
 /// The same command, or one extends the other word for word (`docker build . && docker run

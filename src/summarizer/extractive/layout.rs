@@ -93,6 +93,9 @@ pub(super) struct Item {
     pub(super) order: (u8, u64),
     /// The text already laid out for a list item (continuation lines indented).
     pub(super) text: String,
+    /// A must-keep fact (the goal, a constraint, a decision, an open error): admitted before
+    /// everything else and up to the hard cap, past the size target and the section's count.
+    pub(super) keep: bool,
 }
 
 /// Collects items, skipping empty texts.
@@ -111,6 +114,20 @@ impl Items {
     }
 
     pub(super) fn add(&mut self, section: usize, priority: u32, order: (u8, u64), text: &str) {
+        self.push(section, priority, order, text, false);
+    }
+
+    /// Adds a must-keep item (see [`Item::keep`]).
+    pub(super) fn keep(&mut self, section: usize, priority: u32, order: (u8, u64), text: &str) {
+        self.push(section, priority, order, text, true);
+    }
+
+    /// [`Items::keep`] for an item of this session's own entries.
+    pub(super) fn keep_new(&mut self, section: usize, priority: u32, idx: usize, text: &str) {
+        self.keep(section, priority, (G_NEW, idx as u64), text);
+    }
+
+    fn push(&mut self, section: usize, priority: u32, order: (u8, u64), text: &str, keep: bool) {
         let text = layout(text);
         if text.is_empty() || is_placeholder(&text) {
             return;
@@ -120,7 +137,29 @@ impl Items {
             priority,
             order,
             text,
+            keep,
         });
+    }
+}
+
+/// How big a summary may get: `target` for everything, `hard` (Pi's cap) for must-keep facts.
+#[derive(Clone, Copy)]
+pub(super) struct Budget {
+    pub(super) target: usize,
+    pub(super) hard: usize,
+}
+
+impl Budget {
+    /// The budget for a call capped at `max_tokens`, aiming at `target_tokens` when set (the
+    /// `[summarizer] extractive_target_tokens` setting), never above [`target_units`].
+    pub(super) fn new(max_tokens: u64, target_tokens: Option<u64>) -> Budget {
+        let hard = budget_units(max_tokens);
+        let natural = target_units(max_tokens);
+        let target = match target_tokens {
+            Some(t) => natural.min(budget_units(t)),
+            None => natural,
+        };
+        Budget { target, hard }
     }
 }
 
@@ -159,11 +198,15 @@ impl Caps {
 // ---------------------------------------------------------------------------------------------
 
 /// Admits items by priority until the budget is reached, then lays the sections out in Pi's
-/// order. Returns the bare headings when not even the "(none)" skeleton fits.
-pub(super) fn render(specs: &[SectionSpec], items: Vec<Item>, budget: usize) -> String {
+/// order: must-keep items first, up to the hard cap and past the sections' item counts (a
+/// numbered section still holds at most 9), then the rest up to the target. Returns the bare
+/// headings when not even the "(none)" skeleton fits.
+pub(super) fn render(specs: &[SectionSpec], items: Vec<Item>, budget: Budget) -> String {
     // Highest priority first; ties keep insertion order (stable sort), so output is stable.
     let mut ranked: Vec<usize> = (0..items.len()).collect();
-    ranked.sort_by(|&x, &y| items[y].priority.cmp(&items[x].priority));
+    ranked.sort_by(|&x, &y| {
+        (items[y].keep, items[y].priority).cmp(&(items[x].keep, items[x].priority))
+    });
 
     let mut counts = vec![0usize; specs.len()];
     let mut sums = vec![0usize; specs.len()];
@@ -171,7 +214,7 @@ pub(super) fn render(specs: &[SectionSpec], items: Vec<Item>, budget: usize) -> 
     let mut chosen: Vec<usize> = Vec::new();
     let mut total = layout_len(specs, &counts, &sums);
 
-    if total > budget {
+    if total > budget.hard {
         return specs
             .iter()
             .map(|s| s.heading)
@@ -185,14 +228,21 @@ pub(super) fn render(specs: &[SectionSpec], items: Vec<Item>, budget: usize) -> 
             continue;
         };
         let s = item.section;
-        if counts[s] >= spec.max_items || !seen.insert((s, dedup_key(&item.text))) {
+        let numbered_full = matches!(spec.marker, Marker::Numbered) && counts[s] >= 9;
+        let over_count = counts[s] >= spec.max_items && (!item.keep || numbered_full);
+        if over_count || !seen.insert((s, dedup_key(&item.text))) {
             continue;
         }
         let line = utf16_len(spec.marker.prefix()) + utf16_len(&item.text);
         counts[s] += 1;
         sums[s] += line;
         let next = layout_len(specs, &counts, &sums);
-        if next <= budget {
+        let room = if item.keep {
+            budget.hard
+        } else {
+            budget.target
+        };
+        if next <= room {
             total = next;
             chosen.push(i);
         } else {

@@ -21,14 +21,16 @@ pub(super) fn section_of_heading(line: &str) -> Option<usize> {
     })
 }
 
-/// An earlier summary split into (section, item text) pairs; `None` when it has none of Pi's
-/// headings. Text before the first heading comes back as section `None`.
-pub(super) type Parsed = Vec<(Option<usize>, String)>;
+/// An earlier summary split into (section, item text, from its split-turn part) triples;
+/// `None` when it has none of Pi's headings. Text before the first heading comes back as
+/// section `None`.
+pub(super) type Parsed = Vec<(Option<usize>, String, bool)>;
 
 pub(super) fn parse_summary(summary: &str) -> Option<Parsed> {
     let mut out: Parsed = Vec::new();
     let mut section: Option<usize> = None;
     let mut found = false;
+    let mut split_turn = false;
     let mut skip_block: Option<&str> = None;
     let mut preamble = String::new();
     for raw in summary.lines() {
@@ -49,7 +51,11 @@ pub(super) fn parse_summary(summary: &str) -> Option<Parsed> {
                 skip_block = Some("</modified-files>");
                 continue;
             }
-            "---" | "**Turn Context (split turn):**" => continue,
+            "---" => continue,
+            "**Turn Context (split turn):**" => {
+                split_turn = true;
+                continue;
+            }
             _ => {}
         }
         if let Some(s) = section_of_heading(line) {
@@ -69,13 +75,13 @@ pub(super) fn parse_summary(summary: &str) -> Option<Parsed> {
         // Unindented lines start an item; indented ones continue the previous one.
         let starts_item = !indented;
         match out.last_mut() {
-            Some((Some(s), text)) if *s == sec && !starts_item => {
+            Some((Some(s), text, _)) if *s == sec && !starts_item => {
                 text.push('\n');
                 text.push_str(line.trim_start());
             }
             _ => {
                 let body = BULLET_RE.replace(line.trim_start(), "");
-                out.push((Some(sec), body.into_owned()));
+                out.push((Some(sec), body.into_owned(), split_turn));
             }
         }
     }
@@ -83,10 +89,46 @@ pub(super) fn parse_summary(summary: &str) -> Option<Parsed> {
         return None;
     }
     if !preamble.trim().is_empty() {
-        out.insert(0, (None, preamble));
+        out.insert(0, (None, preamble, false));
     }
     Some(out)
 }
+
+/// Which part of the goal an earlier summary's Goal item was.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum GoalRole {
+    /// Labelled `(original request)`: the task as first stated.
+    Original,
+    /// Labelled `(latest)`.
+    Latest,
+    /// The request of a split turn (its `## Original Request`): the latest one then.
+    SplitTurn,
+    /// Anything else: an earlier per-task request, an LLM's goal line, a folded line.
+    Other,
+}
+
+/// What an update takes from an earlier summary besides the items it merges: the goal (which
+/// the span's requests rearrange) and the latest request its Next Steps named. Its plan steps
+/// left are read by [`carried_plan`] before the span is followed.
+#[derive(Default)]
+pub(super) struct Carried {
+    /// Goal items in order: (sequence, role, text without its label).
+    pub(super) goals: Vec<(u64, GoalRole, String)>,
+    /// The request of "Make sure the latest user request is fully handled: …".
+    pub(super) latest_next: Option<String>,
+}
+
+/// The plan steps an earlier summary left (its `(plan step N) …` Next Steps): (number, text).
+pub(super) fn carried_plan(summary: &str) -> Vec<(Option<u32>, String)> {
+    parse_summary(summary.trim())
+        .unwrap_or_default()
+        .iter()
+        .filter(|(section, ..)| *section == Some(NEXT))
+        .filter_map(|(_, text, _)| super::plan::parse_step_label(strip_labels(text.trim())))
+        .collect()
+}
+
+const LATEST_NEXT: &str = "Make sure the latest user request is fully handled: ";
 
 /// What becomes of an item carried over from an earlier summary, given this span.
 pub(super) enum Carry {
@@ -101,13 +143,17 @@ pub(super) enum Carry {
 }
 
 /// Merges an earlier summary's items into their sections at "previous" priority (oldest
-/// content, dropped first under pressure); an unparseable one is kept verbatim.
+/// content, dropped first under pressure); an unparseable one is kept verbatim. Its goal, plan
+/// steps and latest request go to `carried` instead. Constraints, decisions and open blockers
+/// are must-keep items, wherever the earlier summary put them (a turn-prefix summary lists its
+/// constraints under Context for Suffix and its decisions under Early Progress).
 pub(super) fn merge_previous(
     items: &mut Items,
     summary: &str,
     seq_base: u64,
     caps: &Caps,
     carry: &dyn Fn(usize, &str) -> Carry,
+    carried: &mut Carried,
 ) {
     let trimmed = summary.trim();
     if trimmed.is_empty() || trimmed == "No prior history." {
@@ -118,11 +164,38 @@ pub(super) fn merge_previous(
         items.add(CRITICAL, P_PREV_CRITICAL, (G_PREVIOUS, seq_base), &text);
         return;
     };
-    for (n, (section, text)) in parsed.into_iter().enumerate() {
+    for (n, (section, text, split_turn)) in parsed.into_iter().enumerate() {
         let seq = seq_base + n as u64 + 1;
-        let text = strip_labels(text.trim()).to_string();
+        let raw = text.trim();
+        let text = strip_labels(raw).to_string();
         if is_placeholder(&text) {
             continue;
+        }
+        match section {
+            Some(GOAL) => {
+                let role = if split_turn {
+                    GoalRole::SplitTurn
+                } else if raw.starts_with("(original request) ") {
+                    GoalRole::Original
+                } else if raw.starts_with("(latest) ") {
+                    GoalRole::Latest
+                } else {
+                    GoalRole::Other
+                };
+                carried.goals.push((seq, role, text));
+                continue;
+            }
+            Some(NEXT) => {
+                // Plan steps are followed by `plan`, which re-adds those still left.
+                if super::plan::parse_step_label(&text).is_some() {
+                    continue;
+                }
+                if let Some(rest) = text.strip_prefix(LATEST_NEXT) {
+                    carried.latest_next = Some(rest.trim().to_string());
+                    continue;
+                }
+            }
+            _ => {}
         }
         // File-list lines are superseded by the current (cumulative) lists.
         if section == Some(CRITICAL)
@@ -130,6 +203,16 @@ pub(super) fn merge_previous(
         {
             continue;
         }
+        // A turn prefix's constraints and decisions are constraints and decisions.
+        let (section, text) = match (section, &text) {
+            (Some(CRITICAL), t) if t.starts_with("Constraint: ") => {
+                (Some(CONSTRAINTS), t["Constraint: ".len()..].to_string())
+            }
+            (Some(DONE), t) if t.starts_with("Decision: ") => {
+                (Some(DECISIONS), t["Decision: ".len()..].to_string())
+            }
+            _ => (section, text),
+        };
         // What this span says about the item: superseded, settled, or to be relabelled.
         let text = match section.map(|sec| carry(sec, &text)) {
             Some(Carry::Drop) => continue,
@@ -151,7 +234,6 @@ pub(super) fn merge_previous(
                 G_PREVIOUS,
                 format!("Earlier summary:\n{}", clip_head(&text, caps.goal)),
             ),
-            Some(GOAL) => (GOAL, P_PREV_GOAL, G_PREVIOUS, clip_head(&text, caps.goal)),
             Some(CONSTRAINTS) => (CONSTRAINTS, P_PREV_CONSTRAINT, G_PREVIOUS, text),
             Some(DONE) => (DONE, P_PREV_DONE, G_PREVIOUS, text),
             Some(IN_PROGRESS) => (
@@ -170,12 +252,16 @@ pub(super) fn merge_previous(
             Some(NEXT) => (NEXT, P_PREV_NEXT, G_AFTER, format!("(earlier) {text}")),
             Some(_) => (CRITICAL, P_PREV_CRITICAL, G_PREVIOUS, text),
         };
-        let text = if section == GOAL {
-            text
+        let text = clip_head(&text, caps.error);
+        let open_error = section == CRITICAL
+            && text.starts_with("Earlier error from ")
+            && !super::is_resolved_error(&text);
+        let keep = matches!(section, CONSTRAINTS | DECISIONS | BLOCKED) || open_error;
+        if keep {
+            items.keep(section, priority, (group, seq), &text);
         } else {
-            clip_head(&text, caps.error)
-        };
-        items.add(section, priority, (group, seq), &text);
+            items.add(section, priority, (group, seq), &text);
+        }
     }
 }
 
@@ -187,9 +273,10 @@ pub(super) fn merge_embedded(
     seq_base: u64,
     caps: &Caps,
     carry: &dyn Fn(usize, &str) -> Carry,
+    carried: &mut Carried,
 ) {
     if label == "Earlier summary" {
-        merge_previous(items, summary, seq_base * 1000, caps, carry);
+        merge_previous(items, summary, seq_base * 1000, caps, carry, carried);
     } else {
         let text = format!("{label}:\n{}", clip_head(summary.trim(), caps.error));
         items.add(

@@ -4,27 +4,38 @@
 //! a model resuming the work can act on (protocol.md §4, "Embedded default"). Instead of
 //! paraphrasing, this module *extracts*: it walks the structured history (user requests, tool
 //! calls and their results, bash executions, assistant errors) and fills Pi's exact section
-//! layout (compaction.md §6.3) with verbatim facts: what was asked, which files changed, which
-//! commands ran with which exit codes, what failed last, and what the assistant said last.
+//! layout (compaction.md §6.3) with verbatim facts: what was asked, which commands ran with
+//! which exit codes, what failed last, what was planned and what of it is left, and what the
+//! assistant said last. The file lists are not repeated in the body: they are Pi's file blocks
+//! after it (and `details`), which the daemon cuts to `fileListLimit`.
 //!
 //! Everything is budgeted: each fact becomes an item with a priority, and items are admitted
-//! most-important-first until the output would exceed its target. The hard cap is
-//! `max_tokens * 4` UTF-16 units (Pi's chars/4 token estimate; the caller passes 0.8 × reserve
-//! like Pi); the target stays well under it (a quarter of a large cap, see
-//! `layout::target_units`), since a summary that fills the reserve leaves no room to work.
-//! Headings are never cut.
+//! most-important-first until the output would exceed its target: a quarter of a large cap
+//! (`layout::target_units`), lowered to `[summarizer] extractive_target_tokens`
+//! ([`ExtractiveSettings`]). Must-keep facts (the goal, constraints, decisions, open errors) are
+//! admitted first and may pass the target, up to the hard cap of `max_tokens * 4` UTF-16 units
+//! (Pi's chars/4 token estimate; the caller passes 0.8 × reserve like Pi). Headings are never cut.
+//!
+//! An update (Pi's incremental compaction: the previous summary fed back in) stays flat:
+//! repeated, similar items fold into one line with a count and a range (`consolidate`), what
+//! the span settled is no longer open, and the latest statement of what is left replaces the
+//! earlier ones.
 //!
 //! What makes an item true is tracked, not guessed from the last message: a failure is open
-//! only while no later run of the same action succeeded and no later sentence naming it says it
-//! was fixed or gives it up (abandoned approaches become Key Decisions); the goal is the first
-//! substantive request, not a greeting, an acknowledgement or boilerplate the session repeats;
-//! tools are read by their arguments (any tool with a `command`/`cmd`/`script` is a shell), so
-//! harnesses that do not name their tools like Pi's are summarized just as well. The same input always yields byte-identical
-//! output (no hash-map iteration, no clocks), so compactions are reproducible and testable.
+//! only while no later run of the same action succeeded, no later run of it stopped showing the
+//! error, and no later sentence naming it says it was fixed or gives it up (abandoned approaches
+//! become Key Decisions); a plan's step is done when a tool result or a statement says so
+//! (`plan`); the goal is the first substantive request, not a greeting, an acknowledgement, a
+//! slash command or boilerplate the session repeats; tools are read by their arguments (any
+//! tool with a `command`/`cmd`/`script` is a shell), so harnesses that do not name their tools
+//! like Pi's are summarized just as well. The same input always yields byte-identical output (no
+//! hash-map iteration, no clocks), so compactions are reproducible and testable.
 
+mod consolidate;
 mod facts;
 mod layout;
 mod merge;
+mod plan;
 #[cfg(test)]
 mod tests;
 mod text;
@@ -36,9 +47,31 @@ use layout::*;
 use merge::*;
 use text::*;
 
+/// The extractive summarizer's settings (`[summarizer]` in `config.toml`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtractiveSettings {
+    /// The size a summary aims for, in tokens (chars/4), below Pi's cap: what keeps summaries
+    /// small over many compactions. Must-keep facts may pass it, never Pi's cap.
+    pub target_tokens: u64,
+}
+
+impl ExtractiveSettings {
+    /// 2000 tokens: room for a long session's goal, rules, decisions, open errors and recent
+    /// work, about a sixth of Pi's default output cap (0.8 × 16384 reserve tokens).
+    pub const DEFAULT: ExtractiveSettings = ExtractiveSettings {
+        target_tokens: 2000,
+    };
+}
+
+impl Default for ExtractiveSettings {
+    fn default() -> Self {
+        ExtractiveSettings::DEFAULT
+    }
+}
+
 /// What the extractive summarizer needs for a history summary (the same inputs an LLM
-/// summarizer gets: the messages, the summary being updated, the user's focus and the file
-/// lists that Pi appends after the summary).
+/// summarizer gets: the messages, the summary being updated and the user's focus; the file
+/// lists follow the summary as Pi's blocks, so they are not inputs).
 pub struct ExtractiveInput<'a> {
     /// AgentMessages to summarize, chronological (Pi shapes: user/assistant/toolResult/...).
     pub messages: &'a [Value],
@@ -46,13 +79,13 @@ pub struct ExtractiveInput<'a> {
     pub previous_summary: Option<&'a str>,
     /// The user's focus text for this compaction ("Additional focus" in Pi's prompt).
     pub custom_instructions: Option<&'a str>,
-    /// Files read but not modified (computed by the compaction core, already sorted).
-    pub read_files: &'a [String],
-    /// Files written or edited (computed by the compaction core, already sorted).
-    pub modified_files: &'a [String],
+    /// A split turn's prefix, summarized on its own after this history: the latest request
+    /// may be there, and this summary's Next Steps must name it. Empty otherwise.
+    pub turn_prefix: &'a [Value],
     /// Output budget in tokens (chars/4); the summary always fits `max_tokens * 4` UTF-16 units
     /// unless even the bare headings do not (then the bare headings are returned).
     pub max_tokens: u64,
+    pub settings: ExtractiveSettings,
 }
 
 // Priorities: higher is admitted first. Within a band, `recency` adds 0..=1000 so newer facts
@@ -72,6 +105,8 @@ const P_GOAL_OLDER: u32 = 45_000;
 const P_PREV_GOAL: u32 = 44_000;
 const P_DONE: u32 = 40_000;
 const P_PREV_DONE: u32 = 39_000;
+/// Work the assistant reported in its own words, below what tool results show.
+const P_REPORTED: u32 = 38_000;
 const P_DECISION: u32 = 35_000;
 const P_PREV_DECISION: u32 = 34_000;
 const P_PREV_CRITICAL: u32 = 33_000;
@@ -89,11 +124,15 @@ const G_PREVIOUS: u8 = 0;
 const G_NEW: u8 = 1;
 const G_AFTER: u8 = 2;
 
+/// Order of the goal items this span adds after the carried ones (the split turn's last).
+const SEQ_PREFIX_REQUEST: u64 = 90_000_000;
+
 /// Builds Pi's six-section history summary from the structured messages (see module docs).
 pub fn summarize_history(input: &ExtractiveInput) -> String {
-    let budget = target_units(input.max_tokens);
-    let caps = Caps::for_budget(budget);
+    let budget = Budget::new(input.max_tokens, Some(input.settings.target_tokens));
+    let caps = Caps::for_budget(budget.target);
     let a = Analysis::of(input.messages);
+    let prefix = Analysis::of(input.turn_prefix);
     let mut items = Items::new();
 
     // Critical Context: the user's focus for this compaction comes first and is kept first.
@@ -103,61 +142,59 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
                 "Focus requested for this summary: {}",
                 clip_head(focus, caps.goal)
             );
-            items.add(CRITICAL, P_FOCUS, (G_PREVIOUS, 0), &text);
+            items.keep(CRITICAL, P_FOCUS, (G_PREVIOUS, 0), &text);
         }
     }
 
     // Earlier summaries: the one being updated, then any summaries replayed inside the span.
-    // Items carried over from an earlier summary: what this span settled is no longer open,
-    // and what it supersedes (its own last words, latest request, command runs) is dropped.
-    let carry = |section: usize, item: &str| carry_over(&a, section, item);
+    // Their plan steps are read back first, so the span's statements and results can finish
+    // them; what the span settled is no longer open, and what it supersedes (its own last
+    // words, latest request, command runs, an older statement of what comes next) is dropped.
+    let carried_steps = input.previous_summary.map(carried_plan).unwrap_or_default();
+    let plans = plan::track(&a, &carried_steps);
+    let reported = a.reported_work(caps.item);
+    let said_done: Vec<Vec<String>> = reported
+        .iter()
+        .map(|d| d.text.as_str())
+        .chain(plans.done.iter().map(|(_, t)| t.as_str()))
+        .map(stems)
+        .collect();
+    let restated_next = plans.stated || !a.said_next().is_empty();
+    let span = Span {
+        a: &a,
+        said_done: &said_done,
+        restated_next,
+    };
+    let carry = |section: usize, item: &str| span.carry_over(section, item);
+    let mut carried = Carried::default();
     if let Some(prev) = input.previous_summary {
-        merge_previous(&mut items, prev, 0, &caps, &carry);
+        merge_previous(&mut items, prev, 0, &caps, &carry, &mut carried);
     }
     for (n, (idx, label, summary)) in a.embedded_summaries.iter().enumerate() {
         let seq = 1_000_000 + (*idx as u64) * 10 + n as u64;
-        merge_embedded(&mut items, label, summary, seq, &caps, &carry);
+        merge_embedded(&mut items, label, summary, seq, &caps, &carry, &mut carried);
     }
 
-    // Goal: every request verbatim (acknowledgements, greetings and repeated boilerplate are
-    // not requests), newest kept first; the latest is labelled, and the first (the task as
-    // originally stated) is kept right after it. With no request at all, an injected message
-    // (a task handed over by an extension) states the task.
-    let carried_goal = items.list.iter().any(|i| i.section == GOAL);
-    let labelled = a.requests.len() > 1 || carried_goal;
-    if a.requests.is_empty() {
-        if let Some((idx, label, text, _)) = a.notes.first() {
-            let text = format!("(from {label}) {}", clip_head(text, caps.goal));
-            items.add_new(GOAL, P_GOAL_FIRST, *idx, &text);
-        }
-    }
-    for (n, (idx, text)) in a.requests.iter().enumerate() {
-        let latest = n + 1 == a.requests.len();
-        let clipped = clip_head(text, caps.goal);
-        let (priority, text) = if latest {
-            let t = if labelled {
-                format!("(latest) {clipped}")
-            } else {
-                clipped
-            };
-            (P_GOAL_LATEST, t)
-        } else if n == 0 && !carried_goal {
-            (P_GOAL_FIRST, format!("(original request) {clipped}"))
-        } else {
-            (P_GOAL_OLDER + a.recency(*idx), clipped)
-        };
-        items.add_new(GOAL, priority, *idx, &text);
-    }
+    // Goal (see `add_goal`), and the request Next Steps must make sure is handled.
+    let latest = add_goal(&mut items, &a, &prefix, &carried, &caps);
 
-    // Constraints & Preferences: user sentences that read like rules.
-    for (idx, sentence) in a.user_sentences(&CONSTRAINT_RE) {
+    // Constraints & Preferences: user sentences that read like rules (questions do not).
+    for (idx, sentence) in a.constraints() {
         let text = clip_head(&sentence, caps.item);
-        items.add_new(CONSTRAINTS, P_CONSTRAINT + a.recency(idx), idx, &text);
+        items.keep_new(CONSTRAINTS, P_CONSTRAINT + a.recency(idx), idx, &text);
     }
 
-    // Done: completed file changes and successful commands.
+    // Done: completed file changes, successful commands, plan steps finished, and work the
+    // assistant reported (a fix it announced belongs here, not under Next Steps).
     for done in a.done_items() {
         items.add_new(DONE, P_DONE + a.recency(done.idx), done.idx, &done.text);
+    }
+    for (idx, text) in &plans.done {
+        let text = clip_head(text, caps.item);
+        items.add_new(DONE, P_DONE + a.recency(*idx), *idx, &text);
+    }
+    for done in &reported {
+        items.add_new(DONE, P_REPORTED + a.recency(done.idx), done.idx, &done.text);
     }
 
     // In Progress: the last assistant words, pending calls, an aborted last turn.
@@ -177,19 +214,23 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
             "{} failed{}: {}",
             fail.label,
             fail.code_note(),
-            first_line(fail.text, caps.item)
+            first_line(fail.headline(), caps.item)
         );
-        items.add_new(BLOCKED, P_BLOCKED + a.recency(fail.idx), fail.idx, &text);
+        items.keep_new(BLOCKED, P_BLOCKED + a.recency(fail.idx), fail.idx, &text);
     }
 
     // Key Decisions: assistant sentences that announce a choice or abandon an approach.
     for (idx, sentence) in a.decisions() {
         let text = clip_head(&sentence, caps.item);
-        items.add_new(DECISIONS, P_DECISION + a.recency(idx), idx, &text);
+        items.keep_new(DECISIONS, P_DECISION + a.recency(idx), idx, &text);
     }
 
-    // Next Steps: ranked, most actionable first.
-    for (rank, text) in a.next_steps(&caps).into_iter().enumerate() {
+    // Next Steps: ranked, most actionable first; the plan's steps left in order.
+    for (rank, text) in a
+        .next_steps(&caps, &plans, latest.as_deref())
+        .into_iter()
+        .enumerate()
+    {
         let rank = rank as u32;
         items.add(
             NEXT,
@@ -199,15 +240,7 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
         );
     }
 
-    // Critical Context: files, commands with exit codes, last errors verbatim, notes.
-    add_file_lines(
-        &mut items,
-        CRITICAL,
-        "Modified",
-        input.modified_files,
-        P_MODIFIED,
-    );
-    add_file_lines(&mut items, CRITICAL, "Read", input.read_files, P_READ);
+    // Critical Context: commands with exit codes, last errors verbatim, notes.
     for cmd in a.command_histories() {
         let text = format!("Command {} → {}", cmd.label, cmd.outcomes);
         items.add(
@@ -217,7 +250,8 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
             &text,
         );
     }
-    // The newest error gets the most room; errors fixed later rank below open ones.
+    // The newest error gets the most room; errors fixed later rank below open ones, and open
+    // ones are kept verbatim whatever the budget.
     for (k, fail) in a.failures().iter().rev().take(3).enumerate() {
         let cap = if k == 0 { caps.error } else { caps.item };
         // Only the newest is the last error; two failures never share that label.
@@ -233,17 +267,17 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
             fail.resolution_note(),
             clip_head(fail.text.trim(), cap)
         );
-        let band = if fail.resolved {
-            P_RESOLVED_ERROR
+        let order = (G_NEW, 20_000_000 + fail.idx as u64);
+        if fail.resolved {
+            items.add(
+                CRITICAL,
+                P_RESOLVED_ERROR + a.recency(fail.idx),
+                order,
+                &text,
+            );
         } else {
-            P_LAST_ERROR
-        };
-        items.add(
-            CRITICAL,
-            band + a.recency(fail.idx),
-            (G_NEW, 20_000_000 + fail.idx as u64),
-            &text,
-        );
+            items.keep(CRITICAL, P_LAST_ERROR + a.recency(fail.idx), order, &text);
+        }
     }
     for (idx, label, text, count) in &a.notes {
         let times = if *count > 1 {
@@ -271,47 +305,217 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
             &text,
         );
     }
+    if let Some((idx, _)) = a.slash_commands.last() {
+        let list: Vec<String> = a
+            .slash_commands
+            .iter()
+            .rev()
+            .take(6)
+            .rev()
+            .map(|(_, c)| code(c, 80))
+            .collect();
+        let text = format!(
+            "Slash commands the user ran (not requests): {}",
+            list.join(", ")
+        );
+        items.add(CRITICAL, P_NOTE, (G_NEW, 30_000_000 + *idx as u64), &text);
+    }
     if let Some((idx, text)) = &a.last_ack {
         let text = format!("Latest user reply: {}", first_line(text, caps.item));
         items.add(CRITICAL, P_NEXT, (G_NEW, 30_000_000 + *idx as u64), &text);
     }
 
+    consolidate::consolidate(&mut items);
     render(&HISTORY_SECTIONS, items.list, budget)
 }
 
-/// See [`Carry`]: how an earlier summary's item fares against this span's analysis.
-fn carry_over(a: &Analysis, section: usize, item: &str) -> Carry {
-    let superseded = match section {
-        IN_PROGRESS => {
-            (item.starts_with("Last assistant message:") && !a.assistant_texts.is_empty())
-                || item.starts_with("Pending ")
-        }
-        NEXT => item.starts_with("Make sure the latest user request") && !a.requests.is_empty(),
-        CRITICAL => item.starts_with("Command `") && a.settles(item) || a.reruns(item),
-        _ => false,
-    };
-    if superseded {
-        return Carry::Drop;
+/// Fills the Goal section and returns the latest request. Every request is there, verbatim:
+/// the original one (the task as first stated, kept from the earliest summary on) and the
+/// latest (the span's last, or the split turn's, which is later still; else the one the earlier
+/// summary named) are must-keep and labelled when there are several; the requests between are
+/// kept too but fold once there are many (`consolidate`). Acknowledgements, greetings, slash
+/// commands and repeated boilerplate are not requests. With no request at all, an injected
+/// message (a task handed over by an extension) states the task.
+fn add_goal(
+    items: &mut Items,
+    a: &Analysis,
+    prefix: &Analysis,
+    carried: &Carried,
+    caps: &Caps,
+) -> Option<String> {
+    /// One goal line: where it sorts, its text, and where it came from.
+    struct Line {
+        order: (u8, u64),
+        text: String,
+        priority: u32,
     }
-    match section {
-        BLOCKED if a.settles(item) => Carry::Settled,
-        NEXT | IN_PROGRESS if a.settles(item) => Carry::Drop,
-        CRITICAL => match item.strip_prefix("Last error from ") {
-            Some(rest) if a.settles(item) => {
-                Carry::Rewrite(format!("Earlier error (fixed since) from {rest}"))
+    let mut lines: Vec<Line> = Vec::new();
+    for (seq, _, text) in &carried.goals {
+        lines.push(Line {
+            order: (G_PREVIOUS, *seq),
+            text: clip_head(text, caps.goal),
+            priority: P_PREV_GOAL,
+        });
+    }
+    for (idx, text) in &a.requests {
+        lines.push(Line {
+            order: (G_NEW, *idx as u64),
+            text: clip_head(text, caps.goal),
+            priority: P_GOAL_OLDER + a.recency(*idx),
+        });
+    }
+    // A split turn's requests; a turn opened by an injected message states its task there.
+    let opened_by_note = prefix
+        .notes
+        .first()
+        .filter(|(idx, ..)| *idx == 0)
+        .map(|(idx, label, text, _)| (*idx, format!("(from {label}) {text}")));
+    for (idx, text) in opened_by_note.iter().chain(&prefix.requests) {
+        lines.push(Line {
+            order: (G_NEW, SEQ_PREFIX_REQUEST + *idx as u64),
+            text: clip_head(text, caps.goal),
+            priority: P_GOAL_OLDER + 1000,
+        });
+    }
+    if lines.is_empty() {
+        if let Some((idx, label, text, _)) = a.notes.first() {
+            let text = format!("(from {label}) {}", clip_head(text, caps.goal));
+            items.keep_new(GOAL, P_GOAL_FIRST, *idx, &text);
+        }
+        return carried.latest_next.clone();
+    }
+    // The original request: labelled so in the earlier summary, else its first goal line.
+    let carried_n = carried.goals.len();
+    let original = carried
+        .goals
+        .iter()
+        .position(|(_, role, _)| *role == GoalRole::Original)
+        .unwrap_or(0);
+    // The latest: the split turn's, else the span's, else what the earlier summary said.
+    let latest =
+        if opened_by_note.is_some() || !prefix.requests.is_empty() || !a.requests.is_empty() {
+            lines.len() - 1
+        } else {
+            carried
+                .goals
+                .iter()
+                .rposition(|(_, role, _)| *role == GoalRole::SplitTurn)
+                .or_else(|| {
+                    carried
+                        .goals
+                        .iter()
+                        .rposition(|(_, role, _)| *role == GoalRole::Latest)
+                })
+                .unwrap_or(carried_n.saturating_sub(1))
+        };
+    let labelled = lines.len() > 1;
+    let latest_text = lines[latest].text.clone();
+    for (k, line) in lines.into_iter().enumerate() {
+        if k == latest {
+            let text = if labelled {
+                format!("(latest) {}", line.text)
+            } else {
+                line.text
+            };
+            items.keep(GOAL, P_GOAL_LATEST, line.order, &text);
+        } else if k == original {
+            items.keep(
+                GOAL,
+                P_GOAL_FIRST,
+                line.order,
+                &format!("(original request) {}", line.text),
+            );
+        } else {
+            items.add(GOAL, line.priority, line.order, &line.text);
+        }
+    }
+    Some(latest_text)
+}
+
+/// Whether an error line already says how it was resolved (`…, later fixed:`).
+fn is_resolved_error(item: &str) -> bool {
+    item.lines().next().is_some_and(|l| {
+        [
+            ", later fixed",
+            ", approach abandoned",
+            ", gone in a later run",
+        ]
+        .iter()
+        .any(|n| l.contains(n))
+    })
+}
+
+/// What a span says about the items of an earlier summary (see [`Carry`]).
+struct Span<'s> {
+    a: &'s Analysis,
+    /// The content words of the span's latest clauses reporting work done (see
+    /// `Analysis::reported_work`), and of every plan step it finished.
+    said_done: &'s [Vec<String>],
+    /// The span states what comes next itself (a plan, a list of what is left, or next-step
+    /// prose in its last assistant message): that statement replaces the earlier one.
+    restated_next: bool,
+}
+
+impl Span<'_> {
+    /// Whether a clause of the span reported `item` done.
+    fn said_done(&self, item: &str) -> bool {
+        let st = stems(item);
+        self.said_done.iter().any(|d| plan::is_about(d, &st))
+    }
+
+    /// See [`Carry`]: how an earlier summary's item fares against this span.
+    fn carry_over(&self, section: usize, item: &str) -> Carry {
+        let a = self.a;
+        let resolved = || a.resolves(item) != Resolution::Open;
+        let drop = match section {
+            IN_PROGRESS => {
+                (item.starts_with("Last assistant message:") && !a.assistant_texts.is_empty())
+                    || item.starts_with("Pending ")
+                    || (item.ends_with(" (in progress)") && !a.todo_lists.is_empty())
+                    || resolved()
+                    || self.said_done(item)
             }
-            Some(rest) => Carry::Rewrite(format!("Earlier error from {rest}")),
-            None => Carry::Keep,
-        },
-        _ => Carry::Keep,
+            NEXT => {
+                item.starts_with("Check the result of the pending ")
+                    || resolved()
+                    || (!item.starts_with("Fix the failure of ")
+                        && (self.restated_next || self.said_done(item)))
+            }
+            CRITICAL => {
+                (item.starts_with("Command `") && a.resolves(item) == Resolution::Fixed)
+                    || a.reruns(item)
+                    || (item.starts_with("Latest user reply:") && !a.user_texts.is_empty())
+                    || (item.starts_with("Slash commands the user ran")
+                        && !a.slash_commands.is_empty())
+            }
+            _ => false,
+        };
+        if drop {
+            return Carry::Drop;
+        }
+        match section {
+            BLOCKED if resolved() => Carry::Settled,
+            CRITICAL => match item.strip_prefix("Last error from ") {
+                Some(rest) if resolved() && !is_resolved_error(item) => {
+                    Carry::Rewrite(format!("Earlier error (fixed since) from {rest}"))
+                }
+                Some(rest) => Carry::Rewrite(format!("Earlier error from {rest}")),
+                None => Carry::Keep,
+            },
+            _ => Carry::Keep,
+        }
     }
 }
 
 /// Builds Pi's three-section turn-prefix summary: the start of an over-long turn whose recent
 /// part (the suffix) stays in context verbatim, so this only has to say what led up to it.
-pub fn summarize_turn_prefix(messages: &[Value], max_tokens: u64) -> String {
-    let budget = target_units(max_tokens);
-    let caps = Caps::for_budget(budget);
+pub fn summarize_turn_prefix(
+    messages: &[Value],
+    max_tokens: u64,
+    settings: ExtractiveSettings,
+) -> String {
+    let budget = Budget::new(max_tokens, Some(settings.target_tokens));
+    let caps = Caps::for_budget(budget.target);
     let a = Analysis::of(messages);
     let mut items = Items::new();
 
@@ -325,7 +529,7 @@ pub fn summarize_turn_prefix(messages: &[Value], max_tokens: u64) -> String {
     if opened_by_note || a.requests.is_empty() {
         if let Some((idx, label, text, _)) = a.notes.first() {
             let text = format!("(from {label}) {}", clip_head(text, caps.goal));
-            items.add_new(ORIGINAL, P_GOAL_LATEST, *idx, &text);
+            items.keep_new(ORIGINAL, P_GOAL_LATEST, *idx, &text);
         }
     }
     for (idx, label, text, _) in a
@@ -347,7 +551,12 @@ pub fn summarize_turn_prefix(messages: &[Value], max_tokens: u64) -> String {
         } else {
             P_GOAL_OLDER + a.recency(*idx)
         };
-        items.add_new(ORIGINAL, priority, *idx, &clip_head(text, caps.goal));
+        let text = clip_head(text, caps.goal);
+        if priority == P_GOAL_LATEST {
+            items.keep_new(ORIGINAL, priority, *idx, &text);
+        } else {
+            items.add_new(ORIGINAL, priority, *idx, &text);
+        }
     }
     for (idx, label, summary) in &a.embedded_summaries {
         let text = format!("{label}:\n{}", clip_head(summary, caps.error));
@@ -373,20 +582,20 @@ pub fn summarize_turn_prefix(messages: &[Value], max_tokens: u64) -> String {
             } else {
                 ""
             },
-            first_line(fail.text, caps.item)
+            first_line(fail.headline(), caps.item)
         );
         let priority = if fail.resolved { P_DONE } else { P_BLOCKED };
         items.add_new(EARLY, priority + a.recency(fail.idx), fail.idx, &text);
     }
     for (idx, sentence) in a.decisions() {
         let text = format!("Decision: {}", clip_head(&sentence, caps.item));
-        items.add_new(EARLY, P_DECISION + a.recency(idx), idx, &text);
+        items.keep_new(EARLY, P_DECISION + a.recency(idx), idx, &text);
     }
 
     // Context for Suffix: rules, files, open calls, last words, last error verbatim.
-    for (idx, sentence) in a.user_sentences(&CONSTRAINT_RE) {
+    for (idx, sentence) in a.constraints() {
         let text = format!("Constraint: {}", clip_head(&sentence, caps.item));
-        items.add(
+        items.keep(
             SUFFIX_CTX,
             P_CONSTRAINT + a.recency(idx),
             (G_PREVIOUS, idx as u64),
@@ -412,7 +621,11 @@ pub fn summarize_turn_prefix(messages: &[Value], max_tokens: u64) -> String {
             fail.code_note(),
             clip_head(fail.text.trim(), caps.error)
         );
-        items.add(SUFFIX_CTX, P_LAST_ERROR, (G_NEW, 30_000_000), &text);
+        if fail.resolved {
+            items.add(SUFFIX_CTX, P_LAST_ERROR, (G_NEW, 30_000_000), &text);
+        } else {
+            items.keep(SUFFIX_CTX, P_LAST_ERROR, (G_NEW, 30_000_000), &text);
+        }
     }
 
     render(&TURN_PREFIX_SECTIONS, items.list, budget)

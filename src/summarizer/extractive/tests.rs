@@ -72,17 +72,17 @@ fn session() -> Vec<Value> {
 
 fn input<'a>(
     messages: &'a [Value],
-    read: &'a [String],
-    modified: &'a [String],
+    _read: &'a [String],
+    _modified: &'a [String],
     max_tokens: u64,
 ) -> ExtractiveInput<'a> {
     ExtractiveInput {
         messages,
         previous_summary: None,
         custom_instructions: None,
-        read_files: read,
-        modified_files: modified,
+        turn_prefix: &[],
         max_tokens,
+        settings: ExtractiveSettings::DEFAULT,
     }
 }
 
@@ -195,8 +195,13 @@ fn update_mode_merges_previous_sections() {
         section(&s, "## Key Decisions").contains("**clap derive**: less code"),
         "{s}"
     );
+    // The span says what comes next itself: its statement replaces the earlier one.
     assert!(
-        section(&s, "## Next Steps").contains("(earlier) Add the report command"),
+        !section(&s, "## Next Steps").contains("Add the report command"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "## Next Steps").contains("Next I will add a snapshot test"),
         "{s}"
     );
     assert!(s.contains("Config lives in `~/.report.toml`"), "{s}");
@@ -204,9 +209,21 @@ fn update_mode_merges_previous_sections() {
         !s.contains("src/old.rs"),
         "file blocks are recomputed, not merged: {s}"
     );
-    // Earlier next steps come after the new ones.
-    let next = section(&s, "## Next Steps");
-    assert!(next.find("(earlier)") > next.find("1. "), "{next}");
+    // A span that says nothing of what comes next keeps the earlier next steps, after its own.
+    let quiet = vec![
+        user("Rename the report module."),
+        assistant(
+            json!([call("q1", "bash", json!({"command": "cargo check"}))]),
+            "toolUse",
+        ),
+        result("q1", "bash", "Finished", false),
+    ];
+    let mut inp = input(&quiet, &[], &[], 3000);
+    inp.previous_summary = Some(previous);
+    let q = summarize_history(&inp);
+    let next = section(&q, "## Next Steps");
+    assert!(next.contains("(earlier) Add the report command"), "{q}");
+    assert!(next.find("(earlier)") > next.find("Make sure"), "{next}");
 
     // Merging the output again does not duplicate or re-label items.
     let mut again = input(&[], &[], &[], 3000);
@@ -238,7 +255,7 @@ fn unparseable_previous_summary_is_kept_verbatim() {
 #[test]
 fn turn_prefix() {
     let msgs = session();
-    let s = summarize_turn_prefix(&msgs[..8], 1000);
+    let s = summarize_turn_prefix(&msgs[..8], 1000, ExtractiveSettings::DEFAULT);
     assert_well_formed(&s, &TP_HEADINGS, 1000);
     assert!(
         section(&s, "## Original Request").contains("Add a --json flag"),
@@ -261,7 +278,7 @@ fn turn_prefix() {
     );
     assert!(ctx.contains("error[E0425]"), "{s}");
     // A call whose result is in the suffix is pending.
-    let s = summarize_turn_prefix(&msgs[..7], 1000);
+    let s = summarize_turn_prefix(&msgs[..7], 1000, ExtractiveSettings::DEFAULT);
     assert!(s.contains("Pending `cargo test report`"), "{s}");
 }
 
@@ -272,13 +289,13 @@ fn empty_input() {
         s,
         "## Goal\n(none)\n\n## Constraints & Preferences\n(none)\n\n## Progress\n### Done\n(none)\n\n### In Progress\n(none)\n\n### Blocked\n(none)\n\n## Key Decisions\n(none)\n\n## Next Steps\n(none)\n\n## Critical Context\n(none)"
     );
-    let t = summarize_turn_prefix(&[], 1000);
+    let t = summarize_turn_prefix(&[], 1000, ExtractiveSettings::DEFAULT);
     assert_eq!(
         t,
         "## Original Request\n(none)\n\n## Early Progress\n(none)\n\n## Context for Suffix\n(none)"
     );
     assert_eq!(
-        summarize_turn_prefix(&[], 0),
+        summarize_turn_prefix(&[], 0, ExtractiveSettings::DEFAULT),
         "## Original Request\n\n## Early Progress\n\n## Context for Suffix"
     );
 }
@@ -291,8 +308,8 @@ fn deterministic() {
     let b = summarize_history(&input(&msgs, &[], &modified, 700));
     assert_eq!(a, b);
     assert_eq!(
-        summarize_turn_prefix(&msgs, 300),
-        summarize_turn_prefix(&msgs, 300)
+        summarize_turn_prefix(&msgs, 300, ExtractiveSettings::DEFAULT),
+        summarize_turn_prefix(&msgs, 300, ExtractiveSettings::DEFAULT)
     );
 }
 
@@ -317,7 +334,7 @@ fn malformed_messages_do_not_panic() {
     ];
     let s = summarize_history(&input(&msgs, &[], &[], 500));
     assert_well_formed(&s, &HEADINGS, 500);
-    let t = summarize_turn_prefix(&msgs, 500);
+    let t = summarize_turn_prefix(&msgs, 500, ExtractiveSettings::DEFAULT);
     assert_well_formed(&t, &TP_HEADINGS, 500);
 }
 
@@ -385,8 +402,19 @@ fn split_turn_previous_summary_from_an_llm() {
         section(&s, "### Done").contains("- [x] Read `src/lex.rs`"),
         "{s}"
     );
+    // The split turn's request was the latest one; nothing newer came.
     assert!(
-        section(&s, "## Next Steps").contains("2. (earlier) Run `cargo test`"),
+        section(&s, "## Next Steps").contains(
+            "1. Make sure the latest user request is fully handled: Also support comments."
+        ),
+        "{s}"
+    );
+    assert!(
+        section(&s, "## Next Steps").contains("3. (earlier) Run `cargo test`"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "## Goal").contains("(latest) Also support comments."),
         "{s}"
     );
     assert!(
@@ -419,7 +447,7 @@ fn real_fixture_sessions() {
             if max_tokens >= 1000 {
                 assert!(!section(&s, "## Goal").starts_with("(none)"), "{case}: {s}");
             }
-            let t = summarize_turn_prefix(&msgs, max_tokens);
+            let t = summarize_turn_prefix(&msgs, max_tokens, ExtractiveSettings::DEFAULT);
             assert_well_formed(&t, &TP_HEADINGS, max_tokens);
         }
         let big = summarize_history(&input(&msgs, &read, &modified, 13_107));
@@ -806,7 +834,7 @@ fn a_turn_opened_by_an_injected_task_has_its_request() {
         ),
         result("c1", "bash", "staging-tls False", false),
     ];
-    let s = summarize_turn_prefix(&msgs, 1000);
+    let s = summarize_turn_prefix(&msgs, 1000, ExtractiveSettings::DEFAULT);
     assert_well_formed(&s, &TP_HEADINGS, 1000);
     assert!(
         section(&s, "## Original Request")
@@ -841,14 +869,13 @@ fn a_blocker_carried_over_is_settled_by_a_later_success() {
         !section(&s, "### In Progress").contains("One range test fails"),
         "{s}"
     );
-    assert!(
-        s.contains("Settled since the earlier summary: `cargo test range` failed"),
-        "{s}"
-    );
+    // Settled once: the error line says it was fixed (the blocker's "settled" line is about
+    // the same failure, and the newer line stands for both).
     assert!(
         s.contains("Earlier error (fixed since) from `cargo test range`"),
         "{s}"
     );
+    assert_eq!(s.matches("`cargo test range` failed").count(), 0, "{s}");
     assert!(!s.contains("Last error from `cargo test range`"), "{s}");
 }
 
@@ -857,19 +884,470 @@ fn a_large_cap_is_not_filled() {
     let mut msgs = vec![user("Refactor every module.")];
     for i in 0..300 {
         msgs.push(assistant(json!([
-            {"type": "text", "text": format!("I'll use approach {i} instead of the old one, because it is simpler.")},
+            {"type": "text", "text": format!("Module {i} next.")},
             call(&format!("c{i}"), "edit", json!({"path": format!("src/m{i}.rs"), "edits": []})),
+            call(&format!("t{i}"), "bash", json!({"command": format!("cargo test -p m{i}")})),
         ]), "toolUse"));
         msgs.push(result(&format!("c{i}"), "edit", "ok", false));
+        msgs.push(result(&format!("t{i}"), "bash", "test result: ok", false));
     }
     let s = summarize_history(&input(&msgs, &[], &[], 13_107));
     assert_well_formed(&s, &HEADINGS, 13_107);
     assert!(utf16_len(&s) <= target_units(13_107), "{}", utf16_len(&s));
     assert!(
-        utf16_len(&s) <= budget_units(13_107) / 3,
-        "well under the cap"
+        utf16_len(&s) <= budget_units(ExtractiveSettings::DEFAULT.target_tokens),
+        "within the extractive target: {}",
+        utf16_len(&s)
     );
     assert!(s.contains("Refactor every module."), "{s}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Round two: re-runs, statements of fixes, plans, the latest request, hygiene, staying small
+// ---------------------------------------------------------------------------------------------
+
+fn bash_call(id: &str, command: &str) -> Value {
+    assistant(
+        json!([call(id, "bash", json!({ "command": command }))]),
+        "toolUse",
+    )
+}
+
+fn update(msgs: &[Value], previous: &str, target_tokens: u64) -> String {
+    let mut inp = input(msgs, &[], &[], 13_107);
+    inp.previous_summary = Some(previous);
+    inp.settings = ExtractiveSettings { target_tokens };
+    let s = summarize_history(&inp);
+    assert_well_formed(&s, &HEADINGS, 13_107);
+    s
+}
+
+#[test]
+fn a_rerun_that_no_longer_shows_the_error_supersedes_it() {
+    let cmd = "go test ./internal/httpapi/";
+    let msgs = vec![
+        user("Stop the metrics stream when the client goes away."),
+        bash_call("c1", cmd),
+        result("c1", "bash", "# example.com/svc/internal/httpapi\ninternal/httpapi/metrics.go:14:9: undefined: ctx\nCommand exited with code 1", true),
+        bash_call("c2", cmd),
+        result("c2", "bash", "--- FAIL: TestStreamStops (1.02s)\n    metrics_test.go:31: found unexpected goroutines\nCommand exited with code 1", true),
+        said("The goroutine still leaks."),
+    ];
+    let s = summary_of(&msgs);
+    let blocked = section(&s, "### Blocked");
+    assert!(blocked.contains("found unexpected goroutines"), "{s}");
+    assert!(!blocked.contains("undefined: ctx"), "{s}");
+    assert!(
+        !section(&s, "## Next Steps").contains("undefined: ctx"),
+        "{s}"
+    );
+    assert!(s.contains("gone in a later run"), "{s}");
+
+    // The same error again on the re-run: still open (line numbers may move).
+    let mut same = msgs.clone();
+    same[4] = result(
+        "c2",
+        "bash",
+        "internal/httpapi/metrics.go:15:9: undefined: ctx\nCommand exited with code 1",
+        true,
+    );
+    let s = summary_of(&same);
+    assert!(section(&s, "### Blocked").contains("undefined: ctx"), "{s}");
+
+    // A longer command may not run what failed: it supersedes nothing.
+    let mut longer = msgs.clone();
+    longer[3] = bash_call("c2", "go test ./internal/httpapi/ -run TestStreamStops");
+    let s = summary_of(&longer);
+    assert!(section(&s, "### Blocked").contains("undefined: ctx"), "{s}");
+
+    // A blocker carried over from an earlier summary is superseded the same way.
+    let previous = "## Goal\n- Stop the stream.\n\n## Progress\n### Blocked\n- `go test ./internal/httpapi/` failed (exit code 1): internal/httpapi/metrics.go:14:9: undefined: ctx\n\n## Next Steps\n1. Fix the failure of `go test ./internal/httpapi/`: internal/httpapi/metrics.go:14:9: undefined: ctx";
+    let s = update(&msgs[3..], previous, 2000);
+    assert!(
+        !section(&s, "### Blocked").contains("undefined: ctx"),
+        "{s}"
+    );
+    assert!(
+        !section(&s, "## Next Steps").contains("undefined: ctx"),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_statement_that_it_is_fixed_closes_the_error_and_goes_under_done() {
+    let msgs = vec![
+        user("The deploy fails at migrate."),
+        json!({"role": "bashExecution", "command": "python manage.py migrate", "output": "django.db.utils.OperationalError: no such column: orders_order.status", "exitCode": 1, "cancelled": false, "truncated": false, "timestamp": 3}),
+        said("The OperationalError is fixed: nothing queries `Order` at import time any more, and I will now add `migrate --check` to CI."),
+        user("thanks"),
+    ];
+    let s = summary_of(&msgs);
+    assert_eq!(section(&s, "### Blocked").trim(), "(none)", "{s}");
+    let done = section(&s, "### Done");
+    assert!(done.contains("The OperationalError is fixed"), "{s}");
+    let next = section(&s, "## Next Steps");
+    assert!(
+        !next.contains("OperationalError"),
+        "a fix is no next step: {s}"
+    );
+    assert!(
+        next.contains("I will now add `migrate --check` to CI."),
+        "{s}"
+    );
+    // "still" negates: the error stays open and nothing is done.
+    let mut open = msgs.clone();
+    open[2] = said("The OperationalError is still not fixed.");
+    let s = summary_of(&open);
+    assert!(
+        section(&s, "### Blocked").contains("OperationalError"),
+        "{s}"
+    );
+    assert!(!section(&s, "### Done").contains("OperationalError"), "{s}");
+}
+
+#[test]
+fn plan_steps_are_done_by_results_and_statements_and_the_rest_is_left_in_order() {
+    let msgs = vec![
+        user("Add rate limiting. Plan:\n1. Write the limiter in `api/ratelimit.ts`\n2. Register it in `api/server.ts`\n3. Answer 429 with `Retry-After`\n4. Make the limits configurable\n5. Document the limits in `docs/api.md`"),
+        assistant(json!([
+            call("c1", "write", json!({"path": "api/ratelimit.ts", "content": "x"})),
+            call("c2", "edit", json!({"path": "api/server.ts", "edits": []})),
+        ]), "toolUse"),
+        result("c1", "write", "Successfully wrote 9 bytes to api/ratelimit.ts", false),
+        result("c2", "edit", "Successfully replaced 1 block(s) in api/server.ts.", false),
+        said("Step 3 is done: an empty bucket answers 429 with `Retry-After`."),
+        user("ok"),
+    ];
+    let s = summary_of(&msgs);
+    let next = section(&s, "## Next Steps");
+    assert!(
+        next.contains("1. (plan step 4) Make the limits configurable"),
+        "{s}"
+    );
+    assert!(
+        next.contains("2. (plan step 5) Document the limits in `docs/api.md`"),
+        "{s}"
+    );
+    for done in ["Write the limiter", "Register it in", "Answer 429"] {
+        assert!(!next.contains(done), "{done} is done: {s}");
+        assert_eq!(
+            section(&s, "### Done").matches(done).count(),
+            1,
+            "{done} once: {s}"
+        );
+    }
+
+    // The next compaction reads the steps left back, and its span finishes one of them.
+    let later = vec![
+        assistant(
+            json!([call(
+                "c3",
+                "edit",
+                json!({"path": "docs/api.md", "edits": []})
+            )]),
+            "toolUse",
+        ),
+        result(
+            "c3",
+            "edit",
+            "Successfully replaced 1 block(s) in docs/api.md.",
+            false,
+        ),
+        user("go on"),
+    ];
+    let s2 = update(&later, &s, 2000);
+    let next = section(&s2, "## Next Steps");
+    assert!(
+        next.contains("(plan step 4) Make the limits configurable"),
+        "{s2}"
+    );
+    assert!(!next.contains("Document the limits"), "{s2}");
+    assert!(
+        section(&s2, "### Done").contains("Document the limits in `docs/api.md`"),
+        "{s2}"
+    );
+
+    // The latest statement of what is left wins over the plan.
+    let restated = vec![
+        said("What is left:\n- Load-test the limiter\n- Tune the burst size"),
+        user("ok"),
+    ];
+    let s3 = update(&restated, &s, 2000);
+    let next = section(&s3, "## Next Steps");
+    assert!(next.contains("(plan step 1) Load-test the limiter"), "{s3}");
+    assert!(next.contains("(plan step 2) Tune the burst size"), "{s3}");
+    assert!(!next.contains("Make the limits configurable"), "{s3}");
+
+    // A plain sentence naming a step's words finishes it ("Profiling is done").
+    let bullets = vec![
+        user("Speed up the nightly job."),
+        said("Here is the plan:\n- Profile the job to find the slow stage\n- Replace the per-row upsert with COPY"),
+        said("Profiling is done: the upsert takes 93% of the time."),
+        user("ok"),
+    ];
+    let s4 = summary_of(&bullets);
+    let next = section(&s4, "## Next Steps");
+    assert!(!next.contains("Profile the job"), "{s4}");
+    assert!(
+        next.contains("(plan step 2) Replace the per-row upsert with COPY"),
+        "{s4}"
+    );
+}
+
+#[test]
+fn plans_in_other_shapes() {
+    // Checkboxes restated by the assistant: the ticked ones are done.
+    let msgs = vec![
+        user("Ship the release."),
+        said(
+            "Progress:\n- [x] Tag v1.4.0\n- [ ] Publish the crate\n- [ ] Announce it on the forum",
+        ),
+        user("ok"),
+    ];
+    let s = summary_of(&msgs);
+    assert!(section(&s, "### Done").contains("Tag v1.4.0"), "{s}");
+    let next = section(&s, "## Next Steps");
+    assert!(next.contains("(plan step 2) Publish the crate"), "{s}");
+    assert!(!next.contains("Tag v1.4.0"), "{s}");
+    // A range of step numbers, with an en dash.
+    let msgs = vec![
+        user("Do it:\n1. Alpha\n2. Beta\n3. Gamma\n4. Delta"),
+        said("Steps 1–3 are done."),
+        user("ok"),
+    ];
+    let next = section(&summary_of(&msgs), "## Next Steps").to_string();
+    assert!(
+        next.contains("(plan step 4) Delta") && !next.contains("Beta"),
+        "{next}"
+    );
+    // Steps to reproduce are no plan.
+    let msgs = vec![
+        user("The app crashes. Steps to reproduce:\n1. Open settings\n2. Tap export"),
+        said("Looking."),
+        user("ok"),
+    ];
+    assert!(!section(&summary_of(&msgs), "## Next Steps").contains("(plan"));
+}
+
+#[test]
+fn the_latest_request_of_a_split_turn_is_in_its_prefix() {
+    let history = vec![
+        user("Add retries to the uploader."),
+        bash_call("c1", "go test ./storage/"),
+        result("c1", "bash", "ok", false),
+        said("Retries are in."),
+    ];
+    let prefix = vec![
+        user("Now switch to multipart uploads for files over 100 MB."),
+        bash_call("c2", "go doc manager.Uploader"),
+        result("c2", "bash", "type Uploader struct", false),
+    ];
+    let mut inp = input(&history, &[], &[], 4000);
+    inp.turn_prefix = &prefix;
+    let s = summarize_history(&inp);
+    assert_well_formed(&s, &HEADINGS, 4000);
+    let next = section(&s, "## Next Steps");
+    assert!(
+        next.contains(
+            "Make sure the latest user request is fully handled: Now switch to multipart uploads"
+        ),
+        "{s}"
+    );
+    assert!(!next.contains("Add retries"), "{s}");
+    assert!(
+        section(&s, "## Goal").contains("(latest) Now switch to multipart uploads"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "## Goal").contains("(original request) Add retries"),
+        "{s}"
+    );
+}
+
+#[test]
+fn slash_commands_are_not_goals_and_questions_are_not_constraints() {
+    let msgs = vec![
+        user("/model claude-sonnet-4-5"),
+        user("Export dates as ISO 8601. You must keep the column order exactly as it is."),
+        said("Done."),
+        user("Should the audit export use UTC too? Can you check it?"),
+        said("It already does."),
+        user("/mode plan"),
+    ];
+    let s = summary_of(&msgs);
+    let goal = section(&s, "## Goal");
+    assert!(!goal.contains("/model") && !goal.contains("/mode"), "{s}");
+    assert!(
+        goal.contains("(latest) Should the audit export use UTC too?"),
+        "{s}"
+    );
+    let constraints = section(&s, "## Constraints & Preferences");
+    assert!(
+        constraints.contains("You must keep the column order exactly as it is."),
+        "{s}"
+    );
+    assert!(!constraints.contains("Should the audit export"), "{s}");
+    assert!(!section(&s, "## Next Steps").contains("/mode"), "{s}");
+    assert!(
+        s.contains(
+            "Slash commands the user ran (not requests): `/model claude-sonnet-4-5`, `/mode plan`"
+        ),
+        "{s}"
+    );
+    // A path is no slash command.
+    assert!(!is_slash_command(
+        "/etc/nginx/nginx.conf has a typo on line 3"
+    ));
+    assert!(is_question("should we bump the version"));
+    assert!(!is_question("Do not touch the audit export."));
+}
+
+#[test]
+fn work_the_assistant_reported_fills_done() {
+    let msgs = vec![
+        user("Rewrite the location block so long reports work."),
+        said("I've rewritten the config: `/api/reports/` now has `proxy_read_timeout 300s`. Next I will look at the ingress."),
+        user("thanks"),
+    ];
+    let s = summary_of(&msgs);
+    let done = section(&s, "### Done");
+    assert!(
+        done.contains(
+            "- [x] I've rewritten the config: `/api/reports/` now has `proxy_read_timeout 300s`."
+        ),
+        "{s}"
+    );
+    assert!(!done.contains("Next I will"), "{s}");
+    // Without a report, Done says so.
+    let quiet = vec![
+        user("Rewrite the block."),
+        said("Here is a draft."),
+        user("thanks"),
+    ];
+    assert_eq!(section(&summary_of(&quiet), "### Done").trim(), "(none)");
+}
+
+#[test]
+fn repeated_compactions_fold_repeated_items_with_a_count_and_a_range() {
+    let mut summary = String::new();
+    let mut sizes = Vec::new();
+    for round in 0..10 {
+        let mut msgs = vec![user(&format!("Task {round}: add the `--opt{round}` flag."))];
+        for k in 0..3 {
+            let id = format!("c{round}_{k}");
+            msgs.push(assistant(
+                json!([
+                    call(
+                        &format!("{id}e"),
+                        "edit",
+                        json!({"path": format!("src/f{round}_{k}.rs"), "edits": []})
+                    ),
+                    call(
+                        &id,
+                        "bash",
+                        json!({"command": format!("cargo test opt{round}_{k}")})
+                    ),
+                ]),
+                "toolUse",
+            ));
+            msgs.push(result(&format!("{id}e"), "edit", "ok", false));
+            msgs.push(result(&id, "bash", "test result: ok", false));
+        }
+        msgs.push(said(&format!("The `--opt{round}` flag works now.")));
+        summary = if round == 0 {
+            summary_of(&msgs)
+        } else {
+            update(&msgs, &summary, 2000)
+        };
+        sizes.push(utf16_len(&summary));
+    }
+    let done = section(&summary, "### Done");
+    // One line with a count and a range stands for the oldest runs, the newest stay verbatim.
+    let folded = done
+        .lines()
+        .find(|l| l.starts_with("- [x] Earlier successful commands ("))
+        .unwrap_or_else(|| panic!("no folded line in {summary}"));
+    let count: usize = folded
+        .trim_start_matches("- [x] Earlier successful commands (")
+        .split(')')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(count >= 20, "{folded}");
+    assert!(
+        folded.contains("`cargo test opt0_0` … `cargo test opt"),
+        "{folded}"
+    );
+    assert!(
+        done.contains("Ran `cargo test opt9_2` successfully"),
+        "{summary}"
+    );
+    assert!(done.lines().count() <= 16, "{summary}");
+    // The goal is kept: the original and the latest request verbatim, the rest folded.
+    let goal = section(&summary, "## Goal");
+    assert!(
+        goal.contains("(original request) Task 0: add the `--opt0` flag."),
+        "{summary}"
+    );
+    assert!(
+        goal.contains("(latest) Task 9: add the `--opt9` flag."),
+        "{summary}"
+    );
+    assert!(goal.contains("Earlier requests ("), "{summary}");
+    // Flat: the last summary is not much larger than the fourth.
+    assert!(sizes[9] <= sizes[3] + sizes[3] / 4, "{sizes:?}");
+}
+
+#[test]
+fn must_keep_facts_are_never_dropped_under_the_budget() {
+    let mut msgs = vec![user("Harden the API server.")];
+    for i in 0..40 {
+        msgs.push(user(&format!("Rule {i}: never log the header X-Secret-{i}, and always keep the audit trail {i} intact.")));
+        msgs.push(said(&format!(
+            "I'll use middleware {i} instead of a proxy, because it sees the decoded body {i}."
+        )));
+        msgs.push(bash_call(
+            &format!("c{i}"),
+            &format!("cargo test audit_{i}"),
+        ));
+        msgs.push(result(&format!("c{i}"), "bash", "test result: ok", false));
+    }
+    msgs.push(bash_call("z", "cargo clippy"));
+    msgs.push(result(
+        "z",
+        "bash",
+        "error: this `if` has identical blocks\nCommand exited with code 101",
+        true,
+    ));
+    msgs.push(user("go on"));
+    let mut inp = input(&msgs, &[], &[], 13_107);
+    inp.settings = ExtractiveSettings { target_tokens: 300 };
+    let s = summarize_history(&inp);
+    assert_well_formed(&s, &HEADINGS, 13_107);
+    assert!(
+        utf16_len(&s) > budget_units(300),
+        "must-keep facts pass the target"
+    );
+    for i in 0..40 {
+        assert!(
+            s.contains(&format!("never log the header X-Secret-{i}")),
+            "constraint {i}: {s}"
+        );
+        assert!(
+            s.contains(&format!("I'll use middleware {i} instead")),
+            "decision {i}: {s}"
+        );
+    }
+    assert!(
+        section(&s, "### Blocked").contains("identical blocks"),
+        "{s}"
+    );
+    assert!(
+        s.contains("(original request) Harden the API server."),
+        "{s}"
+    );
+    // The rest competes for the target: few of the 40 test runs fit.
+    assert!(s.matches("cargo test audit_").count() < 40, "{s}");
 }
 
 mod props {
@@ -918,21 +1396,21 @@ mod props {
             prev in prop::option::of(text()),
             focus in prop::option::of(text()),
             max_tokens in 50u64..3000,
+            target in 200u64..4000,
         ) {
-            let files = vec!["a.rs".to_string(), "b/c.rs".to_string()];
             let inp = ExtractiveInput {
                 messages: &msgs,
                 previous_summary: prev.as_deref(),
                 custom_instructions: focus.as_deref(),
-                read_files: &files,
-                modified_files: &files,
+                turn_prefix: &msgs,
                 max_tokens,
+                settings: ExtractiveSettings { target_tokens: target },
             };
             let s = summarize_history(&inp);
             prop_assert_eq!(headings_of(&s), HEADINGS.to_vec());
             prop_assert!(utf16_len(&s) <= budget_units(max_tokens));
             prop_assert_eq!(&s, &summarize_history(&inp));
-            let t = summarize_turn_prefix(&msgs, max_tokens);
+            let t = summarize_turn_prefix(&msgs, max_tokens, ExtractiveSettings::DEFAULT);
             prop_assert_eq!(headings_of(&t), TP_HEADINGS.to_vec());
             prop_assert!(utf16_len(&t) <= budget_units(max_tokens));
         }

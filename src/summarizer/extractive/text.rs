@@ -137,6 +137,52 @@ pub(super) static CONSTRAINT_RE: LazyLock<Regex> = LazyLock::new(|| {
     .expect("constraint pattern is valid")
 });
 
+/// The markers of [`CONSTRAINT_RE`] that also describe what a feature does ("a flag that
+/// prints only the count", "… without POSTing"): alone, in a sentence that opens with a task
+/// verb, they make a request, not a rule.
+static WEAK_CONSTRAINT_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(only|without|at most|at least|no more than)\b")
+        .expect("weak constraint pattern is valid")
+});
+
+/// Whether a sentence matching [`CONSTRAINT_RE`] states a rule (see [`WEAK_CONSTRAINT_RE`]).
+pub(super) fn is_constraint(sentence: &str) -> bool {
+    const TASK_VERBS: [&str; 20] = [
+        "add",
+        "implement",
+        "create",
+        "write",
+        "build",
+        "make",
+        "fix",
+        "change",
+        "update",
+        "switch",
+        "move",
+        "rename",
+        "remove",
+        "delete",
+        "refactor",
+        "bump",
+        "run",
+        "set",
+        "port",
+        "support",
+    ];
+    let strong = CONSTRAINT_RE
+        .find_iter(sentence)
+        .any(|m| !WEAK_CONSTRAINT_RE.is_match(m.as_str()));
+    let first = sentence
+        .split_whitespace()
+        .next()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .unwrap_or_default();
+    strong || !TASK_VERBS.contains(&first.as_str())
+}
+
 /// Assistant sentences that announce a choice, including giving an approach up (a few common
 /// non-English forms too, since sessions are not all in English).
 pub(super) static DECISION_RE: LazyLock<Regex> = LazyLock::new(|| {
@@ -238,3 +284,288 @@ pub(super) static EXIT_CODE_RE: LazyLock<Regex> = LazyLock::new(|| {
 pub(super) static BULLET_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^(?:[-*+]\s+(?:\[[ xX]\]\s+)?|\d{1,3}[.)]\s+)").expect("bullet pattern is valid")
 });
+
+// ---------------------------------------------------------------------------------------------
+// Round two: clauses, statements of work done, questions, slash commands, error headlines
+// ---------------------------------------------------------------------------------------------
+
+/// Where a sentence turns from what was done to what comes next: ", and I will now …",
+/// " so I'll …". Group 1 starts the new clause.
+static FUTURE_CLAUSE_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)(?:,\s*(?:and\s+then\s+|and\s+|so\s+|then\s+|but\s+)?|\s+(?:and\s+then|and|so|then|but)\s+)((?:i|we)(?:'ll|\s+will|\s+am going to|\s+are going to|\s+need to|\s+still need to|\s+have to)\b)",
+    )
+    .expect("future clause pattern is valid")
+});
+
+/// Splits a sentence into clauses at the point where it turns to what comes next, so "X is
+/// fixed, and I will now do Y" reports X as done and Y as next. Most sentences are one clause.
+pub(super) fn clauses(sentence: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for caps in FUTURE_CLAUSE_RE.captures_iter(sentence) {
+        let (Some(whole), Some(next)) = (caps.get(0), caps.get(1)) else {
+            continue;
+        };
+        if whole.start() <= start {
+            continue;
+        }
+        push_sentence(&mut out, &sentence[start..whole.start()]);
+        start = next.start();
+    }
+    push_sentence(&mut out, &sentence[start..]);
+    out
+}
+
+/// What was announced as done: first-person past tense ("I've rewritten", "we added"), a state
+/// reached ("is done", "is in place", "works now", "passes now") or a fix (see [`FIXED_RE`]).
+pub(super) static REPORTED_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)(\b(?:i|we)(?:'ve|\s+have)?\s+(?:now\s+|just\s+|also\s+|already\s+)?(?:added|updated|fixed|implemented|created|wrote|written|rewrote|rewritten|removed|renamed|refactored|moved|replaced|changed|deployed|merged|pushed|committed|configured|installed|migrated|converted|switched|documented|extracted|bumped|enabled|disabled|applied|cleaned|finished|completed)\b|\b(?:is|are)\s+(?:now\s+|all\s+|also\s+)?(?:done|finished|complete|completed|in place|fixed|green)\b|\b(?:is|are)\s+in\s*[:.]|^done\b|\bworks now\b|\bnow works\b|\bpass(?:es)? now\b|\bnow pass(?:es)?\b|\b(?:tests?|build|lint|ci|checks?|suite)\s+(?:now\s+|all\s+)?(?:pass|passes|passed|succeeds?|succeeded)\b|\b(?:replaced|rewrote|renamed|switched|converted|migrated|implemented)\b)",
+    )
+    .expect("reported pattern is valid")
+});
+
+/// A clause about the future: it announces, it does not report.
+pub(super) static FUTURE_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b(will|i'll|we'll|going to|next|let me|let's|need to|needs to|have to|has to|should|todo|then i)\b",
+    )
+    .expect("future pattern is valid")
+});
+
+/// Whether a clause reports work as done (not negated, not about the future, not a question).
+pub(super) fn reports_done(clause: &str) -> bool {
+    (REPORTED_RE.is_match(clause) || FIXED_RE.is_match(clause))
+        && !NEGATION_RE.is_match(clause)
+        && !FUTURE_RE.is_match(clause)
+        && !is_question(clause)
+}
+
+/// A question, not a statement: it ends with `?`, or it opens with an auxiliary and a pronoun
+/// ("should we …", "can you …") as questions typed without the mark do.
+pub(super) fn is_question(sentence: &str) -> bool {
+    let t = sentence
+        .trim()
+        .trim_end_matches(['"', '\'', ')', ']', '*', '_', '`']);
+    if t.ends_with('?') {
+        return true;
+    }
+    const AUX: [&str; 14] = [
+        "should", "could", "can", "would", "will", "shall", "may", "do", "does", "did", "is",
+        "are", "was", "were",
+    ];
+    const PRONOUNS: [&str; 8] = ["i", "we", "you", "it", "they", "there", "this", "that"];
+    let mut words = t.split_whitespace().map(|w| {
+        w.trim_matches(|c: char| !c.is_alphanumeric())
+            .to_lowercase()
+    });
+    match (words.next(), words.next()) {
+        (Some(a), Some(p)) => AUX.contains(&a.as_str()) && PRONOUNS.contains(&p.as_str()),
+        _ => false,
+    }
+}
+
+/// A harness command typed by the user (`/model sonnet`, `/mode plan`, `/compact`): the first
+/// word is `/name` (not a path such as `/etc/hosts`). It configures the agent; it is no task.
+pub(super) fn is_slash_command(text: &str) -> bool {
+    let first = text.split_whitespace().next().unwrap_or("");
+    let Some(name) = first.strip_prefix('/') else {
+        return false;
+    };
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'))
+        && text.lines().count() == 1
+        && text.split_whitespace().count() <= 6
+}
+
+/// A line that states an error (a compiler or runtime message, an assertion, a refusal), as
+/// opposed to a test name or a summary count.
+static ERROR_LINE_RE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)(\berror\b|\berror\[|[a-z](?:error|exception)\b|\bpanicked\b|\bpanic:|\bfatal\b|\bassertion\b|\bcannot\b|\bcan't\b|\bcould not\b|\bcouldn't\b|\bnot found\b|\bundefined\b|\bunresolved\b|\bdenied\b|\brefused\b|\btimed out\b|\btimeout\b|\bERR!|\bunexpected\b|\binvalid\b|\bno such\b|\bmissing\b)",
+    )
+    .expect("error line pattern is valid")
+});
+
+/// A line that says something failed without saying why (`FAIL test/x`, `--- FAIL: TestX`).
+static FAIL_LINE_RE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?i)\bfail(?:ed|ure|s)?\b").expect("fail line pattern is valid"));
+
+/// The line of a failure's output that says what went wrong: the first error statement with a
+/// message (five words or more), else the first error statement, else the first line saying
+/// something failed, else the first line. Pi's `Command exited with code
+/// N` trailer is never it.
+pub(super) fn error_headline(text: &str) -> &str {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !EXIT_CODE_RE.is_match(l))
+        .collect();
+    // A line with a message beats a bare code (`npm ERR! code EUSAGE` before the sentence).
+    let words = |l: &str| {
+        l.split(|c: char| !c.is_alphabetic())
+            .filter(|w| w.chars().count() >= 2)
+            .count()
+    };
+    lines
+        .iter()
+        .find(|l| ERROR_LINE_RE.is_match(l) && words(l) >= 5)
+        .or_else(|| lines.iter().find(|l| ERROR_LINE_RE.is_match(l)))
+        .or_else(|| lines.iter().find(|l| FAIL_LINE_RE.is_match(l)))
+        .or_else(|| lines.first())
+        .copied()
+        .unwrap_or("")
+}
+
+/// A line compared across runs: lowercase, whitespace collapsed, every digit run as `#` (line
+/// numbers, timings and counts move between runs of the same error).
+pub(super) fn masked(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut in_digits = false;
+    for word in line.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        for c in word.chars() {
+            if c.is_ascii_digit() {
+                if !in_digits {
+                    out.push('#');
+                }
+                in_digits = true;
+            } else {
+                in_digits = false;
+                out.extend(c.to_lowercase());
+            }
+        }
+        in_digits = false;
+    }
+    out
+}
+
+/// Whether `output` still shows the error whose headline is `headline` (compared masked).
+pub(super) fn still_shows(output: &str, headline: &str) -> bool {
+    let wanted = masked(headline);
+    if wanted.chars().count() < 4 {
+        return true;
+    }
+    output.lines().any(|l| masked(l).contains(&wanted))
+}
+
+/// Identifiers in an error message that a sentence about it would repeat: inline code and
+/// quoted names, `CamelCase` and `snake_case` words, error codes.
+pub(super) fn identifiers(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (k, part) in text.split(['`', '\'', '"']).enumerate() {
+        let part = part.trim();
+        if k % 2 == 1 && part.chars().count() >= 3 && !part.contains(char::is_whitespace) {
+            out.push(part.to_lowercase());
+        }
+    }
+    for word in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+        let camel = word.chars().skip(1).any(|c| c.is_uppercase())
+            && word.chars().any(|c| c.is_lowercase());
+        let snake = word.trim_matches('_').contains('_');
+        if word.chars().count() >= 4 && (camel || snake) {
+            out.push(word.to_lowercase());
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Words that say nothing about which step or item a sentence is about.
+const STOP_WORDS: [&str; 58] = [
+    "the",
+    "and",
+    "for",
+    "with",
+    "into",
+    "from",
+    "that",
+    "this",
+    "then",
+    "than",
+    "also",
+    "each",
+    "only",
+    "when",
+    "all",
+    "any",
+    "are",
+    "was",
+    "were",
+    "is",
+    "its",
+    "it's",
+    "our",
+    "your",
+    "their",
+    "now",
+    "not",
+    "but",
+    "too",
+    "has",
+    "have",
+    "had",
+    "been",
+    "being",
+    "done",
+    "finished",
+    "complete",
+    "completed",
+    "works",
+    "working",
+    "passes",
+    "pass",
+    "green",
+    "ready",
+    "step",
+    "steps",
+    "there",
+    "here",
+    "what",
+    "which",
+    "will",
+    "can",
+    "out",
+    "via",
+    "per",
+    "one",
+    "two",
+    "so",
+];
+
+/// The content words of a text as crude stems (the first five letters), so "profiling" meets
+/// "profile" and "replaced" meets "replace". Paths and identifiers stay whole.
+pub(super) fn stems(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for raw in text.split(|c: char| {
+        c.is_whitespace() || matches!(c, ',' | ';' | ':' | '(' | ')' | '`' | '"' | '\'' | '*')
+    }) {
+        let w = raw
+            .trim_matches(|c: char| !c.is_alphanumeric() && c != '/' && c != '_')
+            .to_lowercase();
+        if w.contains('/') || w.contains('.') && w.len() > 3 {
+            if !out.contains(&w) {
+                out.push(w);
+            }
+            continue;
+        }
+        for part in w.split(|c: char| !c.is_alphanumeric() && c != '_') {
+            if part.chars().count() < 3
+                || STOP_WORDS.contains(&part)
+                || part.chars().all(|c| c.is_ascii_digit())
+            {
+                continue;
+            }
+            let stem: String = part.chars().take(5).collect();
+            if !out.contains(&stem) {
+                out.push(stem);
+            }
+        }
+    }
+    out
+}
