@@ -99,6 +99,10 @@ class Methods:
     def edit_summary(self, session_id: str, summary: str) -> Any:
         return self._call("editSummary", _p(sessionId=session_id, summary=summary))
 
+    def get_cost_report(self, session_id: str) -> Any:
+        """Beyond Pi: what the session spent (replies, compactions, speculations, cache rewrites)."""
+        return self._call("getCostReport", _p(sessionId=session_id))
+
     def sync_session(self, session_id: str) -> Any:
         """Beyond Pi: read lines another writer appended to the file; may start a speculation."""
         return self._call("syncSession", _p(sessionId=session_id))

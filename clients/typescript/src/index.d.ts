@@ -143,6 +143,25 @@ export interface CompactionSettingsPatch {
   speculativeAt?: number;
 }
 
+/** Beyond Pi: tokens and dollars of one kind of call; `usd` is null when a price is unknown. */
+export interface SessionSpend {
+  count: number;
+  input: number;
+  output: number;
+  cacheRead: number;
+  cacheWrite: number;
+  usd: number | null;
+}
+
+/** Beyond Pi: getCostReport's answer. */
+export interface CostReport {
+  agent: SessionSpend;
+  compactions: SessionSpend;
+  discardedSpeculations: SessionSpend;
+  cacheRewrites: { compactionId: string; tokens: number; cold: boolean; usd: number | null }[];
+  compactionUsd: number | null;
+}
+
 /** Beyond Pi: a speculative compaction (previewCompaction, listSessions, syncSession). */
 export interface SpeculationView {
   state: 'running' | 'ready';
@@ -324,6 +343,8 @@ export declare class CompactdClient {
   /** Beyond Pi: undo and edit of the latest compaction. */
   undoCompaction(sessionId: string): Promise<{ undoneCompactionId: string; entryId: string; leafId: string }>;
   editSummary(sessionId: string, summary: string): Promise<{ entry: any; editedFrom: string; entryId: string; leafId: string }>;
+  /** Beyond Pi: what the session spent, in tokens and (with prices) US dollars. */
+  getCostReport(sessionId: string): Promise<CostReport>;
   /** Beyond Pi: reads lines another writer appended to the session file; may start a speculative compaction. */
   syncSession(sessionId: string): Promise<{ leafId: string | null; entryCount: number; speculation?: SpeculationView }>;
   getSettings(sessionId: string): Promise<EffectiveSettings>;

@@ -372,6 +372,10 @@ export class CompactdClient {
     return this.request('editSummary', { sessionId, summary });
   }
 
+  getCostReport(sessionId) {
+    return this.request('getCostReport', { sessionId });
+  }
+
   syncSession(sessionId) {
     return this.request('syncSession', { sessionId });
   }
