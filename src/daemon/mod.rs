@@ -36,6 +36,7 @@ use crate::compaction::tokens::ContextEstimate;
 use crate::compactor::SummaryEngine;
 use crate::config::{Config, EngineKey};
 use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::events::{HookRequest, Message};
 use crate::rpc::types::Model;
 use connections::{ConnId, Connection, PeerError};
 use session::SessionState;
@@ -428,17 +429,19 @@ impl Daemon {
 
     /// Sends an event to every subscribed connection, and records it in the session's
     /// [`activity::Activity`] (only its own lock is taken: callers may hold the session's state).
-    pub fn emit(&self, session_id: &str, event: &str, params: Value) {
+    /// The event's name comes from its payload type's declaration in `rpc::events`.
+    pub fn emit<E: Message>(&self, session_id: &str, event: &E) {
+        let params = crate::rpc::events::payload(event);
         if let Ok(session) = self.session(session_id) {
             session
                 .activity
                 .lock()
-                .observe(event, &params, crate::session::ids::now_ms());
+                .observe(E::NAME, &params, crate::session::ids::now_ms());
         }
         let conns: Vec<Arc<Connection>> = self.connections.lock().values().cloned().collect();
         for c in conns {
-            if c.wants(session_id, event) {
-                c.send_event(event, &params);
+            if c.wants(session_id, E::NAME) {
+                c.send_event(E::NAME, &params);
             }
         }
     }
@@ -458,20 +461,23 @@ impl Daemon {
         targets
     }
 
-    pub fn has_hook(&self, session_id: &str, hook: &str) -> bool {
-        !self.hook_targets(session_id, hook).is_empty()
+    /// Whether any connection registered hook `H` for the session.
+    pub fn has_hook<H: Message>(&self, session_id: &str) -> bool {
+        !self.hook_targets(session_id, H::NAME).is_empty()
     }
 
-    /// Asks every registered connection, in order; a timeout, an error or a disconnect counts
-    /// as no result (logged). `stop` ends the round early (Pi's `cancel`).
-    pub async fn ask_hooks(
+    /// Asks every connection that registered hook `H` with `params` (its payload), in order,
+    /// and parses each answer once into `H::Reply`; a timeout, an error, a disconnect or an
+    /// answer that is no reply counts as no result (logged). `stop` ends the round early (Pi's
+    /// `cancel`).
+    pub async fn ask_hooks<H: HookRequest>(
         &self,
         session_id: &str,
-        hook: &str,
         params: Value,
         cancel: &CancellationToken,
-        stop: impl Fn(&Value) -> bool,
-    ) -> Vec<Value> {
+        stop: impl Fn(&H::Reply) -> bool,
+    ) -> Vec<H::Reply> {
+        let hook = H::NAME;
         let mut results = Vec::new();
         for (conn, registration) in self.hook_targets(session_id, hook) {
             let timeout = registration.timeout;
@@ -491,9 +497,9 @@ impl Daemon {
             };
             match answer {
                 Ok(v) => {
-                    if crate::json::truthy(Some(&v)) {
-                        let done = stop(&v);
-                        results.push(v);
+                    if let Some(reply) = crate::rpc::events::reply::<H::Reply>(hook, &v) {
+                        let done = stop(&reply);
+                        results.push(reply);
                         if done {
                             break;
                         }
@@ -523,7 +529,8 @@ impl Daemon {
     }
 
     /// Sends a hook notification (`session_compact`, `session_compact_failed`).
-    pub fn notify_hooks(&self, session_id: &str, hook: &str, params: Value) {
+    pub fn notify_hooks<H: Message>(&self, session_id: &str, notification: &H) {
+        let (hook, params) = (H::NAME, crate::rpc::events::payload(notification));
         for (conn, registration) in self.hook_targets(session_id, hook) {
             let params = registration.shape(&params);
             conn.send(crate::json::stringify(

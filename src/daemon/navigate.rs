@@ -18,7 +18,7 @@ use crate::compactor::{
     ignore_retries, summarize_branch, BranchInputs, CompactError, SummaryOutcome, CANCELLED,
 };
 use crate::rpc::errors::{ErrorKind, RpcError, COMPACTING_MESSAGE};
-use crate::rpc::events;
+use crate::rpc::events::{self, SessionBeforeTree};
 use crate::rpc::results::{BranchSummaryEntry, NavigateTreeResult, SessionEntry};
 use crate::rpc::types::NavigateTreeParams;
 use crate::session::{Entry, EntryKind, Role};
@@ -192,8 +192,8 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
     *session.running.lock() = Some(cancel.clone());
     let _navigating = NavigatingFlag::set(&session);
     let outcome = async {
-        if ctx.daemon.has_hook(&session.id, "session_before_tree") {
-            let request = events::payload(&events::SessionBeforeTree {
+        if ctx.daemon.has_hook::<SessionBeforeTree>(&session.id) {
+            let request = events::payload(&SessionBeforeTree {
                 session_id: &session.id,
                 preparation: events::TreePreparation {
                     target_id: plan.target_id.as_deref(),
@@ -212,38 +212,28 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
             });
             let answers = ctx
                 .daemon
-                .ask_hooks(&session.id, "session_before_tree", request, &cancel, |v| {
-                    v.get("cancel") == Some(&Value::Bool(true))
-                })
+                .ask_hooks::<SessionBeforeTree>(&session.id, request, &cancel, |r| r.cancel)
                 .await;
             for a in answers {
-                if a.get("cancel") == Some(&Value::Bool(true)) {
+                if a.cancel {
                     return Ok(None);
                 }
-                if let Some(s) = a
-                    .get("summary")
-                    .and_then(|s| s.get("summary"))
-                    .and_then(Value::as_str)
-                {
-                    if p.summarize {
-                        hook_summary = Some(BranchSummary {
-                            text: s.to_owned(),
-                            details: a["summary"].get("details").cloned().unwrap_or(Value::Null),
-                            usage: a["summary"]
-                                .get("usage")
-                                .and_then(|u| serde_json::from_value(u.clone()).ok()),
-                            from_hook: true,
-                        });
-                    }
+                if let Some(s) = a.summary.filter(|_| p.summarize) {
+                    hook_summary = Some(BranchSummary {
+                        text: s.summary,
+                        details: s.details.unwrap_or(Value::Null),
+                        usage: s.usage,
+                        from_hook: true,
+                    });
                 }
-                if let Some(c) = a.get("customInstructions").and_then(Value::as_str) {
-                    custom = Some(c.to_owned());
+                if let Some(c) = a.custom_instructions {
+                    custom = Some(c);
                 }
-                if let Some(r) = a.get("replaceInstructions").and_then(Value::as_bool) {
+                if let Some(r) = a.replace_instructions {
                     replace = r;
                 }
-                if let Some(l) = a.get("label").and_then(Value::as_str) {
-                    label = Some(l.to_owned());
+                if let Some(l) = a.label {
+                    label = Some(l);
                 }
             }
         }

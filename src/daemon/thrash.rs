@@ -155,15 +155,19 @@ pub fn judge(
 }
 
 /// The `compaction_suppressed` event's params.
-pub fn event(session_id: &str, why: &Ineffective, paused: bool) -> Value {
-    events::payload(&events::CompactionSuppressed {
+pub fn event<'a>(
+    session_id: &'a str,
+    why: &Ineffective,
+    paused: bool,
+) -> events::CompactionSuppressed<'a> {
+    events::CompactionSuppressed {
         session_id,
         reason: why.reason,
         tokens_before: why.tokens_before,
         tokens_after: why.tokens_after,
         threshold: why.threshold,
         paused,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -104,12 +104,13 @@ pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<UndoCompactionResu
     state.thrash.reset();
     drop(state);
     revalidate_speculation(ctx, &session, DiscardReason::Undone);
-    announce(
-        ctx,
-        &session,
-        "compaction_undone",
-        &compaction_id,
-        &entry_id,
+    ctx.daemon.emit(
+        &session.id,
+        &events::CompactionUndone {
+            session_id: &session.id,
+            compaction_id: &compaction_id,
+            entry_id: &entry_id,
+        },
     );
     Ok(UndoCompactionResult {
         undone_compaction_id: compaction_id,
@@ -122,19 +123,6 @@ pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<UndoCompactionResu
 fn revalidate_speculation(ctx: &Ctx, session: &Session, why: DiscardReason) {
     let settings = ctx.daemon.session_settings(session);
     speculation::revalidate(&ctx.daemon, session, &settings, why);
-}
-
-/// Tells subscribers that `entry_id` was appended about compaction `compaction_id`.
-fn announce(ctx: &Ctx, session: &Session, event: &str, compaction_id: &str, entry_id: &str) {
-    ctx.daemon.emit(
-        &session.id,
-        event,
-        events::payload(&events::CompactionRevised {
-            session_id: &session.id,
-            compaction_id,
-            entry_id,
-        }),
-    );
 }
 
 /// `editSummary`.
@@ -176,7 +164,14 @@ pub fn edit_summary(ctx: &Ctx, p: EditSummaryParams) -> Result<EditSummaryResult
     state.thrash.reset();
     drop(state);
     revalidate_speculation(ctx, &session, DiscardReason::Edited);
-    announce(ctx, &session, "summary_edited", &original_id, &entry_id);
+    ctx.daemon.emit(
+        &session.id,
+        &events::SummaryEdited {
+            session_id: &session.id,
+            compaction_id: &original_id,
+            entry_id: &entry_id,
+        },
+    );
     Ok(EditSummaryResult {
         entry: SessionEntry(entry),
         edited_from: original_id,

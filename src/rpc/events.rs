@@ -6,7 +6,7 @@
 //! real traffic against the document.
 
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::results::{
@@ -99,10 +99,21 @@ pub struct CompactionSuppressed<'a> {
     pub paused: bool,
 }
 
-/// The payload of `compaction_undone` and `summary_edited` (beyond Pi).
+/// `compaction_undone`'s payload (beyond Pi): `undoCompaction` made the path before compaction
+/// `compactionId` active by appending `entryId`.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct CompactionRevised<'a> {
+pub struct CompactionUndone<'a> {
+    pub session_id: &'a str,
+    pub compaction_id: &'a str,
+    pub entry_id: &'a str,
+}
+
+/// `summary_edited`'s payload (beyond Pi): `editSummary` appended `entryId`, a corrected copy of
+/// compaction `compactionId`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SummaryEdited<'a> {
     pub session_id: &'a str,
     pub compaction_id: &'a str,
     pub entry_id: &'a str,
@@ -348,6 +359,110 @@ pub struct SessionCompactFailed<'a> {
     pub from_extension: bool,
 }
 
+/// What a client answers a `session_before_compact` request with (`null`: no result). Parsed
+/// once, leniently as Pi reads an extension's result: a member of the wrong shape counts as
+/// absent (and is logged), so `{"cancel": true, "compaction": 5}` still cancels.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionBeforeCompactReply {
+    /// `true` cancels the compaction; later connections are not asked.
+    #[serde(default, deserialize_with = "lenient::only_true")]
+    #[schemars(with = "Option<bool>")]
+    pub cancel: bool,
+    /// A compaction to write instead of calling the summarizer (`fromHook: true`).
+    #[serde(default, deserialize_with = "lenient::or_absent")]
+    pub compaction: Option<HookCompaction>,
+}
+
+/// A hook's own compaction.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookCompaction {
+    pub summary: String,
+    /// Must be on the branch, else the reply counts as no result (beyond Pi).
+    pub first_kept_entry_id: String,
+    #[serde(default, deserialize_with = "lenient::or_absent")]
+    pub tokens_before: Option<f64>,
+    #[serde(default)]
+    pub details: Option<Value>,
+    #[serde(default, deserialize_with = "lenient::or_absent")]
+    pub usage: Option<Usage>,
+}
+
+/// What a client answers a `session_before_tree` request with (`null`: no result), parsed as
+/// leniently as [`SessionBeforeCompactReply`].
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionBeforeTreeReply {
+    /// `true` cancels the navigation.
+    #[serde(default, deserialize_with = "lenient::only_true")]
+    #[schemars(with = "Option<bool>")]
+    pub cancel: bool,
+    /// A branch summary to write instead of calling the summarizer (when one was asked for).
+    #[serde(default, deserialize_with = "lenient::or_absent")]
+    pub summary: Option<HookBranchSummary>,
+    #[serde(default, deserialize_with = "lenient::or_absent")]
+    pub custom_instructions: Option<String>,
+    #[serde(default, deserialize_with = "lenient::or_absent")]
+    pub replace_instructions: Option<bool>,
+    #[serde(default, deserialize_with = "lenient::or_absent")]
+    pub label: Option<String>,
+}
+
+/// A hook's own branch summary.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+pub struct HookBranchSummary {
+    pub summary: String,
+    #[serde(default)]
+    pub details: Option<Value>,
+    #[serde(default, deserialize_with = "lenient::or_absent")]
+    pub usage: Option<Usage>,
+}
+
+/// Hook replies come from other programs: a member of the wrong shape is dropped, not the
+/// whole reply.
+mod lenient {
+    use serde::de::DeserializeOwned;
+    use serde::{Deserialize, Deserializer};
+    use serde_json::Value;
+
+    /// The member when it has the expected shape, else absent (logged).
+    pub fn or_absent<'de, D: Deserializer<'de>, T: DeserializeOwned>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        let v = Value::deserialize(d)?;
+        if v.is_null() {
+            return Ok(None);
+        }
+        match serde_json::from_value(v) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) => {
+                tracing::warn!(error = %e, "a hook reply member has the wrong shape; ignored");
+                Ok(None)
+            }
+        }
+    }
+
+    /// `true` only for the JSON value `true`.
+    pub fn only_true<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        Ok(Value::deserialize(d)? == Value::Bool(true))
+    }
+}
+
+/// A hook reply, parsed once: `None` for no result (`null`, falsy, or not an object).
+pub fn reply<T: serde::de::DeserializeOwned>(hook: &str, v: &Value) -> Option<T> {
+    if !v.is_object() {
+        return None;
+    }
+    match serde_json::from_value(v.clone()) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!(hook, error = %e, "hook reply is not one the daemon accepts; treated as no result");
+            None
+        }
+    }
+}
+
 /// How a hook reaches a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookKind {
@@ -365,21 +480,54 @@ pub struct MessageSpec {
     pub kind: Option<HookKind>,
     /// One OpenRPC content descriptor per member of the payload.
     pub params_schema: fn(&mut Schemas) -> Vec<Value>,
+    /// For hook requests: the schema of the reply the daemon accepts.
+    pub reply_schema: Option<fn(&mut Schemas) -> Value>,
+}
+
+/// A message the daemon sends (an event, or a hook request or notification): its payload type
+/// knows its wire name, from the one list that declares it, so no call site spells a name.
+pub trait Message: Serialize {
+    const NAME: &'static str;
+}
+
+/// A hook request, and the reply type it is parsed into (declared beside it in [`HOOKS`]).
+pub trait HookRequest: Message {
+    type Reply: serde::de::DeserializeOwned;
 }
 
 macro_rules! messages {
-    ($list:ident: $( $(#[doc = $doc:literal])+ $name:literal $(($kind:ident))? => $payload:ty ),* $(,)?) => {
+    ($list:ident: $( $(#[doc = $doc:literal])+ $name:literal $(($kind:ident $(-> $reply:ty)?))? => $payload:ident $(<$lt:lifetime>)? ),* $(,)?) => {
         pub const $list: &[MessageSpec] = &[$(
             MessageSpec {
                 name: $name,
                 summary: concat!($($doc),+),
                 kind: messages!(@kind $($kind)?),
-                params_schema: |s| s.fields::<$payload>(),
+                params_schema: |s| s.fields::<$payload $(<$lt>)?>(),
+                reply_schema: messages!(@reply $($($reply)?)?),
             }
         ),*];
+        $( messages!(@impl $name, $payload $(, $lt)?); )*
+        $( $( $( messages!(@request $payload, $reply); )? )? )*
+    };
+    (@request $payload:ident, $reply:ty) => {
+        impl HookRequest for $payload<'_> {
+            type Reply = $reply;
+        }
     };
     (@kind) => { None };
     (@kind $kind:ident) => { Some(HookKind::$kind) };
+    (@reply) => { None };
+    (@reply $reply:ty) => { Some(|s: &mut Schemas| s.nullable::<$reply>()) };
+    (@impl $name:literal, $payload:ident) => {
+        impl Message for $payload {
+            const NAME: &'static str = $name;
+        }
+    };
+    (@impl $name:literal, $payload:ident, $lt:lifetime) => {
+        impl Message for $payload<'_> {
+            const NAME: &'static str = $name;
+        }
+    };
 }
 
 // The events a connection can subscribe to, in the order `initialize` advertises them
@@ -395,10 +543,10 @@ messages! { EVENTS:
     "compaction_suppressed" => CompactionSuppressed<'static>,
     /// Beyond Pi: undoCompaction made the path before compaction `compactionId` active
     /// (`entryId`: the appended marker, the new leaf).
-    "compaction_undone" => CompactionRevised<'static>,
+    "compaction_undone" => CompactionUndone<'static>,
     /// Beyond Pi: editSummary appended `entryId`, a corrected copy of compaction
     /// `compactionId`.
-    "summary_edited" => CompactionRevised<'static>,
+    "summary_edited" => SummaryEdited<'static>,
     /// A compaction ended. `result` is omitted (not null) unless it succeeded;
     /// `errorMessage` is prefixed (`Compaction failed: `, `Auto-compaction failed: `,
     /// `Context overflow recovery failed: `) or is the overflow give-up text.
@@ -427,14 +575,14 @@ messages! { HOOKS:
     /// Asked before a compaction summarizes (Pi's session_before_compact). Connections are
     /// asked in registration order, at most once each; a timeout, error or disconnect
     /// counts as no result. The last result with a valid compaction wins; cancel stops.
-    "session_before_compact" (Request) => SessionBeforeCompact<'static>,
+    "session_before_compact" (Request -> SessionBeforeCompactReply) => SessionBeforeCompact<'static>,
     /// A compaction entry was appended (Pi's session_compact). `compactionEntry` is the
     /// first compaction in the file with this summary.
     "session_compact" (Notification) => SessionCompact<'static>,
     /// A compaction ended without an entry (Pi's session_compact_failed).
     "session_compact_failed" (Notification) => SessionCompactFailed<'static>,
     /// Asked before navigateTree moves the leaf (Pi's session_before_tree).
-    "session_before_tree" (Request) => SessionBeforeTree<'static>,
+    "session_before_tree" (Request -> SessionBeforeTreeReply) => SessionBeforeTree<'static>,
 }
 
 /// The names of `list`, in its order.

@@ -23,11 +23,6 @@ use super::PROTOCOL_VERSION;
 /// The OpenRPC specification version the document follows.
 pub const OPENRPC_VERSION: &str = "1.3.2";
 
-/// `#/components/schemas/<name>`.
-fn r(name: &str) -> Value {
-    json!({ "$ref": format!("#/components/schemas/{name}") })
-}
-
 fn example_message(kind: ErrorKind) -> &'static str {
     use ErrorKind::*;
     match kind {
@@ -68,6 +63,19 @@ fn error_object(kind: ErrorKind) -> Value {
     })
 }
 
+/// `session_before_compact` → `SessionBeforeCompact`.
+fn pascal(snake: &str) -> String {
+    snake
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
 fn descriptor(name: &str, schema: Value) -> Value {
     json!({"name": name, "schema": schema})
 }
@@ -88,69 +96,13 @@ fn messages(list: &[MessageSpec], s: &mut Schemas) -> Vec<Value> {
             }
             d.insert("summary".into(), json!(m.summary.trim()));
             d.insert("params".into(), Value::Array((m.params_schema)(s)));
-            if let Some(reply) = hook_reply(m.name) {
-                d.insert("result".into(), reply);
+            if let Some(reply) = m.reply_schema {
+                let name = format!("{}Reply", pascal(m.name));
+                d.insert("result".into(), descriptor(&name, reply(s)));
             }
             Value::Object(d)
         })
         .collect()
-}
-
-/// What a client may answer a hook request with (it is parsed leniently: anything else counts
-/// as no result).
-fn hook_reply(hook: &str) -> Option<Value> {
-    let reply = match hook {
-        "session_before_compact" => descriptor(
-            "SessionBeforeCompactReply",
-            json!({
-                "oneOf": [
-                    {"type": "null"},
-                    {"type": "object", "properties": {"cancel": {"const": true}}, "required": ["cancel"]},
-                    {
-                        "type": "object",
-                        "properties": {
-                            "compaction": {
-                                "type": "object",
-                                "properties": {
-                                    "summary": {"type": "string"},
-                                    "firstKeptEntryId": {"type": "string", "description": "Must be on the branch, else the reply counts as no result."},
-                                    "tokensBefore": {"type": "number"},
-                                    "details": {},
-                                    "usage": r("Usage")
-                                },
-                                "required": ["summary", "firstKeptEntryId"]
-                            }
-                        },
-                        "required": ["compaction"]
-                    }
-                ]
-            }),
-        ),
-        "session_before_tree" => descriptor(
-            "SessionBeforeTreeReply",
-            json!({
-                "oneOf": [
-                    {"type": "null"},
-                    {"type": "object", "properties": {"cancel": {"const": true}}, "required": ["cancel"]},
-                    {
-                        "type": "object",
-                        "properties": {
-                            "summary": {
-                                "type": "object",
-                                "properties": {"summary": {"type": "string"}, "details": {}, "usage": r("Usage")},
-                                "required": ["summary"]
-                            },
-                            "customInstructions": {"type": "string"},
-                            "replaceInstructions": {"type": "boolean"},
-                            "label": {"type": "string"}
-                        }
-                    }
-                ]
-            }),
-        ),
-        _ => return None,
-    };
-    Some(reply)
 }
 
 /// The daemon's withdrawal of a hook request (LSP's `$/cancelRequest`), sent beside the hooks.

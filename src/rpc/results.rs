@@ -218,7 +218,8 @@ pub struct UsageFigures {
     pub context_window: i64,
     pub percent: Option<f64>,
     /// Beyond Pi: the ratio of the tokens this model's provider reports to compactd's chars/4
-    /// estimate, learned from replies, and how many replies it was learned from.
+    /// estimate, learned from replies, and how many replies it was learned from (absent until
+    /// a reply was sampled).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calibration: Option<CalibrationView>,
 }

@@ -43,6 +43,11 @@ impl Schemas {
         self.ser.subschema_for::<T>().to_value()
     }
 
+    /// The schema of a hook reply `T` (as the daemon parses it) or `null`.
+    pub fn nullable<T: JsonSchema>(&mut self) -> Value {
+        json!({"oneOf": [{"type": "null"}, self.de.subschema_for::<T>().to_value()]})
+    }
+
     /// Every generated definition, params' view first (they agree on shared types).
     pub fn definitions(&mut self) -> Map<String, Value> {
         let mut out = self.de.take_definitions(true);

@@ -200,9 +200,9 @@ pub fn get_context_usage(ctx: &Ctx, p: SessionParams) -> Result<ContextUsage, Rp
     let settings = ctx.daemon.session_settings(&session);
     let state = session.state.lock();
     // Beyond Pi: what compactd learned of this model's tokenizer (used with
-    // `calibratedEstimates`).
+    // `calibratedEstimates`), once a reply taught it anything.
     let learned = ctx.daemon.calibration(state.model.as_ref());
-    let calibration = Some(CalibrationView {
+    let calibration = (learned.samples > 0).then(|| CalibrationView {
         ratio: learned.ratio,
         samples: learned.samples,
         applied: settings.calibrated_estimates

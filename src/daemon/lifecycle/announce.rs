@@ -21,11 +21,10 @@ pub(super) fn start(daemon: &Daemon, session: &Session, reason: Reason) -> Cance
     *session.running.lock() = Some(token.clone());
     daemon.emit(
         &session.id,
-        "compaction_start",
-        events::payload(&events::CompactionStart {
+        &events::CompactionStart {
             session_id: &session.id,
             reason,
-        }),
+        },
     );
     token
 }
@@ -40,36 +39,34 @@ pub(super) struct RetryEvents<'a> {
 impl RetryEvents<'_> {
     pub fn emit(&self, e: &RetryEvent) {
         let session_id = self.session_id;
-        let (event, params) = match e {
+        match e {
             RetryEvent::Scheduled {
                 attempt,
                 max_attempts,
                 delay_ms,
                 error_message,
-            } => (
-                "summarization_retry_scheduled",
-                events::payload(&events::RetryScheduled {
+            } => self.daemon.emit(
+                session_id,
+                &events::RetryScheduled {
                     session_id,
                     attempt: *attempt,
                     max_attempts: *max_attempts,
                     delay_ms: *delay_ms,
                     error_message,
-                }),
+                },
             ),
-            RetryEvent::AttemptStart => (
-                "summarization_retry_attempt_start",
-                events::payload(&events::RetryAttemptStart {
+            RetryEvent::AttemptStart => self.daemon.emit(
+                session_id,
+                &events::RetryAttemptStart {
                     session_id,
                     source: events::RetrySource::Compaction,
                     reason: self.reason,
-                }),
+                },
             ),
-            RetryEvent::Finished { .. } => (
-                "summarization_retry_finished",
-                events::payload(&events::RetryFinished { session_id }),
-            ),
-        };
-        self.daemon.emit(session_id, event, params);
+            RetryEvent::Finished { .. } => self
+                .daemon
+                .emit(session_id, &events::RetryFinished { session_id }),
+        }
     }
 }
 
@@ -102,15 +99,14 @@ impl Ended {
         self.end(daemon, session, None, aborted, error);
         daemon.notify_hooks(
             &session.id,
-            "session_compact_failed",
-            events::payload(&events::SessionCompactFailed {
+            &events::SessionCompactFailed {
                 session_id: &session.id,
                 reason: self.reason,
                 error_message: error,
                 aborted,
                 will_retry: false,
                 from_extension: self.from_extension,
-            }),
+            },
         );
     }
 
@@ -125,15 +121,14 @@ impl Ended {
     ) {
         daemon.emit(
             &session.id,
-            "compaction_end",
-            events::payload(&events::CompactionEnd {
+            &events::CompactionEnd {
                 session_id: &session.id,
                 reason: self.reason,
                 result,
                 aborted,
                 will_retry: self.will_retry && result.is_some(),
                 error_message: error,
-            }),
+            },
         );
     }
 
@@ -152,14 +147,13 @@ impl Ended {
         };
         daemon.notify_hooks(
             &session.id,
-            "session_compact",
-            events::payload(&events::SessionCompact {
+            &events::SessionCompact {
                 session_id: &session.id,
                 compaction_entry: events::CompactionEntry(first),
                 from_extension: self.from_extension,
                 reason: self.reason,
                 will_retry: self.will_retry,
-            }),
+            },
         );
     }
 }

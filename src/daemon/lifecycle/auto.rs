@@ -54,8 +54,7 @@ async fn run_auto(
             if let Some(why) = why {
                 daemon.emit(
                     &session.id,
-                    "compaction_suppressed",
-                    super::super::thrash::event(&session.id, &why, paused),
+                    &super::super::thrash::event(&session.id, &why, paused),
                 );
             }
             return out;

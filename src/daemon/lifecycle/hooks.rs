@@ -11,10 +11,9 @@ use tokio_util::sync::CancellationToken;
 use super::super::Daemon;
 use crate::compaction::prepare::Preparation;
 use crate::compaction::summary::CompactionOutcome;
-use crate::rpc::events::{self, Reason};
+use crate::rpc::events::{self, HookCompaction, Reason, SessionBeforeCompact};
 use crate::rpc::results::SessionEntry;
 use crate::session::Entry;
-use crate::summarizer::Usage;
 
 /// What the hooks said.
 pub(super) enum Verdict {
@@ -40,7 +39,7 @@ pub(super) struct Question<'a> {
 
 /// Asks every registered `session_before_compact` hook, in registration order.
 pub(super) async fn ask(daemon: &Daemon, q: Question<'_>, cancel: &CancellationToken) -> Verdict {
-    if !daemon.has_hook(q.session_id, "session_before_compact") {
+    if !daemon.has_hook::<SessionBeforeCompact>(q.session_id) {
         return Verdict::Proceed;
     }
     // Every message and entry is parsed from its line: off the async workers.
@@ -56,20 +55,14 @@ pub(super) async fn ask(daemon: &Daemon, q: Question<'_>, cancel: &CancellationT
         })
     });
     let answers = daemon
-        .ask_hooks(
-            q.session_id,
-            "session_before_compact",
-            params,
-            cancel,
-            |v| v.get("cancel") == Some(&Value::Bool(true)),
-        )
+        .ask_hooks::<SessionBeforeCompact>(q.session_id, params, cancel, |r| r.cancel)
         .await;
     let mut verdict = Verdict::Proceed;
-    for a in &answers {
-        if a.get("cancel") == Some(&Value::Bool(true)) {
+    for a in answers {
+        if a.cancel {
             return Verdict::Cancel;
         }
-        if let Some(o) = hook_outcome(a, q.path) {
+        if let Some(o) = a.compaction.and_then(|c| hook_outcome(c, q.path)) {
             verdict = Verdict::Supplied(Box::new(o));
         }
     }
@@ -78,29 +71,23 @@ pub(super) async fn ask(daemon: &Daemon, q: Question<'_>, cancel: &CancellationT
 
 /// A hook-supplied compaction, validated (beyond Pi): its `firstKeptEntryId` must be on the
 /// branch, else it counts as no result.
-fn hook_outcome(v: &Value, path: &[Arc<Entry>]) -> Option<CompactionOutcome> {
-    let c = v.get("compaction")?.as_object()?;
-    let summary = c.get("summary")?.as_str()?.to_owned();
-    let first_kept = c.get("firstKeptEntryId")?.as_str()?.to_owned();
+fn hook_outcome(c: HookCompaction, path: &[Arc<Entry>]) -> Option<CompactionOutcome> {
     if !path
         .iter()
-        .any(|e| e.id.as_deref() == Some(first_kept.as_str()))
+        .any(|e| e.id.as_deref() == Some(c.first_kept_entry_id.as_str()))
     {
         tracing::warn!(
-            first_kept,
+            first_kept = c.first_kept_entry_id,
             "hook compaction's firstKeptEntryId is not on the branch; ignored"
         );
         return None;
     }
-    let usage = c
-        .get("usage")
-        .and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok());
     Some(CompactionOutcome {
-        summary,
-        first_kept_entry_id: first_kept,
-        tokens_before: c.get("tokensBefore").and_then(Value::as_f64).unwrap_or(0.0),
-        usage,
-        details: c.get("details").cloned().unwrap_or(Value::Null),
+        summary: c.summary,
+        first_kept_entry_id: c.first_kept_entry_id,
+        tokens_before: c.tokens_before.unwrap_or(0.0),
+        usage: c.usage,
+        details: c.details.unwrap_or(Value::Null),
         from_hook: true,
     })
 }

@@ -191,11 +191,10 @@ fn emit_discarded(daemon: &Daemon, session: &Session, reason: DiscardReason) {
     tracing::info!(session = %session.id, reason = ?reason, "speculative summary discarded");
     daemon.emit(
         &session.id,
-        "speculation_discarded",
-        events::payload(&events::SpeculationDiscarded {
+        &events::SpeculationDiscarded {
             session_id: &session.id,
             reason,
-        }),
+        },
     );
 }
 
@@ -333,12 +332,11 @@ pub fn consider(daemon: &Arc<Daemon>, session: &Arc<Session>, settings: &Effecti
         );
         daemon.emit(
             &session.id,
-            "speculation_started",
-            events::payload(&events::SpeculationStarted {
+            &events::SpeculationStarted {
                 session_id: &session.id,
                 covers_through_entry_id: spec.covers_through.as_deref(),
                 tokens: spec.tokens,
-            }),
+            },
         );
         tokio::spawn(speculate(daemon.clone(), session.clone(), spec.task));
     }
@@ -391,7 +389,7 @@ fn start_locked(
         .latest_compaction()
         .and_then(|l| state.tree.entry(state.branch[l.at]).id.clone());
     let path = daemon
-        .has_hook(&session.id, "session_before_compact")
+        .has_hook::<events::SessionBeforeCompact>(&session.id)
         .then(|| state.branch.iter().map(|&i| state.tree.shared(i)).collect());
     let tokens = daemon.context_tokens(state, settings);
     let prep = Arc::new(prep);
@@ -511,13 +509,12 @@ async fn speculate(daemon: Arc<Daemon>, session: Arc<Session>, task: Task) {
             tracing::info!(session = %session.id, ms, "speculative summary ready");
             daemon.emit(
                 &session.id,
-                "speculation_ready",
-                events::payload(&events::SpeculationReady {
+                &events::SpeculationReady {
                     session_id: &session.id,
                     covers_through_entry_id: covers_through.as_deref(),
                     summary_tokens: summary_tokens as u64,
                     ms,
-                }),
+                },
             );
             return;
         }
