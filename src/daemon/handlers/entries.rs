@@ -202,7 +202,7 @@ pub fn get_context_usage(ctx: &Ctx, p: SessionParams) -> Result<ContextUsage, Rp
     // Beyond Pi: what compactd learned of this model's tokenizer (used with
     // `calibratedEstimates`), once a reply taught it anything.
     let learned = ctx.daemon.calibration(state.model.as_ref());
-    let calibration = (learned.samples > 0).then(|| CalibrationView {
+    let calibration = (learned.samples > 0).then_some(CalibrationView {
         ratio: learned.ratio,
         samples: learned.samples,
         applied: settings.calibrated_estimates
