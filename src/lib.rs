@@ -28,7 +28,9 @@
 //!   and the beyond-Pi lanes (pins, undo/edit, the thrash breaker, history recall).
 //! - [`transport`]: framing, typed wire messages, the per-connection loop, the dispatch table
 //!   generated from the method list, stdio and Unix-socket listeners.
-//! - [`cli`]: the command-line front end (`serve`, `stdio`, `inspect`, `compact`).
+//! - [`cli`]: the command-line front end (`serve`, `stdio`, `connect`, `start`, `service`,
+//!   `mcp`, `inspect`, `compact`), logging, and starting or joining the one daemon of a socket.
+//! - [`mcp`]: the MCP server of `compactd mcp`, the recall tools backed by the daemon.
 //! - [`cpu`]: CPU-heavy work run without stalling the async workers.
 pub mod cli;
 pub mod compaction;
@@ -40,6 +42,7 @@ pub mod daemon;
 pub mod estimate;
 pub mod json;
 pub mod live_context;
+pub mod mcp;
 pub mod report;
 pub mod rpc;
 pub mod session;

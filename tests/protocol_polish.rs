@@ -402,7 +402,13 @@ fn default_logs_say_what_happened_without_colour_or_debug_dumps() {
         .write_all(input.as_bytes())
         .unwrap();
     let output = child.wait_with_output().unwrap();
-    let log = String::from_utf8_lossy(&output.stderr);
+    // Under an editor the log goes to the log file; stderr carries only real errors.
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "",
+        "nothing on stderr without an error"
+    );
+    let log = env.log_text();
     for want in [
         "client connected",
         "session opened",
@@ -529,8 +535,8 @@ fn a_hook_handler_that_never_replies_is_waited_for_visibly_in_the_log() {
         }
     }
     drop(stdin);
-    let output = child.wait_with_output().unwrap();
-    let log = String::from_utf8_lossy(&output.stderr);
+    child.wait_with_output().unwrap();
+    let log = env.log_text();
     assert!(
         log.contains("asking the client's hook handler") && log.contains("timeout_ms=300"),
         "{log}"

@@ -13,6 +13,7 @@ pub mod connections;
 pub mod handlers;
 pub mod history;
 pub mod lifecycle;
+pub mod log_relay;
 pub mod navigate;
 pub mod pins;
 pub mod session;
@@ -181,6 +182,7 @@ impl Daemon {
     /// A connection is gone: release its holds, subscriptions, hooks and pending requests.
     pub fn disconnect(&self, conn: &Connection) {
         conn.close();
+        log_relay::forget(conn.id);
         self.connections.lock().remove(&conn.id);
         let holds: Vec<String> = conn.holds.lock().drain().collect();
         for id in holds {

@@ -158,7 +158,10 @@ impl Client {
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stderr(Stdio::null())
+            // `stdio` logs to a file under the state dir: keep it inside the target directory
+            // unless the caller gives one.
+            .env("XDG_STATE_HOME", env!("CARGO_TARGET_TMPDIR"));
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -79,6 +79,7 @@ pub fn preview_compaction(
         Err(reason) => {
             return Ok(PreviewCompactionResult::Nothing(NothingToCompact {
                 nothing_to_compact: reason.message(),
+                detail: reason.detail(&view, &state.index, &settings),
             }))
         }
     };
@@ -161,8 +162,9 @@ pub fn set_settings_overrides(
     let value = match p.compaction {
         None | Some(Value::Null) => None,
         Some(v @ Value::Object(_)) => {
-            serde_json::from_value::<CompactionSettingsPatch>(v.clone())
-                .map_err(|e| RpcError::invalid_params(format!("compaction: {e}")))?;
+            // Checked field by field (an unknown or mistyped key is refused with its path);
+            // the object itself is what merges over Pi's settings.
+            crate::rpc::types::decode::<CompactionSettingsPatch>(v.clone(), "compaction")?;
             Some(v)
         }
         Some(_) => {
