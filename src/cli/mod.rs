@@ -148,12 +148,16 @@ pub enum Command {
 pub enum ServiceAction {
     /// Write the unit files (systemd: socket + service; launchd: a LaunchAgent) and enable them.
     Install {
-        /// Only write the files; do not reload, enable or load anything.
+        /// Only write the files; never call systemctl or launchctl.
         #[arg(long)]
-        no_enable: bool,
+        files_only: bool,
     },
     /// Disable and remove what `install` wrote.
-    Uninstall,
+    Uninstall {
+        /// Only remove the files; never call systemctl or launchctl.
+        #[arg(long)]
+        files_only: bool,
+    },
     /// Show the files, the service manager's state and whether the daemon answers (exit 1 when
     /// it does not).
     Status,
@@ -375,7 +379,7 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             max_connections,
             transport,
         } => {
-            // Socket activation: systemd passed the listening socket (read before any thread).
+            // Socket activation: systemd passed the listening socket (read before the runtime).
             let inherited = match crate::transport::unix::inherited_listener() {
                 Ok(l) => l,
                 Err(e) => {
@@ -431,8 +435,8 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                     .unwrap_or_else(logging::default_log_file),
             };
             match action {
-                ServiceAction::Install { no_enable } => service::install(&setup, !no_enable),
-                ServiceAction::Uninstall => service::uninstall(&setup),
+                ServiceAction::Install { files_only } => service::install(&setup, !files_only),
+                ServiceAction::Uninstall { files_only } => service::uninstall(&setup, !files_only),
                 ServiceAction::Status => service::status(&setup),
             }
         }

@@ -4,7 +4,7 @@
 //! - Linux (systemd): a socket unit and a service unit in `$XDG_CONFIG_HOME/systemd/user`. The
 //!   socket unit listens on the daemon's socket; the first connection starts the service, which
 //!   takes the listening socket from systemd (`LISTEN_FDS`, see `transport::unix`). When
-//!   `systemctl --user` works, `install` reloads and enables `compactd.socket` (`--no-enable`
+//!   `systemctl --user` works, `install` reloads and enables `compactd.socket` (`--files-only`
 //!   only writes the files); otherwise it says what to run.
 //! - macOS (launchd): a LaunchAgent plist in `~/Library/LaunchAgents` that runs `compactd serve`
 //!   at login and keeps it alive, loaded with `launchctl bootstrap` when present.
@@ -218,7 +218,8 @@ fn binary() -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot find this compactd binary: {e}"))
 }
 
-/// `compactd service install`.
+/// `compactd service install`; `enable`: also reload and enable (or load) through the service
+/// manager.
 pub fn install(setup: &Setup<'_>, enable: bool) -> i32 {
     match try_install(setup, enable) {
         Ok(text) => super::write_stdout(&text),
@@ -251,7 +252,7 @@ fn try_install(setup: &Setup<'_>, enable: bool) -> Result<String, String> {
             ));
             if !enable {
                 out.push_str(&format!(
-                    "not enabled; enable with: systemctl --user daemon-reload && systemctl --user enable --now {SOCKET_UNIT}\n"
+                    "files only; enable with: systemctl --user daemon-reload && systemctl --user enable --now {SOCKET_UNIT}\n"
                 ));
             } else if systemctl_usable() {
                 run_tool("systemctl", &["--user", "daemon-reload"])?;
@@ -273,7 +274,7 @@ fn try_install(setup: &Setup<'_>, enable: bool) -> Result<String, String> {
                 &launchd_plist(&bin, &setup.socket, &setup.log, config.as_deref()),
             )?;
             out.push_str(&format!("wrote {}\n", file.display()));
-            let domain = format!("gui/{}", unsafe_uid());
+            let domain = format!("gui/{}", uid());
             let path = file.display().to_string();
             if enable && run_tool("launchctl", &["bootstrap", &domain, &path]).is_ok() {
                 out.push_str(&format!("loaded {LAUNCHD_LABEL} into {domain}\n"));
@@ -288,19 +289,20 @@ fn try_install(setup: &Setup<'_>, enable: bool) -> Result<String, String> {
 }
 
 /// This user's uid (for launchd's `gui/<uid>` domain).
-fn unsafe_uid() -> u32 {
+fn uid() -> u32 {
     // SAFETY: getuid has no preconditions and cannot fail.
     unsafe { libc::getuid() }
 }
 
-/// `compactd service uninstall`: stops and disables what `install` enabled, removes the files.
-pub fn uninstall(setup: &Setup<'_>) -> i32 {
+/// `compactd service uninstall`: stops and disables what `install` enabled (unless `!manage`),
+/// removes the files.
+pub fn uninstall(setup: &Setup<'_>, manage: bool) -> i32 {
     let mut out = String::new();
     let result: Result<(), String> = (|| {
         match setup.manager {
             Manager::Systemd => {
                 let dir = systemd_dir()?;
-                if systemctl_usable() {
+                if manage && systemctl_usable() {
                     let _ = run_tool(
                         "systemctl",
                         &["--user", "disable", "--now", SOCKET_UNIT, SERVICE_UNIT],
@@ -314,16 +316,18 @@ pub fn uninstall(setup: &Setup<'_>) -> i32 {
                         Err(e) => return Err(format!("cannot remove {}: {e}", f.display())),
                     }
                 }
-                if systemctl_usable() {
+                if manage && systemctl_usable() {
                     let _ = run_tool("systemctl", &["--user", "daemon-reload"]);
                 }
             }
             Manager::Launchd => {
                 let file = launchd_file()?;
-                let _ = run_tool(
-                    "launchctl",
-                    &["bootout", &format!("gui/{}/{LAUNCHD_LABEL}", unsafe_uid())],
-                );
+                if manage {
+                    let _ = run_tool(
+                        "launchctl",
+                        &["bootout", &format!("gui/{}/{LAUNCHD_LABEL}", uid())],
+                    );
+                }
                 match std::fs::remove_file(&file) {
                     Ok(()) => out.push_str(&format!("removed {}\n", file.display())),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -163,9 +163,9 @@ pub async fn bind(path: &Path) -> Result<UnixListener, String> {
 
 /// The listening socket systemd passed (socket activation, `sd_listen_fds(3)`): `LISTEN_PID` is
 /// this process and `LISTEN_FDS` is 1, so fd 3 is the socket. The variables are removed so that
-/// no child inherits them. `None` when the daemon was not socket-activated. Call it before any
-/// thread starts (it edits the environment); hand the listener to [`adopt_listener`] inside the
-/// runtime.
+/// no child inherits them. `None` when the daemon was not socket-activated. Call it before the
+/// runtime's threads start (it edits the environment); hand the listener to [`adopt_listener`]
+/// inside the runtime.
 pub fn inherited_listener() -> Result<Option<std::os::unix::net::UnixListener>, String> {
     use std::os::fd::{FromRawFd, RawFd};
     const SD_LISTEN_FDS_START: RawFd = 3;

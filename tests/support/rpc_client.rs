@@ -171,6 +171,28 @@ impl Client {
         Client::start(Box::new(stdout), Box::new(stdin), framing, Some(child))
     }
 
+    /// Talks to any compactd process over its stdin/stdout (`compactd connect`, …): `cmd` is
+    /// spawned with both piped.
+    pub fn process(mut cmd: Command, framing: Framing) -> Client {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn compactd");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        Client::start(Box::new(stdout), Box::new(stdin), framing, Some(child))
+    }
+
+    /// Closes this client's sending side (the daemon's half-close) and waits for the process
+    /// it spawned, if any: its exit status and stderr (when piped).
+    pub fn finish(mut self) -> Option<std::process::Output> {
+        *self.writer.lock().unwrap() = Box::new(std::io::sink());
+        self.child
+            .take()
+            .map(|c| c.wait_with_output().expect("wait"))
+    }
+
     pub fn socket(path: &Path, framing: Framing) -> Client {
         let deadline = Instant::now() + Duration::from_secs(20);
         let stream = loop {
