@@ -17,7 +17,6 @@ use serde_json::{json, Value};
 use support::daemon_env::Env;
 use support::rpc_client::{Client, Framing};
 
-const BIN: &str = env!("CARGO_BIN_EXE_compactd");
 
 fn socket(env: &Env) -> PathBuf {
     env.path("run").join("compactd").join("compactd.sock")
@@ -81,6 +80,16 @@ fn stop(pids: &[u32]) {
     }
 }
 
+/// Stops every daemon on its socket (the test's own temporary path) when dropped, so a failing
+/// assertion leaves no daemon behind.
+struct Stopper(PathBuf);
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        stop(&daemons_on(&self.0));
+    }
+}
+
 /// Pids the log says were started by a starter.
 fn started_pids(log: &str) -> Vec<u32> {
     log.lines()
@@ -100,7 +109,8 @@ fn started_pids(log: &str) -> Vec<u32> {
 fn connect_joins_a_running_daemon_in_both_framings_with_bytes_unchanged() {
     let env = Env::new();
     let sock = socket(&env);
-    let mut daemon = env.serve_ready(&sock, &[], Stdio::null());
+    let _stop = Stopper(sock.clone());
+    let daemon = env.serve_ready(&sock, &[], Stdio::null());
     let file = env.session("005-medium-basic");
 
     // The agent, straight on the socket, opens the session.
@@ -175,14 +185,13 @@ fn connect_joins_a_running_daemon_in_both_framings_with_bytes_unchanged() {
         "no second daemon was started"
     );
     drop(agent);
-    let _ = daemon.kill();
-    let _ = daemon.wait();
 }
 
 #[test]
 fn connect_starts_a_detached_daemon_that_outlives_it_and_logs_to_its_file() {
     let env = Env::new();
     let sock = socket(&env);
+    let _stop = Stopper(sock.clone());
     assert!(daemons_on(&sock).is_empty());
     let mut editor = Client::process(connect(&env), Framing::Lsp);
     let init = editor.ok("initialize", json!({"clientName": "test-editor"}));
@@ -229,6 +238,7 @@ fn connect_starts_a_detached_daemon_that_outlives_it_and_logs_to_its_file() {
 fn racing_starters_end_with_exactly_one_daemon() {
     let env = Env::new();
     let sock = socket(&env);
+    let _stop = Stopper(sock.clone());
     let file = env.session("005-medium-basic");
     // Two editors and two `start`s at the same moment, no daemon yet.
     let editors: Vec<_> = (0..2)
@@ -269,7 +279,6 @@ fn racing_starters_end_with_exactly_one_daemon() {
     assert_eq!(daemons_on(&sock), pids, "and exactly one runs");
     assert_eq!(said.lines().count(), 2, "{said}");
     assert!(ids.iter().all(|i| i.is_string()), "{ids:?}");
-    stop(&pids);
 }
 
 #[test]
