@@ -63,7 +63,9 @@ def test_stdio_content_length_open_usage_preview_compact_events(stdio, tmp_path)
     assert after[-1]["type"] == "compaction" and after[-1]["summary"] == result["summary"]
     # Right after a compaction Pi does not know the context size.
     assert c.get_context_usage(sid)["tokens"] is None
-    assert c.preview_compaction(sid) == {"nothingToCompact": "Already compacted"}
+    nothing = c.preview_compaction(sid)
+    assert nothing["nothingToCompact"] == "Already compacted" and nothing["reason"] == "already_compacted"
+    assert "append at least one message" in nothing["hint"]
 
 
 def test_socket_ndjson_two_clients_one_session(server, tmp_path):
