@@ -171,9 +171,8 @@ fn make_test_venv() -> Result<PathBuf, String> {
         .map(PathBuf::from)
         .unwrap_or_else(|| target_dir().join("venv-clients"));
     let python = venv.join("bin").join("python3");
-    let ready = |p: &Path| {
-        works(p, &["-c", "import pytest, mcp, build"]) && venv.join("bin/nvim").exists()
-    };
+    let ready =
+        |p: &Path| works(p, &["-c", "import pytest, mcp, build"]) && venv.join("bin/nvim").exists();
     if ready(&python) {
         return Ok(venv);
     }
@@ -324,7 +323,10 @@ fn nvim_plugin_suite() {
             "-l",
             "clients/nvim/test/run.lua",
         ],
-        &[("XDG_STATE_HOME", &state), ("COMPACTD_TEST_PYTHON", &python)],
+        &[
+            ("XDG_STATE_HOME", &state),
+            ("COMPACTD_TEST_PYTHON", &python),
+        ],
     );
     println!("{out}");
     assert!(

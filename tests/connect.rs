@@ -17,7 +17,6 @@ use serde_json::{json, Value};
 use support::daemon_env::Env;
 use support::rpc_client::{Client, Framing};
 
-
 fn socket(env: &Env) -> PathBuf {
     env.path("run").join("compactd").join("compactd.sock")
 }
