@@ -38,7 +38,10 @@ fn have(tool: &str) -> bool {
 #[test]
 fn the_install_section_puts_compactd_on_path() {
     let text = readme();
-    assert!(text.contains("cargo install --locked --path ."), "an install step");
+    assert!(
+        text.contains("cargo install --locked --path ."),
+        "an install step"
+    );
     // `--locked` works: Cargo.lock is current with Cargo.toml (cargo would refuse otherwise).
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
