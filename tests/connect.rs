@@ -42,7 +42,7 @@ fn daemons_on(socket: &Path) -> Vec<u32> {
             .split(|b| *b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        let is_daemon = args.iter().any(|a| a == "serve") && args.iter().any(|a| *a == want);
+        let is_daemon = args.iter().any(|a| a == "serve") && args.contains(&want);
         // A zombie (exited, not yet reaped) has an empty cmdline and is skipped.
         if is_daemon {
             pids.push(pid);
@@ -109,7 +109,7 @@ fn connect_joins_a_running_daemon_in_both_framings_with_bytes_unchanged() {
     let env = Env::new();
     let sock = socket(&env);
     let _stop = Stopper(sock.clone());
-    let daemon = env.serve_ready(&sock, &[], Stdio::null());
+    let mut daemon = env.serve_ready(&sock, &[], Stdio::null());
     let file = env.session("005-medium-basic");
 
     // The agent, straight on the socket, opens the session.
@@ -184,6 +184,8 @@ fn connect_joins_a_running_daemon_in_both_framings_with_bytes_unchanged() {
         "no second daemon was started"
     );
     drop(agent);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
 }
 
 #[test]
