@@ -195,8 +195,39 @@ fn connect_starts_a_detached_daemon_that_outlives_it_and_logs_to_its_file() {
     let _stop = Stopper(sock.clone());
     assert!(daemons_on(&sock).is_empty());
     let mut editor = Client::process(connect(&env), Framing::Lsp);
-    let init = editor.ok("initialize", json!({"clientName": "test-editor"}));
+    let init = editor.ok(
+        "initialize",
+        json!({"clientName": "test-editor", "logNotifications": true}),
+    );
     assert_eq!(init["serverName"], "compactd");
+    // Through the bridge, the daemon's log lines arrive as notifications, tagged INFO (3).
+    let file = env.session("005-medium-basic");
+    editor.ok("openSession", json!({"path": file}));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen: Vec<Value> = Vec::new();
+    while Instant::now() < deadline {
+        seen.extend(editor.drain(Duration::from_millis(200)));
+        seen.extend(editor.notifications.drain(..));
+        if seen.iter().any(|n| {
+            n["method"] == "window/logMessage"
+                && n["params"]["type"] == 3
+                && n["params"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("session opened")
+        }) {
+            break;
+        }
+    }
+    assert!(
+        seen.iter().any(|n| n["method"] == "window/logMessage"
+            && n["params"]["type"] == 3
+            && n["params"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("session opened")),
+        "an INFO log line through the bridge: {seen:?}"
+    );
     let out = editor.finish().expect("a process");
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
