@@ -207,7 +207,7 @@ fn connect_starts_a_detached_daemon_that_outlives_it_and_logs_to_its_file() {
     let mut seen: Vec<Value> = Vec::new();
     while Instant::now() < deadline {
         seen.extend(editor.drain(Duration::from_millis(200)));
-        seen.extend(editor.notifications.drain(..));
+        seen.append(&mut editor.notifications);
         if seen.iter().any(|n| {
             n["method"] == "window/logMessage"
                 && n["params"]["type"] == 3
