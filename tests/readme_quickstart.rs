@@ -38,7 +38,23 @@ fn have(tool: &str) -> bool {
 #[test]
 fn the_install_section_puts_compactd_on_path() {
     let text = readme();
-    assert!(text.contains("cargo install --path ."), "an install step");
+    assert!(
+        text.contains("cargo install --locked --path ."),
+        "an install step"
+    );
+    // `--locked` works: Cargo.lock is current with Cargo.toml (cargo would refuse otherwise).
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--locked", "--format-version", "1"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::null())
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "Cargo.lock is stale, so `cargo install --locked` fails: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("~/.cargo/bin"), "says where the binary lands");
     for client in ["clients/python/README.md", "clients/typescript/README.md"] {
         let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(client);

@@ -1,5 +1,6 @@
 /**
- * compactd for Pi 0.85.0: Pi delegates compaction to a running compactd daemon.
+ * compactd for Pi 0.85.0: Pi delegates compaction to the compactd daemon, and Pi's model gets
+ * the recall tools `search_history` and `get_entry` over the session's full history.
  *
  * Why: the daemon brings its summarizer (extractive by default, or a dedicated summarizer model,
  * with secret redaction) to a Pi user without changing their workflow. On
@@ -14,15 +15,21 @@
  * in the background once the context passes 75 % of the threshold, and Pi's compaction gets
  * that summary at once instead of waiting for a model.
  *
- * When the daemon is unreachable the extension returns nothing, so Pi compacts as usual, and
- * says so once per Pi process. Any other refusal (a different branch on disk, a daemon error)
- * also falls back to Pi, with a notification each time.
+ * When no daemon answers on the socket the extension starts one (`compactd start`, binary from
+ * `$COMPACTD_BIN` or PATH), as editors' `compactd connect` does. When that fails too it returns
+ * nothing, so Pi compacts as usual, and says so once per Pi process. Any other refusal (a
+ * different branch on disk, a daemon error) also falls back to Pi, with a notification each time.
+ *
+ * Recall (beyond Pi): the tools read the daemon's `searchHistory` / `getEntry` for Pi's session
+ * file, so after a compaction the model can fetch the exact text a summary condensed. Results
+ * are bounded and tagged with entry id, timestamp and role; an unknown id is a tool error.
  *
  * Socket: `$COMPACTD_SOCKET`, else the daemon's default (`$XDG_RUNTIME_DIR/compactd/compactd.sock`,
  * else `$TMPDIR` or `/tmp` + `/compactd-<uid>/compactd.sock`). No dependencies: a small NDJSON
  * JSON-RPC client over `node:net` is built in.
  */
 
+import { execFile } from "node:child_process";
 import net from "node:net";
 import path from "node:path";
 
@@ -43,9 +50,24 @@ interface BeforeCompactEvent {
 	signal?: AbortSignal;
 }
 
+interface ToolResult {
+	content: Array<{ type: "text"; text: string }>;
+	details: Json;
+}
+
+interface ToolDefinition {
+	name: string;
+	label: string;
+	description: string;
+	promptSnippet?: string;
+	parameters: Json;
+	execute(toolCallId: string, params: Json, signal: AbortSignal | undefined, onUpdate: unknown, ctx: NotifyingContext): Promise<ToolResult>;
+}
+
 interface ExtensionApi {
 	on(event: "session_before_compact", handler: (event: BeforeCompactEvent, ctx: NotifyingContext) => Promise<Json>): void;
 	on(event: "turn_end" | "session_shutdown", handler: (event: unknown, ctx: NotifyingContext) => void): void;
+	registerTool(tool: ToolDefinition): void;
 }
 
 /** The socket this extension talks to (see the file comment). */
@@ -156,7 +178,7 @@ class HeldSession {
 
 	/** Opens `file` in the daemon over a new connection. */
 	static async open(sock: string, file: string, model: Json | undefined): Promise<HeldSession> {
-		const conn = await Connection.open(sock);
+		const conn = await openDaemon(sock);
 		try {
 			const info = await conn.request("openSession", model ? { path: file, model } : { path: file });
 			return new HeldSession(conn, file, info.sessionId, JSON.stringify(model ?? null));
@@ -237,6 +259,30 @@ class Holder {
 	}
 }
 
+/** Runs `compactd start --socket <sock>`: starts the daemon unless one answers there. */
+function startDaemon(sock: string, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+	const bin = env.COMPACTD_BIN || "compactd";
+	return new Promise((resolve, reject) => {
+		execFile(bin, ["start", "--socket", sock], { env, timeout: 60000 }, (err, _stdout, stderr) => {
+			if (!err) return resolve();
+			const code = (err as NodeJS.ErrnoException).code;
+			const why = code === "ENOENT" ? `no compactd binary (${bin}; set COMPACTD_BIN or put compactd on PATH)` : String(stderr).trim() || err.message;
+			reject(new Unreachable(`${sock}: ${why}`));
+		});
+	});
+}
+
+/** A connection to the daemon on `sock`, starting the daemon first when none answers. */
+async function openDaemon(sock: string): Promise<Connection> {
+	try {
+		return await Connection.open(sock);
+	} catch (e) {
+		if (!(e instanceof Unreachable)) throw e;
+		await startDaemon(sock);
+		return Connection.open(sock);
+	}
+}
+
 /** Asks the daemon for the compaction Pi is about to make; throws Unreachable or DaemonError. */
 async function compactWithDaemon(event: BeforeCompactEvent, ctx: NotifyingContext, sock: string, holder: Holder): Promise<Json> {
 	const session = await holder.session(ctx, sock);
@@ -284,7 +330,111 @@ async function compactWithDaemon(event: BeforeCompactEvent, ctx: NotifyingContex
 	}
 }
 
+/** Most hits `search_history` returns, and an entry's text `get_entry` returns at most. */
+const MAX_HITS = 50;
+const DEFAULT_HITS = 10;
+const MAX_ENTRY_CHARS = 20000;
+
+/** Keys whose strings are bookkeeping, not text (as the daemon's search skips them). */
+const SKIPPED_KEYS = new Set(["type", "role", "id", "parentId", "timestamp", "toolCallId", "api", "provider", "model", "modelId", "stopReason", "signature", "thinkingSignature", "firstKeptEntryId", "targetId"]);
+
+/** An entry's text: its string values (message text, tool calls and results, summaries), one per line. */
+export function entryText(v: Json): string {
+	const out: string[] = [];
+	const walk = (x: Json): void => {
+		if (typeof x === "string") out.push(x);
+		else if (Array.isArray(x)) x.forEach(walk);
+		else if (x && typeof x === "object") for (const [k, y] of Object.entries(x)) if (!SKIPPED_KEYS.has(k)) walk(y);
+	};
+	walk(v);
+	return out.join("\n");
+}
+
+/** The message's role, else the entry's type. */
+function entryRole(e: Json): string {
+	return e?.type === "message" && typeof e.message?.role === "string" ? e.message.role : String(e?.type ?? "unknown");
+}
+
+/** Runs `method` on Pi's session file in the daemon: opens it, calls, releases. */
+async function onSession(ctx: NotifyingContext, method: string, params: Json): Promise<Json> {
+	const file = ctx.sessionManager.getSessionFile();
+	if (!file) throw new Error("this Pi session is not saved to a file, so it has no history to recall");
+	const conn = await openDaemon(socketPath());
+	let sessionId: string | undefined;
+	try {
+		sessionId = (await conn.request("openSession", { path: file })).sessionId;
+		return await conn.request(method, { ...params, sessionId });
+	} finally {
+		if (sessionId) await conn.request("closeSession", { sessionId }).catch(() => {});
+		conn.close();
+	}
+}
+
+/** `search_history` and `get_entry` for Pi's model, backed by the daemon. */
+function registerRecallTools(pi: ExtensionApi): void {
+	pi.registerTool({
+		name: "search_history",
+		label: "Search history",
+		description:
+			"Search this session's whole history, including the parts an earlier compaction replaced with a summary. Returns the most recent matching entries first, each with its entry id, timestamp and role and a short snippet around the match; read one in full with get_entry.",
+		promptSnippet: "search_history: find text in the full session history, including compacted parts",
+		parameters: {
+			type: "object",
+			properties: {
+				query: { type: "string", description: "Text to find (case-insensitive) in any message, tool call, tool result or summary." },
+				limit: { type: "integer", minimum: 1, maximum: MAX_HITS, description: `Most hits to return, most recent first (default ${DEFAULT_HITS}, at most ${MAX_HITS}).` },
+			},
+			required: ["query"],
+			additionalProperties: false,
+		},
+		async execute(_id, params, _signal, _onUpdate, ctx) {
+			const limit = Math.min(Math.max(Number(params.limit ?? DEFAULT_HITS) || DEFAULT_HITS, 1), MAX_HITS);
+			const found: Json[] = await onSession(ctx, "searchHistory", { query: String(params.query), limit: limit + 1 });
+			const more = found.length > limit;
+			const hits = found.slice(0, limit).filter((h) => h.entryId);
+			const lines = hits.map((h) => `[${h.entryId}] ${h.timestamp ?? "?"} ${h.role}${h.compacted ? " (compacted)" : ""}${h.onBranch ? "" : " (other branch)"}: ${h.snippet}`);
+			const text = hits.length === 0 ? `No entry matches "${params.query}".` : lines.join("\n") + (more ? `\n(more matches: raise limit or narrow the query)` : "");
+			return { content: [{ type: "text", text }], details: { hits, more } };
+		},
+	});
+	pi.registerTool({
+		name: "get_entry",
+		label: "Get history entry",
+		description:
+			"Return the full original text of one history entry by its id (from search_history, or from the id range a compaction summary names), with its timestamp and role. Long entries are cut at 20000 characters.",
+		promptSnippet: "get_entry: read one history entry verbatim by id",
+		parameters: {
+			type: "object",
+			properties: { entryId: { type: "string", description: "The entry's id, from a search_history hit or a summary's id range." } },
+			required: ["entryId"],
+			additionalProperties: false,
+		},
+		async execute(_id, params, _signal, _onUpdate, ctx) {
+			let entry: Json;
+			try {
+				entry = await onSession(ctx, "getEntry", { entryId: String(params.entryId) });
+			} catch (e) {
+				if (e instanceof DaemonError && e.kind === "entry_not_found") {
+					throw new Error(`${e.message}: no entry with this id in the session; ids come from search_history hits or a summary's id range`);
+				}
+				throw e;
+			}
+			const full = entryText(entry);
+			const chars = [...full];
+			const truncated = chars.length > MAX_ENTRY_CHARS;
+			const body = truncated ? chars.slice(0, MAX_ENTRY_CHARS).join("") : full;
+			const head = `[${entry.id}] ${entry.timestamp ?? "?"} ${entryRole(entry)} (${entry.type})`;
+			const tail = truncated ? `\n(cut at ${MAX_ENTRY_CHARS} of ${chars.length} characters)` : "";
+			return {
+				content: [{ type: "text", text: `${head}\n${body}${tail}` }],
+				details: { entryId: entry.id, timestamp: entry.timestamp, role: entryRole(entry), type: entry.type, truncated, totalChars: chars.length },
+			};
+		},
+	});
+}
+
 export default function compactd(pi: ExtensionApi): void {
+	registerRecallTools(pi);
 	let toldUnreachable = false;
 	const holder = new Holder();
 	pi.on("turn_end", (_event, ctx) => holder.afterTurn(ctx, socketPath()));
@@ -298,7 +448,7 @@ export default function compactd(pi: ExtensionApi): void {
 			if (e instanceof Unreachable) {
 				if (!toldUnreachable) {
 					toldUnreachable = true;
-					ctx.ui.notify(`compactd is not reachable (${e.message}); Pi compacts on its own.`, "warning");
+					ctx.ui.notify(`compactd is not reachable and could not be started (${e.message}); Pi compacts on its own.`, "warning");
 				}
 				return undefined;
 			}

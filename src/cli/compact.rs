@@ -153,9 +153,36 @@ pub fn run(
                 ))
             }
         }
+        Err(e @ crate::compactor::CompactError::NothingToCompact(_)) => {
+            let message = e.to_string();
+            match refusal_detail(path, settings) {
+                Some(d) if json => {
+                    let mut out = serde_json::json!({ "error": message });
+                    if let (Some(o), Ok(serde_json::Value::Object(d))) =
+                        (out.as_object_mut(), serde_json::to_value(&d))
+                    {
+                        o.extend(d);
+                    }
+                    super::write_stdout(&format!("{}\n", crate::json::stringify(&out)));
+                }
+                Some(d) => eprintln!("compactd: {message}: {}", d.hint),
+                None => super::print_error(json, &message),
+            }
+            super::EXIT_FAILED
+        }
         Err(e) => {
             super::print_error(json, &e.to_string());
             super::EXIT_FAILED
         }
     }
+}
+
+/// Why Pi refused, with the numbers and the setting to change (beyond Pi's exact message): the
+/// file is read again, without writing, only on this error path.
+fn refusal_detail(
+    path: &Path,
+    settings: &CompactionSettings,
+) -> Option<crate::compaction::prepare::NothingToCompactDetail> {
+    let (tree, _) = crate::store::load(path, false).ok()?;
+    crate::report::overview(&tree, 0, settings).nothing
 }

@@ -71,13 +71,23 @@ fn human(
     ));
     let est = &o.estimate;
     let threshold = window as f64 - settings.reserve_tokens as f64;
-    s.push_str(&format!(
-        "context   {} tokens ({} from usage + {} estimated), {}\n",
-        crate::json::js_number(est.tokens),
-        crate::json::js_number(est.usage_tokens),
-        est.trailing_tokens,
-        count(o.context_messages, "message", "messages"),
-    ));
+    if o.now.usage_known {
+        s.push_str(&format!(
+            "context   {} tokens ({} from usage + {} estimated), {}\n",
+            crate::json::js_number(est.tokens),
+            crate::json::js_number(est.usage_tokens),
+            est.trailing_tokens,
+            count(o.context_messages, "message", "messages"),
+        ));
+    } else {
+        // Right after a compaction: the last usage still counts what the summary replaced.
+        s.push_str(&format!(
+            "context   ~{} tokens estimated, {} (as Pi builds it now; the last reply's usage, {} tokens, predates the latest compaction, so Pi reports the size as unknown until the next reply)\n",
+            crate::json::js_number(o.now.tokens),
+            count(o.context_messages, "message", "messages"),
+            crate::json::js_number(est.usage_tokens),
+        ));
+    }
     s.push_str(&format!(
         "threshold {threshold} (window {window} - reserve {}): {}\n",
         settings.reserve_tokens,
@@ -110,7 +120,12 @@ fn human(
                 modified.len()
             ));
         }
-        Err(reason) => s.push_str(&format!("compact   nothing to do: {}\n", reason.message())),
+        Err(reason) => {
+            s.push_str(&format!("compact   nothing to do: {}\n", reason.message()));
+            if let Some(d) = &o.nothing {
+                s.push_str(&format!("          {}\n", d.hint));
+            }
+        }
     }
     s
 }

@@ -1,9 +1,15 @@
-//! The command-line front end. `main.rs` parses flags into [`Cli`]; each subcommand lives in its
-//! own module and returns an exit code. Errors go to stderr (or as `{"error": …}` on stdout with
+//! The command-line front end. `main.rs` parses flags into [`Cli`] and sets up logging
+//! ([`logging`]); each subcommand lives in its own module and returns an exit code: `serve` and
+//! `stdio` here, `connect` and `start` in [`connect`] (start-or-join in [`launch`]), `service`,
+//! `inspect`, `compact`, and `mcp` (the server is `crate::mcp`). Errors go to stderr (or as `{"error": …}` on stdout with
 //! `--json`), never as a panic.
 
 pub mod compact;
+pub mod connect;
 pub mod inspect;
+pub mod launch;
+pub mod logging;
+pub mod service;
 pub mod top;
 
 use std::path::PathBuf;
@@ -57,11 +63,56 @@ pub enum Command {
         #[command(flatten)]
         transport: TransportArgs,
     },
-    /// Serve one client on stdin/stdout (what an editor spawns). Logs go to stderr.
+    /// Serve one client on stdin/stdout with a daemon of its own. Logs go to the log file
+    /// (default $XDG_STATE_HOME/compactd/compactd.log); stderr carries only errors.
     #[command(after_help = EXIT_CODES)]
     Stdio {
         #[command(flatten)]
         transport: TransportArgs,
+    },
+    /// Join the daemon on the socket, or start one in the background and join it, and bridge
+    /// stdin/stdout to it unchanged (what an editor spawns: editors and agents share one
+    /// daemon and its sessions). Logs as `stdio` does.
+    #[command(after_help = EXIT_CODES)]
+    Connect {
+        /// Socket path (default: as for `serve`).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Start the daemon in the background unless one answers on the socket; print the socket.
+    #[command(after_help = EXIT_CODES)]
+    Start {
+        /// Socket path (default: as for `serve`).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Install, remove or show the daemon as a user service (systemd socket activation; a
+    /// launchd agent on macOS).
+    #[command(after_help = EXIT_CODES)]
+    Service {
+        #[command(subcommand)]
+        action: ServiceAction,
+        /// The service manager (default: launchd on macOS, systemd elsewhere).
+        #[arg(long, value_enum, global = true)]
+        manager: Option<service::Manager>,
+        /// Socket path the service listens on (default: as for `serve`).
+        #[arg(long, global = true)]
+        socket: Option<PathBuf>,
+    },
+    /// An MCP server on stdin/stdout giving a model the recall tools of one Pi session
+    /// (`search_history`, `get_entry`), backed by the daemon (started or joined as `connect`
+    /// does).
+    #[command(after_help = EXIT_CODES)]
+    Mcp {
+        /// The session file.
+        #[arg(long, required_unless_present = "cwd", conflicts_with = "cwd")]
+        session: Option<PathBuf>,
+        /// Use this working directory's most recent Pi session (looked up at every call).
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        /// Socket path (default: as for `serve`).
+        #[arg(long)]
+        socket: Option<PathBuf>,
     },
     /// Print Pi's analysis of a session (tokens, threshold, cut point, what would be summarized).
     /// Never writes the file.
@@ -103,6 +154,26 @@ pub enum Command {
         #[arg(long)]
         once: bool,
     },
+}
+
+/// `compactd service …`.
+#[derive(Debug, Clone, Copy, Subcommand)]
+pub enum ServiceAction {
+    /// Write the unit files (systemd: socket + service; launchd: a LaunchAgent) and enable them.
+    Install {
+        /// Only write the files; never call systemctl or launchctl.
+        #[arg(long)]
+        files_only: bool,
+    },
+    /// Disable and remove what `install` wrote.
+    Uninstall {
+        /// Only remove the files; never call systemctl or launchctl.
+        #[arg(long)]
+        files_only: bool,
+    },
+    /// Show the files, the service manager's state and whether the daemon answers (exit 1 when
+    /// it does not).
+    Status,
 }
 
 /// Framing options shared by both transports.
@@ -301,29 +372,93 @@ pub fn print_error(json: bool, message: &str) {
     }
 }
 
+/// How `command` logs (see [`logging`]).
+pub fn log_mode(command: &Command) -> logging::LogMode {
+    match command {
+        Command::Serve { .. } => logging::LogMode::Daemon,
+        Command::Stdio { .. } | Command::Connect { .. } | Command::Mcp { .. } => {
+            logging::LogMode::Editor
+        }
+        Command::Top { .. } => logging::LogMode::Silent,
+        _ => logging::LogMode::OneShot,
+    }
+}
+
 /// Runs the parsed command line with the loaded configuration; returns the exit code.
 pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
+    let config_path = cli.config.as_deref();
     match cli.command {
         Command::Serve {
             socket,
             max_connections,
             transport,
-        } => daemon_main(config, |daemon| async move {
-            let path = socket
-                .or_else(|| daemon.config.socket.clone())
-                .unwrap_or_else(crate::transport::unix::default_socket_path);
-            let listener = crate::transport::unix::bind(&path).await?;
-            eprintln!("compactd: listening on {}", path.display());
-            tracing::info!(socket = %path.display(), "listening");
-            crate::transport::unix::serve_unix(
-                daemon,
-                listener,
-                path,
-                transport.options(),
-                max_connections.max(1),
-            )
-            .await
-        }),
+        } => {
+            // Socket activation: systemd passed the listening socket (read before the runtime).
+            let inherited = match crate::transport::unix::inherited_listener() {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("compactd: {e}");
+                    return EXIT_FAILED;
+                }
+            };
+            daemon_main(config, |daemon| async move {
+                let path = launch::socket_path(socket, &daemon.config);
+                let (listener, owned) = match inherited {
+                    Some(l) => {
+                        let l = crate::transport::unix::adopt_listener(l)?;
+                        let at = l
+                            .local_addr()
+                            .ok()
+                            .and_then(|a| a.as_pathname().map(std::path::Path::to_path_buf))
+                            .unwrap_or(path);
+                        tracing::info!(socket = %at.display(), "listening on the socket the service manager passed");
+                        (l, None)
+                    }
+                    None => {
+                        let l = crate::transport::unix::bind(&path).await?;
+                        eprintln!("compactd: listening on {}", path.display());
+                        tracing::info!(socket = %path.display(), "listening");
+                        (l, Some(path))
+                    }
+                };
+                crate::transport::unix::serve_unix(
+                    daemon,
+                    listener,
+                    owned,
+                    transport.options(),
+                    max_connections.max(1),
+                )
+                .await
+            })
+        }
+        Command::Connect { socket } => connect::connect(socket, config_path, &config),
+        Command::Start { socket } => connect::start(socket, config_path, &config),
+        Command::Service {
+            action,
+            manager,
+            socket,
+        } => {
+            let setup = service::Setup {
+                manager: manager.unwrap_or_else(service::Manager::native),
+                socket: launch::socket_path(socket, &config),
+                config: config_path,
+                log: config
+                    .log
+                    .file
+                    .clone()
+                    .unwrap_or_else(logging::default_log_file),
+            };
+            match action {
+                ServiceAction::Install { files_only } => service::install(&setup, !files_only),
+                ServiceAction::Uninstall { files_only } => service::uninstall(&setup, !files_only),
+                ServiceAction::Status => service::status(&setup),
+            }
+        }
+        Command::Mcp {
+            session,
+            cwd,
+            socket,
+        } => mcp(session, cwd, socket, config_path, &config),
         Command::Stdio { transport } => daemon_main(config, |daemon| async move {
             crate::transport::stdio::serve_stdio(daemon, transport.options()).await
         }),
@@ -360,6 +495,66 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                 .or_else(|| config.socket.clone())
                 .unwrap_or_else(crate::transport::unix::default_socket_path);
             top::run(&path, once)
+        }
+    }
+}
+
+/// `compactd mcp`: checks the target, starts or joins the daemon, serves MCP on stdio.
+fn mcp(
+    session: Option<PathBuf>,
+    cwd: Option<PathBuf>,
+    socket: Option<PathBuf>,
+    config_path: Option<&std::path::Path>,
+    config: &crate::config::Config,
+) -> i32 {
+    let target = match (session, cwd) {
+        (Some(file), _) => match std::fs::canonicalize(&file) {
+            Ok(f) => crate::mcp::Target::File(f),
+            Err(e) => {
+                eprintln!("compactd: session file {}: {e}", file.display());
+                return EXIT_FAILED;
+            }
+        },
+        (None, Some(dir)) => match std::path::absolute(&dir) {
+            Ok(d) => crate::mcp::Target::LatestOf(d),
+            Err(e) => {
+                eprintln!("compactd: {}: {e}", dir.display());
+                return EXIT_USAGE;
+            }
+        },
+        (None, None) => {
+            eprintln!("compactd: mcp needs --session FILE or --cwd DIR");
+            return EXIT_USAGE;
+        }
+    };
+    let socket = launch::socket_path(socket, config);
+    let log = config
+        .log
+        .file
+        .clone()
+        .unwrap_or_else(logging::default_log_file);
+    if let Err(e) = launch::ensure_daemon(&socket, config_path, &log) {
+        eprintln!("compactd: {e}");
+        return EXIT_FAILED;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("compactd: cannot start the async runtime: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    let outcome = runtime.block_on(crate::mcp::serve(target, socket));
+    runtime.shutdown_timeout(std::time::Duration::from_millis(10));
+    match outcome {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            eprintln!("compactd: {e}");
+            EXIT_FAILED
         }
     }
 }

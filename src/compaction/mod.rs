@@ -1,5 +1,6 @@
 //! The pure compaction core: token accounting, cut points, preparation, file operations,
-//! serialization, prompts, the plain reply types a summarizer returns, and summary assembly. No I/O and no async: everything here is a plain
+//! serialization, prompts, the plain reply types a summarizer returns, summary assembly, and the
+//! recall footer that ends compactd's summaries. No I/O and no async: everything here is a plain
 //! function of session data, so the conformance fixtures test it directly.
 
 pub mod branch;
@@ -8,6 +9,7 @@ pub mod cut_point;
 pub mod file_ops;
 pub mod prepare;
 pub mod prompts;
+pub mod recall;
 pub mod reply;
 pub mod serialize;
 pub mod summary;

@@ -43,6 +43,87 @@ impl NothingToCompact {
     }
 }
 
+/// Why nothing could be compacted, with the numbers that decided it and the setting that would
+/// change it. Beyond Pi: Pi's refusal message stays byte for byte ([`NothingToCompact::message`]);
+/// this is what a refusal's error `data` and the CLI add after it, because "session too small"
+/// alone does not say that the whole tail fits in `keepRecentTokens`, nor what to change.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NothingToCompactDetail {
+    /// Stable name of the cause: `already_compacted` (the branch ends with a compaction),
+    /// `no_messages` (nothing to summarize since the previous compaction or the start),
+    /// `within_keep_recent` (every message since then fits in `keepRecentTokens`, so all are
+    /// kept) or `no_cut_point` (the kept tail would have to start at a tool result, Pi's A2).
+    pub reason: &'static str,
+    /// One sentence for a person: what happened, with the numbers, and what to change.
+    pub hint: String,
+    /// Estimated tokens of the messages since the previous compaction's kept start (or the
+    /// session start): what a compaction could summarize at most.
+    pub recent_tokens: u64,
+    /// How many messages those are.
+    pub recent_messages: usize,
+    /// The `compaction.keepRecentTokens` in force.
+    pub keep_recent_tokens: i64,
+}
+
+impl NothingToCompact {
+    /// Explains this refusal for the branch it came from (the same path, index and settings
+    /// `plan_compaction` was given). Pure; O(1) over the index plus the cut-point walk.
+    pub fn detail<P: PathEntries + ?Sized>(
+        self,
+        path: &P,
+        index: &BranchIndex,
+        settings: &CompactionSettings,
+    ) -> NothingToCompactDetail {
+        let b = indexed_boundaries(path, index, settings);
+        let (recent_tokens, recent_messages) =
+            index.summarizable_sums(b.boundary_start..b.boundary_end);
+        let keep = settings.keep_recent_tokens;
+        let since = if b.prev_compaction_index.is_some() {
+            "since the previous compaction"
+        } else {
+            "in the session"
+        };
+        let (reason, hint) = match self {
+            NothingToCompact::AlreadyCompacted => (
+                "already_compacted",
+                "the branch already ends with a compaction; append at least one message before \
+                 compacting again"
+                    .to_owned(),
+            ),
+            NothingToCompact::TooSmall if recent_messages == 0 => (
+                "no_messages",
+                format!("there are no messages {since} to summarize"),
+            ),
+            NothingToCompact::TooSmall if (recent_tokens as i64) < keep => (
+                "within_keep_recent",
+                format!(
+                    "the {recent_messages} message(s) {since} estimate {recent_tokens} tokens, \
+                     fewer than compaction.keepRecentTokens ({keep}), so all of them are kept \
+                     verbatim; set compaction.keepRecentTokens below {recent_tokens} to compact \
+                     now (setSettingsOverrides, Pi's settings.json, or --keep-recent-tokens)"
+                ),
+            ),
+            NothingToCompact::TooSmall => (
+                "no_cut_point",
+                format!(
+                    "the newest messages {since} reach compaction.keepRecentTokens ({keep}) only \
+                     where the kept tail would have to start at a tool result, which Pi never \
+                     separates from its call, so everything is kept; compaction becomes possible \
+                     after the next user or assistant message"
+                ),
+            ),
+        };
+        NothingToCompactDetail {
+            reason,
+            hint,
+            recent_tokens,
+            recent_messages,
+            keep_recent_tokens: keep,
+        }
+    }
+}
+
 /// The boundaries `prepareCompaction` worked with (reported by `inspect`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Boundaries {
@@ -338,7 +419,7 @@ pub fn prepare_branch(
 mod tests {
     use super::*;
     use crate::compaction::summary::{compaction_entry, CompactionOutcome};
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     /// A user request of `chars` characters (`chars / 4` estimated tokens).
     fn user(id: &str, chars: usize) -> Entry {
@@ -397,5 +478,97 @@ mod tests {
             prepare_compaction(&at_end, &settings).err(),
             Some(NothingToCompact::AlreadyCompacted)
         );
+    }
+
+    fn msg(id: &str, role: &str, chars: usize) -> Entry {
+        let text = "x".repeat(chars);
+        let m: Value = match role {
+            "assistant" => json!({"role":"assistant","content":[{"type":"text","text":text}]}),
+            "toolResult" => {
+                json!({"role":"toolResult","toolCallId":"t","toolName":"read","content":[{"type":"text","text":text}],"isError":false})
+            }
+            _ => json!({"role":role,"content":text}),
+        };
+        Entry::from_value(json!({"type":"message","id":id,"parentId":null,"message":m}))
+    }
+
+    fn explain(
+        entries: &[Entry],
+        keep: i64,
+    ) -> (
+        Result<Plan, NothingToCompact>,
+        Option<NothingToCompactDetail>,
+    ) {
+        let path: Vec<&Entry> = entries.iter().collect();
+        let index = BranchIndex::build(&path);
+        let settings = CompactionSettings {
+            keep_recent_tokens: keep,
+            ..CompactionSettings::default()
+        };
+        let plan = plan_compaction(&path, &index, &settings);
+        let detail = plan
+            .as_ref()
+            .err()
+            .map(|n| n.detail(&path, &index, &settings));
+        (plan, detail)
+    }
+
+    #[test]
+    fn a_small_session_says_keep_recent_tokens_keeps_it_all_and_by_how_much() {
+        // 400 chars = 100 tokens each.
+        let entries = [
+            msg("u0", "user", 400),
+            msg("a1", "assistant", 400),
+            msg("u2", "user", 400),
+        ];
+        let (plan, detail) = explain(&entries, 20_000);
+        assert_eq!(
+            plan.unwrap_err().message(),
+            NOTHING_TO_COMPACT,
+            "Pi's message is unchanged"
+        );
+        let d = detail.unwrap();
+        assert_eq!(d.reason, "within_keep_recent");
+        assert_eq!(
+            (d.recent_tokens, d.recent_messages, d.keep_recent_tokens),
+            (300, 3, 20_000)
+        );
+        assert!(d.hint.contains("estimate 300 tokens"), "{}", d.hint);
+        assert!(
+            d.hint.contains("compaction.keepRecentTokens (20000)"),
+            "{}",
+            d.hint
+        );
+        assert!(d.hint.contains("below 300"), "{}", d.hint);
+        // Following the hint compacts.
+        let (plan, _) = explain(&entries, 150);
+        assert!(plan.is_ok());
+    }
+
+    #[test]
+    fn a_huge_trailing_tool_result_is_no_cut_point_not_keep_recent() {
+        let entries = [
+            msg("u", "user", 40),
+            msg("a", "assistant", 40),
+            msg("t", "toolResult", 400_000),
+        ];
+        let d = explain(&entries, 20_000).1.unwrap();
+        assert_eq!(d.reason, "no_cut_point");
+        assert!(d.recent_tokens > 20_000);
+        assert!(d.hint.contains("tool result"), "{}", d.hint);
+    }
+
+    #[test]
+    fn empty_and_already_compacted_branches_say_so() {
+        let d = explain(&[], 20_000).1.unwrap();
+        assert_eq!((d.reason, d.recent_messages), ("no_messages", 0));
+        let compaction = Entry::from_value(json!({"type":"compaction","id":"c","parentId":"u0",
+            "summary":"s","firstKeptEntryId":"u0","tokensBefore":1}));
+        let entries = [msg("u0", "user", 400), compaction];
+        let (plan, detail) = explain(&entries, 20_000);
+        assert_eq!(plan.unwrap_err().message(), ALREADY_COMPACTED);
+        let d = detail.unwrap();
+        assert_eq!(d.reason, "already_compacted");
+        assert!(d.hint.contains("append at least one message"), "{}", d.hint);
     }
 }

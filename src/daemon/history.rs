@@ -39,8 +39,9 @@ const SKIPPED_KEYS: [&str; 15] = [
 ];
 
 /// The searchable text of an entry: its string values (message text, tool calls and results,
-/// bash commands and output, summaries, custom data), one per line.
-fn entry_text(v: &Value) -> String {
+/// bash commands and output, summaries, custom data), one per line. Also what the recall tools
+/// (`compactd mcp`, the Pi extension) show a model of an entry.
+pub fn entry_text(v: &Value) -> String {
     fn walk(v: &Value, out: &mut String) {
         match v {
             Value::String(s) => {
@@ -150,6 +151,15 @@ fn role_of(e: &Entry, v: &Value) -> String {
         }
     }
     v["type"].as_str().unwrap_or("unknown").to_owned()
+}
+
+/// [`role_of`] of an entry as stored (its JSON only, as `getEntry` returns it).
+pub fn entry_role(v: &Value) -> String {
+    match (v["type"].as_str(), v["message"]["role"].as_str()) {
+        (Some("message"), Some(role)) => role.to_owned(),
+        (Some(t), _) => t.to_owned(),
+        (None, _) => "unknown".to_owned(),
+    }
 }
 
 /// `searchHistory`: every entry of the session (all branches, file order reversed so the most

@@ -14,6 +14,7 @@ pub mod connections;
 pub mod handlers;
 pub mod history;
 pub mod lifecycle;
+pub mod log_relay;
 pub mod navigate;
 pub mod pins;
 pub mod session;
@@ -269,6 +270,7 @@ impl Daemon {
     /// A connection is gone: release its holds, subscriptions, hooks and pending requests.
     pub fn disconnect(&self, conn: &Connection) {
         conn.close();
+        log_relay::forget(conn.id);
         self.connections.lock().remove(&conn.id);
         let holds: Vec<String> = conn.holds.lock().drain().collect();
         for id in holds {

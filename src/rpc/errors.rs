@@ -4,12 +4,15 @@
 
 use serde_json::{json, Value};
 
-/// One protocol error: code, kind and a message (Pi's exact text where Pi has one).
+/// One protocol error: code, kind and a message (Pi's exact text where Pi has one), and
+/// optionally more members for `data` beside `kind` (beyond Pi: why, and what to change).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcError {
     pub code: i32,
     pub kind: ErrorKind,
     pub message: String,
+    /// Members added to `data` after `kind`; `kind` itself is never overwritten.
+    pub detail: Option<Box<serde_json::Map<String, Value>>>,
 }
 
 macro_rules! kinds {
@@ -61,7 +64,34 @@ impl RpcError {
             code: kind.code(),
             kind,
             message: message.into(),
+            detail: None,
         }
+    }
+
+    /// Adds the members of `detail` (an object; anything else is ignored) to the error's `data`.
+    pub fn with_detail(mut self, detail: Value) -> RpcError {
+        if let Value::Object(mut members) = detail {
+            members.remove("kind");
+            self.detail = Some(Box::new(members));
+        }
+        self
+    }
+
+    /// A manual compaction's refusal: Pi's exact message (`Already compacted` or `Nothing to
+    /// compact (session too small)`) with its kind, and in `data` the `reason`, the `hint`
+    /// naming the setting to change, and the numbers (`recentTokens`, `recentMessages`,
+    /// `keepRecentTokens`).
+    pub fn nothing_to_compact(
+        nothing: crate::compaction::prepare::NothingToCompact,
+        detail: &crate::compaction::prepare::NothingToCompactDetail,
+    ) -> RpcError {
+        use crate::compaction::prepare::NothingToCompact;
+        let kind = match nothing {
+            NothingToCompact::AlreadyCompacted => ErrorKind::AlreadyCompacted,
+            NothingToCompact::TooSmall => ErrorKind::NothingToCompact,
+        };
+        RpcError::new(kind, nothing.message())
+            .with_detail(serde_json::to_value(detail).unwrap_or(Value::Null))
     }
 
     /// A -32602 error; the message always reads `Invalid params: …`.
@@ -76,7 +106,11 @@ impl RpcError {
     }
 
     pub fn data(&self) -> Value {
-        json!({ "kind": self.kind.as_str() })
+        let mut data = json!({ "kind": self.kind.as_str() });
+        if let (Some(members), Value::Object(d)) = (&self.detail, &mut data) {
+            d.extend(members.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        data
     }
 
     /// The JSON-RPC `error` member.
@@ -88,3 +122,34 @@ impl RpcError {
 /// Pi's message while a compaction runs.
 pub const COMPACTING_MESSAGE: &str =
     "Cannot submit a prompt while compaction is in progress. Wait for compaction to finish and retry.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compaction::prepare::{NothingToCompact, NothingToCompactDetail};
+
+    #[test]
+    fn a_refusal_keeps_pis_message_and_adds_why_to_data() {
+        let detail = NothingToCompactDetail {
+            reason: "within_keep_recent",
+            hint: "set compaction.keepRecentTokens below 300".into(),
+            recent_tokens: 300,
+            recent_messages: 3,
+            keep_recent_tokens: 20000,
+        };
+        let e = RpcError::nothing_to_compact(NothingToCompact::TooSmall, &detail);
+        assert_eq!(
+            e.to_json(),
+            json!({"code": -32010, "message": "Nothing to compact (session too small)", "data": {
+                "kind": "nothing_to_compact", "reason": "within_keep_recent",
+                "hint": "set compaction.keepRecentTokens below 300", "recentTokens": 300,
+                "recentMessages": 3, "keepRecentTokens": 20000}})
+        );
+        let e = RpcError::new(ErrorKind::Io, "x").with_detail(json!({"kind": "other", "n": 1}));
+        assert_eq!(
+            e.data(),
+            json!({"kind": "io", "n": 1}),
+            "kind is never overwritten"
+        );
+    }
+}

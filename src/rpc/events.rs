@@ -463,6 +463,20 @@ pub fn reply<T: serde::de::DeserializeOwned>(hook: &str, v: &Value) -> Option<T>
     }
 }
 
+/// `window/logMessage`'s payload (LSP's shape): one line of the daemon's log, for a connection
+/// that asked with `initialize {logNotifications: true}`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LogMessage<'a> {
+    /// LSP's `MessageType`: 1 error, 2 warning, 3 info, 4 debug or trace.
+    #[serde(rename = "type")]
+    pub kind: u8,
+    /// `target: message key=value …`, as the log file shows it without time and level.
+    pub message: &'a str,
+}
+
+/// The method name of [`LogMessage`] notifications.
+pub const LOG_MESSAGE: &str = "window/logMessage";
+
 /// How a hook reaches a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookKind {
@@ -568,6 +582,14 @@ messages! { EVENTS:
     /// This connection fell too far behind (1024 queued events); its subscriptions were
     /// removed. Sent once, after the queue drained. Resubscribe to continue.
     "subscription_dropped" => SubscriptionDropped,
+}
+
+// Notifications a connection asks for on `initialize`, not by `subscribe`.
+messages! { NOTICES:
+    /// One line of the daemon's log, sent to connections that initialized with
+    /// `logNotifications: true` (at the daemon's log level; lines are dropped for a connection
+    /// that has more than 1 MiB unread).
+    "window/logMessage" => LogMessage<'static>,
 }
 
 // The hooks a connection can register for.

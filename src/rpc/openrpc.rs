@@ -15,7 +15,7 @@
 use serde_json::{json, Map, Value};
 
 use super::errors::ErrorKind;
-use super::events::{HookKind, MessageSpec, EVENTS, HOOKS};
+use super::events::{HookKind, MessageSpec, EVENTS, HOOKS, NOTICES};
 use super::methods::METHODS;
 use super::schemas::Schemas;
 use super::PROTOCOL_VERSION;
@@ -149,7 +149,9 @@ pub fn document() -> Value {
             })
         })
         .collect();
-    let notifications = sorted_by_name(messages(EVENTS, &mut schemas));
+    let mut notifications = messages(EVENTS, &mut schemas);
+    notifications.extend(messages(NOTICES, &mut schemas));
+    let notifications = sorted_by_name(notifications);
     let mut hooks = messages(HOOKS, &mut schemas);
     hooks.push(cancel_request());
     let hooks = sorted_by_name(hooks);

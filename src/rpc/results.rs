@@ -387,6 +387,9 @@ pub enum PreviewCompactionResult {
 pub struct NothingToCompact {
     /// `Already compacted` or `Nothing to compact (session too small)`.
     pub nothing_to_compact: &'static str,
+    /// Beyond Pi: why, with the numbers, and which setting changes it.
+    #[serde(flatten)]
+    pub detail: crate::compaction::prepare::NothingToCompactDetail,
 }
 
 /// A message count with its estimated tokens.

@@ -1,15 +1,64 @@
 //! The parameter types of every method (protocol.md §3), and the model they name. They derive
 //! `JsonSchema` so the machine-readable reference (`proto-docs/openrpc.json`) is generated from
 //! the code and cannot drift from what the daemon parses. Results are in `super::results`.
+//!
+//! Every params type refuses fields it does not know (`deny_unknown_fields`): a typo such as
+//! `{"keepRecent": 10}` would otherwise be accepted and silently do nothing. [`decode`] names
+//! the field path of any refusal. (Pi's settings *files* stay tolerant, as Pi is: they are read
+//! as JSON by `daemon::settings`, never through these types.)
 
 use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use super::errors::RpcError;
+
+/// Decodes `value` as `T`; `at` is where the value sits in the request's params (`""` for the
+/// params object itself, `"compaction"` for a member decoded later). Errors are -32602 naming
+/// the full field path (`missing field `model.contextWindow``, `unknown field
+/// `compaction.keepRecent`, expected one of …`, `model.contextWindow: invalid type: …`), never
+/// serde's line and column.
+pub fn decode<T: DeserializeOwned>(value: Value, at: &str) -> Result<T, RpcError> {
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
+        let inner = e.path().to_string();
+        let path = match (at, inner.as_str()) {
+            (at, "" | ".") => at.to_owned(),
+            ("", inner) => inner.to_owned(),
+            (at, inner) => format!("{at}.{inner}"),
+        };
+        RpcError::invalid_params(field_message(&path, &e.into_inner().to_string()))
+    })
+}
+
+/// Puts the path into serde's message: a missing or unknown field gets its full path inside the
+/// backticks; any other error gets the path first.
+fn field_message(path: &str, inner: &str) -> String {
+    for lead in ["missing field `", "unknown field `"] {
+        if let Some(rest) = inner.strip_prefix(lead) {
+            let (name, tail) = rest.split_once('`').unwrap_or((rest, ""));
+            // An unknown field's path already ends with the field; a missing one's is its object.
+            let full = if path.is_empty() || path == name {
+                name.to_owned()
+            } else if path.ends_with(&format!(".{name}")) {
+                path.to_owned()
+            } else {
+                format!("{path}.{name}")
+            };
+            return format!("{lead}{full}`{tail}");
+        }
+    }
+    if path.is_empty() {
+        inner.to_owned()
+    } else {
+        format!("{path}: {inner}")
+    }
+}
 
 /// Pi's model fields, as a client names its session's model. Both numbers are required. (A
 /// summarizer's resolved endpoint, with its protocol and key, is `summarizer::ModelSpec`.)
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Model {
     pub provider: String,
     pub id: String,
@@ -20,14 +69,18 @@ pub struct Model {
 }
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InitializeParams {
     pub client_name: Option<String>,
     pub capabilities: Option<Value>,
+    /// Beyond Pi: `true` sends this connection the daemon's log lines as `window/logMessage`
+    /// notifications from now on (`false` stops them). For an editor's log view: under an
+    /// editor the daemon logs to a file, and stderr carries only real errors.
+    pub log_notifications: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OpenSessionParams {
     /// Absolute path of the session file.
     pub path: String,
@@ -40,7 +93,7 @@ pub struct OpenSessionParams {
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateSessionParams {
     /// Absolute working directory (the header's `cwd`).
     pub cwd: String,
@@ -51,14 +104,14 @@ pub struct CreateSessionParams {
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionParams {
     pub session_id: String,
 }
 
 /// `searchHistory` (beyond Pi).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SearchHistoryParams {
     pub session_id: String,
     /// Text to find: a case-insensitive substring, or with `regex` a Rust regex.
@@ -70,7 +123,7 @@ pub struct SearchHistoryParams {
 
 /// `pin` (beyond Pi).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PinParams {
     pub session_id: String,
     /// Kept verbatim in every summary compactd writes while the pin is live.
@@ -81,7 +134,7 @@ pub struct PinParams {
 
 /// `unpin` (beyond Pi).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UnpinParams {
     pub session_id: String,
     /// The `pinId` `pin` returned (the pin entry's id).
@@ -90,7 +143,7 @@ pub struct UnpinParams {
 
 /// `editSummary` (beyond Pi).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EditSummaryParams {
     pub session_id: String,
     /// The corrected summary, stored as given.
@@ -99,14 +152,14 @@ pub struct EditSummaryParams {
 
 /// `getEntry` (beyond Pi).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetEntryParams {
     pub session_id: String,
     pub entry_id: String,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AppendMessageParams {
     pub session_id: String,
     /// An AgentMessage: role user, assistant, toolResult or bashExecution.
@@ -115,7 +168,7 @@ pub struct AppendMessageParams {
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AppendEntryParams {
     pub session_id: String,
     /// A `thinking_level_change`, `label`, `custom`, `custom_message` or `session_info` entry;
@@ -125,14 +178,14 @@ pub struct AppendEntryParams {
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SetModelParams {
     pub session_id: String,
     pub model: Model,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NavigateTreeParams {
     pub session_id: String,
     /// The entry to move to, or null for the root (an empty leaf).
@@ -153,7 +206,7 @@ pub enum ContextFormat {
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetContextParams {
     pub session_id: String,
     pub format: Option<ContextFormat>,
@@ -161,7 +214,7 @@ pub struct GetContextParams {
 
 /// A partial `compaction` settings block; missing fields take the defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CompactionSettingsPatch {
     pub enabled: Option<bool>,
     pub reserve_tokens: Option<i64>,
@@ -188,7 +241,7 @@ pub struct CompactionSettingsPatch {
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ShouldCompactParams {
     pub session_id: Option<String>,
     pub context_tokens: Option<f64>,
@@ -204,14 +257,14 @@ pub enum PreviewDetail {
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PreviewCompactionParams {
     pub session_id: String,
     pub detail: Option<PreviewDetail>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CompactParams {
     pub session_id: String,
     pub custom_instructions: Option<String>,
@@ -229,14 +282,14 @@ pub enum Phase {
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CheckCompactionParams {
     pub session_id: String,
     pub phase: Phase,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SetSettingsOverridesParams {
     /// Omitted: every session, present and future.
     pub session_id: Option<String>,
@@ -245,7 +298,7 @@ pub struct SetSettingsOverridesParams {
 }
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SubscribeParams {
     /// Omitted: every session, present and future.
     pub session_id: Option<String>,
@@ -254,7 +307,7 @@ pub struct SubscribeParams {
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegisterHooksParams {
     pub session_id: Option<String>,
     pub hooks: Vec<String>,
@@ -264,6 +317,65 @@ pub struct RegisterHooksParams {
     pub include: Option<Vec<String>>,
 }
 
-/// The params of a method that takes none (any fields sent are ignored).
+/// The params of a method that takes none (a field sent is refused, as for every method).
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NoParams {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_fields_are_refused_with_their_path() {
+        let e =
+            decode::<CompactionSettingsPatch>(json!({"keepRecent": 10}), "compaction").unwrap_err();
+        assert_eq!(e.code, -32602);
+        assert!(
+            e.message.starts_with(
+                "Invalid params: unknown field `compaction.keepRecent`, expected one of `enabled`"
+            ),
+            "{}",
+            e.message
+        );
+        let e =
+            decode::<OpenSessionParams>(json!({"path": "/x", "sesionId": "s1"}), "").unwrap_err();
+        assert!(
+            e.message
+                .starts_with("Invalid params: unknown field `sesionId`"),
+            "{}",
+            e.message
+        );
+        let e = decode::<OpenSessionParams>(
+            json!({"path": "/x", "model": {"provider": "p", "id": "i", "contextWindow": 1, "maxTokens": 1, "name": "n"}}),
+            "",
+        )
+        .unwrap_err();
+        assert!(
+            e.message
+                .starts_with("Invalid params: unknown field `model.name`"),
+            "{}",
+            e.message
+        );
+        let e = decode::<NoParams>(json!({"x": 1}), "").unwrap_err();
+        assert!(e.message.contains("unknown field `x`"), "{}", e.message);
+    }
+
+    #[test]
+    fn wrong_types_name_their_field() {
+        let e = decode::<CompactionSettingsPatch>(json!({"keepRecentTokens": "ten"}), "compaction")
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "Invalid params: compaction.keepRecentTokens: invalid type: string \"ten\", expected i64"
+        );
+        let e = decode::<SubscribeParams>(json!({"events": ["a", 3]}), "").unwrap_err();
+        assert!(
+            e.message
+                .starts_with("Invalid params: events[1]: invalid type"),
+            "{}",
+            e.message
+        );
+    }
+}

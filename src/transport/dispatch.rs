@@ -44,29 +44,7 @@ pub fn parse<T: DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> 
         }
         Some(v) => v,
     };
-    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        RpcError::invalid_params(field_message(&path, &inner))
-    })
-}
-
-/// `missing field `x`` at `model` → "missing field `model.x`"; other errors get the path first.
-fn field_message(path: &str, inner: &str) -> String {
-    let at_root = path.is_empty() || path == ".";
-    if let Some(rest) = inner.strip_prefix("missing field `") {
-        let name = rest.trim_end_matches('`');
-        return if at_root {
-            format!("missing field `{name}`")
-        } else {
-            format!("missing field `{path}.{name}`")
-        };
-    }
-    if at_root {
-        inner.to_owned()
-    } else {
-        format!("{path}: {inner}")
-    }
+    types::decode(value, "")
 }
 
 /// A handler's typed result as the reply's JSON. The annotation is what ties a handler to the

@@ -1,7 +1,11 @@
 //! Transports: bytes in, JSON-RPC messages out. Framing (`framing`), typed wire messages
-//! (`message`), the per-connection loop (`connection`), the method table (`dispatch`), and the
-//! two listeners: a Unix socket for many clients (`unix`) and stdin/stdout for one (`stdio`).
+//! (`message`), the per-connection loop (`connection`), the method table (`dispatch`), the
+//! two listeners: a Unix socket for many clients (`unix`) and stdin/stdout for one (`stdio`),
+//! and the other side of the socket: the byte pump of `compactd connect` (`bridge`) and a small
+//! request/response client of the daemon (`client`).
 
+pub mod bridge;
+pub mod client;
 pub mod connection;
 pub mod dispatch;
 pub mod framing;

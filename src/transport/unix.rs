@@ -122,14 +122,19 @@ fn prepare_dir(dir: &Path, private: bool) -> Result<(), String> {
     }
 }
 
-/// Binds the socket, handling stale files. Errors are messages for the user.
-pub async fn bind(path: &Path) -> Result<UnixListener, String> {
-    let dir = path
+/// Creates the directory of `socket` (mode 0700) or checks the one that exists, by the rules
+/// above. Errors are messages for the user.
+pub fn prepare_socket_dir(socket: &Path) -> Result<(), String> {
+    let dir = socket
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let private = dir == default_socket_dir();
-    prepare_dir(dir, private)?;
+    prepare_dir(dir, dir == default_socket_dir())
+}
+
+/// Binds the socket, handling stale files. Errors are messages for the user.
+pub async fn bind(path: &Path) -> Result<UnixListener, String> {
+    prepare_socket_dir(path)?;
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
             if UnixStream::connect(path).await.is_ok() {
@@ -154,6 +159,56 @@ pub async fn bind(path: &Path) -> Result<UnixListener, String> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("cannot set permissions on {}: {e}", path.display()))?;
     Ok(listener)
+}
+
+/// The listening socket systemd passed (socket activation, `sd_listen_fds(3)`): `LISTEN_PID` is
+/// this process and `LISTEN_FDS` is 1, so fd 3 is the socket. The variables are removed so that
+/// no child inherits them. `None` when the daemon was not socket-activated. Call it before the
+/// runtime's threads start (it edits the environment); hand the listener to [`adopt_listener`]
+/// inside the runtime.
+pub fn inherited_listener() -> Result<Option<std::os::unix::net::UnixListener>, String> {
+    use std::os::fd::{FromRawFd, RawFd};
+    const SD_LISTEN_FDS_START: RawFd = 3;
+    let pid = std::env::var("LISTEN_PID").ok();
+    let fds = std::env::var("LISTEN_FDS").ok();
+    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        std::env::remove_var(var);
+    }
+    let (Some(pid), Some(fds)) = (pid, fds) else {
+        return Ok(None);
+    };
+    if pid.trim().parse::<u32>().ok() != Some(std::process::id()) {
+        return Ok(None);
+    }
+    match fds.trim().parse::<u32>() {
+        Ok(1) => {}
+        Ok(0) => return Ok(None),
+        _ => {
+            return Err(format!(
+                "LISTEN_FDS={fds}: compactd takes exactly one socket (one ListenStream= in the .socket unit)"
+            ))
+        }
+    }
+    // SAFETY: the service manager handed this process fd 3 as its listening socket (LISTEN_PID
+    // names us); nothing else in the process owns it.
+    let listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(SD_LISTEN_FDS_START) };
+    // A passed fd that is not a Unix socket fails here instead of at the first accept.
+    listener.local_addr().map_err(|e| {
+        format!("the socket passed by the service manager (fd 3) is not a Unix socket: {e}")
+    })?;
+    // SAFETY: plain fcntl on an fd this process owns: no child started later inherits it.
+    unsafe {
+        libc::fcntl(SD_LISTEN_FDS_START, libc::F_SETFD, libc::FD_CLOEXEC);
+    }
+    Ok(Some(listener))
+}
+
+/// An inherited listener as the runtime's (inside the runtime).
+pub fn adopt_listener(listener: std::os::unix::net::UnixListener) -> Result<UnixListener, String> {
+    listener
+        .set_nonblocking(true)
+        .and_then(|()| UnixListener::from_std(listener))
+        .map_err(|e| format!("cannot use the passed socket: {e}"))
 }
 
 /// Resolves on the first SIGINT or SIGTERM.
@@ -194,11 +249,12 @@ async fn refuse(mut stream: UnixStream, limit: usize) {
 }
 
 /// Accepts connections until SIGINT/SIGTERM, then lets every connection finish (running
-/// compactions are aborted and answer), and removes the socket file.
+/// compactions are aborted and answer), and removes the socket file `path` (`None` for a socket
+/// the service manager owns: it stays for the next activation).
 pub async fn serve_unix(
     daemon: Arc<Daemon>,
     listener: UnixListener,
-    path: PathBuf,
+    path: Option<PathBuf>,
     opts: Options,
     max_connections: usize,
 ) -> Result<(), String> {
@@ -253,11 +309,13 @@ pub async fn serve_unix(
     }
     tracing::info!("signal received; shutting down");
     daemon.shutdown.cancel();
-    let _ = std::fs::remove_file(&path);
+    if let Some(path) = &path {
+        let _ = std::fs::remove_file(path);
+    }
     let _ = tokio::time::timeout(Duration::from_secs(5), async {
         while connections.join_next().await.is_some() {}
     })
     .await;
-    tracing::info!(socket = %path.display(), "shut down");
+    tracing::info!("shut down");
     Ok(())
 }

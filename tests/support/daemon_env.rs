@@ -19,7 +19,7 @@ pub struct Env {
 impl Env {
     pub fn new() -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
-        for d in ["config", "agent", "run"] {
+        for d in ["config", "agent", "run", "state"] {
             std::fs::create_dir_all(dir.path().join(d)).expect("env dir");
         }
         Env { dir }
@@ -34,7 +34,18 @@ impl Env {
             ("XDG_CONFIG_HOME", self.path("config")),
             ("PI_CODING_AGENT_DIR", self.path("agent")),
             ("XDG_RUNTIME_DIR", self.path("run")),
+            ("XDG_STATE_HOME", self.path("state")),
         ]
+    }
+
+    /// The log `stdio` / `connect` write in this environment (`$XDG_STATE_HOME/compactd/…`).
+    pub fn log_file(&self) -> PathBuf {
+        self.path("state").join("compactd").join("compactd.log")
+    }
+
+    /// What the log file holds now (empty when nothing was logged yet).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log_file()).unwrap_or_default()
     }
 
     /// A copy of a conformance case's session as `<case>.jsonl`.

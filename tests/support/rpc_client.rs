@@ -158,7 +158,10 @@ impl Client {
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stderr(Stdio::null())
+            // `stdio` logs to a file under the state dir: keep it inside the target directory
+            // unless the caller gives one.
+            .env("XDG_STATE_HOME", env!("CARGO_TARGET_TMPDIR"));
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -166,6 +169,28 @@ impl Client {
         let stdin = child.stdin.take().expect("stdin");
         let stdout = child.stdout.take().expect("stdout");
         Client::start(Box::new(stdout), Box::new(stdin), framing, Some(child))
+    }
+
+    /// Talks to any compactd process over its stdin/stdout (`compactd connect`, …): `cmd` is
+    /// spawned with both piped.
+    pub fn process(mut cmd: Command, framing: Framing) -> Client {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn compactd");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        Client::start(Box::new(stdout), Box::new(stdin), framing, Some(child))
+    }
+
+    /// Closes this client's sending side (the daemon's half-close) and waits for the process
+    /// it spawned, if any: its exit status and stderr (when piped).
+    pub fn finish(mut self) -> Option<std::process::Output> {
+        *self.writer.lock().unwrap() = Box::new(std::io::sink());
+        self.child
+            .take()
+            .map(|c| c.wait_with_output().expect("wait"))
     }
 
     pub fn socket(path: &Path, framing: Framing) -> Client {

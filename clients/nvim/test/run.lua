@@ -76,11 +76,19 @@ local function wait(what, pred, ms)
 end
 
 local MODEL = { provider = 'compactd-test', id = 'test-model', contextWindow = 64000, maxTokens = 8192 }
-local compactd = require('compactd').setup({
-  cmd = { bin, 'stdio' },
-  model = MODEL,
-  cmd_env = { XDG_CONFIG_HOME = tmp .. '/config', PI_CODING_AGENT_DIR = tmp .. '/agent', XDG_RUNTIME_DIR = tmp },
-})
+-- The default command: `compactd connect` ($COMPACTD_BIN), which starts the shared daemon on the
+-- default socket under this XDG_RUNTIME_DIR and joins it. Everything below goes through it.
+vim.env.COMPACTD_BIN = bin
+vim.fn.mkdir(tmp .. '/run', 'p', tonumber('700', 8))
+local daemon_env = {
+  XDG_CONFIG_HOME = tmp .. '/config',
+  PI_CODING_AGENT_DIR = tmp .. '/agent',
+  XDG_RUNTIME_DIR = tmp .. '/run',
+  XDG_STATE_HOME = tmp .. '/state',
+}
+local daemon_log = tmp .. '/state/compactd/compactd.log'
+local compactd = require('compactd').setup({ model = MODEL, cmd_env = daemon_env, log_notifications = true })
+assert(compactd.cmd()[2] == 'connect', 'connect is the default: ' .. vim.inspect(compactd.cmd()))
 
 local file = session_copy('main')
 local before = read_lines(file)
@@ -212,6 +220,53 @@ check('Lua API: a before_compact hook can supply the compaction (agent plugins d
   assert(again == nil, 'already compacted is an error')
 end)
 
+check('the editor and a Python agent work on one session at once (one daemon)', function()
+  local s = compactd.session()
+  local python = vim.env.COMPACTD_TEST_PYTHON or 'python3'
+  local agent = tmp .. '/agent.py'
+  vim.fn.writefile({
+    'import json, sys',
+    'sys.path.insert(0, ' .. vim.json.encode(repo .. '/clients/python') .. ')',
+    'from compactd_client import Client',
+    'with Client.connect_or_start() as c:',
+    '    sid = c.open_session(sys.argv[1])["sessionId"]',
+    '    c.append_message(sid, {"role": "user", "content": "The agent asks for one more change. " * 80})',
+    '    c.append_message(sid, {"role": "assistant", "content": [{"type": "text", "text": "Done. " * 80}], "stopReason": "stop"})',
+    '    r = c.compact(sid)',
+    '    print(json.dumps({"sessionId": sid, "firstKeptEntryId": r["firstKeptEntryId"]}))',
+  }, agent)
+  local before = #events
+  local env = vim.tbl_extend('force', vim.fn.environ(), daemon_env)
+  -- Waited for with vim.wait, so Neovim keeps answering its hook requests meanwhile (the
+  -- registered before_compact hook is asked for the agent's compaction too).
+  local done
+  vim.system({ python, agent, s.path }, { env = env, text = true }, function(r)
+    done = r
+  end)
+  wait('the agent', function()
+    return done ~= nil
+  end, 60000)
+  assert(done.code == 0, 'agent failed (' .. tostring(done.code) .. '): ' .. tostring(done.stderr) .. tostring(done.stdout))
+  local said = vim.json.decode(vim.trim(done.stdout))
+  assert(said.sessionId == s.sessionId, 'the agent got the editor\'s session: ' .. said.sessionId .. ' vs ' .. s.sessionId)
+  wait('the agent\'s compaction event', function()
+    return #events >= before + 2
+  end)
+  local ended = events[#events]
+  assert(ended.name == 'CompactdCompactionEnd' and ended.data.result.firstKeptEntryId == said.firstKeptEntryId,
+    vim.inspect(ended))
+  local last = read_lines(s.path)
+  assert(last[#last].type == 'compaction', 'the agent compacted the file the editor has open')
+end)
+
+check("lsp.log gets no daemon INFO as [ERROR] (stderr carries only errors); the daemon logs to its file", function()
+  local path = vim.lsp.get_log_path()
+  local log = vim.fn.filereadable(path) == 1 and table.concat(vim.fn.readfile(path), '\n') or ''
+  assert(not log:match('stderr'), 'nothing of compactd came through stderr:\n' .. log:sub(1, 2000))
+  local daemon = table.concat(vim.fn.readfile(daemon_log), '\n')
+  assert(daemon:match('INFO') and daemon:match('client connected'), 'the daemon logs to its file')
+end)
+
 local function health_text()
   vim.cmd('checkhealth compactd')
   local text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
@@ -243,6 +298,13 @@ check('a missing binary is a clear error, in requests and in :checkhealth', func
   assert(text:match('ERROR compactd binary not found: .*no%-such%-compactd'), text)
 end)
 
+-- Stop the daemon `compactd connect` started for this test (its pid is in the daemon's log).
+for _, line in ipairs(vim.fn.filereadable(daemon_log) == 1 and vim.fn.readfile(daemon_log) or {}) do
+  local pid = line:match('started the daemon pid=(%d+)')
+  if pid then
+    vim.uv.kill(tonumber(pid), 'sigterm')
+  end
+end
 say(('%d passed, %d failed'):format(passed, failed))
 vim.fn.delete(tmp, 'rf')
 finish(failed == 0 and 0 or 1)

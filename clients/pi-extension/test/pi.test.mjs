@@ -11,9 +11,9 @@
 // missing one skips on a developer machine and fails when CI=true.
 
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import fs from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
 import http from "node:http";
+import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -362,8 +362,14 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 		}
 	});
 
-	test("daemon unreachable: Pi compacts on its own, with one notification", async () => {
+	test("daemon unreachable and not startable: Pi compacts on its own, with one notification", async () => {
 		process.env.COMPACTD_SOCKET = path.join(tmp, "run", "nobody.sock");
+		// No daemon on that socket, and no binary to start one with.
+		const savedBin = process.env.COMPACTD_BIN;
+		process.env.COMPACTD_BIN = path.join(tmp, "no-compactd");
+		after(() => {
+			process.env.COMPACTD_BIN = savedBin;
+		});
 		const file = sessionCopy("fallback");
 		const notes = [];
 		const session = await piSession(file, notes);
@@ -376,11 +382,128 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 		assert.equal(entry.fromHook, false);
 		assert.equal(notes.length, 1);
 		assert.equal(notes[0].type, "warning");
-		assert.match(notes[0].message, /compactd is not reachable .*nobody\.sock.*Pi compacts on its own/);
+		assert.match(notes[0].message, /compactd is not reachable and could not be started .*nobody\.sock.*no compactd binary.*Pi compacts on its own/);
 		// Another compaction in the same Pi: still Pi's own, no second notification.
 		await session.prompt("One more request. ".repeat(400));
 		await session.compact();
 		assert.equal(lines(file).filter((e) => e.type === "compaction").length, 2);
 		assert.equal(notes.length, 1, "told once");
+	});
+
+	test("pi install <path> installs it; the model calls search_history and get_entry inside Pi", async () => {
+		// A Pi home of its own, the extension installed the way a user does: `pi install <path>`.
+		const home = path.join(tmp, "installed-agent");
+		fs.mkdirSync(home, { recursive: true });
+		fs.writeFileSync(path.join(home, "settings.json"), JSON.stringify({ compaction: { keepRecentTokens: 2000 } }));
+		const installed = execFileSync(path.join(ORACLE, "node"), [path.join(PI_DIST, "bundle/cli.js"), "install", extDir], {
+			env: { ...process.env, PI_CODING_AGENT_DIR: home },
+			cwd: tmp,
+			encoding: "utf8",
+		});
+		assert.match(installed, /Installed /);
+		const settings = JSON.parse(fs.readFileSync(path.join(home, "settings.json"), "utf8"));
+		assert.equal(settings.packages.length, 1, "recorded in Pi's settings");
+		assert.equal(fs.realpathSync(path.resolve(home, settings.packages[0])), fs.realpathSync(extDir));
+
+		// A model that calls the tools: search first, then the first hit's entry, then answers.
+		const requests = [];
+		const llm = http.createServer((req, res) => {
+			let raw = "";
+			req.on("data", (c) => (raw += c));
+			req.on("end", () => {
+				const body = JSON.parse(raw);
+				requests.push(body);
+				// The tool results of this turn (the session's history has older ones).
+				const lastUser = body.messages.map((m) => m.role).lastIndexOf("user");
+				const tools = body.messages.slice(lastUser + 1).filter((m) => m.role === "tool");
+				const chunk = (o) => res.write(`data: ${JSON.stringify({ id: "x", object: "chat.completion.chunk", created: 0, model: body.model, ...o })}\n\n`);
+				res.writeHead(200, { "content-type": "text/event-stream" });
+				const call = (name, args) =>
+					chunk({ choices: [{ index: 0, delta: { role: "assistant", tool_calls: [{ index: 0, id: `call_${name}`, type: "function", function: { name, arguments: JSON.stringify(args) } }] }, finish_reason: null }] });
+				const text = (t) => chunk({ choices: [{ index: 0, delta: { role: "assistant", content: t }, finish_reason: null }] });
+				if (tools.length === 0) call("search_history", { query: recallQuery, limit: 3 });
+				// It reads the hits and asks for the user's own words that the summary replaced.
+				else if (tools.length === 1) call("get_entry", { entryId: /^\[([0-9a-f]{8})\] \S+ user \(compacted\)/m.exec(String(tools[0].content))?.[1] ?? "none" });
+				// A made-up id: Pi hands the model a tool error, not a crash.
+				else if (tools.length === 2) call("get_entry", { entryId: "deadbeef" });
+				else text("Recalled.");
+				chunk({ choices: [{ index: 0, delta: {}, finish_reason: tools.length < 3 ? "tool_calls" : "stop" }], usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 } });
+				res.write("data: [DONE]\n\n");
+				res.end();
+			});
+		});
+		await new Promise((r) => llm.listen(0, "127.0.0.1", r));
+		after(() => new Promise((r) => llm.close(() => r())));
+		const model = { ...mods.model, provider: "tool-llm", baseUrl: `http://127.0.0.1:${llm.address().port}/v1` };
+		fs.writeFileSync(
+			path.join(home, "models.json"),
+			JSON.stringify({
+				providers: {
+					"tool-llm": { baseUrl: model.baseUrl, api: model.api, apiKey: "k", models: [{ id: model.id, contextWindow: model.contextWindow, maxTokens: model.maxTokens }] },
+					[mods.model.provider]: { baseUrl: mods.model.baseUrl, api: mods.model.api, apiKey: "fake-key", models: [{ id: mods.model.id, contextWindow: mods.model.contextWindow, maxTokens: mods.model.maxTokens }] },
+				},
+			}),
+		);
+
+		// No daemon on this socket yet: the extension starts one (compactd start) and uses it.
+		const sock = path.join(tmp, "run", "started.sock");
+		process.env.COMPACTD_SOCKET = sock;
+		after(() => {
+			for (const p of fs.readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+				try {
+					const args = fs.readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0");
+					if (args.includes("serve") && args.includes(sock)) process.kill(Number(p), "SIGTERM");
+				} catch {}
+			}
+		});
+		const file = sessionCopy("recall");
+		const { sdk, sessions, settings: settingsMod, resources } = mods;
+		const sessionManager = sessions.SessionManager.open(file);
+		const cwd = sessionManager.getCwd();
+		const settingsManager = settingsMod.SettingsManager.create(cwd, home);
+		const resourceLoader = new resources.DefaultResourceLoader({ cwd, agentDir: home, settingsManager, noSkills: true, noPromptTemplates: true, noThemes: true, noContextFiles: true });
+		await resourceLoader.reload();
+		const loaded = resourceLoader.getExtensions();
+		assert.deepEqual(loaded.errors, []);
+		assert.equal(loaded.extensions.length, 1, "the installed package's extension is loaded from Pi's settings");
+		const { session } = await sdk.createAgentSession({ cwd, agentDir: home, sessionManager, settingsManager, resourceLoader, model });
+		const notes = [];
+		await session.bindExtensions({ uiContext: new Proxy({ notify: (message, type) => notes.push({ message, type }) }, { get: (t, k) => t[k] ?? (() => undefined) }), mode: "print" });
+		const names = session.getAllTools().map((t) => t.name);
+		assert.ok(names.includes("search_history") && names.includes("get_entry"), names.join(","));
+		if (!session.getActiveToolNames().includes("search_history")) {
+			session.setActiveToolsByName([...session.getActiveToolNames(), "search_history", "get_entry"]);
+		}
+
+		// Compact first (delegated to the daemon the extension started), so the history the model
+		// recalls is text the summary replaced.
+		const compacted = await session.compact();
+		assert.deepEqual(notes, [], "no fallback: the extension started the daemon");
+		const before = lines(file);
+		const firstKept = before.findIndex((e) => e.id === compacted.firstKeptEntryId);
+		const target = before.slice(1, firstKept).find((e) => e.type === "message" && e.message.role === "user");
+		const targetText = typeof target.message.content === "string" ? target.message.content : target.message.content.find((b) => b.type === "text").text;
+		var recallQuery = targetText.split(/\s+/).slice(0, 6).join(" ").toUpperCase();
+
+		await session.prompt("What did I ask for at the start?");
+		await session.waitForIdle();
+		const results = lines(file)
+			.slice(before.length)
+			.filter((e) => e.type === "message" && e.message.role === "toolResult");
+		assert.equal(results.length, 3, `the tools ran inside Pi: ${requests.length} requests; ${JSON.stringify(lines(file).slice(before.length).map((e) => [e.type, e.message?.role, e.message?.stopReason, JSON.stringify(e.message?.content).slice(0, 300)]))}; tools sent: ${JSON.stringify(requests[0].tools?.map((t) => t.function.name))}`);
+		const [search, entry, unknown] = results.map((r) => r.message);
+		assert.equal(search.toolName, "search_history");
+		assert.equal(search.isError, false);
+		const searchText = search.content.map((b) => b.text).join("");
+		assert.match(searchText, new RegExp(`^\\[${target.id}\\] ${target.timestamp.replace(/[.]/g, "\\.")} user \\(compacted\\): `, "m"));
+		assert.equal(entry.toolName, "get_entry");
+		assert.equal(entry.isError, false);
+		const entryText = entry.content.map((b) => b.text).join("");
+		assert.ok(entryText.startsWith(`[${target.id}] ${target.timestamp} user (message)\n`), entryText.slice(0, 200));
+		assert.ok(entryText.includes(targetText), "the verbatim text the summary condensed");
+		assert.equal(unknown.isError, true);
+		assert.match(unknown.content.map((b) => b.text).join(""), /Entry deadbeef not found: .*search_history/);
+		assert.equal(requests.length, 4, "search, get, a bad get, answer");
+		assert.deepEqual(requests[0].tools.map((t) => t.function.name).filter((n) => n === "search_history" || n === "get_entry").sort(), ["get_entry", "search_history"]);
 	});
 });

@@ -2,12 +2,15 @@
 
 `Client` is blocking (a reader thread underneath), `AsyncClient` is asyncio; both have one
 typed method per protocol method (``open_session``, ``compact``, ``check_compaction``, ...),
-events as callbacks and iterators, and hooks as (async) callbacks. Errors are `CompactdError`
-with ``code``, ``kind`` and ``message``.
+events as callbacks and iterators, and hooks as (async) callbacks. Results are plain dicts typed
+by the TypedDicts of `compactd_client.types` (generated from the protocol's OpenRPC document).
+Errors are `CompactdError` with ``code``, ``kind`` and ``message``.
 """
 
+from . import types
 from ._methods import Methods
 from ._wire import (
+    DAEMON_LOG,
     ERROR_CODES,
     NO_REPLY,
     BinaryNotFound,
@@ -32,6 +35,7 @@ __all__ = [
     "Client",
     "CompactdError",
     "ConnectionClosed",
+    "DAEMON_LOG",
     "DaemonNotRunning",
     "ERROR_CODES",
     "Event",
@@ -43,4 +47,5 @@ __all__ = [
     "default_socket_path",
     "encode_frame",
     "find_binary",
+    "types",
 ]

@@ -6,9 +6,11 @@ Kept free of any I/O model so both clients encode, decode and fail the same way.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
-from typing import Any, Dict, NamedTuple, Optional
+import subprocess
+from typing import Any, Dict, List, NamedTuple, Optional
 
 #: JSON-RPC codes by `error.data.kind` (proto-docs/errors.md). Prefer `CompactdError.kind`.
 ERROR_CODES = {
@@ -142,3 +144,33 @@ def content_length(header_line: bytes) -> Optional[int]:
 def params(**kw: Any) -> Dict[str, Any]:
     """A params object without the arguments left at ``None``."""
     return {k: v for k, v in kw.items() if v is not None}
+
+
+#: The logger the daemon's stderr (only real errors) and its log notifications go to.
+DAEMON_LOG = logging.getLogger("compactd")
+
+#: LSP's MessageType of `window/logMessage` as a logging level.
+LOG_LEVELS = {1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO, 4: logging.DEBUG}
+
+
+def log_stderr_line(line: bytes) -> None:
+    """One line of the daemon's stderr, which carries only real errors, to `DAEMON_LOG`."""
+    text = line.decode("utf-8", "replace").rstrip()
+    if text:
+        DAEMON_LOG.error("%s", text)
+
+
+def log_message(params: Any) -> None:
+    """A ``window/logMessage`` notification to `DAEMON_LOG` at its level."""
+    if isinstance(params, dict):
+        DAEMON_LOG.log(LOG_LEVELS.get(params.get("type"), logging.INFO), "%s", params.get("message", ""))
+
+
+def start_command(bin: Optional[str], path: str) -> List[str]:
+    """``compactd start --socket PATH``: starts the daemon in the background unless one answers."""
+    return [find_binary(bin), "start", "--socket", path]
+
+
+def start_failed(path: str, result: "subprocess.CompletedProcess[bytes]") -> "DaemonNotRunning":
+    why = (result.stderr or b"").decode("utf-8", "replace").strip() or f"exit status {result.returncode}"
+    return DaemonNotRunning(f"could not start a compactd daemon on {path}: {why}")

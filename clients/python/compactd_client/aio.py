@@ -19,6 +19,10 @@ from ._methods import Methods
 from ._wire import (
     NO_REPLY,
     REQUEST_HOOKS,
+    log_message,
+    log_stderr_line,
+    start_command,
+    start_failed,
     CompactdError,
     ConnectionClosed,
     DaemonNotRunning,
@@ -31,6 +35,15 @@ from ._wire import (
 
 #: Frames up to the daemon's default limit (64 MiB) must fit the stream reader's line buffer.
 _STREAM_LIMIT = 64 << 20
+
+
+async def _forward_stderr(stream: asyncio.StreamReader) -> None:
+    """Forwards the daemon's stderr, line by line, to the ``compactd`` logger."""
+    while True:
+        line = await stream.readline()
+        if not line:
+            return
+        log_stderr_line(line)
 
 
 async def _report(awaitable: Awaitable[Any]) -> None:
@@ -106,12 +119,14 @@ class AsyncClient(Methods):
     # --- construction --------------------------------------------------------------------
 
     @classmethod
-    async def spawn_stdio(cls, bin: Optional[str] = None, args: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None, framing: str = "ndjson", stderr: Any = asyncio.subprocess.DEVNULL) -> "AsyncClient":
+    async def spawn_stdio(cls, bin: Optional[str] = None, args: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None, framing: str = "ndjson", stderr: Any = "log") -> "AsyncClient":
         """Spawns ``compactd stdio [args]`` (binary: `bin`, ``$COMPACTD_BIN``, then ``PATH``;
-        `BinaryNotFound` otherwise) and talks to it over stdin/stdout."""
+        `BinaryNotFound` otherwise) and talks to it over stdin/stdout. Its stderr (only real
+        errors) goes to the ``compactd`` logger unless another `stderr` is given."""
         proc = await asyncio.create_subprocess_exec(
             find_binary(bin), "stdio", *(args or []),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE if stderr == "log" else stderr,
             env=env, limit=_STREAM_LIMIT,
         )
 
@@ -127,7 +142,35 @@ class AsyncClient(Methods):
         assert proc.stdout is not None and proc.stdin is not None
         client = cls(proc.stdout, proc.stdin, framing, closer)
         client.process = proc
+        if stderr == "log" and proc.stderr is not None:
+            client._spawn(_forward_stderr(proc.stderr))
         return client
+
+    @classmethod
+    async def connect_or_start(cls, path: Optional[str] = None, bin: Optional[str] = None, env: Optional[Dict[str, str]] = None, framing: str = "ndjson") -> "AsyncClient":
+        """`Client.connect_or_start` for asyncio: connects, starting the daemon first when none
+        answers on the socket."""
+        path = path or default_socket_path()
+        try:
+            return await cls.connect(path, framing)
+        except DaemonNotRunning:
+            pass
+        proc = await asyncio.create_subprocess_exec(
+            *start_command(bin, path), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        if proc.returncode != 0:
+            import subprocess
+
+            raise start_failed(path, subprocess.CompletedProcess([], proc.returncode or 1, out, err))
+        return await cls.connect(path, framing)
+
+    async def forward_daemon_log(self) -> Callable[[], None]:
+        """Sends the daemon's log lines to the ``compactd`` logger at their level."""
+        remove = self.on("window/logMessage", log_message)
+        await self.initialize(log_notifications=True)
+        return remove
 
     @classmethod
     async def connect(cls, path: Optional[str] = None, framing: str = "ndjson") -> "AsyncClient":

@@ -9,7 +9,8 @@ Two framings, as the daemon detects them per connection from the first byte:
 
 Transports: ``Client.spawn_stdio()`` runs ``compactd stdio`` (LSP framing by default, as an editor
 would), ``Client.connect()`` talks to a running ``compactd serve`` on its default socket (or
-``Client.connect_socket(path)``; NDJSON by default). One background thread reads frames; requests
+``Client.connect_socket(path)``; NDJSON by default), and ``Client.connect_or_start()`` starts that
+daemon first when none runs. One background thread reads frames; requests
 block the caller (the typed methods, ``request``) or return a ``concurrent.futures.Future``
 (``request_async``). Events go to callbacks (``on``) or to an iterator (``events``); hook requests
 go to handlers registered with ``on_hook``.
@@ -34,6 +35,10 @@ from ._methods import Methods
 from ._wire import (
     NO_REPLY,
     REQUEST_HOOKS,
+    log_message,
+    log_stderr_line,
+    start_command,
+    start_failed,
     CompactdError,
     ConnectionClosed,
     DaemonNotRunning,
@@ -150,6 +155,15 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
+def _forward_stderr(pipe: Any) -> None:
+    """Forwards the daemon's stderr, line by line, to the ``compactd`` logger."""
+    try:
+        for line in iter(pipe.readline, b""):
+            log_stderr_line(line)
+    except (OSError, ValueError):
+        pass
+
+
 class Client(Methods):
     """One JSON-RPC connection to compactd (blocking API; a reader thread underneath)."""
 
@@ -191,18 +205,24 @@ class Client(Methods):
         args: Optional[List[str]] = None,
         env: Optional[Dict[str, str]] = None,
         framing: str = "lsp",
-        stderr=subprocess.DEVNULL,
+        stderr: Any = "log",
     ) -> "Client":
         """Spawns ``compactd stdio [args]`` (binary: `bin`, ``$COMPACTD_BIN``, then ``PATH``)
-        and connects to its stdin/stdout. Raises `BinaryNotFound` when there is no binary."""
+        and connects to its stdin/stdout. Raises `BinaryNotFound` when there is no binary.
+
+        The daemon logs to its log file; its stderr carries only real errors, which go to the
+        ``compactd`` logger (``stderr="log"``, the default) unless another `stderr` is given
+        (``subprocess.DEVNULL``, a file, ...)."""
         proc = subprocess.Popen(
             [find_binary(bin), "stdio", *(args or [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=stderr,
+            stderr=subprocess.PIPE if stderr == "log" else stderr,
             env=env,
             bufsize=0,
         )
+        if stderr == "log":
+            threading.Thread(target=_forward_stderr, args=(proc.stderr,), name="compactd-stderr", daemon=True).start()
 
         def closer() -> None:
             try:
@@ -224,6 +244,36 @@ class Client(Methods):
         """Connects to a running ``compactd serve``: `path`, else the daemon's default socket
         (`default_socket_path`). Raises `DaemonNotRunning` when nothing listens there."""
         return cls.connect_socket(path or default_socket_path(), framing, timeout)
+
+    @classmethod
+    def connect_or_start(
+        cls,
+        path: Optional[str] = None,
+        bin: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None,
+        framing: str = "ndjson",
+        timeout: float = 10.0,
+    ) -> "Client":
+        """Connects to the daemon on `path` (default: its default socket), starting one in the
+        background first when none answers (``compactd start``, as ``compactd connect`` does
+        for editors), so an agent and an editor share one daemon and its sessions. Raises
+        `BinaryNotFound` without a binary and `DaemonNotRunning` when it cannot start."""
+        path = path or default_socket_path()
+        try:
+            return cls.connect_socket(path, framing, timeout)
+        except DaemonNotRunning:
+            pass
+        started = subprocess.run(start_command(bin, path), stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=60)
+        if started.returncode != 0:
+            raise start_failed(path, started)
+        return cls.connect_socket(path, framing, timeout)
+
+    def forward_daemon_log(self) -> Callable[[], None]:
+        """Sends the daemon's log lines to the ``compactd`` logger at their level (asks for
+        ``window/logMessage`` notifications with ``initialize(log_notifications=True)``)."""
+        remove = self.on("window/logMessage", log_message)
+        self.initialize(log_notifications=True)
+        return remove
 
     @classmethod
     def connect_socket(cls, path: str, framing: str = "ndjson", timeout: float = 10.0) -> "Client":

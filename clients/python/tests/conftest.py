@@ -63,11 +63,13 @@ MODEL = {"provider": "compactd-test", "id": "test-model", "contextWindow": 64000
 @pytest.fixture
 def env(tmp_path):
     e = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    for name in ("config", "agent", "run"):
+    for name in ("config", "agent", "run", "state"):
         (tmp_path / name).mkdir(mode=0o700)
     e["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     e["PI_CODING_AGENT_DIR"] = str(tmp_path / "agent")
     e["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
+    # `compactd stdio` / `connect` log here (the daemon's log file), not under the real home.
+    e["XDG_STATE_HOME"] = str(tmp_path / "state")
     e.setdefault("RUST_LOG", "warn")
     return e
 
@@ -127,6 +129,7 @@ def server(env, tmp_path):
         clients.append(c)
         return c
 
+    connect.socket = sock
     yield connect
     for c in clients:
         c.close()

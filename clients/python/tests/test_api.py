@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,6 +49,76 @@ def test_every_protocol_method_has_a_typed_method():
     assert sorted(called) == sorted(names)
 
 
+def test_result_types_are_generated_from_openrpc_and_annotate_every_method():
+    check = subprocess.run([sys.executable, str(PKG_DIR / "gen_types.py"), "--check"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    doc = json.loads((REPO / "proto-docs" / "openrpc.json").read_text())
+    for m in doc["methods"]:
+        method = getattr(Methods, snake(m["name"]))
+        assert method.__annotations__["return"] == m["result"]["name"], m["name"]
+        assert hasattr(compactd_client.types, m["result"]["name"]), m["result"]["name"]
+    assert compactd_client.types.RESULTS["compact"] == "CompactionResult"
+
+
+def test_connect_or_start_starts_one_daemon_and_then_joins_it(env, tmp_path, monkeypatch):
+    sock = str(tmp_path / "run" / "shared" / "compactd.sock")
+    log = tmp_path / "state" / "compactd" / "compactd.log"
+    for k in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "PI_CODING_AGENT_DIR"):
+        monkeypatch.setenv(k, env[k])
+    try:
+        with Client.connect_or_start(sock, bin=BIN, env=env) as a:
+            path = session_copy(tmp_path, "005-medium-basic")
+            sid = a.open_session(path)["sessionId"]
+
+            async def join():
+                c = await AsyncClient.connect_or_start(sock, bin=BIN, env=env)
+                try:
+                    return await c.list_sessions()
+                finally:
+                    await c.close()
+
+            assert [s["sessionId"] for s in asyncio.run(join())] == [sid], "joined the same daemon"
+        with Client.connect_or_start(sock, bin=BIN, env=env) as b:
+            # The daemon outlived its clients; their holds are released once it saw them go.
+            deadline = time.time() + 10
+            while b.list_sessions() and time.time() < deadline:
+                time.sleep(0.02)
+            assert b.list_sessions() == []
+        assert os.path.exists(sock)
+    finally:
+        # Stop the daemon this test started (found by its socket in /proc).
+        for pid in os.listdir("/proc"):
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if b"serve" in cmd and sock.encode() in cmd:
+                os.kill(int(pid), signal.SIGTERM)
+    assert "listening" in log.read_text(), "the started daemon logs to its file"
+
+
+def test_the_daemons_stderr_and_log_lines_reach_the_compactd_logger(env, caplog, tmp_path):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="compactd")
+    bad = Client.spawn_stdio(BIN, ["--max-frame", "lots"], env=env)
+    bad.close()
+    assert bad.process.returncode == 2
+    errors = [r for r in caplog.records if r.name == "compactd" and r.levelno == logging.ERROR]
+    assert any("lots" in r.getMessage() for r in errors), [r.getMessage() for r in caplog.records]
+    caplog.clear()
+    with Client.spawn_stdio(BIN, env=env) as c:
+        c.forward_daemon_log()
+        path = session_copy(tmp_path, "005-medium-basic")
+        c.open_session(path)
+        deadline = time.time() + 10
+        while not any("session opened" in r.getMessage() for r in caplog.records) and time.time() < deadline:
+            time.sleep(0.02)
+    infos = [r.getMessage() for r in caplog.records if r.name == "compactd" and r.levelno == logging.INFO]
+    assert any("session opened" in m and path in m for m in infos), infos
+    assert not [r for r in caplog.records if r.name == "compactd" and r.levelno >= logging.ERROR]
+
+
 def test_every_method_through_the_blocking_client(stdio, tmp_path):
     c = stdio()
     init = c.initialize("pytest")
@@ -82,7 +153,7 @@ def test_every_method_through_the_blocking_client(stdio, tmp_path):
     assert "nothingToCompact" not in preview, preview
     assert preview["summarize"]["count"] + preview["turnPrefix"]["count"] >= 1, preview
     assert c.check_compaction(sid, "prePrompt")["action"] == "none"
-    assert c.abort_compaction(sid) == {"aborted": False}
+    assert c.abort_compaction(sid) == {"aborted": False, "speculationDiscarded": False}
     assert c.subscribe(sid, events=["compaction_end"]) == {"subscribed": True}
     assert c.register_hooks(["session_compact"], session_id=sid) == {"registered": True}
     result = c.compact(sid, custom_instructions="Focus on the questions.")
@@ -264,17 +335,38 @@ def readme_example():
 
 
 @pytest.fixture(scope="module")
-def fresh_venv(tmp_path_factory):
-    """A new venv with this package pip-installed from its folder (as the README says)."""
-    venv = tmp_path_factory.mktemp("fresh") / "venv"
+def dists(tmp_path_factory):
+    """The wheel and the sdist, built from a copy of the package folder as CI builds them
+    (`python -m build`), so nothing is written into the checkout."""
+    src = tmp_path_factory.mktemp("src") / "python"
+    shutil.copytree(PKG_DIR, src, ignore=shutil.ignore_patterns("tests", "__pycache__", "*.egg-info", "dist", "build"))
+    out = tmp_path_factory.mktemp("dist")
+    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--sdist", "--outdir", str(out), str(src)],
+                           capture_output=True, text=True, timeout=300)
+    if built.returncode != 0 and "No module named build" in built.stderr:
+        missing("the `build` package is not installed (pip install -r clients/test-requirements.txt)")
+    assert built.returncode == 0, f"python -m build failed:\n{built.stdout}\n{built.stderr}"
+    wheels, sdists = list(out.glob("*.whl")), list(out.glob("*.tar.gz"))
+    assert len(wheels) == 1 and len(sdists) == 1, list(out.iterdir())
+    return wheels[0], sdists[0]
+
+
+def new_venv(where, artifact):
+    venv = where / "venv"
     made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
     if made.returncode != 0:
         missing(f"python -m venv failed: {made.stderr.strip()}")
     py = venv / "bin" / "python"
-    inst = subprocess.run([str(py), "-m", "pip", "install", "--quiet", str(PKG_DIR)], capture_output=True, text=True,
+    inst = subprocess.run([str(py), "-m", "pip", "install", "--quiet", str(artifact)], capture_output=True, text=True,
                           timeout=300)
-    assert inst.returncode == 0, f"pip install {PKG_DIR} failed:\n{inst.stdout}\n{inst.stderr}"
+    assert inst.returncode == 0, f"pip install {artifact} failed:\n{inst.stdout}\n{inst.stderr}"
     return py
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory, dists):
+    """A new venv with the built wheel installed (what `pip install compactd-client` gives)."""
+    return new_venv(tmp_path_factory.mktemp("fresh"), dists[0])
 
 
 def run_installed(py, args, env, cwd):
@@ -293,6 +385,24 @@ def test_fresh_venv_install_runs_the_readme_example(fresh_venv, env, tmp_path):
     assert out.returncode == 0, f"README example failed:\n{out.stdout}\n{out.stderr}"
     assert re.search(r"^event: compaction_end \d+ tokens before$", out.stdout, re.M), out.stdout
     assert re.search(r"^## Goal \| kept from entry [0-9a-f]{8}$", out.stdout, re.M), out.stdout
+
+
+def test_the_wheel_is_typed_and_the_sdist_installs_too(fresh_venv, dists, env, tmp_path):
+    probe = (
+        "import compactd_client, os, typing\n"
+        "from compactd_client import types\n"
+        "d = os.path.dirname(compactd_client.__file__)\n"
+        "print(os.path.exists(os.path.join(d, 'py.typed')))\n"
+        "print(sorted(typing.get_type_hints(types.SessionInfo)))\n"
+    )
+    out = run_installed(fresh_venv, ["-c", probe], env, tmp_path)
+    assert out.returncode == 0, out.stderr
+    typed, keys = out.stdout.splitlines()
+    assert typed == "True", "py.typed ships in the wheel"
+    assert "sessionId" in keys and "isCompacting" in keys
+    from_sdist = new_venv(tmp_path / "sdist", dists[1])
+    out = run_installed(from_sdist, ["-c", probe], env, tmp_path)
+    assert out.returncode == 0 and out.stdout.startswith("True"), out.stderr
 
 
 def test_example_agent_loop_runs_offline(fresh_venv, env, tmp_path):

@@ -63,7 +63,9 @@ def test_stdio_content_length_open_usage_preview_compact_events(stdio, tmp_path)
     assert after[-1]["type"] == "compaction" and after[-1]["summary"] == result["summary"]
     # Right after a compaction Pi does not know the context size.
     assert c.get_context_usage(sid)["tokens"] is None
-    assert c.preview_compaction(sid) == {"nothingToCompact": "Already compacted"}
+    nothing = c.preview_compaction(sid)
+    assert nothing["nothingToCompact"] == "Already compacted" and nothing["reason"] == "already_compacted"
+    assert "append at least one message" in nothing["hint"]
 
 
 def test_socket_ndjson_two_clients_one_session(server, tmp_path):
@@ -217,7 +219,7 @@ def test_socket_writes_accepted_while_compacting_and_abort_from_another_client(s
         # Appends never wait for a compaction (beyond Pi): accepted at once.
         assert other.append_message(sid, {"role": "user", "content": "meanwhile"})["entryId"]
         size = os.path.getsize(path)
-        assert other.abort_compaction(sid) == {"aborted": True}
+        assert other.abort_compaction(sid) == {"aborted": True, "speculationDiscarded": False}
         with pytest.raises(RpcError) as e:
             pending.result(10)
         assert e.value.code == -32012 and e.value.message == "Compaction cancelled"
@@ -226,7 +228,7 @@ def test_socket_writes_accepted_while_compacting_and_abort_from_another_client(s
     end = other.wait_for(lambda k, m: k == "notification" and m["method"] == "compaction_end", 10)["params"]
     assert end["aborted"] is True and "result" not in end
     assert os.path.getsize(path) == size, "an aborted compaction writes nothing"
-    assert other.abort_compaction(sid) == {"aborted": False}
+    assert other.abort_compaction(sid) == {"aborted": False, "speculationDiscarded": False}
     # Writable again.
     assert other.append_message(sid, {"role": "user", "content": "now"})["entryId"]
 

@@ -1,15 +1,16 @@
-// Types for compactd-client (protocol.md §3). The implementation is plain ESM in index.js.
+// Types for compactd-client (proto-docs/methods.md). The implementation is plain ESM in index.js.
+// Self-contained: no Node.js or other package types are needed, so this type-checks in any
+// TypeScript project (`tsc --init` defaults, no @types/node).
 
-import type { ChildProcess } from 'node:child_process';
-import type { Socket } from 'node:net';
-import { ResponseError } from 'vscode-jsonrpc';
-import type { CancellationToken, MessageConnection } from 'vscode-jsonrpc';
-
-export { ResponseError };
+/** A JSON-RPC error response. */
+export declare class ResponseError extends Error {
+  constructor(code: number, message: string, data?: unknown);
+  readonly code: number;
+  readonly data: unknown;
+}
 
 /** A JSON-RPC error reply; `kind` is `error.data.kind` (e.g. `'already_compacted'`). */
-export declare class CompactdError extends ResponseError<any> {
-  constructor(code: number, message: string, data?: unknown);
+export declare class CompactdError extends ResponseError {
   readonly kind: string | undefined;
 }
 
@@ -18,8 +19,50 @@ export declare class CompactdConnectError extends Error {
   readonly code: string | undefined;
 }
 
+/** Environment variables, as `process.env` holds them. */
+export type Env = Record<string, string | undefined>;
+
 /** `compactd serve`'s default socket: `$XDG_RUNTIME_DIR/compactd/compactd.sock`, else `$TMPDIR` (or /tmp) `/compactd-<uid>/compactd.sock`. */
-export declare function defaultSocketPath(env?: NodeJS.ProcessEnv): string;
+export declare function defaultSocketPath(env?: Env): string;
+
+/** Fires when the daemon withdraws a hook request (`$/cancelRequest`: abort or timeout). */
+export interface CancellationToken {
+  readonly isCancellationRequested: boolean;
+  onCancellationRequested(listener: () => void): { dispose(): void };
+}
+
+/** A readable byte stream as `Connection` uses it (a socket, a child's stdout). */
+export interface ByteSource {
+  on(event: 'data', listener: (chunk: Uint8Array) => void): unknown;
+  on(event: 'end' | 'close' | 'error', listener: (...args: unknown[]) => void): unknown;
+}
+
+/** A writable byte stream as `Connection` uses it (a socket, a child's stdin). */
+export interface ByteSink {
+  write(chunk: Uint8Array): unknown;
+  readonly destroyed: boolean;
+  readonly writableEnded: boolean;
+}
+
+/** One JSON-RPC connection in LSP (`Content-Length`) framing. */
+export declare class Connection {
+  constructor(readable: ByteSource, writable: ByteSink);
+  readonly closed: boolean;
+  onNotification(method: string, handler: (params: any) => void): void;
+  onRequest(method: string, handler: (params: any, token: CancellationToken) => unknown): void;
+  onClose(handler: () => void): void;
+  listen(): void;
+  sendRequest(method: string, params?: unknown): Promise<any>;
+  sendNotification(method: string, params?: unknown): Promise<void>;
+  dispose(): void;
+}
+
+/** The spawned `compactd stdio` process (a Node.js ChildProcess). */
+export interface DaemonProcess {
+  readonly pid?: number | undefined;
+  readonly exitCode: number | null;
+  kill(signal?: string): boolean;
+}
 
 export interface InitializeResult {
   serverName: string;
@@ -123,6 +166,15 @@ export interface SessionInfo {
 export interface AppendResult {
   entryId: string;
   leafId: string;
+}
+
+export type NoticeName = 'window/logMessage';
+export declare const NOTICES: readonly NoticeName[];
+
+/** A `window/logMessage` notification: one line of the daemon's log (1 error … 4 debug). */
+export interface LogMessage {
+  type: 1 | 2 | 3 | 4;
+  message: string;
 }
 
 export interface ContextUsage {
@@ -260,30 +312,46 @@ export type HookHandler<P, R> = (params: P, token: CancellationToken) => R | Pro
 export interface SpawnOptions {
   bin?: string;
   args?: string[];
-  env?: NodeJS.ProcessEnv;
+  env?: Env;
   cwd?: string;
-  stderr?: 'inherit' | 'ignore' | 'pipe';
+  /** `'log'` (default): the daemon's stderr lines (only real errors) go to `log`. */
+  stderr?: 'log' | 'inherit' | 'ignore';
+  /** Where the daemon's stderr lines go (default: `console.error`). */
+  log?: (line: string) => void;
+}
+
+export interface ConnectOrStartOptions {
+  /** Default: `defaultSocketPath(env)`. */
+  socketPath?: string;
+  /** Default: `$COMPACTD_BIN`, else `compactd` on PATH. */
+  bin?: string;
+  env?: Env;
 }
 
 export declare class CompactdClient {
-  constructor(connection: MessageConnection, options?: { onClose?: () => void | Promise<void> });
-  readonly connection: MessageConnection;
+  constructor(connection: Connection, options?: { onClose?: () => void | Promise<void> });
+  readonly connection: Connection;
   /** Set by `spawnStdio`. */
-  process?: ChildProcess;
+  process?: DaemonProcess;
   exited?: Promise<number | null>;
   /** Set by `connectSocket`. */
-  socket?: Socket;
+  socket?: unknown;
 
   /** Rejects with `CompactdConnectError` when the binary cannot be started. */
   static spawnStdio(options?: SpawnOptions): Promise<CompactdClient>;
   /** The default socket unless `socketPath`; rejects with `CompactdConnectError` when nothing listens. */
   static connect(socketPath?: string): Promise<CompactdClient>;
   static connectSocket(socketPath: string): Promise<CompactdClient>;
+  /** Connects, first starting the daemon in the background when none answers (one daemon shared by agents and editors). */
+  static connectOrStart(options?: ConnectOrStartOptions): Promise<CompactdClient>;
+
+  /** The daemon's log lines as `(level, message)` from now on (asks for `window/logMessage`). */
+  forwardDaemonLog(log: (level: 'error' | 'warn' | 'info' | 'debug', message: string) => void): Promise<() => void>;
 
   request<T = any>(method: string, params?: object): Promise<T>;
   notify(method: string, params?: object): Promise<void>;
 
-  initialize(params?: { clientName?: string; capabilities?: object }): Promise<InitializeResult>;
+  initialize(params?: { clientName?: string; capabilities?: object; logNotifications?: boolean }): Promise<InitializeResult>;
   openSession(params: {
     path: string;
     create?: boolean;
@@ -354,6 +422,7 @@ export declare class CompactdClient {
   unsubscribe(): Promise<{ unsubscribed: true }>;
   on(name: 'compaction_start', cb: (e: CompactionStartEvent) => void): () => void;
   on(name: 'compaction_end', cb: (e: CompactionEndEvent) => void): () => void;
+  on(name: 'window/logMessage', cb: (e: LogMessage) => void): () => void;
   on(name: EventName | 'session_compact' | 'session_compact_failed' | 'close', cb: (e: any) => void): () => void;
   onCompactionStart(cb: (e: CompactionStartEvent) => void): () => void;
   onCompactionEnd(cb: (e: CompactionEndEvent) => void): () => void;
@@ -371,4 +440,4 @@ export declare class CompactdClient {
   close(): Promise<void>;
 }
 
-export declare function isRpcError(e: unknown, code?: number): e is ResponseError<any>;
+export declare function isRpcError(e: unknown, code?: number): e is ResponseError;

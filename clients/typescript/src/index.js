@@ -1,37 +1,39 @@
-// compactd-client: a JSON-RPC 2.0 client for the compactd daemon, built on vscode-jsonrpc.
+// compactd-client: a JSON-RPC 2.0 client for the compactd daemon. No dependencies: the wire is
+// LSP-style `Content-Length` framing (the daemon detects the framing per connection from the
+// first byte), written here in a few dozen lines, so the package `npm pack` makes is
+// self-contained: nothing for a later `npm install` to prune, nothing to bundle.
 //
-// Two transports, both with LSP-style `Content-Length` framing (the daemon detects the framing
-// per connection from the first byte):
+// Transports:
 //   - `await CompactdClient.spawnStdio({ bin })` spawns `compactd stdio` (binary: `bin`, else
 //     $COMPACTD_BIN, else `compactd` on PATH) and talks over its stdin/stdout;
 //   - `await CompactdClient.connect()` connects to a running `compactd serve` on its default socket
-//     (`connectSocket(path)` for another one).
-// Both reject with a `CompactdConnectError` saying what is missing instead of crashing the process.
+//     (`connectSocket(path)` for another one);
+//   - `await CompactdClient.connectOrStart()` starts that daemon first when none answers (what
+//     `compactd connect` does for editors), so an agent and an editor share one daemon.
+// All reject with a `CompactdConnectError` saying what is missing instead of crashing the process.
 //
 // Plain ESM JavaScript, no build step; `index.d.ts` next to this file carries the types.
 
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 
-import {
-  createMessageConnection,
-  ResponseError,
-  SocketMessageReader,
-  SocketMessageWriter,
-  StreamMessageReader,
-  StreamMessageWriter,
-} from 'vscode-jsonrpc/node.js';
-
-export { ResponseError };
+/** A JSON-RPC error response: `code`, `message` and `data`. */
+export class ResponseError extends Error {
+  constructor(code, message, data) {
+    super(message);
+    this.name = 'ResponseError';
+    this.code = code;
+    this.data = data;
+  }
+}
 
 /** A JSON-RPC error reply: `code`, `message` (Pi's text where Pi has one) and `kind`
  * (`error.data.kind`, e.g. `'already_compacted'`). A `ResponseError`, so `isRpcError` holds. */
 export class CompactdError extends ResponseError {
   constructor(code, message, data) {
     super(code, message, data);
-    Object.setPrototypeOf(this, new.target.prototype); // ResponseError resets the prototype
     this.name = 'CompactdError';
     this.kind = data && typeof data === 'object' ? data.kind : undefined;
   }
@@ -54,6 +56,183 @@ export function defaultSocketPath(env = process.env) {
   return path.join(env.TMPDIR || '/tmp', `compactd-${uid}`, 'compactd.sock');
 }
 
+/** Fires once when the daemon withdraws a hook request (`$/cancelRequest`). */
+class CancellationToken {
+  constructor() {
+    this.isCancellationRequested = false;
+    this._listeners = [];
+  }
+
+  onCancellationRequested(listener) {
+    if (this.isCancellationRequested) listener();
+    else this._listeners.push(listener);
+    return { dispose: () => (this._listeners = this._listeners.filter((l) => l !== listener)) };
+  }
+
+  _cancel() {
+    if (this.isCancellationRequested) return;
+    this.isCancellationRequested = true;
+    for (const l of this._listeners.splice(0)) l();
+  }
+}
+
+/**
+ * One JSON-RPC connection over a byte stream pair in LSP framing: requests matched to replies by
+ * id, notifications to handlers by method, server→client requests to request handlers (with a
+ * cancellation token for `$/cancelRequest`).
+ */
+export class Connection {
+  constructor(readable, writable) {
+    this._in = readable;
+    this._out = writable;
+    this._buffer = Buffer.alloc(0);
+    this._nextId = 1;
+    this._pending = new Map();
+    this._notificationHandlers = new Map();
+    this._requestHandlers = new Map();
+    this._tokens = new Map();
+    this._closeHandlers = [];
+    this.closed = false;
+  }
+
+  onNotification(method, handler) {
+    this._notificationHandlers.set(method, handler);
+  }
+
+  onRequest(method, handler) {
+    this._requestHandlers.set(method, handler);
+  }
+
+  onClose(handler) {
+    this._closeHandlers.push(handler);
+  }
+
+  listen() {
+    this._in.on('data', (chunk) => this._receive(chunk));
+    const end = () => this._close();
+    this._in.on('end', end);
+    this._in.on('close', end);
+    this._in.on('error', end);
+  }
+
+  _write(msg) {
+    if (this.closed || this._out.destroyed || this._out.writableEnded) return false;
+    const body = Buffer.from(JSON.stringify(msg), 'utf8');
+    this._out.write(Buffer.concat([Buffer.from(`Content-Length: ${body.length}\r\n\r\n`, 'ascii'), body]));
+    return true;
+  }
+
+  /** Resolves with the result, rejects with a `ResponseError`. */
+  sendRequest(method, params) {
+    const id = this._nextId++;
+    return new Promise((resolve, reject) => {
+      if (this.closed) return reject(new ResponseError(-32099, 'the connection to compactd is closed'));
+      this._pending.set(id, { resolve, reject });
+      const msg = { jsonrpc: '2.0', id, method };
+      if (params !== undefined) msg.params = params;
+      this._write(msg);
+    });
+  }
+
+  sendNotification(method, params) {
+    const msg = { jsonrpc: '2.0', method };
+    if (params !== undefined) msg.params = params;
+    this._write(msg);
+    return Promise.resolve();
+  }
+
+  _receive(chunk) {
+    this._buffer = Buffer.concat([this._buffer, chunk]);
+    for (;;) {
+      const headerEnd = this._buffer.indexOf('\r\n\r\n');
+      if (headerEnd < 0) return;
+      const header = this._buffer.subarray(0, headerEnd).toString('ascii');
+      const m = /^content-length:\s*(\d+)\s*$/im.exec(header);
+      if (!m) {
+        // Not a frame the daemon writes: drop the bad header and look for the next one.
+        this._buffer = this._buffer.subarray(headerEnd + 4);
+        continue;
+      }
+      const length = Number(m[1]);
+      const start = headerEnd + 4;
+      if (this._buffer.length < start + length) return;
+      const body = this._buffer.subarray(start, start + length).toString('utf8');
+      this._buffer = this._buffer.subarray(start + length);
+      let msg;
+      try {
+        msg = JSON.parse(body);
+      } catch {
+        continue;
+      }
+      for (const one of Array.isArray(msg) ? msg : [msg]) this._dispatch(one);
+    }
+  }
+
+  _dispatch(msg) {
+    if (!msg || typeof msg !== 'object') return;
+    if (typeof msg.method === 'string') {
+      if (msg.id !== undefined && msg.id !== null) return this._serve(msg);
+      if (msg.method === '$/cancelRequest') return this._tokens.get(msg.params?.id)?._cancel();
+      const h = this._notificationHandlers.get(msg.method);
+      if (h) h(msg.params);
+      return;
+    }
+    const p = this._pending.get(msg.id);
+    if (!p) return;
+    this._pending.delete(msg.id);
+    if (msg.error) p.reject(new ResponseError(msg.error.code, msg.error.message, msg.error.data));
+    else p.resolve(msg.result);
+  }
+
+  async _serve(msg) {
+    const h = this._requestHandlers.get(msg.method);
+    if (!h) {
+      this._write({ jsonrpc: '2.0', id: msg.id, error: { code: -32601, message: `not handled: ${msg.method}` } });
+      return;
+    }
+    const token = new CancellationToken();
+    this._tokens.set(msg.id, token);
+    try {
+      const result = await h(msg.params, token);
+      this._write({ jsonrpc: '2.0', id: msg.id, result: result ?? null });
+    } catch (e) {
+      this._write({ jsonrpc: '2.0', id: msg.id, error: { code: -32603, message: String(e?.message ?? e) } });
+    } finally {
+      this._tokens.delete(msg.id);
+    }
+  }
+
+  _close() {
+    if (this.closed) return;
+    this.closed = true;
+    for (const p of this._pending.values()) p.reject(new ResponseError(-32099, 'compactd closed the connection'));
+    this._pending.clear();
+    for (const t of this._tokens.values()) t._cancel();
+    for (const h of this._closeHandlers) h();
+  }
+
+  dispose() {
+    this._close();
+  }
+}
+
+/** Forwards a readable stream's lines (the daemon's stderr) to `log`. */
+function forwardLines(stream, log) {
+  let rest = '';
+  stream.setEncoding('utf8');
+  stream.on('data', (chunk) => {
+    const lines = (rest + chunk).split('\n');
+    rest = lines.pop();
+    for (const l of lines) if (l.trim()) log(l);
+  });
+  stream.on('end', () => {
+    if (rest.trim()) log(rest);
+  });
+}
+
+/** Where the daemon's stderr (only real errors) goes when no `log` is given. */
+const defaultLog = (line) => console.error(`compactd: ${line}`);
+
 /** Error codes of protocol.md §3 "Errors" (plus the JSON-RPC standard ones). */
 export const ErrorCodes = Object.freeze({
   ParseError: -32700,
@@ -75,6 +254,8 @@ export const ErrorCodes = Object.freeze({
   LeafMoved: -32021,
   EntryNotFound: -32022,
   Io: -32030,
+  Overloaded: -32040,
+  RequestCancelled: -32800,
 });
 
 /** Events the daemon sends to subscribed connections. */
@@ -100,6 +281,9 @@ export const HOOKS = Object.freeze([
 
 const REQUEST_HOOKS = new Set(['session_before_compact', 'session_before_tree']);
 
+/** Notifications a client asks for on `initialize` (`logNotifications: true`). */
+export const NOTICES = Object.freeze(['window/logMessage']);
+
 /** Drops keys whose value is `undefined` so optional params are omitted, not sent as null. */
 function defined(obj) {
   const out = {};
@@ -122,8 +306,8 @@ async function runHandlers(handlers, params, token) {
 
 export class CompactdClient {
   /**
-   * Wraps an existing vscode-jsonrpc `MessageConnection` (not yet listening).
-   * @param {import('vscode-jsonrpc').MessageConnection} connection
+   * Wraps a `Connection` (not yet listening).
+   * @param {Connection} connection
    * @param {{ onClose?: () => (void | Promise<void>) }} [options]
    */
   constructor(connection, options = {}) {
@@ -132,7 +316,7 @@ export class CompactdClient {
     this._listeners = new Map(); // event/notification name -> Set<callback>
     this._hooks = new Map(); // hook name -> [{ fn, sessionId }]
     this._closed = false;
-    for (const name of [...EVENTS, 'session_compact', 'session_compact_failed']) {
+    for (const name of [...EVENTS, ...NOTICES, 'session_compact', 'session_compact_failed']) {
       connection.onNotification(name, (params) => this._emit(name, params));
     }
     for (const name of REQUEST_HOOKS) {
@@ -151,18 +335,21 @@ export class CompactdClient {
    * Spawns `compactd stdio` and connects to it over stdin/stdout. The binary is `bin`, else
    * `$COMPACTD_BIN`, else `compactd` on PATH; when it cannot be started the promise rejects with
    * a `CompactdConnectError` naming it.
-   * @param {{ bin?: string, args?: string[], env?: NodeJS.ProcessEnv, cwd?: string, stderr?: 'inherit' | 'ignore' | 'pipe' }} [options]
+   * The daemon logs to its log file; its stderr carries only real errors, which go to
+   * `options.log` (default: `console.error`) unless `stderr` is `'inherit'` or `'ignore'`.
+   * @param {{ bin?: string, args?: string[], env?: Record<string, string | undefined>, cwd?: string, stderr?: 'log' | 'inherit' | 'ignore', log?: (line: string) => void }} [options]
    * @returns {Promise<CompactdClient>}
    */
   static spawnStdio(options = {}) {
     const bin = options.bin ?? (options.env ?? process.env).COMPACTD_BIN ?? 'compactd';
+    const stderr = options.stderr ?? 'log';
     return new Promise((resolve, reject) => {
       let child;
       try {
         child = spawn(bin, ['stdio', ...(options.args ?? [])], {
           env: options.env ?? process.env,
           cwd: options.cwd,
-          stdio: ['pipe', 'pipe', options.stderr ?? 'inherit'],
+          stdio: ['pipe', 'pipe', stderr === 'log' ? 'pipe' : stderr],
         });
       } catch (e) {
         reject(new CompactdConnectError(`cannot start compactd (${bin}): ${e.message}`, e));
@@ -179,10 +366,8 @@ export class CompactdClient {
         // From here on a failing pipe ends the connection; it must not crash the process.
         child.on('error', () => {});
         child.stdin.on('error', () => {});
-        const connection = createMessageConnection(
-          new StreamMessageReader(child.stdout),
-          new StreamMessageWriter(child.stdin),
-        );
+        if (stderr === 'log') forwardLines(child.stderr, options.log ?? defaultLog);
+        const connection = new Connection(child.stdout, child.stdin);
         const exited = new Promise((done) => {
           if (child.exitCode !== null) done(child.exitCode);
           else child.once('exit', (code) => done(code));
@@ -231,10 +416,7 @@ export class CompactdClient {
       socket.once('connect', () => {
         socket.off('error', fail);
         socket.on('error', () => {}); // a reset ends the connection (close), never the process
-        const connection = createMessageConnection(
-          new SocketMessageReader(socket),
-          new SocketMessageWriter(socket),
-        );
+        const connection = new Connection(socket, socket);
         const client = new CompactdClient(connection, {
           onClose: () =>
             new Promise((done) => {
@@ -247,6 +429,47 @@ export class CompactdClient {
         resolve(client);
       });
     });
+  }
+
+  /**
+   * Connects to the daemon on `socketPath` (default: its default socket), first starting one in
+   * the background when none answers (`compactd start`, as `compactd connect` does for
+   * editors). Rejects with a `CompactdConnectError` when there is no binary or it cannot start.
+   * @param {{ socketPath?: string, bin?: string, env?: Record<string, string | undefined> }} [options]
+   * @returns {Promise<CompactdClient>}
+   */
+  static async connectOrStart(options = {}) {
+    const env = options.env ?? process.env;
+    const socketPath = options.socketPath ?? defaultSocketPath(env);
+    try {
+      return await CompactdClient.connectSocket(socketPath);
+    } catch (e) {
+      if (!(e instanceof CompactdConnectError)) throw e;
+    }
+    const bin = options.bin ?? env.COMPACTD_BIN ?? 'compactd';
+    await new Promise((resolve, reject) => {
+      execFile(bin, ['start', '--socket', socketPath], { env, timeout: 60000 }, (err, _stdout, stderr) => {
+        if (!err) return resolve();
+        const why =
+          err.code === 'ENOENT'
+            ? `compactd binary not found: ${bin} (set COMPACTD_BIN to its path or put compactd on PATH)`
+            : `could not start a compactd daemon on ${socketPath}: ${String(stderr).trim() || err.message}`;
+        reject(new CompactdConnectError(why, err));
+      });
+    });
+    return CompactdClient.connectSocket(socketPath);
+  }
+
+  /**
+   * Asks for the daemon's log lines as `window/logMessage` notifications and passes each to
+   * `log(level, message)` (`level`: 'error' | 'warn' | 'info' | 'debug'). Returns a remover.
+   * @param {(level: string, message: string) => void} log
+   */
+  async forwardDaemonLog(log) {
+    const levels = { 1: 'error', 2: 'warn', 3: 'info', 4: 'debug' };
+    const off = this.on('window/logMessage', (p) => log(levels[p?.type] ?? 'info', String(p?.message ?? '')));
+    await this.initialize({ logNotifications: true });
+    return off;
   }
 
   /** Any method, raw. Rejects with a `CompactdError` ({code, kind, message, data}) on a JSON-RPC error. */

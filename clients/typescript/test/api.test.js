@@ -102,6 +102,66 @@ describe('compactd-client API', { skip: missing }, () => {
     }
   });
 
+  test('connectOrStart starts one daemon, then joins it; it outlives its clients', async () => {
+    const env = { ...s.env, XDG_RUNTIME_DIR: path.join(s.tmp, 'rt2') };
+    fs.mkdirSync(env.XDG_RUNTIME_DIR, { mode: 0o700 });
+    const socketPath = defaultSocketPath(env);
+    const pids = () =>
+      fs
+        .readdirSync('/proc')
+        .filter((p) => /^\d+$/.test(p))
+        .filter((p) => {
+          try {
+            const args = fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
+            return args.includes('serve') && args.includes(socketPath);
+          } catch {
+            return false;
+          }
+        });
+    try {
+      const [a, b] = await Promise.all([
+        CompactdClient.connectOrStart({ env, bin: BIN }),
+        CompactdClient.connectOrStart({ env, bin: BIN }),
+      ]);
+      const file = sessionCopy(s.tmp, '005-medium-basic', 'shared');
+      const { sessionId } = await a.openSession({ path: file });
+      assert.deepEqual((await b.listSessions()).map((x) => x.sessionId), [sessionId], 'one daemon');
+      await a.close();
+      await b.close();
+      assert.equal(pids().length, 1, 'exactly one daemon, still running');
+      const c = await CompactdClient.connectOrStart({ env, bin: BIN });
+      assert.equal((await c.initialize()).serverName, 'compactd');
+      await c.close();
+      assert.equal(pids().length, 1);
+      await assert.rejects(
+        CompactdClient.connectOrStart({ env, bin: path.join(s.tmp, 'nope'), socketPath: path.join(s.tmp, 'none.sock') }),
+        (e) => e instanceof CompactdConnectError && /binary not found/.test(e.message),
+      );
+    } finally {
+      for (const p of pids()) process.kill(Number(p), 'SIGTERM');
+    }
+  });
+
+  test("the daemon's stderr goes to the log option; log lines come on request at their level", async () => {
+    const lines = [];
+    const bad = await CompactdClient.spawnStdio({ bin: BIN, env: s.env, args: ['--max-frame', 'lots'], log: (l) => lines.push(l) });
+    assert.equal(await bad.exited, 2);
+    assert.ok(lines.some((l) => l.includes("invalid value 'lots'")), JSON.stringify(lines));
+    const quiet = [];
+    const c = await CompactdClient.spawnStdio({ bin: BIN, env: s.env, log: (l) => quiet.push(l) });
+    const logged = [];
+    await c.forwardDaemonLog((level, message) => logged.push([level, message]));
+    const file = sessionCopy(s.tmp, '005-medium-basic', 'logged');
+    await c.openSession({ path: file });
+    const deadline = Date.now() + 10000;
+    while (!logged.some(([, m]) => m.includes('session opened')) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await c.close();
+    assert.ok(logged.some(([level, m]) => level === 'info' && m.includes('session opened') && m.includes(file)), JSON.stringify(logged));
+    assert.deepEqual(quiet, [], 'nothing on stderr: the daemon logs INFO to its file');
+  });
+
   test('compact with write: false returns the compaction and appends nothing; events iterate', async () => {
     const c = await CompactdClient.spawnStdio({ bin: BIN, env: s.env, stderr: 'ignore' });
     try {
@@ -151,14 +211,31 @@ function readmeExample() {
 function freshPackageCopy(root) {
   const dest = path.join(root, 'compactd', 'clients', 'typescript');
   fs.mkdirSync(dest, { recursive: true });
-  for (const f of ['package.json', 'package-lock.json', 'README.md']) {
+  for (const f of ['package.json', 'README.md']) {
     fs.copyFileSync(path.join(pkgDir, f), path.join(dest, f));
   }
   fs.cpSync(path.join(pkgDir, 'src'), path.join(dest, 'src'), { recursive: true });
   return dest;
 }
 
-describe('installs from a fresh npm prefix', { skip: missing }, () => {
+/** A TypeScript use of the package, checked in the fresh project. */
+const USE_TS = `import { CompactdClient, CompactdError, isRpcError, type CompactionResult, type SessionInfo } from 'compactd-client';
+
+const c = await CompactdClient.connectOrStart({ socketPath: '/tmp/x.sock' });
+const info: SessionInfo = await c.openSession({ path: '/abs/s.jsonl' });
+try {
+  const r: CompactionResult = await c.compact(info.sessionId, { customInstructions: 'focus' });
+  console.log(r.summary.length, r.tokensBefore);
+} catch (e) {
+  if (e instanceof CompactdError) console.log(e.kind, e.code);
+  if (isRpcError(e, -32010)) console.log(e.data);
+}
+const off = await c.forwardDaemonLog((level, message) => console.log(level, message));
+off();
+await c.close();
+`;
+
+describe('installs from a packed tarball into a fresh project', { skip: missing }, () => {
   let s;
   before(() => {
     s = scratch();
@@ -167,30 +244,40 @@ describe('installs from a fresh npm prefix', { skip: missing }, () => {
 
   const npm = (args, cwd) => run('npm', [...args, '--no-audit', '--no-fund'], { cwd, env: s.env, timeout: 240000 });
 
-  async function runExample(dir) {
-    fs.writeFileSync(path.join(dir, 'first-compaction.mjs'), readmeExample());
+  test('npm pack, install the tarball, then another package; the README example runs and the types check', async () => {
+    const pkg = freshPackageCopy(path.join(s.tmp, 'src'));
+    const { stdout: packed } = await npm(['pack', '--pack-destination', s.tmp, '--json'], pkg);
+    const tarball = path.join(s.tmp, JSON.parse(packed)[0].filename);
+    assert.deepEqual(JSON.parse(packed)[0].bundled ?? [], []);
+    const app = path.join(s.tmp, 'app');
+    fs.mkdirSync(app);
+    await npm(['init', '-y'], app);
+    await npm(['install', tarball], app);
+    assert.ok(!fs.lstatSync(path.join(app, 'node_modules/compactd-client')).isSymbolicLink(), 'a real copy');
+    // A later, unrelated install must leave the client working (nothing of it to prune).
+    const tsc = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'utf8')).devDependencies.typescript;
+    await npm(['install', `typescript@${tsc}`], app);
+    assert.deepEqual(
+      fs.readdirSync(path.join(app, 'node_modules')).filter((d) => !d.startsWith('.')).sort(),
+      ['compactd-client', 'typescript'],
+      'the client brought no dependency of its own',
+    );
+    fs.writeFileSync(path.join(app, 'first-compaction.mjs'), readmeExample());
     const { stdout } = await run(process.execPath, ['first-compaction.mjs'], {
-      cwd: dir,
+      cwd: app,
       env: { ...s.env, COMPACTD_BIN: BIN },
       timeout: 60000,
     });
     assert.match(stdout, /^event: compaction_end \d+ tokens before$/m);
     assert.match(stdout, /^## Goal \| kept from entry [0-9a-f]{8}$/m);
-  }
-
-  test('npm install ./clients/typescript in the checkout, then the README example', async () => {
-    const pkg = freshPackageCopy(path.join(s.tmp, 'a'));
-    const checkout = path.resolve(pkg, '../..');
-    await npm(['install', './clients/typescript'], checkout);
-    await runExample(checkout);
-  });
-
-  test('npm install --install-links <path> from another project, then the README example', async () => {
-    const pkg = freshPackageCopy(path.join(s.tmp, 'b'));
-    const app = path.join(s.tmp, 'app');
-    fs.mkdirSync(app);
-    await npm(['install', '--install-links', pkg], app);
-    assert.ok(!fs.lstatSync(path.join(app, 'node_modules/compactd-client')).isSymbolicLink(), 'a real copy');
-    await runExample(app);
+    // `tsc --init` defaults, no @types/node: the use type-checks, and so does index.d.ts itself.
+    const tscBin = path.join(app, 'node_modules/.bin/tsc');
+    await run(tscBin, ['--init'], { cwd: app, env: s.env });
+    fs.writeFileSync(path.join(app, 'use.mts'), USE_TS);
+    await run(tscBin, ['--noEmit'], { cwd: app, env: s.env });
+    await run(tscBin, ['--noEmit', '--skipLibCheck', 'false'], { cwd: app, env: s.env });
+    // The check can fail: a wrong use is refused.
+    fs.writeFileSync(path.join(app, 'use.mts'), USE_TS.replace("c.openSession({ path: '/abs/s.jsonl' })", 'c.openSession({ file: 1 })'));
+    await assert.rejects(run(tscBin, ['--noEmit'], { cwd: app, env: s.env }), (e) => /error TS/.test(e.stdout));
   });
 });

@@ -84,6 +84,7 @@ pub fn preview_compaction(
         Err(reason) => {
             return Ok(PreviewCompactionResult::Nothing(NothingToCompact {
                 nothing_to_compact: reason.message(),
+                detail: reason.detail(&view, &state.index, &settings),
             }))
         }
     };
@@ -191,8 +192,10 @@ pub fn set_settings_overrides(
     let value = match p.compaction {
         None | Some(Value::Null) => None,
         Some(v @ Value::Object(_)) => {
-            let patch = serde_json::from_value::<CompactionSettingsPatch>(v.clone())
-                .map_err(|e| RpcError::invalid_params(format!("compaction: {e}")))?;
+            // Checked field by field (an unknown or mistyped key is refused with its path);
+            // the object itself is what merges over Pi's settings.
+            let patch =
+                crate::rpc::types::decode::<CompactionSettingsPatch>(v.clone(), "compaction")?;
             if let Some(f) = patch.idle_compact_at {
                 if !valid_idle_compact_at(f) {
                     return Err(RpcError::invalid_params(format!(

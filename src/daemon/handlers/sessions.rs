@@ -144,6 +144,9 @@ pub fn initialize(ctx: &Ctx, p: InitializeParams) -> Result<InitializeResult, Rp
     if let Some(name) = &p.client_name {
         tracing::info!(client = %name, "client initialized");
     }
+    if let Some(on) = p.log_notifications {
+        crate::daemon::log_relay::listen(&ctx.conn, on);
+    }
     Ok(InitializeResult {
         server_name: "compactd",
         version: env!("CARGO_PKG_VERSION"),

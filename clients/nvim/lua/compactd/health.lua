@@ -17,7 +17,7 @@ function M.check()
   if exe == '' then
     h.error(('compactd binary not found: %s'):format(cmd[1]), {
       'Install it with `cargo install --path .` in the compactd checkout',
-      'or point setup({ cmd = { "/path/to/compactd", "stdio" } }) or $COMPACTD_BIN at it',
+      'or point setup({ cmd = { "/path/to/compactd", "connect" } }) or $COMPACTD_BIN at it',
     })
     return
   end
@@ -35,6 +35,9 @@ function M.check()
       info.serverName, info.version, info.protocolVersion, info.capabilities and info.capabilities.summarizer or '?'))
   else
     h.error('the daemon does not answer initialize: ' .. ((err and err.message) or '?'))
+  end
+  if cmd[2] == 'connect' then
+    h.info('shared daemon: `compactd connect` joins the daemon on its socket or starts one')
   end
   local s = compactd.session()
   if s then

@@ -1,5 +1,8 @@
---- compactd for Neovim (>= 0.10): talks to a `compactd stdio` daemon through `vim.lsp.rpc`
---- (Content-Length framing, the same JSON-RPC 2.0 as every compactd client).
+--- compactd for Neovim (>= 0.10): talks to the shared compactd daemon through `vim.lsp.rpc`
+--- (Content-Length framing, the same JSON-RPC 2.0 as every compactd client). It spawns
+--- `compactd connect`, which joins the daemon on its socket or starts one (as gopls
+--- `-remote=auto` does), so the editor sees the same sessions as the agents that use that daemon:
+--- opening a file an agent holds yields the agent's session, and its compactions' events.
 ---
 --- Why a plugin: editors and Neovim agent plugins (codecompanion.nvim, avante.nvim style) can
 --- show a session's context usage, preview and run compactions, react to compaction events
@@ -7,13 +10,18 @@
 --- their own compaction decisions through `before_compact` hooks, without speaking the protocol.
 ---
 --- Every API function is asynchronous (`cb(err, result)`, `err` = `{code, message, data}`), with
---- a blocking `*_sync` twin for scripts and commands. One daemon per Neovim, spawned on first use.
+--- a blocking `*_sync` twin for scripts and commands. The connection starts on first use.
 
 local M = {}
 
 local defaults = {
-  --- The daemon command (`vim.lsp.rpc.start` runs it); `$COMPACTD_BIN` when set, else PATH.
+  --- The daemon command (`vim.lsp.rpc.start` runs it). Default: `compactd connect` (binary:
+  --- `$COMPACTD_BIN` when set, else PATH), with `--socket` when `socket` is set.
   cmd = nil,
+  --- The daemon's socket (default: the daemon's own default, shared with agents).
+  socket = nil,
+  --- Forward the daemon's log lines (`window/logMessage`) into `vim.lsp.log` at their level.
+  log_notifications = false,
   --- Extra environment for the daemon process (e.g. `{ PI_CODING_AGENT_DIR = ... }`).
   cmd_env = nil,
   --- The model announced on `openSession` (needed for usage percent and thresholds).
@@ -37,7 +45,11 @@ local function default_cmd()
   if bin == nil or bin == '' then
     bin = 'compactd'
   end
-  return { bin, 'stdio' }
+  local cmd = { bin, 'connect' }
+  if state.config.socket then
+    vim.list_extend(cmd, { '--socket', vim.fn.expand(state.config.socket) })
+  end
+  return cmd
 end
 
 --- The command the daemon is started with.
@@ -49,8 +61,16 @@ local function fire(pattern, data)
   vim.api.nvim_exec_autocmds('User', { pattern = pattern, data = data, modeline = false })
 end
 
+--- `window/logMessage` type → the `vim.lsp.log` function of that level.
+local log_levels = { 'error', 'warn', 'info', 'debug' }
+
 local function on_notification(method, params)
   if type(params) ~= 'table' then
+    return
+  end
+  if method == 'window/logMessage' then
+    local level = log_levels[params.type] or 'info'
+    vim.lsp.log[level]('compactd', params.message)
     return
   end
   if state.session and params.sessionId ~= nil and params.sessionId ~= state.session.sessionId then
@@ -116,6 +136,9 @@ function M.client()
     return nil, state.last_error
   end
   state.rpc = rpc
+  if state.config.log_notifications then
+    rpc.request('initialize', { clientName = 'compactd.nvim', logNotifications = true }, function() end)
+  end
   return rpc
 end
 
@@ -372,7 +395,7 @@ local function commands()
   end, { nargs = '*', desc = 'compactd: compact the session [custom instructions]' })
 end
 
---- `require("compactd").setup({ cmd = { "compactd", "stdio" }, model = {...}, cmd_env = {...} })`.
+--- `require("compactd").setup({ model = {...}, socket = ..., cmd_env = {...} })`.
 function M.setup(opts)
   state.config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts or {})
   commands()

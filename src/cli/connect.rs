@@ -1,0 +1,93 @@
+//! `compactd connect` and `compactd start`: one shared daemon for editors, agents and UIs.
+//!
+//! `connect` is what an editor spawns instead of `compactd stdio`: it starts or joins the daemon
+//! on the socket (see `launch`) and bridges its stdin/stdout to it byte for byte, so an editor
+//! plugin and an agent see the same sessions (`openSession` of a file another client holds
+//! yields the same `sessionId`, events included). `start` does only the first half and exits,
+//! for client libraries that then connect to the socket themselves.
+
+use std::path::{Path, PathBuf};
+
+use super::launch::{self, Daemon};
+use super::{EXIT_FAILED, EXIT_OK};
+
+/// Where a started daemon's messages go: the configured log file, else the default one.
+fn daemon_log(config: &crate::config::Config) -> PathBuf {
+    config
+        .log
+        .file
+        .clone()
+        .unwrap_or_else(super::logging::default_log_file)
+}
+
+/// `compactd start`: prints the socket and whether the daemon was started or already running.
+pub fn start(
+    socket: Option<PathBuf>,
+    config_path: Option<&Path>,
+    config: &crate::config::Config,
+) -> i32 {
+    let socket = launch::socket_path(socket, config);
+    match launch::ensure_daemon(&socket, config_path, &daemon_log(config)) {
+        Ok(Daemon::Joined) => {
+            super::write_stdout(&format!("compactd is running on {}\n", socket.display()))
+        }
+        Ok(Daemon::Started(pid)) => super::write_stdout(&format!(
+            "compactd started (pid {pid}) on {}; log: {}\n",
+            socket.display(),
+            daemon_log(config).display()
+        )),
+        Err(e) => {
+            eprintln!("compactd: {e}");
+            EXIT_FAILED
+        }
+    }
+}
+
+/// `compactd connect`: start or join, then bridge stdin/stdout to the socket until the daemon
+/// closes the connection.
+pub fn connect(
+    socket: Option<PathBuf>,
+    config_path: Option<&Path>,
+    config: &crate::config::Config,
+) -> i32 {
+    let socket = launch::socket_path(socket, config);
+    if let Err(e) = launch::ensure_daemon(&socket, config_path, &daemon_log(config)) {
+        eprintln!("compactd: {e}");
+        return EXIT_FAILED;
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("compactd: cannot start the async runtime: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    let outcome = runtime.block_on(async {
+        let stream = tokio::net::UnixStream::connect(&socket)
+            .await
+            .map_err(|e| format!("cannot connect to {}: {e}", socket.display()))?;
+        tracing::info!(socket = %socket.display(), "bridging stdio to the daemon");
+        crate::transport::bridge::pump(stream, tokio::io::stdin(), tokio::io::stdout())
+            .await
+            .map_err(|e| format!("connection to {} failed: {e}", socket.display()))
+    });
+    // The blocking thread reading stdin never returns on its own: do not wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(10));
+    match outcome {
+        Ok((up, down)) => {
+            tracing::info!(
+                sent = up,
+                received = down,
+                "the daemon closed the connection"
+            );
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("compactd: {e}");
+            EXIT_FAILED
+        }
+    }
+}

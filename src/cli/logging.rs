@@ -1,0 +1,195 @@
+//! Where each command logs. Never stdout: it carries protocol bytes (`stdio`, `connect`, `mcp`)
+//! or command output.
+//!
+//! - A daemon on a socket (`serve`): stderr (a service manager's journal, a terminal), or the
+//!   configured `log.file`. A daemon that `connect`/`start` launched in the background has its
+//!   stderr pointed at the log file by the launcher.
+//! - Under an editor or agent host (`stdio`, `connect`, `mcp`): the configured `log.file`, else
+//!   [`default_log_file`]. stderr carries only real errors (`error` lines), because editors show
+//!   a server's stderr as errors (Neovim tags each line `[ERROR]` in `lsp.log`). A client that
+//!   wants the log in its own view asks for `window/logMessage` notifications instead
+//!   (`initialize {logNotifications: true}`, see `daemon::log_relay`).
+//! - One-shot commands (`inspect`, `compact`, `service`, `start`): stderr, warnings only.
+//!
+//! Log lines go through a bounded, lossy background writer: a log reader that stalls (a full
+//! stderr pipe nobody drains, a slow disk) loses log lines instead of stalling every client of
+//! the daemon.
+
+use std::path::{Path, PathBuf};
+
+use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{filter::LevelFilter, EnvFilter, Layer};
+
+/// How a command logs (see the module comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogMode {
+    /// `serve`: stderr or `log.file`, `info`.
+    Daemon,
+    /// `stdio`, `connect`, `mcp`: `log.file` or the default file, `info`; stderr errors only.
+    Editor,
+    /// Everything else: stderr, `warn`.
+    OneShot,
+    /// `top`: nothing (a log line on stderr would tear its terminal view; it reports in its
+    /// event pane).
+    Silent,
+}
+
+impl LogMode {
+    fn default_level(self) -> &'static str {
+        match self {
+            LogMode::Daemon | LogMode::Editor => "info",
+            LogMode::OneShot => "warn",
+            LogMode::Silent => "off",
+        }
+    }
+}
+
+/// `$XDG_STATE_HOME/compactd/compactd.log`, else `~/.local/state/compactd/compactd.log` (the
+/// XDG base directory default), else `<tmp>/compactd-<uid>/compactd.log` without a home.
+pub fn default_log_file() -> PathBuf {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        });
+    match state {
+        Some(dir) => dir.join("compactd").join("compactd.log"),
+        None => crate::transport::unix::default_socket_dir().join("compactd.log"),
+    }
+}
+
+/// The log file a command of `mode` writes: the configured one, or for editors the default.
+pub fn log_file(config: &crate::config::Config, mode: LogMode) -> Option<PathBuf> {
+    match (&config.log.file, mode) {
+        (Some(f), LogMode::Daemon | LogMode::Editor) => Some(f.clone()),
+        (None, LogMode::Editor) => Some(default_log_file()),
+        _ => None,
+    }
+}
+
+/// Opens `path` for appending, creating its directory (mode 0700) when missing.
+pub fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+        }
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+fn filter(config: &crate::config::Config, default: &str) -> EnvFilter {
+    let spec = std::env::var("COMPACTD_LOG")
+        .ok()
+        .or_else(|| config.log.level.clone())
+        .unwrap_or_else(|| default.into());
+    EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(default))
+}
+
+/// Colour only for a person at a terminal: never in an editor's log buffer, a pipe or a file,
+/// and never when NO_COLOR is set (https://no-color.org).
+fn stderr_colour() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// The formatter writing to stderr (a function so each subscriber shape gets its own type).
+fn stderr_layer<S>(
+    writer: tracing_appender::non_blocking::NonBlocking,
+    colour: bool,
+) -> tracing_subscriber::fmt::Layer<
+    S,
+    tracing_subscriber::fmt::format::DefaultFields,
+    tracing_subscriber::fmt::format::Format,
+    tracing_appender::non_blocking::NonBlocking,
+>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(colour)
+}
+
+/// The relay to connections that asked for log lines, when the command has connections (a
+/// function so each subscriber shape gets its own type).
+fn relay<S>(
+    on: bool,
+    config: &crate::config::Config,
+    default: &str,
+) -> Option<tracing_subscriber::filter::Filtered<crate::daemon::log_relay::RelayLayer, EnvFilter, S>>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    on.then(|| crate::daemon::log_relay::RelayLayer.with_filter(filter(config, default)))
+}
+
+/// Installs the logger of `mode`; the returned guards flush what is queued when dropped.
+pub fn init(config: &crate::config::Config, mode: LogMode) -> Vec<WorkerGuard> {
+    let default = mode.default_level();
+    let lossy = || NonBlockingBuilder::default().lossy(true);
+    let mut guards = Vec::new();
+    let file = log_file(config, mode).and_then(|path| {
+        open_log(&path)
+            .map_err(|e| {
+                eprintln!(
+                    "compactd: cannot open log file {}: {e}; logging {} to stderr",
+                    path.display(),
+                    if mode == LogMode::Editor {
+                        "errors only"
+                    } else {
+                        "everything"
+                    }
+                )
+            })
+            .ok()
+    });
+    // The relay sends log lines to connections that asked (daemons only have connections).
+    let relays = mode != LogMode::OneShot;
+    let (stderr, guard) = lossy().finish(std::io::stderr());
+    guards.push(guard);
+    let colour = stderr_colour();
+    match (file, mode) {
+        (Some(f), _) => {
+            let (writer, guard) = lossy().finish(f);
+            guards.push(guard);
+            let file_layer = tracing_subscriber::fmt::layer()
+                .with_writer(writer)
+                .with_ansi(false)
+                .with_filter(filter(config, default));
+            // With a file, stderr keeps real errors for an editor (a daemon's all go to the file).
+            let stderr_layer = (mode == LogMode::Editor)
+                .then(|| stderr_layer(stderr, colour).with_filter(LevelFilter::ERROR));
+            tracing_subscriber::registry()
+                .with(file_layer)
+                .with(stderr_layer)
+                .with(relay(relays, config, default))
+                .init();
+        }
+        (None, LogMode::Editor) => {
+            tracing_subscriber::registry()
+                .with(stderr_layer(stderr, colour).with_filter(LevelFilter::ERROR))
+                .with(relay(relays, config, default))
+                .init();
+        }
+        (None, _) => {
+            tracing_subscriber::registry()
+                .with(stderr_layer(stderr, colour).with_filter(filter(config, default)))
+                .with(relay(relays, config, default))
+                .init();
+        }
+    }
+    guards
+}

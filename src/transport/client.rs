@@ -1,0 +1,138 @@
+//! A small client of the daemon's socket, for compactd's own front ends that call the daemon on
+//! behalf of someone else (`compactd mcp`): NDJSON requests, replies matched by id, events and
+//! other notifications ignored, and any server→client request (a hook nobody registered)
+//! answered "no result" so the daemon never waits on it.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::UnixStream;
+use tokio::sync::oneshot;
+
+/// A JSON-RPC error reply: code, message and `data` as the daemon sent them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub code: i64,
+    pub message: String,
+    pub data: Value,
+}
+
+impl Refusal {
+    /// `error.data.kind` (`entry_not_found`, `unknown_session`, …).
+    pub fn kind(&self) -> Option<&str> {
+        self.data.get("kind").and_then(Value::as_str)
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+async fn write_line(
+    writer: &tokio::sync::Mutex<OwnedWriteHalf>,
+    line: &str,
+) -> std::io::Result<()> {
+    let mut w = writer.lock().await;
+    w.write_all(line.as_bytes()).await?;
+    w.write_all(b"\n").await?;
+    w.flush().await
+}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, Refusal>>>>>;
+
+/// One connection to the daemon.
+pub struct DaemonClient {
+    writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
+    pending: Pending,
+    next: AtomicU64,
+}
+
+fn closed() -> Refusal {
+    Refusal {
+        code: crate::rpc::ErrorKind::Io.code() as i64,
+        message: "the daemon closed the connection".into(),
+        data: json!({"kind": "io"}),
+    }
+}
+
+impl DaemonClient {
+    /// Connects to the daemon's socket.
+    pub async fn connect(socket: &Path) -> std::io::Result<DaemonClient> {
+        let stream = UnixStream::connect(socket).await?;
+        let (read, write) = stream.into_split();
+        let pending: Pending = Arc::default();
+        let writer = Arc::new(tokio::sync::Mutex::new(write));
+        let client = DaemonClient {
+            writer: writer.clone(),
+            pending: pending.clone(),
+            next: AtomicU64::new(1),
+        };
+        let (answers_tx, mut answers_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(read).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                if msg.get("method").is_some() {
+                    // A request to us: no hook is registered, so "no result".
+                    if let Some(id) = msg.get("id") {
+                        let reply = json!({"jsonrpc": "2.0", "id": id, "result": null});
+                        let _ = answers_tx.send(reply.to_string());
+                    }
+                    continue;
+                }
+                let Some(id) = msg.get("id").and_then(Value::as_u64) else {
+                    continue;
+                };
+                let Some(tx) = pending.lock().remove(&id) else {
+                    continue;
+                };
+                let reply = match msg.get("error") {
+                    Some(e) => Err(Refusal {
+                        code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
+                        message: e
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned(),
+                        data: e.get("data").cloned().unwrap_or(Value::Null),
+                    }),
+                    None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
+                };
+                let _ = tx.send(reply);
+            }
+            // The connection is gone: every waiting call fails.
+            pending.lock().clear();
+        });
+        tokio::spawn(async move {
+            while let Some(line) = answers_rx.recv().await {
+                if write_line(&writer, &line).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(client)
+    }
+
+    /// Calls `method` with `params`; the result, or the daemon's error reply.
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, Refusal> {
+        let id = self.next.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().insert(id, tx);
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        if write_line(&self.writer, &line.to_string()).await.is_err() {
+            self.pending.lock().remove(&id);
+            return Err(closed());
+        }
+        rx.await.unwrap_or_else(|_| Err(closed()))
+    }
+}

@@ -1,0 +1,364 @@
+//! `compactd connect` and `compactd start` through the real binary: joining a running daemon in
+//! both framings (bytes unchanged), starting one when none answers (detached, in its own
+//! session, logging to its file, alive after the starter exits), two starters racing (exactly
+//! one daemon), and logs under an editor (the log file, not stderr).
+//!
+//! Every daemon a test starts is found through its own log (`started the daemon pid=N`) or the
+//! child it spawned, and stopped by pid at the end.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::daemon_env::Env;
+use support::rpc_client::{Client, Framing};
+
+fn socket(env: &Env) -> PathBuf {
+    env.path("run").join("compactd").join("compactd.sock")
+}
+
+fn connect(env: &Env) -> Command {
+    let mut cmd = env.command("connect");
+    cmd.stderr(Stdio::piped());
+    cmd
+}
+
+/// Pids of the `compactd serve` processes listening on `socket` (from /proc).
+fn daemons_on(socket: &Path) -> Vec<u32> {
+    let want = socket.to_string_lossy().into_owned();
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let is_daemon = args.iter().any(|a| a == "serve") && args.contains(&want);
+        // A zombie (exited, not yet reaped) has an empty cmdline and is skipped.
+        if is_daemon {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The session id of a process (field 6 of /proc/PID/stat).
+fn session_of(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split(' ').nth(3)?.parse().ok()
+}
+
+/// Stops the daemons this test started and waits until they are gone.
+fn stop(pids: &[u32]) {
+    for &pid in pids {
+        // SAFETY: plain kill(2) of a process this test started.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGTERM);
+        }
+    }
+    // Gone, or a zombie nobody reaps (a container's init may not).
+    let running = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with(|c| c != 'Z')))
+            .unwrap_or(false)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(running) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stops every daemon on its socket (the test's own temporary path) when dropped, so a failing
+/// assertion leaves no daemon behind.
+struct Stopper(PathBuf);
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        stop(&daemons_on(&self.0));
+    }
+}
+
+/// Pids the log says were started by a starter.
+fn started_pids(log: &str) -> Vec<u32> {
+    log.lines()
+        .filter(|l| l.contains("started the daemon"))
+        .filter_map(|l| {
+            l.split("pid=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+#[test]
+fn connect_joins_a_running_daemon_in_both_framings_with_bytes_unchanged() {
+    let env = Env::new();
+    let sock = socket(&env);
+    let _stop = Stopper(sock.clone());
+    let mut daemon = env.serve_ready(&sock, &[], Stdio::null());
+    let file = env.session("005-medium-basic");
+
+    // The agent, straight on the socket, opens the session.
+    let mut agent = Client::socket(&sock, Framing::Ndjson);
+    let sid = agent.ok("openSession", json!({"path": file}))["sessionId"].clone();
+
+    // An editor through `connect`, LSP framing: the same session, the same id.
+    let mut editor = Client::process(connect(&env), Framing::Lsp);
+    let listed = editor.ok("listSessions", json!({}));
+    assert_eq!(
+        listed[0]["sessionId"], sid,
+        "one daemon, one session: {listed}"
+    );
+    let opened = editor.ok("openSession", json!({"path": file}));
+    assert_eq!(opened["sessionId"], sid);
+    let out = editor.finish().expect("a process");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "",
+        "stderr: errors only"
+    );
+
+    // Raw bytes: an LSP frame comes back as exactly one LSP frame, an NDJSON line as a line.
+    let body = r#"{"jsonrpc":"2.0","id":7,"method":"listSessions","params":{}}"#;
+    for (sent, expect_prefix) in [
+        (
+            format!("Content-Length: {}\r\n\r\n{body}", body.len()),
+            "Content-Length: ",
+        ),
+        (format!("{body}\n"), r#"{"jsonrpc":"2.0","id":7,"#),
+    ] {
+        let mut child = connect(&env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(sent.as_bytes())
+            .unwrap();
+        let mut got = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut got)
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+        assert!(got.starts_with(expect_prefix), "{sent:?} -> {got:?}");
+        let body = match got.split_once("\r\n\r\n") {
+            Some((header, body)) => {
+                assert_eq!(header, format!("Content-Length: {}", body.len()));
+                body.to_owned()
+            }
+            None => {
+                assert!(
+                    got.ends_with('\n') && got.matches('\n').count() == 1,
+                    "{got:?}"
+                );
+                got.trim_end().to_owned()
+            }
+        };
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["result"][0]["sessionId"], sid, "{sent:?} -> {got:?}");
+    }
+    assert_eq!(
+        daemons_on(&sock),
+        vec![daemon.id()],
+        "no second daemon was started"
+    );
+    drop(agent);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}
+
+#[test]
+fn connect_starts_a_detached_daemon_that_outlives_it_and_logs_to_its_file() {
+    let env = Env::new();
+    let sock = socket(&env);
+    let _stop = Stopper(sock.clone());
+    assert!(daemons_on(&sock).is_empty());
+    let mut editor = Client::process(connect(&env), Framing::Lsp);
+    let init = editor.ok(
+        "initialize",
+        json!({"clientName": "test-editor", "logNotifications": true}),
+    );
+    assert_eq!(init["serverName"], "compactd");
+    // Through the bridge, the daemon's log lines arrive as notifications, tagged INFO (3).
+    let file = env.session("005-medium-basic");
+    editor.ok("openSession", json!({"path": file}));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen: Vec<Value> = Vec::new();
+    while Instant::now() < deadline {
+        seen.extend(editor.drain(Duration::from_millis(200)));
+        seen.append(&mut editor.notifications);
+        if seen.iter().any(|n| {
+            n["method"] == "window/logMessage"
+                && n["params"]["type"] == 3
+                && n["params"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("session opened")
+        }) {
+            break;
+        }
+    }
+    assert!(
+        seen.iter().any(|n| n["method"] == "window/logMessage"
+            && n["params"]["type"] == 3
+            && n["params"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("session opened")),
+        "an INFO log line through the bridge: {seen:?}"
+    );
+    let out = editor.finish().expect("a process");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "",
+        "nothing on stderr"
+    );
+
+    let log = env.log_text();
+    let pids = started_pids(&log);
+    assert_eq!(pids.len(), 1, "one daemon started:\n{log}");
+    // The starter is gone; the daemon still answers, in a session of its own.
+    assert_eq!(daemons_on(&sock), pids);
+    assert_ne!(
+        session_of(pids[0]),
+        session_of(std::process::id()),
+        "setsid'd"
+    );
+    let mut later = Client::socket(&sock, Framing::Ndjson);
+    assert_eq!(later.ok("listSessions", json!({})), json!([]));
+    drop(later);
+    // Both the bridge and the daemon logged to the file (INFO lines are not on any stderr).
+    assert!(log.contains("listening"), "{log}");
+    assert!(log.contains("bridging stdio to the daemon"), "{log}");
+    assert!(
+        env.log_text().contains("client initialized"),
+        "{}",
+        env.log_text()
+    );
+    // Joining now starts nothing.
+    let out = env.command("start").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("compactd is running on "));
+    assert_eq!(started_pids(&env.log_text()), pids);
+    stop(&pids);
+    assert!(daemons_on(&sock).is_empty());
+}
+
+#[test]
+fn racing_starters_end_with_exactly_one_daemon() {
+    let env = Env::new();
+    let sock = socket(&env);
+    let _stop = Stopper(sock.clone());
+    let file = env.session("005-medium-basic");
+    // Two editors and two `start`s at the same moment, no daemon yet.
+    let editors: Vec<_> = (0..2)
+        .map(|_| Client::process(connect(&env), Framing::Lsp))
+        .collect();
+    let starts: Vec<_> = (0..2)
+        .map(|_| env.command("start").stdout(Stdio::piped()).spawn().unwrap())
+        .collect();
+    let mut ids = Vec::new();
+    for mut e in editors {
+        ids.push(e.ok("openSession", json!({"path": file}))["sessionId"].clone());
+        // Still holding it: the other editor's openSession got the same session.
+        ids.push(e.ok("listSessions", json!({}))[0]["sessionId"].clone());
+        let out = e.finish().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let mut said = String::new();
+    for s in starts {
+        let out = s.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        said.push_str(&String::from_utf8_lossy(&out.stdout));
+    }
+    let log = env.log_text();
+    // A winning `connect` logs the start; a winning `start` says it on stdout.
+    let mut pids = started_pids(&log);
+    pids.extend(said.lines().filter_map(|l| {
+        l.strip_prefix("compactd started (pid ")?
+            .split(')')
+            .next()?
+            .parse::<u32>()
+            .ok()
+    }));
+    assert_eq!(
+        pids.len(),
+        1,
+        "exactly one starter started a daemon:\n{log}\n{said}"
+    );
+    assert_eq!(daemons_on(&sock), pids, "and exactly one runs");
+    assert_eq!(said.lines().count(), 2, "{said}");
+    assert!(ids.iter().all(|i| i.is_string()), "{ids:?}");
+}
+
+#[test]
+fn a_daemon_that_cannot_start_is_a_clear_error_on_stderr() {
+    let env = Env::new();
+    // A socket directory that is a file: `serve` refuses it, and so does the starter.
+    let blocker = env.path("blocker");
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let out = env
+        .command("connect")
+        .arg("--socket")
+        .arg(blocker.join("compactd.sock"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("compactd: ") && err.contains("blocker"),
+        "{err}"
+    );
+
+    // A daemon that exits at once (here: a regular file where the socket goes, which `serve`
+    // never deletes) is reported with where its messages are.
+    let sock = socket(&env);
+    std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+    std::fs::set_permissions(
+        sock.parent().unwrap(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    std::fs::write(&sock, "a file").unwrap();
+    let out = env.command("start").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("exited") && err.contains("before listening"),
+        "{err}"
+    );
+    assert!(err.contains(&env.log_file().display().to_string()), "{err}");
+    assert!(
+        env.log_text().contains("is not a socket"),
+        "{}",
+        env.log_text()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&sock).unwrap(),
+        "a file",
+        "left alone"
+    );
+}

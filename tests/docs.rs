@@ -1,0 +1,173 @@
+//! The documentation stays true to the code and to the repository:
+//! - the method lists of the README and of the client READMEs (between `<!-- methods -->`
+//!   markers) name exactly the methods of `proto-docs/openrpc.json` (snake_case for Python);
+//! - no document links outside the repository or to a file that does not exist, and none names
+//!   the product contract's path or the shared folder beside the checkout as a link target;
+//! - the README labels its two commands "Run it" and "Test it".
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(ROOT).join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn protocol_methods() -> BTreeSet<String> {
+    let doc: serde_json::Value = serde_json::from_str(&read("proto-docs/openrpc.json")).unwrap();
+    doc["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn snake(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The backticked names between the `<!-- methods -->` markers of a document.
+fn listed_methods(rel: &str) -> BTreeSet<String> {
+    let text = read(rel);
+    let start = text
+        .find("<!-- methods -->")
+        .unwrap_or_else(|| panic!("{rel} has no <!-- methods --> list"));
+    let end = text[start..]
+        .find("<!-- /methods -->")
+        .map(|e| start + e)
+        .unwrap_or_else(|| panic!("{rel}: unclosed <!-- methods --> list"));
+    text[start..end]
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn method_lists_name_exactly_the_protocols_methods() {
+    let methods = protocol_methods();
+    assert!(methods.len() >= 29, "{methods:?}");
+    assert_eq!(listed_methods("README.md"), methods, "README.md");
+    assert_eq!(
+        listed_methods("clients/typescript/README.md"),
+        methods,
+        "clients/typescript/README.md"
+    );
+    let python: BTreeSet<String> = methods.iter().map(|m| snake(m)).collect();
+    assert_eq!(
+        listed_methods("clients/python/README.md"),
+        python,
+        "clients/python/README.md"
+    );
+}
+
+/// Every Markdown document a reader of the repository sees.
+fn documents() -> Vec<PathBuf> {
+    let root = Path::new(ROOT);
+    let mut docs = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
+    for dir in ["proto-docs", "benches", "fuzz"] {
+        if let Ok(entries) = std::fs::read_dir(root.join(dir)) {
+            docs.extend(
+                entries
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "md")),
+            );
+        }
+    }
+    for client in ["python", "typescript", "nvim", "pi-extension"] {
+        docs.push(root.join("clients").join(client).join("README.md"));
+    }
+    docs.retain(|p| p.exists());
+    docs
+}
+
+/// The targets of the `[text](target)` links of a Markdown text.
+fn links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("](") {
+        rest = &rest[i + 2..];
+        if let Some(end) = rest.find(')') {
+            out.push(rest[..end].to_owned());
+        }
+    }
+    out
+}
+
+#[test]
+fn no_document_links_outside_the_repository_or_to_a_missing_file() {
+    let root = std::fs::canonicalize(ROOT).unwrap();
+    let mut problems = Vec::new();
+    for doc in documents() {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        let name = doc
+            .strip_prefix(&root)
+            .unwrap_or(&doc)
+            .display()
+            .to_string();
+        // Developer notes (benches, fuzz) may name the shared inputs in commands; the user's
+        // documents may not.
+        let for_users = !name.starts_with("benches") && !name.starts_with("fuzz");
+        for bad in ["design/protocol.md", "../shared"] {
+            if for_users && text.contains(bad) {
+                problems.push(format!(
+                    "{name} mentions {bad}, which is not in the repository"
+                ));
+            }
+        }
+        for target in links(&text) {
+            if target.starts_with("http://")
+                || target.starts_with("https://")
+                || target.starts_with('#')
+            {
+                continue;
+            }
+            let path = target.split('#').next().unwrap_or("");
+            let resolved = doc.parent().unwrap().join(path);
+            match std::fs::canonicalize(&resolved) {
+                Ok(p) if p.starts_with(&root) => {}
+                Ok(p) => problems.push(format!(
+                    "{name}: link {target} leaves the repository ({})",
+                    p.display()
+                )),
+                Err(_) => problems.push(format!("{name}: link {target} points to nothing")),
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The check can fail: a link to the contract would be caught.
+    assert_eq!(
+        links("see [the contract](../shared/design/protocol.md)."),
+        ["../shared/design/protocol.md"]
+    );
+}
+
+#[test]
+fn the_readme_labels_its_two_commands() {
+    let text = read("README.md");
+    let run = text.find("**Run it**").expect("a \"Run it\" label");
+    let test = text.find("**Test it**").expect("a \"Test it\" label");
+    let serve = text
+        .find("cargo run --release -- serve")
+        .expect("the run command");
+    let all = text
+        .find("bash scripts/test-all")
+        .expect("the test command");
+    assert!(
+        run < serve && serve < test && test < all,
+        "each label precedes its command"
+    );
+}
