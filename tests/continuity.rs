@@ -743,3 +743,102 @@ fn undo_and_edit_the_latest_compaction() {
     }
     assert_eq!(std::fs::read(&file).unwrap(), bytes);
 }
+
+/// Every summary compactd writes ends with the recall footer: the tools to reach the exact
+/// text and the entries it stands for (from the branch's first message to the one before the
+/// cut). The next compaction's summarizer never sees it, and the summary it writes carries one
+/// footer, not two; `recallFooter: false` leaves summaries as Pi writes them.
+#[test]
+fn summaries_end_with_the_recall_footer() {
+    let env = Env::new();
+    let (runtime, fake) = support::fake_llm::serve(&["FIRST", "SECOND", "THIRD"]);
+    env.use_fake_summarizer(fake.port, "{ enabled = false }");
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let dir = env.path("project");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (sid, file) = tool_session(&mut c, &dir, 12);
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 800, "speculativeAt": 0}}),
+    );
+    let first = c.ok("compact", json!({"sessionId": sid}));
+    let summary = first["summary"].as_str().unwrap();
+    let footer = summary.lines().last().unwrap();
+    assert!(footer.starts_with("[compactd recall] "), "{summary}");
+    assert!(footer.contains("search_history") && footer.contains("get_entry"));
+    let branch: Vec<Value> = entries(&file);
+    let messages: Vec<&Value> = branch.iter().filter(|e| e["type"] == "message").collect();
+    let kept_at = branch
+        .iter()
+        .position(|e| e["id"] == first["firstKeptEntryId"])
+        .unwrap();
+    let last_covered = branch[..kept_at]
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "message")
+        .unwrap();
+    assert!(
+        footer.contains(&format!(
+            "entries {} to {}",
+            messages[0]["id"].as_str().unwrap(),
+            last_covered["id"].as_str().unwrap()
+        )),
+        "{footer}"
+    );
+    // Pi's file blocks stay before it, as Pi writes them.
+    assert!(summary.starts_with("FIRST"));
+
+    // More work, then a second compaction: an update of the first.
+    for i in 0..6 {
+        c.ok(
+            "appendMessage",
+            json!({"sessionId": sid, "message": {"role": "user", "content": format!("more work {i} {}", "please ".repeat(100))}}),
+        );
+    }
+    let second = c.ok("compact", json!({"sessionId": sid}));
+    let prompt = fake.requests().last().unwrap().raw_body.clone();
+    assert!(prompt.contains("FIRST"), "the previous summary is updated");
+    assert!(
+        !prompt.contains("[compactd recall]"),
+        "the footer never reaches the summarizer"
+    );
+    let summary = second["summary"].as_str().unwrap();
+    assert_eq!(summary.matches("[compactd recall]").count(), 1, "{summary}");
+
+    // Off: Pi's summary, no footer.
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 800, "speculativeAt": 0, "recallFooter": false}}),
+    );
+    for i in 0..6 {
+        c.ok(
+            "appendMessage",
+            json!({"sessionId": sid, "message": {"role": "user", "content": format!("even more {i} {}", "please ".repeat(100))}}),
+        );
+    }
+    let third = c.ok("compact", json!({"sessionId": sid}));
+    assert!(!third["summary"]
+        .as_str()
+        .unwrap()
+        .contains("[compactd recall]"));
+    drop(fake);
+    drop(runtime);
+}
+
+/// A refusal keeps Pi's exact message and says why, in numbers, and what to change.
+#[test]
+fn nothing_to_compact_says_why() {
+    let env = Env::new();
+    let file = env.session("003-tiny-nothing-to-compact");
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = open(&mut c, &file);
+    let err = c
+        .request("compact", json!({"sessionId": sid}))
+        .expect_err("nothing to compact");
+    assert_eq!(err["message"], "Nothing to compact (session too small)");
+    let data = &err["data"];
+    assert_eq!(data["kind"], "nothing_to_compact");
+    assert_eq!(data["reason"], "within_keep_recent", "{err}");
+    assert!(data["hint"].as_str().unwrap().contains("keepRecentTokens"));
+    assert_eq!(data["keepRecentTokens"], 20000);
+}

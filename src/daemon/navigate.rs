@@ -110,6 +110,14 @@ async fn branch_summary(
         settings.file_list_limit,
         used.then_some(pins.as_slice()),
     );
+    // Beyond Pi: the recall footer, naming the abandoned entries (still in the file).
+    let ids = || plan.entries.iter().filter_map(|e| e.id.as_deref());
+    let body = match (settings.recall_footer, ids().next(), ids().last()) {
+        (true, Some(first), Some(last)) => {
+            crate::compaction::recall::with_recall_footer(&body, first, last)
+        }
+        _ => body,
+    };
     Ok(BranchSummary {
         text: format!("{BRANCH_SUMMARY_PREAMBLE}{body}"),
         details,

@@ -129,6 +129,9 @@ pub struct EffectiveSettings {
     /// Beyond Pi: `compaction.calibratedEstimates`: trailing estimates use the model's learned
     /// ratio of reported to estimated tokens (default false: Pi's numbers stay exact).
     pub calibrated_estimates: bool,
+    /// Beyond Pi: `compaction.recallFooter` (default true): every summary compactd writes ends
+    /// with one line naming the recall tools and the entries it stands for.
+    pub recall_footer: bool,
     /// The merged JSON, for `getSettings`.
     pub merged: Value,
 }
@@ -234,6 +237,10 @@ pub fn from_merged(merged: Value, retry_default: &RetrySettings) -> EffectiveSet
             .get("calibratedEstimates")
             .and_then(Value::as_bool)
             .unwrap_or(false),
+        recall_footer: c
+            .get("recallFooter")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
         merged,
     }
 }
@@ -264,6 +271,7 @@ impl EffectiveSettings {
         compaction.idle_compact_at = Some(self.idle_compact_at.unwrap_or(0.0));
         compaction.cache_ttl_seconds = Some(self.cache_ttl_seconds);
         compaction.calibrated_estimates = Some(self.calibrated_estimates);
+        compaction.recall_footer = Some(self.recall_footer);
         results::EffectiveSettings {
             compaction,
             branch_summary: results::BranchSummarySettings {

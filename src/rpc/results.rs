@@ -341,6 +341,11 @@ pub struct CompactionSettingsView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "bool")]
     pub calibrated_estimates: Option<bool>,
+    /// Beyond Pi: summaries compactd writes end with the recall footer. Only in getSettings'
+    /// answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "bool")]
+    pub recall_footer: Option<bool>,
 }
 
 impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettingsView {
@@ -355,6 +360,7 @@ impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettings
             idle_compact_at: None,
             cache_ttl_seconds: None,
             calibrated_estimates: None,
+            recall_footer: None,
         }
     }
 }

@@ -238,6 +238,10 @@ pub struct CompactionSettingsPatch {
     pub cache_ttl_seconds: Option<u64>,
     /// Beyond Pi: calibrate trailing estimates by the model's reported usage (default false).
     pub calibrated_estimates: Option<bool>,
+    /// Beyond Pi: end every summary compactd writes with one line naming the recall tools
+    /// (`search_history` / `get_entry`, `searchHistory` / `getEntry`) and the id range it
+    /// stands for (default true).
+    pub recall_footer: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

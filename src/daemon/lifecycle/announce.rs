@@ -210,6 +210,10 @@ pub(super) fn log_compaction(
             summarizer,
             duration_ms = ms,
             why = %f.message(),
+            hint = %match f {
+                CompactionFailure::Nothing(_, detail) => detail.hint.as_str(),
+                _ => "",
+            },
             "compaction refused"
         ),
         Err(f) => tracing::warn!(

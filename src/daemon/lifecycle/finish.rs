@@ -13,6 +13,7 @@ use super::super::Session;
 use super::CompactionFailure;
 use crate::compaction::file_ops::{format_file_operations, format_file_operations_limited};
 use crate::compaction::prepare::Preparation;
+use crate::compaction::recall::with_recall_footer;
 use crate::compaction::summary::{compaction_entry, CompactionOutcome};
 use crate::compaction::BranchIndex;
 use crate::rpc::errors::ErrorKind;
@@ -91,6 +92,22 @@ fn finish_compaction(
     );
 }
 
+/// The entries a compaction cut at `first_kept` stands for, as its recall footer names them:
+/// from the branch's first message (every summary folds in the ones before it) to the entry
+/// before the cut.
+fn covered<'a>(state: &'a SessionState, first_kept: &str) -> Option<(&'a str, &'a str)> {
+    let at = position(state, first_kept)?;
+    let ids = |range: &mut dyn Iterator<Item = &usize>| {
+        range
+            .map(|&i| state.tree.entry(i))
+            .find(|e| e.kind == EntryKind::Message)
+            .and_then(|e| e.id.as_deref())
+    };
+    let first = ids(&mut state.branch[..at].iter())?;
+    let last = ids(&mut state.branch[..at].iter().rev())?;
+    Some((first, last))
+}
+
 /// Where the branch must still be for an entry to be written under the leaf of now (beyond Pi:
 /// appends are accepted while the summarizer runs). Then everything appended meanwhile sits
 /// between `firstKeptEntryId` and the compaction, in its kept tail.
@@ -161,6 +178,8 @@ pub(super) struct Finished<'a> {
     pub prep: &'a Preparation,
     pub anchor: Anchor<'a>,
     pub file_list_limit: Option<usize>,
+    /// End the summary with the recall footer (`compaction.recallFooter`).
+    pub recall_footer: bool,
     /// `false` (`compact {write: false}`): return the result, append nothing.
     pub write: bool,
 }
@@ -179,6 +198,7 @@ pub(super) fn write(session: &Session, f: Finished<'_>) -> Result<Written, Compa
         prep,
         anchor,
         file_list_limit,
+        recall_footer,
         write,
     } = f;
     let mut state = session.state.lock();
@@ -201,6 +221,11 @@ pub(super) fn write(session: &Session, f: Finished<'_>) -> Result<Written, Compa
     if !outcome.from_hook {
         let (pins, pins_used) = pins::live_pins(&state);
         finish_compaction(&mut outcome, prep, file_list_limit, &pins, pins_used);
+        if recall_footer {
+            if let Some((first, last)) = covered(&state, &outcome.first_kept_entry_id) {
+                outcome.summary = with_recall_footer(&outcome.summary, first, last);
+            }
+        }
     }
     if !write {
         let path: Vec<Arc<Entry>> = state.branch.iter().map(|&i| state.tree.shared(i)).collect();

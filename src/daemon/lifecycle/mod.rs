@@ -28,13 +28,14 @@ pub mod speculation;
 pub use auto::check;
 pub use runner::{abort, compact};
 
-use crate::compaction::prepare::NothingToCompact;
+use crate::compaction::prepare::{NothingToCompact, NothingToCompactDetail};
 use crate::rpc::errors::{ErrorKind, RpcError};
 
 /// Why a compaction produced no entry.
 #[derive(Debug, Clone)]
 enum CompactionFailure {
-    Nothing(NothingToCompact),
+    /// Pi's refusal, and (beyond Pi) why, in numbers, and what to change.
+    Nothing(NothingToCompact, Box<NothingToCompactDetail>),
     Cancelled,
     Error(ErrorKind, String),
 }
@@ -42,7 +43,7 @@ enum CompactionFailure {
 impl CompactionFailure {
     fn message(&self) -> String {
         match self {
-            CompactionFailure::Nothing(n) => n.message().to_owned(),
+            CompactionFailure::Nothing(n, _) => n.message().to_owned(),
             CompactionFailure::Cancelled => crate::compactor::CANCELLED.to_owned(),
             CompactionFailure::Error(_, m) => m.clone(),
         }
@@ -52,18 +53,13 @@ impl CompactionFailure {
     fn is_refusal(&self) -> bool {
         matches!(
             self,
-            CompactionFailure::Nothing(_) | CompactionFailure::Cancelled
+            CompactionFailure::Nothing(..) | CompactionFailure::Cancelled
         )
     }
 
     fn to_rpc(&self) -> RpcError {
         match self {
-            CompactionFailure::Nothing(NothingToCompact::AlreadyCompacted) => {
-                RpcError::new(ErrorKind::AlreadyCompacted, self.message())
-            }
-            CompactionFailure::Nothing(NothingToCompact::TooSmall) => {
-                RpcError::new(ErrorKind::NothingToCompact, self.message())
-            }
+            CompactionFailure::Nothing(n, detail) => RpcError::nothing_to_compact(*n, detail),
             CompactionFailure::Cancelled => RpcError::new(ErrorKind::Cancelled, self.message()),
             CompactionFailure::Error(kind, m) => RpcError::new(*kind, m.clone()),
         }

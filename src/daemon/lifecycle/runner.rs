@@ -21,7 +21,9 @@ use super::hooks::{self, Question, Verdict};
 use super::speculation::{self, DiscardReason};
 use super::CompactionFailure;
 use crate::accounting::Cost;
-use crate::compaction::prepare::{prepare_branch, NothingToCompact, Preparation};
+use crate::compaction::prepare::{
+    prepare_branch, NothingToCompact, NothingToCompactDetail, Preparation,
+};
 use crate::compaction::summary::CompactionOutcome;
 use crate::compactor::{generate, CompactError, Meter, SummaryEngine};
 use crate::rpc::errors::{ErrorKind, RpcError};
@@ -34,7 +36,8 @@ use crate::session::Entry;
 /// copied and the lock is released before any summarizing.
 pub(super) struct Snapshot {
     pub path: Vec<Arc<Entry>>,
-    pub prep: Result<Preparation, NothingToCompact>,
+    /// The preparation, or Pi's refusal with (beyond Pi) its explanation.
+    pub prep: Result<Preparation, (NothingToCompact, Box<NothingToCompactDetail>)>,
     pub thinking_level: String,
     pub leaf_id: Option<String>,
 }
@@ -42,7 +45,10 @@ pub(super) struct Snapshot {
 pub(super) fn snapshot(session: &Session, settings: &EffectiveSettings) -> Snapshot {
     let state = session.state.lock();
     let view = state.view();
-    let prep = prepare_branch(&view, &state.index, &settings.compaction);
+    let prep = prepare_branch(&view, &state.index, &settings.compaction).map_err(|n| {
+        let detail = n.detail(&view, &state.index, &settings.compaction);
+        (n, Box::new(detail))
+    });
     Snapshot {
         path: state.branch.iter().map(|&i| state.tree.shared(i)).collect(),
         prep,
@@ -55,16 +61,25 @@ pub(super) fn snapshot(session: &Session, settings: &EffectiveSettings) -> Snaps
 /// hooks) without compactd's `## Pinned` section, which compactd puts back itself afterwards, so
 /// the model never sees or rewrites the pins.
 pub(super) fn prepare(snap: &Snapshot) -> Result<Preparation, CompactionFailure> {
-    let mut prep = snap.prep.clone().map_err(CompactionFailure::Nothing)?;
+    let mut prep = snap
+        .prep
+        .clone()
+        .map_err(|(n, detail)| CompactionFailure::Nothing(n, detail))?;
     strip_pins(&mut prep);
     Ok(prep)
 }
 
-/// Takes compactd's `## Pinned` section out of a preparation's previous summary.
+/// Takes compactd's own additions out of a preparation's previous summary: the `## Pinned`
+/// section and the recall footer, which compactd puts back itself afterwards, so the model
+/// never sees or rewrites them and footers never pile up.
 pub(super) fn strip_pins(prep: &mut Preparation) {
     if let Some(prev) = prep.plan.previous_summary.as_mut() {
         if prev.contains(super::super::pins::HEADING) {
             *prev = super::super::pins::strip_section(prev);
+        }
+        let body = crate::compaction::recall::strip_recall_footer(prev);
+        if body.len() != prev.len() {
+            *prev = body.to_owned();
         }
     }
 }
@@ -315,6 +330,7 @@ impl Run<'_> {
                 prep: &prep,
                 anchor: Anchor::Leaf(snap.leaf_id.as_deref()),
                 file_list_limit: self.settings.file_list_limit,
+                recall_footer: self.settings.recall_footer,
                 write: self.job.write,
             },
         )?;
@@ -392,6 +408,7 @@ impl Run<'_> {
                     previous: ready.previous_compaction.as_deref(),
                 },
                 file_list_limit: self.settings.file_list_limit,
+                recall_footer: self.settings.recall_footer,
                 write: self.job.write,
             },
         )?;
