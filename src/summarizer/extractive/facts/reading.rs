@@ -1,0 +1,268 @@
+//! The one chronological pass over the messages: user texts classified, tool calls and
+//! commands read into actions, their results matched to them.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::super::text::*;
+use super::*;
+
+impl Analysis {
+    pub(in super::super) fn of(messages: &[Value]) -> Self {
+        let mut a = Analysis {
+            n: messages.len(),
+            user_texts: Vec::new(),
+            assistant_texts: Vec::new(),
+            actions: Vec::new(),
+            last_ok_assistant: None,
+            aborted_last: None,
+            notes: Vec::new(),
+            requests: Vec::new(),
+            boilerplate: Vec::new(),
+            last_ack: None,
+            todos: None,
+            todo_lists: Vec::new(),
+            slash_commands: Vec::new(),
+            embedded_summaries: Vec::new(),
+        };
+        // toolCallId → index into `actions`; ids may repeat, the latest call wins.
+        let mut by_id: BTreeMap<String, usize> = BTreeMap::new();
+        for (idx, m) in messages.iter().enumerate() {
+            match str_field(m, "role") {
+                Some("user") => {
+                    let text = content_text(m.get("content"), "");
+                    if !text.trim().is_empty() {
+                        a.user_texts.push((idx, text.trim().to_string()));
+                    }
+                }
+                Some("assistant") => a.read_assistant(idx, m, &mut by_id),
+                Some("toolResult") => a.read_tool_result(idx, m, &by_id),
+                Some("bashExecution") => {
+                    if truthy(m.get("excludeFromContext")) {
+                        continue;
+                    }
+                    let command = str_field(m, "command").unwrap_or("").to_string();
+                    let output = str_field(m, "output").unwrap_or("");
+                    let exit = m.get("exitCode").and_then(Value::as_f64);
+                    let outcome = if truthy(m.get("cancelled")) {
+                        Outcome::Cancelled
+                    } else {
+                        match exit {
+                            Some(c) if c != 0.0 => Outcome::Fail {
+                                code: Some(c as i64),
+                                text: clip_tail(output, 4000),
+                            },
+                            _ => Outcome::Ok {
+                                exit: exit.map(|c| c as i64),
+                            },
+                        }
+                    };
+                    a.actions.push(Action {
+                        idx,
+                        kind: ActionKind::Command(command),
+                        outcome: Some(outcome),
+                        done_idx: idx,
+                        result: None,
+                    });
+                }
+                Some("custom") => {
+                    let text = content_text(m.get("content"), "");
+                    if !text.trim().is_empty() {
+                        let label = str_field(m, "customType").unwrap_or("custom").to_string();
+                        let text = text.trim().to_string();
+                        // Injected prompts are often re-sent verbatim: state each once.
+                        match a.notes.iter_mut().find(|n| n.2 == text) {
+                            Some(n) => n.3 += 1,
+                            None => a.notes.push((idx, clip_head(&label, 60), text, 1)),
+                        }
+                    }
+                }
+                Some("branchSummary") | Some("compactionSummary") => {
+                    let label = if str_field(m, "role") == Some("branchSummary") {
+                        "Summary of an abandoned branch"
+                    } else {
+                        "Earlier summary"
+                    };
+                    if let Some(s) = str_field(m, "summary") {
+                        if !s.trim().is_empty() {
+                            a.embedded_summaries.push((idx, label, s.to_string()));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        a.classify_user_texts();
+        a
+    }
+
+    /// Splits the user texts into requests, acknowledgements and boilerplate. Boilerplate is a
+    /// text the session repeats verbatim, or one whose first line is a bare slash command
+    /// (`/new`) followed by injected instructions.
+    fn classify_user_texts(&mut self) {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, t) in &self.user_texts {
+            *counts.entry(t.as_str()).or_default() += 1;
+        }
+        let mut boilerplate: Vec<(usize, String, usize)> = Vec::new();
+        let mut requests = Vec::new();
+        let mut slash_commands = Vec::new();
+        for (idx, text) in &self.user_texts {
+            if is_slash_command(text) {
+                slash_commands.push((*idx, text.clone()));
+                continue;
+            }
+            let repeated = counts.get(text.as_str()).copied().unwrap_or(0);
+            let first = text.lines().next().unwrap_or("").trim();
+            let slash = text.lines().count() > 1
+                && first.starts_with('/')
+                && first.len() > 1
+                && !first.contains(char::is_whitespace);
+            // A long text repeated is boilerplate; a short repeated one ("fix it") is not.
+            if (repeated > 1 && text.chars().count() >= 40) || slash {
+                if !boilerplate.iter().any(|b| b.1 == *text) {
+                    boilerplate.push((*idx, text.clone(), repeated));
+                }
+            } else if !is_acknowledgement(text) {
+                requests.push((*idx, text.clone()));
+            }
+        }
+        self.last_ack = self
+            .user_texts
+            .iter()
+            .rev()
+            .find(|(_, t)| !is_slash_command(t))
+            .filter(|(_, t)| is_acknowledgement(t))
+            .cloned();
+        self.slash_commands = slash_commands;
+        self.requests = requests;
+        self.boilerplate = boilerplate;
+    }
+
+    pub(in super::super) fn read_assistant(
+        &mut self,
+        idx: usize,
+        m: &Value,
+        by_id: &mut BTreeMap<String, usize>,
+    ) {
+        let text = content_text(m.get("content"), "\n");
+        if !text.trim().is_empty() {
+            self.assistant_texts.push((idx, text.trim().to_string()));
+        }
+        if let Some(Value::Array(blocks)) = m.get("content") {
+            for b in blocks
+                .iter()
+                .filter(|b| str_field(b, "type") == Some("toolCall"))
+            {
+                let name = str_field(b, "name").unwrap_or("unknown").to_string();
+                let args = b.get("arguments");
+                if let Some(list) = todo_list(args) {
+                    self.todos = Some((idx, list.clone()));
+                    self.todo_lists.push((idx, list));
+                }
+                let kind = classify_call(&name, args);
+                if let Some(id) = str_field(b, "id") {
+                    by_id.insert(id.to_string(), self.actions.len());
+                }
+                self.actions.push(Action {
+                    idx,
+                    kind,
+                    outcome: None,
+                    done_idx: idx,
+                    result: None,
+                });
+            }
+        }
+        match str_field(m, "stopReason") {
+            Some("error") => {
+                let msg = str_field(m, "errorMessage").unwrap_or("unknown error");
+                self.actions.push(Action {
+                    idx,
+                    kind: ActionKind::AssistantError,
+                    outcome: Some(Outcome::Fail {
+                        code: None,
+                        text: msg.to_string(),
+                    }),
+                    done_idx: idx,
+                    result: None,
+                });
+                self.aborted_last = None;
+            }
+            Some("aborted") => {
+                let msg = str_field(m, "errorMessage").unwrap_or("").to_string();
+                self.aborted_last = Some((idx, msg));
+            }
+            _ => {
+                self.last_ok_assistant = Some(idx);
+                self.aborted_last = None;
+            }
+        }
+    }
+
+    pub(in super::super) fn read_tool_result(
+        &mut self,
+        idx: usize,
+        m: &Value,
+        by_id: &BTreeMap<String, usize>,
+    ) {
+        let text = content_text(m.get("content"), "");
+        let outcome = if truthy(m.get("isError")) {
+            let code = EXIT_CODE_RE
+                .captures(&text)
+                .and_then(|c| c.get(1))
+                .and_then(|c| c.as_str().parse::<i64>().ok());
+            Outcome::Fail {
+                code,
+                text: clip_head(&text, 4000),
+            }
+        } else {
+            Outcome::Ok { exit: None }
+        };
+        let slot = str_field(m, "toolCallId")
+            .and_then(|id| by_id.get(id))
+            .copied()
+            .filter(|&i| self.actions.get(i).is_some_and(|a| a.outcome.is_none()));
+        match slot.and_then(|i| self.actions.get_mut(i)) {
+            Some(action) => {
+                action.outcome = Some(outcome);
+                action.done_idx = idx;
+                // What a generic tool returned (an id, a URL, a count) says what it did.
+                if matches!(action.kind, ActionKind::Tool(..)) && !truthy(m.get("isError")) {
+                    action.result = text
+                        .lines()
+                        .map(str::trim)
+                        .find(|l| !l.is_empty())
+                        .map(|l| clip_head(l, 80));
+                }
+            }
+            None => {
+                let name = str_field(m, "toolName").unwrap_or("unknown").to_string();
+                self.actions.push(Action {
+                    idx,
+                    kind: ActionKind::Tool(name, None),
+                    outcome: Some(outcome),
+                    done_idx: idx,
+                    result: None,
+                });
+            }
+        }
+    }
+}
+
+/// A todo list written by a tool (`todos: [{content, status}]`, as several harnesses do).
+pub(in super::super) fn todo_list(args: Option<&Value>) -> Option<Vec<(String, String)>> {
+    let items = args?.get("todos")?.as_array()?;
+    let list: Vec<(String, String)> = items
+        .iter()
+        .filter_map(|t| {
+            let content = ["content", "text", "title", "task"]
+                .iter()
+                .find_map(|k| t.get(*k).and_then(Value::as_str))?;
+            let status = t.get("status").and_then(Value::as_str).unwrap_or("pending");
+            Some((content.trim().to_string(), status.trim().to_string()))
+        })
+        .filter(|(c, _)| !c.is_empty())
+        .collect();
+    (!list.is_empty()).then_some(list)
+}
