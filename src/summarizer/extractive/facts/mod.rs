@@ -151,8 +151,11 @@ pub(super) fn str_field<'v>(v: &'v Value, key: &str) -> Option<&'v str> {
     v.get(key).and_then(Value::as_str)
 }
 
-/// The text of a `content` field: a string, or its `text` blocks joined with `sep`.
-pub(super) fn content_text(content: Option<&Value>, sep: &str) -> String {
+/// The text of a `content` field as the extractive summarizer reads it: a string, or the string
+/// `text` of its text blocks joined with `sep`. Unlike Pi's serializer
+/// (`compaction::serialize::content_text`, which coerces a non-string `text` as JavaScript's
+/// join does), a block whose `text` is not a string is skipped: it is no prose to quote.
+pub(super) fn string_text(content: Option<&Value>, sep: &str) -> String {
     match content {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(blocks)) => blocks

@@ -31,7 +31,7 @@ impl Analysis {
         for (idx, m) in messages.iter().enumerate() {
             match str_field(m, "role") {
                 Some("user") => {
-                    let text = content_text(m.get("content"), "");
+                    let text = string_text(m.get("content"), "");
                     if !text.trim().is_empty() {
                         a.user_texts.push((idx, text.trim().to_string()));
                     }
@@ -67,7 +67,7 @@ impl Analysis {
                     });
                 }
                 Some("custom") => {
-                    let text = content_text(m.get("content"), "");
+                    let text = string_text(m.get("content"), "");
                     if !text.trim().is_empty() {
                         let label = str_field(m, "customType").unwrap_or("custom").to_string();
                         let text = text.trim().to_string();
@@ -146,7 +146,7 @@ impl Analysis {
         m: &Value,
         by_id: &mut BTreeMap<String, usize>,
     ) {
-        let text = content_text(m.get("content"), "\n");
+        let text = string_text(m.get("content"), "\n");
         if !text.trim().is_empty() {
             self.assistant_texts.push((idx, text.trim().to_string()));
         }
@@ -206,7 +206,7 @@ impl Analysis {
         m: &Value,
         by_id: &BTreeMap<String, usize>,
     ) {
-        let text = content_text(m.get("content"), "");
+        let text = string_text(m.get("content"), "");
         let outcome = if truthy(m.get("isError")) {
             let code = EXIT_CODE_RE
                 .captures(&text)
