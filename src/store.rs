@@ -15,6 +15,13 @@ use std::path::{Path, PathBuf};
 use crate::json::stringify;
 use crate::session::{read_session_bytes, ReadOutcome, SessionTree};
 
+mod backend;
+// pub mod postgres;
+mod session_file;
+
+pub use backend::SessionStorage;
+pub use session_file::SessionFile;
+
 /// Errors of the storage shell, with Pi's message where Pi has one.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -36,6 +43,19 @@ pub enum StoreError {
         "Session file is being written by another process (its last line is still growing): {0}"
     )]
     Busy(PathBuf),
+    /// The file was replaced or truncated behind compactd's back: nothing is written to it
+    /// until the session is reopened.
+    #[error("Session file was replaced or truncated by another process; reopen the session: {0}")]
+    Changed(PathBuf),
+    /// Another writer extended the session's head first (a shared store): catch up, retry.
+    #[error("Another writer appended to the session first: {0}")]
+    Conflict(PathBuf),
+    /// The database holding the sessions cannot be reached.
+    #[error("Session store unavailable: {0}")]
+    Unavailable(String),
+    /// A stored session that does not exist.
+    #[error("Stored session not found: {0}")]
+    NoSuchStored(String),
     #[error("I/O error on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -44,7 +64,7 @@ pub enum StoreError {
     },
 }
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io {
         path: path.to_owned(),
         source,

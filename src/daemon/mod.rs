@@ -116,6 +116,25 @@ pub struct Daemon {
     pub shutdown: CancellationToken,
 }
 
+/// The shared lock convention: `flock` on the session file itself (proto-docs/storage.md),
+/// taken before the file is read, so a file another compactd process holds is refused before
+/// anything is done with it. `None` for a file that does not exist yet: it is locked when it is
+/// created.
+pub fn lock_session_file(path: &Path) -> Result<Option<std::fs::File>, RpcError> {
+    match crate::store::try_lock(path) {
+        Ok(Some(f)) => Ok(Some(f)),
+        Ok(None) => Err(RpcError::new(
+            ErrorKind::Locked,
+            format!(
+                "Session file is locked by another compactd process: {}",
+                path.display()
+            ),
+        )),
+        Err(crate::store::StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(session::store_error(e)),
+    }
+}
+
 /// Canonical form of a path whose file may not exist yet (the parent must resolve).
 pub fn canonical_path(path: &Path) -> PathBuf {
     if let Ok(c) = std::fs::canonicalize(path) {
@@ -352,33 +371,15 @@ impl Daemon {
         result
     }
 
-    /// Locks the file, makes the state and registers the new session.
+    /// Makes the state (a file session takes its lock first: [`lock_session_file`]) and
+    /// registers the new session.
     fn insert_new(
         &self,
         path: &Path,
         conn: &Connection,
         make: impl FnOnce() -> Result<SessionState, RpcError>,
     ) -> Result<(Arc<Session>, bool), RpcError> {
-        // The shared lock convention: `flock` on the session file itself (proto-docs/storage.md).
-        // A file that does not exist yet is locked when it is created.
-        let lock = match crate::store::try_lock(path) {
-            Ok(Some(f)) => Some(f),
-            Ok(None) => {
-                return Err(RpcError::new(
-                    ErrorKind::Locked,
-                    format!(
-                        "Session file is locked by another compactd process: {}",
-                        path.display()
-                    ),
-                ))
-            }
-            Err(crate::store::StoreError::NotFound(_)) => None,
-            Err(e) => return Err(session::store_error(e)),
-        };
-        let mut state = make()?;
-        if state.lock.is_none() {
-            state.lock = lock;
-        }
+        let state = make()?;
         let mut reg = self.registry.lock();
         let id = format!("s{}", self.next_session.fetch_add(1, Ordering::SeqCst));
         let session = Arc::new(Session {

@@ -7,9 +7,7 @@
 //! takes handles on what it needs and comes back to append). The branch and its index are
 //! rebuilt only when the leaf moves elsewhere than a child of the old leaf.
 
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::path::PathBuf;
+use std::path::Path;
 
 use serde_json::{Map, Value};
 
@@ -22,12 +20,14 @@ use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::types::Model;
 use crate::session::entry::StopReason;
 use crate::session::{ids, BranchView, Entry, EntryKind, Role, SessionTree};
-use crate::store::{self, StoreError};
+use crate::store::{SessionStorage, StoreError};
 
 /// A session's in-memory state.
 #[derive(Debug)]
 pub struct SessionState {
-    pub path: PathBuf,
+    /// Where the session's lines live (a file, or a shared database): every read and write of
+    /// them goes through it.
+    pub storage: Box<dyn SessionStorage>,
     pub tree: SessionTree,
     /// Entry indices of the current branch, root→leaf (Pi's `getBranch()`), kept current.
     pub branch: Vec<usize>,
@@ -50,35 +50,26 @@ pub struct SessionState {
     pub thrash: super::thrash::Breaker,
     /// Per-session compaction settings overrides (`setSettingsOverrides`).
     pub overrides: Option<Value>,
-    /// What compactd last read or wrote of the file (`None` until it exists).
-    pub stamp: Option<store::FileStamp>,
-    /// The file was replaced or truncated behind compactd's back: writes are refused until the
-    /// session is reopened.
-    pub file_changed: bool,
-    /// Storage limits and durability for this session's file.
-    pub limits: store::Limits,
-    /// The advisory lock compactd processes share on the file (proto-docs/storage.md).
-    pub lock: Option<std::fs::File>,
     /// How many times another writer's lines moved the leaf off the branch (a fork): a
     /// speculation that no longer applies can then say why.
     pub foreign_moves: u64,
 }
 
-fn io_error(e: impl std::fmt::Display) -> RpcError {
-    RpcError::new(ErrorKind::Io, e.to_string())
-}
+/// How many times in a row an append may find the head extended by another writer before it
+/// gives up (a shared store under heavy contention).
+const MAX_CONFLICTS: usize = 64;
 
 impl SessionState {
     /// A session over `tree` with nothing derived yet (no branch, context or index).
     fn new(
-        path: PathBuf,
+        storage: Box<dyn SessionStorage>,
         tree: SessionTree,
         model: Option<Model>,
         thinking_level: String,
         persisted: bool,
     ) -> SessionState {
         SessionState {
-            path,
+            storage,
             tree,
             branch: Vec::new(),
             index: BranchIndex::default(),
@@ -91,23 +82,19 @@ impl SessionState {
             model_switch_pending: false,
             thrash: Default::default(),
             overrides: None,
-            stamp: None,
-            file_changed: false,
-            limits: store::Limits::default(),
-            lock: None,
             foreign_moves: 0,
         }
     }
 
     /// A loaded (persisted) session.
     pub fn loaded(
-        path: PathBuf,
+        storage: Box<dyn SessionStorage>,
         tree: SessionTree,
         model: Option<Model>,
         default_thinking: &str,
         thinking: Option<String>,
     ) -> SessionState {
-        let mut s = SessionState::new(path, tree, model, String::new(), true);
+        let mut s = SessionState::new(storage, tree, model, String::new(), true);
         s.refresh_branch();
         s.thinking_level = thinking.unwrap_or_else(|| {
             s.path_thinking_level()
@@ -116,22 +103,27 @@ impl SessionState {
         s
     }
 
-    /// A new deferred session (nothing on disk until the first assistant message).
-    pub fn deferred(
-        path: PathBuf,
-        cwd: &str,
-        model: Option<Model>,
-        thinking: String,
-    ) -> SessionState {
-        let header = serde_json::json!({
+    /// A new session header (version 3, a fresh id, now, `cwd`), in Pi's key order.
+    pub fn new_header(cwd: &str) -> Value {
+        serde_json::json!({
             "type": "session",
             "version": 3,
             "id": ids::new_session_id(),
             "timestamp": ids::iso_timestamp(ids::now_ms()),
             "cwd": cwd,
-        });
+        })
+    }
+
+    /// A new deferred session under `header` (nothing stored until the first assistant
+    /// message).
+    pub fn deferred(
+        storage: Box<dyn SessionStorage>,
+        header: Value,
+        model: Option<Model>,
+        thinking: String,
+    ) -> SessionState {
         SessionState::new(
-            path,
+            storage,
             SessionTree::new(header, Vec::new()),
             model,
             thinking,
@@ -139,7 +131,6 @@ impl SessionState {
         )
     }
 
-    /// The current branch as a path the pure algorithms read.
     pub fn view(&self) -> BranchView<'_> {
         BranchView {
             tree: &self.tree,
@@ -228,86 +219,32 @@ impl SessionState {
         true
     }
 
-    /// Reads the file anew after it was replaced or truncated (a client reopened the session):
+    /// Where the session lives: its file's path, or `postgres:<header id>`.
+    pub fn path(&self) -> &Path {
+        self.storage.location()
+    }
+
+    /// Reads the session anew after its file was replaced or truncated (a client reopened it):
     /// model, thinking level and overrides are kept.
-    pub fn reload(&mut self) -> Result<(), store::StoreError> {
-        let (tree, _report, stamp) = store::load_with(&self.path, true, &self.limits)?;
-        self.tree = tree;
-        self.stamp = Some(stamp);
-        self.file_changed = false;
-        self.lock = store::try_lock(&self.path)?;
+    pub fn reload(&mut self) -> Result<(), StoreError> {
+        self.tree = self.storage.reload()?;
         self.refresh_branch();
-        tracing::info!(path = %self.path.display(), "session file was replaced; reloaded");
+        tracing::info!(path = %self.path().display(), "session file was replaced; reloaded");
         Ok(())
     }
 
-    /// Brings the tree up to date with the file before a write (and when a client reopens the
-    /// session): complete lines another writer appended are indexed, so the next entry's parent
-    /// is the file's true last entry. A partial last line may still be growing: it is waited for
-    /// and repaired (Pi's newline repair) only once it has stayed unchanged for
-    /// [`store::TORN_LINE_SETTLE`]; one still growing after a second refuses the write
-    /// (`file_busy`). A file replaced or truncated behind compactd's back refuses every write
-    /// (`file_changed`) until the session is reopened: nothing is ever written under a parent
-    /// the file no longer has.
+    /// Brings the tree up to date with the storage before a write (and when a client reopens
+    /// the session): complete lines another writer added are indexed, so the next entry's
+    /// parent is the session's true last entry. The storage decides what may not be written
+    /// (a file replaced behind compactd's back is `file_changed`, a partial line still growing
+    /// `file_busy`): nothing is ever written under a parent the session no longer has.
     pub fn sync_with_file(&mut self) -> Result<(), RpcError> {
-        let Some(mut stamp) = self.stamp else {
-            return Ok(());
-        };
-        if self.file_changed {
-            return Err(self.changed_error());
+        let mut lines = Vec::new();
+        let caught_up = self.storage.catch_up(&mut lines);
+        if !lines.is_empty() {
+            self.ingest(&lines);
         }
-        let mut last_partial: Option<usize> = None;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-        loop {
-            let tail = crate::cpu::blocking(|| store::read_tail(&self.path, &stamp, &self.limits))
-                .map_err(store_error)?;
-            let bytes = match tail {
-                store::Tail::Unchanged => return Ok(()),
-                store::Tail::Replaced | store::Tail::Truncated => {
-                    self.file_changed = true;
-                    return Err(self.changed_error());
-                }
-                store::Tail::Grown(b) => b,
-            };
-            let complete = memchr::memrchr(b'\n', &bytes).map_or(0, |i| i + 1);
-            if complete > 0 {
-                self.ingest(&bytes[..complete]);
-                stamp.len += complete as u64;
-                self.stamp = Some(stamp);
-                last_partial = None;
-            }
-            let partial = bytes.len() - complete;
-            if partial == 0 {
-                return Ok(());
-            }
-            if last_partial == Some(partial) {
-                // Unchanged for the settle interval: a torn line, repaired as Pi repairs it
-                // (it then reads as one malformed line, which is skipped).
-                let after = store::append_raw(&self.path, b"", false).map_err(io_error)?;
-                stamp.len += partial as u64 + 1;
-                if (after.dev, after.ino, after.len) != (stamp.dev, stamp.ino, stamp.len) {
-                    stamp.len = after.len.min(stamp.len);
-                }
-                self.stamp = Some(stamp);
-                tracing::warn!(path = %self.path.display(), bytes = partial, "repaired a torn last line");
-                return Ok(());
-            }
-            if std::time::Instant::now() > deadline {
-                return Err(store_error(store::StoreError::Busy(self.path.clone())));
-            }
-            last_partial = Some(partial);
-            crate::cpu::blocking(|| std::thread::sleep(store::TORN_LINE_SETTLE));
-        }
-    }
-
-    fn changed_error(&self) -> RpcError {
-        RpcError::new(
-            ErrorKind::FileChanged,
-            format!(
-                "Session file was replaced or truncated by another process; reopen the session: {}",
-                self.path.display()
-            ),
-        )
+        caught_up.map_err(store_error)
     }
 
     /// Adds complete lines another writer appended. Pi's leaf is the last entry of the file, so
@@ -341,7 +278,7 @@ impl SessionState {
             }
         }
         if added > 0 {
-            tracing::info!(path = %self.path.display(), entries = added, "indexed entries written by another process");
+            tracing::info!(path = %self.path().display(), entries = added, "indexed entries written by another process");
         }
         if !incremental {
             self.foreign_moves += 1;
@@ -379,6 +316,10 @@ impl SessionState {
 
     /// Writes and records one entry under the current leaf. `build` receives the new id, the
     /// parent id and the ISO timestamp and returns the entry object with Pi's key order.
+    ///
+    /// A shared store may report that another daemon extended the head first: the new lines are
+    /// read in and the entry, unchanged but for its `parentId`, is written under the new leaf
+    /// (it follows from what it was built under: the other writer only appended after it).
     pub fn append_with(
         &mut self,
         build: impl FnOnce(&str, Option<&str>, &str) -> Value,
@@ -386,25 +327,37 @@ impl SessionState {
         self.sync_with_file()?;
         let id = self.new_id();
         let parent = self.tree.leaf_id().map(str::to_owned);
-        let entry = build(&id, parent.as_deref(), &ids::iso_timestamp(ids::now_ms()));
-        let e = Entry::from_value(entry);
-        let is_assistant = e.is_message(Role::Assistant);
+        let mut entry = build(&id, parent.as_deref(), &ids::iso_timestamp(ids::now_ms()));
+        let mut e = Entry::from_value(entry.clone());
         if self.persisted {
-            let sync = self.limits.durability.syncs_entry(e.kind);
-            let before = self.stamp.map_or(0, |s| s.len);
-            let after = store::append_raw(&self.path, e.raw(), sync).map_err(io_error)?;
-            // Another writer's line may have landed next to ours; then the next sync reads from
-            // before our line again (our own line is recognised and skipped).
-            let expected = before + e.raw().len() as u64 + 1;
-            self.stamp = Some(store::FileStamp {
-                len: if after.len == expected {
-                    after.len
-                } else {
-                    before
-                },
-                ..after
-            });
-        } else if is_assistant {
+            let mut conflicts = 0;
+            loop {
+                match self.storage.append(e.raw(), e.kind) {
+                    Ok(()) => break,
+                    Err(StoreError::Conflict(_)) if conflicts < MAX_CONFLICTS => {
+                        conflicts += 1;
+                        let before = self.tree.leaf_id().map(str::to_owned);
+                        self.sync_with_file()?;
+                        let leaf = self.tree.leaf_id().map(str::to_owned);
+                        if !self.descends(leaf.as_deref(), before.as_deref()) {
+                            return Err(RpcError::new(
+                                ErrorKind::LeafMoved,
+                                format!(
+                                    "leaf moved: another writer moved it from {} to {}",
+                                    before.as_deref().unwrap_or("null"),
+                                    leaf.as_deref().unwrap_or("null")
+                                ),
+                            ));
+                        }
+                        if let Some(o) = entry.as_object_mut() {
+                            o.insert("parentId".into(), leaf.map_or(Value::Null, Value::from));
+                        }
+                        e = Entry::from_value(entry.clone());
+                    }
+                    Err(err) => return Err(store_error(err)),
+                }
+            }
+        } else if e.is_message(Role::Assistant) {
             self.create_file(Some(&e))?;
         }
         let idx = self.tree.push(e);
@@ -413,33 +366,46 @@ impl SessionState {
         Ok(idx)
     }
 
+    /// Whether entry `id` is `ancestor` or one of its descendants (`None`: the root).
+    fn descends(&self, id: Option<&str>, ancestor: Option<&str>) -> bool {
+        let Some(ancestor) = ancestor else {
+            return true;
+        };
+        let mut at = id.and_then(|i| self.tree.index_of(i));
+        while let Some(i) = at {
+            let e = self.tree.entry(i);
+            if e.id.as_deref() == Some(ancestor) {
+                return true;
+            }
+            at = e.parent_id.as_deref().and_then(|p| self.tree.index_of(p));
+        }
+        false
+    }
+
     /// Pi's deferred first write: header + every entry so far (+ `extra`), exclusive create.
     fn create_file(&mut self, extra: Option<&Entry>) -> Result<(), RpcError> {
-        let mut text = stringify(&self.tree.header).into_bytes();
-        text.push(b'\n');
-        for e in self.tree.entries().iter().map(|e| &**e).chain(extra) {
-            text.extend_from_slice(e.raw());
-            text.push(b'\n');
-        }
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(io_error)?;
-        }
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&self.path)
-            .map_err(|e| io_error(format!("cannot create {}: {e}", self.path.display())))?;
-        f.write_all(&text).map_err(io_error)?;
-        f.flush().map_err(io_error)?;
-        if self.limits.durability.syncs_new_file() {
-            f.sync_all().map_err(io_error)?;
-        }
+        let header = stringify(&self.tree.header);
+        let entries: Vec<&[u8]> = self
+            .tree
+            .entries()
+            .iter()
+            .map(|e| e.raw())
+            .chain(extra.map(Entry::raw))
+            .collect();
+        self.storage
+            .create(header.as_bytes(), &entries)
+            .map_err(store_error)?;
         self.persisted = true;
-        self.stamp = Some(store::FileStamp {
-            len: text.len() as u64,
-            ..store::FileStamp::of_file(&f).map_err(io_error)?
-        });
-        self.lock = store::try_lock(&self.path).map_err(io_error)?;
+        Ok(())
+    }
+
+    /// Writes a new session at once, header and entries so far (a shared store: its sessions
+    /// are addressed by header id from the moment they are created, so other daemons can open
+    /// them before the first reply).
+    pub fn persist_now(&mut self) -> Result<(), RpcError> {
+        if !self.persisted {
+            self.create_file(None)?;
+        }
         Ok(())
     }
 
@@ -538,6 +504,10 @@ pub fn store_error(e: StoreError) -> RpcError {
         StoreError::NotRegular { .. } => RpcError::new(ErrorKind::NotRegularFile, e.to_string()),
         StoreError::TooLarge { .. } => RpcError::new(ErrorKind::TooLarge, e.to_string()),
         StoreError::Busy(_) => RpcError::new(ErrorKind::FileBusy, e.to_string()),
+        StoreError::Changed(_) => RpcError::new(ErrorKind::FileChanged, e.to_string()),
+        StoreError::Conflict(_) => RpcError::new(ErrorKind::LeafMoved, e.to_string()),
+        StoreError::Unavailable(_) => RpcError::new(ErrorKind::StorageUnavailable, e.to_string()),
+        StoreError::NoSuchStored(_) => RpcError::new(ErrorKind::NotFound, e.to_string()),
         StoreError::Empty(_) | StoreError::Io { .. } => RpcError::new(ErrorKind::Io, e.to_string()),
     }
 }

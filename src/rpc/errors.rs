@@ -55,6 +55,7 @@ kinds! {
     FileChanged = (-32023, "file_changed"),
     FileBusy = (-32024, "file_busy"),
     Io = (-32030, "io"),
+    StorageUnavailable = (-32031, "storage_unavailable"),
     Overloaded = (-32040, "overloaded"),
 }
 

@@ -50,6 +50,7 @@ fn example_message(kind: ErrorKind) -> &'static str {
         FileChanged => "Session file was replaced or truncated by another process; reopen the session: <path>",
         FileBusy => "Session file is being written by another process (its last line is still growing): <path>",
         Io => "<io error>",
+        StorageUnavailable => "Session store unavailable: <database error>",
         RequestCancelled => "Request cancelled",
         Overloaded => "Too many requests in flight on this connection (limit <n>); …",
     }

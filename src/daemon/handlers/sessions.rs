@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::super::lifecycle::speculation::{self, DiscardReason};
 use super::super::session::{model_change_entry, simple_entry, store_error, SessionState};
 use super::super::settings::{agent_dir, effective};
-use super::super::{canonical_path, Daemon, Session};
+use super::super::{canonical_path, lock_session_file, Daemon, Session};
 use super::Ctx;
 use crate::compaction::tokens;
 use crate::rpc::errors::{ErrorKind, RpcError};
@@ -17,7 +17,7 @@ use crate::rpc::results::*;
 use crate::rpc::types::*;
 use crate::rpc::PROTOCOL_VERSION;
 use crate::session::ids;
-use crate::store::{self, StoreError};
+use crate::store::{self, SessionFile, StoreError};
 use crate::summarizer::RetrySettings;
 
 fn absolute(p: &str, what: &str) -> Result<PathBuf, RpcError> {
@@ -205,6 +205,7 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcE
     check_allowed(ctx, &path)?;
     let limits = ctx.daemon.config.storage.limits();
     let (session, created) = ctx.daemon.open_or_insert(&path, &ctx.conn, || {
+        let lock = lock_session_file(&path)?;
         match store::load_with(&path, true, &limits) {
             Ok((tree, report, stamp)) => {
                 if report.skipped_lines > 0 {
@@ -213,21 +214,17 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcE
                 if let Some(b) = &report.backup {
                     tracing::info!(path = %path.display(), backup = %b.display(), "migrated to v3; original kept");
                 }
+                // A migration's rewrite made a new inode: the lock must be on it.
+                let lock = if report.migrated { store::try_lock(&path).map_err(store_error)? } else { lock };
+                let file = SessionFile::opened(path.clone(), limits, stamp, lock);
                 let dt = default_thinking(tree.header.get("cwd").and_then(Value::as_str));
-                let mut state = SessionState::loaded(path.clone(), tree, p.model.clone(), &dt, p.thinking_level.clone());
-                state.stamp = Some(stamp);
-                state.limits = limits;
-                if report.migrated {
-                    // The rewrite made a new inode: the lock must be on it.
-                    state.lock = store::try_lock(&path).map_err(store_error)?;
-                }
-                Ok(state)
+                Ok(SessionState::loaded(Box::new(file), tree, p.model.clone(), &dt, p.thinking_level.clone()))
             }
             Err(StoreError::NotFound(_)) if p.create => {
                 let cwd = p.cwd.clone().ok_or_else(|| RpcError::invalid_params("create needs cwd"))?;
                 let thinking = p.thinking_level.clone().unwrap_or_else(|| default_thinking(Some(&cwd)));
-                let mut state = SessionState::deferred(path.clone(), &cwd, p.model.clone(), thinking.clone());
-                state.limits = limits;
+                let file = SessionFile::new(path.clone(), limits);
+                let mut state = SessionState::deferred(Box::new(file), SessionState::new_header(&cwd), p.model.clone(), thinking.clone());
                 seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
                 Ok(state)
             }
@@ -235,15 +232,14 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcE
                 // Pi initialises an existing 0-byte file with a fresh header.
                 let cwd = p.cwd.clone().unwrap_or_else(|| path.parent().map_or("/".into(), |d| d.to_string_lossy().into_owned()));
                 let thinking = p.thinking_level.clone().unwrap_or_else(|| default_thinking(Some(&cwd)));
-                let mut state = SessionState::deferred(path.clone(), &cwd, p.model.clone(), thinking);
-                state.limits = limits;
+                let header = SessionState::new_header(&cwd);
                 // Appended, not renamed over, so the file (and its lock) stays the same inode.
-                let header = crate::json::stringify(&state.tree.header);
-                let stamp = store::append_raw(&path, header.as_bytes(), limits.durability.syncs_new_file())
+                let line = crate::json::stringify(&header);
+                let stamp = store::append_raw(&path, line.as_bytes(), limits.durability.syncs_new_file())
                     .map_err(store_error)?;
-                state.stamp = Some(stamp);
-                state.persisted = true;
-                Ok(state)
+                let file = SessionFile::opened(path.clone(), limits, stamp, lock);
+                let tree = crate::session::SessionTree::new(header, Vec::new());
+                Ok(SessionState::loaded(Box::new(file), tree, p.model.clone(), &thinking, Some(thinking.clone())))
             }
             Err(e) => Err(store_error(e)),
         }
@@ -305,22 +301,20 @@ pub fn create_session(ctx: &Ctx, p: CreateSessionParams) -> Result<SessionInfo, 
         .thinking_level
         .clone()
         .unwrap_or_else(|| default_thinking(Some(&p.cwd)));
-    let mut state =
-        SessionState::deferred(PathBuf::new(), &p.cwd, p.model.clone(), thinking.clone());
-    let header = |key: &str| {
-        state
-            .tree
-            .header
+    let header = SessionState::new_header(&p.cwd);
+    let field = |key: &str| {
+        header
             .get(key)
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_owned()
     };
-    let (header_id, ts) = (header("id"), header("timestamp").replace([':', '.'], "-"));
+    let (header_id, ts) = (field("id"), field("timestamp").replace([':', '.'], "-"));
     let path = canonical_path(&dir.join(format!("{ts}_{header_id}.jsonl")));
     check_allowed(ctx, &path)?;
-    state.limits = ctx.daemon.config.storage.limits();
-    state.path = path.clone();
+    let file = SessionFile::new(path.clone(), ctx.daemon.config.storage.limits());
+    let mut state =
+        SessionState::deferred(Box::new(file), header, p.model.clone(), thinking.clone());
     seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
     let (session, _) = ctx.daemon.open_or_insert(&path, &ctx.conn, || Ok(state))?;
     Ok(info(&ctx.daemon, &session))

@@ -96,15 +96,14 @@ mod tests {
             .open_or_insert(&path, &conn, || {
                 let (tree, _, stamp) = crate::store::load_with(&path, true, &limits)
                     .map_err(super::super::session::store_error)?;
-                let mut state = super::super::session::SessionState::loaded(
-                    path.clone(),
+                let file = crate::store::SessionFile::opened(path.clone(), limits, stamp, None);
+                Ok(super::super::session::SessionState::loaded(
+                    Box::new(file),
                     tree,
                     None,
                     "off",
                     None,
-                );
-                state.stamp = Some(stamp);
-                Ok(state)
+                ))
             })
             .expect("open");
         let mut engines = Vec::new();

@@ -1,0 +1,37 @@
+//! The one interface the daemon reads and writes a session through, whatever holds its lines:
+//! a file ([`super::SessionFile`]) or a PostgreSQL database (`super::postgres`).
+//!
+//! The daemon keeps the parsed tree in memory and asks its storage for three things only: the
+//! complete lines other writers added since it last looked, one more line after the head it
+//! knows, and the first write of a deferred session. Everything else (Pi's tree, the branch,
+//! the context) stays in the pure core, so both backends behave the same by construction.
+
+use std::path::Path;
+
+use super::StoreError;
+use crate::session::{EntryKind, SessionTree};
+
+/// A session's lines, wherever they live. Every method may block (disk, network): the daemon
+/// calls them through `cpu::blocking`, so an async worker hands its other tasks on meanwhile.
+pub trait SessionStorage: Send + std::fmt::Debug {
+    /// Where the session lives, for logs, errors and the registry: the file's path, or
+    /// `postgres:<header id>` for a stored session.
+    fn location(&self) -> &Path;
+
+    /// Appends to `into` the complete lines (each ending in `\n`) that other writers added
+    /// since the last call, in order. Lines already put in `into` stay there even when an
+    /// error follows, so the caller can index them.
+    fn catch_up(&mut self, into: &mut Vec<u8>) -> Result<(), StoreError>;
+
+    /// Writes `line` (one entry, no newline) as the next line after the head this storage last
+    /// saw. [`StoreError::Conflict`] when another writer extended the head first: catch up and
+    /// retry under the new head.
+    fn append(&mut self, line: &[u8], kind: EntryKind) -> Result<(), StoreError>;
+
+    /// Pi's deferred first write of a new session: the header line and every entry so far,
+    /// created exclusively (never over an existing session).
+    fn create(&mut self, header: &[u8], entries: &[&[u8]]) -> Result<(), StoreError>;
+
+    /// Reads the whole session anew (after it was replaced behind compactd's back).
+    fn reload(&mut self) -> Result<SessionTree, StoreError>;
+}

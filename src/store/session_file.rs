@@ -1,0 +1,197 @@
+//! A session kept in one JSONL file: what compactd last saw of it (its [`FileStamp`]), the
+//! shared advisory lock, and the three writes Pi makes (the deferred first write, one appended
+//! line per entry, the torn-line repair).
+//!
+//! Other writers may append to the same file (Pi itself, another tool): their complete lines are
+//! read in before every write, a partial last line is waited for and repaired only once it has
+//! stopped growing, and a file replaced or truncated behind compactd's back refuses every write
+//! until the session is reopened, so nothing is ever written under a parent the file no longer
+//! has.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::backend::SessionStorage;
+use super::{
+    append_raw, io_err, load_with, read_tail, try_lock, FileStamp, Limits, StoreError, Tail,
+    TORN_LINE_SETTLE,
+};
+use crate::session::{EntryKind, SessionTree};
+
+/// How long a partial last line may keep growing before a write gives up (`file_busy`).
+const BUSY_AFTER: Duration = Duration::from_secs(1);
+
+/// One session file as compactd sees it.
+#[derive(Debug)]
+pub struct SessionFile {
+    path: PathBuf,
+    limits: Limits,
+    /// What compactd last read or wrote of the file (`None` until it exists).
+    stamp: Option<FileStamp>,
+    /// The file was replaced or truncated behind compactd's back.
+    changed: bool,
+    /// The advisory lock compactd processes share on the file (proto-docs/storage.md).
+    lock: Option<File>,
+}
+
+impl SessionFile {
+    /// A file that does not exist yet (a deferred session), or one about to be adopted.
+    pub fn new(path: PathBuf, limits: Limits) -> SessionFile {
+        SessionFile {
+            path,
+            limits,
+            stamp: None,
+            changed: false,
+            lock: None,
+        }
+    }
+
+    /// A file compactd has read up to `stamp`, holding `lock` (taken before it was read, or
+    /// again after a migration rewrote it as a new inode).
+    pub fn opened(
+        path: PathBuf,
+        limits: Limits,
+        stamp: FileStamp,
+        lock: Option<File>,
+    ) -> SessionFile {
+        SessionFile {
+            stamp: Some(stamp),
+            lock,
+            ..SessionFile::new(path, limits)
+        }
+    }
+
+    /// Keeps `lock` unless the file already holds one.
+    pub fn keep_lock(&mut self, lock: Option<File>) {
+        if self.lock.is_none() {
+            self.lock = lock;
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl SessionStorage for SessionFile {
+    fn location(&self) -> &Path {
+        &self.path
+    }
+
+    /// Complete lines another writer appended are handed over at once. A partial last line may
+    /// still be growing: it is waited for, and repaired (Pi's newline repair: it then reads as
+    /// one malformed line, which is skipped) only once it has stayed unchanged for
+    /// [`TORN_LINE_SETTLE`]; one still growing after [`BUSY_AFTER`] is [`StoreError::Busy`].
+    fn catch_up(&mut self, into: &mut Vec<u8>) -> Result<(), StoreError> {
+        let Some(mut stamp) = self.stamp else {
+            return Ok(());
+        };
+        if self.changed {
+            return Err(StoreError::Changed(self.path.clone()));
+        }
+        let mut last_partial: Option<usize> = None;
+        let deadline = Instant::now() + BUSY_AFTER;
+        loop {
+            let tail = crate::cpu::blocking(|| read_tail(&self.path, &stamp, &self.limits))?;
+            let bytes = match tail {
+                Tail::Unchanged => return Ok(()),
+                Tail::Replaced | Tail::Truncated => {
+                    self.changed = true;
+                    return Err(StoreError::Changed(self.path.clone()));
+                }
+                Tail::Grown(b) => b,
+            };
+            let complete = memchr::memrchr(b'\n', &bytes).map_or(0, |i| i + 1);
+            if complete > 0 {
+                into.extend_from_slice(&bytes[..complete]);
+                stamp.len += complete as u64;
+                self.stamp = Some(stamp);
+                last_partial = None;
+            }
+            let partial = bytes.len() - complete;
+            if partial == 0 {
+                return Ok(());
+            }
+            if last_partial == Some(partial) {
+                let after = append_raw(&self.path, b"", false)?;
+                stamp.len += partial as u64 + 1;
+                if (after.dev, after.ino, after.len) != (stamp.dev, stamp.ino, stamp.len) {
+                    stamp.len = after.len.min(stamp.len);
+                }
+                self.stamp = Some(stamp);
+                tracing::warn!(path = %self.path.display(), bytes = partial, "repaired a torn last line");
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(StoreError::Busy(self.path.clone()));
+            }
+            last_partial = Some(partial);
+            crate::cpu::blocking(|| std::thread::sleep(TORN_LINE_SETTLE));
+        }
+    }
+
+    /// One appended line, fsynced as `[storage] durability` says for `kind`. Another writer's
+    /// line may land next to it; then the next catch-up reads from before this line again (the
+    /// daemon recognises its own line and skips it).
+    fn append(&mut self, line: &[u8], kind: EntryKind) -> Result<(), StoreError> {
+        let sync = self.limits.durability.syncs_entry(kind);
+        let before = self.stamp.map_or(0, |s| s.len);
+        let after = crate::cpu::blocking(|| append_raw(&self.path, line, sync))?;
+        let expected = before + line.len() as u64 + 1;
+        self.stamp = Some(FileStamp {
+            len: if after.len == expected {
+                after.len
+            } else {
+                before
+            },
+            ..after
+        });
+        Ok(())
+    }
+
+    /// Exclusive create (never over an existing file), then the shared lock on the new file.
+    fn create(&mut self, header: &[u8], entries: &[&[u8]]) -> Result<(), StoreError> {
+        let mut text = Vec::with_capacity(
+            header.len() + 1 + entries.iter().map(|e| e.len() + 1).sum::<usize>(),
+        );
+        for line in std::iter::once(header).chain(entries.iter().copied()) {
+            text.extend_from_slice(line);
+            text.push(b'\n');
+        }
+        let path = self.path.clone();
+        let sync = self.limits.durability.syncs_new_file();
+        let f = crate::cpu::blocking(|| -> Result<File, StoreError> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+            }
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(io_err(&path))?;
+            f.write_all(&text).map_err(io_err(&path))?;
+            f.flush().map_err(io_err(&path))?;
+            if sync {
+                f.sync_all().map_err(io_err(&path))?;
+            }
+            Ok(f)
+        })?;
+        self.stamp = Some(FileStamp {
+            len: text.len() as u64,
+            ..FileStamp::of_file(&f).map_err(io_err(&self.path))?
+        });
+        self.lock = try_lock(&self.path)?;
+        Ok(())
+    }
+
+    fn reload(&mut self) -> Result<SessionTree, StoreError> {
+        let (tree, _report, stamp) =
+            crate::cpu::blocking(|| load_with(&self.path, true, &self.limits))?;
+        self.stamp = Some(stamp);
+        self.changed = false;
+        self.lock = try_lock(&self.path)?;
+        Ok(tree)
+    }
+}
