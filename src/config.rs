@@ -219,7 +219,25 @@ pub struct StorageConfig {
     /// Directories session files must be inside. Default: Pi's agent directory, the user's
     /// home and the system temporary directory.
     pub allowed_roots: Option<Vec<PathBuf>>,
+    /// Where sessions live: `files` (default: Pi's JSONL files) or `postgres` (beyond Pi: a
+    /// database many daemons share; sessions are addressed by header id).
+    pub backend: Backend,
+    /// The database of the `postgres` backend (`postgresql://…` or `key=value` pairs); the
+    /// environment's `COMPACTD_POSTGRES_URL` is used when this is not set.
+    pub postgres_url: Option<String>,
 }
+
+/// `[storage] backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    #[default]
+    Files,
+    Postgres,
+}
+
+/// The environment variable that names the `postgres` backend's database.
+pub const POSTGRES_URL_ENV: &str = "COMPACTD_POSTGRES_URL";
 
 impl Default for StorageConfig {
     fn default() -> Self {
@@ -227,11 +245,26 @@ impl Default for StorageConfig {
             durability: crate::store::Durability::default(),
             max_session_bytes: crate::store::DEFAULT_MAX_BYTES,
             allowed_roots: None,
+            backend: Backend::Files,
+            postgres_url: None,
         }
     }
 }
 
 impl StorageConfig {
+    /// The `postgres` backend's connection string: `postgres_url`, else the environment's
+    /// [`POSTGRES_URL_ENV`]. `None` for the files backend.
+    pub fn postgres_url(&self) -> Option<String> {
+        if self.backend != Backend::Postgres {
+            return None;
+        }
+        self.postgres_url.clone().or_else(|| {
+            std::env::var(POSTGRES_URL_ENV)
+                .ok()
+                .filter(|u| !u.is_empty())
+        })
+    }
+
     pub fn limits(&self) -> crate::store::Limits {
         crate::store::Limits {
             max_bytes: self.max_session_bytes,
@@ -325,6 +358,15 @@ impl Config {
                     p.api
                 )));
             }
+        }
+        if self.storage.backend == Backend::Postgres {
+            let Some(url) = self.storage.postgres_url() else {
+                return Err(ConfigError::Invalid(format!(
+                    "storage.backend = 'postgres' needs storage.postgres_url or {POSTGRES_URL_ENV}"
+                )));
+            };
+            crate::store::postgres::parse_url(&url)
+                .map_err(|e| ConfigError::Invalid(format!("storage.postgres_url: {e}")))?;
         }
         if s.extractive_target_tokens < MIN_EXTRACTIVE_TARGET_TOKENS {
             return Err(ConfigError::Invalid(format!(

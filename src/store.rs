@@ -16,7 +16,7 @@ use crate::json::stringify;
 use crate::session::{read_session_bytes, ReadOutcome, SessionTree};
 
 mod backend;
-// pub mod postgres;
+pub mod postgres;
 mod session_file;
 
 pub use backend::SessionStorage;

@@ -10,6 +10,7 @@ pub mod inspect;
 pub mod launch;
 pub mod logging;
 pub mod service;
+pub mod stored;
 pub mod top;
 
 use std::path::PathBuf;
@@ -142,6 +143,19 @@ pub enum Command {
         #[command(flatten)]
         model: ModelArgs,
     },
+    /// Write a session of the shared store (`[storage] backend = "postgres"`) as Pi JSONL, byte
+    /// for byte.
+    #[command(after_help = EXIT_CODES)]
+    Export {
+        /// The session's header id.
+        header_id: String,
+        /// Write to this new file (never overwritten) instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Load a Pi session file into the shared store, byte for byte; prints its header id.
+    #[command(after_help = EXIT_CODES)]
+    Import { file: PathBuf },
     /// A live terminal view of every session open in the running daemon: context against the
     /// threshold, what is compacting, the last compaction, events as they arrive. Keys: c
     /// compact (after y), p preview, a abort, / filter, q quit.
@@ -490,6 +504,10 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                 custom_instructions.as_deref(),
             )
         }
+        Command::Export { header_id, output } => {
+            stored::export(&config, &header_id, output.as_deref())
+        }
+        Command::Import { file } => stored::import(&config, &file),
         Command::Top { socket, once } => {
             let path = socket
                 .or_else(|| config.socket.clone())
@@ -576,6 +594,21 @@ where
         }
     };
     let daemon = crate::daemon::Daemon::new(config);
+    if let Some(e) = &daemon.database_error {
+        eprintln!("compactd: storage_unavailable: {e}");
+        return EXIT_FAILED;
+    }
+    if let Some(db) = &daemon.database {
+        // Reported now, not at the first client's call; the daemon still serves, and every
+        // call that needs the store reconnects (or answers storage_unavailable).
+        match db.check() {
+            Ok(()) => tracing::info!("shared session store ready"),
+            Err(e) => {
+                eprintln!("compactd: storage_unavailable: {e} (serving; calls that need the store will retry)");
+                tracing::error!(error = %e, "shared session store unavailable at start-up");
+            }
+        }
+    }
     let outcome = runtime.block_on(body(daemon));
     // Do not wait for the blocking thread still reading stdin (it never returns on its own).
     runtime.shutdown_timeout(std::time::Duration::from_millis(10));

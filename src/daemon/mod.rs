@@ -19,6 +19,7 @@ pub mod navigate;
 pub mod pins;
 pub mod session;
 pub mod settings;
+pub mod shared_store;
 pub mod spend;
 pub mod thrash;
 pub mod undo;
@@ -114,6 +115,10 @@ pub struct Daemon {
     /// Cancelled when the daemon shuts down (SIGTERM/SIGINT): every compaction's abort token
     /// is a child of it, so shutdown aborts them all and any started afterwards.
     pub shutdown: CancellationToken,
+    /// Beyond Pi: the shared session store (`[storage] backend = "postgres"`), if configured.
+    pub database: Option<Arc<crate::store::postgres::Database>>,
+    /// Why the configured shared store could not be set up: every session method reports it.
+    pub database_error: Option<String>,
 }
 
 /// The shared lock convention: `flock` on the session file itself (proto-docs/storage.md),
@@ -150,7 +155,11 @@ pub fn canonical_path(path: &Path) -> PathBuf {
 
 impl Daemon {
     pub fn new(config: Config) -> Arc<Daemon> {
-        Arc::new(Daemon {
+        let (database, database_error) = match shared_store::open(&config) {
+            Ok(db) => (db, None),
+            Err(e) => (None, Some(e)),
+        };
+        let daemon = Arc::new(Daemon {
             config,
             http: reqwest::Client::new(),
             engines: Mutex::new(HashMap::new()),
@@ -163,7 +172,11 @@ impl Daemon {
             global_overrides: Mutex::new(None),
             calibrations: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
-        })
+            database,
+            database_error,
+        });
+        shared_store::start_events(&daemon);
+        daemon
     }
 
     /// The summarizer for a session (`Config::engine_for`): the configured summarizer, else the
@@ -435,18 +448,35 @@ impl Daemon {
     /// The event's name comes from its payload type's declaration in `rpc::events`.
     pub fn emit<E: Message>(&self, session_id: &str, event: &E) {
         let params = crate::rpc::events::payload(event);
+        if let (Some(db), Ok(session)) = (&self.database, self.session(session_id)) {
+            if let Some(header_id) = shared_store::header_id(&session) {
+                db.publish(header_id, E::NAME, &params);
+            }
+        }
+        self.emit_raw(session_id, E::NAME, &params);
+    }
+
+    /// [`Daemon::emit`] of an event already serialized (one another daemon announced).
+    fn emit_raw(&self, session_id: &str, name: &str, params: &Value) {
         if let Ok(session) = self.session(session_id) {
             session
                 .activity
                 .lock()
-                .observe(E::NAME, &params, crate::session::ids::now_ms());
+                .observe(name, params, crate::session::ids::now_ms());
         }
         let conns: Vec<Arc<Connection>> = self.connections.lock().values().cloned().collect();
         for c in conns {
-            if c.wants(session_id, E::NAME) {
-                c.send_event(E::NAME, &params);
+            if c.wants(session_id, name) {
+                c.send_event(name, params);
             }
         }
+    }
+
+    /// The open session at `location` (a path, or a stored session's location).
+    pub fn open_at(&self, location: &Path) -> Option<Arc<Session>> {
+        let reg = self.registry.lock();
+        let id = reg.by_path.get(location)?;
+        reg.by_id.get(id).cloned()
     }
 
     /// Connections that registered `hook` for `session_id`, in registration order.

@@ -156,6 +156,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
     // Hold the compaction slot for the whole navigation, and plan only once holding it, so a
     // compaction cannot slip in between the plan and the write.
     let _slot = session.slot.lock().await;
+    let _lease = super::shared_store::lease(&ctx.daemon, &session).await?;
     let plan = {
         let state = session.state.lock();
         let target = match &p.target_id {

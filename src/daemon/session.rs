@@ -14,7 +14,6 @@ use serde_json::{Map, Value};
 use crate::compaction::tokens::MessageFacts;
 use crate::compaction::BranchIndex;
 use crate::context::{context_positions, convert_to_llm, project_entry};
-use crate::json::stringify;
 use crate::live_context::LiveContext;
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::types::Model;
@@ -332,7 +331,7 @@ impl SessionState {
         if self.persisted {
             let mut conflicts = 0;
             loop {
-                match self.storage.append(e.raw(), e.kind) {
+                match self.storage.append(&e) {
                     Ok(()) => break,
                     Err(StoreError::Conflict(_)) if conflicts < MAX_CONFLICTS => {
                         conflicts += 1;
@@ -384,16 +383,15 @@ impl SessionState {
 
     /// Pi's deferred first write: header + every entry so far (+ `extra`), exclusive create.
     fn create_file(&mut self, extra: Option<&Entry>) -> Result<(), RpcError> {
-        let header = stringify(&self.tree.header);
-        let entries: Vec<&[u8]> = self
+        let entries: Vec<&Entry> = self
             .tree
             .entries()
             .iter()
-            .map(|e| e.raw())
-            .chain(extra.map(Entry::raw))
+            .map(|e| &**e)
+            .chain(extra)
             .collect();
         self.storage
-            .create(header.as_bytes(), &entries)
+            .create(&self.tree.header, &entries)
             .map_err(store_error)?;
         self.persisted = true;
         Ok(())

@@ -64,13 +64,19 @@ macro_rules! for_each_method {
             "initialize" => handlers::sessions::initialize(InitializeParams) -> InitializeResult,
                 Inline, Global, [InvalidParams];
             /// Opens (Pi's resume) or, with `create`, creates a session file; takes a hold on
-            /// it for this connection.
+            /// it for this connection. With the postgres backend (beyond Pi), opens a stored
+            /// session by `headerId` instead, on any daemon of the store.
             "openSession" => handlers::sessions::open_session(OpenSessionParams) -> SessionInfo,
-                Inline, Global, [InvalidParams, NotFound, InvalidSessionFile, Locked, NotRegularFile, TooLarge, PathNotAllowed, FileBusy, Io];
+                Inline, Global, [InvalidParams, NotFound, InvalidSessionFile, Locked, NotRegularFile, TooLarge, PathNotAllowed, FileBusy, Io, StorageUnavailable];
             /// Pi's new session (deferred: nothing is on disk until the first assistant
-            /// message).
+            /// message). With the postgres backend (beyond Pi), stored at once and addressed by
+            /// its `headerId`.
             "createSession" => handlers::sessions::create_session(CreateSessionParams) -> SessionInfo,
-                Inline, Global, [InvalidParams, Locked, PathNotAllowed, Io];
+                Inline, Global, [InvalidParams, Locked, PathNotAllowed, Io, StorageUnavailable];
+            /// Beyond Pi: the sessions in the shared store (postgres backend), newest first,
+            /// optionally of one working directory.
+            "listStoredSessions" => handlers::sessions::list_stored_sessions(ListStoredSessionsParams) -> StoredSessions,
+                Inline, Global, [InvalidParams, StorageUnavailable];
             /// Releases this connection's hold; the last release aborts a running compaction
             /// and forgets the session.
             "closeSession" => handlers::sessions::close_session(SessionParams) -> CloseSessionResult,

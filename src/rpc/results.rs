@@ -64,6 +64,7 @@ serialized_replies!(
     CostReport,
     CloseSessionResult,
     SessionInfoList,
+    StoredSessions,
     AppendResult,
     SetModelResult,
     NavigateTreeResult,
@@ -662,6 +663,25 @@ pub struct CostReport {
     /// What compaction cost in all: compactions, discarded speculations and cache rewrites
     /// (null when a price is unknown).
     pub compaction_usd: Option<f64>,
+}
+
+/// One session in the shared store (`listStoredSessions`).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredSessionInfo {
+    /// The header id: `openSession {headerId}` opens it on any daemon of the store.
+    pub header_id: String,
+    pub cwd: String,
+    /// When it was stored, in ms since the epoch.
+    pub created: i64,
+    pub entry_count: i64,
+}
+
+/// `listStoredSessions`' answer, newest first.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredSessions {
+    pub sessions: Vec<StoredSessionInfo>,
 }
 
 /// `syncSession`'s answer.

@@ -82,14 +82,25 @@ pub struct InitializeParams {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OpenSessionParams {
-    /// Absolute path of the session file.
-    pub path: String,
+    /// Absolute path of the session file (the files backend).
+    pub path: Option<String>,
+    /// Beyond Pi: the header id of a session in the shared store (`[storage] backend =
+    /// "postgres"`), instead of `path`.
+    pub header_id: Option<String>,
     /// Create a new deferred session at `path` when the file is missing (needs `cwd`).
     #[serde(default)]
     pub create: bool,
     pub cwd: Option<String>,
     pub model: Option<Model>,
     pub thinking_level: Option<String>,
+}
+
+/// `listStoredSessions`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListStoredSessionsParams {
+    /// Only the sessions of this working directory (the header's `cwd`).
+    pub cwd: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

@@ -39,6 +39,24 @@ impl EntryKind {
             _ => EntryKind::Unknown,
         }
     }
+
+    /// The `type` a kind is read from (`"unknown"` for any other type: a shared store's
+    /// `type` column, for queries, not for reading the entry back).
+    pub fn type_name(self) -> &'static str {
+        match self {
+            EntryKind::Message => "message",
+            EntryKind::ThinkingLevelChange => "thinking_level_change",
+            EntryKind::ModelChange => "model_change",
+            EntryKind::Compaction => "compaction",
+            EntryKind::BranchSummary => "branch_summary",
+            EntryKind::Custom => "custom",
+            EntryKind::CustomMessage => "custom_message",
+            EntryKind::Label => "label",
+            EntryKind::SessionInfo => "session_info",
+            EntryKind::SessionHeader => "session",
+            EntryKind::Unknown => "unknown",
+        }
+    }
 }
 
 /// The role of the one message an entry projects to (sessions.md §9.1), if any.

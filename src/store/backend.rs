@@ -8,8 +8,10 @@
 
 use std::path::Path;
 
+use serde_json::Value;
+
 use super::StoreError;
-use crate::session::{EntryKind, SessionTree};
+use crate::session::{Entry, SessionTree};
 
 /// A session's lines, wherever they live. Every method may block (disk, network): the daemon
 /// calls them through `cpu::blocking`, so an async worker hands its other tasks on meanwhile.
@@ -23,15 +25,21 @@ pub trait SessionStorage: Send + std::fmt::Debug {
     /// error follows, so the caller can index them.
     fn catch_up(&mut self, into: &mut Vec<u8>) -> Result<(), StoreError>;
 
-    /// Writes `line` (one entry, no newline) as the next line after the head this storage last
-    /// saw. [`StoreError::Conflict`] when another writer extended the head first: catch up and
+    /// Writes `entry`'s line as the next line after the head this storage last saw.
+    /// [`StoreError::Conflict`] when another writer extended the head first: catch up and
     /// retry under the new head.
-    fn append(&mut self, line: &[u8], kind: EntryKind) -> Result<(), StoreError>;
+    fn append(&mut self, entry: &Entry) -> Result<(), StoreError>;
 
-    /// Pi's deferred first write of a new session: the header line and every entry so far,
-    /// created exclusively (never over an existing session).
-    fn create(&mut self, header: &[u8], entries: &[&[u8]]) -> Result<(), StoreError>;
+    /// Pi's deferred first write of a new session: the header and every entry so far, created
+    /// exclusively (never over an existing session).
+    fn create(&mut self, header: &Value, entries: &[&Entry]) -> Result<(), StoreError>;
 
     /// Reads the whole session anew (after it was replaced behind compactd's back).
     fn reload(&mut self) -> Result<SessionTree, StoreError>;
+
+    /// The header id a shared store addresses the session by; `None` for a file (addressed by
+    /// its path).
+    fn header_id(&self) -> Option<&str> {
+        None
+    }
 }

@@ -18,7 +18,9 @@ use super::{
     append_raw, io_err, load_with, read_tail, try_lock, FileStamp, Limits, StoreError, Tail,
     TORN_LINE_SETTLE,
 };
-use crate::session::{EntryKind, SessionTree};
+use serde_json::Value;
+
+use crate::session::{Entry, SessionTree};
 
 /// How long a partial last line may keep growing before a write gives up (`file_busy`).
 const BUSY_AFTER: Duration = Duration::from_secs(1);
@@ -135,8 +137,9 @@ impl SessionStorage for SessionFile {
     /// One appended line, fsynced as `[storage] durability` says for `kind`. Another writer's
     /// line may land next to it; then the next catch-up reads from before this line again (the
     /// daemon recognises its own line and skips it).
-    fn append(&mut self, line: &[u8], kind: EntryKind) -> Result<(), StoreError> {
-        let sync = self.limits.durability.syncs_entry(kind);
+    fn append(&mut self, entry: &Entry) -> Result<(), StoreError> {
+        let line = entry.raw();
+        let sync = self.limits.durability.syncs_entry(entry.kind);
         let before = self.stamp.map_or(0, |s| s.len);
         let after = crate::cpu::blocking(|| append_raw(&self.path, line, sync))?;
         let expected = before + line.len() as u64 + 1;
@@ -152,11 +155,13 @@ impl SessionStorage for SessionFile {
     }
 
     /// Exclusive create (never over an existing file), then the shared lock on the new file.
-    fn create(&mut self, header: &[u8], entries: &[&[u8]]) -> Result<(), StoreError> {
+    fn create(&mut self, header: &Value, entries: &[&Entry]) -> Result<(), StoreError> {
+        let header = crate::json::stringify(header);
         let mut text = Vec::with_capacity(
-            header.len() + 1 + entries.iter().map(|e| e.len() + 1).sum::<usize>(),
+            header.len() + 1 + entries.iter().map(|e| e.raw().len() + 1).sum::<usize>(),
         );
-        for line in std::iter::once(header).chain(entries.iter().copied()) {
+        let lines = entries.iter().map(|e| e.raw());
+        for line in std::iter::once(header.as_bytes()).chain(lines) {
             text.extend_from_slice(line);
             text.push(b'\n');
         }

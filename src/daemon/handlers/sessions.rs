@@ -2,6 +2,7 @@
 //! sessions, and the model a session uses.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 
@@ -17,7 +18,8 @@ use crate::rpc::results::*;
 use crate::rpc::types::*;
 use crate::rpc::PROTOCOL_VERSION;
 use crate::session::ids;
-use crate::store::{self, SessionFile, StoreError};
+use crate::store::postgres::{self, Database, StoredSession};
+use crate::store::{self, SessionFile, SessionStorage, StoreError};
 use crate::summarizer::RetrySettings;
 
 fn absolute(p: &str, what: &str) -> Result<PathBuf, RpcError> {
@@ -197,8 +199,57 @@ fn check_allowed(ctx: &Ctx, path: &Path) -> Result<(), RpcError> {
     ))
 }
 
+/// The shared store of the postgres backend (`None`: files), or why it is unusable.
+fn database(ctx: &Ctx) -> Result<Option<Arc<Database>>, RpcError> {
+    if let Some(e) = &ctx.daemon.database_error {
+        return Err(RpcError::new(ErrorKind::StorageUnavailable, e.clone()));
+    }
+    Ok(ctx.daemon.database.clone())
+}
+
+const STORED_NOT_FILES: &str = "this daemon keeps sessions in PostgreSQL ([storage] backend = \"postgres\"): open one by headerId (`compactd import FILE` loads a session file into the store)";
+const FILES_NOT_STORED: &str = "headerId addresses a session in a shared store, and this daemon keeps sessions in files ([storage] backend = \"files\"): open one by path";
+
 pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcError> {
-    let path = canonical_path(&absolute(&p.path, "path")?);
+    match (database(ctx)?, p.path.clone(), p.header_id.clone()) {
+        (None, Some(path), None) => open_file(ctx, &path, p),
+        (Some(db), None, Some(header_id)) => open_stored(ctx, db, &header_id, p),
+        (Some(_), Some(_), _) => Err(RpcError::invalid_params(STORED_NOT_FILES)),
+        (None, _, Some(_)) => Err(RpcError::invalid_params(FILES_NOT_STORED)),
+        (_, None, None) => Err(RpcError::invalid_params(
+            "openSession needs path (or, with the postgres backend, headerId)",
+        )),
+    }
+}
+
+/// Opens a session in the shared store by its header id.
+fn open_stored(
+    ctx: &Ctx,
+    db: Arc<Database>,
+    header_id: &str,
+    p: OpenSessionParams,
+) -> Result<SessionInfo, RpcError> {
+    let location = postgres::location(header_id);
+    let (session, created) = ctx.daemon.open_or_insert(&location, &ctx.conn, || {
+        let (tree, storage) = StoredSession::open(db, header_id).map_err(store_error)?;
+        let dt = default_thinking(tree.header.get("cwd").and_then(Value::as_str));
+        Ok(SessionState::loaded(
+            Box::new(storage),
+            tree,
+            p.model.clone(),
+            &dt,
+            p.thinking_level.clone(),
+        ))
+    })?;
+    if !created {
+        rejoin(&session, p)?;
+    }
+    Ok(info(&ctx.daemon, &session))
+}
+
+/// Opens a session file (Pi's resume), creating it with `create`.
+fn open_file(ctx: &Ctx, path: &str, p: OpenSessionParams) -> Result<SessionInfo, RpcError> {
+    let path = canonical_path(&absolute(path, "path")?);
     if let Some(cwd) = &p.cwd {
         absolute(cwd, "cwd")?;
     }
@@ -245,23 +296,29 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcE
         }
     })?;
     if !created {
-        let mut state = session.state.lock();
-        // Reopening an open session: take in what other writers did to the file meanwhile.
-        match state.sync_with_file() {
-            Err(e) if e.kind == ErrorKind::FileChanged && !session.is_compacting() => {
-                state.reload().map_err(store_error)?;
-            }
-            Err(e) => return Err(e),
-            Ok(()) => {}
-        }
-        if let Some(m) = p.model {
-            state.model = Some(m);
-        }
-        if let Some(t) = p.thinking_level {
-            state.thinking_level = t;
-        }
+        rejoin(&session, p)?;
     }
     Ok(info(&ctx.daemon, &session))
+}
+
+/// Reopening an open session: take in what other writers did meanwhile, and the model and
+/// thinking level the client names.
+fn rejoin(session: &Session, p: OpenSessionParams) -> Result<(), RpcError> {
+    let mut state = session.state.lock();
+    match state.sync_with_file() {
+        Err(e) if e.kind == ErrorKind::FileChanged && !session.is_compacting() => {
+            state.reload().map_err(store_error)?;
+        }
+        Err(e) => return Err(e),
+        Ok(()) => {}
+    }
+    if let Some(m) = p.model {
+        state.model = Some(m);
+    }
+    if let Some(t) = p.thinking_level {
+        state.thinking_level = t;
+    }
+    Ok(())
 }
 
 /// Pi's new-session entries: a `model_change` (if a model is known) and a `thinking_level_change`.
@@ -293,10 +350,7 @@ pub fn encoded_cwd(cwd: &str) -> String {
 
 pub fn create_session(ctx: &Ctx, p: CreateSessionParams) -> Result<SessionInfo, RpcError> {
     absolute(&p.cwd, "cwd")?;
-    let dir = match &p.session_dir {
-        Some(d) => absolute(d, "sessionDir")?,
-        None => agent_dir().join("sessions").join(encoded_cwd(&p.cwd)),
-    };
+    let db = database(ctx)?;
     let thinking = p
         .thinking_level
         .clone()
@@ -310,14 +364,61 @@ pub fn create_session(ctx: &Ctx, p: CreateSessionParams) -> Result<SessionInfo, 
             .to_owned()
     };
     let (header_id, ts) = (field("id"), field("timestamp").replace([':', '.'], "-"));
-    let path = canonical_path(&dir.join(format!("{ts}_{header_id}.jsonl")));
-    check_allowed(ctx, &path)?;
-    let file = SessionFile::new(path.clone(), ctx.daemon.config.storage.limits());
-    let mut state =
-        SessionState::deferred(Box::new(file), header, p.model.clone(), thinking.clone());
+    let (location, storage): (PathBuf, Box<dyn SessionStorage>) = match db {
+        Some(_) if p.session_dir.is_some() => {
+            return Err(RpcError::invalid_params(
+                "sessionDir is for session files; this daemon keeps sessions in PostgreSQL ([storage] backend = \"postgres\")",
+            ))
+        }
+        Some(db) => (
+            postgres::location(&header_id),
+            Box::new(StoredSession::new(db, &header_id)),
+        ),
+        None => {
+            let dir = match &p.session_dir {
+                Some(d) => absolute(d, "sessionDir")?,
+                None => agent_dir().join("sessions").join(encoded_cwd(&p.cwd)),
+            };
+            let path = canonical_path(&dir.join(format!("{ts}_{header_id}.jsonl")));
+            check_allowed(ctx, &path)?;
+            let file = SessionFile::new(path.clone(), ctx.daemon.config.storage.limits());
+            (path, Box::new(file))
+        }
+    };
+    let mut state = SessionState::deferred(storage, header, p.model.clone(), thinking.clone());
     seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
-    let (session, _) = ctx.daemon.open_or_insert(&path, &ctx.conn, || Ok(state))?;
+    if state.storage.header_id().is_some() {
+        // A stored session exists from the start: any daemon can open it by header id.
+        state.persist_now()?;
+    }
+    let (session, _) = ctx
+        .daemon
+        .open_or_insert(&location, &ctx.conn, || Ok(state))?;
     Ok(info(&ctx.daemon, &session))
+}
+
+/// `listStoredSessions` (beyond Pi): the shared store's sessions, newest first.
+pub fn list_stored_sessions(
+    ctx: &Ctx,
+    p: ListStoredSessionsParams,
+) -> Result<StoredSessions, RpcError> {
+    let Some(db) = database(ctx)? else {
+        return Err(RpcError::invalid_params(
+            "listStoredSessions needs the postgres backend ([storage] backend = \"postgres\"); this daemon keeps sessions in files",
+        ));
+    };
+    let sessions = db
+        .list(p.cwd)
+        .map_err(store_error)?
+        .into_iter()
+        .map(|s| StoredSessionInfo {
+            header_id: s.header_id,
+            cwd: s.cwd,
+            created: s.created_ms,
+            entry_count: s.entries,
+        })
+        .collect();
+    Ok(StoredSessions { sessions })
 }
 
 pub fn close_session(ctx: &Ctx, p: SessionParams) -> Result<CloseSessionResult, RpcError> {

@@ -268,6 +268,15 @@ pub async fn check(
     phase: Phase,
 ) -> CheckCompactionResult {
     let _slot = session.slot.lock().await;
+    // A stored session: another daemon's compaction is waited for and read in first, so two
+    // daemons crossing the threshold together make one compaction.
+    let _lease = match super::super::shared_store::lease(daemon, session).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(session = %session.id, error = %e.message, "cannot take the compaction lease; not compacting now");
+            return CheckCompactionResult::default();
+        }
+    };
     // The settings files are read once per check.
     let settings = daemon.session_settings(session);
     let out = check_phase(daemon, session, &settings, phase).await;

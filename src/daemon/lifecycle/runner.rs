@@ -434,6 +434,7 @@ pub async fn compact(
         t.cancel();
     }
     let _slot = session.slot.lock().await;
+    let _lease = super::super::shared_store::lease(daemon, session).await?;
     let settings = daemon.session_settings(session);
     let custom = custom.filter(|c| !c.is_empty());
     let job = Job {

@@ -1,0 +1,757 @@
+//! Sessions in PostgreSQL, shared by many daemons (beyond Pi: `[storage] backend = "postgres"`).
+//!
+//! The design is the well-trodden one of agent frameworks that keep conversation state in
+//! PostgreSQL: an append-only entry table, serialization of writers by the database, and
+//! LISTEN/NOTIFY as a wake-up, never as the record.
+//!
+//! - **Lines byte for byte.** `compactd_entries.line` holds each entry's line exactly as Pi
+//!   would write it (`bytea`: no re-encoding, no JSON normalisation); `export` concatenates them.
+//!   No daemon ever re-serialises what another wrote.
+//! - **Appends: optimistic versions.** An entry's `seq` is the head the writer last saw plus one,
+//!   and `(header_id, seq)` is the primary key: the insert is the check, so two daemons
+//!   appending at once cannot both extend the same head. The loser gets
+//!   [`StoreError::Conflict`], reads the winner's lines and writes again under the new leaf.
+//!   Chosen over advisory transaction locks because an append is then one statement, one round
+//!   trip, and no lock outlives a statement even if a daemon dies mid-append.
+//! - **One compaction at a time: a lease.** `pg_try_advisory_lock` on a key derived from the
+//!   header id, held by a connection of its own for the whole compaction. The lock belongs to
+//!   that connection, so a daemon killed mid-compaction releases it when the server notices the
+//!   connection is gone, and another daemon can compact at once. A compaction's entry is one
+//!   row: no half entry is ever visible.
+//! - **Events across daemons.** Every event of a stored session is inserted into
+//!   `compactd_events` and followed by `NOTIFY compactd_events`. Each daemon LISTENs, and on a
+//!   notification (or every [`CATCH_UP_EVERY`], so a missed notification loses nothing) reads
+//!   the events after the last id it delivered.
+//!
+//! The driver is `tokio-postgres`: asynchronous, no compile-time database (unlike sqlx's
+//! checked queries, which need one to build), LISTEN/NOTIFY through the connection's message
+//! stream, and advisory locks as plain SQL. It runs on a small runtime of its own, so the
+//! storage trait's blocking calls work from any thread (under the daemon's session lock they go
+//! through `cpu::blocking`), and a database that is down surfaces as
+//! [`StoreError::Unavailable`] (`storage_unavailable`) on the call that needed it, never as a
+//! hang: every connection attempt has a timeout, and a lost connection is re-made on next use.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+
+use super::backend::SessionStorage;
+use super::StoreError;
+use crate::session::{read_session_bytes, Entry, ReadOutcome, SessionTree};
+
+/// How often a daemon reads other daemons' events even without a notification.
+pub const CATCH_UP_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a connection attempt may take before the store counts as unavailable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The prefix of a stored session's location (its registry key, its `path` in `SessionInfo`).
+pub const LOCATION_PREFIX: &str = "postgres:";
+
+/// The schema, applied at start-up (and after every reconnection) under a transaction-level
+/// advisory lock, so daemons starting together never race on the DDL.
+const MIGRATIONS: &str = "
+SELECT pg_advisory_xact_lock(7263001);
+CREATE TABLE IF NOT EXISTS compactd_schema (version integer PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS compactd_sessions (
+    header_id text PRIMARY KEY,
+    cwd text NOT NULL,
+    header bytea NOT NULL,
+    created timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS compactd_sessions_by_cwd ON compactd_sessions (cwd, created);
+CREATE TABLE IF NOT EXISTS compactd_entries (
+    header_id text NOT NULL REFERENCES compactd_sessions ON DELETE CASCADE,
+    seq bigint NOT NULL,
+    id text,
+    parent_id text,
+    type text NOT NULL,
+    line bytea NOT NULL,
+    PRIMARY KEY (header_id, seq)
+);
+CREATE TABLE IF NOT EXISTS compactd_events (
+    id bigserial PRIMARY KEY,
+    header_id text NOT NULL,
+    origin text NOT NULL,
+    name text NOT NULL,
+    payload text NOT NULL,
+    at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO compactd_schema (version) VALUES (1) ON CONFLICT DO NOTHING;
+";
+
+/// The location of the stored session `header_id`.
+pub fn location(header_id: &str) -> PathBuf {
+    PathBuf::from(format!("{LOCATION_PREFIX}{header_id}"))
+}
+
+/// A stored session as `listStoredSessions` and `compactd export` see it.
+#[derive(Debug, Clone)]
+pub struct StoredSummary {
+    pub header_id: String,
+    pub cwd: String,
+    pub created_ms: i64,
+    pub entries: i64,
+}
+
+/// An event another daemon published, to be delivered to this daemon's subscribers.
+#[derive(Debug, Clone)]
+pub struct RemoteEvent {
+    pub header_id: String,
+    pub name: String,
+    pub payload: Value,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+/// One database of sessions, shared by every stored session of this daemon.
+pub struct Database {
+    runtime: Option<tokio::runtime::Runtime>,
+    config: tokio_postgres::Config,
+    client: Mutex<Option<Arc<Client>>>,
+    /// Serializes reconnection, so a burst of calls after an outage makes one connection.
+    connecting: tokio::sync::Mutex<()>,
+    /// This daemon's name in `compactd_events.origin`: its own events are not delivered back.
+    origin: String,
+    /// Events to publish, in order (one publisher task drains it).
+    outbox: tokio::sync::mpsc::UnboundedSender<(String, String, String)>,
+    outbox_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, String, String)>>>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Parses a connection string (`postgresql://…` URL or `key=value` pairs), with the store's
+/// connection timeout.
+pub fn parse_url(url: &str) -> Result<tokio_postgres::Config, String> {
+    let mut config = tokio_postgres::Config::from_str(url)
+        .map_err(|e| format!("invalid PostgreSQL connection string: {e}"))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("compactd");
+    }
+    Ok(config)
+}
+
+impl Database {
+    /// A database at `url`. Nothing is connected yet: the first call connects and applies the
+    /// migrations (see [`Database::check`] to do it at start-up).
+    pub fn open(url: &str) -> Result<Arc<Database>, String> {
+        let config = parse_url(url)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("compactd-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the database runtime: {e}"))?;
+        let (outbox, outbox_rx) = tokio::sync::mpsc::unbounded_channel();
+        Ok(Arc::new(Database {
+            runtime: Some(runtime),
+            config,
+            client: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            origin: uuid::Uuid::new_v4().to_string(),
+            outbox,
+            outbox_rx: Mutex::new(Some(outbox_rx)),
+        }))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        match &self.runtime {
+            Some(rt) => rt.handle(),
+            None => unreachable!("the runtime lives as long as the database"),
+        }
+    }
+
+    /// Runs `f` on the database's runtime and waits for it, from any thread (an async worker
+    /// hands its other tasks on meanwhile: `cpu::blocking`).
+    fn block_on<T: Send + 'static>(&self, f: impl Future<Output = T> + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.handle().spawn(async move {
+            let _ = tx.send(f.await);
+        });
+        crate::cpu::blocking(|| rx.recv()).unwrap_or_else(|_| {
+            // The task cannot be dropped unfinished while the runtime lives.
+            unreachable!("the database runtime dropped a task")
+        })
+    }
+
+    /// Runs `f` on the database's runtime, awaited from another runtime.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        f: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.handle().spawn(f).await.map_err(unavailable)
+    }
+
+    async fn connect_raw(
+        config: &tokio_postgres::Config,
+    ) -> Result<
+        (
+            Client,
+            tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+        ),
+        StoreError,
+    > {
+        config.connect(NoTls).await.map_err(unavailable)
+    }
+
+    /// The shared client, connected (and migrated) on first use and after a lost connection.
+    async fn client(self: &Arc<Self>) -> Result<Arc<Client>, StoreError> {
+        if let Some(c) = self.client.lock().as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let _turn = self.connecting.lock().await;
+        if let Some(c) = self.client.lock().as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let (client, connection) = Self::connect_raw(&self.config).await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %e, "database connection lost");
+            }
+        });
+        client
+            .batch_execute(&format!("BEGIN;{MIGRATIONS}COMMIT;"))
+            .await
+            .map_err(unavailable)?;
+        let client = Arc::new(client);
+        *self.client.lock() = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Connects and applies the migrations now (start-up), so a bad URL or a database that is
+    /// down is reported at once; the daemon keeps running and reconnects on later calls.
+    pub fn check(self: &Arc<Self>) -> Result<(), StoreError> {
+        let db = self.clone();
+        self.block_on(async move { db.client().await.map(|_| ()) })
+    }
+
+    /// Creates the stored session: its header and first entries, in one transaction.
+    /// [`StoreError::Conflict`] if a session with this header id exists.
+    fn create(
+        self: &Arc<Self>,
+        header_id: String,
+        cwd: String,
+        header: Vec<u8>,
+        entries: Vec<EntryRow>,
+    ) -> Result<(), StoreError> {
+        let db = self.clone();
+        self.block_on(async move {
+            let client = db.client().await?;
+            let result: Result<(), tokio_postgres::Error> = async {
+                client.batch_execute("BEGIN").await?;
+                client
+                    .execute(
+                        "INSERT INTO compactd_sessions (header_id, cwd, header) VALUES ($1, $2, $3)",
+                        &[&header_id, &cwd, &header],
+                    )
+                    .await?;
+                for (seq, row) in (1i64..).zip(&entries) {
+                    insert_entry(&client, &header_id, seq, row).await?;
+                }
+                client.batch_execute("COMMIT").await
+            }
+            .await;
+            if result.is_err() {
+                let _ = client.batch_execute("ROLLBACK").await;
+            }
+            result.map_err(|e| match e.code() {
+                Some(c) if *c == SqlState::UNIQUE_VIOLATION => {
+                    StoreError::Conflict(location(&header_id))
+                }
+                _ => unavailable(e),
+            })
+        })
+    }
+
+    /// The header line and every entry line of a stored session, in order, with the last seq.
+    fn read_all(self: &Arc<Self>, header_id: &str) -> Result<(Vec<u8>, i64), StoreError> {
+        let db = self.clone();
+        let header_id = header_id.to_owned();
+        self.block_on(async move {
+            let client = db.client().await?;
+            let Some(row) = client
+                .query_opt(
+                    "SELECT header FROM compactd_sessions WHERE header_id = $1",
+                    &[&header_id],
+                )
+                .await
+                .map_err(unavailable)?
+            else {
+                return Err(StoreError::NoSuchStored(header_id));
+            };
+            let mut text: Vec<u8> = row.get(0);
+            text.push(b'\n');
+            let head = lines_after(&client, &header_id, 0, &mut text).await?;
+            Ok((text, head))
+        })
+    }
+
+    /// Loads a stored session as Pi would load its export.
+    pub fn load(self: &Arc<Self>, header_id: &str) -> Result<(SessionTree, i64), StoreError> {
+        let (text, head) = self.read_all(header_id)?;
+        match read_session_bytes(text.into()) {
+            ReadOutcome::Session(p) => Ok((SessionTree::from_parsed(p), head)),
+            ReadOutcome::NotASession | ReadOutcome::Empty => {
+                Err(StoreError::NotASession(location(header_id)))
+            }
+        }
+    }
+
+    /// A stored session as Pi JSONL: the header line and every entry line, byte for byte.
+    pub fn export(self: &Arc<Self>, header_id: &str) -> Result<Vec<u8>, StoreError> {
+        self.read_all(header_id).map(|(text, _)| text)
+    }
+
+    /// Loads a session file's lines into the store, byte for byte (the header line as it is in
+    /// the file; entries as their lines). Returns the header id.
+    pub fn import(
+        self: &Arc<Self>,
+        header_line: &[u8],
+        tree: &SessionTree,
+    ) -> Result<String, StoreError> {
+        let field = |k: &str| {
+            tree.header
+                .get(k)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let header_id =
+            field("id").ok_or_else(|| StoreError::NotASession(PathBuf::from("<import>")))?;
+        let cwd = field("cwd").unwrap_or_default();
+        let rows = tree.entries().iter().map(|e| EntryRow::of(e)).collect();
+        self.create(header_id.clone(), cwd, header_line.to_vec(), rows)?;
+        Ok(header_id)
+    }
+
+    /// The stored sessions, newest first, of one working directory or all.
+    pub fn list(self: &Arc<Self>, cwd: Option<String>) -> Result<Vec<StoredSummary>, StoreError> {
+        let db = self.clone();
+        self.block_on(async move {
+            let client = db.client().await?;
+            let rows = client
+                .query(
+                    "SELECT s.header_id, s.cwd, (extract(epoch FROM s.created) * 1000)::bigint,
+                            (SELECT count(*) FROM compactd_entries e WHERE e.header_id = s.header_id)
+                     FROM compactd_sessions s
+                     WHERE $1::text IS NULL OR s.cwd = $1
+                     ORDER BY s.created DESC, s.header_id",
+                    &[&cwd],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(rows
+                .iter()
+                .map(|r| StoredSummary {
+                    header_id: r.get(0),
+                    cwd: r.get(1),
+                    created_ms: r.get(2),
+                    entries: r.get(3),
+                })
+                .collect())
+        })
+    }
+
+    /// Takes the compaction lease of a stored session, waiting while another daemon holds it
+    /// (until `cancel`). The lease is released when it is dropped, or when this daemon dies.
+    pub async fn lease(
+        self: &Arc<Self>,
+        header_id: &str,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<Option<Lease>, StoreError> {
+        let config = self.config.clone();
+        let header_id = header_id.to_owned();
+        self.run(async move {
+            let (client, connection) = Self::connect_raw(&config).await?;
+            let task = tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            let mut waited = false;
+            loop {
+                let got: bool = client
+                    .query_one(
+                        "SELECT pg_try_advisory_lock(hashtextextended('compactd:' || $1, 0))",
+                        &[&header_id],
+                    )
+                    .await
+                    .map_err(unavailable)?
+                    .get(0);
+                if got {
+                    if waited {
+                        tracing::info!(header_id = %header_id, "took the compaction lease another daemon released");
+                    }
+                    return Ok(Some(Lease { _client: client, task }));
+                }
+                if !waited {
+                    tracing::info!(header_id = %header_id, "another daemon is compacting this session; waiting for its lease");
+                    waited = true;
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return Ok(None),
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+        })
+        .await?
+    }
+
+    /// Queues an event of a stored session for the other daemons (in order, never blocking).
+    pub fn publish(&self, header_id: &str, name: &str, payload: &Value) {
+        let _ = self
+            .outbox
+            .send((header_id.to_owned(), name.to_owned(), payload.to_string()));
+    }
+
+    /// Starts the publisher of this daemon's events and the listener of the others', which
+    /// hands each to `deliver` (until the daemon is gone).
+    pub fn start_events(self: &Arc<Self>, deliver: Arc<dyn Fn(RemoteEvent) + Send + Sync>) {
+        let Some(mut outbox) = self.outbox_rx.lock().take() else {
+            return;
+        };
+        let weak: Weak<Database> = Arc::downgrade(self);
+        self.handle().spawn(async move {
+            while let Some((header_id, name, payload)) = outbox.recv().await {
+                let Some(db) = weak.upgrade() else { return };
+                let sent = async {
+                    let client = db.client().await?;
+                    client
+                        .execute(
+                            "WITH e AS (INSERT INTO compactd_events (header_id, origin, name, payload)
+                                        VALUES ($1, $2, $3, $4) RETURNING id)
+                             SELECT pg_notify('compactd_events', (SELECT id::text FROM e))",
+                            &[&header_id, &db.origin, &name, &payload],
+                        )
+                        .await
+                        .map_err(unavailable)
+                }
+                .await;
+                if let Err(e) = sent {
+                    tracing::warn!(header_id = %header_id, event = %name, error = %e, "could not publish an event to the other daemons");
+                }
+            }
+        });
+        let weak: Weak<Database> = Arc::downgrade(self);
+        self.handle()
+            .spawn(async move { listen(weak, deliver).await });
+    }
+}
+
+/// The compaction lease of one stored session: the advisory lock lives as long as this
+/// connection.
+pub struct Lease {
+    _client: Client,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // Dropping the client ends the connection (and with it the lock); the task then ends.
+        self.task.abort();
+    }
+}
+
+/// The columns of one entry row.
+#[derive(Debug, Clone)]
+struct EntryRow {
+    id: Option<String>,
+    parent_id: Option<String>,
+    kind: &'static str,
+    line: Vec<u8>,
+}
+
+impl EntryRow {
+    fn of(e: &Entry) -> EntryRow {
+        EntryRow {
+            id: e.id.clone(),
+            parent_id: e.parent_id.clone(),
+            kind: e.kind.type_name(),
+            line: e.raw().to_vec(),
+        }
+    }
+}
+
+async fn insert_entry(
+    client: &Client,
+    header_id: &str,
+    seq: i64,
+    row: &EntryRow,
+) -> Result<u64, tokio_postgres::Error> {
+    client
+        .execute(
+            "INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &header_id,
+                &seq,
+                &row.id,
+                &row.parent_id,
+                &row.kind,
+                &row.line,
+            ],
+        )
+        .await
+}
+
+/// Appends to `into` every line after `seq`, each ending in `\n`; returns the last seq.
+async fn lines_after(
+    client: &Client,
+    header_id: &str,
+    seq: i64,
+    into: &mut Vec<u8>,
+) -> Result<i64, StoreError> {
+    let rows = client
+        .query(
+            "SELECT seq, line FROM compactd_entries WHERE header_id = $1 AND seq > $2 ORDER BY seq",
+            &[&header_id, &seq],
+        )
+        .await
+        .map_err(unavailable)?;
+    let mut head = seq;
+    for r in rows {
+        head = r.get(0);
+        let line: &[u8] = r.get(1);
+        into.extend_from_slice(line);
+        into.push(b'\n');
+    }
+    Ok(head)
+}
+
+/// Delivers the other daemons' events: a LISTEN connection wakes it, a timer catches up
+/// whatever a notification missed, and a lost connection is re-made.
+async fn listen(db: Weak<Database>, deliver: Arc<dyn Fn(RemoteEvent) + Send + Sync>) {
+    let mut last: Option<i64> = None;
+    loop {
+        let Some(strong) = db.upgrade() else { return };
+        let (wake_tx, mut wake) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let listener = match Database::connect_raw(&strong.config).await {
+            Ok((client, mut connection)) => {
+                tokio::spawn(async move {
+                    let mut messages =
+                        futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                    while let Some(m) = messages.next().await {
+                        match m {
+                            Ok(AsyncMessage::Notification(_)) => {
+                                let _ = wake_tx.send(());
+                            }
+                            Ok(_) => {}
+                            Err(_) => break,
+                        }
+                    }
+                });
+                match client.batch_execute("LISTEN compactd_events").await {
+                    Ok(()) => Some(client),
+                    Err(_) => None,
+                }
+            }
+            Err(_) => None,
+        };
+        drop(strong);
+        let Some(listener) = listener else {
+            tokio::time::sleep(CATCH_UP_EVERY).await;
+            continue;
+        };
+        while !listener.is_closed() {
+            let Some(strong) = db.upgrade() else { return };
+            match catch_up_events(&strong, &mut last).await {
+                Ok(events) => events.into_iter().for_each(|e| deliver(e)),
+                Err(e) => tracing::debug!(error = %e, "could not read other daemons' events"),
+            }
+            drop(strong);
+            tokio::select! {
+                _ = wake.recv() => {}
+                _ = tokio::time::sleep(CATCH_UP_EVERY) => {}
+            }
+        }
+    }
+}
+
+/// The events other daemons published after `last` (the first call starts from now).
+async fn catch_up_events(
+    db: &Arc<Database>,
+    last: &mut Option<i64>,
+) -> Result<Vec<RemoteEvent>, StoreError> {
+    let client = db.client().await?;
+    let Some(after) = *last else {
+        let max: i64 = client
+            .query_one("SELECT coalesce(max(id), 0) FROM compactd_events", &[])
+            .await
+            .map_err(unavailable)?
+            .get(0);
+        *last = Some(max);
+        return Ok(Vec::new());
+    };
+    let rows = client
+        .query(
+            "SELECT id, header_id, name, payload FROM compactd_events
+             WHERE id > $1 AND origin <> $2 ORDER BY id",
+            &[&after, &db.origin],
+        )
+        .await
+        .map_err(unavailable)?;
+    let mut out = Vec::new();
+    for r in rows {
+        let id: i64 = r.get(0);
+        *last = Some(id);
+        let name: String = r.get(2);
+        let payload: String = r.get(3);
+        let header_id: String = r.get(1);
+        if let Ok(payload) = serde_json::from_str(&payload) {
+            out.push(RemoteEvent {
+                header_id,
+                name,
+                payload,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A session in the database, as one daemon sees it: the last seq it has read or written.
+#[derive(Debug)]
+pub struct StoredSession {
+    db: Arc<Database>,
+    header_id: String,
+    location: PathBuf,
+    /// The seq of the last entry this daemon has (0: none yet).
+    head: i64,
+    /// False until the session row exists (a new session before its first write).
+    exists: bool,
+}
+
+impl StoredSession {
+    /// A session not in the database yet (written by [`SessionStorage::create`]).
+    pub fn new(db: Arc<Database>, header_id: &str) -> StoredSession {
+        StoredSession {
+            db,
+            header_id: header_id.to_owned(),
+            location: location(header_id),
+            head: 0,
+            exists: false,
+        }
+    }
+
+    /// Opens the stored session `header_id`: its tree and the storage that follows it.
+    pub fn open(
+        db: Arc<Database>,
+        header_id: &str,
+    ) -> Result<(SessionTree, StoredSession), StoreError> {
+        let (tree, head) = db.load(header_id)?;
+        Ok((
+            tree,
+            StoredSession {
+                head,
+                exists: true,
+                ..StoredSession::new(db, header_id)
+            },
+        ))
+    }
+
+    pub fn header_id(&self) -> &str {
+        &self.header_id
+    }
+}
+
+impl SessionStorage for StoredSession {
+    fn location(&self) -> &Path {
+        &self.location
+    }
+
+    fn catch_up(&mut self, into: &mut Vec<u8>) -> Result<(), StoreError> {
+        if !self.exists {
+            return Ok(());
+        }
+        let db = self.db.clone();
+        let header_id = self.header_id.clone();
+        let head = self.head;
+        let (lines, new_head) = self.db.block_on(async move {
+            let client = db.client().await?;
+            let mut lines = Vec::new();
+            let new_head = lines_after(&client, &header_id, head, &mut lines).await?;
+            Ok::<_, StoreError>((lines, new_head))
+        })?;
+        into.extend_from_slice(&lines);
+        self.head = new_head;
+        Ok(())
+    }
+
+    fn append(&mut self, entry: &Entry) -> Result<(), StoreError> {
+        let db = self.db.clone();
+        let header_id = self.header_id.clone();
+        let seq = self.head + 1;
+        let row = EntryRow::of(entry);
+        let location = self.location.clone();
+        self.db.block_on(async move {
+            let client = db.client().await?;
+            insert_entry(&client, &header_id, seq, &row)
+                .await
+                .map(|_| ())
+                .map_err(|e| match e.code() {
+                    Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::Conflict(location),
+                    Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => {
+                        StoreError::NoSuchStored(header_id.clone())
+                    }
+                    _ => unavailable(e),
+                })
+        })?;
+        self.head = seq;
+        Ok(())
+    }
+
+    fn create(&mut self, header: &Value, entries: &[&Entry]) -> Result<(), StoreError> {
+        let field = |k: &str| {
+            header
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let rows: Vec<EntryRow> = entries.iter().map(|e| EntryRow::of(e)).collect();
+        let n = rows.len() as i64;
+        self.db.create(
+            self.header_id.clone(),
+            field("cwd"),
+            crate::json::stringify(header).into_bytes(),
+            rows,
+        )?;
+        self.head = n;
+        self.exists = true;
+        Ok(())
+    }
+
+    fn reload(&mut self) -> Result<SessionTree, StoreError> {
+        let (tree, head) = self.db.load(&self.header_id)?;
+        self.head = head;
+        self.exists = true;
+        Ok(tree)
+    }
+
+    fn header_id(&self) -> Option<&str> {
+        Some(&self.header_id)
+    }
+}

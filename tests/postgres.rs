@@ -1,0 +1,518 @@
+//! Sessions on PostgreSQL, shared by many daemons (`[storage] backend = "postgres"`), through the
+//! real binary: two `compactd serve` processes on one real database server (started per test,
+//! see `support::postgres`). Appends from both interleave without loss into one tree, threshold
+//! crossings at the same moment make one compaction, a daemon killed mid-compaction releases
+//! its lease, events reach subscribers on the other daemon, export and import are byte for byte,
+//! and a database that is missing or goes away is a clear `storage_unavailable` that loses
+//! nothing acknowledged.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::daemon_env::{model, usage, Env, KillOnDrop};
+use support::postgres::Postgres;
+use support::rpc_client::{Client, Framing};
+
+/// One daemon on the database: its environment (config, agent dir), process and socket.
+struct Daemon {
+    env: Env,
+    _child: KillOnDrop,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(pg: &Postgres, extra_config: &str) -> Daemon {
+        let env = Env::new();
+        env.write_config(&format!("{}{extra_config}", pg.config()));
+        let socket = env.path("run/compactd.sock");
+        let child = env.serve_ready(&socket, &[], Stdio::null());
+        Daemon {
+            env,
+            _child: KillOnDrop(child),
+            socket,
+        }
+    }
+
+    fn client(&self) -> Client {
+        Client::socket(&self.socket, Framing::Ndjson)
+    }
+
+    fn pid(&self) -> u32 {
+        self._child.0.id()
+    }
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text, "timestamp": 1_700_000_000_000i64})
+}
+
+fn assistant(text: &str, input: i64) -> Value {
+    json!({"role": "assistant", "content": [{"type": "text", "text": text}],
+        "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5",
+        "usage": usage(input), "stopReason": "stop", "timestamp": 1_700_000_000_001i64})
+}
+
+/// `turns` user/assistant pairs of about 600 tokens each, the last reply reporting `last_input`.
+fn fill(c: &mut Client, sid: &str, turns: usize, last_input: i64) {
+    for i in 0..turns {
+        let body = format!(
+            "turn {i}: {}",
+            "please look at the parser again ".repeat(60)
+        );
+        c.ok(
+            "appendMessage",
+            json!({"sessionId": sid, "message": user(&body)}),
+        );
+        let input = if i + 1 == turns {
+            last_input
+        } else {
+            1000 + i as i64 * 600
+        };
+        c.ok(
+            "appendMessage",
+            json!({"sessionId": sid, "message": assistant(&format!("done with turn {i}"), input)}),
+        );
+    }
+}
+
+/// `compactd export` of a stored session, in `env`.
+fn export(env: &Env, header_id: &str) -> Vec<u8> {
+    let out = env
+        .command("export")
+        .arg(header_id)
+        .output()
+        .expect("run compactd export");
+    assert!(
+        out.status.success(),
+        "export failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn lines_of(bytes: &[u8]) -> Vec<Value> {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("every exported line is JSON"))
+        .collect()
+}
+
+fn create(c: &mut Client, cwd: &Path) -> (String, String) {
+    let info = c.ok("createSession", json!({"cwd": cwd, "model": model()}));
+    assert_eq!(
+        info["path"].as_str().map(|p| p.starts_with("postgres:")),
+        Some(true),
+        "a stored session's location: {info}"
+    );
+    (
+        info["sessionId"].as_str().expect("sessionId").to_owned(),
+        info["headerId"].as_str().expect("headerId").to_owned(),
+    )
+}
+
+fn open(c: &mut Client, header_id: &str) -> String {
+    let info = c.ok(
+        "openSession",
+        json!({"headerId": header_id, "model": model()}),
+    );
+    info["sessionId"].as_str().expect("sessionId").to_owned()
+}
+
+#[test]
+fn two_daemons_interleave_appends_into_one_tree() {
+    let test = "two_daemons_interleave_appends_into_one_tree";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    let (a, b) = (Daemon::start(&pg, ""), Daemon::start(&pg, ""));
+    let mut ca = a.client();
+    let (sid_a, header_id) = create(&mut ca, a.env.dir.path());
+    let mut cb = b.client();
+    let sid_b = open(&mut cb, &header_id);
+    const EACH: usize = 1000;
+    let writer = |mut c: Client, sid: String, who: &'static str| {
+        std::thread::spawn(move || {
+            for i in 0..EACH {
+                c.ok(
+                    "appendMessage",
+                    json!({"sessionId": sid, "message": user(&format!("{who} {i}"))}),
+                );
+            }
+            c
+        })
+    };
+    let ta = writer(ca, sid_a.clone(), "from-a");
+    let tb = writer(cb, sid_b.clone(), "from-b");
+    let mut ca = ta.join().expect("daemon a's writer");
+    let mut cb = tb.join().expect("daemon b's writer");
+
+    let exported = export(&a.env, &header_id);
+    let lines = lines_of(&exported);
+    assert_eq!(lines[0]["type"], "session");
+    assert_eq!(lines[0]["id"], header_id.as_str());
+    // One tree, and a chain: every entry's parent is the line before it (each daemon read the
+    // other's appends before writing its own).
+    for w in lines[1..].windows(2) {
+        assert_eq!(
+            w[1]["parentId"], w[0]["id"],
+            "one chain: {} after {}",
+            w[1], w[0]
+        );
+    }
+    let texts: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["message"]["content"].as_str())
+        .collect();
+    for who in ["from-a", "from-b"] {
+        let mine: Vec<&&str> = texts.iter().filter(|t| t.starts_with(who)).collect();
+        assert_eq!(mine.len(), EACH, "every append of {who} is stored once");
+        for (i, t) in mine.iter().enumerate() {
+            assert_eq!(**t, format!("{who} {i}"), "{who}'s appends in its order");
+        }
+    }
+    // Both daemons' trees are the store's: same leaf, same count.
+    let sync_a = ca.ok("syncSession", json!({"sessionId": sid_a}));
+    let sync_b = cb.ok("syncSession", json!({"sessionId": sid_b}));
+    let leaf = lines.last().expect("entries")["id"].clone();
+    assert_eq!(sync_a["leafId"], leaf);
+    assert_eq!(sync_b["leafId"], leaf);
+    assert_eq!(sync_a["entryCount"], (lines.len() - 1) as u64);
+    assert_eq!(sync_b["entryCount"], (lines.len() - 1) as u64);
+
+    // Pi loads the export with the same context compactd builds.
+    let Some(oracle) = support::oracle::Oracle::find(test) else {
+        return;
+    };
+    let file = a.env.path("export.jsonl");
+    std::fs::write(&file, &exported).expect("write export");
+    let pi = oracle.analyse(&file).expect("Pi loads the export");
+    assert_eq!(
+        pi["session"]["leafId"], leaf,
+        "Pi's leaf: {}",
+        pi["session"]
+    );
+    let context = cb.ok("getContext", json!({"sessionId": sid_b}));
+    assert_eq!(
+        context["messages"].as_array().map(Vec::len),
+        Some(2 * EACH),
+        "every append is in the context"
+    );
+    assert!(
+        context["messages"] == pi["context"]["messages"],
+        "Pi's context is compactd's"
+    );
+}
+
+#[test]
+fn export_and_import_are_byte_for_byte_and_compact_alike() {
+    let test = "export_and_import_are_byte_for_byte_and_compact_alike";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    let d = Daemon::start(&pg, "");
+    let file = d.env.session("005-medium-basic");
+    let original = std::fs::read(&file).expect("read fixture copy");
+    let out = d.env.command("import").arg(&file).output().expect("import");
+    assert!(
+        out.status.success(),
+        "import failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let header_id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(export(&d.env, &header_id), original, "export of the import");
+    assert_eq!(
+        std::fs::read(&file).expect("reread"),
+        original,
+        "import never writes the file"
+    );
+    // Importing it again is refused: one session per header id.
+    let again = d.env.command("import").arg(&file).output().expect("import");
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds"));
+
+    // The stored copy compacts as the file does (extractive, nothing written).
+    let mut c = d.client();
+    let sid = open(&mut c, &header_id);
+    let stored = c.ok("compact", json!({"sessionId": sid, "write": false}));
+    let files = Env::new();
+    let fcopy = files.session("005-medium-basic");
+    let mut fc = files.stdio(&[], Framing::Ndjson);
+    let fsid = support::daemon_env::open(&mut fc, &fcopy);
+    let filed = fc.ok("compact", json!({"sessionId": fsid, "write": false}));
+    for key in ["summary", "firstKeptEntryId", "tokensBefore", "details"] {
+        assert_eq!(stored[key], filed[key], "{key} of the stored copy");
+    }
+    let listed = c.ok(
+        "listStoredSessions",
+        json!({"cwd": lines_of(&original)[0]["cwd"]}),
+    );
+    assert_eq!(listed["sessions"][0]["headerId"], header_id.as_str());
+}
+
+/// The fake OpenAI-compatible summarizer on `port` (no retries).
+fn summarizer_config(port: u16) -> String {
+    format!(
+        "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"fake-gpt\"\nretry = {{ enabled = false }}\n"
+    )
+}
+
+fn small_model() -> Value {
+    json!({"provider": "anthropic", "id": "claude-sonnet-4-5", "contextWindow": 16000, "maxTokens": 4000})
+}
+
+fn compactions(lines: &[Value]) -> usize {
+    lines.iter().filter(|l| l["type"] == "compaction").count()
+}
+
+#[test]
+fn simultaneous_threshold_crossings_make_one_compaction() {
+    let test = "simultaneous_threshold_crossings_make_one_compaction";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    // A summarizer that takes a second, so the two checks really overlap.
+    let (_rt, fake) = support::fake_llm::serve(&["## Goal\nShip it.", "## Goal\nAgain."]);
+    fake.state.lock().delay = Duration::from_secs(1);
+    let summarizer = summarizer_config(fake.port);
+    let (a, b) = (
+        Daemon::start(&pg, &summarizer),
+        Daemon::start(&pg, &summarizer),
+    );
+    let mut ca = a.client();
+    let (sid_a, header_id) = create(&mut ca, a.env.dir.path());
+    ca.ok(
+        "setModel",
+        json!({"sessionId": sid_a, "model": small_model()}),
+    );
+    ca.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid_a, "compaction": {"reserveTokens": 4000, "keepRecentTokens": 2000, "speculativeAt": 0}}),
+    );
+    fill(&mut ca, &sid_a, 12, 13_000);
+    let mut cb = b.client();
+    let sid_b = open(&mut cb, &header_id);
+    cb.ok(
+        "setModel",
+        json!({"sessionId": sid_b, "model": small_model()}),
+    );
+    cb.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid_b, "compaction": {"reserveTokens": 4000, "keepRecentTokens": 2000, "speculativeAt": 0}}),
+    );
+    let check = |mut c: Client, sid: String| {
+        std::thread::spawn(move || {
+            let r = c.ok(
+                "checkCompaction",
+                json!({"sessionId": sid, "phase": "postRun"}),
+            );
+            (c, r)
+        })
+    };
+    let (ta, tb) = (check(ca, sid_a.clone()), check(cb, sid_b.clone()));
+    let (mut ca, ra) = ta.join().expect("check on a");
+    let (mut cb, rb) = tb.join().expect("check on b");
+    let compacted = [&ra, &rb]
+        .iter()
+        .filter(|r| r["action"] != "none" && r["action"].is_string())
+        .count();
+    assert_eq!(compacted, 1, "one of the two checks compacts: {ra} / {rb}");
+    let lines = lines_of(&export(&a.env, &header_id));
+    assert_eq!(compactions(&lines), 1, "one compaction entry in the store");
+    // Both daemons see it.
+    for (c, sid) in [(&mut ca, &sid_a), (&mut cb, &sid_b)] {
+        let branch = c.ok("getBranch", json!({"sessionId": sid}));
+        let n = branch
+            .as_array()
+            .expect("branch")
+            .iter()
+            .filter(|e| e["type"] == "compaction")
+            .count();
+        assert_eq!(n, 1, "the compaction is on {sid}'s branch");
+    }
+}
+
+/// A session over the threshold of [`small_model`], opened on `c` by `header_id` (or created).
+fn over_threshold(c: &mut Client, cwd: &Path) -> (String, String) {
+    let (sid, header_id) = create(c, cwd);
+    c.ok(
+        "setModel",
+        json!({"sessionId": sid, "model": small_model()}),
+    );
+    fill(c, &sid, 12, 13_000);
+    (sid, header_id)
+}
+
+fn settle_overrides(c: &mut Client, sid: &str) {
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"reserveTokens": 4000, "keepRecentTokens": 2000, "speculativeAt": 0}}),
+    );
+}
+
+#[test]
+fn a_daemon_killed_mid_compaction_releases_its_lease() {
+    let test = "a_daemon_killed_mid_compaction_releases_its_lease";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    // Daemon a summarizes with a provider that answers only after a minute; b is extractive.
+    let (_rt, fake) = support::fake_llm::serve(&["## Goal\nNever arrives."]);
+    fake.state.lock().delay = Duration::from_secs(60);
+    let a = Daemon::start(&pg, &summarizer_config(fake.port));
+    let b = Daemon::start(&pg, "");
+    let mut ca = a.client();
+    let (sid_a, header_id) = over_threshold(&mut ca, a.env.dir.path());
+    settle_overrides(&mut ca, &sid_a);
+    ca.ok("subscribe", json!({"sessionId": sid_a}));
+    ca.send("compact", json!({"sessionId": sid_a}));
+    assert!(
+        ca.wait_notification("compaction_start", Duration::from_secs(10))
+            .is_some(),
+        "a started compacting"
+    );
+    // a is waiting on its summarizer, holding the lease.
+    let mut cb = b.client();
+    let sid_b = open(&mut cb, &header_id);
+    settle_overrides(&mut cb, &sid_b);
+    let pid = a.pid() as i32;
+    // SAFETY: kill(2) on the daemon process this test spawned.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let started = Instant::now();
+    let done = cb
+        .request("compact", json!({"sessionId": sid_b}))
+        .expect("b compacts once a's lease is gone");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "b took over within seconds (took {took:?})"
+    );
+    assert!(done["summary"].as_str().is_some_and(|s| !s.is_empty()));
+    let lines = lines_of(&export(&b.env, &header_id));
+    assert_eq!(
+        compactions(&lines),
+        1,
+        "only b's compaction; nothing of a's"
+    );
+    assert_eq!(
+        lines.last().expect("entries")["type"],
+        "compaction",
+        "the entry is whole and last"
+    );
+}
+
+#[test]
+fn events_reach_subscribers_on_every_daemon() {
+    let test = "events_reach_subscribers_on_every_daemon";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    let (a, b) = (Daemon::start(&pg, ""), Daemon::start(&pg, ""));
+    let mut ca = a.client();
+    let (sid_a, header_id) = over_threshold(&mut ca, a.env.dir.path());
+    settle_overrides(&mut ca, &sid_a);
+    let mut cb = b.client();
+    let sid_b = open(&mut cb, &header_id);
+    cb.ok("subscribe", json!({"sessionId": sid_b}));
+    let result = ca.ok("compact", json!({"sessionId": sid_a}));
+    let start = cb
+        .wait_notification("compaction_start", Duration::from_secs(10))
+        .expect("b's subscriber gets compaction_start");
+    let end = cb
+        .wait_notification("compaction_end", Duration::from_secs(10))
+        .expect("b's subscriber gets compaction_end");
+    assert_eq!(start["params"]["sessionId"], sid_b.as_str(), "under b's id");
+    assert_eq!(end["params"]["sessionId"], sid_b.as_str());
+    assert_eq!(end["params"]["result"]["summary"], result["summary"]);
+    // And b reads the compaction in: its context now starts with the summary.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ctx = cb.ok("getContext", json!({"sessionId": sid_b}));
+        if ctx["messages"][0]["role"] == "compactionSummary" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b never read a's compaction in: {}",
+            ctx["messages"][0]
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_missing_or_lost_database_is_storage_unavailable_and_loses_nothing() {
+    let test = "a_missing_or_lost_database_is_storage_unavailable_and_loses_nothing";
+    let Some(mut pg) = Postgres::start(test) else {
+        return;
+    };
+    // A connection string that does not parse: the daemon refuses to start, saying why.
+    let env = Env::new();
+    env.write_config("[storage]\nbackend = \"postgres\"\npostgres_url = \"postgresql://[::1\"\n");
+    let out = env
+        .command("serve")
+        .arg("--socket")
+        .arg(env.path("run/x.sock"))
+        .output()
+        .expect("serve");
+    assert!(!out.status.success(), "a bad URL is fatal");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("postgres_url"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A database that is down at start-up: the daemon serves, and says storage_unavailable.
+    let nowhere = tempfile::tempdir().expect("tempdir");
+    let env = Env::new();
+    env.write_config(&format!(
+        "[storage]\nbackend = \"postgres\"\npostgres_url = \"host={} user=postgres dbname=postgres connect_timeout=2\"\n",
+        nowhere.path().display()
+    ));
+    let socket = env.path("run/compactd.sock");
+    let _down = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let mut c = Client::socket(&socket, Framing::Ndjson);
+    let err = c
+        .request("createSession", json!({"cwd": env.dir.path()}))
+        .expect_err("no database");
+    assert_eq!(err["data"]["kind"], "storage_unavailable", "{err}");
+
+    // A database that goes away mid-run: the write fails clearly, and everything acknowledged
+    // before is still there when it is back; the next write works.
+    let d = Daemon::start(&pg, "");
+    let mut c = d.client();
+    let (sid, header_id) = create(&mut c, d.env.dir.path());
+    for i in 0..20 {
+        c.ok(
+            "appendMessage",
+            json!({"sessionId": sid, "message": user(&format!("kept {i}"))}),
+        );
+    }
+    pg.kill_server();
+    let err = c
+        .request(
+            "appendMessage",
+            json!({"sessionId": sid, "message": user("while down")}),
+        )
+        .expect_err("the database is down");
+    assert_eq!(err["data"]["kind"], "storage_unavailable", "{err}");
+    pg.start_server();
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": user("after")}),
+    );
+    let texts: Vec<String> = lines_of(&export(&d.env, &header_id))
+        .iter()
+        .filter_map(|l| l["message"]["content"].as_str().map(str::to_owned))
+        .collect();
+    let mut want: Vec<String> = (0..20).map(|i| format!("kept {i}")).collect();
+    want.push("after".into());
+    assert_eq!(
+        texts, want,
+        "every acknowledged append, and nothing that failed"
+    );
+}

@@ -1,0 +1,215 @@
+//! A real PostgreSQL server for one test: `initdb` into a temporary directory, the server on a
+//! Unix socket there (no TCP port), run as the `postgres` user when the test runs as root (the
+//! server refuses to run as root). Its binaries come from `pg_config --bindir` (Debian's
+//! `postgresql` package, which `scripts/test-all` installs), or `$COMPACTD_PG_BIN`. Missing:
+//! skipped on a developer machine, a failure under `CI=true`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Postgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    server: Option<Child>,
+    /// The user the server runs as (`postgres` when the test runs as root).
+    as_user: Option<String>,
+}
+
+fn bin_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("COMPACTD_PG_BIN").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(d));
+    }
+    let out = Command::new("pg_config").arg("--bindir").output().ok()?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    dir.join("initdb").is_file().then_some(dir)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+impl Postgres {
+    /// A fresh, running server, or `None` after [`super::skip_or_fail`] naming `test`.
+    pub fn start(test: &str) -> Option<Postgres> {
+        let Some(bin) = bin_dir() else {
+            super::skip_or_fail(
+                test,
+                "no PostgreSQL server binaries (pg_config --bindir; install Debian's postgresql)",
+            );
+            return None;
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("compactd-pg")
+            .tempdir()
+            .expect("tempdir");
+        let as_user = is_root().then(|| "postgres".to_owned());
+        if let Some(user) = &as_user {
+            let uid = Command::new("id")
+                .args(["-u", user])
+                .output()
+                .expect("id -u");
+            let gid = Command::new("id")
+                .args(["-g", user])
+                .output()
+                .expect("id -g");
+            let num = |o: &std::process::Output| -> u32 {
+                String::from_utf8_lossy(&o.stdout)
+                    .trim()
+                    .parse()
+                    .expect("numeric id")
+            };
+            std::os::unix::fs::chown(dir.path(), Some(num(&uid)), Some(num(&gid)))
+                .expect("chown the server's directory");
+        }
+        let mut pg = Postgres {
+            dir,
+            bin,
+            server: None,
+            as_user,
+        };
+        let data = pg.data_dir();
+        let init = pg
+            .command("initdb")
+            .args(["-D"])
+            .arg(&data)
+            .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"])
+            .output()
+            .expect("run initdb");
+        assert!(
+            init.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        pg.start_server();
+        Some(pg)
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The directory of the server's Unix socket.
+    pub fn socket_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let exe = self.bin.join(program);
+        match &self.as_user {
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", user, "--"]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        }
+    }
+
+    /// Starts the server (again) and waits until it accepts connections.
+    pub fn start_server(&mut self) {
+        let server = self
+            .command("postgres")
+            .arg("-D")
+            .arg(self.data_dir())
+            .arg("-k")
+            .arg(self.socket_dir())
+            .args([
+                "-c",
+                "listen_addresses=",
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=200",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start postgres");
+        self.server = Some(server);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = self
+                .command("pg_isready")
+                .arg("-h")
+                .arg(self.socket_dir())
+                .arg("-q")
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return;
+            }
+            assert!(Instant::now() < deadline, "postgres did not start in 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops the server at once: `pg_ctl stop -m immediate` aborts every server process
+    /// without a clean shutdown, as a crash would (a database that goes away mid-run).
+    pub fn kill_server(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            let _ = self
+                .command("pg_ctl")
+                .arg("-D")
+                .arg(self.data_dir())
+                .args(["stop", "-m", "immediate", "-w"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+
+    /// The connection string compactd's `[storage] postgres_url` takes.
+    pub fn url(&self) -> String {
+        format!(
+            "host={} user=postgres dbname=postgres",
+            self.socket_dir().display()
+        )
+    }
+
+    /// `[storage]` of a daemon on this server.
+    pub fn config(&self) -> String {
+        format!(
+            "[storage]\nbackend = \"postgres\"\npostgres_url = \"{}\"\n",
+            self.url()
+        )
+    }
+
+    /// Runs one SQL statement with `psql`; its output, tuples only.
+    pub fn psql(&self, sql: &str) -> String {
+        let out = self
+            .command("psql")
+            .arg("-h")
+            .arg(self.socket_dir())
+            .args(["-U", "postgres", "-d", "postgres", "-At", "-c", sql])
+            .output()
+            .expect("psql");
+        assert!(
+            out.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            let _ = self
+                .command("pg_ctl")
+                .arg("-D")
+                .arg(self.data_dir())
+                .args(["stop", "-m", "immediate"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+}
