@@ -314,12 +314,39 @@ fn scenario(env: &Env) -> Client {
     c
 }
 
+/// The methods of the postgres backend, on a real database server: a stored session created,
+/// listed and opened by header id.
+fn stored_scenario(test: &str) -> Vec<(String, Value)> {
+    let Some(pg) = support::postgres::Postgres::start(test) else {
+        return Vec::new();
+    };
+    let env = Env::new();
+    env.write_config(&pg.config());
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let cwd = env.dir.path().to_string_lossy().into_owned();
+    let info = c.ok(
+        "createSession",
+        json!({"cwd": cwd, "model": model(200_000)}),
+    );
+    c.ok("listStoredSessions", json!({"cwd": cwd}));
+    c.ok("openSession", json!({"headerId": info["headerId"]}));
+    let results = std::mem::take(&mut c.results);
+    drop(c);
+    drop(pg);
+    results
+}
+
 #[test]
 fn real_responses_match_the_result_schemas() {
     let doc = openrpc::document();
     let validators = result_validators(&doc);
     let env = Env::new();
-    let c = scenario(&env);
+    let mut c = scenario(&env);
+    let stored = stored_scenario("real_responses_match_the_result_schemas");
+    // Without a database (skipped on a developer machine; a failure under CI) the postgres
+    // backend's own method cannot answer.
+    let stored_skipped = stored.is_empty();
+    c.results.extend(stored);
     let mut checked: BTreeSet<&str> = BTreeSet::new();
     let mut failures = Vec::new();
     for (method, result) in &c.results {
@@ -334,6 +361,7 @@ fn real_responses_match_the_result_schemas() {
     let unchecked: Vec<&String> = validators
         .keys()
         .filter(|m| !checked.contains(m.as_str()))
+        .filter(|m| !(stored_skipped && m.as_str() == "listStoredSessions"))
         .collect();
     assert!(
         unchecked.is_empty(),

@@ -84,8 +84,7 @@ pub struct InitializeParams {
 pub struct OpenSessionParams {
     /// Absolute path of the session file (the files backend).
     pub path: Option<String>,
-    /// Beyond Pi: the header id of a session in the shared store (`[storage] backend =
-    /// "postgres"`), instead of `path`.
+    /// Beyond Pi: a stored session's header id (postgres backend), instead of `path`.
     pub header_id: Option<String>,
     /// Create a new deferred session at `path` when the file is missing (needs `cwd`).
     #[serde(default)]

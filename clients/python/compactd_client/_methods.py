@@ -34,6 +34,7 @@ from .types import (  # noqa: F401 - the annotations name them
     SessionEntry,
     SessionInfo,
     SessionInfoList,
+    StoredSessions,
     SetModelResult,
     SetSettingsOverridesResult,
     ShouldCompactResult,
@@ -61,8 +62,9 @@ class Methods:
         notifications (``on("window/logMessage", cb)``; `forward_daemon_log` logs them)."""
         return self._call("initialize", _p(clientName=client_name, capabilities=capabilities, logNotifications=log_notifications))
 
-    def open_session(self, path: str, create: Optional[bool] = None, cwd: Optional[str] = None, model: Optional[JSON] = None, thinking_level: Optional[str] = None) -> SessionInfo:
-        return self._call("openSession", _p(path=path, create=create, cwd=cwd, model=model, thinkingLevel=thinking_level))
+    def open_session(self, path: Optional[str] = None, create: Optional[bool] = None, cwd: Optional[str] = None, model: Optional[JSON] = None, thinking_level: Optional[str] = None, header_id: Optional[str] = None) -> SessionInfo:
+        """A session file by ``path``, or (postgres backend) a stored session by ``header_id``."""
+        return self._call("openSession", _p(path=path, headerId=header_id, create=create, cwd=cwd, model=model, thinkingLevel=thinking_level))
 
     def create_session(self, cwd: str, session_dir: Optional[str] = None, model: Optional[JSON] = None, thinking_level: Optional[str] = None) -> SessionInfo:
         return self._call("createSession", _p(cwd=cwd, sessionDir=session_dir, model=model, thinkingLevel=thinking_level))
@@ -72,6 +74,10 @@ class Methods:
 
     def list_sessions(self) -> SessionInfoList:
         return self._call("listSessions", {})
+
+    def list_stored_sessions(self, cwd: Optional[str] = None) -> StoredSessions:
+        """Beyond Pi (postgres backend): the shared store's sessions, newest first."""
+        return self._call("listStoredSessions", _p(cwd=cwd))
 
     # Entries
     def append_message(self, session_id: str, message: JSON, expected_leaf_id: Optional[str] = None) -> AppendResult:

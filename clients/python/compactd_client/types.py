@@ -489,6 +489,21 @@ class SpeculationView(_SpeculationViewRequired, total=False):
     summaryTokens: Optional[int]
 
 
+class StoredSessionInfo(TypedDict):
+    """One session in the shared store (`listStoredSessions`)."""
+
+    headerId: str
+    cwd: str
+    created: int
+    entryCount: int
+
+
+class StoredSessions(TypedDict):
+    """`listStoredSessions`' answer, newest first."""
+
+    sessions: List[StoredSessionInfo]
+
+
 class SubscribeResult(TypedDict):
     """`subscribe`'s answer."""
 
@@ -622,6 +637,7 @@ RESULTS = {
     "initialize": "InitializeResult",
     "listPins": "Pins",
     "listSessions": "SessionInfoList",
+    "listStoredSessions": "StoredSessions",
     "navigateTree": "NavigateTreeResult",
     "openSession": "SessionInfo",
     "pin": "PinResult",

@@ -352,8 +352,10 @@ export declare class CompactdClient {
   notify(method: string, params?: object): Promise<void>;
 
   initialize(params?: { clientName?: string; capabilities?: object; logNotifications?: boolean }): Promise<InitializeResult>;
+  /** A session file by `path`, or (postgres backend) a stored session by `headerId`. */
   openSession(params: {
-    path: string;
+    path?: string;
+    headerId?: string;
     create?: boolean;
     cwd?: string;
     model?: Model;
@@ -367,6 +369,10 @@ export declare class CompactdClient {
   }): Promise<SessionInfo>;
   closeSession(sessionId: string): Promise<{ closed: boolean }>;
   listSessions(): Promise<SessionInfo[]>;
+  /** Beyond Pi (postgres backend): the shared store's sessions, newest first. */
+  listStoredSessions(params?: { cwd?: string }): Promise<{
+    sessions: { headerId: string; cwd: string; created: number; entryCount: number }[];
+  }>;
 
   appendMessage(sessionId: string, message: object, options?: { expectedLeafId?: string }): Promise<AppendResult>;
   appendEntry(sessionId: string, entry: object, options?: { expectedLeafId?: string }): Promise<AppendResult>;

@@ -497,8 +497,8 @@ export class CompactdClient {
     return this.request('initialize', defined({ clientName: 'compactd-client', ...params }));
   }
 
-  openSession({ path, create, cwd, model, thinkingLevel }) {
-    return this.request('openSession', defined({ path, create, cwd, model, thinkingLevel }));
+  openSession({ path, headerId, create, cwd, model, thinkingLevel }) {
+    return this.request('openSession', defined({ path, headerId, create, cwd, model, thinkingLevel }));
   }
 
   createSession({ cwd, sessionDir, model, thinkingLevel }) {
@@ -511,6 +511,10 @@ export class CompactdClient {
 
   listSessions() {
     return this.request('listSessions', {});
+  }
+
+  listStoredSessions({ cwd } = {}) {
+    return this.request('listStoredSessions', defined({ cwd }));
   }
 
   // --- entries ---------------------------------------------------------------------------
