@@ -54,10 +54,6 @@ pub struct SessionState {
     pub foreign_moves: u64,
 }
 
-/// How many times in a row an append may find the head extended by another writer before it
-/// gives up (a shared store under heavy contention).
-const MAX_CONFLICTS: usize = 64;
-
 impl SessionState {
     /// A session over `tree` with nothing derived yet (no branch, context or index).
     fn new(
@@ -316,45 +312,34 @@ impl SessionState {
     /// Writes and records one entry under the current leaf. `build` receives the new id, the
     /// parent id and the ISO timestamp and returns the entry object with Pi's key order.
     ///
-    /// A shared store may report that another daemon extended the head first: the new lines are
-    /// read in and the entry, unchanged but for its `parentId`, is written under the new leaf
-    /// (it follows from what it was built under: the other writer only appended after it).
+    /// A file is caught up with first. A shared store checks the head in the append itself and
+    /// may report that another daemon extended it first: the new lines are read in and the
+    /// entry, unchanged but for its `parentId`, is written under the new leaf (it follows from
+    /// what it was built under: the other writer only appended after it).
     pub fn append_with(
         &mut self,
         build: impl FnOnce(&str, Option<&str>, &str) -> Value,
     ) -> Result<usize, RpcError> {
-        self.sync_with_file()?;
+        if !self.storage.append_checks_head() {
+            self.sync_with_file()?;
+        }
         let id = self.new_id();
         let parent = self.tree.leaf_id().map(str::to_owned);
         let mut entry = build(&id, parent.as_deref(), &ids::iso_timestamp(ids::now_ms()));
         let mut e = Entry::from_value(entry.clone());
         if self.persisted {
-            let mut conflicts = 0;
-            loop {
-                match self.storage.append(&e) {
-                    Ok(()) => break,
-                    Err(StoreError::Conflict(_)) if conflicts < MAX_CONFLICTS => {
-                        conflicts += 1;
-                        let before = self.tree.leaf_id().map(str::to_owned);
-                        self.sync_with_file()?;
-                        let leaf = self.tree.leaf_id().map(str::to_owned);
-                        if !self.descends(leaf.as_deref(), before.as_deref()) {
-                            return Err(RpcError::new(
-                                ErrorKind::LeafMoved,
-                                format!(
-                                    "leaf moved: another writer moved it from {} to {}",
-                                    before.as_deref().unwrap_or("null"),
-                                    leaf.as_deref().unwrap_or("null")
-                                ),
-                            ));
-                        }
-                        if let Some(o) = entry.as_object_mut() {
-                            o.insert("parentId".into(), leaf.map_or(Value::Null, Value::from));
-                        }
-                        e = Entry::from_value(entry.clone());
-                    }
-                    Err(err) => return Err(store_error(err)),
+            match self.storage.append(&e) {
+                Ok(()) => {}
+                Err(StoreError::Conflict(_)) => {
+                    // Lost a race to another daemon: catch up and append again while holding
+                    // the session's append lock, so the race cannot be lost again.
+                    self.storage.exclusive(true).map_err(store_error)?;
+                    let retried = self.append_after_catch_up(&mut entry);
+                    let ended = self.storage.exclusive(false);
+                    e = retried?;
+                    ended.map_err(store_error)?;
                 }
+                Err(err) => return Err(store_error(err)),
             }
         } else if e.is_message(Role::Assistant) {
             self.create_file(Some(&e))?;
@@ -363,6 +348,30 @@ impl SessionState {
         // The new entry's parent is the old leaf: the branch grows by one.
         self.extend_branch(idx);
         Ok(idx)
+    }
+
+    /// The retry of a lost append: reads the other writers' lines, re-parents `entry` onto the
+    /// new leaf (which must descend from the one it was built under) and appends it.
+    fn append_after_catch_up(&mut self, entry: &mut Value) -> Result<Entry, RpcError> {
+        let before = self.tree.leaf_id().map(str::to_owned);
+        self.sync_with_file()?;
+        let leaf = self.tree.leaf_id().map(str::to_owned);
+        if !self.descends(leaf.as_deref(), before.as_deref()) {
+            return Err(RpcError::new(
+                ErrorKind::LeafMoved,
+                format!(
+                    "leaf moved: another writer moved it from {} to {}",
+                    before.as_deref().unwrap_or("null"),
+                    leaf.as_deref().unwrap_or("null")
+                ),
+            ));
+        }
+        if let Some(o) = entry.as_object_mut() {
+            o.insert("parentId".into(), leaf.map_or(Value::Null, Value::from));
+        }
+        let e = Entry::from_value(entry.clone());
+        self.storage.append(&e).map_err(store_error)?;
+        Ok(e)
     }
 
     /// Whether entry `id` is `ancestor` or one of its descendants (`None`: the root).

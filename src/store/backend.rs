@@ -37,6 +37,20 @@ pub trait SessionStorage: Send + std::fmt::Debug {
     /// Reads the whole session anew (after it was replaced behind compactd's back).
     fn reload(&mut self) -> Result<SessionTree, StoreError>;
 
+    /// Whether [`SessionStorage::append`] itself refuses to write under a stale head (a shared
+    /// store's versioned insert): then a write needs no catch-up first, only after a
+    /// [`StoreError::Conflict`]. A file has no such check, so its writes catch up first.
+    fn append_checks_head(&self) -> bool {
+        false
+    }
+
+    /// Holds (`true`) or releases (`false`) the right to catch up and append with no other
+    /// writer in between: a shared store's way out of a lost race that could otherwise repeat
+    /// (another daemon appending faster than this one can catch up). A no-op for a file.
+    fn exclusive(&mut self, _on: bool) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// The header id a shared store addresses the session by; `None` for a file (addressed by
     /// its path).
     fn header_id(&self) -> Option<&str> {

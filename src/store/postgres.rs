@@ -126,6 +126,8 @@ pub struct Database {
     /// Events to publish, in order (one publisher task drains it).
     outbox: tokio::sync::mpsc::UnboundedSender<(String, String, String)>,
     outbox_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, String, String)>>>,
+    /// Idle connections for exclusive appends (kept, so a lost race costs no new connection).
+    spare: Mutex<Vec<Arc<Client>>>,
 }
 
 impl std::fmt::Debug for Database {
@@ -178,6 +180,7 @@ impl Database {
             origin: uuid::Uuid::new_v4().to_string(),
             outbox,
             outbox_rx: Mutex::new(Some(outbox_rx)),
+            spare: Mutex::new(Vec::new()),
         }))
     }
 
@@ -496,6 +499,10 @@ impl EntryRow {
     }
 }
 
+/// Inserts one entry at `seq`. The statement first takes the session's append lock
+/// (`pg_advisory_xact_lock`, held to the end of its transaction), so it waits while another
+/// daemon holds the lock to catch up and append after losing a race (see
+/// [`StoredSession::exclusive`]): optimistic appends never starve that daemon.
 async fn insert_entry(
     client: &Client,
     header_id: &str,
@@ -504,16 +511,10 @@ async fn insert_entry(
 ) -> Result<u64, tokio_postgres::Error> {
     client
         .execute(
-            "INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-            &[
-                &header_id,
-                &seq,
-                &row.id,
-                &row.parent_id,
-                &row.kind,
-                &row.line,
-            ],
+            "WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0)))
+             INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
+             SELECT $1, $2, $3, $4, $5, $6 FROM lock",
+            &[&header_id, &seq, &row.id, &row.parent_id, &row.kind, &row.line],
         )
         .await
 }
@@ -642,6 +643,9 @@ pub struct StoredSession {
     head: i64,
     /// False until the session row exists (a new session before its first write).
     exists: bool,
+    /// While the daemon catches up and appends after a lost race: a connection of its own in a
+    /// transaction holding the session's append lock.
+    exclusive: Option<Arc<Client>>,
 }
 
 impl StoredSession {
@@ -653,6 +657,19 @@ impl StoredSession {
             location: location(header_id),
             head: 0,
             exists: false,
+            exclusive: None,
+        }
+    }
+
+    /// The client the next statement runs on: the exclusive transaction's, else the shared one.
+    fn client_for(&self) -> impl Future<Output = Result<Arc<Client>, StoreError>> + Send + 'static {
+        let db = self.db.clone();
+        let exclusive = self.exclusive.clone();
+        async move {
+            match exclusive {
+                Some(c) => Ok(c),
+                None => db.client().await,
+            }
         }
     }
 
@@ -686,11 +703,11 @@ impl SessionStorage for StoredSession {
         if !self.exists {
             return Ok(());
         }
-        let db = self.db.clone();
+        let client = self.client_for();
         let header_id = self.header_id.clone();
         let head = self.head;
         let (lines, new_head) = self.db.block_on(async move {
-            let client = db.client().await?;
+            let client = client.await?;
             let mut lines = Vec::new();
             let new_head = lines_after(&client, &header_id, head, &mut lines).await?;
             Ok::<_, StoreError>((lines, new_head))
@@ -701,13 +718,13 @@ impl SessionStorage for StoredSession {
     }
 
     fn append(&mut self, entry: &Entry) -> Result<(), StoreError> {
-        let db = self.db.clone();
+        let client = self.client_for();
         let header_id = self.header_id.clone();
         let seq = self.head + 1;
         let row = EntryRow::of(entry);
         let location = self.location.clone();
         self.db.block_on(async move {
-            let client = db.client().await?;
+            let client = client.await?;
             insert_entry(&client, &header_id, seq, &row)
                 .await
                 .map(|_| ())
@@ -749,6 +766,56 @@ impl SessionStorage for StoredSession {
         self.head = head;
         self.exists = true;
         Ok(tree)
+    }
+
+    fn append_checks_head(&self) -> bool {
+        self.exists
+    }
+
+    /// Begins (`true`) or ends (`false`, committing) the exclusive transaction: a connection of
+    /// its own, `BEGIN`, and the session's append lock, which every other daemon's append waits
+    /// for. Ending it without a transaction is a no-op.
+    fn exclusive(&mut self, on: bool) -> Result<(), StoreError> {
+        let db = self.db.clone();
+        if !on {
+            let Some(client) = self.exclusive.take() else {
+                return Ok(());
+            };
+            return self.db.block_on(async move {
+                client.batch_execute("COMMIT").await.map_err(unavailable)?;
+                db.spare.lock().push(client);
+                Ok(())
+            });
+        }
+        let header_id = self.header_id.clone();
+        let client = self.db.block_on(async move {
+            let spare = {
+                let mut pool = db.spare.lock();
+                pool.retain(|c| !c.is_closed());
+                pool.pop()
+            };
+            let client = match spare {
+                Some(c) => c,
+                None => {
+                    let (client, connection) = Database::connect_raw(&db.config).await?;
+                    tokio::spawn(async move {
+                        let _ = connection.await;
+                    });
+                    Arc::new(client)
+                }
+            };
+            client.batch_execute("BEGIN").await.map_err(unavailable)?;
+            client
+                .execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0))",
+                    &[&header_id],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok::<_, StoreError>(client)
+        })?;
+        self.exclusive = Some(client);
+        Ok(())
     }
 
     fn header_id(&self) -> Option<&str> {

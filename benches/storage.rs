@@ -1,0 +1,283 @@
+//! The postgres backend against the files backend, in one run, through the real daemon
+//! (`compactd serve`) and a real PostgreSQL server this benchmark starts itself (`initdb` into a
+//! temporary directory, Unix socket; `fsync=off`, as the files backend's default durability
+//! does not fsync message appends either, so both sides measure the protocol, not the disk):
+//!
+//! 1. **Appends.** Per daemon one client appending user messages back to back (`appendMessage`,
+//!    one round trip each): appends per second over all daemons, and p50/p99 per append, with
+//!    1, 2 and 4 daemons, on one shared session and on a session each. The baseline is the
+//!    files backend: one daemon, one session file (several daemons cannot share a file: the
+//!    lock refuses the second), and 1/2/4 daemons with a file each.
+//! 2. **Cold open.** A 10 MB session opened by a daemon that has never seen it: `openSession
+//!    {path}` of the file against `openSession {headerId}` of its imported copy, median of 5
+//!    fresh daemons each.
+//!
+//! Under `cargo test` (no `--bench`) a smoke version runs 50 appends per daemon and a 1 MB open
+//! and fails if anything is lost; the figures are printed by `cargo bench --bench storage`.
+
+mod common;
+
+#[path = "../tests/support/postgres.rs"]
+mod pg;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use common::daemon::{Conn, Daemon};
+
+type Res<T> = Result<T, String>;
+
+/// What `pg` calls when the server binaries are missing (it then returns `None`).
+fn skip_or_fail(test: &str, what: &str) {
+    eprintln!("storage bench ({test}): {what}");
+}
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_compactd"))
+}
+
+fn user(i: usize) -> Value {
+    json!({"role": "user", "content": format!("append {i}: {}", "some typical prompt text ".repeat(8)), "timestamp": 1_700_000_000_000i64})
+}
+
+/// One measured run: every daemon's client appends `each` messages to its session.
+struct Appends {
+    per_second: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// Runs `each` appends on every `(conn, sid)` at once, one thread per connection.
+fn append_run(conns: Vec<(Conn, String)>, each: usize) -> Res<(Appends, Vec<(Conn, String)>)> {
+    let started = Instant::now();
+    let handles: Vec<_> = conns
+        .into_iter()
+        .map(|(mut c, sid)| {
+            std::thread::spawn(move || -> Res<(Vec<f64>, Conn, String)> {
+                let mut lat = Vec::with_capacity(each);
+                for i in 0..each {
+                    let t = Instant::now();
+                    c.call(
+                        "appendMessage",
+                        json!({"sessionId": sid, "message": user(i)}),
+                    )?;
+                    lat.push(common::ms(t.elapsed()));
+                }
+                Ok((lat, c, sid))
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut back = Vec::new();
+    for h in handles {
+        let (lat, c, sid) = h.join().map_err(|_| "a client thread panicked")??;
+        all.extend(lat);
+        back.push((c, sid));
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let n = all.len();
+    Ok((
+        Appends {
+            per_second: n as f64 / wall,
+            p50_ms: common::percentile(&mut all, 50.0),
+            p99_ms: common::percentile(&mut all, 99.0),
+        },
+        back,
+    ))
+}
+
+struct Home {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+fn home() -> Res<Home> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let root = dir.path().to_owned();
+    Ok(Home { _dir: dir, root })
+}
+
+/// `n` daemons on `config`, each in a home of its own.
+fn daemons(n: usize, config: &str) -> Res<Vec<(Home, Daemon)>> {
+    (0..n)
+        .map(|_| {
+            let h = home()?;
+            let d = Daemon::start(&bin(), &h.root, Some(config))?;
+            Ok((h, d))
+        })
+        .collect()
+}
+
+fn create(c: &mut Conn, cwd: &Path, dir: Option<&Path>) -> Res<(String, String)> {
+    let mut params = json!({"cwd": cwd, "model": common::daemon::model()});
+    if let Some(d) = dir {
+        params["sessionDir"] = json!(d);
+    }
+    let info = c.call("createSession", params)?;
+    let sid = info["sessionId"].as_str().ok_or("no sessionId")?.to_owned();
+    let hid = info["headerId"].as_str().ok_or("no headerId")?.to_owned();
+    Ok((sid, hid))
+}
+
+/// Checks every append reached the store: `expected` user messages in the session.
+fn count_users(c: &mut Conn, sid: &str) -> Res<usize> {
+    c.call("syncSession", json!({"sessionId": sid}))?;
+    let ctx = c.call("getContext", json!({"sessionId": sid}))?;
+    Ok(ctx["messages"]
+        .as_array()
+        .map_or(0, |m| m.iter().filter(|m| m["role"] == "user").count()))
+}
+
+fn postgres_appends(pg: &pg::Postgres, n: usize, shared: bool, each: usize) -> Res<Appends> {
+    let ds = daemons(n, &pg.config())?;
+    let mut conns = Vec::new();
+    let mut header: Option<String> = None;
+    for (h, d) in &ds {
+        let mut c = d.connect()?;
+        let sid = match (&header, shared) {
+            (Some(hid), true) => {
+                let info = c.call(
+                    "openSession",
+                    json!({"headerId": hid, "model": common::daemon::model()}),
+                )?;
+                info["sessionId"].as_str().ok_or("no sessionId")?.to_owned()
+            }
+            _ => {
+                let (sid, hid) = create(&mut c, &h.root, None)?;
+                header.get_or_insert(hid);
+                sid
+            }
+        };
+        conns.push((c, sid));
+    }
+    let (figures, mut back) = append_run(conns, each)?;
+    let want = if shared { n * each } else { each };
+    let (c, sid) = back.first_mut().ok_or("no connection")?;
+    let got = count_users(c, sid)?;
+    if got != want {
+        return Err(format!("{got} of {want} appends in the store"));
+    }
+    Ok(figures)
+}
+
+fn file_appends(n: usize, each: usize) -> Res<Appends> {
+    let ds = daemons(n, "")?;
+    let mut conns = Vec::new();
+    for (h, d) in &ds {
+        let mut c = d.connect()?;
+        let (sid, _) = create(&mut c, &h.root, Some(&h.root.join("sessions")))?;
+        // The first assistant reply creates the file (Pi's deferred write).
+        c.call("appendMessage", json!({"sessionId": sid, "message": {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5", "usage": {"input": 10, "output": 1, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 11, "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}, "stopReason": "stop", "timestamp": 1_700_000_000_000i64}}))?;
+        conns.push((c, sid));
+    }
+    let (figures, mut back) = append_run(conns, each)?;
+    let (c, sid) = back.first_mut().ok_or("no connection")?;
+    let got = count_users(c, sid)?;
+    if got != each {
+        return Err(format!("{got} of {each} appends in the file"));
+    }
+    Ok(figures)
+}
+
+/// Median wall time of `openSession` with `params` on `runs` fresh daemons.
+fn cold_open(config: &str, params: Value, runs: usize) -> Res<f64> {
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        let h = home()?;
+        let d = Daemon::start(&bin(), &h.root, Some(config))?;
+        let mut c = d.connect()?;
+        let t = Instant::now();
+        let info = c.call("openSession", params.clone())?;
+        times.push(common::ms(t.elapsed()));
+        if info["entryCount"].as_u64().unwrap_or(0) == 0 {
+            return Err(format!("opened nothing: {info}"));
+        }
+    }
+    Ok(common::median(times))
+}
+
+fn main() {
+    let bench = common::is_bench();
+    let Some(pg) = pg::Postgres::start("storage bench") else {
+        if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+            eprintln!("storage bench: no PostgreSQL under CI=true");
+            std::process::exit(1);
+        }
+        return;
+    };
+    if let Err(e) = run(&pg, bench) {
+        eprintln!("storage bench failed: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(pg: &pg::Postgres, bench: bool) -> Res<()> {
+    let each = if bench { 2000 } else { 50 };
+    println!("{}", common::machine_note());
+    println!("appends: {each} per daemon, one client per daemon, back to back");
+    println!(
+        "{:<34} {:>10} {:>9} {:>9}",
+        "", "appends/s", "p50 ms", "p99 ms"
+    );
+    let line = |name: &str, a: &Appends| {
+        println!(
+            "{name:<34} {:>10.0} {:>9.3} {:>9.3}",
+            a.per_second, a.p50_ms, a.p99_ms
+        );
+    };
+    let base = file_appends(1, each)?;
+    line("files, 1 daemon (baseline)", &base);
+    for n in [2, 4] {
+        line(
+            &format!("files, {n} daemons, a file each"),
+            &file_appends(n, each)?,
+        );
+    }
+    for n in [1, 2, 4] {
+        let a = postgres_appends(pg, n, true, each)?;
+        line(&format!("postgres, {n} daemon(s), one session"), &a);
+        println!(
+            "{:<34} {:>10.2}x",
+            "  vs the files baseline",
+            a.per_second / base.per_second
+        );
+    }
+    for n in [2, 4] {
+        let a = postgres_appends(pg, n, false, each)?;
+        line(&format!("postgres, {n} daemons, a session each"), &a);
+    }
+
+    // Cold open of a stored session against the same session as a file.
+    let mb = if bench { 10 } else { 1 };
+    let h = home()?;
+    let file = h.root.join("cold.jsonl");
+    std::fs::write(&file, common::synthetic_session(mb << 20)).map_err(|e| e.to_string())?;
+    let importer = Daemon::start(&bin(), &h.root, Some(&pg.config()))?;
+    let out = std::process::Command::new(bin())
+        .arg("import")
+        .arg(&file)
+        .envs(importer.env.iter().map(|(k, v)| (*k, v)))
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("import: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let header_id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let runs = if bench { 5 } else { 1 };
+    let model = common::daemon::model();
+    let from_file = cold_open("", json!({"path": file, "model": model}), runs)?;
+    let from_pg = cold_open(
+        &pg.config(),
+        json!({"headerId": header_id, "model": model}),
+        runs,
+    )?;
+    println!("cold open of a {mb} MB session, median of {runs} fresh daemons:");
+    println!("  file      {from_file:>8.1} ms (baseline)");
+    println!(
+        "  postgres  {from_pg:>8.1} ms ({:.2}x the file)",
+        from_pg / from_file
+    );
+    Ok(())
+}
