@@ -170,7 +170,7 @@ pub fn search_history(ctx: &Ctx, p: SearchHistoryParams) -> Result<HistoryHits, 
     let limit = p
         .limit
         .map_or(DEFAULT_LIMIT, |l| (l as usize).min(MAX_LIMIT));
-    let state = session.state.lock();
+    let state = session.lock_state();
     let on_branch: std::collections::HashSet<usize> = state.branch.iter().copied().collect();
     let in_context: std::collections::HashSet<usize> = state.agent.iter().copied().collect();
     let hits = crate::cpu::blocking(|| {
@@ -202,7 +202,7 @@ pub fn search_history(ctx: &Ctx, p: SearchHistoryParams) -> Result<HistoryHits, 
 /// `getEntry`: the entry exactly as stored (any branch).
 pub fn get_entry(ctx: &Ctx, p: GetEntryParams) -> Result<SessionEntry, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    let state = session.state.lock();
+    let state = session.lock_state();
     let idx = state.tree.index_of(&p.entry_id).ok_or_else(|| {
         RpcError::new(
             ErrorKind::EntryNotFound,

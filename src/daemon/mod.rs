@@ -64,6 +64,16 @@ pub struct Session {
 }
 
 impl Session {
+    /// The session's state. Its holder may be doing storage I/O (inside `cpu::blocking`, so
+    /// its worker's other tasks move on); a caller that has to wait for it waits the same way,
+    /// so no async worker is ever stuck on a session another request is writing.
+    pub fn lock_state(&self) -> parking_lot::MutexGuard<'_, SessionState> {
+        match self.state.try_lock() {
+            Some(guard) => guard,
+            None => crate::cpu::blocking(|| self.state.lock()),
+        }
+    }
+
     pub fn is_compacting(&self) -> bool {
         self.running.lock().is_some()
     }
@@ -188,7 +198,7 @@ impl Daemon {
         session: &Session,
         settings: &settings::EffectiveSettings,
     ) -> Result<Arc<SummaryEngine>, RpcError> {
-        let model = session.state.lock().model.clone();
+        let model = session.lock_state().model.clone();
         let engine = self.engine_for(model.as_ref())?;
         Ok(engine.with_retry(&settings.retry))
     }
@@ -314,7 +324,7 @@ impl Daemon {
     /// copy the header `cwd` and the overrides, never while reading files.
     pub fn session_settings(&self, session: &Session) -> settings::EffectiveSettings {
         let (cwd, overrides) = {
-            let state = session.state.lock();
+            let state = session.lock_state();
             (state.cwd().map(PathBuf::from), state.overrides.clone())
         };
         let global = self.global_overrides.lock().clone();

@@ -101,7 +101,7 @@ async fn branch_summary(
         .rev()
         .flat_map(|e| e.file_ops.iter().rev().map(|(_, p)| &**p))
         .collect();
-    let (pins, used) = super::pins::live_pins(&session.state.lock());
+    let (pins, used) = super::pins::live_pins(&session.lock_state());
     let body = finish_text(
         &text,
         &read,
@@ -158,7 +158,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
     let _slot = session.slot.lock().await;
     let _lease = super::shared_store::lease(&ctx.daemon, &session).await?;
     let plan = {
-        let state = session.state.lock();
+        let state = session.lock_state();
         let target = match &p.target_id {
             Some(id) => Some(state.tree.index_of(id).ok_or_else(|| {
                 RpcError::new(ErrorKind::EntryNotFound, format!("Entry {id} not found"))
@@ -280,7 +280,7 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
         }
         Err(e) => return Err(e),
     };
-    let mut state = session.state.lock();
+    let mut state = session.lock_state();
     if state.tree.leaf_id().map(str::to_owned) != plan.old_leaf {
         return Err(RpcError::new(
             ErrorKind::LeafMoved,

@@ -128,7 +128,7 @@ pub fn pin(ctx: &Ctx, p: PinParams) -> Result<PinResult, RpcError> {
     if p.text.trim().is_empty() {
         return Err(RpcError::invalid_params("text must not be empty"));
     }
-    let mut state = session.state.lock();
+    let mut state = session.lock_state();
     session.writable()?;
     let mut data = Map::new();
     data.insert("action".into(), json!("pin"));
@@ -148,7 +148,7 @@ pub fn pin(ctx: &Ctx, p: PinParams) -> Result<PinResult, RpcError> {
 /// `unpin`: appends an unpin entry for a live pin.
 pub fn unpin(ctx: &Ctx, p: UnpinParams) -> Result<AppendResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    let mut state = session.state.lock();
+    let mut state = session.lock_state();
     session.writable()?;
     if !live_pins(&state).0.iter().any(|x| x.pin_id == p.pin_id) {
         return Err(RpcError::new(
@@ -168,7 +168,7 @@ pub fn unpin(ctx: &Ctx, p: UnpinParams) -> Result<AppendResult, RpcError> {
 /// `listPins`: the live pins of the current branch, oldest first.
 pub fn list_pins(ctx: &Ctx, p: SessionParams) -> Result<Pins, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    let state = session.state.lock();
+    let state = session.lock_state();
     Ok(live_pins(&state).0.iter().map(pin_info).collect())
 }
 

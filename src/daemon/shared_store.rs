@@ -50,7 +50,7 @@ fn deliver(daemon: &Arc<Daemon>, mut event: RemoteEvent) {
         // (context, usage, branch) reflect it without waiting for its next write.
         let session = session.clone();
         std::thread::spawn(move || {
-            if let Err(e) = session.state.lock().sync_with_file() {
+            if let Err(e) = session.lock_state().sync_with_file() {
                 tracing::warn!(session = %session.id, error = %e.message, "could not read another daemon's compaction");
             }
         });
@@ -76,6 +76,6 @@ pub async fn lease(daemon: &Daemon, session: &Session) -> Result<Option<Lease>, 
         .lease(header_id, daemon.shutdown.child_token())
         .await
         .map_err(super::session::store_error)?;
-    session.state.lock().sync_with_file()?;
+    session.lock_state().sync_with_file()?;
     Ok(lease)
 }

@@ -157,7 +157,7 @@ fn report(
     engine: Option<&SummaryEngine>,
     wasted: super::lifecycle::speculation::Wasted,
 ) -> CostReport {
-    let state = session.state.lock();
+    let state = session.lock_state();
     let mut agent = SessionSpend::default();
     let mut compactions = SessionSpend::default();
     let mut rewrites = Vec::new();

@@ -82,7 +82,7 @@ fn append_under(
 /// `undoCompaction`.
 pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<UndoCompactionResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    let mut state = session.state.lock();
+    let mut state = session.lock_state();
     session.writable()?;
     state.sync_with_file()?;
     let c = latest_compaction(&state)?;
@@ -131,7 +131,7 @@ pub fn edit_summary(ctx: &Ctx, p: EditSummaryParams) -> Result<EditSummaryResult
     if p.summary.trim().is_empty() {
         return Err(RpcError::invalid_params("summary must not be empty"));
     }
-    let mut state = session.state.lock();
+    let mut state = session.lock_state();
     session.writable()?;
     state.sync_with_file()?;
     let c = latest_compaction(&state)?;

@@ -136,7 +136,7 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rpc::types::{InitializeParams, OpenSessionParams};
+    use crate::rpc::types::{CreateSessionParams, InitializeParams, OpenSessionParams};
     use serde_json::json;
 
     #[test]
@@ -151,8 +151,8 @@ mod tests {
 
     #[test]
     fn errors_name_the_field_path_without_positions() {
-        let e = parse::<OpenSessionParams>(None).unwrap_err();
-        assert_eq!(e.message, "Invalid params: missing field `path`");
+        let e = parse::<CreateSessionParams>(None).unwrap_err();
+        assert_eq!(e.message, "Invalid params: missing field `cwd`");
         let e = parse::<OpenSessionParams>(Some(
             json!({"path": "/x", "model": {"provider": "p", "id": "i", "maxTokens": 1}}),
         ))

@@ -31,7 +31,7 @@ pub fn should_compact(ctx: &Ctx, p: ShouldCompactParams) -> Result<ShouldCompact
             let session = ctx.daemon.session(id)?;
             let all = ctx.daemon.session_settings(&session);
             let s = all.compaction;
-            let state = session.state.lock();
+            let state = session.lock_state();
             let window = state
                 .model
                 .as_ref()
@@ -77,7 +77,7 @@ pub fn preview_compaction(
     let settings = all_settings.compaction;
     // Before the state lock: finding the engine reads the session's model.
     let engine = ctx.daemon.session_engine(&session, &all_settings).ok();
-    let state = session.state.lock();
+    let state = session.lock_state();
     let view = state.view();
     let plan = match plan_compaction(&view, &state.index, &settings) {
         Ok(p) => p,
@@ -221,7 +221,7 @@ pub fn set_settings_overrides(
     let sessions = match &p.session_id {
         Some(id) => {
             let session = ctx.daemon.session(id)?;
-            session.state.lock().overrides = value;
+            session.lock_state().overrides = value;
             vec![session]
         }
         None => {

@@ -44,7 +44,7 @@ pub fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendResult,
         .get("stopReason")
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let mut state = session.state.lock();
+    let mut state = session.lock_state();
     session.writable()?;
     state.check_leaf(p.expected_leaf_id.as_deref())?;
     let idx = state
@@ -101,7 +101,7 @@ pub fn append_entry(ctx: &Ctx, p: AppendEntryParams) -> Result<AppendResult, Rpc
         .unwrap_or("")
         .to_owned();
     let field = |k: &str| entry.get(k).cloned();
-    let mut state = session.state.lock();
+    let mut state = session.lock_state();
     session.writable()?;
     state.check_leaf(p.expected_leaf_id.as_deref())?;
     let idx = match kind.as_str() {
@@ -171,7 +171,7 @@ pub fn append_entry(ctx: &Ctx, p: AppendEntryParams) -> Result<AppendResult, Rpc
 
 pub fn get_branch(ctx: &Ctx, p: SessionParams) -> Result<Branch, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    let state = session.state.lock();
+    let state = session.lock_state();
     // Every entry is parsed from its bytes: off the async workers.
     Ok(crate::cpu::blocking(|| {
         state
@@ -184,7 +184,7 @@ pub fn get_branch(ctx: &Ctx, p: SessionParams) -> Result<Branch, RpcError> {
 
 pub fn get_context(ctx: &Ctx, p: GetContextParams) -> Result<Context, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    let state = session.state.lock();
+    let state = session.lock_state();
     let messages = crate::cpu::blocking(|| match p.format.unwrap_or(ContextFormat::Agent) {
         ContextFormat::Agent => state.agent_messages(),
         ContextFormat::Llm => state.llm_messages(),
@@ -198,7 +198,7 @@ pub fn get_context(ctx: &Ctx, p: GetContextParams) -> Result<Context, RpcError> 
 pub fn get_context_usage(ctx: &Ctx, p: SessionParams) -> Result<ContextUsage, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let settings = ctx.daemon.session_settings(&session);
-    let state = session.state.lock();
+    let state = session.lock_state();
     // Beyond Pi: what compactd learned of this model's tokenizer (used with
     // `calibratedEstimates`), once a reply taught it anything.
     let learned = ctx.daemon.calibration(state.model.as_ref());

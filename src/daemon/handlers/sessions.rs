@@ -38,7 +38,7 @@ pub fn info(daemon: &Daemon, session: &Session) -> SessionInfo {
         .speculation
         .is_busy()
         .then(|| daemon.session_settings(session));
-    let state = session.state.lock();
+    let state = session.lock_state();
     SessionInfo {
         session_id: session.id.clone(),
         path: session.path.to_string_lossy().into_owned(),
@@ -77,7 +77,7 @@ fn status(daemon: &Daemon, session: &Session) -> SessionInfo {
     let activity = session.activity.lock().clone();
     let mut wrote_last = None;
     {
-        let state = session.state.lock();
+        let state = session.lock_state();
         // After a compaction, until a reply reports usage, Pi's estimate still counts the
         // pre-compaction usage of the kept messages: the messages' own estimates say more.
         out.context_tokens = Some(daemon.context_tokens(&state, &settings));
@@ -217,7 +217,7 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcE
         (Some(_), Some(_), _) => Err(RpcError::invalid_params(STORED_NOT_FILES)),
         (None, _, Some(_)) => Err(RpcError::invalid_params(FILES_NOT_STORED)),
         (_, None, None) => Err(RpcError::invalid_params(
-            "openSession needs path (or, with the postgres backend, headerId)",
+            "missing field `path` (or `headerId`, with the postgres backend)",
         )),
     }
 }
@@ -304,7 +304,7 @@ fn open_file(ctx: &Ctx, path: &str, p: OpenSessionParams) -> Result<SessionInfo,
 /// Reopening an open session: take in what other writers did meanwhile, and the model and
 /// thinking level the client names.
 fn rejoin(session: &Session, p: OpenSessionParams) -> Result<(), RpcError> {
-    let mut state = session.state.lock();
+    let mut state = session.lock_state();
     match state.sync_with_file() {
         Err(e) if e.kind == ErrorKind::FileChanged && !session.is_compacting() => {
             state.reload().map_err(store_error)?;
@@ -442,10 +442,10 @@ pub fn list_sessions(ctx: &Ctx, _: NoParams) -> Result<SessionInfoList, RpcError
 pub fn sync_session(ctx: &Ctx, p: SessionParams) -> Result<SyncSessionResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let settings = ctx.daemon.session_settings(&session);
-    session.state.lock().sync_with_file()?;
+    session.lock_state().sync_with_file()?;
     speculation::revalidate(&ctx.daemon, &session, &settings, DiscardReason::Forked);
     speculation::consider(&ctx.daemon, &session, &settings);
-    let state = session.state.lock();
+    let state = session.lock_state();
     Ok(SyncSessionResult {
         leaf_id: state.tree.leaf_id().map(str::to_owned),
         entry_count: state.tree.len(),
@@ -473,7 +473,7 @@ fn switch_model(
     all: &super::super::settings::EffectiveSettings,
 ) -> Result<SetModelResult, RpcError> {
     let settings = &all.compaction;
-    let mut state = session.state.lock();
+    let mut state = session.lock_state();
     session.writable()?;
     let idx = state.append_with(|id, parent, ts| model_change_entry(id, parent, ts, &m))?;
     let window = m.context_window;

@@ -136,7 +136,7 @@ impl Ended {
     fn compact_notice(&self, daemon: &Daemon, session: &Session, entry: &Value) {
         let summary = entry.get("summary").cloned();
         let first = {
-            let state = session.state.lock();
+            let state = session.lock_state();
             state
                 .tree
                 .entries()

@@ -32,7 +32,7 @@ async fn run_auto(
     let reason = Reason::from(auto);
     // `reason` is reported only for outcomes of a compaction that started.
     let mut out = CheckCompactionResult::default();
-    if session.state.lock().model.is_none() {
+    if session.lock_state().model.is_none() {
         return out;
     }
     if engine(daemon, session, settings).is_err() {
@@ -44,7 +44,7 @@ async fn run_auto(
         && settings.max_ineffective_compactions > 0;
     if breaker {
         let suppressed = {
-            let mut state = session.state.lock();
+            let mut state = session.lock_state();
             state
                 .thrash
                 .suppress(&settings.merged)
@@ -77,10 +77,10 @@ async fn run_auto(
     match runner::run(daemon, session, settings, &job, Some(snap)).await {
         Ok(done) => {
             if will_retry {
-                session.state.lock().drop_trailing_assistant(true);
+                session.lock_state().drop_trailing_assistant(true);
             }
             if breaker {
-                let mut state = session.state.lock();
+                let mut state = session.lock_state();
                 let pinned = super::super::pins::section(&super::super::pins::live_pins(&state).0);
                 let summary = done
                     .entry
@@ -128,7 +128,7 @@ async fn check_message(
     let stop = msg.get("stopReason").and_then(Value::as_str).unwrap_or("");
     let usage = msg.get("usage");
     let (action, window) = {
-        let state = session.state.lock();
+        let state = session.lock_state();
         let model = state.model.as_ref();
         let estimate = daemon.estimate(&state, settings);
         let facts = CheckFacts {
@@ -182,7 +182,7 @@ async fn check_message(
         }
         Action::RecoverOverflow { retry: true } => {
             let dropped = {
-                let mut state = session.state.lock();
+                let mut state = session.lock_state();
                 state.overflow_recovery_attempted = true;
                 state.drop_trailing_assistant(false)
             };
@@ -221,7 +221,7 @@ fn observe_size(session: &Session, settings: &EffectiveSettings, tokens: f64, wi
         return;
     }
     let threshold = window as f64 - settings.compaction.reserve_tokens as f64;
-    session.state.lock().thrash.observe(
+    session.lock_state().thrash.observe(
         tokens,
         threshold,
         settings.max_ineffective_compactions,
@@ -238,7 +238,7 @@ async fn check_model_switch(
     settings: &EffectiveSettings,
 ) -> Option<CheckCompactionResult> {
     let (window, tokens) = {
-        let mut state = session.state.lock();
+        let mut state = session.lock_state();
         if !std::mem::take(&mut state.model_switch_pending) {
             return None;
         }
@@ -298,7 +298,7 @@ async fn check_phase(
     match phase {
         Phase::MidRun => {
             let (model_window, estimate) = {
-                let state = session.state.lock();
+                let state = session.lock_state();
                 (
                     state.model.as_ref().map(|m| m.context_window),
                     daemon.estimate(&state, settings),
@@ -320,7 +320,7 @@ async fn check_phase(
             CheckCompactionResult::default()
         }
         Phase::PrePrompt | Phase::PostRun => {
-            let last = session.state.lock().last_assistant();
+            let last = session.lock_state().last_assistant();
             let Some(msg) = last else {
                 return CheckCompactionResult::default();
             };
@@ -354,7 +354,7 @@ fn idle(daemon: &Daemon, session: &Session, settings: &EffectiveSettings, reply:
     if idle_ms < settings.cache_ttl_seconds as f64 * 1000.0 {
         return false;
     }
-    let state = session.state.lock();
+    let state = session.lock_state();
     let Some(window) = state
         .model
         .as_ref()

@@ -201,7 +201,7 @@ pub(super) fn write(session: &Session, f: Finished<'_>) -> Result<Written, Compa
         recall_footer,
         write,
     } = f;
-    let mut state = session.state.lock();
+    let mut state = session.lock_state();
     // Another process may have written to the file while the summarizer ran: take its lines in
     // first, so a moved leaf is noticed rather than written under.
     if let Err(e) = state.sync_with_file() {

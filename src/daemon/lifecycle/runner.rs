@@ -43,7 +43,7 @@ pub(super) struct Snapshot {
 }
 
 pub(super) fn snapshot(session: &Session, settings: &EffectiveSettings) -> Snapshot {
-    let state = session.state.lock();
+    let state = session.lock_state();
     let view = state.view();
     let prep = prepare_branch(&view, &state.index, &settings.compaction).map_err(|n| {
         let detail = n.detail(&view, &state.index, &settings.compaction);
@@ -359,7 +359,7 @@ impl Run<'_> {
         self.from_extension = ready.outcome.from_hook;
         self.summarizer = ready.summarizer.clone();
         let (path, thinking_level) = {
-            let state = self.session.state.lock();
+            let state = self.session.lock_state();
             let path: Vec<Arc<Entry>> =
                 state.branch.iter().map(|&i| state.tree.shared(i)).collect();
             (path, state.thinking_level.clone())
@@ -448,7 +448,7 @@ pub async fn compact(
         Ok(done) => {
             if write {
                 // Beyond Pi: a manual compaction resumes paused automatic compaction.
-                session.state.lock().thrash.reset();
+                session.lock_state().thrash.reset();
             }
             Ok(done.result)
         }

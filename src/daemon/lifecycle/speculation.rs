@@ -217,7 +217,7 @@ pub fn revalidate(
     hint: DiscardReason,
 ) {
     let reason = {
-        let state = session.state.lock();
+        let state = session.lock_state();
         let slot = session.speculation.inner.lock();
         let Some(spec) = slot.current.as_ref() else {
             return;
@@ -277,7 +277,7 @@ pub fn consider(daemon: &Arc<Daemon>, session: &Arc<Session>, settings: &Effecti
     };
     let mut stale = None;
     let started = {
-        let state = session.state.lock();
+        let state = session.lock_state();
         let Some(window) = state
             .model
             .as_ref()
@@ -609,7 +609,7 @@ pub(super) async fn claim(
 ) -> Option<Claimed> {
     loop {
         let wait = {
-            let state = session.state.lock();
+            let state = session.lock_state();
             let now = basis(daemon, &state, settings);
             let mut slot = session.speculation.inner.lock();
             let spec = slot.current.as_ref()?;
