@@ -17,8 +17,9 @@
 //! - [`report`]: the analysis `compactd inspect` prints (the fixtures' `expected.json` shape).
 //! - [`summarizer`]: who writes summaries — LLM providers (each only a streaming protocol),
 //!   retries, overflow classifiers, redaction, the extractive default.
-//! - [`store`]: the storage shell — regular files only, reading other writers' appends, the
-//!   shared lock, repairs, appends and their durability.
+//! - [`store`]: the storage shell — the `SessionStorage` trait the daemon reads and writes every
+//!   session through; files (regular files only, other writers' appends, the shared lock,
+//!   repairs, durability) and PostgreSQL (`store::postgres`, sessions shared by many daemons).
 //! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry), and writes
 //!   branch summaries through the same engine dispatch and provider call.
 //! - [`rpc`]: the protocol surface — the one list of methods, params, results, event payloads,
