@@ -106,6 +106,18 @@ impl<'de> Deserialize<'de> for Fallback {
 pub struct LogConfig {
     pub level: Option<String>,
     pub file: Option<PathBuf>,
+    /// `text` (default: one human-readable line per event) or `json` (one JSON object per
+    /// line, with the spans the event happened in, for log shippers); `--log-format` overrides.
+    pub format: LogFormat,
+}
+
+/// `[log] format` / `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 /// Which summarizer runs (protocol.md §4).

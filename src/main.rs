@@ -10,13 +10,16 @@ use clap::Parser;
 
 fn main() {
     let cli = compactd::cli::Cli::parse();
-    let config = match compactd::config::Config::load(cli.config.as_deref()) {
+    let mut config = match compactd::config::Config::load(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("compactd: {e}");
             std::process::exit(compactd::cli::EXIT_USAGE);
         }
     };
+    if let Some(format) = cli.log_format {
+        config.log.format = format;
+    }
     let guards = compactd::cli::logging::init(&config, compactd::cli::log_mode(&cli.command));
     let code = compactd::cli::run(cli, config);
     drop(guards);

@@ -708,3 +708,48 @@ fn nothing_to_compact_says_why_and_what_to_change_in_preview_and_cli() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["summary"].is_string(), "{v}");
 }
+
+/// `--log-format json`: one JSON object per log line, each carrying the spans it happened in, so
+/// a log shipper can follow one connection, one request and one compaction.
+#[test]
+fn json_log_lines_carry_the_connection_request_and_compaction_spans() {
+    let env = Env::new();
+    let file = env.session("005-medium-basic");
+    let mut c = env.stdio(&["--log-format", "json"], Framing::Ndjson);
+    let sid = support::daemon_env::open(&mut c, &file);
+    c.ok("compact", json!({"sessionId": sid}));
+    drop(c.finish());
+    let text = env.log_text();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let compacted = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "compacted")
+        .unwrap_or_else(|| panic!("no `compacted` line in {text}"));
+    let spans = compacted["spans"].as_array().expect("a span list");
+    let named = |name: &str| {
+        spans
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} span in {compacted}"))
+    };
+    assert!(named("connection")["id"].is_u64(), "{compacted}");
+    let request = named("request");
+    assert_eq!(request["method"], "compact");
+    assert_eq!(request["session"], sid.as_str());
+    assert!(request["id"].is_string(), "{compacted}");
+    assert_eq!(named("compaction")["session"], sid.as_str());
+    // Every line of the connection (after it got its id) carries its span.
+    let connected = lines
+        .iter()
+        .position(|l| l["fields"]["message"] == "client connected")
+        .expect("client connected");
+    for l in &lines[connected..] {
+        let in_connection = l["spans"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["name"] == "connection"));
+        assert!(in_connection, "a line outside the connection span: {l}");
+    }
+}

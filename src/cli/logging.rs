@@ -105,22 +105,30 @@ fn stderr_colour() -> bool {
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// The formatter writing to stderr (a function so each subscriber shape gets its own type).
-fn stderr_layer<S>(
-    writer: tracing_appender::non_blocking::NonBlocking,
+/// One formatting layer over `writer`: text (coloured when `colour`) or JSON objects carrying
+/// the current span and the span list (connection, request, session, compaction), boxed so
+/// every subscriber shape takes either.
+fn fmt_layer<S, W>(
+    writer: W,
     colour: bool,
-) -> tracing_subscriber::fmt::Layer<
-    S,
-    tracing_subscriber::fmt::format::DefaultFields,
-    tracing_subscriber::fmt::format::Format,
-    tracing_appender::non_blocking::NonBlocking,
->
+    format: crate::config::LogFormat,
+) -> Box<dyn Layer<S> + Send + Sync>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
-    tracing_subscriber::fmt::layer()
-        .with_writer(writer)
-        .with_ansi(colour)
+    match format {
+        crate::config::LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(writer)
+            .with_ansi(colour)
+            .boxed(),
+        crate::config::LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .with_writer(writer)
+            .boxed(),
+    }
 }
 
 /// The relay to connections that asked for log lines, when the command has connections (a
@@ -139,6 +147,7 @@ where
 /// Installs the logger of `mode`; the returned guards flush what is queued when dropped.
 pub fn init(config: &crate::config::Config, mode: LogMode) -> Vec<WorkerGuard> {
     let default = mode.default_level();
+    let format = config.log.format;
     let lossy = || NonBlockingBuilder::default().lossy(true);
     let mut guards = Vec::new();
     let file = log_file(config, mode).and_then(|path| {
@@ -165,13 +174,10 @@ pub fn init(config: &crate::config::Config, mode: LogMode) -> Vec<WorkerGuard> {
         (Some(f), _) => {
             let (writer, guard) = lossy().finish(f);
             guards.push(guard);
-            let file_layer = tracing_subscriber::fmt::layer()
-                .with_writer(writer)
-                .with_ansi(false)
-                .with_filter(filter(config, default));
+            let file_layer = fmt_layer(writer, false, format).with_filter(filter(config, default));
             // With a file, stderr keeps real errors for an editor (a daemon's all go to the file).
             let stderr_layer = (mode == LogMode::Editor)
-                .then(|| stderr_layer(stderr, colour).with_filter(LevelFilter::ERROR));
+                .then(|| fmt_layer(stderr, colour, format).with_filter(LevelFilter::ERROR));
             tracing_subscriber::registry()
                 .with(file_layer)
                 .with(stderr_layer)
@@ -180,13 +186,13 @@ pub fn init(config: &crate::config::Config, mode: LogMode) -> Vec<WorkerGuard> {
         }
         (None, LogMode::Editor) => {
             tracing_subscriber::registry()
-                .with(stderr_layer(stderr, colour).with_filter(LevelFilter::ERROR))
+                .with(fmt_layer(stderr, colour, format).with_filter(LevelFilter::ERROR))
                 .with(relay(relays, config, default))
                 .init();
         }
         (None, _) => {
             tracing_subscriber::registry()
-                .with(stderr_layer(stderr, colour).with_filter(filter(config, default)))
+                .with(fmt_layer(stderr, colour, format).with_filter(filter(config, default)))
                 .with(relay(relays, config, default))
                 .init();
         }

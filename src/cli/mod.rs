@@ -44,6 +44,10 @@ pub struct Cli {
     /// Configuration file (default: $XDG_CONFIG_HOME/compactd/config.toml when it exists).
     #[arg(long, global = true)]
     pub config: Option<PathBuf>,
+    /// Log lines as `text` (default) or `json` (one object per line, with the connection,
+    /// request, session and compaction spans they happened in); overrides `[log] format`.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<crate::config::LogFormat>,
     #[command(subcommand)]
     pub command: Command,
 }

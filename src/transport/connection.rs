@@ -50,6 +50,12 @@ fn error_text(id: &RequestId, e: RpcError) -> String {
 }
 
 impl Loop {
+    /// Runs `work` in a task of this connection, inside its span (the connection's, and the
+    /// request's where there is one).
+    fn spawn_task(&mut self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(tracing::Instrument::in_current_span(work));
+    }
+
     /// A client's `$/cancelRequest`: marks the request and aborts the work it started (as
     /// `abortCompaction` would); its reply then is -32800 `RequestCancelled`.
     fn cancel(&self, params: Option<&Value>) {
@@ -66,7 +72,7 @@ impl Loop {
             }
             None => return,
         };
-        tracing::debug!(connection = self.conn.id, request = %id, "request cancelled by the client");
+        tracing::debug!(request = %id, "request cancelled by the client");
         if let Some(session) = session_id.and_then(|sid| self.daemon.session(&sid).ok()) {
             crate::daemon::lifecycle::abort(&session);
         }
@@ -74,7 +80,7 @@ impl Loop {
 
     fn log_unknown(&self, method: &str) {
         if dispatch::handler(method).is_none() {
-            tracing::info!(connection = self.conn.id, method, "unknown method");
+            tracing::info!(method = %crate::rpc::truncated(method, 64), "unknown method");
         }
     }
 
@@ -88,7 +94,7 @@ impl Loop {
                     other => other.to_string(),
                 };
                 if !self.conn.handle_response(&key, result) {
-                    tracing::debug!(connection = self.conn.id, id = %id, "response to an unknown request ignored");
+                    tracing::debug!(id = %id, "response to an unknown request ignored");
                 }
                 None
             }
@@ -99,7 +105,7 @@ impl Loop {
                 }
                 self.log_unknown(&method);
                 if dispatch::handler(&method).is_some() {
-                    let _ = self.dispatcher.call(&method, params).await;
+                    let _ = self.dispatcher.call(None, &method, params).await;
                 }
                 None
             }
@@ -109,10 +115,7 @@ impl Loop {
                     return Some(response_text(&id, Ok(Value::Null)));
                 }
                 self.log_unknown(&method);
-                let reply = self.dispatcher.call(&method, params).await;
-                if let Err(e) = &reply {
-                    tracing::debug!(connection = self.conn.id, method, code = e.code, error = %e.message, "request failed");
-                }
+                let reply = self.dispatcher.call(Some(&id), &method, params).await;
                 Some(response_text(&id, reply))
             }
         }
@@ -162,8 +165,8 @@ impl Loop {
         let dispatcher = self.dispatcher.clone();
         let conn = self.conn.clone();
         let table = self.in_flight.clone();
-        self.tasks.spawn(async move {
-            let reply = dispatcher.call(&method, params).await;
+        self.spawn_task(async move {
+            let reply = dispatcher.call(Some(&id), &method, params).await;
             let cancelled = table.lock().remove(&id).is_some_and(|f| f.cancelled);
             let reply = match reply {
                 Err(_) if cancelled => Err(RpcError::new(
@@ -203,7 +206,7 @@ impl Loop {
                         max_in_flight: self.max_in_flight,
                     };
                     let conn = self.conn.clone();
-                    self.tasks.spawn(async move {
+                    self.spawn_task(async move {
                         if let Some(r) = worker.batch(msgs).await {
                             conn.send(r);
                         }
@@ -220,8 +223,8 @@ impl Loop {
                     }
                     Ok(Message::Notification { method, params }) if dispatch::is_slow(&method) => {
                         let dispatcher = self.dispatcher.clone();
-                        self.tasks.spawn(async move {
-                            let _ = dispatcher.call(&method, params).await;
+                        self.spawn_task(async move {
+                            let _ = dispatcher.call(None, &method, params).await;
                         });
                     }
                     msg => {
@@ -245,6 +248,11 @@ impl Loop {
     }
 }
 
+/// The span a connection is served in (`serve_connection` records its id).
+pub fn span() -> tracing::Span {
+    tracing::info_span!("connection", id = tracing::field::Empty)
+}
+
 /// Serves one connection until the client closes its input (or the daemon shuts down), then
 /// finishes what it received.
 pub async fn serve_connection<R, W>(daemon: Arc<Daemon>, reader: R, writer: W, opts: Options)
@@ -253,7 +261,9 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (conn, mut rx) = daemon.connect();
-    tracing::info!(connection = conn.id, "client connected");
+    // The caller's `connection` span (every line of this connection carries it) gets its id.
+    tracing::Span::current().record("id", conn.id);
+    tracing::info!("client connected");
     let framing = Arc::new(Mutex::new(opts.framing));
     // A weak handle: the queue closes when the last strong handle (daemon table, dispatcher,
     // running slow requests) is gone, which ends the writer.
@@ -307,7 +317,6 @@ where
         if conn.queued_bytes() > opts.max_queued {
             if !paused_logged {
                 tracing::warn!(
-                    connection = conn.id,
                     queued = conn.queued_bytes(),
                     limit = opts.max_queued,
                     "client is not reading its replies; reading its requests is paused"
@@ -333,7 +342,7 @@ where
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {
-                tracing::debug!(connection = conn.id, error = %e, "read failed; closing");
+                tracing::debug!(error = %e, "read failed; closing");
                 break;
             }
         };
@@ -362,7 +371,7 @@ where
                 opts.budget.limit()
             ))),
             Frame::TooLarge(n) => {
-                tracing::warn!(connection = conn.id, length = n, limit = max_frame, "Content-Length over the limit; closing the connection");
+                tracing::warn!(length = n, limit = max_frame, "Content-Length over the limit; closing the connection");
                 conn.send(frame_error(format!(
                     "Invalid request: Content-Length {n} exceeds the {max_frame}-byte limit; closing the connection"
                 )));
@@ -397,7 +406,7 @@ where
         }
     }
     daemon.disconnect(&conn);
-    tracing::info!(connection = conn.id, "client disconnected");
+    tracing::info!("client disconnected");
     drop(lp);
     // Let queued replies drain before the stream is dropped.
     drop(conn);

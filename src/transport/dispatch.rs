@@ -12,6 +12,9 @@ use std::pin::Pin;
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
+use tracing::Instrument;
+
+use super::message::RequestId;
 
 use crate::daemon::{self, handlers::Ctx};
 use crate::rpc::methods::{for_each_method, Run};
@@ -123,13 +126,49 @@ impl Dispatcher {
         v
     }
 
-    /// Runs one request to completion (slow methods included; the caller decides where).
-    pub async fn call(&self, method: &str, params: Option<Value>) -> Reply {
-        match handler(method) {
-            None => Err(method_not_found(method)),
-            Some(Handler::Sync(f)) => f(&self.ctx, params),
-            Some(Handler::Slow(f)) => f(self.ctx.clone(), params).await,
+    /// Runs one request (`id`; `None` for a notification) to completion, slow methods
+    /// included (the caller decides where), inside a `request` span naming the method, the id
+    /// and the session: every log line of the handler, the compaction it runs included, carries
+    /// them. Its end is logged at `debug` with the duration.
+    pub async fn call(&self, id: Option<&RequestId>, method: &str, params: Option<Value>) -> Reply {
+        let Some(handler) = handler(method) else {
+            return Err(method_not_found(method));
+        };
+        let span = tracing::info_span!(
+            "request",
+            method,
+            id = tracing::field::Empty,
+            session = tracing::field::Empty
+        );
+        if let Some(id) = id {
+            span.record("id", tracing::field::display(id));
         }
+        if let Some(sid) = params
+            .as_ref()
+            .and_then(|p| p.get("sessionId"))
+            .and_then(Value::as_str)
+        {
+            span.record("session", crate::rpc::truncated(sid, 64));
+        }
+        let started = std::time::Instant::now();
+        let reply = async {
+            match handler {
+                Handler::Sync(f) => f(&self.ctx, params),
+                Handler::Slow(f) => f(self.ctx.clone(), params).await,
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        span.in_scope(|| {
+            let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+            match &reply {
+                Ok(_) => tracing::debug!(elapsed_ms, "request done"),
+                Err(e) => {
+                    tracing::debug!(elapsed_ms, code = e.code, error = %e.message, "request failed")
+                }
+            }
+        });
+        reply
     }
 }
 

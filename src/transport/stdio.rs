@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::connection::serve_connection;
 use super::Options;
 use crate::daemon::Daemon;
+use tracing::Instrument;
 
 pub async fn serve_stdio(daemon: Arc<Daemon>, opts: Options) -> Result<(), String> {
     let signals = super::unix::shutdown_signal().map_err(|e| e.to_string())?;
@@ -18,6 +19,8 @@ pub async fn serve_stdio(daemon: Arc<Daemon>, opts: Options) -> Result<(), Strin
         tracing::info!("signal received; shutting down");
         d.shutdown.cancel();
     });
-    serve_connection(daemon, tokio::io::stdin(), tokio::io::stdout(), opts).await;
+    serve_connection(daemon, tokio::io::stdin(), tokio::io::stdout(), opts)
+        .instrument(super::connection::span())
+        .await;
     Ok(())
 }

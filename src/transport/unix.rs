@@ -25,6 +25,7 @@ use tokio::net::{UnixListener, UnixStream};
 use super::connection::serve_connection;
 use super::Options;
 use crate::daemon::Daemon;
+use tracing::Instrument;
 
 fn current_uid() -> u32 {
     std::fs::metadata("/proc/self")
@@ -282,7 +283,9 @@ pub async fn serve_unix(
                     let a = active.clone();
                     connections.spawn(async move {
                         let (r, w) = stream.into_split();
-                        serve_connection(d, r, w, o).await;
+                        serve_connection(d, r, w, o)
+                            .instrument(super::connection::span())
+                            .await;
                         a.fetch_sub(1, Ordering::SeqCst);
                     });
                 }

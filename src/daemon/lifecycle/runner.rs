@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::super::settings::EffectiveSettings;
 use super::super::{Daemon, Session};
@@ -164,6 +165,21 @@ struct Run<'a> {
 /// the caller already took (the automatic path checks it has something to compact before
 /// starting).
 pub(super) async fn run(
+    daemon: &Daemon,
+    session: &Arc<Session>,
+    settings: &EffectiveSettings,
+    job: &Job,
+    first: Option<Snapshot>,
+) -> Result<Completed, Failed> {
+    // Every line of the compaction (retries, fallbacks, ignored hook replies, the summary line)
+    // carries the session and the reason.
+    let span = tracing::info_span!("compaction", session = %session.id, reason = ?job.reason);
+    run_job(daemon, session, settings, job, first)
+        .instrument(span)
+        .await
+}
+
+async fn run_job(
     daemon: &Daemon,
     session: &Arc<Session>,
     settings: &EffectiveSettings,

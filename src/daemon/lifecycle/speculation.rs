@@ -338,7 +338,11 @@ pub fn consider(daemon: &Arc<Daemon>, session: &Arc<Session>, settings: &Effecti
                 tokens: spec.tokens,
             },
         );
-        tokio::spawn(speculate(daemon.clone(), session.clone(), spec.task));
+        let span = tracing::info_span!("speculation", session = %session.id);
+        tokio::spawn(tracing::Instrument::instrument(
+            speculate(daemon.clone(), session.clone(), spec.task),
+            span,
+        ));
     }
 }
 
