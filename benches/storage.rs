@@ -201,7 +201,7 @@ fn cold_open(config: &str, params: Value, runs: usize) -> Res<f64> {
 fn main() {
     let bench = common::is_bench();
     let Some(pg) = pg::Postgres::start("storage bench") else {
-        if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        if std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1") {
             eprintln!("storage bench: no PostgreSQL under CI=true");
             std::process::exit(1);
         }

@@ -39,9 +39,11 @@ fn conformance_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(MANIFEST_DIR).join("../shared/conformance/cases"))
 }
 
-fn in_ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
-}
+#[path = "../src/test_fixtures.rs"]
+#[allow(dead_code)]
+mod fixtures;
+/// The one skip rule of every suite (`CI` = `true` or `1`, any case).
+use fixtures::in_ci;
 
 /// A suite cannot run: a skip on a developer machine, a failure in CI.
 fn unavailable(suite: &str, why: &str) {

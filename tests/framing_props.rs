@@ -3,6 +3,8 @@
 //! never panic the reader, which always reaches the end of its input.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use compactd::transport::framing::{write_frame, Frame, FrameBudget, FrameReader, Framing};
@@ -15,6 +17,8 @@ struct Chunked {
     sizes: Vec<usize>,
     pos: usize,
     turn: usize,
+    /// How many bytes the reader has handed out, readable after it moved into the decoder.
+    consumed: Arc<AtomicUsize>,
 }
 
 impl AsyncRead for Chunked {
@@ -29,6 +33,7 @@ impl AsyncRead for Chunked {
         let n = want.min(buf.remaining()).min(this.data.len() - this.pos);
         buf.put_slice(&this.data[this.pos..this.pos + n]);
         this.pos += n;
+        this.consumed.store(this.pos, Ordering::SeqCst);
         Poll::Ready(Ok(()))
     }
 }
@@ -39,17 +44,29 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// How decoding stopped.
+#[derive(Debug, PartialEq)]
+enum End {
+    /// The input ran out, after this many of its bytes were read.
+    Eof { consumed: usize, len: usize },
+    /// The reader gave up on the stream (the connection would be closed).
+    Refused,
+}
+
 async fn decode(
     data: Vec<u8>,
     sizes: Vec<usize>,
     framing: Option<Framing>,
     max: usize,
-) -> Vec<Frame> {
+) -> (Vec<Frame>, End) {
+    let len = data.len();
+    let consumed = Arc::new(AtomicUsize::new(0));
     let reader = Chunked {
         data,
         sizes,
         pos: 0,
         turn: 0,
+        consumed: consumed.clone(),
     };
     let mut frames = FrameReader::new(
         BufReader::with_capacity(16, reader),
@@ -62,7 +79,11 @@ async fn decode(
     for _ in 0..10_000 {
         match frames.next().await {
             Ok(Some(f)) => out.push(f),
-            Ok(None) | Err(_) => return out,
+            Ok(None) => {
+                let consumed = consumed.load(Ordering::SeqCst);
+                return (out, End::Eof { consumed, len });
+            }
+            Err(_) => return (out, End::Refused),
         }
     }
     panic!("the reader did not reach the end of its input");
@@ -97,8 +118,10 @@ proptest! {
             }
             decode(stream, sizes, forced.then_some(framing), 1 << 20).await
         });
+        let (frames, end) = frames;
         let expected: Vec<Frame> = msgs.iter().map(|m| Frame::Message(m.as_bytes().to_vec())).collect();
         prop_assert_eq!(frames, expected);
+        prop_assert!(matches!(end, End::Eof { consumed, len } if consumed == len), "a valid stream is read to its end: {:?}", end);
     }
 
     #[test]
@@ -108,7 +131,12 @@ proptest! {
         framing in prop::option::of(prop::bool::ANY.prop_map(|l| if l { Framing::Lsp } else { Framing::Ndjson })),
     ) {
         let rt = runtime();
-        let frames = rt.block_on(decode(data.clone(), sizes, framing, 256));
+        let (frames, end) = rt.block_on(decode(data.clone(), sizes, framing, 256));
+        // Either every byte was read, or the reader refused the stream (closing it): it never
+        // stops early on its own, and never hangs (the cap in `decode`).
+        if let End::Eof { consumed, len } = end {
+            prop_assert_eq!(consumed, len, "stopped before the end of its input");
+        }
         for f in &frames {
             if let Frame::Message(m) = f {
                 prop_assert!(m.len() <= 256, "a frame over the limit was returned");
@@ -128,7 +156,7 @@ proptest! {
             for m in &msgs {
                 write_frame(&mut stream, Framing::Lsp, m.as_bytes()).await.unwrap();
             }
-            decode(stream, vec![7], None, 1 << 20).await
+            decode(stream, vec![7], None, 1 << 20).await.0
         });
         let decoded: Vec<&Frame> = frames.iter().filter(|f| matches!(f, Frame::Message(m) if m != b"{}")).collect();
         let expected: Vec<Frame> = msgs.iter().map(|m| Frame::Message(m.as_bytes().to_vec())).collect();

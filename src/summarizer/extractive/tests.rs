@@ -347,27 +347,17 @@ fn long_and_hostile_text_is_clipped_and_cannot_fake_headings() {
     assert!(s.contains("more chars]"), "{s}");
 }
 
-/// The conformance cases: `COMPACTD_CONFORMANCE_DIR`, else the shared checkout next to this one.
-fn conformance_dir() -> std::path::PathBuf {
-    match std::env::var_os("COMPACTD_CONFORMANCE_DIR") {
-        Some(d) => std::path::PathBuf::from(d),
-        None => {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/cases")
-        }
-    }
-}
-
 fn fixture_messages(case: &str) -> Option<Vec<Value>> {
-    let path = conformance_dir().join(case).join("session.jsonl");
+    let path = crate::test_fixtures::conformance_dir()
+        .join(case)
+        .join("session.jsonl");
     let Ok(text) = std::fs::read_to_string(&path) else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{} not found (set COMPACTD_CONFORMANCE_DIR)",
-            path.display()
-        );
-        eprintln!(
-            "SKIPPED: {} not found (set COMPACTD_CONFORMANCE_DIR)",
-            path.display()
+        crate::test_fixtures::skip_or_fail(
+            case,
+            &format!(
+                "{} not found (set COMPACTD_CONFORMANCE_DIR)",
+                path.display()
+            ),
         );
         return None;
     };
