@@ -40,7 +40,6 @@ fn conformance_dir() -> PathBuf {
 }
 
 #[path = "../src/test_fixtures.rs"]
-#[allow(dead_code)]
 mod fixtures;
 /// The one skip rule of every suite (`CI` = `true` or `1`, any case).
 use fixtures::in_ci;

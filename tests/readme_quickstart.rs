@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::process::Command;
 
 #[path = "../src/test_fixtures.rs"]
-#[allow(dead_code)]
 mod fixtures;
 use fixtures::skip_or_fail;
 
