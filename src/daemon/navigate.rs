@@ -147,121 +147,56 @@ impl Drop for NavigatingFlag<'_> {
     }
 }
 
-/// `navigateTree`.
+/// What the client asked for besides the target, as the hooks may change it.
+struct Instructions {
+    custom: Option<String>,
+    replace: bool,
+    label: Option<String>,
+}
+
+/// `navigateTree`: plan (holding the compaction slot, so no compaction slips in between the
+/// plan and the write) → ask the `session_before_tree` hooks → summarize the branch being
+/// left when asked → move the leaf and write the summary and label.
 pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     if session.is_compacting() {
         return Err(RpcError::new(ErrorKind::Compacting, COMPACTING_MESSAGE));
     }
-    // Hold the compaction slot for the whole navigation, and plan only once holding it, so a
-    // compaction cannot slip in between the plan and the write.
     let _slot = session.slot.lock().await;
     let _lease = super::shared_store::lease(&ctx.daemon, &session).await?;
-    let plan = {
-        let state = session.lock_state();
-        let target = match &p.target_id {
-            Some(id) => Some(state.tree.index_of(id).ok_or_else(|| {
-                RpcError::new(ErrorKind::EntryNotFound, format!("Entry {id} not found"))
-            })?),
-            None => None,
-        };
-        let old_leaf = state.tree.leaf_id().map(str::to_owned);
-        if p.target_id.is_some() && p.target_id == old_leaf {
-            return Ok(NavigateTreeResult::stayed(old_leaf, false));
-        }
-        let old_path = state.tree.branch();
-        let target_path = state.tree.path_to(target);
-        let on_old: HashSet<usize> = old_path.iter().copied().collect();
-        let common = target_path
-            .iter()
-            .rev()
-            .find(|i| on_old.contains(i))
-            .copied();
-        let start = common
-            .and_then(|c| old_path.iter().position(|&i| i == c))
-            .map_or(0, |p| p + 1);
-        let entries = old_path[start..]
-            .iter()
-            .map(|&i| state.tree.entry(i).clone())
-            .collect();
-        Plan {
-            old_leaf,
-            target,
-            target_id: p.target_id.clone(),
-            common_ancestor: common.and_then(|c| state.tree.entry(c).id.clone()),
-            entries,
-            context_window: state.model.as_ref().map_or(0, |m| m.context_window),
-        }
+    let plan = match plan(&session, p.target_id.as_deref())? {
+        Ok(plan) => plan,
+        Err(stayed) => return Ok(stayed),
     };
-    let mut custom = p.custom_instructions.clone();
-    let mut replace = p.replace_instructions;
-    let mut label = p.label.clone();
-    let mut hook_summary: Option<BranchSummary> = None;
+    let mut wanted = Instructions {
+        custom: p.custom_instructions.clone(),
+        replace: p.replace_instructions,
+        label: p.label.clone(),
+    };
     let cancel = ctx.daemon.run_token();
     *session.running.lock() = Some(cancel.clone());
     let _navigating = NavigatingFlag::set(&session);
     let outcome = async {
-        if ctx.daemon.has_hook::<SessionBeforeTree>(&session.id) {
-            let request = events::payload(&SessionBeforeTree {
-                session_id: &session.id,
-                preparation: events::TreePreparation {
-                    target_id: plan.target_id.as_deref(),
-                    old_leaf_id: plan.old_leaf.as_deref(),
-                    common_ancestor_id: plan.common_ancestor.as_deref(),
-                    entries_to_summarize: plan
-                        .entries
-                        .iter()
-                        .map(|e| SessionEntry(e.value()))
-                        .collect(),
-                    user_wants_summary: p.summarize,
-                    custom_instructions: custom.as_deref(),
-                    replace_instructions: replace,
-                    label: label.as_deref(),
-                },
-            });
-            let answers = ctx
-                .daemon
-                .ask_hooks::<SessionBeforeTree>(&session.id, request, &cancel, |r| r.cancel)
-                .await;
-            for a in answers {
-                if a.cancel {
-                    return Ok(None);
-                }
-                if let Some(s) = a.summary.filter(|_| p.summarize) {
-                    hook_summary = Some(BranchSummary {
-                        text: s.summary,
-                        details: s.details.unwrap_or(Value::Null),
-                        usage: s.usage,
-                        from_hook: true,
-                    });
-                }
-                if let Some(c) = a.custom_instructions {
-                    custom = Some(c);
-                }
-                if let Some(r) = a.replace_instructions {
-                    replace = r;
-                }
-                if let Some(l) = a.label {
-                    label = Some(l);
-                }
-            }
-        }
-        let summary = match hook_summary.take() {
+        let Some(hook_summary) =
+            ask_hooks(ctx, &session, &plan, p.summarize, &mut wanted, &cancel).await
+        else {
+            return Ok(None);
+        };
+        let summary = match hook_summary {
             Some(s) => Some(s),
             None if p.summarize && !plan.entries.is_empty() => {
                 let settings = ctx.daemon.session_settings(&session);
-                Some(
-                    branch_summary(
-                        ctx,
-                        &session,
-                        &plan,
-                        custom.as_deref(),
-                        replace,
-                        &settings,
-                        &cancel,
-                    )
-                    .await?,
-                )
+                let custom = wanted.custom.as_deref();
+                let s = branch_summary(
+                    ctx,
+                    &session,
+                    &plan,
+                    custom,
+                    wanted.replace,
+                    &settings,
+                    &cancel,
+                );
+                Some(s.await?)
             }
             None => None,
         };
@@ -280,6 +215,126 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
         }
         Err(e) => return Err(e),
     };
+    let result = move_leaf(&session, plan, summary, wanted.label)?;
+    // A speculation of the branch left behind no longer applies.
+    let settings = ctx.daemon.session_settings(&session);
+    speculation::revalidate(&ctx.daemon, &session, &settings, DiscardReason::Navigated);
+    Ok(result)
+}
+
+/// The navigation to `target_id` (`None`: the root) as it stands now: the branch being left
+/// from the common ancestor on. `Err` with the answer when there is nowhere to go (the target
+/// is the leaf).
+fn plan(
+    session: &super::Session,
+    target_id: Option<&str>,
+) -> Result<Result<Plan, NavigateTreeResult>, RpcError> {
+    let state = session.lock_state();
+    let target = match target_id {
+        Some(id) => Some(state.tree.index_of(id).ok_or_else(|| {
+            RpcError::new(ErrorKind::EntryNotFound, format!("Entry {id} not found"))
+        })?),
+        None => None,
+    };
+    let old_leaf = state.tree.leaf_id().map(str::to_owned);
+    if target_id.is_some() && target_id == old_leaf.as_deref() {
+        return Ok(Err(NavigateTreeResult::stayed(old_leaf, false)));
+    }
+    let old_path = state.tree.branch();
+    let target_path = state.tree.path_to(target);
+    let on_old: HashSet<usize> = old_path.iter().copied().collect();
+    let common = target_path
+        .iter()
+        .rev()
+        .find(|i| on_old.contains(i))
+        .copied();
+    let start = common
+        .and_then(|c| old_path.iter().position(|&i| i == c))
+        .map_or(0, |p| p + 1);
+    let entries = old_path[start..]
+        .iter()
+        .map(|&i| state.tree.entry(i).clone())
+        .collect();
+    Ok(Ok(Plan {
+        old_leaf,
+        target,
+        target_id: target_id.map(str::to_owned),
+        common_ancestor: common.and_then(|c| state.tree.entry(c).id.clone()),
+        entries,
+        context_window: state.model.as_ref().map_or(0, |m| m.context_window),
+    }))
+}
+
+/// Asks the `session_before_tree` hooks, in order. `None`: a hook cancelled the navigation.
+/// Otherwise the summary a hook supplied (when one is wanted), with `wanted` updated by the
+/// hooks' instructions and label.
+async fn ask_hooks(
+    ctx: &Ctx,
+    session: &super::Session,
+    plan: &Plan,
+    summarize: bool,
+    wanted: &mut Instructions,
+    cancel: &CancellationToken,
+) -> Option<Option<BranchSummary>> {
+    if !ctx.daemon.has_hook::<SessionBeforeTree>(&session.id) {
+        return Some(None);
+    }
+    let request = events::payload(&SessionBeforeTree {
+        session_id: &session.id,
+        preparation: events::TreePreparation {
+            target_id: plan.target_id.as_deref(),
+            old_leaf_id: plan.old_leaf.as_deref(),
+            common_ancestor_id: plan.common_ancestor.as_deref(),
+            entries_to_summarize: plan
+                .entries
+                .iter()
+                .map(|e| SessionEntry(e.value()))
+                .collect(),
+            user_wants_summary: summarize,
+            custom_instructions: wanted.custom.as_deref(),
+            replace_instructions: wanted.replace,
+            label: wanted.label.as_deref(),
+        },
+    });
+    let answers = ctx
+        .daemon
+        .ask_hooks::<SessionBeforeTree>(&session.id, request, cancel, |r| r.cancel)
+        .await;
+    let mut supplied = None;
+    for a in answers {
+        if a.cancel {
+            return None;
+        }
+        if let Some(s) = a.summary.filter(|_| summarize) {
+            supplied = Some(BranchSummary {
+                text: s.summary,
+                details: s.details.unwrap_or(Value::Null),
+                usage: s.usage,
+                from_hook: true,
+            });
+        }
+        if let Some(c) = a.custom_instructions {
+            wanted.custom = Some(c);
+        }
+        if let Some(r) = a.replace_instructions {
+            wanted.replace = r;
+        }
+        if let Some(l) = a.label {
+            wanted.label = Some(l);
+        }
+    }
+    Some(supplied)
+}
+
+/// Moves the leaf to the target (a user or custom message target: to its parent, its text
+/// going back to the editor) and writes the branch summary and the label, unless the session
+/// moved meanwhile.
+fn move_leaf(
+    session: &super::Session,
+    plan: Plan,
+    summary: Option<BranchSummary>,
+    label: Option<String>,
+) -> Result<NavigateTreeResult, RpcError> {
     let mut state = session.lock_state();
     if state.tree.leaf_id().map(str::to_owned) != plan.old_leaf {
         return Err(RpcError::new(
@@ -301,28 +356,24 @@ pub async fn navigate(ctx: &Ctx, p: NavigateTreeParams) -> Result<NavigateTreeRe
     let mut summary_entry = None;
     state.tree.set_leaf(new_leaf);
     state.refresh_branch();
+    let label = label.filter(|l| !l.is_empty());
     if let Some(summary) = summary {
         let idx = state.append_with(|id, parent, ts| {
             branch_summary_entry(id, parent, ts, &from_id, &summary)
         })?;
         let entry_value = state.tree.entry(idx).value();
         let summary_id = state.tree.entry(idx).id.clone().unwrap_or_default();
-        if let Some(l) = label.filter(|l| !l.is_empty()) {
+        if let Some(l) = label {
             state.append_with(|id, parent, ts| label_entry(id, parent, ts, &summary_id, &l))?;
         }
         summary_entry = Some(BranchSummaryEntry(entry_value));
-    } else if let (Some(l), Some(tid)) = (label.filter(|l| !l.is_empty()), &plan.target_id) {
+    } else if let (Some(l), Some(tid)) = (label, &plan.target_id) {
         state.append_with(|id, parent, ts| label_entry(id, parent, ts, tid, &l))?;
     }
     state.rebuild_agent_context();
-    let new_leaf_id = state.tree.leaf_id().map(str::to_owned);
-    drop(state);
-    // A speculation of the branch left behind no longer applies.
-    let settings = ctx.daemon.session_settings(&session);
-    speculation::revalidate(&ctx.daemon, &session, &settings, DiscardReason::Navigated);
     Ok(NavigateTreeResult {
         summary_entry,
-        new_leaf_id,
+        new_leaf_id: state.tree.leaf_id().map(str::to_owned),
         old_leaf_id: plan.old_leaf,
         cancelled: false,
         aborted: None,
