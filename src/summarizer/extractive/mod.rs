@@ -127,16 +127,31 @@ const G_AFTER: u8 = 2;
 /// Order of the goal items this span adds after the carried ones (the split turn's last).
 const SEQ_PREFIX_REQUEST: u64 = 90_000_000;
 
-/// Builds Pi's six-section history summary from the structured messages (see module docs).
+/// Builds Pi's six-section history summary from the structured messages (see module docs): the
+/// sections are filled in turn, then consolidated and rendered within the budget.
 pub fn summarize_history(input: &ExtractiveInput) -> String {
     let budget = Budget::new(input.max_tokens, Some(input.settings.target_tokens));
     let caps = Caps::for_budget(budget.target);
     let a = Analysis::of(input.messages);
     let prefix = Analysis::of(input.turn_prefix);
     let mut items = Items::new();
+    add_focus(&mut items, input.custom_instructions, &caps);
+    let (plans, reported, carried) = add_earlier_summaries(&mut items, input, &a, &caps);
+    let latest = add_goal(&mut items, &a, &prefix, &carried, &caps);
+    add_constraints(&mut items, &a, &caps);
+    add_done(&mut items, &a, &plans, &reported, &caps);
+    add_in_progress(&mut items, &a, &caps);
+    add_blocked(&mut items, &a, &caps);
+    add_decisions(&mut items, &a, &caps);
+    add_next_steps(&mut items, &a, &plans, latest.as_deref(), &caps);
+    add_critical_context(&mut items, &a, &caps);
+    consolidate::consolidate(&mut items);
+    render(&HISTORY_SECTIONS, items.list, budget)
+}
 
-    // Critical Context: the user's focus for this compaction comes first and is kept first.
-    if let Some(focus) = input.custom_instructions.map(str::trim) {
+/// Critical Context: the user's focus for this compaction comes first and is kept first.
+fn add_focus(items: &mut Items, custom_instructions: Option<&str>, caps: &Caps) {
+    if let Some(focus) = custom_instructions.map(str::trim) {
         if !focus.is_empty() {
             let text = format!(
                 "Focus requested for this summary: {}",
@@ -145,13 +160,21 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
             items.keep(CRITICAL, P_FOCUS, (G_PREVIOUS, 0), &text);
         }
     }
+}
 
-    // Earlier summaries: the one being updated, then any summaries replayed inside the span.
-    // Their plan steps are read back first, so the span's statements and results can finish
-    // them; what the span settled is no longer open, and what it supersedes (its own last
-    // words, latest request, command runs, an older statement of what comes next) is dropped.
+/// Earlier summaries: the one being updated, then any summaries replayed inside the span.
+/// Their plan steps are read back first, so the span's statements and results can finish them;
+/// what the span settled is no longer open, and what it supersedes (its own last words, latest
+/// request, command runs, an older statement of what comes next) is dropped. Returns the plans
+/// tracked over the span, the work the assistant reported, and what was carried over.
+fn add_earlier_summaries(
+    items: &mut Items,
+    input: &ExtractiveInput,
+    a: &Analysis,
+    caps: &Caps,
+) -> (plan::Plans, Vec<facts::DoneItem>, Carried) {
     let carried_steps = input.previous_summary.map(carried_plan).unwrap_or_default();
-    let plans = plan::track(&a, &carried_steps);
+    let plans = plan::track(a, &carried_steps);
     let reported = a.reported_work(caps.item);
     let said_done: Vec<Vec<String>> = reported
         .iter()
@@ -161,31 +184,39 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
         .collect();
     let restated_next = plans.stated || !a.said_next().is_empty();
     let span = Span {
-        a: &a,
+        a,
         said_done: &said_done,
         restated_next,
     };
     let carry = |section: usize, item: &str| span.carry_over(section, item);
     let mut carried = Carried::default();
     if let Some(prev) = input.previous_summary {
-        merge_previous(&mut items, prev, 0, &caps, &carry, &mut carried);
+        merge_previous(items, prev, 0, caps, &carry, &mut carried);
     }
     for (n, (idx, label, summary)) in a.embedded_summaries.iter().enumerate() {
         let seq = 1_000_000 + (*idx as u64) * 10 + n as u64;
-        merge_embedded(&mut items, label, summary, seq, &caps, &carry, &mut carried);
+        merge_embedded(items, label, summary, seq, caps, &carry, &mut carried);
     }
+    (plans, reported, carried)
+}
 
-    // Goal (see `add_goal`), and the request Next Steps must make sure is handled.
-    let latest = add_goal(&mut items, &a, &prefix, &carried, &caps);
-
-    // Constraints & Preferences: user sentences that read like rules (questions do not).
+/// Constraints & Preferences: user sentences that read like rules (questions do not).
+fn add_constraints(items: &mut Items, a: &Analysis, caps: &Caps) {
     for (idx, sentence) in a.constraints() {
         let text = clip_head(&sentence, caps.item);
         items.keep_new(CONSTRAINTS, P_CONSTRAINT + a.recency(idx), idx, &text);
     }
+}
 
-    // Done: completed file changes, successful commands, plan steps finished, and work the
-    // assistant reported (a fix it announced belongs here, not under Next Steps).
+/// Done: completed file changes, successful commands, plan steps finished, and work the
+/// assistant reported (a fix it announced belongs here, not under Next Steps).
+fn add_done(
+    items: &mut Items,
+    a: &Analysis,
+    plans: &plan::Plans,
+    reported: &[facts::DoneItem],
+    caps: &Caps,
+) {
     for done in a.done_items() {
         items.add_new(DONE, P_DONE + a.recency(done.idx), done.idx, &done.text);
     }
@@ -193,12 +224,14 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
         let text = clip_head(text, caps.item);
         items.add_new(DONE, P_DONE + a.recency(*idx), *idx, &text);
     }
-    for done in &reported {
+    for done in reported {
         items.add_new(DONE, P_REPORTED + a.recency(done.idx), done.idx, &done.text);
     }
+}
 
-    // In Progress: the last assistant words, pending calls, an aborted last turn.
-    for (seq, (idx, text)) in a.in_progress(&caps).into_iter().enumerate() {
+/// In Progress: the last assistant words, pending calls, an aborted last turn.
+fn add_in_progress(items: &mut Items, a: &Analysis, caps: &Caps) {
+    for (seq, (idx, text)) in a.in_progress(caps).into_iter().enumerate() {
         let order = (idx as u64) * 10 + seq as u64;
         items.add(
             IN_PROGRESS,
@@ -207,8 +240,10 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
             &text,
         );
     }
+}
 
-    // Blocked: failures nothing later fixed, newest first in priority.
+/// Blocked: failures nothing later fixed, newest first in priority.
+fn add_blocked(items: &mut Items, a: &Analysis, caps: &Caps) {
     for fail in a.failures().into_iter().filter(|f| !f.resolved) {
         let text = format!(
             "{} failed{}: {}",
@@ -218,19 +253,25 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
         );
         items.keep_new(BLOCKED, P_BLOCKED + a.recency(fail.idx), fail.idx, &text);
     }
+}
 
-    // Key Decisions: assistant sentences that announce a choice or abandon an approach.
+/// Key Decisions: assistant sentences that announce a choice or abandon an approach.
+fn add_decisions(items: &mut Items, a: &Analysis, caps: &Caps) {
     for (idx, sentence) in a.decisions() {
         let text = clip_head(&sentence, caps.item);
         items.keep_new(DECISIONS, P_DECISION + a.recency(idx), idx, &text);
     }
+}
 
-    // Next Steps: ranked, most actionable first; the plan's steps left in order.
-    for (rank, text) in a
-        .next_steps(&caps, &plans, latest.as_deref())
-        .into_iter()
-        .enumerate()
-    {
+/// Next Steps: ranked, most actionable first; the plan's steps left in order.
+fn add_next_steps(
+    items: &mut Items,
+    a: &Analysis,
+    plans: &plan::Plans,
+    latest: Option<&str>,
+    caps: &Caps,
+) {
+    for (rank, text) in a.next_steps(caps, plans, latest).into_iter().enumerate() {
         let rank = rank as u32;
         items.add(
             NEXT,
@@ -239,8 +280,11 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
             &text,
         );
     }
+}
 
-    // Critical Context: commands with exit codes, last errors verbatim, notes.
+/// Critical Context: commands with exit codes, last errors verbatim, notes, boilerplate and
+/// slash commands the user side sent, and the latest user reply.
+fn add_critical_context(items: &mut Items, a: &Analysis, caps: &Caps) {
     for cmd in a.command_histories() {
         let text = format!("Command {} → {}", cmd.label, cmd.outcomes);
         items.add(
@@ -324,9 +368,6 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
         let text = format!("Latest user reply: {}", first_line(text, caps.item));
         items.add(CRITICAL, P_NEXT, (G_NEW, 30_000_000 + *idx as u64), &text);
     }
-
-    consolidate::consolidate(&mut items);
-    render(&HISTORY_SECTIONS, items.list, budget)
 }
 
 /// Fills the Goal section and returns the latest request. Every request is there, verbatim:
