@@ -219,7 +219,10 @@ for_each_method!(method_specs);
 
 /// The declaration of `name`, if it is a method.
 pub fn spec(name: &str) -> Option<&'static MethodSpec> {
-    METHODS.iter().find(|m| m.name == name)
+    // Looked up for every message: a hash map built once, not a scan of the list.
+    static BY_NAME: std::sync::LazyLock<foldhash::HashMap<&'static str, &'static MethodSpec>> =
+        std::sync::LazyLock::new(|| METHODS.iter().map(|m| (m.name, m)).collect());
+    BY_NAME.get(name).copied()
 }
 
 #[cfg(test)]

@@ -87,9 +87,11 @@ macro_rules! table {
 
 for_each_method!(table);
 
-/// Looks a method up.
+/// Looks a method up (for every message: a hash map built once, not a scan of the table).
 pub fn handler(method: &str) -> Option<Handler> {
-    METHODS.iter().find(|(n, _)| *n == method).map(|(_, h)| *h)
+    static BY_NAME: std::sync::LazyLock<foldhash::HashMap<&'static str, Handler>> =
+        std::sync::LazyLock::new(|| METHODS.iter().copied().collect());
+    BY_NAME.get(method).copied()
 }
 
 /// Whether `method` runs in its own task (declared [`Run::Task`]).
