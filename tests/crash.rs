@@ -357,3 +357,47 @@ fn kill_9_during_appends_and_compactions_loses_nothing_acknowledged() {
         "too few appends were acknowledged to prove anything"
     );
 }
+
+/// Sends `signal` (a `kill -s` name) to `pid`.
+fn signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args(["-s", name, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -s {name} {pid}");
+}
+
+/// SIGHUP (a closed terminal, a log rotation's `kill -HUP`), SIGUSR1 and SIGUSR2 terminate a
+/// process by default; the daemon ignores them (logged), over stdio and on a socket, and keeps
+/// its sessions and its clients.
+#[test]
+fn hup_and_usr_signals_never_kill_the_daemon() {
+    let env = Env::new();
+    let file = env.session_as("005-medium-basic", "signals");
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = open(&mut c, &file);
+    let pid = c.pid().expect("spawned daemon");
+    for name in ["HUP", "USR1", "USR2"] {
+        signal(pid, name);
+        std::thread::sleep(Duration::from_millis(100));
+        let r = c.request(
+            "appendMessage",
+            json!({"sessionId": sid, "message": {"role": "user", "content": format!("after {name}"), "timestamp": now_ms()}}),
+        );
+        assert!(r.is_ok(), "stdio daemon answers after SIG{name}: {r:?}");
+    }
+    let socket = env.path("run/signals.sock");
+    let mut daemon =
+        support::daemon_env::KillOnDrop(env.serve_ready(&socket, &[], std::process::Stdio::null()));
+    let mut s = Client::socket(&socket, Framing::Ndjson);
+    s.ok("listSessions", json!({}));
+    for name in ["HUP", "USR1", "USR2"] {
+        signal(daemon.0.id(), name);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            daemon.0.try_wait().expect("wait").is_none(),
+            "serve survives SIG{name}"
+        );
+        s.ok("listSessions", json!({}));
+    }
+}
