@@ -19,6 +19,9 @@
 //!   retries, overflow classifiers, redaction, the extractive default.
 //! - [`store`]: the storage shell — regular files only, reading other writers' appends, the
 //!   shared lock, repairs, appends and their durability.
+//! - [`confined`]: writes confined to the checked path — no link followed on the way (a held
+//!   directory descriptor per component), appends checked against the file last seen through
+//!   the descriptor written to, failed writes taken back (disk full leaves no half line).
 //! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry), and writes
 //!   branch summaries through the same engine dispatch and provider call.
 //! - [`rpc`]: the protocol surface — the one list of methods, params, results, event payloads,
@@ -43,6 +46,7 @@ pub mod cli;
 pub mod compaction;
 pub mod compactor;
 pub mod config;
+pub mod confined;
 pub mod context;
 pub mod cpu;
 pub mod daemon;

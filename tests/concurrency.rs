@@ -531,3 +531,104 @@ fn many_clients_mixed_operations_lose_nothing_and_match_a_sequential_replay() {
         SHARED + CLIENTS
     );
 }
+
+/// Swaps the names of `a` and `b` atomically (`renameat2(RENAME_EXCHANGE)`).
+fn exchange(a: &Path, b: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (ca, cb) = (
+        std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap(),
+        std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap(),
+    );
+    // SAFETY: two valid C strings; the result is checked.
+    unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        ) == 0
+    }
+}
+
+/// A rename race: another process keeps swapping the session file with a different file
+/// (`RENAME_EXCHANGE`) while a client appends, reopening whenever it is told the file changed.
+/// The stamp check and the write used to open the path separately, so a swap between the two
+/// put an acknowledged entry into the other file, under a parent that file does not have. Now
+/// the check is made on the descriptor written to. Afterwards every acknowledged entry is on
+/// file exactly once, in a file that holds its parent before it.
+#[test]
+fn a_rename_race_never_puts_an_acknowledged_entry_in_the_wrong_file() {
+    let env = Env::new();
+    let a = env.session_as(CASE, "race-a");
+    let b = env.session_as(CASE, "race-b");
+    // Diverge the two, so an entry in the wrong file has no parent there.
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&b).unwrap();
+        writeln!(f, "{}", json!({"type":"label","id":"bonly001","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","targetId":"x","label":"b"})).unwrap();
+    }
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let mut sid = open(&mut c, &a);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (a, b, stop) = (a.clone(), b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if exchange(&a, &b) {
+                    n += 1;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            n
+        })
+    };
+    let mut acked: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let mut i = 0;
+    while Instant::now() < deadline && acked.len() < 400 {
+        i += 1;
+        let r = c.request(
+            "appendMessage",
+            json!({"sessionId": sid, "message": {"role": "user", "content": format!("race {i}"), "timestamp": now_ms()}}),
+        );
+        match r {
+            Ok(v) => acked.push(v["entryId"].as_str().unwrap().to_owned()),
+            Err(e) if e["data"]["kind"] == "file_changed" => {
+                sid = open(&mut c, &a);
+            }
+            Err(e) if e["data"]["kind"] == "file_busy" => {}
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 10, "the race ran ({swaps} swaps)");
+    assert!(acked.len() > 20, "appends got through ({})", acked.len());
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for file in [&a, &b] {
+        let entries = parsed_lines(file).unwrap_or_else(|e| panic!("{e}"));
+        let mut ids: HashSet<String> = HashSet::new();
+        for e in &entries {
+            let id = e["id"].as_str().unwrap_or("").to_owned();
+            if acked.contains(&id) {
+                *seen.entry(id.clone()).or_default() += 1;
+                let parent = e["parentId"].as_str().unwrap_or("");
+                assert!(
+                    ids.contains(parent),
+                    "{}: entry {id} is written under parent {parent}, which this file does not hold before it",
+                    file.display()
+                );
+            }
+            ids.insert(id);
+        }
+    }
+    for id in &acked {
+        assert_eq!(
+            seen.get(id),
+            Some(&1),
+            "acknowledged entry {id} on file once"
+        );
+    }
+}

@@ -341,3 +341,188 @@ fn durability_always_is_accepted_and_appends_land() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("durability"));
 }
+
+/// A configuration allowing only `root`.
+fn only_root(root: &Path) -> String {
+    format!("[storage]\nallowed_roots = [\"{}\"]\n", root.display())
+}
+
+fn assistant(text: &str) -> Value {
+    json!({"role": "assistant", "content": [{"type": "text", "text": text}],
+           "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5",
+           "usage": {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 15,
+                     "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+           "stopReason": "stop", "timestamp": 3})
+}
+
+/// Every file and directory under `dir` (empty when it does not exist).
+fn tree_of(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `..` after directories that do not exist yet: the old check compared the path lexically
+/// (`root/new/../../escape` starts with `root`), then the first write created `root/new` and
+/// landed in `escape`, outside the root. Now `..` is resolved as the kernel will resolve it, and
+/// the path is refused before anything is made.
+#[test]
+fn dot_dot_through_missing_directories_cannot_leave_the_root() {
+    let env = Env::new();
+    let root = env.path("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let escape = env.path("escape");
+    let mut c = client(&env, Some(&only_root(&root)));
+    let dir = root.join("new/deeper/../../../escape");
+    let err = c
+        .request(
+            "createSession",
+            json!({"cwd": "/w", "sessionDir": dir, "model": model()}),
+        )
+        .expect_err("sessionDir escapes the root");
+    assert_eq!(kind(&err), "path_not_allowed", "{err}");
+    let err = c
+        .request(
+            "openSession",
+            json!({"path": root.join("new/../../escape/s.jsonl"), "create": true, "cwd": "/w", "model": model()}),
+        )
+        .expect_err("path escapes the root");
+    assert_eq!(kind(&err), "path_not_allowed", "{err}");
+    assert!(!escape.exists(), "nothing created outside the root");
+    assert!(tree_of(&root).is_empty(), "nothing created inside either");
+    // `..` that stays inside the root is fine, and the file lands where it resolves to.
+    let info = c.ok(
+        "createSession",
+        json!({"cwd": "/w", "sessionDir": root.join("a/b/../c"), "model": model()}),
+    );
+    let sid = info["sessionId"].as_str().unwrap().to_owned();
+    let path = std::path::PathBuf::from(info["path"].as_str().unwrap());
+    assert!(path.starts_with(root.join("a/c")), "{}", path.display());
+    user(&mut c, &sid, "hi").unwrap();
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": assistant("hello")}),
+    );
+    assert!(path.is_file());
+    assert!(!escape.exists());
+}
+
+/// A session directory swapped for a link (to a directory outside the root) after the session
+/// was created: the deferred first write used to follow the link and create the file outside.
+/// Now the directories are walked without following links and the write is refused with `io`.
+/// For a persisted session the same swap refuses the append (`file_changed`) and the copy
+/// outside is untouched.
+#[test]
+fn a_session_directory_replaced_by_a_link_is_never_written_through() {
+    let env = Env::new();
+    let root = env.path("root");
+    let outside = env.path("outside");
+    std::fs::create_dir_all(root.join("sessions")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let mut c = client(&env, Some(&only_root(&root)));
+    let info = c.ok(
+        "createSession",
+        json!({"cwd": "/w", "sessionDir": root.join("sessions"), "model": model()}),
+    );
+    let sid = info["sessionId"].as_str().unwrap().to_owned();
+    std::fs::rename(root.join("sessions"), root.join("moved")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("sessions")).unwrap();
+    user(&mut c, &sid, "hi").unwrap();
+    let err = c
+        .request(
+            "appendMessage",
+            json!({"sessionId": sid, "message": assistant("hello")}),
+        )
+        .expect_err("the deferred write through the link is refused");
+    assert_eq!(kind(&err), "io", "{err}");
+    assert!(tree_of(&outside).is_empty(), "nothing written outside");
+
+    // A persisted session: the directory is swapped for a link to a copy outside.
+    let dir = root.join("d");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("s.jsonl");
+    std::fs::copy(env.session("005-medium-basic"), &file).unwrap();
+    let sid = open(&mut c, &file);
+    user(&mut c, &sid, "before the swap").unwrap();
+    let copy_dir = outside.join("copy");
+    std::fs::create_dir_all(&copy_dir).unwrap();
+    std::fs::copy(&file, copy_dir.join("s.jsonl")).unwrap();
+    let copy_before = std::fs::read(copy_dir.join("s.jsonl")).unwrap();
+    std::fs::rename(&dir, root.join("d-moved")).unwrap();
+    std::os::unix::fs::symlink(&copy_dir, &dir).unwrap();
+    let err = user(&mut c, &sid, "after the swap").expect_err("refused");
+    assert_eq!(kind(&err), "file_changed", "{err}");
+    assert_eq!(
+        std::fs::read(copy_dir.join("s.jsonl")).unwrap(),
+        copy_before
+    );
+    // Reopening by the path now resolves outside the root: refused.
+    let err = c
+        .request("openSession", json!({"path": file, "model": model()}))
+        .expect_err("resolves outside");
+    assert_eq!(kind(&err), "path_not_allowed", "{err}");
+    assert_eq!(
+        std::fs::read(copy_dir.join("s.jsonl")).unwrap(),
+        copy_before
+    );
+}
+
+/// A migration's backup name planted in advance as a link to a file that does not exist yet:
+/// the old `exists()` check followed the dangling link (false) and the copy created the file
+/// outside. The temporary file's name (`.<file>.compactd-<pid>.tmp`) planted as a link to an
+/// existing file: the old `File::create` truncated and overwrote it, and the rename then put
+/// the link itself in place of the session. Now both are created `O_EXCL|O_NOFOLLOW`: the backup
+/// goes to the next free name, the temporary file has an unguessable name, and the session file
+/// is a regular file again.
+#[test]
+fn planted_links_at_migration_backup_and_temp_names_are_never_followed() {
+    let env = Env::new();
+    let root = env.path("root");
+    let outside = env.path("outside");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let file = root.join("old.jsonl");
+    let v1 = "{\"type\":\"session\",\"id\":\"x\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}\n{\"type\":\"message\",\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"message\":{\"role\":\"user\",\"content\":\"a\",\"timestamp\":1}}\n";
+    std::fs::write(&file, v1).unwrap();
+    let victim_new = outside.join("created-by-backup");
+    std::os::unix::fs::symlink(&victim_new, root.join("old.jsonl.v1.bak")).unwrap();
+    let victim = outside.join("victim");
+    std::fs::write(&victim, "keep me").unwrap();
+    let mut c = client(&env, Some(&only_root(&root)));
+    let pid = c.pid().expect("daemon pid");
+    let tmp = root.join(format!(".old.jsonl.compactd-{pid}.tmp"));
+    std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+    let sid = open(&mut c, &file);
+    assert!(!victim_new.exists(), "the backup did not follow the link");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    assert_eq!(
+        std::fs::read_to_string(root.join("old.jsonl.v1.bak.2")).unwrap(),
+        v1,
+        "the backup went to the next free name, byte for byte"
+    );
+    let meta = std::fs::symlink_metadata(&file).unwrap();
+    assert!(meta.file_type().is_file(), "the session is a regular file");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\"version\":3"), "{text}");
+    user(&mut c, &sid, "after migration").unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    // No temporary file of ours is left (only the planted link).
+    let stray: Vec<_> = tree_of(&root)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".tmp") && *p != tmp)
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+}

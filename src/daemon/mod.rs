@@ -116,17 +116,10 @@ pub struct Daemon {
     pub shutdown: CancellationToken,
 }
 
-/// Canonical form of a path whose file may not exist yet (the parent must resolve).
+/// Canonical form of a path whose file (and directories) may not exist yet: see
+/// [`crate::confined::resolve`].
 pub fn canonical_path(path: &Path) -> PathBuf {
-    if let Ok(c) = std::fs::canonicalize(path) {
-        return c;
-    }
-    match (path.parent(), path.file_name()) {
-        (Some(parent), Some(name)) => std::fs::canonicalize(parent)
-            .map(|p| p.join(name))
-            .unwrap_or_else(|_| path.to_owned()),
-        _ => path.to_owned(),
-    }
+    crate::confined::resolve(path)
 }
 
 impl Daemon {

@@ -7,8 +7,6 @@
 //! takes handles on what it needs and comes back to append). The branch and its index are
 //! rebuilt only when the leaf moves elsewhere than a child of the old leaf.
 
-use std::fs::OpenOptions;
-use std::io::Write;
 use std::path::PathBuf;
 
 use serde_json::{Map, Value};
@@ -283,7 +281,8 @@ impl SessionState {
             if last_partial == Some(partial) {
                 // Unchanged for the settle interval: a torn line, repaired as Pi repairs it
                 // (it then reads as one malformed line, which is skipped).
-                let after = store::append_raw(&self.path, b"", false).map_err(io_error)?;
+                let after = crate::confined::append_line(&self.path, b"", false, Some(&stamp))
+                    .map_err(|e| self.append_error(e))?;
                 stamp.len += partial as u64 + 1;
                 if (after.dev, after.ino, after.len) != (stamp.dev, stamp.ino, stamp.len) {
                     stamp.len = after.len.min(stamp.len);
@@ -297,6 +296,23 @@ impl SessionState {
             }
             last_partial = Some(partial);
             crate::cpu::blocking(|| std::thread::sleep(store::TORN_LINE_SETTLE));
+        }
+    }
+
+    /// The protocol error of a refused append: the file at the path is no longer the one last
+    /// seen (`file_changed`, and later writes are refused until a reopen), or the write failed
+    /// and was taken back (`io`, naming the errno, e.g. ENOSPC).
+    fn append_error(&mut self, e: crate::confined::AppendError) -> RpcError {
+        match e {
+            crate::confined::AppendError::Replaced => {
+                self.file_changed = true;
+                self.changed_error()
+            }
+            crate::confined::AppendError::Io(e) => io_error(format!(
+                "Could not append to {}: {}; nothing was written",
+                self.path.display(),
+                crate::confined::describe(&e)
+            )),
         }
     }
 
@@ -392,7 +408,11 @@ impl SessionState {
         if self.persisted {
             let sync = self.limits.durability.syncs_entry(e.kind);
             let before = self.stamp.map_or(0, |s| s.len);
-            let after = store::append_raw(&self.path, e.raw(), sync).map_err(io_error)?;
+            // Written through a descriptor checked against the stamp (same device and inode),
+            // found without following a link: see `crate::confined`.
+            let after =
+                crate::confined::append_line(&self.path, e.raw(), sync, self.stamp.as_ref())
+                    .map_err(|e| self.append_error(e))?;
             // Another writer's line may have landed next to ours; then the next sync reads from
             // before our line again (our own line is recognised and skipped).
             let expected = before + e.raw().len() as u64 + 1;
@@ -421,19 +441,16 @@ impl SessionState {
             text.extend_from_slice(e.raw());
             text.push(b'\n');
         }
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(io_error)?;
-        }
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&self.path)
-            .map_err(|e| io_error(format!("cannot create {}: {e}", self.path.display())))?;
-        f.write_all(&text).map_err(io_error)?;
-        f.flush().map_err(io_error)?;
-        if self.limits.durability.syncs_new_file() {
-            f.sync_all().map_err(io_error)?;
-        }
+        // Directories made and the file created without following a link (the checked path
+        // may have been redirected since `createSession`); a file not written whole is removed.
+        let sync = self.limits.durability.syncs_new_file();
+        let f = crate::confined::create_new(&self.path, &text, sync, 0o666).map_err(|e| {
+            io_error(format!(
+                "cannot create {}: {}; nothing was written",
+                self.path.display(),
+                crate::confined::describe(&e)
+            ))
+        })?;
         self.persisted = true;
         self.stamp = Some(store::FileStamp {
             len: text.len() as u64,
