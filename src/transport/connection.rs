@@ -177,7 +177,8 @@ impl Loop {
     }
 
     /// Handles one frame's JSON: a message or a batch.
-    async fn value(&mut self, value: Value) {
+    async fn value(&mut self, value: Value, raw: super::message::RawIds) {
+        let raw_id = |i: usize| raw.get(i).and_then(|r| r.as_deref());
         match value {
             Value::Array(items) => {
                 if items.is_empty() {
@@ -187,8 +188,11 @@ impl Loop {
                     ));
                     return;
                 }
-                let msgs: Vec<Result<Message, Invalid>> =
-                    items.into_iter().map(Message::parse).collect();
+                let msgs: Vec<Result<Message, Invalid>> = items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| Message::parse_raw(v, raw_id(i)))
+                    .collect();
                 let slow = msgs.iter().any(|m| {
                     matches!(m, Ok(Message::Request { method, .. } | Message::Notification { method, .. }) if dispatch::is_slow(method))
                 });
@@ -213,7 +217,7 @@ impl Loop {
                 }
             }
             other => {
-                let msg = Message::parse(other);
+                let msg = Message::parse_raw(other, raw_id(0));
                 match msg {
                     Ok(Message::Request { id, method, params }) if dispatch::is_slow(&method) => {
                         self.spawn_slow(id, method, params);
@@ -347,8 +351,8 @@ where
             )
         };
         match frame {
-            Frame::Message(bytes) => match serde_json::from_slice::<Value>(&bytes) {
-                Ok(v) => lp.value(v).await,
+            Frame::Message(bytes) => match super::message::parse_frame(&bytes) {
+                Ok((v, raw)) => lp.value(v, raw).await,
                 Err(e) => conn.send(error_text(
                     &RequestId::Null,
                     RpcError::new(ErrorKind::ParseError, format!("Parse error: {e}")),
