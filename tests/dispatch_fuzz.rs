@@ -399,3 +399,35 @@ fn a_hook_reply_with_a_lone_surrogate_is_taken_at_once() {
         started.elapsed()
     );
 }
+
+/// Client-controlled strings in log lines (an unknown method's name, a client name, a request
+/// id, an error that quotes params) used to be logged whole: one request could write megabytes
+/// into the log. Now each is cut to a few hundred bytes, with its full length noted.
+#[test]
+fn client_strings_are_logged_truncated() {
+    let env = Env::new();
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let long = "m".repeat(100_000);
+    let e = c.request(&long, json!({})).expect_err("unknown method");
+    assert_eq!(e["code"], -32601);
+    c.ok("initialize", json!({"clientName": "c".repeat(100_000)}));
+    c.notify(&format!("x{long}"), json!({}));
+    assert!(c.ok("listSessions", json!({})).is_array());
+    // The log is written in the background: wait for the lines.
+    let deadline = std::time::Instant::now() + ANSWER_WITHIN;
+    while !(env.log_text().contains("client initialized")
+        && env.log_text().matches("unknown method").count() >= 2)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(c);
+    let log = env.log_text();
+    assert!(log.contains("unknown method"), "logged: {log}");
+    assert!(log.contains("(100000 bytes)"), "the full length is noted");
+    let longest = log.lines().map(str::len).max().unwrap_or(0);
+    assert!(
+        longest < 2_000,
+        "no log line carries a client's 100 kB string (longest {longest} bytes)"
+    );
+}

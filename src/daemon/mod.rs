@@ -260,6 +260,16 @@ impl Daemon {
         (conn, rx)
     }
 
+    /// Reply and event bytes queued and not yet written, over every connection (the
+    /// daemon-wide reply budget, `--max-queued-total-bytes`, is checked against it).
+    pub fn queued_reply_bytes(&self) -> usize {
+        self.connections
+            .lock()
+            .values()
+            .map(|c| c.queued_bytes())
+            .sum()
+    }
+
     /// A connection is gone: release its holds, subscriptions, hooks and pending requests.
     pub fn disconnect(&self, conn: &Connection) {
         conn.close();

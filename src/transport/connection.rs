@@ -10,6 +10,7 @@
 //! `overloaded`), and reading pauses while more than `max_queued` reply bytes wait unread.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -35,6 +36,28 @@ struct InFlight {
 
 type InFlightTable = Arc<Mutex<HashMap<RequestId, InFlight>>>;
 
+/// One running slow task of a connection (a slow request, a slow notification, or a batch
+/// with a slow member), counted against `--max-in-flight` until dropped.
+struct SlowSlot(Arc<AtomicUsize>);
+
+impl SlowSlot {
+    /// Takes a slot when fewer than `max` are taken.
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<SlowSlot> {
+        count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| SlowSlot(count.clone()))
+    }
+}
+
+impl Drop for SlowSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// What the read loop needs to hand messages out.
 struct Loop {
     daemon: Arc<Daemon>,
@@ -43,6 +66,9 @@ struct Loop {
     in_flight: InFlightTable,
     tasks: JoinSet<()>,
     max_in_flight: usize,
+    /// Slow tasks running (requests, notifications and batches alike), at most
+    /// `max_in_flight`.
+    slow: Arc<AtomicUsize>,
 }
 
 fn error_text(id: &RequestId, e: RpcError) -> String {
@@ -66,7 +92,7 @@ impl Loop {
             }
             None => return,
         };
-        tracing::debug!(connection = self.conn.id, request = %id, "request cancelled by the client");
+        tracing::debug!(connection = self.conn.id, request = %crate::rpc::for_log(&id.to_string()), "request cancelled by the client");
         if let Some(session) = session_id.and_then(|sid| self.daemon.session(&sid).ok()) {
             crate::daemon::lifecycle::abort(&session);
         }
@@ -74,7 +100,7 @@ impl Loop {
 
     fn log_unknown(&self, method: &str) {
         if dispatch::handler(method).is_none() {
-            tracing::info!(connection = self.conn.id, method, "unknown method");
+            tracing::info!(connection = self.conn.id, method = %crate::rpc::for_log(method), "unknown method");
         }
     }
 
@@ -88,7 +114,7 @@ impl Loop {
                     other => other.to_string(),
                 };
                 if !self.conn.handle_response(&key, result) {
-                    tracing::debug!(connection = self.conn.id, id = %id, "response to an unknown request ignored");
+                    tracing::debug!(connection = self.conn.id, id = %crate::rpc::for_log(&id.to_string()), "response to an unknown request ignored");
                 }
                 None
             }
@@ -111,7 +137,7 @@ impl Loop {
                 self.log_unknown(&method);
                 let reply = self.dispatcher.call(&method, params).await;
                 if let Err(e) = &reply {
-                    tracing::debug!(connection = self.conn.id, method, code = e.code, error = %e.message, "request failed");
+                    tracing::debug!(connection = self.conn.id, method = %crate::rpc::for_log(&method), code = e.code, error = %crate::rpc::for_log(&e.message), "request failed");
                 }
                 Some(response_text(&id, reply))
             }
@@ -120,7 +146,7 @@ impl Loop {
 
     /// Starts a slow request in its own task, tracked for `$/cancelRequest`.
     fn spawn_slow(&mut self, id: RequestId, method: String, params: Option<Value>) {
-        {
+        let slot = {
             let mut table = self.in_flight.lock();
             if table.contains_key(&id) {
                 self.conn.send(error_text(
@@ -132,19 +158,10 @@ impl Loop {
                 ));
                 return;
             }
-            if table.len() >= self.max_in_flight {
-                self.conn.send(error_text(
-                    &id,
-                    RpcError::new(
-                        ErrorKind::Overloaded,
-                        format!(
-                            "Too many requests in flight on this connection (limit {}); wait for replies before sending more",
-                            self.max_in_flight
-                        ),
-                    ),
-                ));
+            let Some(slot) = SlowSlot::take(&self.slow, self.max_in_flight) else {
+                self.conn.send(error_text(&id, self.overloaded()));
                 return;
-            }
+            };
             // A session-scoped method names its session in `sessionId` (the list declares it):
             // that is the work a cancel or a disconnect aborts.
             let session_id = crate::rpc::methods::spec(&method)
@@ -158,11 +175,13 @@ impl Loop {
                     cancelled: false,
                 },
             );
-        }
+            slot
+        };
         let dispatcher = self.dispatcher.clone();
         let conn = self.conn.clone();
         let table = self.in_flight.clone();
         self.tasks.spawn(async move {
+            let _slot = slot;
             let reply = dispatcher.call(&method, params).await;
             let cancelled = table.lock().remove(&id).is_some_and(|f| f.cancelled);
             let reply = match reply {
@@ -174,6 +193,16 @@ impl Loop {
             };
             conn.send(response_text(&id, reply));
         });
+    }
+
+    fn overloaded(&self) -> RpcError {
+        RpcError::new(
+            ErrorKind::Overloaded,
+            format!(
+                "Too many requests in flight on this connection (limit {}); wait for replies before sending more",
+                self.max_in_flight
+            ),
+        )
     }
 
     /// Handles one frame's JSON: a message or a batch.
@@ -197,7 +226,25 @@ impl Loop {
                     matches!(m, Ok(Message::Request { method, .. } | Message::Notification { method, .. }) if dispatch::is_slow(method))
                 });
                 if slow {
-                    // A batch with a slow member runs in its own task (answered as one array).
+                    // A batch with a slow member runs in its own task (answered as one array),
+                    // which counts against the limit like a slow request; past it, each
+                    // request of the batch is answered `overloaded`.
+                    let Some(slot) = SlowSlot::take(&self.slow, self.max_in_flight) else {
+                        let errors: Vec<String> = msgs
+                            .into_iter()
+                            .filter_map(|m| match m {
+                                Ok(Message::Request { id, .. }) => {
+                                    Some(error_text(&id, self.overloaded()))
+                                }
+                                Err(Invalid { id, error }) => Some(error_text(&id, error)),
+                                Ok(_) => None,
+                            })
+                            .collect();
+                        if !errors.is_empty() {
+                            self.conn.send(format!("[{}]", errors.join(",")));
+                        }
+                        return;
+                    };
                     let mut worker = Loop {
                         daemon: self.daemon.clone(),
                         conn: self.conn.clone(),
@@ -205,9 +252,11 @@ impl Loop {
                         in_flight: self.in_flight.clone(),
                         tasks: JoinSet::new(),
                         max_in_flight: self.max_in_flight,
+                        slow: self.slow.clone(),
                     };
                     let conn = self.conn.clone();
                     self.tasks.spawn(async move {
+                        let _slot = slot;
                         if let Some(r) = worker.batch(msgs).await {
                             conn.send(r);
                         }
@@ -223,8 +272,15 @@ impl Loop {
                         self.spawn_slow(id, method, params);
                     }
                     Ok(Message::Notification { method, params }) if dispatch::is_slow(&method) => {
+                        // Counted like a slow request; past the limit it is dropped (a
+                        // notification has no reply to carry the error).
+                        let Some(slot) = SlowSlot::take(&self.slow, self.max_in_flight) else {
+                            tracing::warn!(connection = self.conn.id, method = %crate::rpc::for_log(&method), limit = self.max_in_flight, "slow notification dropped: too many in flight on this connection");
+                            return;
+                        };
                         let dispatcher = self.dispatcher.clone();
                         self.tasks.spawn(async move {
+                            let _slot = slot;
                             let _ = dispatcher.call(&method, params).await;
                         });
                     }
@@ -294,6 +350,7 @@ where
         in_flight: Arc::new(Mutex::new(HashMap::new())),
         tasks: JoinSet::new(),
         max_in_flight: opts.max_in_flight.max(1),
+        slow: Arc::new(AtomicUsize::new(0)),
     };
     let max_frame = opts.max_frame;
     let mut frames = FrameReader::new(
@@ -301,25 +358,33 @@ where
         opts.framing,
         max_frame,
         opts.budget.clone(),
-    );
+    )
+    .with_idle_timeout(opts.frame_idle_timeout);
     let shutdown = daemon.shutdown.clone();
     let mut paused_logged = false;
     let mut writer_done = false;
     loop {
         // Reap finished slow requests so the set does not grow.
         while lp.tasks.try_join_next().is_some() {}
-        if conn.queued_bytes() > opts.max_queued {
+        let own = conn.queued_bytes();
+        // Past the daemon-wide budget, every connection with replies still unread waits until
+        // it has read them all (a client that reads drains at once; one that never reads stays
+        // paused).
+        let total_over = own > 0 && daemon.queued_reply_bytes() > opts.max_queued_total;
+        if own > opts.max_queued || total_over {
+            let resume_at = if total_over { 0 } else { opts.max_queued };
             if !paused_logged {
                 tracing::warn!(
                     connection = conn.id,
-                    queued = conn.queued_bytes(),
+                    queued = own,
                     limit = opts.max_queued,
+                    total_limit = opts.max_queued_total,
                     "client is not reading its replies; reading its requests is paused"
                 );
                 paused_logged = true;
             }
             tokio::select! {
-                _ = conn.wait_drained(opts.max_queued) => {}
+                _ = conn.wait_drained(resume_at) => {}
                 _ = shutdown.cancelled() => break,
                 _ = &mut writer_task => {
                     writer_done = true;
@@ -336,6 +401,10 @@ where
         let frame = match frame {
             Ok(Some(f)) => f,
             Ok(None) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                tracing::warn!(connection = conn.id, error = %e, "half a frame and then nothing; closing the connection");
+                break;
+            }
             Err(e) => {
                 tracing::debug!(connection = conn.id, error = %e, "read failed; closing");
                 break;

@@ -142,7 +142,7 @@ fn status(daemon: &Daemon, session: &Session) -> SessionInfo {
 
 pub fn initialize(ctx: &Ctx, p: InitializeParams) -> Result<InitializeResult, RpcError> {
     if let Some(name) = &p.client_name {
-        tracing::info!(client = %name, "client initialized");
+        tracing::info!(client = %crate::rpc::for_log(name), "client initialized");
     }
     if let Some(on) = p.log_notifications {
         crate::daemon::log_relay::listen(&ctx.conn, on);
