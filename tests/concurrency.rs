@@ -632,3 +632,86 @@ fn a_rename_race_never_puts_an_acknowledged_entry_in_the_wrong_file() {
         );
     }
 }
+
+/// A field of `/proc/<pid>/status` in KiB (`VmHWM` is the peak resident size).
+fn proc_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `searchHistory` over a session with one very large entry (a 24 MB tool output): the search
+/// used to build each entry's value tree, its text, and a lowered copy with a char-offset table
+/// (~19x the entry at the peak), all while holding the session's lock, so an append from another
+/// client waited for the whole search. Now the text is read from the line's bytes and matched
+/// without copies, outside the lock: the daemon's peak memory grows by a small multiple of the
+/// entry, and the append is answered while the search still runs.
+#[test]
+fn search_history_over_huge_entries_is_bounded_and_never_delays_appends() {
+    let env = Env::new();
+    let file = env.session_as(CASE, "huge");
+    let last = parsed_lines(&file).unwrap().last().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    {
+        use std::io::Write;
+        let text = "output line with words ".repeat(24 * 1024 * 1024 / 23);
+        let line = json!({"type":"message","id":"huge0001","parentId":last,"timestamp":"2026-01-01T00:00:00.000Z",
+            "message":{"role":"toolResult","toolCallId":"call_huge","toolName":"bash","content":[{"type":"text","text":text}],"isError":false,"timestamp":1}});
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        writeln!(f, "{line}").unwrap();
+    }
+    let socket = env.path("run/h.sock");
+    let daemon = KillOnDrop(env.serve_ready(&socket, &[], std::process::Stdio::null()));
+    let pid = daemon.0.id();
+    let mut searcher = Client::socket(&socket, Framing::Ndjson);
+    let sid = open(&mut searcher, &file);
+    let mut writer = Client::socket(&socket, Framing::Ndjson);
+    let sid2 = open(&mut writer, &file);
+    assert_eq!(sid, sid2);
+    std::thread::sleep(Duration::from_millis(200));
+    let base = proc_kib(pid, "VmHWM:");
+    let (tx, rx) = mpsc::channel();
+    let search = std::thread::spawn(move || {
+        let r = searcher.request(
+            "searchHistory",
+            json!({"sessionId": sid, "query": "NO SUCH NEEDLE anywhere"}),
+        );
+        tx.send(Instant::now()).unwrap();
+        r
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let appended = writer.request(
+        "appendMessage",
+        json!({"sessionId": sid2, "message": {"role": "user", "content": "during the search", "timestamp": now_ms()}}),
+    );
+    let append_done = Instant::now();
+    assert!(appended.is_ok(), "{appended:?}");
+    let hits = search.join().unwrap().expect("search answered");
+    let search_done = rx.recv().unwrap();
+    assert_eq!(hits, json!([]), "nothing matches");
+    assert!(
+        append_done < search_done,
+        "the append was answered while the search ran ({:?} before its end)",
+        search_done.saturating_duration_since(append_done)
+    );
+    let grown = proc_kib(pid, "VmHWM:").saturating_sub(base);
+    println!("searchHistory over a 24 MB entry: peak RSS +{grown} KiB; append answered {:?} before the search ended", search_done.saturating_duration_since(append_done));
+    assert!(
+        grown < 120_000,
+        "peak memory grew by {grown} KiB searching a 24 MB entry"
+    );
+    // The hit path still works on the huge entry.
+    let hits = writer.ok(
+        "searchHistory",
+        json!({"sessionId": sid2, "query": "OUTPUT LINE", "limit": 1}),
+    );
+    assert_eq!(hits[0]["entryId"], "huge0001", "{hits}");
+}
