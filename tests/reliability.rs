@@ -526,3 +526,166 @@ fn planted_links_at_migration_backup_and_temp_names_are_never_followed() {
         .collect();
     assert!(stray.is_empty(), "{stray:?}");
 }
+
+/// Lines Pi 0.85.0 reads that compactd used to skip or misread, each checked against Pi (the
+/// oracle) before and after the daemon appends to the file:
+/// - nesting past serde_json's recursion limit (128) in a message, the header and compaction
+///   details: the line was skipped, so the leaf, the context and the estimate were Pi's
+///   minus that entry;
+/// - numbers beyond f64 (`1e400`, Infinity to Pi) in a timestamp, usage and the header
+///   version: the entry was skipped, and a file whose header version overflowed was refused;
+/// - lone surrogates in ids: read as U+FFFD, so `b\ud83d` matched a parent `b\ufffd` Pi does
+///   not see as its parent, and the daemon's next entry named a parent Pi could not find.
+///
+/// Pi reads a line 100 000 deep too; compactd reads lines up to `json::MAX_LINE_DEPTH` and
+/// must at least survive deeper ones (checked for no crash, not against Pi).
+#[test]
+fn lines_pi_reads_are_read_as_pi_reads_them() {
+    let oracle = support::oracle::Oracle::find("reliability: lines Pi reads");
+    let env = Env::new();
+    let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+    let header = |version: &str, extra: &str| {
+        format!(
+            r#"{{"type":"session","version":{version},"id":"h1","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"{extra}}}"#
+        )
+    };
+    let user = |id: &str, parent: &str, ts: &str| {
+        format!(
+            r#"{{"type":"message","id":"{id}","parentId":{parent},"timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"hello {id}","timestamp":{ts}}}}}"#
+        )
+    };
+    let usage = |input: &str| {
+        format!(
+            r#""usage":{{"input":{input},"output":5,"cacheRead":0,"cacheWrite":0,"totalTokens":105,"cost":{{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}}}}"#
+        )
+    };
+    let assistant = |id: &str, parent: &str, args: &str, ts: &str, input: &str| {
+        format!(
+            r#"{{"type":"message","id":"{id}","parentId":"{parent}","timestamp":"2026-01-01T00:00:02.000Z","message":{{"role":"assistant","content":[{{"type":"text","text":"ok"}},{{"type":"toolCall","id":"c1","name":"bash","arguments":{args}}}],"api":"anthropic-messages","provider":"anthropic","model":"m",{},"stopReason":"toolUse","timestamp":{ts}}}}}"#,
+            usage(input)
+        )
+    };
+    let files: Vec<(&str, Vec<String>)> = vec![
+        (
+            "deep-message",
+            vec![
+                header("3", ""),
+                user("a", "null", "1"),
+                assistant("b", "a", &format!(r#"{{"x":{}}}"#, deep(300)), "2", "100"),
+            ],
+        ),
+        (
+            "deep-header-and-details",
+            vec![
+                header("3", &format!(r#","meta":{}"#, deep(200))),
+                user("a", "null", "1"),
+                user("b", "\"a\"", "2"),
+                format!(
+                    r#"{{"type":"compaction","id":"c","parentId":"b","timestamp":"2026-01-01T00:00:03.000Z","summary":"sum","firstKeptEntryId":"b","tokensBefore":50,"details":{{"readFiles":[],"modifiedFiles":[],"x":{}}}}}"#,
+                    deep(200)
+                ),
+                user("d", "\"c\"", "4"),
+            ],
+        ),
+        (
+            "overflowing-numbers",
+            vec![
+                header("3", ""),
+                user("a", "null", "1e400"),
+                assistant("b", "a", r#"{"cmd":"ls"}"#, "-1e400", "1e400"),
+            ],
+        ),
+        (
+            "overflowing-version",
+            vec![
+                header("1e400", ""),
+                user("a", "null", "1"),
+                user("b", "\"a\"", "2"),
+            ],
+        ),
+        (
+            "lone-surrogate-ids",
+            vec![
+                header("3", ""),
+                user("x", "null", "1"),
+                user(r"b\ufffd", "\"x\"", "1"),
+                user(r"a\ud83d", "null", "2"),
+                user(r"b\ud83d", r#""a\ud83d""#, "3"),
+            ],
+        ),
+    ];
+    let mut c = client(&env, None);
+    for (name, lines) in &files {
+        let file = env.path(&format!("{name}.jsonl"));
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        let before = std::fs::read(&file).unwrap();
+        let ours = env.inspect(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let pi_leaf = ours["session"]["leafId"].clone();
+        if let Some(o) = &oracle {
+            o.agrees(&file, &ours)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        // The daemon reads it as Pi does, and its next entry is the child of Pi's leaf, the
+        // parent's id written byte for byte.
+        let sid = open(&mut c, &file);
+        let r = user_append(&mut c, &sid, name);
+        let text = std::fs::read(&file).unwrap();
+        assert_eq!(
+            &text[..before.len()],
+            &before[..],
+            "{name}: nothing rewritten"
+        );
+        let ours_line = String::from_utf8_lossy(&text[before.len()..]).into_owned();
+        let last_line = lines.last().unwrap();
+        let leaf_raw = last_line
+            .split(r#""id":"#)
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .unwrap_or("");
+        assert!(
+            ours_line.contains(&format!(r#""parentId":{leaf_raw}"#)),
+            "{name}: parentId {leaf_raw} byte for byte in {ours_line}"
+        );
+        let after = env.inspect(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(after["session"]["leafId"], json!(r), "{name}");
+        let branch = after["session"]["branchEntryIds"].as_array().unwrap();
+        assert_eq!(
+            branch[branch.len() - 2],
+            pi_leaf,
+            "{name}: our entry is under Pi's leaf"
+        );
+        if let Some(o) = &oracle {
+            o.agrees(&file, &after)
+                .unwrap_or_else(|e| panic!("{name} after the append: {e}"));
+        }
+        c.ok("closeSession", json!({"sessionId": sid}));
+    }
+    // 100 000 deep: beyond compactd's bound; the daemon and inspect survive it.
+    let file = env.path("very-deep.jsonl");
+    let lines = [
+        header("3", ""),
+        user("a", "null", "1"),
+        assistant(
+            "b",
+            "a",
+            &format!(r#"{{"x":{}}}"#, deep(100_000)),
+            "2",
+            "100",
+        ),
+    ];
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    env.inspect(&file)
+        .expect("inspect survives a line 100 000 deep");
+    let sid = open(&mut c, &file);
+    c.ok("getContext", json!({"sessionId": sid}));
+    user_append(&mut c, &sid, "after the deep line");
+    c.ok("listSessions", json!({}));
+}
+
+/// Appends a user message; returns its entry id.
+fn user_append(c: &mut Client, sid: &str, text: &str) -> String {
+    user(c, sid, text).expect("append")["entryId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}

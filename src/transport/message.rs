@@ -84,8 +84,8 @@ pub type RawIds = Vec<Option<Box<str>>>;
 
 /// Parses one frame's JSON. A frame that escapes a lone UTF-16 surrogate (JavaScript's
 /// `JSON.stringify` of a string cut inside an emoji writes `"\ud83d"`; `JSON.parse` accepts it)
-/// is parsed with those escapes replaced by U+FFFD, the policy of session lines
-/// ([`crate::json::parse_line`]), instead of failing as a parse error with `id: null`. When an
+/// is parsed as session lines are ([`crate::json::parse_line`]: the lone surrogate carried, and
+/// written back as the same escape), instead of failing as a parse error with `id: null`. When an
 /// id may not survive parsing (a surrogate was replaced, or a number id parsed as an `f64`), the
 /// ids' exact texts are read too, so replies echo them byte for byte.
 pub fn parse_frame(bytes: &[u8]) -> Result<(Value, RawIds), serde_json::Error> {
