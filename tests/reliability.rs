@@ -689,3 +689,81 @@ fn user_append(c: &mut Client, sid: &str, text: &str) -> String {
         .unwrap()
         .to_owned()
 }
+
+/// A session file that becomes unreadable (mode 000, the daemon not root) gives the same
+/// documented kind, `io` (-32030), on every method that touches the file; `compact` used to
+/// report `file_changed` for it, naming a permission error. Needs `setpriv` (util-linux) to run
+/// the daemon as an unprivileged user, since root reads a mode-000 file.
+#[test]
+fn an_unreadable_file_is_io_on_every_method() {
+    const TEST: &str = "reliability: unreadable file";
+    let setpriv = std::path::Path::new("/usr/bin/setpriv");
+    if !setpriv.is_file() {
+        support::skip_or_fail(TEST, "setpriv is not installed");
+        return;
+    }
+    // SAFETY: `geteuid` has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        support::skip_or_fail(TEST, "not root: cannot run the daemon as another user");
+        return;
+    }
+    let env = Env::new();
+    use std::os::unix::fs::PermissionsExt;
+    for d in [
+        env.dir.path().to_path_buf(),
+        env.path("config"),
+        env.path("agent"),
+        env.path("run"),
+        env.path("state"),
+    ] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let file = env.session("009-bash-executions");
+    let other = env.session_as("005-medium-basic", "never-readable");
+    for f in [&file, &other] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let mut cmd = std::process::Command::new(setpriv);
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_compactd"))
+        .arg("stdio")
+        .env("HOME", env.dir.path())
+        .env_remove("COMPACTD_LOG");
+    for (k, v) in env.vars() {
+        cmd.env(k, v);
+    }
+    let mut c = Client::process(cmd, Framing::Ndjson);
+    let err = c
+        .request("openSession", json!({"path": other, "model": model()}))
+        .expect_err("unreadable");
+    assert_eq!(kind(&err), "io", "openSession: {err}");
+    let sid = open(&mut c, &file);
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let calls: Vec<(&str, Value)> = vec![
+        (
+            "appendMessage",
+            json!({"sessionId": sid, "message": {"role": "user", "content": "x", "timestamp": 1}}),
+        ),
+        (
+            "appendEntry",
+            json!({"sessionId": sid, "entry": {"type": "session_info", "name": "n"}}),
+        ),
+        ("setModel", json!({"sessionId": sid, "model": model()})),
+        ("syncSession", json!({"sessionId": sid})),
+        ("pin", json!({"sessionId": sid, "text": "keep"})),
+        ("compact", json!({"sessionId": sid})),
+        ("openSession", json!({"path": file, "model": model()})),
+    ];
+    for (method, params) in calls {
+        let err = c.request(method, params).expect_err("unreadable");
+        assert_eq!(kind(&err), "io", "{method}: {err}");
+        assert_eq!(err["code"], -32030, "{method}: {err}");
+    }
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    user(&mut c, &sid, "readable again").expect("writes work again");
+}
