@@ -568,7 +568,8 @@ pub async fn compact_file(
     cancel: &CancellationToken,
     on_retry: &OnRetry<'_>,
 ) -> Result<Compacted, CompactError> {
-    let abs = store::absolute(path);
+    // Resolved once here: the writes below follow no link (`crate::confined`).
+    let abs = crate::confined::resolve(&store::absolute(path));
     let _lock = match store::try_lock(&abs) {
         Ok(Some(lock)) => lock,
         Ok(None) => return Err(CompactError::Locked(abs)),

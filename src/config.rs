@@ -188,6 +188,8 @@ pub struct Config {
     /// Providers by the name sessions record in their model (`anthropic`, `openai`, …).
     pub providers: std::collections::BTreeMap<String, ProviderConfig>,
     pub storage: StorageConfig,
+    /// `[limits]`: caps on what one client can make the daemon wait for.
+    pub limits: LimitsConfig,
     /// Beyond Pi: `[prices."<model id>"]` or `[prices."<provider>/<model id>"]`, USD per
     /// million tokens (`input`, `output`, `cache_read`, `cache_write`), over the built-in table
     /// (`accounting::prices`).
@@ -216,6 +218,27 @@ impl Config {
         match engine {
             SummaryEngine::Extractive { .. } => crate::accounting::Cost::FREE,
             SummaryEngine::Llm { .. } => usage.cost(self.summarizer_price(engine)),
+        }
+    }
+}
+
+/// `[limits]`: caps on what one client can make the others wait for.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// The longest `registerHooks.timeoutMs` honoured (a larger one is lowered to it, with a
+    /// warning): a hook that never answers, registered for every session, stalls every
+    /// client's compactions by at most this long.
+    pub max_hook_timeout_ms: u64,
+}
+
+/// Default cap of `registerHooks.timeoutMs`: 2 minutes (twice the default timeout).
+pub const DEFAULT_MAX_HOOK_TIMEOUT_MS: u64 = 120_000;
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_hook_timeout_ms: DEFAULT_MAX_HOOK_TIMEOUT_MS,
         }
     }
 }

@@ -5,10 +5,16 @@
 //! form (`1` not `1.0`, `1e+21`). Token estimates and summarizer input depend on those lengths,
 //! so every place that "stringifies like Pi" goes through here.
 //!
-//! Strings are Rust `String`s, which cannot hold lone surrogates. Policy: a session line whose
-//! JSON escapes a lone surrogate is parsed with that escape replaced by U+FFFD (see
-//! [`parse_line`]); U+FFFD is one UTF-16 unit like the surrogate, so every length Pi computes
-//! stays the same.
+//! Values JavaScript holds that serde_json cannot, carried losslessly (see [`parse_line`]):
+//! - A lone UTF-16 surrogate (`"\ud83d"`, what `JSON.stringify` writes for a string cut inside
+//!   an emoji) cannot be in a Rust `String`. It is carried as a *surrogate carrier*, the
+//!   supplementary private-use code point `U+10D800 + (unit - 0xD800)` (U+10D800..=U+10DFFF),
+//!   which counts as one UTF-16 unit here ([`utf16_len`], [`utf16_prefix`]) and is written back
+//!   as the same `\udxxx` escape ([`stringify`]). So ids stay byte-exact (a compaction's
+//!   `parentId` is the id Pi sees) and text keeps Pi's lengths.
+//! - A number beyond `f64` (`1e400`, Infinity to `JSON.parse`) is carried as `±f64::MAX`, which
+//!   compares as Infinity does (a header version of `1e400` is not migrated) and is written as
+//!   `null`, as `JSON.stringify(Infinity)` is.
 
 use serde_json::{Map, Value};
 
@@ -23,10 +29,40 @@ pub fn utf16_len(s: &str) -> usize {
     if bytes.is_ascii() {
         return bytes.len();
     }
-    bytes
+    let units: usize = bytes
         .iter()
         .map(|&b| usize::from((b & 0xC0) != 0x80) + usize::from(b >= 0xF0))
-        .sum()
+        .sum();
+    // A surrogate carrier (F4 8D A0..BF ..) is one unit, not a pair.
+    units
+        - memchr::memmem::find_iter(bytes, b"\xF4\x8D")
+            .filter(|&i| bytes.get(i + 2).is_some_and(|b| (0xA0..=0xBF).contains(b)))
+            .count()
+}
+
+/// First code point of the surrogate carriers (module docs): `U+10D800 + (unit - 0xD800)`.
+const CARRIER_BASE: u32 = 0x10D800;
+
+/// The lone surrogate a char carries, if it is a surrogate carrier.
+pub fn carried_surrogate(c: char) -> Option<u16> {
+    let c = c as u32;
+    (CARRIER_BASE..CARRIER_BASE + 0x800)
+        .contains(&c)
+        .then(|| (c - CARRIER_BASE + 0xD800) as u16)
+}
+
+/// The carrier of a lone surrogate code unit (module docs).
+fn carrier(unit: u16) -> char {
+    char::from_u32(CARRIER_BASE + u32::from(unit - 0xD800)).unwrap_or('\u{fffd}')
+}
+
+/// A char's width in UTF-16 units (a surrogate carrier is one).
+fn js_width(c: char) -> usize {
+    if carried_surrogate(c).is_some() {
+        1
+    } else {
+        c.len_utf16()
+    }
 }
 
 /// JavaScript's `str.slice(0, n)` for `n` UTF-16 units, rounded down to a char boundary when
@@ -35,7 +71,7 @@ pub fn utf16_len(s: &str) -> usize {
 pub fn utf16_prefix(s: &str, n: usize) -> &str {
     let mut units = 0usize;
     for (idx, ch) in s.char_indices() {
-        let w = ch.len_utf16();
+        let w = js_width(ch);
         if units + w > n {
             return &s[..idx];
         }
@@ -105,12 +141,14 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
     out.push_str(js_number(f).as_str());
 }
 
-/// JavaScript's `Number.prototype.toString()` for a finite double (`-0` prints `0`).
+/// JavaScript's `Number.prototype.toString()` for a finite double (`-0` prints `0`); `±f64::MAX`,
+/// the carrier of ±Infinity (module docs), and non-finite values print `null`, as
+/// `JSON.stringify` prints Infinity.
 pub fn js_number(f: f64) -> String {
     if f == 0.0 {
         return "0".to_string();
     }
-    if !f.is_finite() {
+    if !f.is_finite() || f.abs() == f64::MAX {
         return "null".to_string();
     }
     let mut buf = ryu_js::Buffer::new();
@@ -124,6 +162,18 @@ fn write_string(out: &mut String, s: &str) {
     let bytes = s.as_bytes();
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
+        if b == 0xF4 && bytes.get(i + 1) == Some(&0x8D) {
+            // A surrogate carrier: written as the lone surrogate's escape, as Pi writes it.
+            if let Some(unit) = s[i..].chars().next().and_then(carried_surrogate) {
+                out.push_str(&s[start..i]);
+                out.push_str(&format!("\\u{unit:04x}"));
+                start = i + 4;
+            }
+            continue;
+        }
+        if i < start {
+            continue;
+        }
         let esc: Option<&str> = match b {
             b'"' => Some("\\\""),
             b'\\' => Some("\\\\"),
@@ -202,74 +252,140 @@ pub fn stringify_len(value: &Value) -> usize {
 }
 
 fn needs_escape(s: &str) -> bool {
-    s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\')
+    s.bytes()
+        .any(|b| b < 0x20 || b == b'"' || b == b'\\' || b == 0xF4)
 }
 
-/// Parses one session line. On the lone-surrogate error serde_json raises, retries with those
-/// escapes replaced by `\ufffd` (module docs); any other error is returned.
+/// Deepest nesting of a line that is parsed with serde_json's recursion limit lifted: Pi reads
+/// any depth, compactd reads up to this one (parsing, projecting and serializing recurse, and
+/// must fit the smallest thread stack that runs them) and skips deeper lines, as malformed.
+pub const MAX_LINE_DEPTH: usize = 512;
+
+/// Parses one session line as `JSON.parse` reads it. serde_json's own parse is tried first; a
+/// line it refuses is retried once with what it cannot hold carried (module docs: lone
+/// surrogates, numbers beyond `f64`) and, when a scan finds it no deeper than
+/// [`MAX_LINE_DEPTH`], without its recursion limit. Any other error is returned.
 pub fn parse_line(line: &str) -> Result<Value, serde_json::Error> {
-    match serde_json::from_str::<Value>(line) {
-        Ok(v) => Ok(v),
-        Err(e) => {
-            if line.contains("\\u") || line.contains("\\U") {
-                let fixed = replace_lone_surrogates(line);
-                if fixed != line {
-                    return serde_json::from_str::<Value>(&fixed);
-                }
+    let e = match serde_json::from_str::<Value>(line) {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    let fixed = carry_unrepresentable(line);
+    let text = fixed.as_deref().unwrap_or(line);
+    if nesting_depth(text) > MAX_LINE_DEPTH {
+        return Err(e);
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.disable_recursion_limit();
+    let v = <Value as serde::Deserialize>::deserialize(&mut de).map_err(|_| e)?;
+    de.end().map(|()| v)
+}
+
+/// Deepest `[`/`{` nesting of JSON text (outside strings).
+fn nesting_depth(text: &str) -> usize {
+    let (mut depth, mut max, mut in_str, mut esc) = (0usize, 0usize, false, false);
+    for &b in text.as_bytes() {
+        if in_str {
+            match (esc, b) {
+                (true, _) => esc = false,
+                (false, b'\\') => esc = true,
+                (false, b'"') => in_str = false,
+                _ => {}
             }
-            Err(e)
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
         }
     }
+    max
 }
 
-/// Rewrites `\uD800`-`\uDFFF` escapes that do not form a valid high+low pair to `\ufffd`.
-fn replace_lone_surrogates(line: &str) -> String {
+/// The line with its lone surrogate escapes replaced by their carriers and its numbers beyond
+/// `f64` by `±f64::MAX` (module docs), or `None` when it has neither.
+fn carry_unrepresentable(line: &str) -> Option<String> {
     fn hex4(b: &[u8]) -> Option<u16> {
-        if b.len() < 4 {
-            return None;
-        }
-        let s = std::str::from_utf8(&b[..4]).ok()?;
+        let s = std::str::from_utf8(b.get(..4)?).ok()?;
         u16::from_str_radix(s, 16).ok()
     }
     let bytes = line.as_bytes();
     let mut out = String::with_capacity(line.len());
-    let mut i = 0;
-    let mut copied = 0;
+    let (mut i, mut copied, mut in_str, mut changed) = (0usize, 0usize, false, false);
     while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 1 < bytes.len() {
-            if bytes[i + 1] == b'u' {
-                if let Some(cu) = hex4(&bytes[i + 2..]) {
-                    if (0xD800..0xDC00).contains(&cu) {
-                        let pair_ok = bytes.get(i + 6) == Some(&b'\\')
+        let b = bytes[i];
+        if in_str {
+            match b {
+                b'"' => in_str = false,
+                b'\\' if bytes.get(i + 1) == Some(&b'u') => {
+                    if let Some(cu) = hex4(&bytes[i + 2..]) {
+                        let paired = (0xD800..0xDC00).contains(&cu)
+                            && bytes.get(i + 6) == Some(&b'\\')
                             && bytes.get(i + 7) == Some(&b'u')
-                            && hex4(&bytes[(i + 8).min(bytes.len())..])
+                            && bytes
+                                .get(i + 8..)
+                                .and_then(hex4)
                                 .is_some_and(|lo| (0xDC00..0xE000).contains(&lo));
-                        if pair_ok {
+                        if paired {
                             i += 12;
                             continue;
                         }
-                        out.push_str(&line[copied..i]);
-                        out.push_str("\\ufffd");
-                        i += 6;
-                        copied = i;
-                        continue;
+                        if (0xD800..0xE000).contains(&cu) {
+                            out.push_str(&line[copied..i]);
+                            out.push(carrier(cu));
+                            i += 6;
+                            copied = i;
+                            changed = true;
+                            continue;
+                        }
                     }
-                    if (0xDC00..0xE000).contains(&cu) {
-                        out.push_str(&line[copied..i]);
-                        out.push_str("\\ufffd");
-                        i += 6;
-                        copied = i;
-                        continue;
-                    }
+                    i += 2;
+                    continue;
                 }
+                b'\\' => {
+                    i += 2;
+                    continue;
+                }
+                _ => {}
             }
-            i += 2;
+            i += 1;
             continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'-' | b'0'..=b'9' => {
+                let end = bytes[i..]
+                    .iter()
+                    .position(|c| !matches!(c, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))
+                    .map_or(bytes.len(), |n| i + n);
+                let token = &line[i..end];
+                if token.parse::<f64>().is_ok_and(f64::is_infinite) {
+                    out.push_str(&line[copied..i]);
+                    out.push_str(if token.starts_with('-') {
+                        "-1.7976931348623157e308"
+                    } else {
+                        "1.7976931348623157e308"
+                    });
+                    copied = end;
+                    changed = true;
+                }
+                i = end;
+                continue;
+            }
+            _ => {}
         }
         i += 1;
     }
+    if !changed {
+        return None;
+    }
     out.push_str(&line[copied..]);
-    out
+    Some(out)
 }
 
 /// JavaScript truthiness of a JSON value (`""`, `0`, `null`, `false` are falsy).
@@ -317,10 +433,44 @@ mod tests {
     }
 
     #[test]
-    fn lone_surrogates_become_replacement_chars() {
-        let v = parse_line(r#"{"t":"a\ud800b\udc00c\ud83d\ude00"}"#).unwrap();
-        assert_eq!(v["t"], json!("a\u{fffd}b\u{fffd}c😀"));
+    fn lone_surrogates_are_carried_and_written_back_byte_exact() {
+        let line = r#"{"t":"a\ud800b\udc00c\ud83d\ude00","id":"x\ud83d"}"#;
+        let v = parse_line(line).unwrap();
+        let t = v["t"].as_str().unwrap();
+        assert_eq!(
+            utf16_len(t),
+            7,
+            "one unit per lone surrogate, two for the pair"
+        );
+        assert_eq!(stringify(&v), r#"{"t":"a\ud800b\udc00c😀","id":"x\ud83d"}"#);
+        assert_eq!(stringify_len(&v["id"]), r#""x\ud83d""#.len());
+        assert_eq!(utf16_prefix(t, 2), &t[..5], "a and the carrier");
         assert!(parse_line("{not json").is_err());
+    }
+
+    #[test]
+    fn numbers_beyond_f64_read_as_infinity_and_print_null() {
+        let v = parse_line(r#"{"version":1e400,"t":-1e999,"ok":1.5,"s":"1e400"}"#).unwrap();
+        assert_eq!(v["version"].as_f64(), Some(f64::MAX));
+        assert!(v["version"].as_f64().unwrap() >= 3.0);
+        assert_eq!(v["t"].as_f64(), Some(-f64::MAX));
+        assert_eq!(
+            stringify(&v),
+            r#"{"version":null,"t":null,"ok":1.5,"s":"1e400"}"#
+        );
+    }
+
+    #[test]
+    fn nesting_past_serdes_limit_is_read_up_to_the_bound() {
+        let deep = |n: usize| format!("{{\"a\":{}1{}}}", "[".repeat(n), "]".repeat(n));
+        assert!(serde_json::from_str::<Value>(&deep(200)).is_err());
+        let v = parse_line(&deep(200)).unwrap();
+        assert_eq!(stringify(&v), deep(200));
+        assert!(parse_line(&deep(MAX_LINE_DEPTH + 1)).is_err());
+        assert!(
+            parse_line(&deep(100_000)).is_err(),
+            "refused, not a stack overflow"
+        );
     }
 
     #[test]

@@ -20,6 +20,9 @@
 //! - [`store`]: the storage shell — the `SessionStorage` trait the daemon reads and writes every
 //!   session through; files (regular files only, other writers' appends, the shared lock,
 //!   repairs, durability) and PostgreSQL (`store::postgres`, sessions shared by many daemons).
+//! - [`confined`]: writes confined to the checked path — no link followed on the way (a held
+//!   directory descriptor per component), appends checked against the file last seen through
+//!   the descriptor written to, failed writes taken back (disk full leaves no half line).
 //! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry), and writes
 //!   branch summaries through the same engine dispatch and provider call.
 //! - [`rpc`]: the protocol surface — the one list of methods, params, results, event payloads,
@@ -44,6 +47,7 @@ pub mod cli;
 pub mod compaction;
 pub mod compactor;
 pub mod config;
+pub mod confined;
 pub mod context;
 pub mod cpu;
 pub mod daemon;

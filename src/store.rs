@@ -50,6 +50,9 @@ pub enum StoreError {
     /// Another writer extended the session's head first (a shared store): catch up, retry.
     #[error("Another writer appended to the session first: {0}")]
     Conflict(PathBuf),
+    /// A write that failed and was taken back (the message names the errno, e.g. ENOSPC).
+    #[error("{0}")]
+    Write(String),
     /// The database holding the sessions cannot be reached.
     #[error("Session store unavailable: {0}")]
     Unavailable(String),
@@ -258,7 +261,8 @@ pub fn load_with(
     let (mut f, meta) = open_regular(&abs, limits)?;
     let bytes = read_capped(&mut f, &abs, meta.len(), limits.max_bytes)?;
     let len = bytes.len() as u64;
-    let parsed = match read_session_bytes(bytes.into()) {
+    let bytes: bytes::Bytes = bytes.into();
+    let parsed = match read_session_bytes(bytes.clone()) {
         ReadOutcome::Session(p) => p,
         ReadOutcome::NotASession => return Err(StoreError::NotASession(abs)),
         ReadOutcome::Empty => return Err(StoreError::Empty(abs)),
@@ -274,10 +278,13 @@ pub fn load_with(
     let mut stamp = FileStamp::of(&meta, len);
     if write {
         if report.migrated {
-            report.backup = Some(backup_original(&abs, report.original_version)?);
-            rewrite(&abs, &tree)?;
-            let meta = fs::metadata(&abs).map_err(io_err(&abs))?;
-            stamp = FileStamp::of(&meta, meta.len());
+            report.backup = Some(backup_original(
+                &abs,
+                report.original_version,
+                &bytes,
+                &meta,
+            )?);
+            stamp = rewrite(&abs, &tree)?;
         } else if report.needed_newline_repair {
             // The torn last line may be another writer's line still being written: repair it
             // only once it has stayed unchanged for a moment.
@@ -286,25 +293,40 @@ pub fn load_with(
             if FileStamp::of(&now, now.len()) != stamp {
                 return Err(StoreError::Busy(abs));
             }
-            ensure_trailing_newline(&abs)?;
+            // The newline goes to the file that was read (checked on the descriptor written
+            // to, reached without following a link), or nowhere.
+            crate::confined::append_line(&abs, b"", false, Some(&stamp)).map_err(|e| match e {
+                crate::confined::AppendError::Replaced => StoreError::Busy(abs.clone()),
+                crate::confined::AppendError::Io(e) => confined_err(&abs)(e),
+            })?;
             stamp.len += 1;
         }
     }
     Ok((tree, report, stamp))
 }
 
-/// Copies the file a migration is about to rewrite to `<file>.v<N>.bak` (beyond Pi, which keeps
-/// no copy), never replacing an existing file.
-fn backup_original(path: &Path, version: f64) -> Result<PathBuf, StoreError> {
-    let base = format!("{}.v{}.bak", path.display(), version);
-    let mut candidate = PathBuf::from(&base);
-    let mut n = 1;
-    while candidate.exists() {
-        n += 1;
-        candidate = PathBuf::from(format!("{base}.{n}"));
+/// Writes the bytes a migration is about to rewrite (exactly what was read) to
+/// `<file>.v<N>.bak` (beyond Pi, which keeps no copy), never replacing an existing file and
+/// never following a link planted at that name (`O_EXCL|O_NOFOLLOW`, see [`crate::confined`]);
+/// a backup that cannot be written whole is removed, and the migration does not happen.
+fn backup_original(
+    path: &Path,
+    version: f64,
+    bytes: &[u8],
+    meta: &fs::Metadata,
+) -> Result<PathBuf, StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    let base = PathBuf::from(format!("{}.v{}.bak", path.display(), version));
+    crate::confined::create_numbered(&base, bytes, meta.permissions().mode() & 0o7777)
+        .map_err(confined_err(path))
+}
+
+/// A [`StoreError::Io`] whose message names the errno (`ENOSPC`, `ELOOP`, …).
+fn confined_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |e| StoreError::Io {
+        path: path.to_owned(),
+        source: std::io::Error::new(e.kind(), crate::confined::describe(&e)),
     }
-    fs::copy(path, &candidate).map_err(io_err(path))?;
-    Ok(candidate)
 }
 
 /// What happened to a file since a [`FileStamp`].
@@ -341,9 +363,12 @@ pub fn read_tail(path: &Path, stamp: &FileStamp, limits: &Limits) -> Result<Tail
     Ok(Tail::Grown(bytes))
 }
 
-/// Replaces the file with header + entries, atomically (temp file in the same directory, fsync,
-/// rename). Used only for Pi's migration rewrite.
-pub fn rewrite(path: &Path, tree: &SessionTree) -> Result<(), StoreError> {
+/// Replaces the file with header + entries, atomically (a temporary file created exclusively
+/// in the same directory, never through a link, synced, then renamed over the file; see
+/// [`crate::confined::replace`]). Used only for Pi's migration rewrite. On failure the file is
+/// untouched and no temporary file is left. Returns the new file's stamp.
+pub fn rewrite(path: &Path, tree: &SessionTree) -> Result<FileStamp, StoreError> {
+    use std::os::unix::fs::PermissionsExt;
     let mut text: Vec<u8> = Vec::new();
     text.extend_from_slice(stringify(&tree.header).as_bytes());
     text.push(b'\n');
@@ -351,25 +376,8 @@ pub fn rewrite(path: &Path, tree: &SessionTree) -> Result<(), StoreError> {
         text.extend_from_slice(e.raw());
         text.push(b'\n');
     }
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "session.jsonl".into());
-    let tmp = dir.join(format!(".{file_name}.compactd-{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        if let Ok(meta) = fs::metadata(path) {
-            let _ = f.set_permissions(meta.permissions());
-        }
-        f.write_all(&text)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(io_err(path))
+    let mode = fs::metadata(path).map_or(0o644, |m| m.permissions().mode() & 0o7777);
+    crate::confined::replace(path, &text, mode).map_err(confined_err(path))
 }
 
 /// Appends `"\n"` if the file is non-empty and does not end with one.
@@ -394,20 +402,16 @@ pub fn ensure_trailing_newline(path: &Path) -> Result<(), StoreError> {
 
 /// Appends `raw` and a newline without looking at the file first (the caller knows it ends
 /// with a newline).
+/// The walk to the file follows no link, and a failed write is taken back off the file
+/// ([`crate::confined::append_line`]).
 pub fn append_raw(path: &Path, raw: &[u8], sync: bool) -> Result<FileStamp, StoreError> {
-    let mut line = Vec::with_capacity(raw.len() + 1);
-    line.extend_from_slice(raw);
-    line.push(b'\n');
-    let mut f = OpenOptions::new()
-        .append(true)
-        .open(path)
-        .map_err(io_err(path))?;
-    f.write_all(&line).map_err(io_err(path))?;
-    f.flush().map_err(io_err(path))?;
-    if sync {
-        f.sync_data().map_err(io_err(path))?;
-    }
-    FileStamp::of_file(&f).map_err(io_err(path))
+    crate::confined::append_line(path, raw, sync, None).map_err(|e| match e {
+        crate::confined::AppendError::Io(e) => confined_err(path)(e),
+        crate::confined::AppendError::Replaced => StoreError::NotRegular {
+            path: path.to_owned(),
+            kind: "not a regular file",
+        },
+    })
 }
 
 /// Takes the advisory lock compactd processes share on a session (proto-docs/storage.md):

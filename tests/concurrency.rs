@@ -531,3 +531,187 @@ fn many_clients_mixed_operations_lose_nothing_and_match_a_sequential_replay() {
         SHARED + CLIENTS
     );
 }
+
+/// Swaps the names of `a` and `b` atomically (`renameat2(RENAME_EXCHANGE)`).
+fn exchange(a: &Path, b: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (ca, cb) = (
+        std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap(),
+        std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap(),
+    );
+    // SAFETY: two valid C strings; the result is checked.
+    unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        ) == 0
+    }
+}
+
+/// A rename race: another process keeps swapping the session file with a different file
+/// (`RENAME_EXCHANGE`) while a client appends, reopening whenever it is told the file changed.
+/// The stamp check and the write used to open the path separately, so a swap between the two
+/// put an acknowledged entry into the other file, under a parent that file does not have. Now
+/// the check is made on the descriptor written to. Afterwards every acknowledged entry is on
+/// file exactly once, in a file that holds its parent before it.
+#[test]
+fn a_rename_race_never_puts_an_acknowledged_entry_in_the_wrong_file() {
+    let env = Env::new();
+    let a = env.session_as(CASE, "race-a");
+    let b = env.session_as(CASE, "race-b");
+    // Diverge the two, so an entry in the wrong file has no parent there.
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&b).unwrap();
+        writeln!(f, "{}", json!({"type":"label","id":"bonly001","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","targetId":"x","label":"b"})).unwrap();
+    }
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let mut sid = open(&mut c, &a);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (a, b, stop) = (a.clone(), b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if exchange(&a, &b) {
+                    n += 1;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            n
+        })
+    };
+    let mut acked: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let mut i = 0;
+    while Instant::now() < deadline && acked.len() < 400 {
+        i += 1;
+        let r = c.request(
+            "appendMessage",
+            json!({"sessionId": sid, "message": {"role": "user", "content": format!("race {i}"), "timestamp": now_ms()}}),
+        );
+        match r {
+            Ok(v) => acked.push(v["entryId"].as_str().unwrap().to_owned()),
+            Err(e) if e["data"]["kind"] == "file_changed" => {
+                sid = open(&mut c, &a);
+            }
+            Err(e) if e["data"]["kind"] == "file_busy" => {}
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 10, "the race ran ({swaps} swaps)");
+    assert!(acked.len() > 20, "appends got through ({})", acked.len());
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for file in [&a, &b] {
+        let entries = parsed_lines(file).unwrap_or_else(|e| panic!("{e}"));
+        let mut ids: HashSet<String> = HashSet::new();
+        for e in &entries {
+            let id = e["id"].as_str().unwrap_or("").to_owned();
+            if acked.contains(&id) {
+                *seen.entry(id.clone()).or_default() += 1;
+                let parent = e["parentId"].as_str().unwrap_or("");
+                assert!(
+                    ids.contains(parent),
+                    "{}: entry {id} is written under parent {parent}, which this file does not hold before it",
+                    file.display()
+                );
+            }
+            ids.insert(id);
+        }
+    }
+    for id in &acked {
+        assert_eq!(
+            seen.get(id),
+            Some(&1),
+            "acknowledged entry {id} on file once"
+        );
+    }
+}
+
+/// A field of `/proc/<pid>/status` in KiB (`VmHWM` is the peak resident size).
+fn proc_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `searchHistory` over a session with one very large entry (a 24 MB tool output): the search
+/// used to build each entry's value tree, its text, and a lowered copy with a char-offset table
+/// (~19x the entry at the peak), all while holding the session's lock, so an append from another
+/// client waited for the whole search. Now the text is read from the line's bytes and matched
+/// without copies, outside the lock: the daemon's peak memory grows by a small multiple of the
+/// entry, and the append is answered while the search still runs.
+#[test]
+fn search_history_over_huge_entries_is_bounded_and_never_delays_appends() {
+    let env = Env::new();
+    let file = env.session_as(CASE, "huge");
+    let last = parsed_lines(&file).unwrap().last().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    {
+        use std::io::Write;
+        let text = "output line with words ".repeat(24 * 1024 * 1024 / 23);
+        let line = json!({"type":"message","id":"huge0001","parentId":last,"timestamp":"2026-01-01T00:00:00.000Z",
+            "message":{"role":"toolResult","toolCallId":"call_huge","toolName":"bash","content":[{"type":"text","text":text}],"isError":false,"timestamp":1}});
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        writeln!(f, "{line}").unwrap();
+    }
+    let socket = env.path("run/h.sock");
+    let daemon = KillOnDrop(env.serve_ready(&socket, &[], std::process::Stdio::null()));
+    let pid = daemon.0.id();
+    let mut searcher = Client::socket(&socket, Framing::Ndjson);
+    let sid = open(&mut searcher, &file);
+    let mut writer = Client::socket(&socket, Framing::Ndjson);
+    let sid2 = open(&mut writer, &file);
+    assert_eq!(sid, sid2);
+    std::thread::sleep(Duration::from_millis(200));
+    let base = proc_kib(pid, "VmHWM:");
+    let (tx, rx) = mpsc::channel();
+    let search = std::thread::spawn(move || {
+        let r = searcher.request(
+            "searchHistory",
+            json!({"sessionId": sid, "query": "NO SUCH NEEDLE anywhere"}),
+        );
+        tx.send(Instant::now()).unwrap();
+        r
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let appended = writer.request(
+        "appendMessage",
+        json!({"sessionId": sid2, "message": {"role": "user", "content": "during the search", "timestamp": now_ms()}}),
+    );
+    let append_done = Instant::now();
+    assert!(appended.is_ok(), "{appended:?}");
+    let hits = search.join().unwrap().expect("search answered");
+    let search_done = rx.recv().unwrap();
+    assert_eq!(hits, json!([]), "nothing matches");
+    assert!(
+        append_done < search_done,
+        "the append was answered while the search ran ({:?} before its end)",
+        search_done.saturating_duration_since(append_done)
+    );
+    let grown = proc_kib(pid, "VmHWM:").saturating_sub(base);
+    println!("searchHistory over a 24 MB entry: peak RSS +{grown} KiB; append answered {:?} before the search ended", search_done.saturating_duration_since(append_done));
+    assert!(
+        grown < 120_000,
+        "peak memory grew by {grown} KiB searching a 24 MB entry"
+    );
+    // The hit path still works on the huge entry.
+    let hits = writer.ok(
+        "searchHistory",
+        json!({"sessionId": sid2, "query": "OUTPUT LINE", "limit": 1}),
+    );
+    assert_eq!(hits[0]["entryId"], "huge0001", "{hits}");
+}

@@ -357,3 +357,283 @@ fn kill_9_during_appends_and_compactions_loses_nothing_acknowledged() {
         "too few appends were acknowledged to prove anything"
     );
 }
+
+/// Sends `signal` (a `kill -s` name) to `pid`.
+fn signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args(["-s", name, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -s {name} {pid}");
+}
+
+/// SIGHUP (a closed terminal, a log rotation's `kill -HUP`), SIGUSR1 and SIGUSR2 terminate a
+/// process by default; the daemon ignores them (logged), over stdio and on a socket, and keeps
+/// its sessions and its clients.
+#[test]
+fn hup_and_usr_signals_never_kill_the_daemon() {
+    let env = Env::new();
+    let file = env.session_as("005-medium-basic", "signals");
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = open(&mut c, &file);
+    let pid = c.pid().expect("spawned daemon");
+    for name in ["HUP", "USR1", "USR2"] {
+        signal(pid, name);
+        std::thread::sleep(Duration::from_millis(100));
+        let r = c.request(
+            "appendMessage",
+            json!({"sessionId": sid, "message": {"role": "user", "content": format!("after {name}"), "timestamp": now_ms()}}),
+        );
+        assert!(r.is_ok(), "stdio daemon answers after SIG{name}: {r:?}");
+    }
+    let socket = env.path("run/signals.sock");
+    let mut daemon =
+        support::daemon_env::KillOnDrop(env.serve_ready(&socket, &[], std::process::Stdio::null()));
+    let mut s = Client::socket(&socket, Framing::Ndjson);
+    s.ok("listSessions", json!({}));
+    for name in ["HUP", "USR1", "USR2"] {
+        signal(daemon.0.id(), name);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            daemon.0.try_wait().expect("wait").is_none(),
+            "serve survives SIG{name}"
+        );
+        s.ok("listSessions", json!({}));
+    }
+}
+
+/// A small tmpfs mounted at a directory for the test's life (unmounted, lazily, on drop).
+struct SmallDisk {
+    dir: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    /// Mounts a `size` tmpfs at `dir`, or `None` after skip-or-fail when mounting is not
+    /// permitted (not root, no `CAP_SYS_ADMIN`).
+    fn mount(test: &str, dir: &Path, size: &str) -> Option<SmallDisk> {
+        std::fs::create_dir_all(dir).expect("mount point");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(SmallDisk {
+                dir: dir.to_path_buf(),
+            }),
+            Ok(o) => {
+                support::skip_or_fail(
+                    test,
+                    &format!(
+                        "cannot mount a tmpfs: {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                support::skip_or_fail(test, &format!("cannot run mount: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Fills every free byte with `filler`: page-sized writes, then single bytes into the last
+    /// page, until the file system says ENOSPC.
+    fn fill(&self, filler: &Path) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(filler)
+            .expect("filler");
+        let page = vec![b'x'; 4096];
+        loop {
+            match f.write(&page) {
+                Ok(n) if n == page.len() => {}
+                Ok(_) => break,
+                Err(e) => {
+                    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                    break;
+                }
+            }
+        }
+        while f.write(b"x").is_ok_and(|n| n == 1) {}
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+/// Pads `file` with one valid Pi `custom` entry (under `parent`) so its length leaves `slack`
+/// bytes free in its last page: any later line needs a new page, which a full disk refuses.
+fn pad_to_page(file: &Path, parent: &str, slack: u64) {
+    use std::io::Write;
+    let len = std::fs::metadata(file).unwrap().len();
+    let mk = |n: usize| {
+        json!({"type":"custom","customType":"pad","data":"p".repeat(n),"id":"pad00001","parentId":parent,"timestamp":"2026-01-01T00:00:00.000Z"}).to_string() + "\n"
+    };
+    let base = mk(0).len() as u64;
+    let target = (len + base + slack).div_ceil(4096) * 4096 + 4096 - slack;
+    let line = mk((target - len - base) as usize);
+    let mut f = std::fs::OpenOptions::new().append(true).open(file).unwrap();
+    f.write_all(line.as_bytes()).unwrap();
+    assert_eq!(std::fs::metadata(file).unwrap().len() % 4096, 4096 - slack);
+}
+
+fn io_enospc(err: &Value) {
+    assert_eq!(err["data"]["kind"], "io", "{err}");
+    let msg = err["message"].as_str().unwrap_or("");
+    assert!(msg.contains("ENOSPC"), "the error names ENOSPC: {msg}");
+}
+
+/// Disk full, on a small tmpfs: an append that does not fit (a 64 KiB message, written partly
+/// into the file's last page before ENOSPC), a compaction, a new session's first write and a
+/// migration's backup all fail with an `io` error naming ENOSPC and leave every file
+/// byte-identical (the old append left the fragment, which the next line — ours or another
+/// writer's — was glued onto). Once space is back the next writes work and every line parses.
+#[test]
+fn a_full_disk_leaves_files_byte_identical_and_the_next_write_works() {
+    const TEST: &str = "crash: disk full on a small tmpfs";
+    let env = Env::new();
+    let Some(disk) = SmallDisk::mount(TEST, &env.path("small"), "2m") else {
+        return;
+    };
+    let file = disk.dir.join("full.jsonl");
+    std::fs::copy(env.session("005-medium-basic"), &file).unwrap();
+    let last = parsed_lines(&file).unwrap().last().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    pad_to_page(&file, &last, 1000);
+    let v1 = disk.dir.join("old.jsonl");
+    let mut old = String::from("{\"type\":\"session\",\"id\":\"x\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}\n");
+    for i in 0..40 {
+        old.push_str(&format!("{{\"type\":\"message\",\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"message\":{{\"role\":\"user\",\"content\":\"{i} {}\",\"timestamp\":1}}}}\n", "v1 ".repeat(100)));
+    }
+    std::fs::write(&v1, &old).unwrap();
+
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = open(&mut c, &file);
+    let created = c.ok(
+        "createSession",
+        json!({"cwd": "/w", "sessionDir": disk.dir.join("new"), "model": support::daemon_env::model()}),
+    );
+    let new_sid = created["sessionId"].as_str().unwrap().to_owned();
+    let new_path = std::path::PathBuf::from(created["path"].as_str().unwrap());
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": new_sid, "message": {"role": "user", "content": "hi", "timestamp": now_ms()}}),
+    );
+    let filler = disk.dir.join("filler");
+    disk.fill(&filler);
+    let before = std::fs::read(&file).unwrap();
+
+    let big = json!({"role": "user", "content": "z".repeat(64 * 1024), "timestamp": now_ms()});
+    let err = c
+        .request("appendMessage", json!({"sessionId": sid, "message": big}))
+        .expect_err("a full disk refuses the append");
+    let after = std::fs::read(&file).unwrap();
+    assert!(
+        after == before,
+        "byte-identical after a failed append ({} bytes before, {} after)",
+        before.len(),
+        after.len()
+    );
+    io_enospc(&err);
+    let err = c
+        .request("compact", json!({"sessionId": sid}))
+        .expect_err("a full disk refuses the compaction entry");
+    assert!(
+        err["message"].as_str().unwrap_or("").contains("ENOSPC"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "byte-identical after a failed compaction"
+    );
+    let reply = json!({"role": "assistant", "content": [{"type": "text", "text": "y".repeat(8192)}],
+        "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5",
+        "usage": support::daemon_env::usage(100), "stopReason": "stop", "timestamp": now_ms()});
+    let err = c
+        .request(
+            "appendMessage",
+            json!({"sessionId": new_sid, "message": reply}),
+        )
+        .expect_err("a full disk refuses the new session's first write");
+    io_enospc(&err);
+    assert!(!new_path.exists(), "no half-written new file is left");
+    let err = c
+        .request(
+            "openSession",
+            json!({"path": v1, "model": support::daemon_env::model()}),
+        )
+        .expect_err("a full disk refuses the migration");
+    assert_eq!(err["data"]["kind"], "io", "{err}");
+    assert!(
+        err["message"].as_str().unwrap_or("").contains("ENOSPC"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&v1).unwrap(),
+        old,
+        "the v1 file is untouched"
+    );
+    let strays: Vec<_> = std::fs::read_dir(&disk.dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".bak") || n.ends_with(".tmp"))
+        .collect();
+    assert!(
+        strays.is_empty(),
+        "no partial backup or temp file: {strays:?}"
+    );
+
+    // Space is back: another writer's complete line lands whole, and our writes work again.
+    std::fs::remove_file(&filler).unwrap();
+    let theirs = json!({"type":"message","id":"pi000001","parentId":"pad00001","timestamp":"2026-01-01T00:00:00.000Z",
+        "message":{"role":"user","content":"from pi","timestamp":2}})
+    .to_string();
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        writeln!(f, "{theirs}").unwrap();
+    }
+    let r = c.ok("appendMessage", json!({"sessionId": sid, "message": big}));
+    let ours = r["entryId"].as_str().unwrap().to_owned();
+    c.ok("compact", json!({"sessionId": sid}));
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": new_sid, "message": reply}),
+    );
+    c.ok(
+        "openSession",
+        json!({"path": v1, "model": support::daemon_env::model()}),
+    );
+    let entries = parsed_lines(&file).unwrap_or_else(|e| panic!("{e}"));
+    let text = std::fs::read(&file).unwrap();
+    assert_eq!(
+        &text[..before.len()],
+        &before[..],
+        "nothing before was rewritten"
+    );
+    let i = entries
+        .iter()
+        .position(|e| e["id"] == "pi000001")
+        .expect("their line, whole");
+    assert_eq!(entries[i + 1]["id"], json!(ours));
+    assert_eq!(entries[i + 1]["parentId"], "pi000001");
+    assert_eq!(entries.last().unwrap()["type"], "compaction");
+    parsed_lines(&new_path).unwrap_or_else(|e| panic!("{e}"));
+    drop(c);
+}

@@ -245,3 +245,189 @@ fn arbitrary_params_to_every_method_always_get_an_answer() {
     );
     assert_eq!(ok + errors, cases as usize, "every case answered");
 }
+
+/// A daemon over stdio spoken to in raw bytes: replies are read as text lines, because a reply
+/// that echoes a lone surrogate escape is not something serde_json (the test client) accepts.
+struct RawPeer {
+    child: support::daemon_env::KillOnDrop,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl RawPeer {
+    fn start(env: &Env) -> RawPeer {
+        let mut child = env.spawn_stdio(std::process::Stdio::null());
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        RawPeer {
+            child: support::daemon_env::KillOnDrop(child),
+            stdin,
+            lines,
+        }
+    }
+
+    fn send(&mut self, text: &str) {
+        use std::io::Write;
+        self.stdin.write_all(text.as_bytes()).expect("write");
+        self.stdin.write_all(b"\n").expect("write");
+        self.stdin.flush().expect("flush");
+    }
+
+    /// The next line that starts with `prefix` (others, such as events, are skipped).
+    fn line_starting(&mut self, prefix: &str, within: Duration) -> String {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.starts_with(prefix) => return l,
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "no line starting with {prefix} within {within:?} (daemon alive: {})",
+                    self.child.0.try_wait().ok().flatten().is_none()
+                ),
+            }
+        }
+    }
+}
+
+/// JavaScript's `JSON.stringify` of a string cut inside an emoji writes a lone surrogate escape
+/// (`"\ud83d"`), which `JSON.parse` accepts. Such a request used to fail as a parse error with
+/// `id: null`; now it is answered with its own id, and the message is stored with the escape
+/// byte for byte, as Pi stores it. Ids that do not survive parsing — above 2^64 (an f64 to serde_json), with an
+/// exponent, or a string holding a lone surrogate — are echoed byte for byte, in a batch too.
+#[test]
+fn lone_surrogates_and_huge_ids_are_answered_with_their_own_id() {
+    let env = Env::new();
+    let file = env.session("005-medium-basic");
+    let mut p = RawPeer::start(&env);
+    p.send(
+        &json!({"jsonrpc":"2.0","id":1,"method":"openSession","params":{"path": file}}).to_string(),
+    );
+    let opened: Value =
+        serde_json::from_str(&p.line_starting("{\"jsonrpc\":\"2.0\",\"id\":1,", ANSWER_WITHIN))
+            .unwrap();
+    let sid = opened["result"]["sessionId"].as_str().unwrap().to_owned();
+    p.send(&format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"appendMessage","params":{{"sessionId":"{sid}","message":{{"role":"user","content":"cut \ud83d","timestamp":1}}}}}}"#
+    ));
+    let reply = p.line_starting("{\"jsonrpc\":\"2.0\",\"id\":2,", ANSWER_WITHIN);
+    assert!(reply.contains("\"result\""), "accepted: {reply}");
+    // Stored as Pi stores it: the lone surrogate escaped, byte for byte.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let last = text.lines().last().unwrap();
+    assert!(last.contains(r#""content":"cut \ud83d""#), "{last}");
+    for (id, method) in [
+        (r#""x\udc00y""#, "listSessions"),
+        ("18446744073709551617", "listSessions"),
+        ("1e3", "listSessions"),
+        ("4", r#"nope\ud83d"#),
+    ] {
+        p.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{}}}}"#
+        ));
+        let reply = p.line_starting(
+            &format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},"),
+            ANSWER_WITHIN,
+        );
+        if method.starts_with("nope") {
+            assert!(reply.contains("-32601"), "method not found: {reply}");
+        }
+    }
+    let big = "340282366920938463463374607431768211457";
+    p.send(&format!(
+        r#"[{{"jsonrpc":"2.0","id":{big},"method":"listSessions"}},{{"jsonrpc":"2.0","id":"\ud800","method":"listSessions"}}]"#
+    ));
+    let batch = p.line_starting("[", ANSWER_WITHIN);
+    assert!(
+        batch.starts_with(&format!("[{{\"jsonrpc\":\"2.0\",\"id\":{big},")),
+        "{batch}"
+    );
+    assert!(
+        batch.contains(r#"{"jsonrpc":"2.0","id":"\ud800","#),
+        "{batch}"
+    );
+}
+
+/// A hook reply carrying a lone surrogate escape (a summary cut inside an emoji) used to be a
+/// parse error: the daemon then waited the hook's whole timeout and summarized without it. Now
+/// it is read at once and its compaction is the one written.
+#[test]
+fn a_hook_reply_with_a_lone_surrogate_is_taken_at_once() {
+    let env = Env::new();
+    let file = env.session("005-medium-basic");
+    let mut p = RawPeer::start(&env);
+    p.send(
+        &json!({"jsonrpc":"2.0","id":1,"method":"openSession","params":{"path": file}}).to_string(),
+    );
+    let opened: Value =
+        serde_json::from_str(&p.line_starting("{\"jsonrpc\":\"2.0\",\"id\":1,", ANSWER_WITHIN))
+            .unwrap();
+    let sid = opened["result"]["sessionId"].as_str().unwrap().to_owned();
+    p.send(&json!({"jsonrpc":"2.0","id":2,"method":"registerHooks","params":{"sessionId": sid, "hooks": ["session_before_compact"], "timeoutMs": 60000}}).to_string());
+    p.line_starting("{\"jsonrpc\":\"2.0\",\"id\":2,", ANSWER_WITHIN);
+    let started = std::time::Instant::now();
+    p.send(
+        &json!({"jsonrpc":"2.0","id":3,"method":"compact","params":{"sessionId": sid}}).to_string(),
+    );
+    let ask: Value = serde_json::from_str(
+        &p.line_starting("{\"jsonrpc\":\"2.0\",\"id\":\"compactd-", ANSWER_WITHIN),
+    )
+    .unwrap();
+    let prep = &ask["params"]["preparation"];
+    p.send(&format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{"compaction":{{"summary":"from the hook \ud83d","firstKeptEntryId":{},"tokensBefore":{}}}}}}}"#,
+        ask["id"], prep["firstKeptEntryId"], prep["tokensBefore"]
+    ));
+    let reply = p.line_starting("{\"jsonrpc\":\"2.0\",\"id\":3,", ANSWER_WITHIN);
+    assert!(
+        reply.contains(r#""summary":"from the hook \ud83d"#),
+        "the hook's summary, its lone surrogate kept: {reply}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "not waited out: {:?}",
+        started.elapsed()
+    );
+}
+
+/// Client-controlled strings in log lines (an unknown method's name, a client name, a request
+/// id, an error that quotes params) used to be logged whole: one request could write megabytes
+/// into the log. Now each is cut to a few hundred bytes, with its full length noted.
+#[test]
+fn client_strings_are_logged_truncated() {
+    let env = Env::new();
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let long = "m".repeat(100_000);
+    let e = c.request(&long, json!({})).expect_err("unknown method");
+    assert_eq!(e["code"], -32601);
+    c.ok("initialize", json!({"clientName": "c".repeat(100_000)}));
+    c.notify(&format!("x{long}"), json!({}));
+    assert!(c.ok("listSessions", json!({})).is_array());
+    // The log is written in the background: wait for the lines.
+    let deadline = std::time::Instant::now() + ANSWER_WITHIN;
+    while !(env.log_text().contains("client initialized")
+        && env.log_text().matches("unknown method").count() >= 2)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(c);
+    let log = env.log_text();
+    assert!(log.contains("unknown method"), "logged: {log}");
+    assert!(log.contains("(100000 bytes)"), "the full length is noted");
+    let longest = log.lines().map(str::len).max().unwrap_or(0);
+    assert!(
+        longest < 2_000,
+        "no log line carries a client's 100 kB string (longest {longest} bytes)"
+    );
+}

@@ -895,3 +895,149 @@ fn reader_and_inspect_never_panic_on_random_json_lines() {
         )
         .unwrap();
 }
+
+/// A JSON string literal's body: plain text, escapes, and sometimes a lone surrogate escape.
+fn arb_js_text() -> impl Strategy<Value = String> {
+    vec(
+        prop_oneof![
+            6 => "[a-zA-Z0-9 /._-]{0,12}",
+            1 => Just("\\n".to_owned()),
+            1 => Just("\\\"".to_owned()),
+            1 => Just("é😀".to_owned()),
+            1 => Just("\\ud83d".to_owned()),
+            1 => Just("\\udc00".to_owned()),
+            1 => Just("\\ud83d\\ude00".to_owned()),
+        ],
+        0..5,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+/// A JSON number as Pi's files may hold it, including ones beyond f64.
+fn arb_js_number() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => (0u32..100_000).prop_map(|n| n.to_string()),
+        1 => Just("1e400".to_owned()),
+        1 => Just("-1e400".to_owned()),
+        1 => Just("2.5".to_owned()),
+        1 => Just("1e3".to_owned()),
+    ]
+}
+
+/// Nesting of `n` arrays around a value (past serde_json's limit of 128 at the high end).
+fn nested(n: usize, inner: &str) -> String {
+    format!("{}{inner}{}", "[".repeat(n), "]".repeat(n))
+}
+
+/// One Pi-shaped session line as text (so it can hold what serde_json cannot build: lone
+/// surrogate escapes, numbers beyond f64, deep nesting).
+fn arb_session_line() -> impl Strategy<Value = String> {
+    let block = prop_oneof![
+        arb_js_text().prop_map(|t| format!(r#"{{"type":"text","text":"{t}"}}"#)),
+        arb_js_text().prop_map(|t| format!(r#"{{"type":"thinking","thinking":"{t}"}}"#)),
+        (select(vec!["read", "write", "edit", "bash"]), arb_js_text(), 0usize..300).prop_map(
+            |(name, p, depth)| format!(
+                r#"{{"type":"toolCall","id":"c1","name":"{name}","arguments":{{"path":"{p}","x":{}}}}}"#,
+                nested(depth, "1")
+            )
+        ),
+    ];
+    let content = prop_oneof![
+        arb_js_text().prop_map(|t| format!("\"{t}\"")),
+        vec(block, 0..4).prop_map(|b| format!("[{}]", b.join(","))),
+    ];
+    let usage = (arb_js_number(), arb_js_number(), any::<bool>()).prop_map(|(i, t, total)| {
+        let total = if total {
+            format!(r#","totalTokens":{t}"#)
+        } else {
+            String::new()
+        };
+        format!(r#","usage":{{"input":{i},"output":5,"cacheRead":0,"cacheWrite":0{total}}}"#)
+    });
+    (
+        select(vec!["message", "compaction", "label", "custom", "branch_summary", "x"]),
+        select(vec!["user", "assistant", "toolResult", "bashExecution", "custom"]),
+        arb_js_text(),
+        prop::option::of(arb_js_text()),
+        content,
+        arb_js_number(),
+        prop::option::of(usage),
+        select(vec!["stop", "toolUse", "error", "length", "aborted", "other"]),
+        0usize..260,
+    )
+        .prop_map(
+            |(kind, role, id, parent, content, ts, usage, stop, depth)| {
+                let parent = parent.map_or("null".to_owned(), |p| format!("\"{p}\""));
+                let details = nested(depth, "0");
+                match kind {
+                    "message" => format!(
+                        r#"{{"type":"message","id":"{id}","parentId":{parent},"timestamp":"t","message":{{"role":"{role}","content":{content},"timestamp":{ts}{},"stopReason":"{stop}","command":"ls","output":"o","toolName":"read"}}}}"#,
+                        usage.unwrap_or_default()
+                    ),
+                    "compaction" => format!(
+                        r#"{{"type":"compaction","id":"{id}","parentId":{parent},"summary":"s","firstKeptEntryId":"{id}","tokensBefore":{ts},"details":{{"x":{details}}}}}"#
+                    ),
+                    "custom" => format!(
+                        r#"{{"type":"custom","customType":"c","data":{{"x":{details},"t":{ts}}},"id":"{id}","parentId":{parent}}}"#
+                    ),
+                    other => format!(
+                        r#"{{"type":"{other}","id":"{id}","parentId":{parent},"summary":{content},"label":"l","targetId":"{id}"}}"#
+                    ),
+                }
+            },
+        )
+}
+
+/// The proptest form of `fuzz/fuzz_targets/session_line.rs` (cargo-fuzz needs a nightly
+/// toolchain): for Pi-shaped lines with lone surrogates, numbers beyond f64 and nesting past
+/// serde_json's limit, the facts read from a line's bytes (the load path) are the facts read
+/// from its parsed value (the path of migrated and compactd-built entries).
+#[test]
+fn session_line_facts_from_bytes_match_the_value_path() {
+    use compactd::session::entry::parse_line_bytes;
+    let mut runner = TestRunner::new(Config {
+        cases: 2000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let checked = std::sync::atomic::AtomicUsize::new(0);
+    runner
+        .run(&arb_session_line(), |line| {
+            let raw = line.as_bytes();
+            let fast = Entry::from_line(bytes::Bytes::copy_from_slice(raw));
+            let slow = parse_line_bytes(raw).map(|r| r.map(Entry::from_value));
+            match (fast, slow) {
+                (Some(Ok(a)), Some(Ok(b))) => {
+                    prop_assert_eq!(a.kind, b.kind, "{}", line);
+                    prop_assert_eq!(&a.id, &b.id, "{}", line);
+                    prop_assert_eq!(&a.parent_id, &b.parent_id, "{}", line);
+                    prop_assert_eq!(a.role, b.role, "{}", line);
+                    prop_assert_eq!(a.tokens, b.tokens, "{}", line);
+                    prop_assert_eq!(
+                        a.usage_tokens.map(f64::to_bits),
+                        b.usage_tokens.map(f64::to_bits),
+                        "{}",
+                        line
+                    );
+                    prop_assert_eq!(a.stop_reason, b.stop_reason, "{}", line);
+                    prop_assert_eq!(&a.file_ops, &b.file_ops, "{}", line);
+                    checked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                (fast, slow) => {
+                    return Err(TestCaseError::fail(format!(
+                        "the paths disagree on whether {line} reads: bytes {:?}, value {:?}",
+                        fast.map(|r| r.is_ok()),
+                        slow.map(|r| r.is_ok())
+                    )))
+                }
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    let n = checked.into_inner();
+    println!("session line facts: {n} generated lines read alike by both paths");
+    assert_eq!(
+        n, 2000,
+        "every generated line reads (all are lines Pi reads)"
+    );
+}

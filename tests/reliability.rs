@@ -341,3 +341,432 @@ fn durability_always_is_accepted_and_appends_land() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("durability"));
 }
+
+/// A configuration allowing only `root`.
+fn only_root(root: &Path) -> String {
+    format!("[storage]\nallowed_roots = [\"{}\"]\n", root.display())
+}
+
+fn assistant(text: &str) -> Value {
+    json!({"role": "assistant", "content": [{"type": "text", "text": text}],
+           "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5",
+           "usage": {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 15,
+                     "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+           "stopReason": "stop", "timestamp": 3})
+}
+
+/// Every file and directory under `dir` (empty when it does not exist).
+fn tree_of(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `..` after directories that do not exist yet: the old check compared the path lexically
+/// (`root/new/../../escape` starts with `root`), then the first write created `root/new` and
+/// landed in `escape`, outside the root. Now `..` is resolved as the kernel will resolve it, and
+/// the path is refused before anything is made.
+#[test]
+fn dot_dot_through_missing_directories_cannot_leave_the_root() {
+    let env = Env::new();
+    let root = env.path("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let escape = env.path("escape");
+    let mut c = client(&env, Some(&only_root(&root)));
+    let dir = root.join("new/deeper/../../../escape");
+    let err = c
+        .request(
+            "createSession",
+            json!({"cwd": "/w", "sessionDir": dir, "model": model()}),
+        )
+        .expect_err("sessionDir escapes the root");
+    assert_eq!(kind(&err), "path_not_allowed", "{err}");
+    let err = c
+        .request(
+            "openSession",
+            json!({"path": root.join("new/../../escape/s.jsonl"), "create": true, "cwd": "/w", "model": model()}),
+        )
+        .expect_err("path escapes the root");
+    assert_eq!(kind(&err), "path_not_allowed", "{err}");
+    assert!(!escape.exists(), "nothing created outside the root");
+    assert!(tree_of(&root).is_empty(), "nothing created inside either");
+    // `..` that stays inside the root is fine, and the file lands where it resolves to.
+    let info = c.ok(
+        "createSession",
+        json!({"cwd": "/w", "sessionDir": root.join("a/b/../c"), "model": model()}),
+    );
+    let sid = info["sessionId"].as_str().unwrap().to_owned();
+    let path = std::path::PathBuf::from(info["path"].as_str().unwrap());
+    assert!(path.starts_with(root.join("a/c")), "{}", path.display());
+    user(&mut c, &sid, "hi").unwrap();
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": assistant("hello")}),
+    );
+    assert!(path.is_file());
+    assert!(!escape.exists());
+}
+
+/// A session directory swapped for a link (to a directory outside the root) after the session
+/// was created: the deferred first write used to follow the link and create the file outside.
+/// Now the directories are walked without following links and the write is refused with `io`.
+/// For a persisted session the same swap refuses the append (`file_changed`) and the copy
+/// outside is untouched.
+#[test]
+fn a_session_directory_replaced_by_a_link_is_never_written_through() {
+    let env = Env::new();
+    let root = env.path("root");
+    let outside = env.path("outside");
+    std::fs::create_dir_all(root.join("sessions")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let mut c = client(&env, Some(&only_root(&root)));
+    let info = c.ok(
+        "createSession",
+        json!({"cwd": "/w", "sessionDir": root.join("sessions"), "model": model()}),
+    );
+    let sid = info["sessionId"].as_str().unwrap().to_owned();
+    std::fs::rename(root.join("sessions"), root.join("moved")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("sessions")).unwrap();
+    user(&mut c, &sid, "hi").unwrap();
+    let err = c
+        .request(
+            "appendMessage",
+            json!({"sessionId": sid, "message": assistant("hello")}),
+        )
+        .expect_err("the deferred write through the link is refused");
+    assert_eq!(kind(&err), "io", "{err}");
+    assert!(tree_of(&outside).is_empty(), "nothing written outside");
+
+    // A persisted session: the directory is swapped for a link to a copy outside.
+    let dir = root.join("d");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("s.jsonl");
+    std::fs::copy(env.session("005-medium-basic"), &file).unwrap();
+    let sid = open(&mut c, &file);
+    user(&mut c, &sid, "before the swap").unwrap();
+    let copy_dir = outside.join("copy");
+    std::fs::create_dir_all(&copy_dir).unwrap();
+    std::fs::copy(&file, copy_dir.join("s.jsonl")).unwrap();
+    let copy_before = std::fs::read(copy_dir.join("s.jsonl")).unwrap();
+    std::fs::rename(&dir, root.join("d-moved")).unwrap();
+    std::os::unix::fs::symlink(&copy_dir, &dir).unwrap();
+    let err = user(&mut c, &sid, "after the swap").expect_err("refused");
+    assert_eq!(kind(&err), "file_changed", "{err}");
+    assert_eq!(
+        std::fs::read(copy_dir.join("s.jsonl")).unwrap(),
+        copy_before
+    );
+    // Reopening by the path now resolves outside the root: refused.
+    let err = c
+        .request("openSession", json!({"path": file, "model": model()}))
+        .expect_err("resolves outside");
+    assert_eq!(kind(&err), "path_not_allowed", "{err}");
+    assert_eq!(
+        std::fs::read(copy_dir.join("s.jsonl")).unwrap(),
+        copy_before
+    );
+}
+
+/// A migration's backup name planted in advance as a link to a file that does not exist yet:
+/// the old `exists()` check followed the dangling link (false) and the copy created the file
+/// outside. The temporary file's name (`.<file>.compactd-<pid>.tmp`) planted as a link to an
+/// existing file: the old `File::create` truncated and overwrote it, and the rename then put
+/// the link itself in place of the session. Now both are created `O_EXCL|O_NOFOLLOW`: the backup
+/// goes to the next free name, the temporary file has an unguessable name, and the session file
+/// is a regular file again.
+#[test]
+fn planted_links_at_migration_backup_and_temp_names_are_never_followed() {
+    let env = Env::new();
+    let root = env.path("root");
+    let outside = env.path("outside");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let file = root.join("old.jsonl");
+    let v1 = "{\"type\":\"session\",\"id\":\"x\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}\n{\"type\":\"message\",\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"message\":{\"role\":\"user\",\"content\":\"a\",\"timestamp\":1}}\n";
+    std::fs::write(&file, v1).unwrap();
+    let victim_new = outside.join("created-by-backup");
+    std::os::unix::fs::symlink(&victim_new, root.join("old.jsonl.v1.bak")).unwrap();
+    let victim = outside.join("victim");
+    std::fs::write(&victim, "keep me").unwrap();
+    let mut c = client(&env, Some(&only_root(&root)));
+    let pid = c.pid().expect("daemon pid");
+    let tmp = root.join(format!(".old.jsonl.compactd-{pid}.tmp"));
+    std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+    let sid = open(&mut c, &file);
+    assert!(!victim_new.exists(), "the backup did not follow the link");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    assert_eq!(
+        std::fs::read_to_string(root.join("old.jsonl.v1.bak.2")).unwrap(),
+        v1,
+        "the backup went to the next free name, byte for byte"
+    );
+    let meta = std::fs::symlink_metadata(&file).unwrap();
+    assert!(meta.file_type().is_file(), "the session is a regular file");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\"version\":3"), "{text}");
+    user(&mut c, &sid, "after migration").unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    // No temporary file of ours is left (only the planted link).
+    let stray: Vec<_> = tree_of(&root)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".tmp") && *p != tmp)
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+}
+
+/// Lines Pi 0.85.0 reads that compactd used to skip or misread, each checked against Pi (the
+/// oracle) before and after the daemon appends to the file:
+/// - nesting past serde_json's recursion limit (128) in a message, the header and compaction
+///   details: the line was skipped, so the leaf, the context and the estimate were Pi's
+///   minus that entry;
+/// - numbers beyond f64 (`1e400`, Infinity to Pi) in a timestamp, usage and the header
+///   version: the entry was skipped, and a file whose header version overflowed was refused;
+/// - lone surrogates in ids: read as U+FFFD, so `b\ud83d` matched a parent `b\ufffd` Pi does
+///   not see as its parent, and the daemon's next entry named a parent Pi could not find.
+///
+/// Pi reads a line 100 000 deep too; compactd reads lines up to `json::MAX_LINE_DEPTH` and
+/// must at least survive deeper ones (checked for no crash, not against Pi).
+#[test]
+fn lines_pi_reads_are_read_as_pi_reads_them() {
+    let oracle = support::oracle::Oracle::find("reliability: lines Pi reads");
+    let env = Env::new();
+    let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+    let header = |version: &str, extra: &str| {
+        format!(
+            r#"{{"type":"session","version":{version},"id":"h1","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"{extra}}}"#
+        )
+    };
+    let user = |id: &str, parent: &str, ts: &str| {
+        format!(
+            r#"{{"type":"message","id":"{id}","parentId":{parent},"timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"hello {id}","timestamp":{ts}}}}}"#
+        )
+    };
+    let usage = |input: &str| {
+        format!(
+            r#""usage":{{"input":{input},"output":5,"cacheRead":0,"cacheWrite":0,"totalTokens":105,"cost":{{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}}}}"#
+        )
+    };
+    let assistant = |id: &str, parent: &str, args: &str, ts: &str, input: &str| {
+        format!(
+            r#"{{"type":"message","id":"{id}","parentId":"{parent}","timestamp":"2026-01-01T00:00:02.000Z","message":{{"role":"assistant","content":[{{"type":"text","text":"ok"}},{{"type":"toolCall","id":"c1","name":"bash","arguments":{args}}}],"api":"anthropic-messages","provider":"anthropic","model":"m",{},"stopReason":"toolUse","timestamp":{ts}}}}}"#,
+            usage(input)
+        )
+    };
+    let files: Vec<(&str, Vec<String>)> = vec![
+        (
+            "deep-message",
+            vec![
+                header("3", ""),
+                user("a", "null", "1"),
+                assistant("b", "a", &format!(r#"{{"x":{}}}"#, deep(300)), "2", "100"),
+            ],
+        ),
+        (
+            "deep-header-and-details",
+            vec![
+                header("3", &format!(r#","meta":{}"#, deep(200))),
+                user("a", "null", "1"),
+                user("b", "\"a\"", "2"),
+                format!(
+                    r#"{{"type":"compaction","id":"c","parentId":"b","timestamp":"2026-01-01T00:00:03.000Z","summary":"sum","firstKeptEntryId":"b","tokensBefore":50,"details":{{"readFiles":[],"modifiedFiles":[],"x":{}}}}}"#,
+                    deep(200)
+                ),
+                user("d", "\"c\"", "4"),
+            ],
+        ),
+        (
+            "overflowing-numbers",
+            vec![
+                header("3", ""),
+                user("a", "null", "1e400"),
+                assistant("b", "a", r#"{"cmd":"ls"}"#, "-1e400", "1e400"),
+            ],
+        ),
+        (
+            "overflowing-version",
+            vec![
+                header("1e400", ""),
+                user("a", "null", "1"),
+                user("b", "\"a\"", "2"),
+            ],
+        ),
+        (
+            "lone-surrogate-ids",
+            vec![
+                header("3", ""),
+                user("x", "null", "1"),
+                user(r"b\ufffd", "\"x\"", "1"),
+                user(r"a\ud83d", "null", "2"),
+                user(r"b\ud83d", r#""a\ud83d""#, "3"),
+            ],
+        ),
+    ];
+    let mut c = client(&env, None);
+    for (name, lines) in &files {
+        let file = env.path(&format!("{name}.jsonl"));
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        let before = std::fs::read(&file).unwrap();
+        let ours = env.inspect(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let pi_leaf = ours["session"]["leafId"].clone();
+        if let Some(o) = &oracle {
+            o.agrees(&file, &ours)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        // The daemon reads it as Pi does, and its next entry is the child of Pi's leaf, the
+        // parent's id written byte for byte.
+        let sid = open(&mut c, &file);
+        let r = user_append(&mut c, &sid, name);
+        let text = std::fs::read(&file).unwrap();
+        assert_eq!(
+            &text[..before.len()],
+            &before[..],
+            "{name}: nothing rewritten"
+        );
+        let ours_line = String::from_utf8_lossy(&text[before.len()..]).into_owned();
+        let last_line = lines.last().unwrap();
+        let leaf_raw = last_line
+            .split(r#""id":"#)
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .unwrap_or("");
+        assert!(
+            ours_line.contains(&format!(r#""parentId":{leaf_raw}"#)),
+            "{name}: parentId {leaf_raw} byte for byte in {ours_line}"
+        );
+        let after = env.inspect(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(after["session"]["leafId"], json!(r), "{name}");
+        let branch = after["session"]["branchEntryIds"].as_array().unwrap();
+        assert_eq!(
+            branch[branch.len() - 2],
+            pi_leaf,
+            "{name}: our entry is under Pi's leaf"
+        );
+        if let Some(o) = &oracle {
+            o.agrees(&file, &after)
+                .unwrap_or_else(|e| panic!("{name} after the append: {e}"));
+        }
+        c.ok("closeSession", json!({"sessionId": sid}));
+    }
+    // 100 000 deep: beyond compactd's bound; the daemon and inspect survive it.
+    let file = env.path("very-deep.jsonl");
+    let lines = [
+        header("3", ""),
+        user("a", "null", "1"),
+        assistant(
+            "b",
+            "a",
+            &format!(r#"{{"x":{}}}"#, deep(100_000)),
+            "2",
+            "100",
+        ),
+    ];
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    env.inspect(&file)
+        .expect("inspect survives a line 100 000 deep");
+    let sid = open(&mut c, &file);
+    c.ok("getContext", json!({"sessionId": sid}));
+    user_append(&mut c, &sid, "after the deep line");
+    c.ok("listSessions", json!({}));
+}
+
+/// Appends a user message; returns its entry id.
+fn user_append(c: &mut Client, sid: &str, text: &str) -> String {
+    user(c, sid, text).expect("append")["entryId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A session file that becomes unreadable (mode 000, the daemon not root) gives the same
+/// documented kind, `io` (-32030), on every method that touches the file; `compact` used to
+/// report `file_changed` for it, naming a permission error. Needs `setpriv` (util-linux) to run
+/// the daemon as an unprivileged user, since root reads a mode-000 file.
+#[test]
+fn an_unreadable_file_is_io_on_every_method() {
+    const TEST: &str = "reliability: unreadable file";
+    let found = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        support::skip_or_fail(TEST, "setpriv is not on PATH");
+        return;
+    }
+    // SAFETY: `geteuid` has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        support::skip_or_fail(TEST, "not root: cannot run the daemon as another user");
+        return;
+    }
+    let env = Env::new();
+    use std::os::unix::fs::PermissionsExt;
+    for d in [
+        env.dir.path().to_path_buf(),
+        env.path("config"),
+        env.path("agent"),
+        env.path("run"),
+        env.path("state"),
+    ] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let file = env.session("009-bash-executions");
+    let other = env.session_as("005-medium-basic", "never-readable");
+    for f in [&file, &other] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_compactd"))
+        .arg("stdio")
+        .env("HOME", env.dir.path())
+        .env_remove("COMPACTD_LOG");
+    for (k, v) in env.vars() {
+        cmd.env(k, v);
+    }
+    let mut c = Client::process(cmd, Framing::Ndjson);
+    let err = c
+        .request("openSession", json!({"path": other, "model": model()}))
+        .expect_err("unreadable");
+    assert_eq!(kind(&err), "io", "openSession: {err}");
+    let sid = open(&mut c, &file);
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let calls: Vec<(&str, Value)> = vec![
+        (
+            "appendMessage",
+            json!({"sessionId": sid, "message": {"role": "user", "content": "x", "timestamp": 1}}),
+        ),
+        (
+            "appendEntry",
+            json!({"sessionId": sid, "entry": {"type": "session_info", "name": "n"}}),
+        ),
+        ("setModel", json!({"sessionId": sid, "model": model()})),
+        ("syncSession", json!({"sessionId": sid})),
+        ("pin", json!({"sessionId": sid, "text": "keep"})),
+        ("compact", json!({"sessionId": sid})),
+        ("openSession", json!({"path": file, "model": model()})),
+    ];
+    for (method, params) in calls {
+        let err = c.request(method, params).expect_err("unreadable");
+        assert_eq!(kind(&err), "io", "{method}: {err}");
+        assert_eq!(err["code"], -32030, "{method}: {err}");
+    }
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    user(&mut c, &sid, "readable again").expect("writes work again");
+}

@@ -502,3 +502,301 @@ fn the_default_socket_directory_is_created_private_or_verified() {
         assert!(err.contains("owned by uid 65534"), "{err}");
     }
 }
+
+/// Opens `file` on `c` with a small keep-recent (so compaction has work) and a hook on this
+/// connection that is asked and never answers; starts `compact` and returns once the hook was
+/// asked (the compaction is then parked in the hook).
+fn park_a_compaction(c: &mut Client, file: &Path, hook_timeout_ms: u64) -> (String, u64) {
+    let asked = Arc::new(AtomicBool::new(false));
+    let a = asked.clone();
+    c.on_request(move |_, _| {
+        a.store(true, Ordering::SeqCst);
+        None
+    });
+    let sid = c.ok("openSession", json!({"path": file}))["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
+    );
+    c.ok(
+        "registerHooks",
+        json!({"hooks": ["session_before_compact"], "timeoutMs": hook_timeout_ms}),
+    );
+    let first = c.send("compact", json!({"sessionId": sid}));
+    let deadline = Instant::now() + LONG;
+    while !asked.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the hook was never asked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (sid, first)
+}
+
+/// `--max-in-flight` used to count only slow requests with ids: slow methods sent as
+/// notifications, or wrapped in one-element batches, each started a task with no limit (every
+/// `checkCompaction` of a session waits for its running compaction, so they pile up). Now all
+/// three count: past the limit a notification is dropped (logged), a batch's requests answer
+/// `overloaded`, and so does the next slow request.
+#[test]
+fn the_in_flight_limit_holds_for_notifications_and_batches() {
+    let env = Env::new();
+    let file = env.session("009-bash-executions");
+    let socket = env.path("run/d.sock");
+    let daemon = serve(&env, &socket, &["--max-in-flight", "3"], &env.path("log"));
+    let mut c = Client::socket(&socket, Framing::Ndjson);
+    let (sid, first) = park_a_compaction(&mut c, &file, 60_000);
+    let check = json!({"sessionId": sid, "phase": "postRun"});
+    for _ in 0..20 {
+        c.notify("checkCompaction", check.clone());
+    }
+    let mut batch_ids = Vec::new();
+    for i in 0..5u64 {
+        let id = 500 + i;
+        batch_ids.push(id);
+        c.send_value(&json!([{"jsonrpc":"2.0","id":id,"method":"checkCompaction","params":check}]));
+    }
+    // Every batch past the limit is answered at once, as an array of `overloaded` errors.
+    let mut overloaded = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while overloaded < 5 && Instant::now() < deadline {
+        let Some(v) = c.next_raw(Duration::from_millis(200)) else {
+            continue;
+        };
+        if let Some(items) = v.as_array() {
+            for item in items {
+                assert_eq!(item["error"]["data"]["kind"], "overloaded", "{item}");
+                assert!(batch_ids.contains(&item["id"].as_u64().unwrap()));
+                overloaded += 1;
+            }
+        }
+    }
+    assert_eq!(
+        overloaded, 5,
+        "every batch past the limit answered overloaded"
+    );
+    let e = c
+        .request("checkCompaction", check.clone())
+        .expect_err("the limit is reached");
+    assert_eq!(e["data"]["kind"], "overloaded", "{e}");
+    assert!(c.ok("listSessions", json!({})).is_array());
+    c.ok("abortCompaction", json!({"sessionId": sid}));
+    assert_eq!(c.wait(first, LONG).unwrap_err()["code"], -32012);
+    // Once the parked work ends the slots are free again.
+    let deadline = Instant::now() + LONG;
+    loop {
+        match c.request("checkCompaction", check.clone()) {
+            Ok(_) => break,
+            Err(e) if e["data"]["kind"] == "overloaded" && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    stop(daemon);
+}
+
+/// An LSP header announcing a large body used to reserve that many bytes of the daemon-wide
+/// budget (and allocate them) before a byte of the body arrived: one stalled header-only frame
+/// of the budget's size locked every other client out (`Busy`). Now the budget is charged as
+/// the bytes arrive.
+#[test]
+fn header_only_lsp_frames_reserve_no_budget() {
+    let env = Env::new();
+    let socket = env.path("run/d.sock");
+    let daemon = serve(
+        &env,
+        &socket,
+        &["--max-buffered-bytes", "1000000", "--max-frame", "1000000"],
+        &env.path("log"),
+    );
+    let mut stalled = Vec::new();
+    for _ in 0..3 {
+        let mut s = UnixStream::connect(&socket).unwrap();
+        s.write_all(b"Content-Length: 1000000\r\n\r\n{").unwrap();
+        stalled.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut s = UnixStream::connect(&socket).unwrap();
+    s.write_all(&lsp(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+    ))
+    .unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    s.set_read_timeout(Some(LONG)).unwrap();
+    let replies = read_lsp_all(s);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(
+        replies[0]["result"]["serverName"], "compactd",
+        "{:?}",
+        replies[0]
+    );
+    drop(stalled);
+    stop(daemon);
+}
+
+/// Slowloris: connections that send half a frame and stall used to hold their connection slot
+/// forever, so `--max-connections` of them locked every new client out. Now a started frame
+/// that gets no byte for `--frame-idle-timeout-ms` closes its connection (an idle connection
+/// between frames is kept).
+#[test]
+fn half_frames_that_stall_are_closed_after_the_idle_timeout() {
+    let env = Env::new();
+    let socket = env.path("run/d.sock");
+    let daemon = serve(
+        &env,
+        &socket,
+        &["--max-connections", "6", "--frame-idle-timeout-ms", "500"],
+        &env.path("log"),
+    );
+    // An idle connection with a whole frame behind it, kept.
+    let mut idle = Client::socket(&socket, Framing::Ndjson);
+    idle.ok("initialize", json!({}));
+    let mut lorises = Vec::new();
+    for i in 0..5 {
+        let mut s = UnixStream::connect(&socket).unwrap();
+        if i % 2 == 0 {
+            s.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,").unwrap();
+        } else {
+            s.write_all(b"Content-Length: 100\r\n\r\n{\"json").unwrap();
+        }
+        lorises.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    // The slots are free again: a new client is served, and the stalled ones were closed.
+    let mut fresh = Client::socket(&socket, Framing::Ndjson);
+    let r = fresh.request("initialize", json!({}));
+    assert!(r.is_ok(), "a new client is served: {r:?}");
+    for mut s in lorises {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut rest = Vec::new();
+        let end = s.read_to_end(&mut rest);
+        assert!(
+            end.is_ok(),
+            "the daemon closed the stalled connection: {end:?}"
+        );
+    }
+    assert!(
+        idle.request("initialize", json!({})).is_ok(),
+        "the idle client is kept"
+    );
+    let log = std::fs::read_to_string(env.path("log")).unwrap_or_default();
+    assert!(log.contains("half a frame"), "logged: {log}");
+    stop(daemon);
+}
+
+/// A client that never reads its replies: the default per-connection queue was 64 MiB, and
+/// nothing bounded the sum over connections (256 × 64 MiB). Now the default is 8 MiB and
+/// `--max-queued-total-bytes` (default 64 MiB) bounds all connections together.
+#[test]
+fn unread_replies_are_bounded_per_connection_by_default_and_daemon_wide() {
+    let env = Env::new();
+    let file = env.session("037-large-200k");
+    let grow = |extra: &[&str], clients: usize| -> u64 {
+        let socket = env.path("run/q.sock");
+        let _ = std::fs::remove_file(&socket);
+        let daemon = serve(&env, &socket, extra, &env.path("log"));
+        let mut c = Client::socket(&socket, Framing::Ndjson);
+        let sid = c.ok("openSession", json!({"path": file}))["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        c.ok("getBranch", json!({"sessionId": sid}));
+        std::thread::sleep(Duration::from_millis(200));
+        let base = rss_kib(daemon.id());
+        let mut raws = Vec::new();
+        for _ in 0..clients {
+            let mut raw = UnixStream::connect(&socket).unwrap();
+            raw.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+            for i in 0..120 {
+                let line =
+                    json!({"jsonrpc":"2.0","id":i,"method":"getBranch","params":{"sessionId":sid}})
+                        .to_string()
+                        + "\n";
+                if raw.write_all(line.as_bytes()).is_err() {
+                    break;
+                }
+            }
+            raws.push(raw);
+        }
+        // Replies of a debug build take a while each: wait until the daemon stops growing
+        // (it has stopped reading these clients), at most 40 s.
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let mut last = rss_kib(daemon.id());
+        let mut steady = 0;
+        while steady < 4 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            let now = rss_kib(daemon.id());
+            steady = if now.abs_diff(last) < 1024 {
+                steady + 1
+            } else {
+                0
+            };
+            last = now;
+        }
+        let grown = last.saturating_sub(base);
+        drop(raws);
+        stop(daemon);
+        grown
+    };
+    let one = grow(&[], 1);
+    assert!(
+        one < 40_000,
+        "one client that never reads grew the daemon by {one} KiB under the defaults"
+    );
+    let many = grow(
+        &[
+            "--max-queued-bytes",
+            "30000000",
+            "--max-queued-total-bytes",
+            "8000000",
+        ],
+        4,
+    );
+    println!(
+        "unread replies: one client +{one} KiB (defaults), four clients +{many} KiB (8 MB total)"
+    );
+    assert!(
+        many < 50_000,
+        "four clients that never read grew the daemon by {many} KiB under an 8 MB total"
+    );
+}
+
+/// `registerHooks.timeoutMs` had no cap: a hook registered for every session that never answers
+/// stalled every client's compactions for as long as it asked. Now `[limits]
+/// max_hook_timeout_ms` caps it (default 120000 ms).
+#[test]
+fn hook_timeouts_are_capped_by_the_configuration() {
+    let env = Env::new();
+    env.write_config("[limits]\nmax_hook_timeout_ms = 1000\n");
+    let file = env.session("009-bash-executions");
+    let socket = env.path("run/d.sock");
+    let daemon = serve(&env, &socket, &[], &env.path("log"));
+    let mut hog = Client::socket(&socket, Framing::Ndjson);
+    hog.on_request(|_, _| None);
+    hog.ok(
+        "registerHooks",
+        json!({"hooks": ["session_before_compact"], "timeoutMs": 3_600_000u64}),
+    );
+    let mut other = Client::socket(&socket, Framing::Ndjson);
+    let sid = other.ok("openSession", json!({"path": file}))["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    other.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
+    );
+    let started = Instant::now();
+    let id = other.send("compact", json!({"sessionId": sid}));
+    let r = other.wait(id, Duration::from_secs(30));
+    assert!(r.is_ok(), "compacted without the hook: {r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "waited {:?}",
+        started.elapsed()
+    );
+    env.remove_config();
+    stop(daemon);
+}

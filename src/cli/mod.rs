@@ -209,9 +209,17 @@ pub struct TransportArgs {
     /// Unread reply bytes per connection past which the daemon stops reading its requests.
     #[arg(long, default_value_t = crate::transport::DEFAULT_MAX_QUEUED)]
     pub max_queued_bytes: usize,
+    /// Unread reply bytes over all connections past which each connection with unread replies
+    /// is paused until its own queue drains.
+    #[arg(long, default_value_t = crate::transport::DEFAULT_MAX_QUEUED_TOTAL)]
+    pub max_queued_total_bytes: usize,
     /// Bytes of incoming frames all connections together may be buffering.
     #[arg(long, default_value_t = crate::transport::DEFAULT_MAX_BUFFERED)]
     pub max_buffered_bytes: usize,
+    /// Milliseconds a started frame may go without a byte before the connection is closed
+    /// (0: never).
+    #[arg(long, default_value_t = crate::transport::DEFAULT_FRAME_IDLE_TIMEOUT.as_millis() as u64)]
+    pub frame_idle_timeout_ms: u64,
 }
 
 impl TransportArgs {
@@ -225,7 +233,10 @@ impl TransportArgs {
             max_frame: self.max_frame,
             max_in_flight: self.max_in_flight,
             max_queued: self.max_queued_bytes,
+            max_queued_total: self.max_queued_total_bytes,
             budget: crate::transport::FrameBudget::new(self.max_buffered_bytes),
+            frame_idle_timeout: (self.frame_idle_timeout_ms > 0)
+                .then(|| std::time::Duration::from_millis(self.frame_idle_timeout_ms)),
         }
     }
 }

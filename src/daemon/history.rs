@@ -66,10 +66,75 @@ pub fn entry_text(v: &Value) -> String {
     out
 }
 
-/// How a query matches: a regex, or a case-insensitive substring.
+/// [`entry_text`] read straight from an entry's line bytes, without building its value tree:
+/// a `Value` of a large message costs 7-20x the line, and the search used to build one per
+/// entry. Strings are visited in file order (as the value's order), skipped keys' subtrees are
+/// never materialised. `None` when the bytes cannot be read this way (a lone surrogate, a line
+/// nested past serde_json's limit); the caller then takes the value path.
+fn entry_text_streamed(raw: &[u8]) -> Option<String> {
+    use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    struct Walk<'o>(&'o mut String);
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_str<E>(self, s: &str) -> Result<(), E> {
+            if !self.0.is_empty() {
+                self.0.push('\n');
+            }
+            self.0.push_str(s);
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Walk(&mut *self.0))?.is_some() {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if SKIPPED_KEYS.contains(&key.as_ref()) {
+                    map.next_value::<IgnoredAny>()?;
+                } else {
+                    map.next_value_seed(Walk(&mut *self.0))?;
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut out = String::new();
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    Walk(&mut out).deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    Some(out)
+}
+
+/// How a query matches: a regex, or a case-insensitive substring (itself a case-insensitive
+/// regex of the escaped literal, so matching allocates nothing whatever the text's size: the
+/// lowered copy with a char-offset table it replaced took ~17x the text).
 enum Matcher {
     Regex(regex::Regex),
-    Plain(String),
+    Plain(regex::Regex),
 }
 
 impl Matcher {
@@ -84,31 +149,19 @@ impl Matcher {
                 .map(Matcher::Regex)
                 .map_err(|e| RpcError::invalid_params(format!("query is not a valid regex: {e}")))
         } else {
-            Ok(Matcher::Plain(query.to_lowercase()))
+            regex::RegexBuilder::new(&regex::escape(query))
+                .case_insensitive(true)
+                .size_limit(REGEX_SIZE_LIMIT)
+                .build()
+                .map(Matcher::Plain)
+                .map_err(|e| RpcError::invalid_params(format!("query is too long: {e}")))
         }
     }
 
     /// Byte range of the first match in `text`.
     fn find(&self, text: &str) -> Option<(usize, usize)> {
         match self {
-            Matcher::Regex(r) => r.find(text).map(|m| (m.start(), m.end())),
-            Matcher::Plain(q) => {
-                // Lowercasing can change byte lengths: search a lowered copy and map back by
-                // characters, so offsets always land on the original's char boundaries.
-                let lowered: Vec<(usize, char)> = text
-                    .char_indices()
-                    .flat_map(|(i, c)| c.to_lowercase().map(move |l| (i, l)))
-                    .collect();
-                let hay: String = lowered.iter().map(|(_, c)| *c).collect();
-                let at = hay.find(q.as_str())?;
-                let start_char = hay[..at].chars().count();
-                let len_chars = q.chars().count();
-                let start = lowered.get(start_char).map_or(text.len(), |(i, _)| *i);
-                let end = lowered
-                    .get(start_char + len_chars)
-                    .map_or(text.len(), |(i, _)| *i);
-                Some((start, end.max(start)))
-            }
+            Matcher::Regex(r) | Matcher::Plain(r) => r.find(text).map(|m| (m.start(), m.end())),
         }
     }
 }
@@ -170,20 +223,29 @@ pub fn search_history(ctx: &Ctx, p: SearchHistoryParams) -> Result<HistoryHits, 
     let limit = p
         .limit
         .map_or(DEFAULT_LIMIT, |l| (l as usize).min(MAX_LIMIT));
-    let state = session.lock_state();
-    let on_branch: std::collections::HashSet<usize> = state.branch.iter().copied().collect();
-    let in_context: std::collections::HashSet<usize> = state.agent.iter().copied().collect();
+    // The session's lock is held only to take handles on the entries (shared, never copied)
+    // and the branch: appends to the session go on while the search runs.
+    let (entries, on_branch, in_context) = {
+        let state = session.lock_state();
+        let on_branch: std::collections::HashSet<usize> = state.branch.iter().copied().collect();
+        let in_context: std::collections::HashSet<usize> = state.agent.iter().copied().collect();
+        (state.tree.entries().to_vec(), on_branch, in_context)
+    };
     let hits = crate::cpu::blocking(|| {
         let mut hits = Vec::new();
-        for (idx, e) in state.tree.entries().iter().enumerate().rev() {
+        for (idx, e) in entries.iter().enumerate().rev() {
             if hits.len() >= limit {
                 break;
             }
-            let v = e.value();
-            let text = entry_text(&v);
+            // One entry's text at a time, read from its bytes (no value tree unless it hits).
+            let text = match entry_text_streamed(e.raw()) {
+                Some(t) => t,
+                None => entry_text(&e.value()),
+            };
             let Some(m) = matcher.find(&text) else {
                 continue;
             };
+            let v = e.value();
             let branch = on_branch.contains(&idx);
             hits.push(HistoryHit {
                 entry_id: e.id.as_deref().map(str::to_owned),
@@ -244,5 +306,22 @@ mod tests {
     fn entry_text_skips_identifiers() {
         let v = serde_json::json!({"type": "message", "id": "abc", "message": {"role": "user", "content": [{"type": "text", "text": "hello"}]}});
         assert_eq!(entry_text(&v), "hello");
+    }
+
+    #[test]
+    fn streamed_text_is_the_value_paths_text() {
+        for line in [
+            r#"{"type":"message","id":"a","message":{"role":"assistant","content":[{"type":"text","text":"x\ny \"q\""},{"type":"toolCall","id":"c","name":"bash","arguments":{"command":"ls","n":3}}],"model":"m","usage":{"input":1}}}"#,
+            r#"{"type":"custom","customType":"pin","data":{"text":"é\u00e9","list":["a",["b",null,true]]},"id":"p","parentId":null}"#,
+            r#"{"type":"compaction","summary":"s","firstKeptEntryId":"k","tokensBefore":1e3}"#,
+        ] {
+            let v: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(
+                entry_text_streamed(line.as_bytes()),
+                Some(entry_text(&v)),
+                "{line}"
+            );
+        }
+        assert_eq!(entry_text_streamed(br#"{"a":"\ud83d"}"#), None);
     }
 }

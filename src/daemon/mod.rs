@@ -150,17 +150,10 @@ pub fn lock_session_file(path: &Path) -> Result<Option<std::fs::File>, RpcError>
     }
 }
 
-/// Canonical form of a path whose file may not exist yet (the parent must resolve).
+/// Canonical form of a path whose file (and directories) may not exist yet: see
+/// [`crate::confined::resolve`].
 pub fn canonical_path(path: &Path) -> PathBuf {
-    if let Ok(c) = std::fs::canonicalize(path) {
-        return c;
-    }
-    match (path.parent(), path.file_name()) {
-        (Some(parent), Some(name)) => std::fs::canonicalize(parent)
-            .map(|p| p.join(name))
-            .unwrap_or_else(|_| path.to_owned()),
-        _ => path.to_owned(),
-    }
+    crate::confined::resolve(path)
 }
 
 impl Daemon {
@@ -307,6 +300,16 @@ impl Daemon {
         let conn = Arc::new(conn);
         self.connections.lock().insert(id, conn.clone());
         (conn, rx)
+    }
+
+    /// Reply and event bytes queued and not yet written, over every connection (the
+    /// daemon-wide reply budget, `--max-queued-total-bytes`, is checked against it).
+    pub fn queued_reply_bytes(&self) -> usize {
+        self.connections
+            .lock()
+            .values()
+            .map(|c| c.queued_bytes())
+            .sum()
     }
 
     /// A connection is gone: release its holds, subscriptions, hooks and pending requests.

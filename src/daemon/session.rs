@@ -514,6 +514,7 @@ pub fn store_error(e: StoreError) -> RpcError {
         StoreError::Changed(_) => RpcError::new(ErrorKind::FileChanged, e.to_string()),
         StoreError::Conflict(_) => RpcError::new(ErrorKind::LeafMoved, e.to_string()),
         StoreError::Unavailable(_) => RpcError::new(ErrorKind::StorageUnavailable, e.to_string()),
+        StoreError::Write(_) => RpcError::new(ErrorKind::Io, e.to_string()),
         StoreError::NoSuchStored(_) => RpcError::new(ErrorKind::NotFound, e.to_string()),
         StoreError::Empty(_) | StoreError::Io { .. } => RpcError::new(ErrorKind::Io, e.to_string()),
     }

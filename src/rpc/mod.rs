@@ -15,11 +15,20 @@ pub use errors::{ErrorKind, RpcError};
 /// Protocol version of this daemon (`initialize`, and the OpenRPC document's `info.version`).
 pub const PROTOCOL_VERSION: &str = "1.0";
 
-/// A client-controlled string as it may appear in a log line: at most `max` characters, with
-/// `…` when cut, so a client cannot fill the log with one field.
-pub fn truncated(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_owned(),
+/// Longest client-controlled string a log line carries, in bytes (see [`for_log`]).
+pub const LOG_STRING_LIMIT: usize = 200;
+
+/// A client-controlled string (a method name, an id, a client name, an error message that
+/// quotes params) as a log line carries it: at most [`LOG_STRING_LIMIT`] bytes, cut on a char
+/// boundary and marked with the full length, so a client cannot write megabytes into the log
+/// with one unknown method name.
+pub fn for_log(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.len() <= LOG_STRING_LIMIT {
+        return std::borrow::Cow::Borrowed(s);
     }
+    let mut end = LOG_STRING_LIMIT;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}… ({} bytes)", &s[..end], s.len()))
 }

@@ -325,6 +325,8 @@ pub struct SubscribeParams {
 pub struct RegisterHooksParams {
     pub session_id: Option<String>,
     pub hooks: Vec<String>,
+    /// How long each hook request waits for this client (default 60000 ms), at most `[limits]
+    /// max_hook_timeout_ms` (default 120000 ms; a larger value is lowered to it).
     pub timeout_ms: Option<u64>,
     /// Which large members a hook request carries: any of `preparation` and `branchEntries`.
     /// Omitted: Pi's full payload. `["preparation"]` drops the whole branch (the bulk of it).

@@ -8,15 +8,13 @@
 //! until the session is reopened, so nothing is ever written under a parent the file no longer
 //! has.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::backend::SessionStorage;
 use super::{
-    append_raw, io_err, load_with, read_tail, try_lock, FileStamp, Limits, StoreError, Tail,
-    TORN_LINE_SETTLE,
+    io_err, load_with, read_tail, try_lock, FileStamp, Limits, StoreError, Tail, TORN_LINE_SETTLE,
 };
 use serde_json::Value;
 
@@ -77,6 +75,25 @@ impl SessionFile {
     }
 }
 
+impl SessionFile {
+    /// The storage error of a refused append: the file at the path is no longer the one last
+    /// seen (`file_changed`, and later writes are refused until a reopen), or the write failed
+    /// and was taken back (`io`, naming the errno, e.g. ENOSPC).
+    fn append_error(&mut self, e: crate::confined::AppendError) -> StoreError {
+        match e {
+            crate::confined::AppendError::Replaced => {
+                self.changed = true;
+                StoreError::Changed(self.path.clone())
+            }
+            crate::confined::AppendError::Io(e) => StoreError::Write(format!(
+                "Could not append to {}: {}; nothing was written",
+                self.path.display(),
+                crate::confined::describe(&e)
+            )),
+        }
+    }
+}
+
 impl SessionStorage for SessionFile {
     fn location(&self) -> &Path {
         &self.path
@@ -117,7 +134,8 @@ impl SessionStorage for SessionFile {
                 return Ok(());
             }
             if last_partial == Some(partial) {
-                let after = append_raw(&self.path, b"", false)?;
+                let after = crate::confined::append_line(&self.path, b"", false, Some(&stamp))
+                    .map_err(|e| self.append_error(e))?;
                 stamp.len += partial as u64 + 1;
                 if (after.dev, after.ino, after.len) != (stamp.dev, stamp.ino, stamp.len) {
                     stamp.len = after.len.min(stamp.len);
@@ -141,7 +159,13 @@ impl SessionStorage for SessionFile {
         let line = entry.raw();
         let sync = self.limits.durability.syncs_entry(entry.kind);
         let before = self.stamp.map_or(0, |s| s.len);
-        let after = crate::cpu::blocking(|| append_raw(&self.path, line, sync))?;
+        // Written through a descriptor checked against the stamp (same device and inode), found
+        // without following a link: see `crate::confined`.
+        let stamp = self.stamp;
+        let after = crate::cpu::blocking(|| {
+            crate::confined::append_line(&self.path, line, sync, stamp.as_ref())
+        })
+        .map_err(|e| self.append_error(e))?;
         let expected = before + line.len() as u64 + 1;
         self.stamp = Some(FileStamp {
             len: if after.len == expected {
@@ -167,22 +191,16 @@ impl SessionStorage for SessionFile {
         }
         let path = self.path.clone();
         let sync = self.limits.durability.syncs_new_file();
-        let f = crate::cpu::blocking(|| -> Result<File, StoreError> {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-            }
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .map_err(io_err(&path))?;
-            f.write_all(&text).map_err(io_err(&path))?;
-            f.flush().map_err(io_err(&path))?;
-            if sync {
-                f.sync_all().map_err(io_err(&path))?;
-            }
-            Ok(f)
-        })?;
+        // Directories made and the file created without following a link (the checked path may
+        // have been redirected since `createSession`); a file not written whole is removed.
+        let f = crate::cpu::blocking(|| crate::confined::create_new(&path, &text, sync, 0o666))
+            .map_err(|e| {
+                StoreError::Write(format!(
+                    "cannot create {}: {}; nothing was written",
+                    path.display(),
+                    crate::confined::describe(&e)
+                ))
+            })?;
         self.stamp = Some(FileStamp {
             len: text.len() as u64,
             ..FileStamp::of_file(&f).map_err(io_err(&self.path))?

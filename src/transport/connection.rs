@@ -10,6 +10,7 @@
 //! `overloaded`), and reading pauses while more than `max_queued` reply bytes wait unread.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -35,6 +36,28 @@ struct InFlight {
 
 type InFlightTable = Arc<Mutex<HashMap<RequestId, InFlight>>>;
 
+/// One running slow task of a connection (a slow request, a slow notification, or a batch
+/// with a slow member), counted against `--max-in-flight` until dropped.
+struct SlowSlot(Arc<AtomicUsize>);
+
+impl SlowSlot {
+    /// Takes a slot when fewer than `max` are taken.
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<SlowSlot> {
+        count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| SlowSlot(count.clone()))
+    }
+}
+
+impl Drop for SlowSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// What the read loop needs to hand messages out.
 struct Loop {
     daemon: Arc<Daemon>,
@@ -43,6 +66,9 @@ struct Loop {
     in_flight: InFlightTable,
     tasks: JoinSet<()>,
     max_in_flight: usize,
+    /// Slow tasks running (requests, notifications and batches alike), at most
+    /// `max_in_flight`.
+    slow: Arc<AtomicUsize>,
 }
 
 fn error_text(id: &RequestId, e: RpcError) -> String {
@@ -72,7 +98,7 @@ impl Loop {
             }
             None => return,
         };
-        tracing::debug!(request = %id, "request cancelled by the client");
+        tracing::debug!(request = %crate::rpc::for_log(&id.to_string()), "request cancelled by the client");
         if let Some(session) = session_id.and_then(|sid| self.daemon.session(&sid).ok()) {
             crate::daemon::lifecycle::abort(&session);
         }
@@ -80,7 +106,7 @@ impl Loop {
 
     fn log_unknown(&self, method: &str) {
         if dispatch::handler(method).is_none() {
-            tracing::info!(method = %crate::rpc::truncated(method, 64), "unknown method");
+            tracing::info!(method = %crate::rpc::for_log(method), "unknown method");
         }
     }
 
@@ -94,7 +120,7 @@ impl Loop {
                     other => other.to_string(),
                 };
                 if !self.conn.handle_response(&key, result) {
-                    tracing::debug!(id = %id, "response to an unknown request ignored");
+                    tracing::debug!(id = %crate::rpc::for_log(&id.to_string()), "response to an unknown request ignored");
                 }
                 None
             }
@@ -123,7 +149,7 @@ impl Loop {
 
     /// Starts a slow request in its own task, tracked for `$/cancelRequest`.
     fn spawn_slow(&mut self, id: RequestId, method: String, params: Option<Value>) {
-        {
+        let slot = {
             let mut table = self.in_flight.lock();
             if table.contains_key(&id) {
                 self.conn.send(error_text(
@@ -135,19 +161,10 @@ impl Loop {
                 ));
                 return;
             }
-            if table.len() >= self.max_in_flight {
-                self.conn.send(error_text(
-                    &id,
-                    RpcError::new(
-                        ErrorKind::Overloaded,
-                        format!(
-                            "Too many requests in flight on this connection (limit {}); wait for replies before sending more",
-                            self.max_in_flight
-                        ),
-                    ),
-                ));
+            let Some(slot) = SlowSlot::take(&self.slow, self.max_in_flight) else {
+                self.conn.send(error_text(&id, self.overloaded()));
                 return;
-            }
+            };
             // A session-scoped method names its session in `sessionId` (the list declares it):
             // that is the work a cancel or a disconnect aborts.
             let session_id = crate::rpc::methods::spec(&method)
@@ -161,11 +178,13 @@ impl Loop {
                     cancelled: false,
                 },
             );
-        }
+            slot
+        };
         let dispatcher = self.dispatcher.clone();
         let conn = self.conn.clone();
         let table = self.in_flight.clone();
         self.spawn_task(async move {
+            let _slot = slot;
             let reply = dispatcher.call(Some(&id), &method, params).await;
             let cancelled = table.lock().remove(&id).is_some_and(|f| f.cancelled);
             let reply = match reply {
@@ -179,8 +198,19 @@ impl Loop {
         });
     }
 
+    fn overloaded(&self) -> RpcError {
+        RpcError::new(
+            ErrorKind::Overloaded,
+            format!(
+                "Too many requests in flight on this connection (limit {}); wait for replies before sending more",
+                self.max_in_flight
+            ),
+        )
+    }
+
     /// Handles one frame's JSON: a message or a batch.
-    async fn value(&mut self, value: Value) {
+    async fn value(&mut self, value: Value, raw: super::message::RawIds) {
+        let raw_id = |i: usize| raw.get(i).and_then(|r| r.as_deref());
         match value {
             Value::Array(items) => {
                 if items.is_empty() {
@@ -190,13 +220,34 @@ impl Loop {
                     ));
                     return;
                 }
-                let msgs: Vec<Result<Message, Invalid>> =
-                    items.into_iter().map(Message::parse).collect();
+                let msgs: Vec<Result<Message, Invalid>> = items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| Message::parse_raw(v, raw_id(i)))
+                    .collect();
                 let slow = msgs.iter().any(|m| {
                     matches!(m, Ok(Message::Request { method, .. } | Message::Notification { method, .. }) if dispatch::is_slow(method))
                 });
                 if slow {
-                    // A batch with a slow member runs in its own task (answered as one array).
+                    // A batch with a slow member runs in its own task (answered as one array),
+                    // which counts against the limit like a slow request; past it, each
+                    // request of the batch is answered `overloaded`.
+                    let Some(slot) = SlowSlot::take(&self.slow, self.max_in_flight) else {
+                        let errors: Vec<String> = msgs
+                            .into_iter()
+                            .filter_map(|m| match m {
+                                Ok(Message::Request { id, .. }) => {
+                                    Some(error_text(&id, self.overloaded()))
+                                }
+                                Err(Invalid { id, error }) => Some(error_text(&id, error)),
+                                Ok(_) => None,
+                            })
+                            .collect();
+                        if !errors.is_empty() {
+                            self.conn.send(format!("[{}]", errors.join(",")));
+                        }
+                        return;
+                    };
                     let mut worker = Loop {
                         daemon: self.daemon.clone(),
                         conn: self.conn.clone(),
@@ -204,9 +255,11 @@ impl Loop {
                         in_flight: self.in_flight.clone(),
                         tasks: JoinSet::new(),
                         max_in_flight: self.max_in_flight,
+                        slow: self.slow.clone(),
                     };
                     let conn = self.conn.clone();
                     self.spawn_task(async move {
+                        let _slot = slot;
                         if let Some(r) = worker.batch(msgs).await {
                             conn.send(r);
                         }
@@ -216,14 +269,21 @@ impl Loop {
                 }
             }
             other => {
-                let msg = Message::parse(other);
+                let msg = Message::parse_raw(other, raw_id(0));
                 match msg {
                     Ok(Message::Request { id, method, params }) if dispatch::is_slow(&method) => {
                         self.spawn_slow(id, method, params);
                     }
                     Ok(Message::Notification { method, params }) if dispatch::is_slow(&method) => {
+                        // Counted like a slow request; past the limit it is dropped (a
+                        // notification has no reply to carry the error).
+                        let Some(slot) = SlowSlot::take(&self.slow, self.max_in_flight) else {
+                            tracing::warn!(method = %crate::rpc::for_log(&method), limit = self.max_in_flight, "slow notification dropped: too many in flight on this connection");
+                            return;
+                        };
                         let dispatcher = self.dispatcher.clone();
                         self.spawn_task(async move {
+                            let _slot = slot;
                             let _ = dispatcher.call(None, &method, params).await;
                         });
                     }
@@ -300,6 +360,7 @@ where
         in_flight: Arc::new(Mutex::new(HashMap::new())),
         tasks: JoinSet::new(),
         max_in_flight: opts.max_in_flight.max(1),
+        slow: Arc::new(AtomicUsize::new(0)),
     };
     let max_frame = opts.max_frame;
     let mut frames = FrameReader::new(
@@ -307,24 +368,32 @@ where
         opts.framing,
         max_frame,
         opts.budget.clone(),
-    );
+    )
+    .with_idle_timeout(opts.frame_idle_timeout);
     let shutdown = daemon.shutdown.clone();
     let mut paused_logged = false;
     let mut writer_done = false;
     loop {
         // Reap finished slow requests so the set does not grow.
         while lp.tasks.try_join_next().is_some() {}
-        if conn.queued_bytes() > opts.max_queued {
+        let own = conn.queued_bytes();
+        // Past the daemon-wide budget, every connection with replies still unread waits until
+        // it has read them all (a client that reads drains at once; one that never reads stays
+        // paused).
+        let total_over = own > 0 && daemon.queued_reply_bytes() > opts.max_queued_total;
+        if own > opts.max_queued || total_over {
+            let resume_at = if total_over { 0 } else { opts.max_queued };
             if !paused_logged {
                 tracing::warn!(
-                    queued = conn.queued_bytes(),
+                    queued = own,
                     limit = opts.max_queued,
+                    total_limit = opts.max_queued_total,
                     "client is not reading its replies; reading its requests is paused"
                 );
                 paused_logged = true;
             }
             tokio::select! {
-                _ = conn.wait_drained(opts.max_queued) => {}
+                _ = conn.wait_drained(resume_at) => {}
                 _ = shutdown.cancelled() => break,
                 _ = &mut writer_task => {
                     writer_done = true;
@@ -341,6 +410,10 @@ where
         let frame = match frame {
             Ok(Some(f)) => f,
             Ok(None) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                tracing::warn!(error = %e, "half a frame and then nothing; closing the connection");
+                break;
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "read failed; closing");
                 break;
@@ -356,8 +429,8 @@ where
             )
         };
         match frame {
-            Frame::Message(bytes) => match serde_json::from_slice::<Value>(&bytes) {
-                Ok(v) => lp.value(v).await,
+            Frame::Message(bytes) => match super::message::parse_frame(&bytes) {
+                Ok((v, raw)) => lp.value(v, raw).await,
                 Err(e) => conn.send(error_text(
                     &RequestId::Null,
                     RpcError::new(ErrorKind::ParseError, format!("Parse error: {e}")),

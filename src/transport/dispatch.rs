@@ -150,7 +150,7 @@ impl Dispatcher {
             .and_then(|p| p.get("sessionId"))
             .and_then(Value::as_str)
         {
-            span.record("session", crate::rpc::truncated(sid, 64));
+            span.record("session", &*crate::rpc::for_log(sid));
         }
         let started = std::time::Instant::now();
         let reply = async {

@@ -77,13 +77,35 @@ impl FrameBudget {
     }
 }
 
+/// `fill_buf` inside a frame, bounded by the idle timeout.
+async fn fill_within<R: AsyncBufRead + Unpin>(
+    inner: &mut R,
+    idle: Option<std::time::Duration>,
+) -> std::io::Result<&[u8]> {
+    match idle {
+        None => inner.fill_buf().await,
+        Some(d) => match tokio::time::timeout(d, inner.fill_buf()).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("a started frame got no byte for {} ms", d.as_millis()),
+            )),
+        },
+    }
+}
+
 /// Reads frames from a buffered stream.
 pub struct FrameReader<R> {
     inner: R,
     framing: Option<Framing>,
     max_frame: usize,
     budget: FrameBudget,
+    /// How long a started frame may go without a byte (see [`FrameReader::with_idle_timeout`]).
+    idle: Option<std::time::Duration>,
 }
+
+/// Default longest wait for the next byte of a frame that has started: 30 s.
+pub const DEFAULT_FRAME_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     /// `framing: None` detects it from the first message.
@@ -93,7 +115,27 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
             framing,
             max_frame,
             budget,
+            idle: None,
         }
+    }
+
+    /// Once a frame has started, a wait of more than `idle` for its next byte ends the stream
+    /// with `TimedOut` (the connection is closed): a client that sends half a frame and stalls
+    /// (slowloris) cannot hold a connection slot, or budget, forever. Waiting between frames is
+    /// not limited: an idle client with nothing to send keeps its connection.
+    pub fn with_idle_timeout(mut self, idle: Option<std::time::Duration>) -> Self {
+        self.idle = idle;
+        self
+    }
+
+    fn stalled(&self) -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "a started frame got no byte for {} ms",
+                self.idle.map_or(0, |d| d.as_millis())
+            ),
+        )
     }
 
     /// The framing in use (known after the first frame, or when forced).
@@ -147,7 +189,7 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         let mut held = 0usize;
         let mut busy = false;
         let result = loop {
-            let buf = match self.inner.fill_buf().await {
+            let buf = match fill_within(&mut self.inner, self.idle).await {
                 Ok(b) => b,
                 Err(e) => break Err(e),
             };
@@ -193,9 +235,13 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     /// Reads one header line (without CRLF); `None` at EOF.
     async fn header_line(&mut self) -> std::io::Result<Option<String>> {
         let mut line = Vec::new();
-        let n = tokio::io::AsyncReadExt::take(&mut self.inner, 8192)
-            .read_until(b'\n', &mut line)
-            .await?;
+        let err = self.stalled();
+        let mut limited = tokio::io::AsyncReadExt::take(&mut self.inner, 8192);
+        let read = limited.read_until(b'\n', &mut line);
+        let n = match self.idle {
+            None => read.await?,
+            Some(d) => tokio::time::timeout(d, read).await.map_err(|_| err)??,
+        };
         if n == 0 {
             return Ok(None);
         }
@@ -250,23 +296,41 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         if len > self.max_frame {
             return Ok(Some(Frame::TooLarge(len)));
         }
-        if !self.budget.take(len) {
-            let mut remaining = len;
-            while remaining > 0 {
-                let buf = self.inner.fill_buf().await?;
-                if buf.is_empty() {
-                    break;
-                }
-                let n = buf.len().min(remaining);
-                self.inner.consume(n);
-                remaining -= n;
+        // The budget is charged as the body's bytes arrive, never reserved from the header: a
+        // header announcing a large body followed by nothing holds no budget (and no memory).
+        let mut body = Vec::new();
+        let mut remaining = len;
+        let mut held = 0usize;
+        let mut busy = false;
+        let result = loop {
+            if remaining == 0 {
+                break Ok(());
             }
+            let buf = match fill_within(&mut self.inner, self.idle).await {
+                Ok(b) => b,
+                Err(e) => break Err(e),
+            };
+            if buf.is_empty() {
+                break Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            let n = buf.len().min(remaining);
+            if !busy {
+                if self.budget.take(n) {
+                    held += n;
+                    body.extend_from_slice(&buf[..n]);
+                } else {
+                    busy = true;
+                    body = Vec::new();
+                }
+            }
+            self.inner.consume(n);
+            remaining -= n;
+        };
+        self.budget.give_back(held);
+        result?;
+        if busy {
             return Ok(Some(Frame::Busy(len)));
         }
-        let mut body = vec![0u8; len];
-        let read = tokio::io::AsyncReadExt::read_exact(&mut self.inner, &mut body).await;
-        self.budget.give_back(len);
-        read?;
         Ok(Some(Frame::Message(body)))
     }
 }
@@ -373,6 +437,46 @@ mod tests {
             Some(Frame::Message(b"{}".to_vec()))
         );
         assert_eq!(budget.used.load(Ordering::SeqCst), 0, "all given back");
+    }
+
+    #[tokio::test]
+    async fn a_started_frame_that_stalls_times_out_and_an_idle_stream_does_not() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut r = FrameReader::new(
+            BufReader::new(server),
+            None,
+            1000,
+            FrameBudget::new(usize::MAX),
+        )
+        .with_idle_timeout(Some(std::time::Duration::from_millis(50)));
+        // Idle between frames: no timeout (the read is still pending after 200 ms).
+        let pending = tokio::time::timeout(std::time::Duration::from_millis(200), r.next()).await;
+        assert!(pending.is_err());
+        client.write_all(b"{\"a\":").await.unwrap();
+        let err = r.next().await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    }
+
+    #[tokio::test]
+    async fn an_lsp_header_reserves_no_budget_before_its_body_arrives() {
+        let budget = FrameBudget::new(100);
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut r = FrameReader::new(BufReader::new(server), None, 1000, budget.clone());
+        client
+            .write_all(b"Content-Length: 90\r\n\r\n{")
+            .await
+            .unwrap();
+        let next = tokio::spawn(async move { r.next().await });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(
+            budget.used.load(Ordering::SeqCst) <= 1,
+            "only what arrived is charged"
+        );
+        assert!(budget.take(99), "the rest of the budget is free for others");
+        budget.give_back(99);
+        drop(client);
+        assert!(next.await.unwrap().is_err(), "end of input inside the body");
+        assert_eq!(budget.used.load(Ordering::SeqCst), 0);
     }
 
     #[tokio::test]

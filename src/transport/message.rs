@@ -16,6 +16,11 @@ pub enum RequestId {
     Str(String),
     Num(serde_json::Number),
     Null,
+    /// An id whose parsed form would not print back as sent: a number beyond `u64`/`i64` (an
+    /// `f64` in serde_json, so `18446744073709551617` would come back as `18446744073709552000`),
+    /// one written with a fraction or exponent, or a string holding a lone surrogate escape
+    /// (Rust strings cannot hold one). Kept as the exact JSON text and echoed byte for byte.
+    Raw(Box<str>),
 }
 
 impl Hash for RequestId {
@@ -30,6 +35,10 @@ impl Hash for RequestId {
                 n.to_string().hash(state);
             }
             RequestId::Null => 2u8.hash(state),
+            RequestId::Raw(r) => {
+                3u8.hash(state);
+                r.hash(state);
+            }
         }
     }
 }
@@ -45,12 +54,87 @@ impl RequestId {
         }
     }
 
+    /// The id as a JSON value (a [`RequestId::Raw`] id as its parsed, lossy form: replies are
+    /// written by [`response_text`], which uses the exact text).
     pub fn to_value(&self) -> Value {
         match self {
             RequestId::Str(s) => Value::String(s.clone()),
             RequestId::Num(n) => Value::Number(n.clone()),
             RequestId::Null => Value::Null,
+            RequestId::Raw(r) => crate::json::parse_line(r).unwrap_or(Value::Null),
         }
+    }
+
+    /// Keeps the id's exact text when its parsed form would print differently.
+    fn keep_raw(self, raw: Option<&str>) -> RequestId {
+        match (self, raw) {
+            (id @ (RequestId::Num(_) | RequestId::Str(_)), Some(raw))
+                if crate::json::stringify(&id.to_value()) != raw =>
+            {
+                RequestId::Raw(raw.into())
+            }
+            (id, _) => id,
+        }
+    }
+}
+
+/// The exact text of each message's `id` in a frame (one entry for a message, one per element
+/// for a batch), when some id may not print back as sent.
+pub type RawIds = Vec<Option<Box<str>>>;
+
+/// Parses one frame's JSON. A frame that escapes a lone UTF-16 surrogate (JavaScript's
+/// `JSON.stringify` of a string cut inside an emoji writes `"\ud83d"`; `JSON.parse` accepts it)
+/// is parsed as session lines are ([`crate::json::parse_line`]: the lone surrogate carried, and
+/// written back as the same escape), instead of failing as a parse error with `id: null`. When an
+/// id may not survive parsing (a surrogate was replaced, or a number id parsed as an `f64`), the
+/// ids' exact texts are read too, so replies echo them byte for byte.
+pub fn parse_frame(bytes: &[u8]) -> Result<(Value, RawIds), serde_json::Error> {
+    let (value, repaired) = match serde_json::from_slice::<Value>(bytes) {
+        Ok(v) => (v, false),
+        Err(e) => {
+            let Ok(text) = std::str::from_utf8(bytes) else {
+                return Err(e);
+            };
+            if !text.contains("\\u") {
+                return Err(e);
+            }
+            (crate::json::parse_line(text).map_err(|_| e)?, true)
+        }
+    };
+    let float_id = |v: &Value| matches!(v.get("id"), Some(Value::Number(n)) if n.is_f64());
+    let lossy = repaired
+        || match &value {
+            Value::Array(items) => items.iter().any(float_id),
+            v => float_id(v),
+        };
+    let raw = if lossy {
+        raw_ids(bytes, &value)
+    } else {
+        Vec::new()
+    };
+    Ok((value, raw))
+}
+
+/// The exact `id` texts of a frame already known to be JSON (see [`parse_frame`]).
+fn raw_ids(bytes: &[u8], value: &Value) -> RawIds {
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize)]
+    struct Id<'a> {
+        #[serde(borrow, default)]
+        id: Option<&'a RawValue>,
+    }
+    let id_of = |text: &str| -> Option<Box<str>> {
+        let id = serde_json::from_str::<Id<'_>>(text).ok()?.id?;
+        Some(id.get().into())
+    };
+    match value {
+        Value::Array(_) => serde_json::from_slice::<Vec<&RawValue>>(bytes)
+            .map(|items| items.into_iter().map(|i| id_of(i.get())).collect())
+            .unwrap_or_default(),
+        Value::Object(_) => std::str::from_utf8(bytes)
+            .map(|t| vec![id_of(t)])
+            .unwrap_or_default(),
+        _ => Vec::new(),
     }
 }
 
@@ -60,6 +144,7 @@ impl fmt::Display for RequestId {
             RequestId::Str(s) => write!(f, "{s:?}"),
             RequestId::Num(n) => write!(f, "{n}"),
             RequestId::Null => f.write_str("null"),
+            RequestId::Raw(r) => f.write_str(r),
         }
     }
 }
@@ -102,6 +187,27 @@ fn invalid(id: RequestId, message: &str) -> Invalid {
 }
 
 impl Message {
+    /// [`Message::parse`], keeping the id's exact text `raw` when its parsed form would print
+    /// differently (see [`RequestId::Raw`]).
+    pub fn parse_raw(value: Value, raw: Option<&str>) -> Result<Message, Invalid> {
+        match Message::parse(value) {
+            Ok(Message::Request { id, method, params }) => Ok(Message::Request {
+                id: id.keep_raw(raw),
+                method,
+                params,
+            }),
+            Ok(Message::Response { id, result }) => Ok(Message::Response {
+                id: id.keep_raw(raw),
+                result,
+            }),
+            Err(Invalid { id, error }) => Err(Invalid {
+                id: id.keep_raw(raw),
+                error,
+            }),
+            other => other,
+        }
+    }
+
     /// Classifies one message object (not a batch).
     pub fn parse(value: Value) -> Result<Message, Invalid> {
         let Value::Object(mut obj) = value else {
@@ -157,12 +263,23 @@ impl Message {
 pub fn response_text(id: &RequestId, result: Result<Value, RpcError>) -> String {
     let mut o = Map::new();
     o.insert("jsonrpc".into(), Value::from("2.0"));
-    o.insert("id".into(), id.to_value());
+    if !matches!(id, RequestId::Raw(_)) {
+        o.insert("id".into(), id.to_value());
+    }
     match result {
         Ok(v) => o.insert("result".into(), v),
         Err(e) => o.insert("error".into(), e.to_json()),
     };
-    crate::json::stringify(&Value::Object(o))
+    let text = crate::json::stringify(&Value::Object(o));
+    match id {
+        // The exact id text goes in where `id` belongs, after `jsonrpc`.
+        RequestId::Raw(raw) => {
+            let head = "{\"jsonrpc\":\"2.0\",";
+            let rest = text.strip_prefix(head).unwrap_or(&text[1..]);
+            format!("{head}\"id\":{raw},{rest}")
+        }
+        _ => text,
+    }
 }
 
 #[cfg(test)]
@@ -201,6 +318,42 @@ mod tests {
         assert!(
             Message::parse(json!({"jsonrpc": "2.0", "id": 1, "method": "m", "params": 3})).is_err()
         );
+    }
+
+    #[test]
+    fn ids_that_do_not_survive_parsing_are_echoed_as_sent() {
+        for (frame, id) in [
+            (
+                r#"{"jsonrpc":"2.0","id":18446744073709551617,"method":"m"}"#,
+                "18446744073709551617",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"a\ud83d","method":"m"}"#,
+                r#""a\ud83d""#,
+            ),
+            (r#"{"jsonrpc":"2.0","id":1e3,"method":"m"}"#, "1e3"),
+        ] {
+            let (v, raw) = parse_frame(frame.as_bytes()).unwrap();
+            let Ok(Message::Request { id: got, .. }) = Message::parse_raw(v, raw[0].as_deref())
+            else {
+                panic!("{frame}");
+            };
+            let text = response_text(&got, Ok(Value::Null));
+            assert_eq!(
+                text,
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"result":null}}"#)
+            );
+        }
+        // Ids that print back as sent stay typed.
+        let (v, raw) = parse_frame(br#"{"jsonrpc":"2.0","id":7,"method":"m"}"#).unwrap();
+        assert!(raw.is_empty());
+        assert!(matches!(
+            Message::parse_raw(v, None),
+            Ok(Message::Request {
+                id: RequestId::Num(_),
+                ..
+            })
+        ));
     }
 
     #[test]

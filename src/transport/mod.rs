@@ -13,14 +13,21 @@ pub mod message;
 pub mod stdio;
 pub mod unix;
 
-pub use framing::{FrameBudget, Framing, DEFAULT_MAX_BUFFERED, DEFAULT_MAX_FRAME};
+pub use framing::{
+    FrameBudget, Framing, DEFAULT_FRAME_IDLE_TIMEOUT, DEFAULT_MAX_BUFFERED, DEFAULT_MAX_FRAME,
+};
 
 /// Default number of slow requests (compact, checkCompaction, navigateTree) one connection may
 /// have running at once.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
 /// Default bytes of replies and events a connection may leave unread before the daemon stops
-/// reading its requests: 64 MiB.
-pub const DEFAULT_MAX_QUEUED: usize = 64 * 1024 * 1024;
+/// reading its requests: 8 MiB (a client that never reads grows the daemon by about this much
+/// plus one reply).
+pub const DEFAULT_MAX_QUEUED: usize = 8 * 1024 * 1024;
+/// Default bytes of unread replies and events over all connections together before every
+/// connection with replies still queued stops being read until it drains: 64 MiB (the
+/// per-connection limit alone allowed 256 connections × the limit).
+pub const DEFAULT_MAX_QUEUED_TOTAL: usize = 64 * 1024 * 1024;
 /// Default number of simultaneous socket connections.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
@@ -35,8 +42,14 @@ pub struct Options {
     pub max_in_flight: usize,
     /// Unread reply bytes past which a connection's input is paused.
     pub max_queued: usize,
+    /// Unread reply bytes over all connections past which every connection with unread
+    /// replies is paused until its own queue is empty.
+    pub max_queued_total: usize,
     /// Frame bytes all connections together may be assembling.
     pub budget: FrameBudget,
+    /// Longest wait for the next byte of a started frame before the connection is closed
+    /// (`None`: no limit).
+    pub frame_idle_timeout: Option<std::time::Duration>,
 }
 
 impl Default for Options {
@@ -46,7 +59,9 @@ impl Default for Options {
             max_frame: DEFAULT_MAX_FRAME,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_queued: DEFAULT_MAX_QUEUED,
+            max_queued_total: DEFAULT_MAX_QUEUED_TOTAL,
             budget: FrameBudget::new(DEFAULT_MAX_BUFFERED),
+            frame_idle_timeout: Some(DEFAULT_FRAME_IDLE_TIMEOUT),
         }
     }
 }

@@ -225,6 +225,28 @@ pub fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()
     })
 }
 
+/// Keeps SIGHUP, SIGUSR1 and SIGUSR2 from killing the daemon (their default action is to
+/// terminate): a closed terminal, `logrotate`'s `postrotate kill -HUP`, or a stray `kill -USR1`
+/// aimed at another process must not drop every client's sessions. Each is logged and
+/// otherwise ignored. Log files are opened in append mode, so `copytruncate` rotation needs no
+/// reopen. Call inside the runtime, before serving.
+pub fn ignore_benign_signals() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    for (kind, name) in [
+        (SignalKind::hangup(), "SIGHUP"),
+        (SignalKind::user_defined1(), "SIGUSR1"),
+        (SignalKind::user_defined2(), "SIGUSR2"),
+    ] {
+        let mut stream = signal(kind)?;
+        tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                tracing::info!(signal = name, "signal received and ignored");
+            }
+        });
+    }
+    Ok(())
+}
+
 /// Accept errors that mean "out of resources": wait for some to be freed.
 fn is_resource_exhaustion(e: &std::io::Error) -> bool {
     // EMFILE 24, ENFILE 23, ENOBUFS 105, ENOMEM 12.
@@ -260,6 +282,7 @@ pub async fn serve_unix(
     max_connections: usize,
 ) -> Result<(), String> {
     let signals = shutdown_signal().map_err(|e| e.to_string())?;
+    ignore_benign_signals().map_err(|e| e.to_string())?;
     tokio::pin!(signals);
     let active = Arc::new(AtomicUsize::new(0));
     let mut connections = tokio::task::JoinSet::new();

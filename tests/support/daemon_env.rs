@@ -161,7 +161,8 @@ impl Env {
         if !out.status.success() {
             return Err(String::from_utf8_lossy(&out.stderr).into_owned());
         }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("inspect output: {e}"))
+        compactd::json::parse_line(&String::from_utf8_lossy(&out.stdout))
+            .map_err(|e| format!("inspect output: {e}"))
     }
 }
 

@@ -51,7 +51,8 @@ impl Oracle {
         }
         let text = std::fs::read_to_string(&out).map_err(|e| format!("harness out: {e}"))?;
         let _ = std::fs::remove_file(&out);
-        serde_json::from_str(&text).map_err(|e| format!("harness out: {e}"))
+        // Pi's output may escape lone surrogates (ids it read): parsed as compactd reads them.
+        compactd::json::parse_line(&text).map_err(|e| format!("harness out: {e}"))
     }
 
     /// Pi loads `file` and agrees with compactd's `inspect` on every analysis field.

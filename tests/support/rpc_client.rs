@@ -99,7 +99,9 @@ impl Client {
         std::thread::spawn(move || {
             let mut r = BufReader::new(reader);
             while let Some(bytes) = read_frame(&mut r, framing) {
-                let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {
+                // Replies may escape lone surrogates (ids compactd read from a file, echoed as
+                // Pi writes them): read as compactd reads them.
+                let Ok(v) = compactd::json::parse_line(&String::from_utf8_lossy(&bytes)) else {
                     continue;
                 };
                 // Server→client requests (hooks) are answered here, so a test blocked in

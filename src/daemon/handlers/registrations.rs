@@ -71,11 +71,21 @@ pub fn register_hooks(ctx: &Ctx, p: RegisterHooksParams) -> Result<RegisterHooks
             OPTIONAL_HOOK_MEMBERS.join(", ")
         )));
     }
+    let cap = ctx.daemon.config.limits.max_hook_timeout_ms;
+    let asked = p.timeout_ms.unwrap_or(60_000);
+    if asked > cap {
+        tracing::warn!(
+            connection = ctx.conn.id,
+            asked,
+            cap,
+            "registerHooks.timeoutMs lowered to [limits] max_hook_timeout_ms"
+        );
+    }
     ctx.conn.hooks.lock().push(HookRegistration {
         include: p.include,
         session_id: p.session_id,
         hooks: p.hooks,
-        timeout: Duration::from_millis(p.timeout_ms.unwrap_or(60_000)),
+        timeout: Duration::from_millis(asked.min(cap)),
         seq: ctx.daemon.next_hook_seq(),
     });
     Ok(RegisterHooksResult { registered: true })

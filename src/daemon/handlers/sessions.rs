@@ -144,7 +144,7 @@ fn status(daemon: &Daemon, session: &Session) -> SessionInfo {
 
 pub fn initialize(ctx: &Ctx, p: InitializeParams) -> Result<InitializeResult, RpcError> {
     if let Some(name) = &p.client_name {
-        tracing::info!(client = %name, "client initialized");
+        tracing::info!(client = %crate::rpc::for_log(name), "client initialized");
     }
     if let Some(on) = p.log_notifications {
         crate::daemon::log_relay::listen(&ctx.conn, on);
@@ -170,20 +170,9 @@ fn default_thinking(cwd: Option<&str>) -> String {
 /// anything is read or created.
 fn check_allowed(ctx: &Ctx, path: &Path) -> Result<(), RpcError> {
     let roots = ctx.daemon.config.storage.roots();
-    // Resolve the nearest existing ancestor, so links cannot lead outside the roots.
-    let mut existing = path;
-    let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
-    while !existing.exists() {
-        let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
-            break;
-        };
-        rest.push(name);
-        existing = parent;
-    }
-    let mut resolved = std::fs::canonicalize(existing).unwrap_or_else(|_| existing.to_owned());
-    for name in rest.iter().rev() {
-        resolved.push(name);
-    }
+    // The nearest existing ancestor resolved (links cannot lead outside the roots) and `..`
+    // through directories that do not exist yet taken as the kernel will once they do.
+    let resolved = crate::confined::resolve(path);
     let path = resolved.as_path();
     if roots.iter().any(|r| path.starts_with(r)) {
         return Ok(());

@@ -205,10 +205,11 @@ pub(super) fn write(session: &Session, f: Finished<'_>) -> Result<Written, Compa
     // Another process may have written to the file while the summarizer ran: take its lines in
     // first, so a moved leaf is noticed rather than written under.
     if let Err(e) = state.sync_with_file() {
-        let kind = if e.kind == ErrorKind::FileBusy {
-            ErrorKind::FileBusy
-        } else {
-            ErrorKind::FileChanged
+        // The kind every other write reports for the same file: `io` for a file that cannot be
+        // read (it used to come back `file_changed` here only), `file_busy`, `file_changed`.
+        let kind = match e.kind {
+            ErrorKind::FileBusy | ErrorKind::Io | ErrorKind::FileChanged => e.kind,
+            _ => ErrorKind::FileChanged,
         };
         return Err(CompactionFailure::Error(kind, e.message));
     }
