@@ -87,8 +87,13 @@ impl Tmux {
 
     /// Starts `args` (a shell command line) in a `width` × `height` window.
     fn start(env: &Env, width: u16, height: u16, line: &str, vars: &[(&str, &str)]) -> Tmux {
+        // A socket of its own per server: a test that starts a second one right after dropping
+        // the first must not reach the first while it is still shutting down ("server exited
+        // unexpectedly").
+        static SERVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = SERVERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let t = Tmux {
-            socket: env.path("tmux.sock"),
+            socket: env.path(&format!("tmux-{n}.sock")),
         };
         let mut c = t.cmd();
         c.args(["new-session", "-d", "-s", "top"])
