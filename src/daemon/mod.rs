@@ -485,6 +485,13 @@ impl Daemon {
         }
     }
 
+    /// Aborts the compaction or branch summary running for `session_id` (a client cancelled
+    /// the request that started it, or went away); false when none runs or the session is
+    /// unknown. The transport's one way into the lifecycle.
+    pub fn abort_session(&self, session_id: &str) -> bool {
+        self.session(session_id).is_ok_and(|s| lifecycle::abort(&s))
+    }
+
     /// The open session at `location` (a path, or a stored session's location).
     pub fn open_at(&self, location: &Path) -> Option<Arc<Session>> {
         let reg = self.registry.lock();

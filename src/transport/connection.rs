@@ -99,8 +99,8 @@ impl Loop {
             None => return,
         };
         tracing::debug!(request = %crate::rpc::for_log(&id.to_string()), "request cancelled by the client");
-        if let Some(session) = session_id.and_then(|sid| self.daemon.session(&sid).ok()) {
-            crate::daemon::lifecycle::abort(&session);
+        if let Some(sid) = session_id {
+            self.daemon.abort_session(&sid);
         }
     }
 
@@ -165,12 +165,9 @@ impl Loop {
                 self.conn.send(error_text(&id, self.overloaded()));
                 return;
             };
-            // A session-scoped method names its session in `sessionId` (the list declares it):
-            // that is the work a cancel or a disconnect aborts.
-            let session_id = crate::rpc::methods::spec(&method)
-                .filter(|m| m.scope == crate::rpc::methods::Scope::Session)
-                .and_then(|_| params.as_ref()?.get("sessionId")?.as_str())
-                .map(str::to_owned);
+            // The work a cancel or a disconnect aborts: the session the method's declared
+            // scope names.
+            let session_id = dispatch::session_of(&method, params.as_ref());
             table.insert(
                 id.clone(),
                 InFlight {
@@ -466,9 +463,7 @@ where
                 .filter_map(|f| f.session_id.clone())
                 .collect();
             for sid in sessions {
-                if let Ok(s) = daemon.session(&sid) {
-                    crate::daemon::lifecycle::abort(&s);
-                }
+                daemon.abort_session(&sid);
             }
             while lp.tasks.join_next().await.is_some() {}
             break;

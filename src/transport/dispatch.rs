@@ -68,7 +68,24 @@ macro_rules! table {
         const METHODS: &[(&str, Handler)] = &[
             $( ($name, table!(@handler $run, $($handler)::+, $params, $result)) ),*
         ];
+
+        /// The session a request acts on, read through its declared params type (a method
+        /// declared `Session` names it in its typed `session_id`): the work a client's cancel
+        /// or disconnect aborts. `None` for `Global` methods and params that do not parse.
+        pub fn session_of(method: &str, params: Option<&Value>) -> Option<String> {
+            match method {
+                $( $name => table!(@session $scope, $params, params), )*
+                _ => None,
+            }
+        }
     };
+    (@session Session, $params:ident, $p:ident) => {
+        parse::<types::$params>($p.cloned()).ok().map(|p| p.session_id)
+    };
+    (@session Global, $params:ident, $p:ident) => {{
+        let _ = $p;
+        None
+    }};
     (@handler Inline, $($handler:ident)::+, $params:ident, $result:ident) => {
         Handler::Sync(|ctx, p| {
             let params: types::$params = parse(p)?;

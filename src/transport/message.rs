@@ -4,14 +4,14 @@
 //! by a [`RequestId`] rather than by the id's JSON text.
 
 use std::fmt;
-use std::hash::{Hash, Hasher};
 
 use serde_json::{Map, Value};
 
 use crate::rpc::{ErrorKind, RpcError};
 
-/// A request id as the client sent it: a string, a number, or `null`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A request id as the client sent it: a string, a number, or `null`. Hashed as it compares
+/// (serde_json's `Number` hashes its value), so in-flight requests are keyed by the id itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RequestId {
     Str(String),
     Num(serde_json::Number),
@@ -21,26 +21,6 @@ pub enum RequestId {
     /// one written with a fraction or exponent, or a string holding a lone surrogate escape
     /// (Rust strings cannot hold one). Kept as the exact JSON text and echoed byte for byte.
     Raw(Box<str>),
-}
-
-impl Hash for RequestId {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        match self {
-            RequestId::Str(s) => {
-                0u8.hash(state);
-                s.hash(state);
-            }
-            RequestId::Num(n) => {
-                1u8.hash(state);
-                n.to_string().hash(state);
-            }
-            RequestId::Null => 2u8.hash(state),
-            RequestId::Raw(r) => {
-                3u8.hash(state);
-                r.hash(state);
-            }
-        }
-    }
 }
 
 impl RequestId {
