@@ -146,6 +146,7 @@ class CompactionSettings(_CompactionSettingsRequired, total=False):
     idleCompactAt: float
     cacheTtlSeconds: int
     calibratedEstimates: bool
+    recallFooter: bool
 
 
 class CompactionSettingsPatch(TypedDict, total=False):
@@ -160,6 +161,7 @@ class CompactionSettingsPatch(TypedDict, total=False):
     idleCompactAt: Optional[float]
     cacheTtlSeconds: Optional[int]
     calibratedEstimates: Optional[bool]
+    recallFooter: Optional[bool]
 
 
 class Context(TypedDict):
