@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 pub type ConnId = u64;
@@ -150,8 +150,7 @@ impl Connection {
             }
             return;
         }
-        let text =
-            crate::json::stringify(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+        let text = crate::rpc::wire::notification(method, params);
         self.queued_bytes.fetch_add(text.len(), Ordering::SeqCst);
         let _ = self.tx.send(Outbound {
             text,
@@ -189,8 +188,11 @@ impl Connection {
                 .fetch_sub(1, Ordering::SeqCst)
                 .saturating_sub(1);
             if left == 0 && self.dropped_notice_pending.swap(false, Ordering::SeqCst) {
-                return Some(crate::json::stringify(
-                    &json!({"jsonrpc": "2.0", "method": "subscription_dropped", "params": crate::rpc::events::payload(&crate::rpc::events::SubscriptionDropped {})}),
+                let params =
+                    crate::rpc::events::payload(&crate::rpc::events::SubscriptionDropped {});
+                return Some(crate::rpc::wire::notification(
+                    "subscription_dropped",
+                    &params,
                 ));
             }
         }
@@ -213,18 +215,21 @@ impl Connection {
         );
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id.clone(), tx);
-        self.send(crate::json::stringify(
-            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        ));
+        self.send(
+            crate::rpc::wire::Outgoing::Request {
+                id: &id,
+                method,
+                params: &params,
+            }
+            .to_text(),
+        );
         let outcome = tokio::time::timeout(timeout, rx).await;
         match outcome {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => Err(PeerError::Disconnected),
             Err(_) => {
                 self.pending.lock().remove(&id);
-                self.send(crate::json::stringify(
-                    &json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id}}),
-                ));
+                self.send(crate::rpc::wire::cancel_request(&id));
                 Err(PeerError::Timeout)
             }
         }
@@ -242,9 +247,7 @@ impl Connection {
             })
             .collect();
         for id in ids {
-            self.send(crate::json::stringify(
-                &json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id}}),
-            ));
+            self.send(crate::rpc::wire::cancel_request(&id));
         }
     }
 
@@ -289,6 +292,7 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_slow_subscriber_is_dropped_and_told_once_it_catches_up() {

@@ -100,11 +100,7 @@ pub fn notification(level: &Level, target: &str, text: &str) -> String {
         kind: message_type(level),
         message: &message,
     });
-    crate::json::stringify(&serde_json::json!({
-        "jsonrpc": "2.0",
-        "method": events::LOG_MESSAGE,
-        "params": params,
-    }))
+    crate::rpc::wire::notification(events::LOG_MESSAGE, &params)
 }
 
 /// The tracing layer that relays log lines; install it beside the file or stderr writer, with

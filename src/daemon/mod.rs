@@ -586,9 +586,7 @@ impl Daemon {
         let (hook, params) = (H::NAME, crate::rpc::events::payload(notification));
         for (conn, registration) in self.hook_targets(session_id, hook) {
             let params = registration.shape(&params);
-            conn.send(crate::json::stringify(
-                &serde_json::json!({"jsonrpc": "2.0", "method": hook, "params": params}),
-            ));
+            conn.send(crate::rpc::wire::notification(hook, &params));
         }
     }
 }

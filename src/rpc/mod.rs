@@ -9,6 +9,7 @@ pub mod openrpc;
 pub mod results;
 pub mod schemas;
 pub mod types;
+pub mod wire;
 
 pub use errors::{ErrorKind, RpcError};
 
