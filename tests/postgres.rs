@@ -284,26 +284,14 @@ fn simultaneous_threshold_crossings_make_one_compaction() {
         Daemon::start(&pg, &summarizer),
     );
     let mut ca = a.client();
-    let (sid_a, header_id) = create(&mut ca, a.env.dir.path());
-    ca.ok(
-        "setModel",
-        json!({"sessionId": sid_a, "model": small_model()}),
-    );
-    ca.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid_a, "compaction": {"reserveTokens": 4000, "keepRecentTokens": 2000, "speculativeAt": 0}}),
-    );
-    fill(&mut ca, &sid_a, 12, 13_000);
+    let (sid_a, header_id) = over_threshold(&mut ca, a.env.dir.path());
     let mut cb = b.client();
     let sid_b = open(&mut cb, &header_id);
     cb.ok(
         "setModel",
         json!({"sessionId": sid_b, "model": small_model()}),
     );
-    cb.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid_b, "compaction": {"reserveTokens": 4000, "keepRecentTokens": 2000, "speculativeAt": 0}}),
-    );
+    settle_overrides(&mut cb, &sid_b);
     let check = |mut c: Client, sid: String| {
         std::thread::spawn(move || {
             let r = c.ok(
@@ -336,17 +324,20 @@ fn simultaneous_threshold_crossings_make_one_compaction() {
     }
 }
 
-/// A session over the threshold of [`small_model`], opened on `c` by `header_id` (or created).
+/// A new stored session on `c`, over the threshold of [`small_model`] (its settings fixed
+/// first, so no speculation starts while it fills).
 fn over_threshold(c: &mut Client, cwd: &Path) -> (String, String) {
     let (sid, header_id) = create(c, cwd);
     c.ok(
         "setModel",
         json!({"sessionId": sid, "model": small_model()}),
     );
+    settle_overrides(c, &sid);
     fill(c, &sid, 12, 13_000);
     (sid, header_id)
 }
 
+/// A small reserve and kept tail, and no speculation (the tests count summarizer requests).
 fn settle_overrides(c: &mut Client, sid: &str) {
     c.ok(
         "setSettingsOverrides",
@@ -367,7 +358,6 @@ fn a_daemon_killed_mid_compaction_releases_its_lease() {
     let b = Daemon::start(&pg, "");
     let mut ca = a.client();
     let (sid_a, header_id) = over_threshold(&mut ca, a.env.dir.path());
-    settle_overrides(&mut ca, &sid_a);
     ca.ok("subscribe", json!({"sessionId": sid_a}));
     ca.send("compact", json!({"sessionId": sid_a}));
     assert!(
@@ -414,7 +404,6 @@ fn events_reach_subscribers_on_every_daemon() {
     let (a, b) = (Daemon::start(&pg, ""), Daemon::start(&pg, ""));
     let mut ca = a.client();
     let (sid_a, header_id) = over_threshold(&mut ca, a.env.dir.path());
-    settle_overrides(&mut ca, &sid_a);
     let mut cb = b.client();
     let sid_b = open(&mut cb, &header_id);
     cb.ok("subscribe", json!({"sessionId": sid_b}));

@@ -655,12 +655,32 @@ fn half_frames_that_stall_are_closed_after_the_idle_timeout() {
     idle.ok("initialize", json!({}));
     let mut lorises = Vec::new();
     for i in 0..5 {
-        let mut s = UnixStream::connect(&socket).unwrap();
-        if i % 2 == 0 {
-            s.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,").unwrap();
+        let half: &[u8] = if i % 2 == 0 {
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,"
         } else {
-            s.write_all(b"Content-Length: 100\r\n\r\n{\"json").unwrap();
-        }
+            b"Content-Length: 100\r\n\r\n{\"json"
+        };
+        // The readiness probe's connection may still hold a slot for a moment on a loaded
+        // machine (the daemon then refuses and closes): connect again until one is taken.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let s = loop {
+            let mut s = UnixStream::connect(&socket).unwrap();
+            if s.write_all(half).is_ok() {
+                std::thread::sleep(Duration::from_millis(50));
+                let mut probe = [0u8; 1];
+                s.set_nonblocking(true).unwrap();
+                let refused = matches!(std::io::Read::read(&mut s, &mut probe), Ok(_));
+                s.set_nonblocking(false).unwrap();
+                if !refused {
+                    break s;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no slot for a stalled connection"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
         lorises.push(s);
     }
     std::thread::sleep(Duration::from_millis(1500));
