@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::Value;
+
+use crate::rpc::wire::RequestId;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 pub type ConnId = u64;
@@ -82,7 +84,8 @@ pub struct Connection {
     dropped_notice_pending: AtomicBool,
     pub subscriptions: Mutex<Vec<Subscription>>,
     pub hooks: Mutex<Vec<HookRegistration>>,
-    pending: Mutex<HashMap<String, oneshot::Sender<Result<Value, PeerError>>>>,
+    /// The daemon's own requests (hooks) awaiting an answer, by their id.
+    pending: Mutex<HashMap<RequestId, oneshot::Sender<Result<Value, PeerError>>>>,
     next_request: AtomicU64,
     /// Session ids this connection holds open.
     pub holds: Mutex<HashSet<String>>,
@@ -209,10 +212,10 @@ impl Connection {
         if self.input_closed.load(Ordering::SeqCst) {
             return Err(PeerError::Disconnected);
         }
-        let id = format!(
+        let id = RequestId::Str(format!(
             "compactd-{}",
             self.next_request.fetch_add(1, Ordering::SeqCst)
-        );
+        ));
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id.clone(), tx);
         self.send(
@@ -237,7 +240,7 @@ impl Connection {
 
     /// Sends `$/cancelRequest` for every request in flight (an abort).
     pub fn cancel_pending(&self) {
-        let ids: Vec<String> = self
+        let ids: Vec<RequestId> = self
             .pending
             .lock()
             .drain()
@@ -253,7 +256,7 @@ impl Connection {
 
     /// Routes the client's answer (`id` as a string: the daemon's ids are strings) to the
     /// waiting request. Returns false when nothing was waiting for it.
-    pub fn handle_response(&self, id: &str, result: Result<Value, Value>) -> bool {
+    pub fn handle_response(&self, id: &RequestId, result: Result<Value, Value>) -> bool {
         let Some(tx) = self.pending.lock().remove(id) else {
             return false;
         };
@@ -336,7 +339,8 @@ mod tests {
             );
         let sent = rx.recv().await.unwrap();
         let id: Value = serde_json::from_str::<Value>(&sent.text).unwrap()["id"].clone();
-        assert!(conn.handle_response(id.as_str().unwrap(), Ok(json!({"cancel": true}))));
+        let id = RequestId::from_value(&id).unwrap();
+        assert!(conn.handle_response(&id, Ok(json!({"cancel": true}))));
         assert_eq!(answer.await.unwrap(), Ok(json!({"cancel": true})));
         let timed_out = conn
             .request("hook", json!({}), Duration::from_millis(20))
@@ -345,7 +349,8 @@ mod tests {
         let _request = rx.recv().await.unwrap();
         let cancel = rx.recv().await.unwrap();
         assert!(cancel.text.contains("$/cancelRequest"));
-        assert!(!conn.handle_response("unknown", Ok(json!(1))));
+        let unknown = RequestId::Str("unknown".into());
+        assert!(!conn.handle_response(&unknown, Ok(json!(1))));
         conn.close_input();
         let after = conn
             .request("hook", json!({}), Duration::from_secs(5))

@@ -115,11 +115,7 @@ impl Loop {
         match msg {
             Err(Invalid { id, error }) => Some(error_text(&id, error)),
             Ok(Message::Response { id, result }) => {
-                let key = match &id {
-                    RequestId::Str(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                if !self.conn.handle_response(&key, result) {
+                if !self.conn.handle_response(&id, result) {
                     tracing::debug!(id = %crate::rpc::for_log(&id.to_string()), "response to an unknown request ignored");
                 }
                 None

@@ -3,60 +3,10 @@
 //! connection loop matches on a type instead of probing fields, and in-flight requests are keyed
 //! by a [`RequestId`] rather than by the id's JSON text.
 
-use std::fmt;
-
 use serde_json::{Map, Value};
 
+pub use crate::rpc::wire::RequestId;
 use crate::rpc::{ErrorKind, RpcError};
-
-/// A request id as the client sent it: a string, a number, or `null`. Hashed as it compares
-/// (serde_json's `Number` hashes its value), so in-flight requests are keyed by the id itself.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum RequestId {
-    Str(String),
-    Num(serde_json::Number),
-    Null,
-    /// An id whose parsed form would not print back as sent: a number beyond `u64`/`i64` (an
-    /// `f64` in serde_json, so `18446744073709551617` would come back as `18446744073709552000`),
-    /// one written with a fraction or exponent, or a string holding a lone surrogate escape
-    /// (Rust strings cannot hold one). Kept as the exact JSON text and echoed byte for byte.
-    Raw(Box<str>),
-}
-
-impl RequestId {
-    /// The id of a message value, if it has a valid one (`None`: absent or of the wrong type).
-    pub fn from_value(v: &Value) -> Option<RequestId> {
-        match v {
-            Value::String(s) => Some(RequestId::Str(s.clone())),
-            Value::Number(n) => Some(RequestId::Num(n.clone())),
-            Value::Null => Some(RequestId::Null),
-            _ => None,
-        }
-    }
-
-    /// The id as a JSON value (a [`RequestId::Raw`] id as its parsed, lossy form: replies are
-    /// written by [`response_text`], which uses the exact text).
-    pub fn to_value(&self) -> Value {
-        match self {
-            RequestId::Str(s) => Value::String(s.clone()),
-            RequestId::Num(n) => Value::Number(n.clone()),
-            RequestId::Null => Value::Null,
-            RequestId::Raw(r) => crate::json::parse_line(r).unwrap_or(Value::Null),
-        }
-    }
-
-    /// Keeps the id's exact text when its parsed form would print differently.
-    fn keep_raw(self, raw: Option<&str>) -> RequestId {
-        match (self, raw) {
-            (id @ (RequestId::Num(_) | RequestId::Str(_)), Some(raw))
-                if crate::json::stringify(&id.to_value()) != raw =>
-            {
-                RequestId::Raw(raw.into())
-            }
-            (id, _) => id,
-        }
-    }
-}
 
 /// The exact text of each message's `id` in a frame (one entry for a message, one per element
 /// for a batch), when some id may not print back as sent.
@@ -115,17 +65,6 @@ fn raw_ids(bytes: &[u8], value: &Value) -> RawIds {
             .map(|t| vec![id_of(t)])
             .unwrap_or_default(),
         _ => Vec::new(),
-    }
-}
-
-impl fmt::Display for RequestId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RequestId::Str(s) => write!(f, "{s:?}"),
-            RequestId::Num(n) => write!(f, "{n}"),
-            RequestId::Null => f.write_str("null"),
-            RequestId::Raw(r) => f.write_str(r),
-        }
     }
 }
 
