@@ -16,6 +16,8 @@
 //!   compares as Infinity does (a header version of `1e400` is not migrated) and is written as
 //!   `null`, as `JSON.stringify(Infinity)` is.
 
+pub mod measure;
+
 use serde_json::{Map, Value};
 
 /// Length of `s` in UTF-16 code units (JavaScript's `.length`).
