@@ -192,16 +192,18 @@ impl Database {
     }
 
     /// Runs `f` on the database's runtime and waits for it, from any thread (an async worker
-    /// hands its other tasks on meanwhile: `cpu::blocking`).
-    fn block_on<T: Send + 'static>(&self, f: impl Future<Output = T> + Send + 'static) -> T {
+    /// hands its other tasks on meanwhile: `cpu::blocking`). A task that ended without an
+    /// answer (it panicked, or the runtime is shutting down) is the store being unavailable.
+    fn block_on<T: Send + 'static>(
+        &self,
+        f: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.handle().spawn(async move {
             let _ = tx.send(f.await);
         });
-        crate::cpu::blocking(|| rx.recv()).unwrap_or_else(|_| {
-            // The task cannot be dropped unfinished while the runtime lives.
-            unreachable!("the database runtime dropped a task")
-        })
+        crate::cpu::blocking(|| rx.recv())
+            .map_err(|_| unavailable("the database task ended without an answer"))?
     }
 
     /// Runs `f` on the database's runtime, awaited from another runtime.
