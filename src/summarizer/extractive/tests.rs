@@ -565,6 +565,19 @@ fn an_abandoned_approach_is_a_decision_and_not_open() {
 }
 
 #[test]
+fn a_reasoned_choice_is_a_decision_and_a_consequence_is_not() {
+    let msgs = vec![
+        user("Prepare the 3.0 release notes."),
+        said("Removing the v1 endpoints (#512) is breaking, so it gets a migration note."),
+        said("The cache is cold after the deploy, so it will take a minute to warm up."),
+    ];
+    let s = summary_of(&msgs);
+    let decisions = section(&s, "## Key Decisions");
+    assert!(decisions.contains("#512"), "{s}");
+    assert!(!decisions.contains("cache is cold"), "{s}");
+}
+
+#[test]
 fn shell_tools_are_recognised_by_their_arguments() {
     let msgs = vec![
         user("Fix the status command."),

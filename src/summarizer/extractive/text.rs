@@ -183,11 +183,12 @@ pub(super) fn is_constraint(sentence: &str) -> bool {
     strong || !TASK_VERBS.contains(&first.as_str())
 }
 
-/// Assistant sentences that announce a choice, including giving an approach up (a few common
-/// non-English forms too, since sessions are not all in English).
+/// Assistant sentences that announce a choice (`going with`, `instead of`, …, a few common
+/// non-English forms too, since sessions are not all in English) or give its reason and
+/// consequence (`X is breaking, so it gets the prefix`; not `so it will`, which is a forecast).
 pub(super) static DECISION_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)\b(i'll use|i will use|we'll use|we will use|let's use|let's go with|going with|go with|decided|decide to|decision|chose|chosen|choose to|opted|opt for|instead of|instead|rather than|switch(ed|ing)? to|the approach|approach is|the plan is|will use|better to|statt|anstatt|stattdessen|entschieden|plutôt que|au lieu de|en lugar de|en vez de|invece di)\b",
+        r"(?i)\b(i'll use|i will use|we'll use|we will use|let's use|let's go with|going with|go with|decided|decide to|decision|chose|chosen|choose to|opted|opt for|instead of|instead|rather than|switch(ed|ing)? to|the approach|approach is|the plan is|will use|better to|statt|anstatt|stattdessen|entschieden|plutôt que|au lieu de|en lugar de|en vez de|invece di)\b|,\s*so (?:it|this|that|we|i) (?:gets?|should|must|needs? to|goes)\b",
     )
     .expect("decision pattern is valid")
 });
