@@ -76,6 +76,58 @@ fn error_text(id: &RequestId, e: RpcError) -> String {
 }
 
 impl Loop {
+    fn new(daemon: &Arc<Daemon>, conn: &Arc<Connection>, opts: &Options) -> Loop {
+        Loop {
+            daemon: daemon.clone(),
+            conn: conn.clone(),
+            dispatcher: Arc::new(Dispatcher::new(Ctx {
+                daemon: daemon.clone(),
+                conn: conn.clone(),
+            })),
+            in_flight: Arc::new(Mutex::new(HashMap::new())),
+            tasks: JoinSet::new(),
+            max_in_flight: opts.max_in_flight.max(1),
+            slow: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Handles one frame: its messages, or the error a bad frame gets (a `Content-Length` over
+    /// the limit also closes the connection: what follows cannot be framed).
+    async fn frame(&mut self, frame: Frame, opts: &Options) -> Next {
+        let max_frame = opts.max_frame;
+        let frame_error = |message: String| {
+            error_text(
+                &RequestId::Null,
+                RpcError::new(ErrorKind::InvalidRequest, message),
+            )
+        };
+        match frame {
+            Frame::Message(bytes) => match super::message::parse_frame(&bytes) {
+                Ok((v, raw)) => self.value(v, raw).await,
+                Err(e) => self.conn.send(error_text(
+                    &RequestId::Null,
+                    RpcError::new(ErrorKind::ParseError, format!("Parse error: {e}")),
+                )),
+            },
+            Frame::Oversized(n) => self.conn.send(frame_error(format!(
+                "Invalid request: frame of {n} bytes exceeds the {max_frame}-byte limit"
+            ))),
+            Frame::Busy(n) => self.conn.send(frame_error(format!(
+                "Invalid request: frame of {n} bytes skipped: the daemon is already buffering its limit of {} bytes of incoming frames; retry later",
+                opts.budget.limit()
+            ))),
+            Frame::TooLarge(n) => {
+                tracing::warn!(length = n, limit = max_frame, "Content-Length over the limit; closing the connection");
+                self.conn.send(frame_error(format!(
+                    "Invalid request: Content-Length {n} exceeds the {max_frame}-byte limit; closing the connection"
+                )));
+                return Next::Close;
+            }
+            Frame::BadHeader(why) => self.conn.send(frame_error(format!("Invalid request: {why}"))),
+        }
+        Next::Read
+    }
+
     /// Runs `work` in a task of this connection, inside its span (the connection's, and the
     /// request's where there is one).
     fn spawn_task(&mut self, work: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -313,53 +365,17 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (conn, mut rx) = daemon.connect();
+    let (conn, rx) = daemon.connect();
     // The caller's `connection` span (every line of this connection carries it) gets its id.
     tracing::Span::current().record("id", conn.id);
     tracing::info!("client connected");
     let framing = Arc::new(Mutex::new(opts.framing));
-    // A weak handle: the queue closes when the last strong handle (daemon table, dispatcher,
-    // running slow requests) is gone, which ends the writer.
-    let writer_conn = Arc::downgrade(&conn);
-    let writer_framing = framing.clone();
-    let mut writer_task = tokio::spawn(async move {
-        let mut writer = writer;
-        while let Some(out) = rx.recv().await {
-            let f = writer_framing.lock().unwrap_or(Framing::Ndjson);
-            let ok = write_frame(&mut writer, f, out.text.as_bytes())
-                .await
-                .is_ok();
-            let notice = writer_conn.upgrade().and_then(|c| c.written(&out));
-            if !ok {
-                break;
-            }
-            if let Some(notice) = notice {
-                if write_frame(&mut writer, f, notice.as_bytes())
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-            }
-        }
-    });
-    let mut lp = Loop {
-        daemon: daemon.clone(),
-        conn: conn.clone(),
-        dispatcher: Arc::new(Dispatcher::new(Ctx {
-            daemon: daemon.clone(),
-            conn: conn.clone(),
-        })),
-        in_flight: Arc::new(Mutex::new(HashMap::new())),
-        tasks: JoinSet::new(),
-        max_in_flight: opts.max_in_flight.max(1),
-        slow: Arc::new(AtomicUsize::new(0)),
-    };
-    let max_frame = opts.max_frame;
+    let mut writer_task = spawn_writer(writer, rx, Arc::downgrade(&conn), framing.clone());
+    let mut lp = Loop::new(&daemon, &conn, &opts);
     let mut frames = FrameReader::new(
         BufReader::with_capacity(64 * 1024, reader),
         opts.framing,
-        max_frame,
+        opts.max_frame,
         opts.budget.clone(),
     )
     .with_idle_timeout(opts.frame_idle_timeout);
@@ -415,39 +431,66 @@ where
         if framing.lock().is_none() {
             *framing.lock() = frames.framing();
         }
-        let frame_error = |message: String| {
-            error_text(
-                &RequestId::Null,
-                RpcError::new(ErrorKind::InvalidRequest, message),
-            )
-        };
-        match frame {
-            Frame::Message(bytes) => match super::message::parse_frame(&bytes) {
-                Ok((v, raw)) => lp.value(v, raw).await,
-                Err(e) => conn.send(error_text(
-                    &RequestId::Null,
-                    RpcError::new(ErrorKind::ParseError, format!("Parse error: {e}")),
-                )),
-            },
-            Frame::Oversized(n) => conn.send(frame_error(format!(
-                "Invalid request: frame of {n} bytes exceeds the {max_frame}-byte limit"
-            ))),
-            Frame::Busy(n) => conn.send(frame_error(format!(
-                "Invalid request: frame of {n} bytes skipped: the daemon is already buffering its limit of {} bytes of incoming frames; retry later",
-                opts.budget.limit()
-            ))),
-            Frame::TooLarge(n) => {
-                tracing::warn!(length = n, limit = max_frame, "Content-Length over the limit; closing the connection");
-                conn.send(frame_error(format!(
-                    "Invalid request: Content-Length {n} exceeds the {max_frame}-byte limit; closing the connection"
-                )));
-                break;
-            }
-            Frame::BadHeader(why) => conn.send(frame_error(format!("Invalid request: {why}"))),
+        if lp.frame(frame, &opts).await == Next::Close {
+            break;
         }
     }
-    // Half-close: nothing more can arrive, so hook requests fail at once; finish what was
-    // received. If the client is gone entirely (writes fail), abort its work instead.
+    finish(daemon, conn, lp, writer_task, writer_done).await;
+}
+
+/// Writes the connection's queued messages in its framing (detected from the first frame, or
+/// forced), and the notice a message leaves behind (`subscription_dropped`). It holds only a
+/// weak handle: the queue closes when the last strong one (daemon table, dispatcher, running
+/// slow requests) is gone, which ends it.
+fn spawn_writer<W>(
+    writer: W,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::daemon::connections::Outbound>,
+    conn: std::sync::Weak<Connection>,
+    framing: Arc<Mutex<Option<Framing>>>,
+) -> tokio::task::JoinHandle<()>
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut writer = writer;
+        while let Some(out) = rx.recv().await {
+            let f = framing.lock().unwrap_or(Framing::Ndjson);
+            let ok = write_frame(&mut writer, f, out.text.as_bytes())
+                .await
+                .is_ok();
+            let notice = conn.upgrade().and_then(|c| c.written(&out));
+            if !ok {
+                break;
+            }
+            if let Some(notice) = notice {
+                if write_frame(&mut writer, f, notice.as_bytes())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }
+    })
+}
+
+/// What the connection does after a frame.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    Read,
+    Close,
+}
+
+/// After the input ends: hook requests fail at once (nothing more can arrive), what was
+/// received is finished (or, when the client is gone entirely and writes fail, its work is
+/// aborted), the daemon forgets the connection, and queued replies get a moment to drain.
+async fn finish(
+    daemon: Arc<Daemon>,
+    conn: Arc<Connection>,
+    mut lp: Loop,
+    mut writer_task: tokio::task::JoinHandle<()>,
+    mut writer_done: bool,
+) {
     conn.close_input();
     writer_done |= writer_task.is_finished();
     loop {
@@ -475,7 +518,7 @@ where
     // Let queued replies drain before the stream is dropped.
     drop(conn);
     if !writer_done {
-        let limit = if shutdown.is_cancelled() { 2 } else { 5 };
+        let limit = if daemon.shutdown.is_cancelled() { 2 } else { 5 };
         let _ = tokio::time::timeout(std::time::Duration::from_secs(limit), writer_task).await;
     }
 }
