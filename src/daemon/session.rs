@@ -325,8 +325,11 @@ impl SessionState {
         }
         let id = self.new_id();
         let parent = self.tree.leaf_id().map(str::to_owned);
-        let mut entry = build(&id, parent.as_deref(), &ids::iso_timestamp(ids::now_ms()));
-        let mut e = Entry::from_value(entry.clone());
+        let mut e = Entry::from_value(build(
+            &id,
+            parent.as_deref(),
+            &ids::iso_timestamp(ids::now_ms()),
+        ));
         if self.persisted {
             match self.storage.append(&e) {
                 Ok(()) => {}
@@ -334,7 +337,7 @@ impl SessionState {
                     // Lost a race to another daemon: catch up and append again while holding
                     // the session's append lock, so the race cannot be lost again.
                     self.storage.exclusive(true).map_err(store_error)?;
-                    let retried = self.append_after_catch_up(&mut entry);
+                    let retried = self.append_after_catch_up(e.value());
                     let ended = self.storage.exclusive(false);
                     e = retried?;
                     ended.map_err(store_error)?;
@@ -350,9 +353,10 @@ impl SessionState {
         Ok(idx)
     }
 
-    /// The retry of a lost append: reads the other writers' lines, re-parents `entry` onto the
-    /// new leaf (which must descend from the one it was built under) and appends it.
-    fn append_after_catch_up(&mut self, entry: &mut Value) -> Result<Entry, RpcError> {
+    /// The retry of a lost append (the slow path, so the entry is re-read from its line rather
+    /// than kept beside it on every append): reads the other writers' lines, re-parents `entry`
+    /// onto the new leaf (which must descend from the one it was built under) and appends it.
+    fn append_after_catch_up(&mut self, mut entry: Value) -> Result<Entry, RpcError> {
         let before = self.tree.leaf_id().map(str::to_owned);
         self.sync_with_file()?;
         let leaf = self.tree.leaf_id().map(str::to_owned);
@@ -369,25 +373,19 @@ impl SessionState {
         if let Some(o) = entry.as_object_mut() {
             o.insert("parentId".into(), leaf.map_or(Value::Null, Value::from));
         }
-        let e = Entry::from_value(entry.clone());
+        let e = Entry::from_value(entry);
         self.storage.append(&e).map_err(store_error)?;
         Ok(e)
     }
 
-    /// Whether entry `id` is `ancestor` or one of its descendants (`None`: the root).
+    /// Whether entry `id` is `ancestor` or one of its descendants (`None`: the root). The tree's
+    /// own walk, which stops on a parent cycle another writer may have written.
     fn descends(&self, id: Option<&str>, ancestor: Option<&str>) -> bool {
-        let Some(ancestor) = ancestor else {
-            return true;
+        let Some(ancestor) = ancestor.and_then(|a| self.tree.index_of(a)) else {
+            return ancestor.is_none();
         };
-        let mut at = id.and_then(|i| self.tree.index_of(i));
-        while let Some(i) = at {
-            let e = self.tree.entry(i);
-            if e.id.as_deref() == Some(ancestor) {
-                return true;
-            }
-            at = e.parent_id.as_deref().and_then(|p| self.tree.index_of(p));
-        }
-        false
+        let at = id.and_then(|i| self.tree.index_of(i));
+        at.is_some() && self.tree.path_to(at).contains(&ancestor)
     }
 
     /// Pi's deferred first write: header + every entry so far (+ `extra`), exclusive create.
