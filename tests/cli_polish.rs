@@ -269,14 +269,21 @@ fn daemon_logs_are_coloured_only_on_a_terminal_without_no_color() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let run = |no_color: Option<&str>| {
+    let run = |no_color: Option<&str>, socket: &str| {
         let mut c = Command::new("timeout");
         c.args([
-            "2",
+            "10",
             "script",
             "-qec",
             // A daemon on a socket logs to stderr (`stdio` logs to a file).
-            &format!("{} serve --socket {}/s.sock", bin(), dir.path().display()),
+            // The inner `timeout` stops the daemon itself: stopping only
+            // `script` can leave it listening, and the next run then finds
+            // "another compactd is already listening".
+            &format!(
+                "timeout 2 {} serve --socket {}/{socket}",
+                bin(),
+                dir.path().display()
+            ),
             "/dev/null",
         ])
         .env("XDG_CONFIG_HOME", dir.path().join("config"))
@@ -289,7 +296,7 @@ fn daemon_logs_are_coloured_only_on_a_terminal_without_no_color() {
         }
         String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
     };
-    let plain = run(Some("1"));
+    let plain = run(Some("1"), "plain.sock");
     assert!(
         plain.contains("INFO") && plain.contains("listening"),
         "{plain}"
@@ -298,7 +305,7 @@ fn daemon_logs_are_coloured_only_on_a_terminal_without_no_color() {
         !plain.contains('\u{1b}'),
         "NO_COLOR is respected: {plain:?}"
     );
-    let coloured = run(None);
+    let coloured = run(None, "coloured.sock");
     assert!(coloured.contains("listening"), "{coloured}");
     assert!(
         coloured.contains("\u{1b}["),
