@@ -208,6 +208,9 @@ pub fn open_regular(path: &Path, limits: &Limits) -> Result<(File, fs::Metadata)
     Ok((f, meta))
 }
 
+/// Below this many expected bytes a file is read by one `read` loop; above, by [`read_parallel`].
+const PARALLEL_READ_MIN: u64 = 8 << 20;
+
 /// Reads at most `limit` bytes from `f`'s current position.
 fn read_capped(
     f: &mut File,
@@ -215,10 +218,20 @@ fn read_capped(
     expected: u64,
     limit: u64,
 ) -> Result<Vec<u8>, StoreError> {
-    let mut bytes = Vec::with_capacity(expected.min(limit) as usize);
-    f.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io_err(path))?;
+    use std::io::{Seek, SeekFrom};
+    let expected = expected.min(limit);
+    let mut bytes = if expected >= PARALLEL_READ_MIN {
+        let start = f.stream_position().map_err(io_err(path))?;
+        let bytes = read_parallel(f, start, expected as usize).map_err(io_err(path))?;
+        // What the file grew by meanwhile (or the end-of-file check) is read as usual.
+        f.seek(SeekFrom::Start(start + bytes.len() as u64))
+            .map_err(io_err(path))?;
+        bytes
+    } else {
+        Vec::with_capacity(expected as usize)
+    };
+    let rest = limit + 1 - bytes.len() as u64;
+    f.take(rest).read_to_end(&mut bytes).map_err(io_err(path))?;
     if bytes.len() as u64 > limit {
         return Err(StoreError::TooLarge {
             path: path.to_owned(),
@@ -227,6 +240,82 @@ fn read_capped(
         });
     }
     Ok(bytes)
+}
+
+/// Reads up to `len` bytes of `f` from `start` on up to four threads, each filling its own part
+/// of the buffer (`pread`) after populating that part's pages in one call. Opening a large
+/// session is otherwise dominated by the kernel: one thread taking a fault for every 4 KiB page
+/// of fresh memory while copying the page cache into it (measured on a 100 MB file: 108 ms for
+/// one `read` into fresh memory, 43 + 26 ms for populate-then-read, which here is also split
+/// over the cores). A mapping of the file itself would avoid the copy, but entries keep slices
+/// of the buffer for the session's life, and a file another writer truncates would turn those
+/// reads into SIGBUS. Returns fewer bytes when the file is shorter than `len`.
+fn read_parallel(f: &File, start: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    // Zeroed by the allocator's fresh mapping, not by a pass over it.
+    let mut buf = vec![0u8; len];
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4);
+    let part = len.div_ceil(threads).max(1);
+    let filled: Vec<std::io::Result<usize>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = buf
+            .chunks_mut(part)
+            .enumerate()
+            .map(|(i, chunk)| {
+                scope.spawn(move || {
+                    populate(chunk);
+                    let at = start + (i * part) as u64;
+                    let mut done = 0;
+                    while done < chunk.len() {
+                        match f.read_at(&mut chunk[done..], at + done as u64) {
+                            Ok(0) => break,
+                            Ok(n) => done += n,
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    Ok(done)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    // The bytes read are the parts up to the first short one (the file ended there).
+    let mut total = 0;
+    for (i, n) in filled.into_iter().enumerate() {
+        let n = n?;
+        total = i * part + n;
+        if n < part {
+            break;
+        }
+    }
+    buf.truncate(total.min(len));
+    Ok(buf)
+}
+
+/// Faults in the whole pages of `buf` in one call (`MADV_POPULATE_WRITE`, Linux 5.14), instead
+/// of one fault per page as they are first written. A hint: on older kernels the call fails and
+/// the pages fault in as usual.
+fn populate(buf: &mut [u8]) {
+    const PAGE: usize = 4096;
+    let addr = buf.as_mut_ptr() as usize;
+    let begin = addr.next_multiple_of(PAGE);
+    let end = (addr + buf.len()) & !(PAGE - 1);
+    if end > begin {
+        // SAFETY: the range lies inside `buf`, which this function borrows mutably; populating
+        // for write maps the (already zero) pages without changing their contents.
+        unsafe {
+            libc::madvise(
+                begin as *mut libc::c_void,
+                end - begin,
+                libc::MADV_POPULATE_WRITE,
+            );
+        }
+    }
 }
 
 /// How long a torn last line must stay unchanged before compactd repairs it (it may be another
@@ -449,6 +538,46 @@ pub fn try_lock(path: &Path) -> Result<Option<File>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes whose every position is distinguishable, so a part read at the wrong offset shows.
+    fn numbered(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn a_parallel_read_matches_a_plain_read_at_any_start_and_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big");
+        let data = numbered(3 * 4096 + 17);
+        fs::write(&p, &data).unwrap();
+        let f = File::open(&p).unwrap();
+        for (start, len) in [(0, data.len()), (5, 10_001), (4096, 1), (0, 0)] {
+            let got = read_parallel(&f, start as u64, len).unwrap();
+            assert_eq!(got, &data[start..start + len], "start {start}, len {len}");
+        }
+        // A file shorter than expected (truncated since its size was read): what is there.
+        let got = read_parallel(&f, 100, data.len()).unwrap();
+        assert_eq!(got, &data[100..]);
+    }
+
+    #[test]
+    fn a_large_file_read_in_parallel_keeps_what_it_grew_by_and_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big");
+        let data = numbered(PARALLEL_READ_MIN as usize + 12_345);
+        fs::write(&p, &data).unwrap();
+        let mut f = File::open(&p).unwrap();
+        // Sized as it was before it grew by 12 345 bytes: the growth is read too.
+        let got = read_capped(&mut f, &p, PARALLEL_READ_MIN, u64::MAX - 1).unwrap();
+        assert!(got == data, "bytes differ from the file");
+        // Over the limit: refused, however it was read.
+        let mut f = File::open(&p).unwrap();
+        let limit = PARALLEL_READ_MIN + 10;
+        assert!(matches!(
+            read_capped(&mut f, &p, data.len() as u64, limit),
+            Err(StoreError::TooLarge { .. })
+        ));
+    }
 
     #[test]
     fn append_repairs_missing_newline_and_keeps_bytes() {
