@@ -223,8 +223,8 @@ fn mark_fallback(mut outcome: CompactionOutcome, reason: String) -> CompactionOu
     outcome
 }
 
-/// The one engine dispatch of every summary: the extractive engine runs `extractive` (as CPU
-/// work, see [`crate::cpu`]); an LLM engine runs `llm` against its [`Provider`]. When the LLM
+/// The one engine dispatch of every summary: the extractive engine runs `extractive` (on a
+/// lower-priority thread of its own, [`crate::cpu::background`]); an LLM engine runs `llm` against its [`Provider`]. When the LLM
 /// fails to summarize, an engine configured to fall back runs `extractive` instead (with the
 /// default extractive settings) and passes the result and the failure to `fallback`; a summary
 /// kind that never falls back passes `None`.
@@ -234,18 +234,19 @@ async fn dispatch<'a, T, Fut>(
     cancel: &'a CancellationToken,
     on_retry: &'a OnRetry<'a>,
     meter: &'a Meter,
-    extractive: impl FnOnce(&'a RedactionConfig, ExtractiveSettings) -> T,
+    extractive: impl FnOnce(&'a RedactionConfig, ExtractiveSettings) -> T + Send,
     llm: impl FnOnce(Provider<'a>) -> Fut,
     fallback: Option<fn(T, String) -> T>,
 ) -> Result<T, CompactError>
 where
     Fut: Future<Output = Result<T, CompactError>>,
+    T: Send,
 {
     let (provider, fallback_extractive) = match engine {
         SummaryEngine::Extractive {
             redaction,
             settings,
-        } => return Ok(crate::cpu::blocking(|| extractive(redaction, *settings))),
+        } => return Ok(crate::cpu::background(|| extractive(redaction, *settings))),
         SummaryEngine::Llm {
             client,
             model,
@@ -273,7 +274,7 @@ where
         (Err(CompactError::Summarization(reason)), Some(mark)) => {
             tracing::warn!(%reason, "LLM summarizer failed; falling back to the extractive summarizer");
             Ok(mark(
-                crate::cpu::blocking(|| extractive(redaction, ExtractiveSettings::DEFAULT)),
+                crate::cpu::background(|| extractive(redaction, ExtractiveSettings::DEFAULT)),
                 reason,
             ))
         }
