@@ -66,7 +66,7 @@ macro_rules! table {
     )*) => {
         /// Every method and its handler, from the one list in `crate::rpc::methods`.
         const METHODS: &[(&str, Handler)] = &[
-            $( ($name, table!(@handler $run, $($handler)::+, $params, $result)) ),*
+            $( ($name, table!(@handler $run, $scope, $($handler)::+, $params, $result)) ),*
         ];
 
         /// The session a request acts on, read through its declared params type (a method
@@ -86,16 +86,27 @@ macro_rules! table {
         let _ = $p;
         None
     }};
-    (@handler Inline, $($handler:ident)::+, $params:ident, $result:ident) => {
-        Handler::Sync(|ctx, p| {
-            let params: types::$params = parse(p)?;
+    (@record Session, $params:ident) => {
+        record_session(&$params.session_id)
+    };
+    (@record Global, $params:ident) => {};
+    (@handler $run:ident, $scope:ident, $($handler:ident)::+, $params:ident, $result:ident) => {
+        table!(@run $run, $($handler)::+, params, {
+            let params: types::$params = parse(params)?;
+            table!(@record $scope, params);
+            params
+        }, $result)
+    };
+    (@run Inline, $($handler:ident)::+, $p:ident, $decode:block, $result:ident) => {
+        Handler::Sync(|ctx, $p| {
+            let params = $decode;
             reply::<results::$result>(daemon::$($handler)::+(ctx, params))
         })
     };
-    (@handler Task, $($handler:ident)::+, $params:ident, $result:ident) => {
-        Handler::Slow(|ctx, p| {
+    (@run Task, $($handler:ident)::+, $p:ident, $decode:block, $result:ident) => {
+        Handler::Slow(|ctx, $p| {
             Box::pin(async move {
-                let params: types::$params = parse(p)?;
+                let params = $decode;
                 reply::<results::$result>(daemon::$($handler)::+(&ctx, params).await)
             })
         })
@@ -103,6 +114,12 @@ macro_rules! table {
 }
 
 for_each_method!(table);
+
+/// Names the session a request acts on in its `request` span (the current one while a handler
+/// runs), read from the typed params of a method declared `Session`.
+fn record_session(session_id: &str) {
+    tracing::Span::current().record("session", &*crate::rpc::for_log(session_id));
+}
 
 /// Looks a method up (for every message: a hash map built once, not a scan of the table).
 pub fn handler(method: &str) -> Option<Handler> {
@@ -147,7 +164,7 @@ impl Dispatcher {
 
     /// Runs one request (`id`; `None` for a notification) to completion, slow methods
     /// included (the caller decides where), inside a `request` span naming the method, the id
-    /// and the session: every log line of the handler, the compaction it runs included, carries
+    /// and (recorded by the handler from its typed params) the session: every log line of the handler, the compaction it runs included, carries
     /// them. Its end is logged at `debug` with the duration.
     pub async fn call(&self, id: Option<&RequestId>, method: &str, params: Option<Value>) -> Reply {
         let Some(handler) = handler(method) else {
@@ -161,13 +178,6 @@ impl Dispatcher {
         );
         if let Some(id) = id {
             span.record("id", tracing::field::display(id));
-        }
-        if let Some(sid) = params
-            .as_ref()
-            .and_then(|p| p.get("sessionId"))
-            .and_then(Value::as_str)
-        {
-            span.record("session", &*crate::rpc::for_log(sid));
         }
         let started = std::time::Instant::now();
         let reply = async {
