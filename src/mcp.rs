@@ -375,14 +375,19 @@ mod tests {
         let sessions = dir.path().join("sessions");
         std::fs::create_dir_all(&sessions).unwrap();
         let header = r#"{"type":"session","version":3,"id":"x","timestamp":"t","cwd":"/p"}"#;
-        let old = sessions.join("a.jsonl");
-        std::fs::write(&old, format!("{header}\n")).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let new = sessions.join("b.jsonl");
-        std::fs::write(&new, format!("{header}\n")).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        std::fs::write(sessions.join("c.jsonl"), "not a session\n").unwrap();
-        std::fs::write(sessions.join("d.txt"), format!("{header}\n")).unwrap();
+        // Modification times set explicitly (oldest first), not waited for.
+        let at = |secs: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+        let write = |name: &str, text: &str, mtime| {
+            let path = sessions.join(name);
+            std::fs::write(&path, text).unwrap();
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_modified(at(mtime)).unwrap();
+            path
+        };
+        write("a.jsonl", &format!("{header}\n"), 1_000);
+        let new = write("b.jsonl", &format!("{header}\n"), 2_000);
+        write("c.jsonl", "not a session\n", 3_000);
+        write("d.txt", &format!("{header}\n"), 4_000);
         assert_eq!(latest_in(&sessions).unwrap(), new);
         assert!(latest_in(&dir.path().join("none")).is_err());
     }

@@ -336,6 +336,21 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
 }
 
 /// Writes one message in `framing` and flushes.
+/// Appends one frame of `body` in `framing` to `out` (the writer batches queued frames into one
+/// write: a reply and its newline in one syscall, and every reply waiting in one).
+pub fn push_frame(out: &mut Vec<u8>, framing: Framing, body: &[u8]) {
+    match framing {
+        Framing::Ndjson => {
+            out.extend_from_slice(body);
+            out.push(b'\n');
+        }
+        Framing::Lsp => {
+            out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+            out.extend_from_slice(body);
+        }
+    }
+}
+
 pub async fn write_frame<W: AsyncWrite + Unpin>(
     w: &mut W,
     framing: Framing,
@@ -439,7 +454,9 @@ mod tests {
         assert_eq!(budget.used.load(Ordering::SeqCst), 0, "all given back");
     }
 
-    #[tokio::test]
+    // Paused time: the timers fire as soon as nothing else can run, so the test waits for no
+    // wall clock and cannot flake on a slow machine.
+    #[tokio::test(start_paused = true)]
     async fn a_started_frame_that_stalls_times_out_and_an_idle_stream_does_not() {
         let (mut client, server) = tokio::io::duplex(64);
         let mut r = FrameReader::new(
@@ -457,7 +474,7 @@ mod tests {
         assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_lsp_header_reserves_no_budget_before_its_body_arrives() {
         let budget = FrameBudget::new(100);
         let (mut client, server) = tokio::io::duplex(64);
