@@ -18,6 +18,8 @@
 
 pub mod measure;
 
+use std::fmt::Write as _;
+
 use serde_json::{Map, Value};
 
 /// Length of `s` in UTF-16 code units (JavaScript's `.length`).
@@ -126,16 +128,16 @@ pub fn js_key_order(map: &Map<String, Value>) -> Vec<(&String, &Value)> {
 }
 
 /// Appends a JavaScript number rendering of `n`.
-fn write_number(out: &mut String, n: &serde_json::Number) {
+pub fn write_number(out: &mut String, n: &serde_json::Number) {
     const MAX_SAFE: u64 = 1 << 53;
     if let Some(u) = n.as_u64() {
         if u <= MAX_SAFE {
-            out.push_str(&u.to_string());
+            let _ = write!(out, "{u}");
             return;
         }
     } else if let Some(i) = n.as_i64() {
         if i.unsigned_abs() <= MAX_SAFE {
-            out.push_str(&i.to_string());
+            let _ = write!(out, "{i}");
             return;
         }
     }
@@ -159,7 +161,7 @@ pub fn js_number(f: f64) -> String {
 
 /// Appends `s` as a JSON string literal with JavaScript's escapes (which serde_json shares:
 /// `\" \\ \b \f \n \r \t`, other controls as lowercase `\u00xx`, everything else raw).
-fn write_string(out: &mut String, s: &str) {
+pub fn write_string(out: &mut String, s: &str) {
     out.push('"');
     let bytes = s.as_bytes();
     let mut start = 0;
@@ -221,14 +223,24 @@ pub fn write_js(out: &mut String, value: &Value) {
             out.push(']');
         }
         Value::Object(map) => {
-            out.push('{');
-            for (i, (k, v)) in js_key_order(map).into_iter().enumerate() {
+            let member = |out: &mut String, i: usize, k: &str, v: &Value| {
                 if i > 0 {
                     out.push(',');
                 }
                 write_string(out, k);
                 out.push(':');
                 write_js(out, v);
+            };
+            out.push('{');
+            // Integer-like keys are rare: only then is the order computed (into a vector).
+            if map.keys().any(|k| is_array_index(k).is_some()) {
+                for (i, (k, v)) in js_key_order(map).into_iter().enumerate() {
+                    member(out, i, k, v);
+                }
+            } else {
+                for (i, (k, v)) in map.iter().enumerate() {
+                    member(out, i, k, v);
+                }
             }
             out.push('}');
         }

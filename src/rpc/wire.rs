@@ -1,12 +1,13 @@
-//! The messages the daemon sends on its own: notifications (events, hook notifications, log
-//! lines, `$/cancelRequest`) and requests (hooks). One typed shape, serialized in one place with
-//! JavaScript-compatible JSON (`crate::json::stringify`, as every reply), so no call site builds
-//! a JSON-RPC envelope by hand. Replies to the client's requests are the transport's
-//! (`transport::message`), which also reads what comes in.
+//! The messages the daemon writes: replies to the client's requests, notifications (events,
+//! hook notifications, log lines, `$/cancelRequest`) and requests (hooks). One typed shape,
+//! serialized in one place with JavaScript-compatible JSON (`crate::json::write_js`), so no call
+//! site builds a JSON-RPC envelope by hand. What comes in is read by `transport::message`.
 
 use std::fmt;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use super::RpcError;
 
 /// A request id as the client sent it: a string, a number, or `null`. Hashed as it compares
 /// (serde_json's `Number` hashes its value), so in-flight requests are keyed by the id itself.
@@ -34,7 +35,7 @@ impl RequestId {
     }
 
     /// The id as a JSON value (a [`RequestId::Raw`] id as its parsed, lossy form: replies are
-    /// written by `transport::message::response_text`, which uses the exact text).
+    /// written by [`Outgoing::Response`], which uses the exact text).
     pub fn to_value(&self) -> Value {
         match self {
             RequestId::Str(s) => Value::String(s.clone()),
@@ -80,24 +81,71 @@ pub enum Outgoing<'a> {
         method: &'a str,
         params: &'a Value,
     },
+    /// `{"jsonrpc":"2.0","id":…,"result":…}` or `{…,"error":…}`: the reply to the client's
+    /// request `id`, which is echoed byte for byte (a [`RequestId::Raw`] as its exact text).
+    Response {
+        id: &'a RequestId,
+        result: Result<&'a Value, &'a RpcError>,
+    },
 }
 
 impl Outgoing<'_> {
-    /// The frame's JSON text (members in the order above).
+    /// The frame's JSON text (members in the order above), written in one pass with
+    /// `JSON.stringify`'s rendering (`crate::json::write_js`), nothing cloned.
     pub fn to_text(&self) -> String {
-        let mut o = Map::new();
-        o.insert("jsonrpc".into(), Value::from("2.0"));
-        let (method, params) = match *self {
-            Outgoing::Notification { method, params } => (method, params),
-            Outgoing::Request { id, method, params } => {
-                o.insert("id".into(), id.to_value());
-                (method, params)
+        let mut out = String::with_capacity(128);
+        out.push_str("{\"jsonrpc\":\"2.0\"");
+        match *self {
+            Outgoing::Notification { method, params } => {
+                method_and_params(&mut out, method, params);
             }
-        };
-        o.insert("method".into(), Value::from(method));
-        o.insert("params".into(), params.clone());
-        crate::json::stringify(&Value::Object(o))
+            Outgoing::Request { id, method, params } => {
+                write_id(&mut out, id);
+                method_and_params(&mut out, method, params);
+            }
+            Outgoing::Response { id, result } => {
+                write_id(&mut out, id);
+                match result {
+                    Ok(v) => {
+                        out.push_str(",\"result\":");
+                        crate::json::write_js(&mut out, v);
+                    }
+                    Err(e) => {
+                        out.push_str(",\"error\":");
+                        crate::json::write_js(&mut out, &e.to_json());
+                    }
+                }
+            }
+        }
+        out.push('}');
+        out
     }
+}
+
+fn write_id(out: &mut String, id: &RequestId) {
+    out.push_str(",\"id\":");
+    match id {
+        RequestId::Raw(raw) => out.push_str(raw),
+        RequestId::Str(s) => crate::json::write_string(out, s),
+        RequestId::Num(n) => crate::json::write_number(out, n),
+        RequestId::Null => out.push_str("null"),
+    }
+}
+
+fn method_and_params(out: &mut String, method: &str, params: &Value) {
+    out.push_str(",\"method\":");
+    crate::json::write_string(out, method);
+    out.push_str(",\"params\":");
+    crate::json::write_js(out, params);
+}
+
+/// A reply's text.
+pub fn response(id: &RequestId, result: &Result<Value, RpcError>) -> String {
+    Outgoing::Response {
+        id,
+        result: result.as_ref(),
+    }
+    .to_text()
 }
 
 /// A notification's text.
@@ -133,6 +181,23 @@ mod tests {
         assert_eq!(
             request.to_text(),
             r#"{"jsonrpc":"2.0","id":"compactd-1","method":"session_before_compact","params":{"n":1e+21,"s":"x"}}"#
+        );
+        let ok = Ok(serde_json::json!({"b": 1, "a": [true, null]}));
+        assert_eq!(
+            response(&RequestId::Num(7.into()), &ok),
+            r#"{"jsonrpc":"2.0","id":7,"result":{"b":1,"a":[true,null]}}"#
+        );
+        let refused = Err(RpcError::new(
+            super::super::ErrorKind::UnknownSession,
+            "Unknown session: s",
+        ));
+        assert_eq!(
+            response(&RequestId::Raw(r#""a\ud83d""#.into()), &refused),
+            r#"{"jsonrpc":"2.0","id":"a\ud83d","error":{"code":-32001,"message":"Unknown session: s","data":{"kind":"unknown_session"}}}"#
+        );
+        assert_eq!(
+            response(&RequestId::Null, &Ok(Value::Null)),
+            r#"{"jsonrpc":"2.0","id":null,"result":null}"#
         );
         assert_eq!(
             cancel_request(&RequestId::Str("compactd-2".into())),

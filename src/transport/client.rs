@@ -15,6 +15,9 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 
+use super::message::{response, Message, RequestId};
+use crate::rpc::wire::Outgoing;
+
 /// A JSON-RPC error reply: code, message and `data` as the daemon sent them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
@@ -79,35 +82,31 @@ impl DaemonClient {
         tokio::spawn(async move {
             let mut lines = BufReader::new(read).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+                let Ok(value) = serde_json::from_str::<Value>(&line) else {
                     continue;
                 };
-                if msg.get("method").is_some() {
-                    // A request to us: no hook is registered, so "no result".
-                    if let Some(id) = msg.get("id") {
-                        let reply = json!({"jsonrpc": "2.0", "id": id, "result": null});
-                        let _ = answers_tx.send(reply.to_string());
+                let (id, result) = match Message::parse(value) {
+                    Ok(Message::Response { id, result }) => (id, result),
+                    Ok(Message::Request { id, .. }) => {
+                        // A request to us: no hook is registered, so "no result".
+                        let _ = answers_tx.send(response(&id, &Ok(Value::Null)));
+                        continue;
                     }
-                    continue;
-                }
-                let Some(id) = msg.get("id").and_then(Value::as_u64) else {
-                    continue;
+                    _ => continue,
                 };
-                let Some(tx) = pending.lock().remove(&id) else {
+                let RequestId::Num(n) = id else { continue };
+                let Some(tx) = n.as_u64().and_then(|n| pending.lock().remove(&n)) else {
                     continue;
                 };
-                let reply = match msg.get("error") {
-                    Some(e) => Err(Refusal {
-                        code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
-                        message: e
-                            .get("message")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_owned(),
-                        data: e.get("data").cloned().unwrap_or(Value::Null),
-                    }),
-                    None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
-                };
+                let reply = result.map_err(|e| Refusal {
+                    code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
+                    message: e
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned(),
+                    data: e.get("data").cloned().unwrap_or(Value::Null),
+                });
                 let _ = tx.send(reply);
             }
             // The connection is gone: every waiting call fails.
@@ -128,8 +127,13 @@ impl DaemonClient {
         let id = self.next.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id, tx);
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        if write_line(&self.writer, &line.to_string()).await.is_err() {
+        let line = Outgoing::Request {
+            id: &RequestId::Num(id.into()),
+            method,
+            params: &params,
+        }
+        .to_text();
+        if write_line(&self.writer, &line).await.is_err() {
             self.pending.lock().remove(&id);
             return Err(closed());
         }

@@ -19,8 +19,8 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::task::JoinSet;
 
 use super::dispatch::{self, Dispatcher};
-use super::framing::{write_frame, Frame, FrameReader, Framing};
-use super::message::{response_text, Invalid, Message, RequestId};
+use super::framing::{push_frame, write_frame, Frame, FrameReader, Framing};
+use super::message::{response, Invalid, Message, RequestId};
 use super::Options;
 use crate::daemon::connections::Connection;
 use crate::daemon::handlers::Ctx;
@@ -72,7 +72,7 @@ struct Loop {
 }
 
 fn error_text(id: &RequestId, e: RpcError) -> String {
-    response_text(id, Err(e))
+    response(id, &Err(e))
 }
 
 impl Loop {
@@ -186,11 +186,11 @@ impl Loop {
             Ok(Message::Request { id, method, params }) => {
                 if method == "$/cancelRequest" {
                     self.cancel(params.as_ref());
-                    return Some(response_text(&id, Ok(Value::Null)));
+                    return Some(response(&id, &Ok(Value::Null)));
                 }
                 self.log_unknown(&method);
                 let reply = self.dispatcher.call(Some(&id), &method, params).await;
-                Some(response_text(&id, reply))
+                Some(response(&id, &reply))
             }
         }
     }
@@ -239,7 +239,7 @@ impl Loop {
                 )),
                 r => r,
             };
-            conn.send(response_text(&id, reply));
+            conn.send(response(&id, &reply));
         });
     }
 
@@ -452,27 +452,58 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
         let mut writer = writer;
-        while let Some(out) = rx.recv().await {
+        let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+        let mut batch = Vec::new();
+        while let Some(first) = rx.recv().await {
+            // Everything already queued goes out in one write (up to a bound), so a client
+            // pipelining requests costs one syscall per batch of replies, not two per reply.
+            // A large frame is written from its own text, never copied into the buffer.
             let f = framing.lock().unwrap_or(Framing::Ndjson);
-            let ok = write_frame(&mut writer, f, out.text.as_bytes())
-                .await
-                .is_ok();
-            let notice = conn.upgrade().and_then(|c| c.written(&out));
+            let ok = if first.text.len() >= WRITE_BATCH_BYTES {
+                let ok = write_frame(&mut writer, f, first.text.as_bytes())
+                    .await
+                    .is_ok();
+                batch.push(first);
+                ok
+            } else {
+                buf.clear();
+                push_frame(&mut buf, f, first.text.as_bytes());
+                batch.push(first);
+                while buf.len() < WRITE_BATCH_BYTES {
+                    let Ok(out) = rx.try_recv() else { break };
+                    push_frame(&mut buf, f, out.text.as_bytes());
+                    batch.push(out);
+                }
+                writer.write_all(&buf).await.is_ok() && writer.flush().await.is_ok()
+            };
+            if buf.capacity() > 4 * WRITE_BATCH_BYTES {
+                // One large frame in a batch: do not keep its size per connection.
+                buf = Vec::with_capacity(64 * 1024);
+            }
+            let conn = conn.upgrade();
+            let notices: Vec<String> = batch
+                .drain(..)
+                .filter_map(|out| conn.as_ref().and_then(|c| c.written(&out)))
+                .collect();
             if !ok {
                 break;
             }
-            if let Some(notice) = notice {
+            for notice in notices {
                 if write_frame(&mut writer, f, notice.as_bytes())
                     .await
                     .is_err()
                 {
-                    break;
+                    return;
                 }
             }
         }
     })
 }
+
+/// Bytes of queued frames the writer gathers into one write.
+const WRITE_BATCH_BYTES: usize = 256 * 1024;
 
 /// What the connection does after a frame.
 #[derive(Debug, PartialEq, Eq)]

@@ -3,9 +3,9 @@
 //! connection loop matches on a type instead of probing fields, and in-flight requests are keyed
 //! by a [`RequestId`] rather than by the id's JSON text.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-pub use crate::rpc::wire::RequestId;
+pub use crate::rpc::wire::{response, RequestId};
 use crate::rpc::{ErrorKind, RpcError};
 
 /// The exact text of each message's `id` in a frame (one entry for a message, one per element
@@ -178,29 +178,6 @@ impl Message {
     }
 }
 
-/// A response frame's text.
-pub fn response_text(id: &RequestId, result: Result<Value, RpcError>) -> String {
-    let mut o = Map::new();
-    o.insert("jsonrpc".into(), Value::from("2.0"));
-    if !matches!(id, RequestId::Raw(_)) {
-        o.insert("id".into(), id.to_value());
-    }
-    match result {
-        Ok(v) => o.insert("result".into(), v),
-        Err(e) => o.insert("error".into(), e.to_json()),
-    };
-    let text = crate::json::stringify(&Value::Object(o));
-    match id {
-        // The exact id text goes in where `id` belongs, after `jsonrpc`.
-        RequestId::Raw(raw) => {
-            let head = "{\"jsonrpc\":\"2.0\",";
-            let rest = text.strip_prefix(head).unwrap_or(&text[1..]);
-            format!("{head}\"id\":{raw},{rest}")
-        }
-        _ => text,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,7 +234,7 @@ mod tests {
             else {
                 panic!("{frame}");
             };
-            let text = response_text(&got, Ok(Value::Null));
+            let text = response(&got, &Ok(Value::Null));
             assert_eq!(
                 text,
                 format!(r#"{{"jsonrpc":"2.0","id":{id},"result":null}}"#)

@@ -262,7 +262,7 @@ async fn refuse(mut stream: UnixStream, limit: usize) {
         crate::rpc::ErrorKind::Overloaded,
         format!("compactd is serving its limit of {limit} connections; try again later"),
     );
-    let text = super::message::response_text(&super::message::RequestId::Null, Err(e));
+    let text = super::message::response(&super::message::RequestId::Null, &Err(e));
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = stream.write_all(text.as_bytes()).await;
         let _ = stream.write_all(b"\n").await;

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::model::{Tone, TopModel};
+use crate::rpc::wire::{Outgoing, RequestId};
 use crate::transport::framing::{write_frame, Frame, FrameBudget, FrameReader, Framing};
 use crate::transport::message::Message;
 
@@ -97,14 +98,15 @@ impl Rpc {
     async fn call(&mut self, method: &str, params: Value, what: Pending) -> Result<(), String> {
         let id = self.next_id;
         self.next_id += 1;
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        write_frame(
-            &mut self.writer,
-            Framing::Ndjson,
-            body.to_string().as_bytes(),
-        )
-        .await
-        .map_err(|e| format!("cannot write to the daemon: {e}"))?;
+        let body = Outgoing::Request {
+            id: &RequestId::Num(id.into()),
+            method,
+            params: &params,
+        }
+        .to_text();
+        write_frame(&mut self.writer, Framing::Ndjson, body.as_bytes())
+            .await
+            .map_err(|e| format!("cannot write to the daemon: {e}"))?;
         self.pending.insert(id, what);
         Ok(())
     }
@@ -339,8 +341,13 @@ pub async fn snapshot(socket: &Path, timeout: Duration) -> Result<Value, String>
             .await
             .map_err(|e| e.to_string())?;
         let (reader, mut writer) = stream.into_split();
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "listSessions", "params": {}});
-        write_frame(&mut writer, Framing::Ndjson, body.to_string().as_bytes())
+        let body = Outgoing::Request {
+            id: &RequestId::Num(1.into()),
+            method: "listSessions",
+            params: &json!({}),
+        }
+        .to_text();
+        write_frame(&mut writer, Framing::Ndjson, body.as_bytes())
             .await
             .map_err(|e| e.to_string())?;
         let mut frames = FrameReader::new(
