@@ -264,16 +264,24 @@ fn read_parallel(f: &File, start: u64, len: usize) -> std::io::Result<Vec<u8>> {
             .enumerate()
             .map(|(i, chunk)| {
                 scope.spawn(move || {
-                    populate(chunk);
                     let at = start + (i * part) as u64;
                     let mut done = 0;
                     while done < chunk.len() {
-                        match f.read_at(&mut chunk[done..], at + done as u64) {
-                            Ok(0) => break,
-                            Ok(n) => done += n,
-                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                            Err(e) => return Err(e),
+                        // Populated piece by piece: each call holds the process's memory-map
+                        // lock only briefly, so other threads' allocations never wait long.
+                        let piece = (chunk.len() - done).min(POPULATE_PIECE);
+                        populate(&mut chunk[done..done + piece]);
+                        let mut filled = 0;
+                        while filled < piece {
+                            let range = done + filled..done + piece;
+                            match f.read_at(&mut chunk[range], at + (done + filled) as u64) {
+                                Ok(0) => return Ok(done + filled),
+                                Ok(n) => filled += n,
+                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                                Err(e) => return Err(e),
+                            }
                         }
+                        done += piece;
                     }
                     Ok(done)
                 })
@@ -296,6 +304,9 @@ fn read_parallel(f: &File, start: u64, len: usize) -> std::io::Result<Vec<u8>> {
     buf.truncate(total.min(len));
     Ok(buf)
 }
+
+/// Bytes populated and read per step of [`read_parallel`].
+const POPULATE_PIECE: usize = 2 << 20;
 
 /// Faults in the whole pages of `buf` in one call (`MADV_POPULATE_WRITE`, Linux 5.14), instead
 /// of one fault per page as they are first written. A hint: on older kernels the call fails and
