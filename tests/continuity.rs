@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::daemon_env::{now_ms, tool_session, usage, Env};
+use support::daemon_env::{keep_recent, now_ms, tool_session, usage, Env};
 use support::oracle::Oracle;
 use support::rpc_client::{Client, Framing};
 
@@ -73,10 +73,7 @@ fn appends_never_wait_for_a_compaction() {
     let file = env.session("009-bash-executions");
     let mut c = env.stdio(&[], Framing::Ndjson);
     let sid = open(&mut c, &file);
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
-    );
+    keep_recent(&mut c, &sid, 2000);
     c.ok("subscribe", json!({"sessionId": sid}));
     let planned = c.ok("previewCompaction", json!({"sessionId": sid}));
     let first_kept = planned["firstKeptEntryId"].as_str().unwrap().to_owned();
@@ -201,10 +198,7 @@ fn file_list_limit_bounds_the_summary_blocks_and_keeps_details_whole() {
     let env = Env::new();
     let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, file) = tool_session(&mut c, env.dir.path(), 30);
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 1500}}),
-    );
+    keep_recent(&mut c, &sid, 1500);
     // Default: Pi's behaviour, every path listed.
     let full = c.ok("compact", json!({"sessionId": sid, "write": false}));
     let all: Vec<String> = full["details"]["readFiles"]
@@ -249,10 +243,7 @@ fn a_switch_to_a_smaller_model_is_reported_and_compacted_before_the_next_request
     let env = Env::new();
     let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, file) = tool_session(&mut c, env.dir.path(), 30);
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 6000}}),
-    );
+    keep_recent(&mut c, &sid, 6000);
     c.ok("compact", json!({"sessionId": sid}));
     c.ok(
         "setSettingsOverrides",
@@ -312,10 +303,7 @@ fn history_recall_finds_and_returns_compacted_entries() {
     let env = Env::new();
     let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, file) = tool_session(&mut c, env.dir.path(), 30);
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 1500}}),
-    );
+    keep_recent(&mut c, &sid, 1500);
     let r = c.ok("compact", json!({"sessionId": sid}));
     assert!(!r["summary"].as_str().unwrap().contains("fn f3()"));
     let before = std::fs::read(&file).unwrap();
@@ -417,10 +405,7 @@ fn pins_survive_ten_compactions_verbatim() {
     env.use_fake_summarizer(fake.port, "{ enabled = false }");
     let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, file) = tool_session(&mut c, env.dir.path(), 10);
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 800}}),
-    );
+    keep_recent(&mut c, &sid, 800);
     let rules = "Never push to main.\n\n- run `cargo fmt`\n- keep   two  spaces   here\n";
     let p1 = c.ok(
         "pin",
@@ -658,10 +643,7 @@ fn undo_and_edit_the_latest_compaction() {
     let env = Env::new();
     let mut c = env.stdio(&[], Framing::Ndjson);
     let (sid, file) = tool_session(&mut c, env.dir.path(), 10);
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 800}}),
-    );
+    keep_recent(&mut c, &sid, 800);
     let e = c
         .request("undoCompaction", json!({"sessionId": sid}))
         .unwrap_err();
@@ -700,10 +682,7 @@ fn undo_and_edit_the_latest_compaction() {
     );
 
     // Edit: a corrected sibling of the latest compaction.
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 800}}),
-    );
+    keep_recent(&mut c, &sid, 800);
     c.ok("subscribe", json!({"sessionId": sid}));
     c.ok("compact", json!({"sessionId": sid}));
     let original = entries(&file).pop().unwrap();

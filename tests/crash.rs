@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use support::daemon_env::{now_ms, open, parsed_lines, Env};
+use support::daemon_env::{keep_recent, now_ms, open, parsed_lines, Env};
 use support::fake_llm;
 use support::oracle::Oracle;
 use support::rpc_client::{Client, Framing};
@@ -247,10 +247,7 @@ fn kill_9_during_appends_and_compactions_loses_nothing_acknowledged() {
         let mut c = env.stdio(&[], Framing::Ndjson);
         // The previous daemon died holding the session: its lock must be gone.
         let sid = open(&mut c, &file);
-        c.ok(
-            "setSettingsOverrides",
-            json!({"sessionId": sid, "compaction": {"keepRecentTokens": 1000}}),
-        );
+        keep_recent(&mut c, &sid, 1000);
         match mode {
             0 => {
                 // A stream of appends, killed part-way.

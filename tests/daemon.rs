@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::daemon_env::{lines, model, now_ms, open, Env};
+use support::daemon_env::{keep_recent, lines, model, now_ms, open, Env};
 use support::rpc_client::{frame, Client, Framing};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -54,10 +54,7 @@ fn stdio_ndjson_open_append_usage_preview_compact_with_ordered_events() {
         "Nothing to compact (session too small)"
     );
     c.ok("closeSession", json!({"sessionId": tiny_sid}));
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
-    );
+    keep_recent(&mut c, &sid, 2000);
     let preview = c.ok(
         "previewCompaction",
         json!({"sessionId": sid, "detail": "full"}),
@@ -139,10 +136,7 @@ fn lsp_framing_over_stdio_and_socket_with_two_clients() {
     let sid_b = open(&mut b, &file);
     assert_eq!(sid_a, sid_b, "one file, one session");
     b.ok("subscribe", json!({}));
-    a.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid_a, "compaction": {"keepRecentTokens": 1000}}),
-    );
+    keep_recent(&mut a, &sid_a, 1000);
     let r = a.ok("compact", json!({"sessionId": sid_a}));
     assert!(r["summary"]
         .as_str()
@@ -280,10 +274,7 @@ fn overflow_compacts_and_retries_once_then_gives_up_with_pis_message() {
     let file = env.session("005-medium-basic");
     let mut c = env.stdio(&[], Framing::Ndjson);
     let sid = open(&mut c, &file);
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
-    );
+    keep_recent(&mut c, &sid, 2000);
     c.ok("subscribe", json!({"sessionId": sid}));
     c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "user", "content": "next step", "timestamp": now_ms()}}));
     c.ok("appendMessage", json!({"sessionId": sid, "message": assistant_error(now_ms(), "prompt is too long: 213462 tokens > 200000 maximum")}));
@@ -357,10 +348,7 @@ fn hooks_cancel_supply_and_time_out() {
     let file = env.session("024-compacted-once");
     let mut c = env.stdio(&[], Framing::Ndjson);
     let sid = open(&mut c, &file);
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 1000}}),
-    );
+    keep_recent(&mut c, &sid, 1000);
     c.ok("registerHooks", json!({"sessionId": sid, "hooks": ["session_before_compact", "session_compact"], "timeoutMs": 800}));
     // 1. cancel
     c.on_request(|method, _| (method == "session_before_compact").then(|| json!({"cancel": true})));
@@ -429,10 +417,7 @@ fn abort_mid_compaction_writes_nothing_and_a_second_compact_supersedes() {
     let file = env.session("009-bash-executions");
     let mut c = env.stdio(&[], Framing::Ndjson);
     let sid = open(&mut c, &file);
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
-    );
+    keep_recent(&mut c, &sid, 2000);
     c.ok("subscribe", json!({"sessionId": sid}));
     let id = c.send("compact", json!({"sessionId": sid}));
     c.wait_notification("compaction_start", LONG).unwrap();
@@ -740,10 +725,7 @@ fn transient_provider_errors_are_retried_with_events() {
     let file = env.session("009-bash-executions");
     let mut c = env.stdio(&[], Framing::Ndjson);
     let sid = open(&mut c, &file);
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
-    );
+    keep_recent(&mut c, &sid, 2000);
     c.ok("subscribe", json!({}));
     let r = c.ok("compact", json!({"sessionId": sid}));
     assert!(r["summary"].as_str().unwrap().starts_with("LLM SUMMARY"));
@@ -796,10 +778,7 @@ fn without_a_dedicated_summarizer_the_sessions_own_model_summarizes_through_its_
     pairs.push(("COMPACTD_TEST_ANTHROPIC_KEY", Path::new("test-key")));
     let mut c = Client::stdio(&[], &pairs, Framing::Ndjson);
     let sid = open(&mut c, &file);
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
-    );
+    keep_recent(&mut c, &sid, 2000);
     let r = c.ok("compact", json!({"sessionId": sid}));
     assert!(
         r["summary"]
@@ -819,10 +798,7 @@ fn without_a_dedicated_summarizer_the_sessions_own_model_summarizes_through_its_
     let other = env.session("024-compacted-once");
     let info = c.ok("openSession", json!({"path": other, "model": {"provider": "openai", "id": "gpt-5", "contextWindow": 400000, "maxTokens": 128000}}));
     let sid2 = info["sessionId"].as_str().unwrap().to_owned();
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid2, "compaction": {"keepRecentTokens": 1000}}),
-    );
+    keep_recent(&mut c, &sid2, 1000);
     let r = c.ok("compact", json!({"sessionId": sid2}));
     assert_eq!(r["details"]["summarizer"], "extractive");
     drop(fake);

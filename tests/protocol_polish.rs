@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::daemon_env::Env;
+use support::daemon_env::{keep_recent, Env};
 use support::rpc_client::{Client, Framing};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -196,10 +196,7 @@ fn stalled_compaction_setup(c: &mut Client, file: &Path) -> (String, Arc<AtomicB
         .as_str()
         .unwrap()
         .to_owned();
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
-    );
+    keep_recent(c, &sid, 2000);
     c.ok(
         "registerHooks",
         json!({"hooks": ["session_before_compact"], "timeoutMs": 600000}),

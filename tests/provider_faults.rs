@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 
-use support::daemon_env::{open, Env};
+use support::daemon_env::{keep_recent, open, Env};
 use support::fake_llm::{self, FakeLlm, Fault};
 use support::rpc_client::{Client, Framing};
 
@@ -95,10 +95,7 @@ impl Rig {
         // 1000 recent tokens: one summarization call (no split turn), so provider requests
         // are exactly one plus the retries.
         let sid = open(&mut self.c, &file);
-        self.c.ok(
-            "setSettingsOverrides",
-            json!({"sessionId": sid, "compaction": {"keepRecentTokens": 1000}}),
-        );
+        keep_recent(&mut self.c, &sid, 1000);
         self.c.ok("subscribe", json!({"sessionId": sid}));
         let before = std::fs::read(&file).expect("read session");
         let requests_before = self.fake.requests().len();
@@ -457,10 +454,7 @@ fn the_settings_retry_policy_governs_summarization_retries() {
         settings["retry"],
         json!({"enabled": true, "maxRetries": 1, "baseDelayMs": 20})
     );
-    rig.c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 1000}}),
-    );
+    keep_recent(&mut rig.c, &sid, 1000);
     let before = rig.fake.requests().len();
     let unavailable = || Fault::Status {
         status: 503,

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::daemon_env::{model, open, Env};
+use support::daemon_env::{keep_recent, model, open, Env};
 use support::rpc_client::{Client, Framing};
 
 /// `compactd stdio` in the shared isolated environment, optionally with a config file's text.
@@ -742,10 +742,7 @@ fn an_unreadable_file_is_io_on_every_method() {
         .expect_err("unreadable");
     assert_eq!(kind(&err), "io", "openSession: {err}");
     let sid = open(&mut c, &file);
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
-    );
+    keep_recent(&mut c, &sid, 2000);
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o000)).unwrap();
     let calls: Vec<(&str, Value)> = vec![
         (

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::daemon_env::{wait_for_socket, Env};
+use support::daemon_env::{keep_recent, wait_for_socket, Env};
 use support::rpc_client::{Client, Framing};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -501,10 +501,7 @@ fn park_a_compaction(c: &mut Client, file: &Path, hook_timeout_ms: u64) -> (Stri
         .as_str()
         .unwrap()
         .to_owned();
-    c.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
-    );
+    keep_recent(c, &sid, 2000);
     c.ok(
         "registerHooks",
         json!({"hooks": ["session_before_compact"], "timeoutMs": hook_timeout_ms}),
@@ -788,10 +785,7 @@ fn hook_timeouts_are_capped_by_the_configuration() {
         .as_str()
         .unwrap()
         .to_owned();
-    other.ok(
-        "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 2000}}),
-    );
+    keep_recent(&mut other, &sid, 2000);
     let started = Instant::now();
     let id = other.send("compact", json!({"sessionId": sid}));
     let r = other.wait(id, Duration::from_secs(30));

@@ -196,6 +196,16 @@ pub fn open(c: &mut Client, path: &Path) -> String {
     info["sessionId"].as_str().expect("sessionId").to_owned()
 }
 
+/// Overrides the session's `compaction.keepRecentTokens` (how the suites make a small session
+/// compactable) and checks the daemon took it.
+pub fn keep_recent(c: &mut Client, session_id: &str, tokens: u64) {
+    let applied = c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": session_id, "compaction": {"keepRecentTokens": tokens}}),
+    );
+    assert_eq!(applied["ok"], true, "{applied}");
+}
+
 /// Number of lines of a file (0 when it cannot be read).
 pub fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path)
