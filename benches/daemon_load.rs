@@ -380,20 +380,13 @@ fn pipelined(
     Ok((total as f64 / secs, cpu_us))
 }
 
-/// `conns` closed-loop connections (one request in flight each) for `time`; (p50, p99, req/s).
-/// `conns` closed-loop connections (one request in flight each) for `time`; (p50, p99, req/s).
-/// The client writes pre-built request bytes and only scans each reply, to take as little of
-/// the machine's CPU from the daemon as it can.
-fn closed_loop(d: &Daemon, session: &Path, conns: usize, time: Duration) -> Res<(f64, f64, f64)> {
-    let barrier = Arc::new(Barrier::new(conns + 1));
+/// Closed-loop clients (one request in flight each, `request` bytes and the line that answers
+/// them) for `time`; (p50, p99, req/s). The client writes pre-built request bytes and only scans
+/// each reply, to take as little of the machine's CPU from the server as it can.
+fn closed_loop(clients: Vec<(Conn, String)>, time: Duration) -> Res<(f64, f64, f64)> {
+    let barrier = Arc::new(Barrier::new(clients.len() + 1));
     let mut handles = Vec::new();
-    for _ in 0..conns {
-        let mut c = d.connect()?;
-        let sid = c.open(session)?;
-        let request = format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"shouldCompact\",\"params\":{}}}\n",
-            json!({"sessionId": sid})
-        );
+    for (mut c, request) in clients {
         let barrier = barrier.clone();
         handles.push(std::thread::spawn(move || -> Res<Vec<f64>> {
             barrier.wait();
@@ -408,7 +401,7 @@ fn closed_loop(d: &Daemon, session: &Path, conns: usize, time: Duration) -> Res<
                 lat.push(ms(t.elapsed()));
                 if memchr::memmem::find(&c.line, b"\"error\"").is_some() {
                     return Err(format!(
-                        "shouldCompact failed: {}",
+                        "request failed: {}",
                         String::from_utf8_lossy(&c.line)
                     ));
                 }
@@ -429,6 +422,66 @@ fn closed_loop(d: &Daemon, session: &Path, conns: usize, time: Duration) -> Res<
     let rate = all.len() as f64 / secs;
     let (p50, p99) = pct(&mut all);
     Ok((p50, p99, rate))
+}
+
+/// `conns` connections to the daemon, each with the session open and a `shouldCompact` request
+/// for it (`pure`: the session-less form, `{contextTokens, contextWindow}`).
+fn should_compact_clients(
+    d: &Daemon,
+    session: &Path,
+    conns: usize,
+    pure: bool,
+) -> Res<Vec<(Conn, String)>> {
+    (0..conns)
+        .map(|_| {
+            let mut c = d.connect()?;
+            let sid = c.open(session)?;
+            let params = if pure {
+                json!({"contextTokens": 150000, "contextWindow": 200000})
+            } else {
+                json!({"sessionId": sid})
+            };
+            let request = format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"shouldCompact\",\"params\":{params}}}\n"
+            );
+            Ok((c, request))
+        })
+        .collect()
+}
+
+/// A reference for closed-loop round trips on this machine: a Unix-socket server in this process that
+/// answers each line with a reply of the size `shouldCompact`'s has, one thread per connection
+/// (no parsing, no dispatch). Returns `conns` connected clients.
+fn echo_clients(dir: &Path, conns: usize, reply_len: usize) -> Res<Vec<(Conn, String)>> {
+    use std::io::{BufRead, Write};
+    let path = dir.join(format!("echo-{conns}.sock"));
+    let _ = std::fs::remove_file(&path);
+    let listener =
+        std::os::unix::net::UnixListener::bind(&path).map_err(|e| format!("bind: {e}"))?;
+    let mut reply = vec![b'x'; reply_len];
+    reply.push(b'\n');
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(conns) {
+            let Ok(stream) = stream else { return };
+            let reply = reply.clone();
+            std::thread::spawn(move || {
+                let Ok(mut writer) = stream.try_clone() else {
+                    return;
+                };
+                let mut reader = std::io::BufReader::new(stream);
+                let mut line = Vec::new();
+                while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                    line.clear();
+                    if writer.write_all(&reply).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (0..conns)
+        .map(|_| Ok((Conn::new(&path)?, "{\"ping\":1}\n".to_string())))
+        .collect()
 }
 
 fn socket(d: &Daemon, f: &SizeFile, dir: &Path, plan: &Plan) -> Res<()> {
@@ -454,11 +507,21 @@ fn socket(d: &Daemon, f: &SizeFile, dir: &Path, plan: &Plan) -> Res<()> {
             cores * 1e6 / cpu.max(1e-3)
         );
     }
-    let (p50, p99, rate) = closed_loop(d, &path, plan.closed_loop, plan.socket_time)?;
-    let (q50, q99, qrate) = closed_loop(d, &path, 1, plan.socket_time)?;
+    let n = plan.closed_loop;
+    let (p50, p99, rate) = closed_loop(
+        should_compact_clients(d, &path, n, false)?,
+        plan.socket_time,
+    )?;
+    let (u50, u99, urate) =
+        closed_loop(should_compact_clients(d, &path, n, true)?, plan.socket_time)?;
+    let (e50, e99, erate) = closed_loop(echo_clients(dir, n, 200)?, plan.socket_time)?;
+    let (q50, q99, qrate) = closed_loop(
+        should_compact_clients(d, &path, 1, false)?,
+        plan.socket_time,
+    )?;
     println!(
-        "  {} closed-loop connections: p50 {p50:.3} ms, p99 {p99:.3} ms (target < 2 ms), {rate:.0}/s; one connection alone: p50 {q50:.3} ms, p99 {q99:.3} ms, {qrate:.0}/s",
-        plan.closed_loop
+        "  {n} closed-loop connections: p50 {p50:.3} ms, p99 {p99:.3} ms (target < 2 ms), {rate:.0}/s; same clients, pure shouldCompact {{contextTokens}}: p50 {u50:.3}, p99 {u99:.3}, {urate:.0}/s; a reference server in this process (a thread per connection answering each line with 200 bytes, no parsing): p50 {e50:.3}, p99 {e99:.3}, {erate:.0}/s, the daemon's p99 = {:.2}x its; one connection alone: p50 {q50:.3} ms, p99 {q99:.3} ms, {qrate:.0}/s",
+        p99 / e99
     );
     holder.call("closeSession", json!({"sessionId": sid}))?;
     let _ = std::fs::remove_file(&path);

@@ -44,18 +44,20 @@ pub enum ReadOutcome {
     Session(ParsedSession),
 }
 
-/// Maps `f` over `items` on up to `available_parallelism` threads, keeping order; `None` results
-/// are dropped, `Some(Err)` results are counted. Opening a 100 MB session is dominated by JSON
-/// parsing, which splits cleanly by line.
+/// Maps `f` over the `\n`-separated lines of `bytes` (each a shared slice, no copy) on up to
+/// `available_parallelism` threads, keeping file order; `None` results are dropped, `Some(Err)`
+/// results are counted. Opening a 100 MB session is dominated by JSON parsing, which splits
+/// cleanly by line; each thread finds the lines of its own part, so no single-threaded pass
+/// over the whole file precedes the parallel one.
 fn par_parse<T: Send>(
-    items: &[Bytes],
+    bytes: &Bytes,
     f: impl Fn(&Bytes) -> Option<Result<T, ()>> + Sync,
 ) -> (Vec<T>, usize) {
-    let run = |chunk: &[Bytes]| {
-        let mut out = Vec::with_capacity(chunk.len());
+    let run = |part: Bytes| {
+        let mut out = Vec::with_capacity(part.len() / 1024 + 1);
         let mut bad = 0usize;
-        for piece in chunk {
-            match f(piece) {
+        for line in lines(&part) {
+            match f(&line) {
                 Some(Ok(v)) => out.push(v),
                 Some(Err(())) => bad += 1,
                 None => {}
@@ -63,36 +65,37 @@ fn par_parse<T: Send>(
         }
         (out, bad)
     };
-    let total: usize = items.iter().map(|p| p.len()).sum();
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
-    if threads < 2 || total < 1 << 20 {
-        return run(items);
+    if threads < 2 || bytes.len() < 1 << 20 {
+        return run(bytes.clone());
     }
-    // Chunks of roughly equal bytes, so one long line does not serialize the work.
-    let target = total / threads + 1;
-    let mut chunks: Vec<&[Bytes]> = Vec::with_capacity(threads);
-    let (mut start, mut acc) = (0usize, 0usize);
-    for (i, p) in items.iter().enumerate() {
-        acc += p.len();
-        if acc >= target {
-            chunks.push(&items[start..=i]);
-            start = i + 1;
-            acc = 0;
-        }
-    }
-    if start < items.len() {
-        chunks.push(&items[start..]);
+    // Parts of roughly equal bytes, each ending just after a newline (the last at the end), so
+    // every line lies in exactly one part.
+    let target = bytes.len() / threads + 1;
+    let mut parts = Vec::with_capacity(threads);
+    let mut start = 0usize;
+    while start < bytes.len() {
+        let nominal = (start + target).min(bytes.len());
+        let end = match memchr::memchr(b'\n', &bytes[nominal..]) {
+            Some(i) if nominal < bytes.len() => nominal + i + 1,
+            _ => bytes.len(),
+        };
+        parts.push(bytes.slice(start..end));
+        start = end;
     }
     let results: Vec<(Vec<T>, usize)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = chunks.iter().map(|c| scope.spawn(|| run(c))).collect();
+        let handles: Vec<_> = parts
+            .into_iter()
+            .map(|part| scope.spawn(|| run(part)))
+            .collect();
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect()
     });
-    let mut out = Vec::with_capacity(items.len());
+    let mut out = Vec::with_capacity(results.iter().map(|(v, _)| v.len()).sum());
     let mut bad = 0;
     for (v, b) in results {
         out.extend(v);
@@ -105,16 +108,25 @@ fn is_session_line(v: &Value) -> bool {
     v.get("type").and_then(Value::as_str) == Some("session")
 }
 
-/// Splits a file's bytes on `\n` into shared slices (no copy).
-fn split_lines(bytes: &Bytes) -> Vec<Bytes> {
-    let mut out = Vec::with_capacity(bytes.len() / 512 + 1);
+/// The pieces of `bytes` between newlines, as shared slices: every line, and the piece after
+/// the last newline when `bytes` does not end with one (a part that ends with its newline
+/// yields no empty last piece).
+fn lines(bytes: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
     let mut start = 0usize;
-    for nl in memchr::memchr_iter(b'\n', bytes) {
-        out.push(bytes.slice(start..nl));
-        start = nl + 1;
-    }
-    out.push(bytes.slice(start..));
-    out
+    let mut newlines = memchr::memchr_iter(b'\n', bytes);
+    std::iter::from_fn(move || match newlines.next() {
+        Some(nl) => {
+            let line = bytes.slice(start..nl);
+            start = nl + 1;
+            Some(line)
+        }
+        None if start < bytes.len() => {
+            let rest = bytes.slice(start..);
+            start = bytes.len();
+            Some(rest)
+        }
+        None => None,
+    })
 }
 
 /// Parses a session file's bytes as Pi's `loadEntriesFromFile` + `_loadEntries` do (copies them
@@ -126,23 +138,24 @@ pub fn read_session(bytes: &[u8]) -> ReadOutcome {
 /// [`read_session`] over an owned buffer: entries keep slices of it (see [`Entry`]), so the
 /// file's bytes are held once and never copied.
 pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
-    let pieces = split_lines(&bytes);
     // Pi repairs a trailing piece after the last newline that is not empty ("pending").
-    let needs_newline_repair = pieces.last().is_some_and(|p| !p.is_empty());
-    // The first line that parses must be the header.
+    let needs_newline_repair = !bytes.is_empty() && !bytes.ends_with(b"\n");
+    // The first line that parses must be the header; the rest starts after its line.
     let mut skipped = 0usize;
     let mut header: Option<(usize, Value)> = None;
-    for (i, piece) in pieces.iter().enumerate() {
-        match parse_line_bytes(piece) {
+    let mut offset = 0usize;
+    for line in lines(&bytes) {
+        offset += line.len() + 1;
+        match parse_line_bytes(&line) {
             None => {}
             Some(Err(())) => skipped += 1,
             Some(Ok(v)) => {
-                header = Some((i, v));
+                header = Some((offset.min(bytes.len()), v));
                 break;
             }
         }
     }
-    let Some((header_at, header)) = header else {
+    let Some((rest_at, header)) = header else {
         // Pi re-initialises only a 0-byte file; anything else without a header is refused.
         return if bytes.is_empty() {
             ReadOutcome::Empty
@@ -154,24 +167,25 @@ pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
     if !header_ok {
         return ReadOutcome::NotASession;
     }
-    let rest = &pieces[header_at + 1..];
+    let rest = bytes.slice(rest_at..);
     let original_version = header_version(&header);
     if original_version >= CURRENT_VERSION as f64 {
         // The common case: no migration, so entries are built on the parsing threads from their
-        // bytes, without value trees.
-        let (entries, bad) = par_parse(rest, |piece| {
-            Entry::from_line(piece.clone()).map(|r| r.map(|e| (!is_session_entry(&e)).then_some(e)))
+        // bytes, without value trees; a later `session` line is skipped there too.
+        let (entries, bad) = par_parse(&rest, |line| match Entry::from_line(line.clone())? {
+            Ok(e) if is_session_entry(&e) => None,
+            other => Some(other),
         });
         return ReadOutcome::Session(ParsedSession {
             header,
-            entries: entries.into_iter().flatten().collect(),
+            entries,
             needs_newline_repair,
             migrated: false,
             skipped_lines: skipped + bad,
             original_version,
         });
     }
-    let (rest_values, bad) = par_parse(rest, |p| parse_line_bytes(p));
+    let (rest_values, bad) = par_parse(&rest, |p| parse_line_bytes(p));
     let mut values = Vec::with_capacity(rest_values.len() + 1);
     values.push(header);
     values.extend(rest_values);
@@ -304,6 +318,47 @@ mod tests {
             ReadOutcome::Session(s) => s,
             other => panic!("not a session: {other:?}"),
         }
+    }
+
+    /// A session over 1 MB (so the lines are parsed on several threads where there are cores),
+    /// read entry for entry as a one-line-at-a-time reader would: same entries in file order,
+    /// same skipped count, whatever lines sit at the parts' edges.
+    #[test]
+    fn a_large_session_parsed_in_parts_matches_a_line_by_line_read() {
+        let mut text = String::from("{\"type\":\"session\",\"version\":3,\"id\":\"h\",\"timestamp\":\"t\",\"cwd\":\"/p\"}\n");
+        let mut expected_ids = Vec::new();
+        let mut expected_bad = 0;
+        let mut parent = String::from("null");
+        for i in 0..6000 {
+            match i % 97 {
+                13 => text.push_str("\n   \n"),
+                14 => {
+                    text.push_str("{not json\n");
+                    expected_bad += 1;
+                }
+                15 => text.push_str("{\"type\":\"session\",\"version\":3,\"id\":\"later\"}\n"),
+                _ => {
+                    let id = format!("e{i:05}");
+                    // Lines of very different lengths, so part edges fall anywhere.
+                    let body = "x".repeat((i * 7919) % 900);
+                    text.push_str(&format!(
+                        "{{\"type\":\"message\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"t\",\"message\":{{\"role\":\"user\",\"content\":\"{body}\",\"timestamp\":1}}}}\n"
+                    ));
+                    parent = format!("\"{id}\"");
+                    expected_ids.push(id);
+                }
+            }
+        }
+        // The last line has no newline: still read, and flagged for repair.
+        text.push_str("{\"type\":\"label\",\"id\":\"last\",\"parentId\":null}");
+        expected_ids.push("last".into());
+        assert!(text.len() > 2 << 20, "{} bytes", text.len());
+        let s = session(&text);
+        let ids: Vec<String> = s.entries.iter().filter_map(|e| e.id.clone()).collect();
+        assert_eq!(ids, expected_ids);
+        assert_eq!(s.skipped_lines, expected_bad);
+        assert!(s.needs_newline_repair);
+        assert!(!session(&format!("{text}\n")).needs_newline_repair);
     }
 
     #[test]

@@ -130,6 +130,8 @@ class AsyncClient(Methods):
             env=env, limit=_STREAM_LIMIT,
         )
 
+        forwarder: List["asyncio.Future[None]"] = []
+
         async def closer() -> None:
             if proc.stdin is not None:
                 proc.stdin.close()
@@ -138,12 +140,21 @@ class AsyncClient(Methods):
             except asyncio.TimeoutError:
                 proc.terminate()
                 await proc.wait()
+            # Every line the daemon wrote to stderr is logged before `close` returns.
+            if forwarder:
+                try:
+                    await asyncio.wait_for(asyncio.shield(forwarder[0]), 5)
+                except asyncio.TimeoutError:
+                    pass
 
         assert proc.stdout is not None and proc.stdin is not None
         client = cls(proc.stdout, proc.stdin, framing, closer)
         client.process = proc
         if stderr == "log" and proc.stderr is not None:
-            client._spawn(_forward_stderr(proc.stderr))
+            task = asyncio.ensure_future(_forward_stderr(proc.stderr))
+            forwarder.append(task)
+            client._tasks.add(task)
+            task.add_done_callback(client._tasks.discard)
         return client
 
     @classmethod

@@ -221,8 +221,10 @@ class Client(Methods):
             env=env,
             bufsize=0,
         )
+        forwarder: Optional[threading.Thread] = None
         if stderr == "log":
-            threading.Thread(target=_forward_stderr, args=(proc.stderr,), name="compactd-stderr", daemon=True).start()
+            forwarder = threading.Thread(target=_forward_stderr, args=(proc.stderr,), name="compactd-stderr", daemon=True)
+            forwarder.start()
 
         def closer() -> None:
             try:
@@ -234,6 +236,9 @@ class Client(Methods):
             except subprocess.TimeoutExpired:
                 proc.terminate()
                 proc.wait(timeout=5)
+            # Every line the daemon wrote to stderr is logged before `close` returns.
+            if forwarder is not None:
+                forwarder.join(timeout=5)
 
         client = cls(proc.stdout, proc.stdin, framing, closer)
         client.process = proc
