@@ -63,12 +63,21 @@ pub struct Session {
     holders: Mutex<HashSet<ConnId>>,
 }
 
+/// How long [`Session::lock_state`] waits on an async worker before handing the worker's other
+/// tasks on (requests hold the lock for microseconds; storage I/O for longer).
+const SHORT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
+
 impl Session {
     /// The session's state. Its holder may be doing storage I/O (inside `cpu::blocking`, so
-    /// its worker's other tasks move on); a caller that has to wait for it waits the same way,
-    /// so no async worker is ever stuck on a session another request is writing.
+    /// its worker's other tasks move on); a caller that has to wait longer than a request
+    /// normally holds the lock waits the same way, so no async worker is ever stuck on a
+    /// session another request is writing. A short wait (many clients reading one session at
+    /// once) just waits: handing the worker's tasks to another thread costs more than it saves.
     pub fn lock_state(&self) -> parking_lot::MutexGuard<'_, SessionState> {
-        match self.state.try_lock() {
+        if let Some(guard) = self.state.try_lock() {
+            return guard;
+        }
+        match self.state.try_lock_for(SHORT_LOCK_WAIT) {
             Some(guard) => guard,
             None => crate::cpu::blocking(|| self.state.lock()),
         }
