@@ -482,11 +482,15 @@ where
                 // One large frame in a batch: do not keep its size per connection.
                 buf = Vec::with_capacity(64 * 1024);
             }
-            let conn = conn.upgrade();
-            let notices: Vec<String> = batch
-                .drain(..)
-                .filter_map(|out| conn.as_ref().and_then(|c| c.written(&out)))
-                .collect();
+            // The connection is held only to account for what was written, never across a
+            // write that may wait on the client.
+            let notices: Vec<String> = match conn.upgrade() {
+                Some(c) => batch.drain(..).filter_map(|out| c.written(&out)).collect(),
+                None => {
+                    batch.clear();
+                    Vec::new()
+                }
+            };
             if !ok {
                 break;
             }

@@ -118,7 +118,10 @@ for_each_method!(table);
 /// Names the session a request acts on in its `request` span (the current one while a handler
 /// runs), read from the typed params of a method declared `Session`.
 fn record_session(session_id: &str) {
-    tracing::Span::current().record("session", &*crate::rpc::for_log(session_id));
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        span.record("session", &*crate::rpc::for_log(session_id));
+    }
 }
 
 /// Looks a method up (for every message: a hash map built once, not a scan of the table).
@@ -164,8 +167,9 @@ impl Dispatcher {
 
     /// Runs one request (`id`; `None` for a notification) to completion, slow methods
     /// included (the caller decides where), inside a `request` span naming the method, the id
-    /// and (recorded by the handler from its typed params) the session: every log line of the handler, the compaction it runs included, carries
-    /// them. Its end is logged at `debug` with the duration.
+    /// and (recorded by the handler from its typed params) the session: every log line of the
+    /// handler, the compaction it runs included, carries them. Its end is logged at `debug`
+    /// with the duration.
     pub async fn call(&self, id: Option<&RequestId>, method: &str, params: Option<Value>) -> Reply {
         let Some(handler) = handler(method) else {
             return Err(method_not_found(method));
