@@ -750,3 +750,37 @@ fn json_log_lines_carry_the_connection_request_and_compaction_spans() {
         assert!(in_connection, "a line outside the connection span: {l}");
     }
 }
+
+/// A method whose `sessionId` is optional (`shouldCompact`, declared `Narrowed`) names the
+/// session in its request span when it is given one, read from its typed params, and names
+/// none when it is not.
+#[test]
+fn a_narrowed_request_names_its_session_in_its_span_only_when_given_one() {
+    let env = Env::new();
+    env.write_config("[log]\nlevel = \"debug\"\nformat = \"json\"\n");
+    let file = env.session("005-medium-basic");
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = support::daemon_env::open(&mut c, &file);
+    c.ok("shouldCompact", json!({"sessionId": sid}));
+    c.ok(
+        "shouldCompact",
+        json!({"contextTokens": 10, "contextWindow": 1000}),
+    );
+    drop(c.finish());
+    let text = env.log_text();
+    let sessions: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == "request done")
+        .filter_map(|l| {
+            let spans = l["spans"].as_array()?.clone();
+            let request = spans.into_iter().find(|s| s["name"] == "request")?;
+            (request["method"] == "shouldCompact").then(|| request["session"].clone())
+        })
+        .collect();
+    assert_eq!(
+        sessions,
+        vec![Value::from(sid.as_str()), Value::Null],
+        "{text}"
+    );
+}

@@ -35,8 +35,11 @@ pub enum Scope {
     /// The one session its required `sessionId` names. For a method run in a task, a client's
     /// `$/cancelRequest`, or its disconnect, aborts that session's running work.
     Session,
-    /// The daemon or the connection (a `sessionId` there, if any, is optional and narrows).
+    /// The daemon or the connection.
     Global,
+    /// The daemon or the connection, narrowed to one session when its optional `sessionId`
+    /// names one (which the request's log span then carries).
+    Narrowed,
 }
 
 /// One method, as the list declares it.
@@ -155,7 +158,7 @@ macro_rules! for_each_method {
             /// Pi's shouldCompact, for a session (agent-context estimate, current model's
             /// window) or for given numbers.
             "shouldCompact" => handlers::compaction::should_compact(ShouldCompactParams) -> ShouldCompactResult,
-                Inline, Global, [InvalidParams, UnknownSession, NoModel];
+                Inline, Narrowed, [InvalidParams, UnknownSession, NoModel];
             /// The compaction preparation without calling any model (beyond Pi).
             "previewCompaction" => handlers::compaction::preview_compaction(PreviewCompactionParams) -> PreviewCompactionResult,
                 Inline, Session, [InvalidParams, UnknownSession];
@@ -176,18 +179,18 @@ macro_rules! for_each_method {
             /// In-memory compaction overrides for one session, or for every session when
             /// sessionId is omitted; null clears.
             "setSettingsOverrides" => handlers::compaction::set_settings_overrides(SetSettingsOverridesParams) -> SetSettingsOverridesResult,
-                Inline, Global, [InvalidParams, UnknownSession];
+                Inline, Narrowed, [InvalidParams, UnknownSession];
             /// Adds an event filter for this connection (no sessionId: every session; no
             /// events: all).
             "subscribe" => handlers::registrations::subscribe(SubscribeParams) -> SubscribeResult,
-                Inline, Global, [InvalidParams, UnknownSession];
+                Inline, Narrowed, [InvalidParams, UnknownSession];
             /// Removes every event filter of this connection.
             "unsubscribe" => handlers::registrations::unsubscribe(NoParams) -> UnsubscribeResult,
                 Inline, Global, [];
             /// Registers this connection for hook requests/notifications (x-hooks), for one
             /// session or all.
             "registerHooks" => handlers::registrations::register_hooks(RegisterHooksParams) -> RegisterHooksResult,
-                Inline, Global, [InvalidParams, UnknownSession];
+                Inline, Narrowed, [InvalidParams, UnknownSession];
         }
     };
 }

@@ -82,12 +82,20 @@ macro_rules! table {
     (@session Session, $params:ident, $p:ident) => {
         parse::<types::$params>($p.cloned()).ok().map(|p| p.session_id)
     };
+    (@session Narrowed, $params:ident, $p:ident) => {
+        parse::<types::$params>($p.cloned()).ok().and_then(|p| p.session_id)
+    };
     (@session Global, $params:ident, $p:ident) => {{
         let _ = $p;
         None
     }};
     (@record Session, $params:ident) => {
         record_session(&$params.session_id)
+    };
+    (@record Narrowed, $params:ident) => {
+        if let Some(id) = &$params.session_id {
+            record_session(id)
+        }
     };
     (@record Global, $params:ident) => {};
     (@handler $run:ident, $scope:ident, $($handler:ident)::+, $params:ident, $result:ident) => {
@@ -116,7 +124,8 @@ macro_rules! table {
 for_each_method!(table);
 
 /// Names the session a request acts on in its `request` span (the current one while a handler
-/// runs), read from the typed params of a method declared `Session`.
+/// runs), read from the typed params of a method declared `Session` (or `Narrowed`, when it
+/// names one).
 fn record_session(session_id: &str) {
     let span = tracing::Span::current();
     if !span.is_disabled() {
