@@ -255,6 +255,19 @@ struct RawPeer {
 }
 
 impl RawPeer {
+    /// `openSession` of `file` as request 1; its session id.
+    fn open(&mut self, file: &std::path::Path) -> String {
+        self.send(
+            &json!({"jsonrpc":"2.0","id":1,"method":"openSession","params":{"path": file}})
+                .to_string(),
+        );
+        let opened: Value = serde_json::from_str(
+            &self.line_starting("{\"jsonrpc\":\"2.0\",\"id\":1,", ANSWER_WITHIN),
+        )
+        .unwrap();
+        opened["result"]["sessionId"].as_str().unwrap().to_owned()
+    }
+
     fn start(env: &Env) -> RawPeer {
         let mut child = env.spawn_stdio(std::process::Stdio::null());
         let stdin = child.stdin.take().expect("stdin");
@@ -310,13 +323,7 @@ fn lone_surrogates_and_huge_ids_are_answered_with_their_own_id() {
     let env = Env::new();
     let file = env.session("005-medium-basic");
     let mut p = RawPeer::start(&env);
-    p.send(
-        &json!({"jsonrpc":"2.0","id":1,"method":"openSession","params":{"path": file}}).to_string(),
-    );
-    let opened: Value =
-        serde_json::from_str(&p.line_starting("{\"jsonrpc\":\"2.0\",\"id\":1,", ANSWER_WITHIN))
-            .unwrap();
-    let sid = opened["result"]["sessionId"].as_str().unwrap().to_owned();
+    let sid = p.open(&file);
     p.send(&format!(
         r#"{{"jsonrpc":"2.0","id":2,"method":"appendMessage","params":{{"sessionId":"{sid}","message":{{"role":"user","content":"cut \ud83d","timestamp":1}}}}}}"#
     ));
@@ -366,13 +373,7 @@ fn a_hook_reply_with_a_lone_surrogate_is_taken_at_once() {
     let env = Env::new();
     let file = env.session("005-medium-basic");
     let mut p = RawPeer::start(&env);
-    p.send(
-        &json!({"jsonrpc":"2.0","id":1,"method":"openSession","params":{"path": file}}).to_string(),
-    );
-    let opened: Value =
-        serde_json::from_str(&p.line_starting("{\"jsonrpc\":\"2.0\",\"id\":1,", ANSWER_WITHIN))
-            .unwrap();
-    let sid = opened["result"]["sessionId"].as_str().unwrap().to_owned();
+    let sid = p.open(&file);
     p.send(&json!({"jsonrpc":"2.0","id":2,"method":"registerHooks","params":{"sessionId": sid, "hooks": ["session_before_compact"], "timeoutMs": 60000}}).to_string());
     p.line_starting("{\"jsonrpc\":\"2.0\",\"id\":2,", ANSWER_WITHIN);
     let started = std::time::Instant::now();

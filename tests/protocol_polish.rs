@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::daemon_env::{keep_recent, Env};
+use support::daemon_env::{park_compactions, Env};
 use support::rpc_client::{Client, Framing};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -181,26 +181,11 @@ fn every_advertised_event_is_subscribable_and_unknown_ones_are_refused() {
     assert!(e["message"].as_str().unwrap().contains("compaction_begin"));
 }
 
-/// Opens a compactable session and registers a `session_before_compact` hook that never
-/// answers, so a compaction stays running until it is cancelled. Returns (sessionId, asked).
+/// [`park_compactions`] with a hook that waits far longer than any test, subscribed to the
+/// session's events: a compaction stays running until it is cancelled. Returns (sessionId,
+/// asked).
 fn stalled_compaction_setup(c: &mut Client, file: &Path) -> (String, Arc<AtomicBool>) {
-    let asked = Arc::new(AtomicBool::new(false));
-    let a = asked.clone();
-    c.on_request(move |method, _| {
-        if method == "session_before_compact" {
-            a.store(true, Ordering::SeqCst);
-        }
-        None
-    });
-    let sid = c.ok("openSession", json!({"path": file}))["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    keep_recent(c, &sid, 2000);
-    c.ok(
-        "registerHooks",
-        json!({"hooks": ["session_before_compact"], "timeoutMs": 600000}),
-    );
+    let (sid, asked) = park_compactions(c, file, 600_000);
     c.ok("subscribe", json!({"sessionId": sid}));
     (sid, asked)
 }

@@ -11,12 +11,11 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::daemon_env::{keep_recent, wait_for_socket, Env};
+use support::daemon_env::{keep_recent, park_compactions, wait_for_socket, Env};
 use support::rpc_client::{Client, Framing};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -487,25 +486,10 @@ fn the_default_socket_directory_is_created_private_or_verified() {
     }
 }
 
-/// Opens `file` on `c` with a small keep-recent (so compaction has work) and a hook on this
-/// connection that is asked and never answers; starts `compact` and returns once the hook was
-/// asked (the compaction is then parked in the hook).
+/// [`park_compactions`] on `c`, then starts `compact` and returns once the hook was asked (the
+/// compaction is then parked in the hook).
 fn park_a_compaction(c: &mut Client, file: &Path, hook_timeout_ms: u64) -> (String, u64) {
-    let asked = Arc::new(AtomicBool::new(false));
-    let a = asked.clone();
-    c.on_request(move |_, _| {
-        a.store(true, Ordering::SeqCst);
-        None
-    });
-    let sid = c.ok("openSession", json!({"path": file}))["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    keep_recent(c, &sid, 2000);
-    c.ok(
-        "registerHooks",
-        json!({"hooks": ["session_before_compact"], "timeoutMs": hook_timeout_ms}),
-    );
+    let (sid, asked) = park_compactions(c, file, hook_timeout_ms);
     let first = c.send("compact", json!({"sessionId": sid}));
     let deadline = Instant::now() + LONG;
     while !asked.load(Ordering::SeqCst) {

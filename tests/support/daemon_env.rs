@@ -206,6 +206,36 @@ pub fn keep_recent(c: &mut Client, session_id: &str, tokens: u64) {
     assert_eq!(applied["ok"], true, "{applied}");
 }
 
+/// Opens `file` on `c` with a small keep-recent (so a compaction has work) and a
+/// `session_before_compact` hook on this connection that is asked and never answered, so the
+/// next compaction stays parked in the hook until it times out (`hook_timeout_ms`) or is
+/// cancelled. Returns the session id and a flag set once the hook was asked.
+pub fn park_compactions(
+    c: &mut Client,
+    file: &Path,
+    hook_timeout_ms: u64,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let asked = std::sync::Arc::new(AtomicBool::new(false));
+    let a = asked.clone();
+    c.on_request(move |method, _| {
+        if method == "session_before_compact" {
+            a.store(true, Ordering::SeqCst);
+        }
+        None
+    });
+    let sid = c.ok("openSession", json!({"path": file}))["sessionId"]
+        .as_str()
+        .expect("sessionId")
+        .to_owned();
+    keep_recent(c, &sid, 2000);
+    c.ok(
+        "registerHooks",
+        json!({"hooks": ["session_before_compact"], "timeoutMs": hook_timeout_ms}),
+    );
+    (sid, asked)
+}
+
 /// Number of lines of a file (0 when it cannot be read).
 pub fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path)
