@@ -1,9 +1,12 @@
 //! CPU-heavy work inside the async daemon: parsing a big session, serializing a span for the
-//! summarizer, the extractive summary. Run directly on an async worker, such work would stall
-//! every connection scheduled there; [`blocking`] hands the worker's other tasks to another
-//! thread for its duration (`block_in_place`), so a 100 MB open or compaction never delays a
-//! small session's `getContextUsage`. Outside a multi-threaded runtime (the CLI's, tests) it just
-//! runs the work.
+//! summarizer, the extractive summary, freeing a big session. Run directly on an async worker,
+//! such work would stall every connection, not only those scheduled there: the runtime polls
+//! the socket driver only from a worker that goes idle, so while one worker is busy and the
+//! other is parked away from the driver, nobody reads new requests. [`blocking`] hands the
+//! worker's other tasks (and the driver) to another thread for its duration
+//! (`block_in_place`), so a 100 MB open or compaction never delays a small session's
+//! `getContextUsage`; [`discard`] frees a big value on a thread of its own. Outside a
+//! multi-threaded runtime (the CLI's, tests) `blocking` just runs the work.
 
 use tokio::runtime::{Handle, RuntimeFlavor};
 
@@ -55,9 +58,41 @@ pub fn background<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     })
 }
 
+/// Drops `value` on a low-priority thread of its own and returns at once. Freeing a 100 MB
+/// session (some hundred thousand entries, each a handful of allocations) takes tens of
+/// milliseconds; on an async worker that is a stall of every connection (see the module
+/// comment), measured as a 17–34 ms wait of another client's `getContextUsage` when a big
+/// session was closed. Values are dropped in the order they are discarded. If the thread
+/// cannot be started, or is gone, the value is dropped here.
+pub fn discard<T: Send + 'static>(value: T) {
+    type Garbage = Box<dyn Send>;
+    static REAPER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Garbage>>> =
+        std::sync::OnceLock::new();
+    let reaper = REAPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Garbage>();
+        std::thread::Builder::new()
+            .name("compactd-reaper".into())
+            .spawn(move || {
+                lower_own_priority();
+                // Each value is dropped as it is received; the loop ends with the process.
+                for garbage in rx {
+                    drop(garbage);
+                }
+            })
+            .ok()
+            .map(|_| tx)
+    });
+    if let Some(tx) = reaper {
+        // A send fails only if the thread is gone; the value then drops here, with the error.
+        let _ = tx.send(Box::new(value));
+    }
+}
+
 /// Raises this thread's `nice` value by [`BACKGROUND_NICE`] (Linux schedules threads one by
-/// one, so only this thread is affected; lowering one's own priority needs no privilege).
-fn lower_own_priority() {
+/// one, so only this thread is affected; lowering one's own priority needs no privilege). For
+/// threads that do one client's bulk work (the parts of a big session's read and parse), so
+/// that an async worker with another client's request is run first when every core is busy.
+pub fn lower_own_priority() {
     // SAFETY: plain system calls on this thread's own id; no memory is shared with them.
     unsafe {
         let tid = libc::gettid();
@@ -92,6 +127,22 @@ mod tests {
             mine,
             "the caller's priority is unchanged"
         );
+    }
+
+    #[test]
+    fn a_discarded_value_is_dropped_on_another_thread() {
+        struct Tell(std::sync::mpsc::Sender<std::thread::ThreadId>);
+        impl Drop for Tell {
+            fn drop(&mut self) {
+                let _ = self.0.send(std::thread::current().id());
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        discard(Tell(tx));
+        let dropped_on = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the value is dropped");
+        assert_ne!(dropped_on, std::thread::current().id());
     }
 
     #[test]

@@ -872,3 +872,73 @@ fn garbage_and_hostile_messages_never_take_the_daemon_down() {
         serde_json::from_str::<Value>(line).expect("every line stays valid JSON");
     }
 }
+
+/// A closed big session is freed on a thread of its own (`cpu::discard`), but its file lock is
+/// released before `closeSession` answers: the path opens again at once, in this daemon and in
+/// another one, with the same context; and again after its last holder disconnects.
+#[test]
+fn a_big_session_closed_or_dropped_opens_again_at_once_with_its_lock_released() {
+    let env = Env::new();
+    let socket = env.path("d.sock");
+    let mut daemon = env.serve(&socket, &[]);
+    let mut c = Client::socket(&socket, Framing::Ndjson);
+    // 400 turns: 1202 entries, above the size from which a session is freed off the worker.
+    let (sid, file) = support::daemon_env::tool_session(&mut c, env.dir.path(), 400);
+    assert!(lines(&file) > 1200);
+    // The context as the file gives it (the daemon's calibration samples live in its memory).
+    let tokens = |v: Value| (v["tokens"].clone(), v["percent"].clone());
+    let usage = tokens(c.ok("getContextUsage", json!({"sessionId": sid})));
+    c.ok("closeSession", json!({"sessionId": sid}));
+    let again = open(&mut c, &file);
+    assert_eq!(
+        tokens(c.ok("getContextUsage", json!({"sessionId": again}))),
+        usage
+    );
+    c.ok("closeSession", json!({"sessionId": again}));
+    // Another daemon (its own process: the file lock decides) takes it right away.
+    let mut second = env.stdio(&[], Framing::Ndjson);
+    let sid2 = open(&mut second, &file);
+    assert_eq!(
+        tokens(second.ok("getContextUsage", json!({"sessionId": sid2}))),
+        usage
+    );
+    second.ok("closeSession", json!({"sessionId": sid2}));
+    // The last holder disconnects: the session goes (the daemon sees the disconnect a moment
+    // after the socket closes), and the other daemon opens the path. A bare socket, so that
+    // dropping it closes it.
+    {
+        use std::io::{BufRead, Write};
+        let mut raw = std::os::unix::net::UnixStream::connect(&socket).expect("connect");
+        let req = json!({"jsonrpc": "2.0", "id": 1, "method": "openSession",
+                         "params": {"path": file, "model": model()}});
+        raw.write_all(format!("{req}\n").as_bytes()).expect("send");
+        let mut reply = String::new();
+        std::io::BufReader::new(&raw)
+            .read_line(&mut reply)
+            .expect("reply");
+        assert!(reply.contains("sessionId"), "{reply}");
+        drop(c);
+        match second.request("openSession", json!({"path": file, "model": model()})) {
+            Err(e) => assert_eq!(e["data"]["kind"], "locked", "held while connected: {e}"),
+            Ok(info) => panic!("opened while another daemon holds it: {info}"),
+        }
+    }
+    let reopened = (0..250)
+        .find_map(|_| {
+            match second.request("openSession", json!({"path": file, "model": model()})) {
+                Ok(info) => info["sessionId"].as_str().map(str::to_owned),
+                Err(e) => {
+                    assert_eq!(e["data"]["kind"], "locked", "{e}");
+                    std::thread::sleep(Duration::from_millis(20));
+                    None
+                }
+            }
+        })
+        .expect("the path opens again once its last holder is gone");
+    assert_eq!(
+        tokens(second.ok("getContextUsage", json!({"sessionId": reopened}))),
+        usage
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}

@@ -12,7 +12,9 @@
 //! The model is tiny and weak: the assertions check structure (stop reasons, usage, that the
 //! reply really was streamed, the stored entry), never what the model wrote. Every call goes
 //! through a recording TCP proxy, so the tests can see the raw SSE stream the server sent and
-//! check that the client assembled the reply from its deltas.
+//! check that the client assembled the reply from its deltas. For the two compactions the proxy
+//! also sets greedy decoding (and, for the one that must succeed, a stop sequence at the first
+//! blank line), so each takes one known path, a cap-length failure and a success, every run.
 
 mod support;
 
@@ -91,6 +93,9 @@ async fn local_llm(test: &str) -> Option<String> {
 // ---------------------------------------------------------------------------------------------
 // A recording proxy: sees exactly the bytes the server streamed back
 
+/// Changes a request body on its way to the server (see [`stop_at_first_paragraph`]).
+type Rewrite = fn(Api, &mut Value);
+
 /// Forwards every connection to the server and records what the server sent.
 struct Proxy {
     addr: std::net::SocketAddr,
@@ -100,6 +105,11 @@ struct Proxy {
 
 impl Proxy {
     async fn start(upstream: &str) -> Proxy {
+        Proxy::start_with(upstream, None).await
+    }
+
+    /// A proxy that passes each request body through `rewrite` (for `api`) before sending it on.
+    async fn start_with(upstream: &str, rewrite: Option<(Api, Rewrite)>) -> Proxy {
         let upstream = upstream
             .trim_start_matches("http://")
             .split('/')
@@ -120,7 +130,19 @@ impl Proxy {
                     let (mut client_rd, mut client_wr) = client.into_split();
                     let (mut server_rd, mut server_wr) = server.into_split();
                     let up = tokio::spawn(async move {
-                        let _ = tokio::io::copy(&mut client_rd, &mut server_wr).await;
+                        match rewrite {
+                            None => {
+                                let _ = tokio::io::copy(&mut client_rd, &mut server_wr).await;
+                            }
+                            Some((api, f)) => {
+                                while let Some(req) = read_request(&mut client_rd).await {
+                                    let out = rewritten(&req, api, f);
+                                    if server_wr.write_all(&out).await.is_err() {
+                                        break;
+                                    }
+                                }
+                            }
+                        }
                         let _ = server_wr.shutdown().await;
                     });
                     let mut buf = vec![0u8; 16 * 1024];
@@ -179,6 +201,74 @@ impl Drop for Proxy {
 }
 
 /// Splits raw HTTP/1.1 response bytes into bodies, undoing chunked transfer encoding.
+/// One HTTP/1.1 request (head and `Content-Length` body) read from `rd`; `None` at the end.
+async fn read_request(rd: &mut (impl AsyncReadExt + Unpin)) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while find(&buf, b"\r\n\r\n").is_none() {
+        match rd.read(&mut byte).await {
+            Ok(1) => buf.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let at = buf.len();
+    buf.resize(at + len, 0);
+    rd.read_exact(&mut buf[at..]).await.ok()?;
+    Some(buf)
+}
+
+/// `req` with its JSON body passed through `f` and its `Content-Length` set to match.
+fn rewritten(req: &[u8], api: Api, f: Rewrite) -> Vec<u8> {
+    let split = find(req, b"\r\n\r\n").map_or(req.len(), |i| i + 4);
+    let (head, body) = req.split_at(split);
+    let Ok(mut json) = serde_json::from_slice::<Value>(body) else {
+        return req.to_vec();
+    };
+    f(api, &mut json);
+    let body = json.to_string();
+    let mut out = String::new();
+    for line in String::from_utf8_lossy(head).split("\r\n") {
+        if line.is_empty() {
+            continue;
+        }
+        if line.to_ascii_lowercase().starts_with("content-length:") {
+            out.push_str(&format!("content-length: {}\r\n", body.len()));
+        } else {
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+    }
+    out.push_str("\r\n");
+    let mut bytes = out.into_bytes();
+    bytes.extend_from_slice(body.as_bytes());
+    bytes
+}
+
+/// Makes the model stop at its first blank line, with greedy decoding: the server's `stop`
+/// (OpenAI) / `stop_sequences` (Anthropic) end the generation with a normal stop, so a
+/// compaction through the real model takes the success path every time, which a 135M model
+/// writing Pi's six-section template within a budget does not reliably do by itself. (Greedy,
+/// it opens with a newline and a `## Goal` line: a stop at the first newline would leave
+/// nothing.)
+fn stop_at_first_paragraph(api: Api, body: &mut Value) {
+    greedy(api, body);
+    match api {
+        Api::OpenAiCompletions => body["stop"] = serde_json::json!(["\n\n"]),
+        _ => body["stop_sequences"] = serde_json::json!(["\n\n"]),
+    }
+}
+
+/// Greedy decoding: the same prompt gets the same reply every time.
+fn greedy(_: Api, body: &mut Value) {
+    body["temperature"] = Value::from(0.0);
+}
+
 fn http_bodies(raw: &[u8]) -> Vec<Vec<u8>> {
     let mut bodies = Vec::new();
     let mut rest = raw;
@@ -505,9 +595,10 @@ async fn compact_session(
     model_cap: u64,
     settings: CompactionSettings,
     custom_instructions: Option<&str>,
+    rewrite: Option<Rewrite>,
 ) -> Option<Outcome> {
     let (_dir, path) = session_copy(case)?;
-    let proxy = Proxy::start(root).await;
+    let proxy = Proxy::start_with(root, rewrite.map(|f| (api, f))).await;
     let model = smollm(api, &proxy.root(), model_cap);
     let engine = SummaryEngine::Llm {
         client: client_for(model.clone(), reqwest::Client::new()),
@@ -644,7 +735,7 @@ async fn compact_session(
         Err(CompactError::Summarization(msg))
             if msg == LENGTH_ERROR || msg == PREFIX_LENGTH_ERROR =>
         {
-            eprintln!("{what}: length stop after {elapsed:.2?} (allowed for a 135M model)");
+            eprintln!("{what}: length stop after {elapsed:.2?}");
             assert_eq!(
                 std::fs::read(&path).expect("read"),
                 baseline,
@@ -682,29 +773,47 @@ async fn run_protocol(api: Api) {
     // A tight model cap (8 tokens): the summary will almost always hit it, which is a failure in
     // Pi's semantics and must leave the file untouched; if the model does stop, the entry must
     // be right.
-    let capped = compact_session(api, &root, "009-bash-executions", 8, settings, None).await;
-    // 64 tokens and a focus asking for one word: SmolLM (sampling at the server's default
-    // temperature) stops within that budget some of the time; the six-section template often
-    // wins and it runs into the cap. Each attempt checks whichever outcome it gets; a few fresh
-    // attempts (at most 5, started within 20 s) give the success path a fair chance to run.
-    let roomy_started = Instant::now();
-    let mut roomy = Vec::new();
-    while roomy.len() < 5 && roomy_started.elapsed() < Duration::from_secs(20) {
-        let outcome = compact_session(
-            api,
-            &root,
-            "009-bash-executions",
-            4096,
-            settings,
-            Some("Ignore the sections. Reply with exactly one word: Done."),
-        )
-        .await;
-        let done = outcome != Some(Outcome::LengthStop);
-        roomy.push(outcome);
-        if done {
-            break;
-        }
-    }
+    // A tight model cap (8 tokens) and greedy decoding, whose reply is a template of far more
+    // than 8 tokens: the summary hits the cap, a failure in Pi's semantics that must leave the
+    // file untouched.
+    let Some(capped) = compact_session(
+        api,
+        &root,
+        "009-bash-executions",
+        8,
+        settings,
+        None,
+        Some(greedy),
+    )
+    .await
+    else {
+        return; // the conformance session is missing: `case_file` said so
+    };
+    assert_eq!(
+        capped,
+        Outcome::LengthStop,
+        "{test}: a summary cut by the cap fails"
+    );
+    // A roomy cap, and the model made to stop at its first blank line (greedy, with a stop
+    // sequence): the compaction must succeed, and its entry is checked in full.
+    let Some(roomy) = compact_session(
+        api,
+        &root,
+        "009-bash-executions",
+        4096,
+        settings,
+        Some("Start with one short line naming the goal."),
+        Some(stop_at_first_paragraph),
+    )
+    .await
+    else {
+        return;
+    };
+    assert_eq!(
+        roomy,
+        Outcome::Compacted,
+        "{test}: a compaction whose model stops on its own succeeds"
+    );
     eprintln!(
         "{test}: capped compaction {capped:?}, roomy compaction {roomy:?}; total {:.2?}",
         started.elapsed()

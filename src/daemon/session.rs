@@ -54,6 +54,30 @@ pub struct SessionState {
     pub foreign_moves: u64,
 }
 
+/// A session's entries and what is derived from them are freed on the reaper thread
+/// (`cpu::discard`): the last holder of a 100 MB session may be an async worker (a
+/// `closeSession`, a disconnect). The storage (its file lock) is released here, at once, so the
+/// path can be opened again right away.
+impl Drop for SessionState {
+    fn drop(&mut self) {
+        if self.tree.len() < DISCARD_ON_REAPER_ENTRIES {
+            return;
+        }
+        let tree = std::mem::replace(&mut self.tree, SessionTree::new(Value::Null, Vec::new()));
+        crate::cpu::discard((
+            tree,
+            std::mem::take(&mut self.branch),
+            std::mem::take(&mut self.agent),
+            std::mem::take(&mut self.index),
+            std::mem::take(&mut self.live),
+        ));
+    }
+}
+
+/// From how many entries a dropped session is freed on the reaper thread; a small one is
+/// freed faster than a message to that thread is sent.
+const DISCARD_ON_REAPER_ENTRIES: usize = 1024;
+
 impl SessionState {
     /// A session over `tree` with nothing derived yet (no branch, context or index).
     fn new(

@@ -48,7 +48,8 @@ pub enum ReadOutcome {
 /// `available_parallelism` threads, keeping file order; `None` results are dropped, `Some(Err)`
 /// results are counted. Opening a 100 MB session is dominated by JSON parsing, which splits
 /// cleanly by line; each thread finds the lines of its own part, so no single-threaded pass
-/// over the whole file precedes the parallel one.
+/// over the whole file precedes the parallel one. The threads run at a lower priority
+/// (`cpu::lower_own_priority`): other clients' requests, microseconds each, go first.
 fn par_parse<T: Send>(
     bytes: &Bytes,
     f: impl Fn(&Bytes) -> Option<Result<T, ()>> + Sync,
@@ -88,7 +89,12 @@ fn par_parse<T: Send>(
     let results: Vec<(Vec<T>, usize)> = std::thread::scope(|scope| {
         let handles: Vec<_> = parts
             .into_iter()
-            .map(|part| scope.spawn(|| run(part)))
+            .map(|part| {
+                scope.spawn(|| {
+                    crate::cpu::lower_own_priority();
+                    run(part)
+                })
+            })
             .collect();
         handles
             .into_iter()
