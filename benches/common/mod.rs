@@ -234,6 +234,23 @@ pub fn machine_note() -> String {
     )
 }
 
+/// CPU time the hypervisor gave to others while this machine's cores wanted it (the `steal`
+/// column of `/proc/stat`, summed over cores), so far; zero outside a VM or where unreadable.
+/// Printed beside latency figures: tens of milliseconds of it in a second mean the spikes
+/// measured then are the host's, not the daemon's.
+pub fn stolen() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: u64 = stat
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(8))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
 /// A deterministic xorshift generator (no dependency, same session every run).
 struct Rng(u64);
 
