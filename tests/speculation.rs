@@ -208,7 +208,14 @@ fn pi_context_ids(file: &Path) -> Option<Vec<String>> {
 fn the_threshold_compaction_installs_the_ready_summary_at_once() {
     let mut a = Agent::start(Duration::from_secs(2), json!({}));
     let started = a.until_speculating();
-    assert_eq!(a.requests(), 0, "the request goes out in the background");
+    // The request goes out in the background: the turn that started it has returned, and the
+    // summarizer (2 s a reply) has not answered. Whether the request has reached it yet is a
+    // race with this client reading the event.
+    assert!(a.requests() <= 1, "one summarization at most");
+    assert!(
+        !a.saw("speculation_ready"),
+        "ready before the summarizer answered"
+    );
     let covers = started["coversThroughEntryId"].as_str().unwrap().to_owned();
     assert!(started["tokens"].as_f64().unwrap() >= 7600.0);
     // The agent carries on while the summarizer works.
