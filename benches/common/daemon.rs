@@ -64,6 +64,10 @@ impl Daemon {
             .stdout(Stdio::null())
             .stderr(log)
             .env("COMPACTD_LOG", "warn");
+        // Extra `serve` flags for an A/B run (e.g. `--worker-threads 2`).
+        if let Ok(extra) = std::env::var("COMPACTD_BENCH_SERVE_ARGS") {
+            cmd.args(extra.split_whitespace());
+        }
         for (k, v) in &env {
             cmd.env(k, v);
         }
