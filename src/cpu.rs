@@ -1,8 +1,9 @@
 //! CPU-heavy work inside the async daemon: parsing a big session, serializing a span for the
 //! summarizer, the extractive summary, freeing a big session. Run directly on an async worker,
 //! such work would stall every connection, not only those scheduled there: the runtime polls
-//! the socket driver only from a worker that goes idle, so while one worker is busy and the
-//! other is parked away from the driver, nobody reads new requests. [`blocking`] hands the
+//! the socket driver only from a worker that goes idle, so while the busy worker is the one
+//! that would poll it (the only one, or the other parked away from it), nobody reads new
+//! requests. [`blocking`] hands the
 //! worker's other tasks (and the driver) to another thread for its duration
 //! (`block_in_place`), so a 100 MB open or compaction never delays a small session's
 //! `getContextUsage`; [`discard`] frees a big value on a thread of its own. Outside a
