@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::daemon_env::{keep_recent, lines, model, now_ms, open, Env};
+use support::daemon_env::{keep_recent, lines, model, now_ms, open, tool_session, Env};
 use support::rpc_client::{frame, Client, Framing};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -883,7 +883,7 @@ fn a_big_session_closed_or_dropped_opens_again_at_once_with_its_lock_released() 
     let mut daemon = env.serve(&socket, &[]);
     let mut c = Client::socket(&socket, Framing::Ndjson);
     // 400 turns: 1202 entries, above the size from which a session is freed off the worker.
-    let (sid, file) = support::daemon_env::tool_session(&mut c, env.dir.path(), 400);
+    let (sid, file) = tool_session(&mut c, env.dir.path(), 400);
     assert!(lines(&file) > 1200);
     // The context as the file gives it (the daemon's calibration samples live in its memory).
     let tokens = |v: Value| (v["tokens"].clone(), v["percent"].clone());
@@ -917,7 +917,6 @@ fn a_big_session_closed_or_dropped_opens_again_at_once_with_its_lock_released() 
             .read_line(&mut reply)
             .expect("reply");
         assert!(reply.contains("sessionId"), "{reply}");
-        drop(c);
         match second.request("openSession", json!({"path": file, "model": model()})) {
             Err(e) => assert_eq!(e["data"]["kind"], "locked", "held while connected: {e}"),
             Ok(info) => panic!("opened while another daemon holds it: {info}"),

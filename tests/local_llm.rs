@@ -200,7 +200,6 @@ impl Drop for Proxy {
     }
 }
 
-/// Splits raw HTTP/1.1 response bytes into bodies, undoing chunked transfer encoding.
 /// One HTTP/1.1 request (head and `Content-Length` body) read from `rd`; `None` at the end.
 async fn read_request(rd: &mut (impl AsyncReadExt + Unpin)) -> Option<Vec<u8>> {
     let mut buf = Vec::new();
@@ -269,6 +268,7 @@ fn greedy(_: Api, body: &mut Value) {
     body["temperature"] = Value::from(0.0);
 }
 
+/// Splits raw HTTP/1.1 response bytes into bodies, undoing chunked transfer encoding.
 fn http_bodies(raw: &[u8]) -> Vec<Vec<u8>> {
     let mut bodies = Vec::new();
     let mut rest = raw;
@@ -770,9 +770,6 @@ async fn run_protocol(api: Api) {
         // `src/index.ts` and writes `scripts/bench.sh`.
         keep_recent_tokens: 5450,
     };
-    // A tight model cap (8 tokens): the summary will almost always hit it, which is a failure in
-    // Pi's semantics and must leave the file untouched; if the model does stop, the entry must
-    // be right.
     // A tight model cap (8 tokens) and greedy decoding, whose reply is a template of far more
     // than 8 tokens: the summary hits the cap, a failure in Pi's semantics that must leave the
     // file untouched.
