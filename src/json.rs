@@ -17,6 +17,7 @@
 //!   `null`, as `JSON.stringify(Infinity)` is.
 
 pub mod measure;
+pub mod scan;
 
 use std::fmt::Write as _;
 

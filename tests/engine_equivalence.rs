@@ -236,6 +236,79 @@ proptest! {
     }
 }
 
+/// A byte-level change to a line: most turn it into text that is not JSON, some into other
+/// JSON.
+#[derive(Debug, Clone)]
+enum Mutation {
+    Delete(usize),
+    Insert(usize, &'static [u8]),
+    Replace(usize, &'static [u8]),
+}
+
+const PIECES: &[&[u8]] = &[
+    b"\"", b"\\", b",", b":", b"{", b"}", b"[", b"]", b"0", b"-", b".", b"e", b" ", b"\t", b"\x01",
+    b"\xff", b"\xc3", b"\\u", b"\\ud83d", b"\\udc00", b"tru", b"null", b"1e400",
+];
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let piece = select(PIECES);
+    prop_oneof![
+        any::<usize>().prop_map(Mutation::Delete),
+        (any::<usize>(), piece.clone()).prop_map(|(i, p)| Mutation::Insert(i, p)),
+        (any::<usize>(), piece).prop_map(|(i, p)| Mutation::Replace(i, p)),
+    ]
+}
+
+fn mutate(line: &str, changes: &[Mutation]) -> Vec<u8> {
+    let mut b = line.as_bytes().to_vec();
+    for m in changes {
+        let at = |i: usize, len: usize| if len == 0 { 0 } else { i % len };
+        match m {
+            Mutation::Delete(i) if !b.is_empty() => {
+                let i = at(*i, b.len());
+                b.remove(i);
+            }
+            Mutation::Insert(i, p) => {
+                let i = at(*i, b.len() + 1);
+                b.splice(i..i, p.iter().copied());
+            }
+            Mutation::Replace(i, p) if !b.is_empty() => {
+                let i = at(*i, b.len());
+                b.splice(i..i + 1, p.iter().copied());
+            }
+            _ => {}
+        }
+    }
+    b
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4000))]
+
+    /// The one-pass reader accepts only lines the general reader (Pi's `JSON.parse` rules)
+    /// accepts too, and then reads the same facts; whatever it declines goes to the general
+    /// reader, which decides.
+    #[test]
+    fn the_fast_reader_never_accepts_what_the_general_reader_rejects(
+        line in raw_line(),
+        changes in vec(mutation(), 1..3),
+    ) {
+        let bytes = mutate(&line, &changes);
+        if compactd::session::facts::parse_facts(&bytes).is_err() {
+            return Ok(());
+        }
+        let value = compactd::session::entry::parse_line_bytes(&bytes);
+        let Some(Ok(value)) = value else {
+            return Err(TestCaseError::fail(format!(
+                "accepted, but the general reader says {value:?}: {}",
+                String::from_utf8_lossy(&bytes)
+            )));
+        };
+        let fast = Entry::from_line(bytes.clone().into()).expect("not blank").expect("valid JSON");
+        prop_assert_eq!(facts(&fast), facts(&Entry::from_value(value)), "line: {}", String::from_utf8_lossy(&bytes));
+    }
+}
+
 /// A small random session: messages with usage, compactions pointing at earlier entries.
 fn session_lines() -> impl Strategy<Value = Vec<Value>> {
     vec(

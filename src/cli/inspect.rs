@@ -27,12 +27,17 @@ pub fn run(path: &Path, json: bool, context_window: i64, settings: &CompactionSe
             return super::EXIT_FAILED;
         }
     };
-    if json {
+    let text = if json {
         let out = report::inspect(&tree, context_window, settings);
-        return super::write_stdout(&format!("{}\n", crate::json::stringify(&out)));
-    }
-    let o = report::overview(&tree, context_window, settings);
-    super::write_stdout(&human(&o, &load, context_window, settings))
+        format!("{}\n", crate::json::stringify(&out))
+    } else {
+        let o = report::overview(&tree, context_window, settings);
+        human(&o, &load, context_window, settings)
+    };
+    // The process ends after this: the system takes the session's memory back at once, without
+    // freeing its entries one by one (about 10 ms for a 100 MB session).
+    std::mem::forget(tree);
+    super::write_stdout(&text)
 }
 
 fn human(

@@ -1,264 +1,147 @@
 //! `JSON.stringify(value).length` and decoded string lengths, measured straight from the
-//! serialized bytes without building a value (the one-pass fact reader, `session::facts`, reads
+//! serialized text without building a value (the one-pass fact reader, `session::facts`, reads
 //! every session line this way). Lengths are UTF-16 code units, as JavaScript counts them.
 
-use std::fmt;
+use super::scan::{Cursor, Declined, Literal, Scan};
 
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
-
-use super::{js_number, utf16_len};
-
-/// The UTF-16 length of the string a raw JSON string literal decodes to (`None` when `raw` is
-/// not a string literal). serde_json has validated the literal, escapes included.
-pub(crate) fn raw_string_utf16_len(raw: &str) -> Option<u64> {
-    let inner = raw.strip_prefix('"')?.strip_suffix('"')?.as_bytes();
-    // Every byte of the literal counted as UTF-16 units (one per scalar's leading byte, two for
-    // 4-byte sequences), then corrected for escapes: `\X` is one unit written as two bytes,
-    // `\uXXXX` one unit written as six (a surrogate pair is two escapes, so two units).
-    let mut units: u64 = if inner.is_ascii() {
-        inner.len() as u64
-    } else {
-        inner
-            .iter()
-            .map(|&b| u64::from((b & 0xC0) != 0x80) + u64::from(b >= 0xF0))
-            .sum()
-    };
-    let mut next = 0usize;
-    for i in memchr::memchr_iter(b'\\', inner) {
-        if i < next {
-            continue; // the escaped character of the previous escape
-        }
-        if inner.get(i + 1) == Some(&b'u') {
-            units = units.saturating_sub(5);
-            next = i + 6;
-        } else {
-            units = units.saturating_sub(1);
-            next = i + 2;
-        }
+/// UTF-16 units of a literal's bytes taken as they are: one per scalar's leading byte, two for
+/// 4-byte sequences (surrogate pairs in UTF-16). Escapes count by their written bytes; the
+/// cursor subtracts what they shorten (see [`super::scan::Literal`]).
+pub(crate) fn written_units(inner: &[u8]) -> u64 {
+    if inner.is_ascii() {
+        return inner.len() as u64;
     }
-    Some(units)
+    inner
+        .iter()
+        .map(|&b| u64::from((b & 0xC0) != 0x80) + u64::from(b >= 0xF0))
+        .sum()
 }
 
-/// Result of measuring one value.
-pub(crate) struct Measured {
-    pub(crate) len: u64,
-    /// The top-level `path` string of an object (only when asked for).
-    pub(crate) path: Option<String>,
-}
-
-/// Measures the `JSON.stringify` length of any value. Duplicate keys keep the last value, as
-/// `JSON.parse` does; key order does not change the length.
-#[derive(Clone, Copy)]
-pub(crate) struct StringifyLen {
-    capture_path: bool,
-}
-
-impl StringifyLen {
-    /// Measures only.
-    pub(crate) const fn plain() -> StringifyLen {
-        StringifyLen {
-            capture_path: false,
-        }
-    }
-
-    /// Also captures an object's top-level `path` string (a tool call's file argument).
-    pub(crate) const fn capturing_path() -> StringifyLen {
-        StringifyLen { capture_path: true }
-    }
-}
-
-/// Length of `s` as a JSON string literal written by `JSON.stringify`, in UTF-16 units.
-fn escaped_len(s: &str) -> u64 {
-    let mut extra = 0u64;
-    for &b in s.as_bytes() {
-        match b {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => extra += 1,
-            0..=0x1f => extra += 5,
-            _ => {}
-        }
-    }
-    utf16_len(s) as u64 + extra + 2
-}
-
-fn number_len(n: serde_json::Number) -> u64 {
-    let mut s = String::new();
-    crate::json::write_js(&mut s, &serde_json::Value::Number(n));
-    s.len() as u64
-}
-
-impl<'de> DeserializeSeed<'de> for StringifyLen {
-    type Value = Measured;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Measured, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for StringifyLen {
-    type Value = Measured;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E: de::Error>(self, b: bool) -> Result<Measured, E> {
-        Ok(Measured {
-            len: if b { 4 } else { 5 },
-            path: None,
-        })
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Measured, E> {
-        Ok(Measured { len: 4, path: None })
-    }
-    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Measured, E> {
-        Ok(Measured {
-            len: number_len(n.into()),
-            path: None,
-        })
-    }
-    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Measured, E> {
-        Ok(Measured {
-            len: number_len(n.into()),
-            path: None,
-        })
-    }
-    fn visit_f64<E: de::Error>(self, n: f64) -> Result<Measured, E> {
-        Ok(Measured {
-            len: js_number(n).len() as u64,
-            path: None,
-        })
-    }
-    fn visit_str<E: de::Error>(self, s: &str) -> Result<Measured, E> {
-        Ok(Measured {
-            len: escaped_len(s),
-            path: None,
-        })
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Measured, A::Error> {
-        let mut len = 2u64;
-        let mut n = 0u64;
-        let inner = StringifyLen::plain();
-        while let Some(m) = a.next_element_seed(inner)? {
-            len += m.len;
-            n += 1;
-        }
-        Ok(Measured {
-            len: len + n.saturating_sub(1),
-            path: None,
-        })
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Measured, A::Error> {
-        // (key, member length) with the last value of a duplicated key.
-        let mut members: Vec<(String, u64)> = Vec::new();
-        let mut path: Option<String> = None;
-        let inner = StringifyLen::plain();
-        while let Some(key) = a.next_key::<FullKey>()? {
-            let key = key.0;
-            let member_len;
-            if self.capture_path && key == "path" {
-                let v = a.next_value::<PathValue>()?;
-                path = v.text;
-                member_len = v.len;
+/// A number's text as serde_json reads it (`-0` is `-0.0`, integers beyond 64 bits are
+/// floats); `Declined` beyond `f64`'s range, which the general path carries.
+pub(crate) fn number_value(text: &str) -> Scan<serde_json::Number> {
+    // The common case, a short integer, without a parser.
+    if text.len() <= 15 && !text.contains(['.', 'e', 'E']) {
+        if let Some(digits) = text.strip_prefix('-') {
+            let n: i64 = digits.parse().map_err(|_| Declined)?;
+            return Ok(if n == 0 {
+                serde_json::Number::from_f64(-0.0).ok_or(Declined)?
             } else {
-                member_len = a.next_value_seed(inner)?.len;
-            }
-            let total = escaped_len(&key) + 1 + member_len;
-            match members.iter_mut().find(|(k, _)| *k == key) {
-                Some(slot) => slot.1 = total,
-                None => members.push((key, total)),
-            }
+                serde_json::Number::from(-n)
+            });
         }
-        let n = members.len() as u64;
-        let sum: u64 = members.iter().map(|(_, l)| l).sum();
-        Ok(Measured {
-            len: 2 + sum + n.saturating_sub(1),
-            path,
-        })
+        let n: u64 = text.parse().map_err(|_| Declined)?;
+        return Ok(serde_json::Number::from(n));
+    }
+    serde_json::from_str(text).map_err(|_| Declined)
+}
+
+/// `Value::as_f64` of a number's text.
+pub(crate) fn number_f64(text: &str) -> Scan<f64> {
+    number_value(text)?.as_f64().ok_or(Declined)
+}
+
+fn number_stringify_len(text: &str) -> Scan<u64> {
+    // Short integers other than `-0` are written back as they are.
+    if text.len() <= 15 && !text.contains(['.', 'e', 'E']) && text != "-0" {
+        return Ok(text.len() as u64);
+    }
+    let mut s = String::new();
+    super::write_number(&mut s, &number_value(text)?);
+    Ok(s.len() as u64)
+}
+
+/// The `JSON.stringify` length of the value at the cursor, and (with `capture_path`) its
+/// top-level `path` string when it is an object (a tool call's file argument). Duplicate keys
+/// keep the last value, as `JSON.parse` does; key order does not change the length.
+pub(crate) fn stringify_len(c: &mut Cursor, capture_path: bool) -> Scan<(u64, Option<String>)> {
+    let len = match c.peek() {
+        Some(b'"') => c.string()?.stringify_len(),
+        Some(b'{') => return object_len(c, capture_path),
+        Some(b'[') => {
+            let (mut len, mut n) = (2u64, 0u64);
+            c.array(|c| {
+                len += stringify_len(c, false)?.0;
+                n += 1;
+                Ok(())
+            })?;
+            len + n.saturating_sub(1)
+        }
+        Some(b'-' | b'0'..=b'9') => number_stringify_len(c.number()?)?,
+        Some(b'n' | b't') => {
+            c.skip()?;
+            4
+        }
+        Some(b'f') => {
+            c.skip()?;
+            5
+        }
+        _ => return Err(Declined),
+    };
+    Ok((len, None))
+}
+
+fn same_key(a: &Literal, b: &Literal) -> bool {
+    if !a.escaped && !b.escaped {
+        a.inner == b.inner
+    } else {
+        a.decoded() == b.decoded()
     }
 }
 
-/// An object key with its full text (duplicate detection needs it).
-struct FullKey(String);
-
-impl<'de> Deserialize<'de> for FullKey {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = FullKey;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object key")
+fn object_len(c: &mut Cursor, capture_path: bool) -> Scan<(u64, Option<String>)> {
+    // (key, member length) with the last value of a duplicated key.
+    let mut members: Vec<(Literal, u64)> = Vec::new();
+    let mut path: Option<String> = None;
+    c.object(|c, key| {
+        let value_len = if capture_path && key.is("path") {
+            match c.string_or_skip_measured()? {
+                (len, Some(text)) => {
+                    path = Some(text);
+                    len
+                }
+                (len, None) => {
+                    path = None;
+                    len
+                }
             }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<FullKey, E> {
-                Ok(FullKey(s.to_owned()))
-            }
+        } else {
+            stringify_len(c, false)?.0
+        };
+        let total = key.stringify_len() + 1 + value_len;
+        match members.iter_mut().find(|(k, _)| same_key(k, &key)) {
+            Some(slot) => slot.1 = total,
+            None => members.push((key, total)),
         }
-        d.deserialize_str(V)
-    }
+        Ok(())
+    })?;
+    let n = members.len() as u64;
+    let sum: u64 = members.iter().map(|(_, l)| l).sum();
+    Ok((2 + sum + n.saturating_sub(1), path))
 }
 
-/// The value of `arguments.path`: its stringify length, and its text when it is a string.
-struct PathValue {
-    len: u64,
-    text: Option<String>,
-}
-
-impl<'de> Deserialize<'de> for PathValue {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = PathValue;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<PathValue, E> {
-                Ok(PathValue {
-                    len: escaped_len(s),
-                    text: Some(s.to_owned()),
-                })
-            }
-            fn visit_bool<E: de::Error>(self, b: bool) -> Result<PathValue, E> {
-                Ok(plain(StringifyLen::visit_bool(NO_PATH, b)?))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<PathValue, E> {
-                Ok(plain(StringifyLen::visit_unit(NO_PATH)?))
-            }
-            fn visit_u64<E: de::Error>(self, n: u64) -> Result<PathValue, E> {
-                Ok(plain(StringifyLen::visit_u64(NO_PATH, n)?))
-            }
-            fn visit_i64<E: de::Error>(self, n: i64) -> Result<PathValue, E> {
-                Ok(plain(StringifyLen::visit_i64(NO_PATH, n)?))
-            }
-            fn visit_f64<E: de::Error>(self, n: f64) -> Result<PathValue, E> {
-                Ok(plain(StringifyLen::visit_f64(NO_PATH, n)?))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<PathValue, A::Error> {
-                Ok(plain(StringifyLen::visit_seq(NO_PATH, a)?))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<PathValue, A::Error> {
-                Ok(plain(StringifyLen::visit_map(NO_PATH, a)?))
-            }
+impl Cursor<'_> {
+    /// A value's stringify length, and its decoded text when it is a string.
+    fn string_or_skip_measured(&mut self) -> Scan<(u64, Option<String>)> {
+        if self.peek() == Some(b'"') {
+            let lit = self.string()?;
+            return Ok((lit.stringify_len(), Some(lit.decoded().into_owned())));
         }
-        d.deserialize_any(V)
-    }
-}
-
-const NO_PATH: StringifyLen = StringifyLen::plain();
-
-fn plain(m: Measured) -> PathValue {
-    PathValue {
-        len: m.len,
-        text: None,
+        Ok((stringify_len(self, false)?.0, None))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::stringify_len;
+    use crate::json::stringify_len as value_stringify_len;
     use serde_json::{json, Value};
 
-    fn measure(v: &Value) -> u64 {
-        let text = serde_json::to_string(v).unwrap();
-        let mut de = serde_json::Deserializer::from_str(&text);
-        StringifyLen::plain().deserialize(&mut de).unwrap().len
+    fn measure(text: &str) -> u64 {
+        let mut c = Cursor::new(text.as_bytes());
+        let (len, _) = stringify_len(&mut c, false).unwrap();
+        assert!(c.at_end(), "{text}");
+        len
     }
 
     #[test]
@@ -277,12 +160,23 @@ mod tests {
             json!({}),
             json!({"path": "src/a.rs", "2": 1, "b": {"c": "d"}}),
         ] {
-            assert_eq!(measure(&v), stringify_len(&v) as u64, "{v}");
+            let text = serde_json::to_string(&v).unwrap();
+            assert_eq!(measure(&text), value_stringify_len(&v) as u64, "{v}");
+        }
+        // Spellings serde_json never writes: escapes JSON.stringify writes differently,
+        // number forms it rewrites, whitespace, duplicate keys.
+        for text in [
+            r#""\/\u0041\u0022\u005c\u000a\u0001\u007f\u2028\ud83d\ude00""#,
+            "[ 1.0 , -0 , 1E2 , 12345678901234567890123 , 2.50 ]",
+            r#"{ "a" : "1" , "a" : "22" , "\u0061" : 3 }"#,
+        ] {
+            let v: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(measure(text), value_stringify_len(&v) as u64, "{text}");
         }
     }
 
     #[test]
-    fn raw_string_lengths_count_decoded_units() {
+    fn decoded_lengths_count_utf16_units() {
         for (raw, want) in [
             (r#""abc""#, 3),
             (r#""a\nb""#, 3),
@@ -291,8 +185,51 @@ mod tests {
             (r#""\\\"""#, 2),
             (r#""""#, 0),
         ] {
-            assert_eq!(raw_string_utf16_len(raw), Some(want), "{raw}");
+            let lit = Cursor::new(raw.as_bytes()).string().unwrap();
+            assert_eq!(lit.utf16_len(), want, "{raw}");
+            let decoded: String = serde_json::from_str(raw).unwrap();
+            assert_eq!(
+                lit.utf16_len() as usize,
+                crate::json::utf16_len(&decoded),
+                "{raw}"
+            );
         }
-        assert_eq!(raw_string_utf16_len("12"), None);
+    }
+
+    #[test]
+    fn numbers_read_as_serde_json_reads_them() {
+        for text in [
+            "0",
+            "-0",
+            "7",
+            "-7",
+            "123456789012345",
+            "12345678901234567890",
+            "-9223372036854775809",
+            "1.5",
+            "2.50",
+            "1e3",
+            "-0.0",
+            "1E-7",
+        ] {
+            let want: serde_json::Number = serde_json::from_str(text).unwrap();
+            assert_eq!(number_value(text), Ok(want.clone()), "{text}");
+            assert_eq!(
+                number_f64(text).map(f64::to_bits),
+                Ok(want.as_f64().unwrap().to_bits()),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_path_is_captured_from_the_top_level_object_only() {
+        let mut c = Cursor::new(br#"{"path":"a\/b","x":{"path":"c"}}"#);
+        let (_, path) = stringify_len(&mut c, true).unwrap();
+        assert_eq!(path.as_deref(), Some("a/b"));
+        let mut c = Cursor::new(br#"{"path":"a","path":7}"#);
+        assert_eq!(stringify_len(&mut c, true).unwrap().1, None);
+        assert_eq!(number_f64("-0").map(f64::to_bits), Ok((-0.0f64).to_bits()));
+        assert_eq!(number_f64("1e400"), Err(Declined));
     }
 }

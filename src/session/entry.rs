@@ -114,8 +114,8 @@ impl Entry {
     }
 
     /// An entry read from a file line. The fast path extracts facts without building a value
-    /// tree; a line serde cannot read as is (invalid UTF-8, lone surrogates) takes Pi's lenient
-    /// path. `None` for blank lines, `Err` for malformed ones.
+    /// tree; a line the fast reader declines (invalid UTF-8, lone surrogates, deep nesting,
+    /// anything not JSON) takes Pi's lenient path. `None` for blank lines, `Err` for malformed ones.
     pub fn from_line(raw: Bytes) -> Option<Result<Entry, ()>> {
         let Ok(f) = super::facts::parse_facts(&raw) else {
             return match parse_line_bytes(&raw)? {

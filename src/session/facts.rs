@@ -1,26 +1,26 @@
 //! The facts of one session line, read in a single borrowed pass over its bytes.
 //!
 //! Opening a session must cost little more than validating its JSON, so message lines are never
-//! turned into `serde_json::Value` trees at load. Instead this visitor walks the line once and
-//! keeps only what the algorithms need: type, id, parent, the projected role, the UTF-16
-//! lengths behind Pi's token estimate, the usage numbers, the stop reason and the paths of
-//! `read`/`write`/`edit` tool calls. Everything else is skipped with `IgnoredAny`, which still
-//! validates it. The message itself stays as the line's bytes and is parsed only when needed.
+//! turned into `serde_json::Value` trees at load. Instead these readers walk the line once with
+//! the validating cursor of [`crate::json::scan`] and keep only what the algorithms need: type,
+//! id, parent, the projected role, the UTF-16 lengths behind Pi's token estimate (measured from
+//! each string's literal during the walk), the usage numbers, the stop reason and the paths of
+//! `read`/`write`/`edit` tool calls. Everything else is skipped, and still validated. The
+//! message itself stays as the line's bytes and is parsed only when needed. A line the cursor
+//! declines is read by the general `Value` path ([`super::entry::Entry::from_line`]).
 //!
 //! The semantics must be exactly those of the `Value`-based functions in
 //! [`crate::estimate`] (which stays the definition): JSON's "last duplicate key wins",
-//! lengths of `JSON.stringify` output, and zero for fields of the wrong type. A property test
-//! checks both against each other.
-
-use std::fmt;
-
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
+//! lengths of `JSON.stringify` output, and zero for fields of the wrong type. Property tests
+//! check both against each other, and that the cursor accepts no line the general path
+//! rejects.
 
 use super::vocab::{EntryKind, FileOpKind, Role, StopReason};
 use crate::estimate::ESTIMATED_IMAGE_CHARS;
-use crate::json::measure::{raw_string_utf16_len, StringifyLen};
-use crate::json::utf16_len;
+use crate::json::measure::{number_f64, stringify_len};
+use crate::json::scan::{Cursor, Literal, Scan};
+
+pub use crate::json::scan::Declined;
 
 /// What the fast pass extracts from one line.
 #[derive(Debug, Default)]
@@ -137,293 +137,26 @@ impl MessageFacts {
     }
 }
 
-/// Parses a line's facts; `Err` when it is not valid JSON for serde (the caller falls back to
-/// the lenient `Value` path, which handles lone surrogates and invalid UTF-8 as Pi does).
-pub fn parse_facts(bytes: &[u8]) -> Result<LineFacts, serde_json::Error> {
-    serde_json::from_slice::<LineFacts>(bytes)
-}
-
-/// The visitor methods for JSON's scalars other than strings, all read as `$absent`.
-macro_rules! scalars_are_absent {
-    ($absent:expr) => {
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($absent)
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($absent)
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($absent)
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($absent)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($absent)
-        }
+/// Parses a line's facts; `Declined` when the line is not valid UTF-8 JSON the cursor reads
+/// (the caller falls back to the general `Value` path, which decides whether it is malformed
+/// and handles lone surrogates, invalid UTF-8 and deep nesting as Pi does).
+pub fn parse_facts(bytes: &[u8]) -> Result<LineFacts, Declined> {
+    let mut c = Cursor::new(bytes);
+    c.ws();
+    let facts = if c.peek() == Some(b'{') {
+        line(&mut c)?
+    } else {
+        c.skip()?;
+        LineFacts::default()
     };
-}
-
-/// Drains an array (still validated) and reads it as `$absent`.
-macro_rules! seq_is_absent {
-    ($absent:expr) => {
-        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
-            while a.next_element::<IgnoredAny>()?.is_some() {}
-            Ok($absent)
-        }
-    };
-}
-
-/// Drains an object (still validated) and reads it as `$absent`.
-macro_rules! map_is_absent {
-    ($absent:expr) => {
-        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
-            while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-            Ok($absent)
-        }
-    };
-}
-
-/// Every type but strings reads as `$absent` (visitors that handle strings themselves).
-macro_rules! other_types_are_absent {
-    ($absent:expr) => {
-        scalars_are_absent!($absent);
-        seq_is_absent!($absent);
-        map_is_absent!($absent);
-    };
-}
-
-/// Every type but objects reads as `$absent` (visitors that handle objects themselves).
-macro_rules! other_types_are_absent_but_map {
-    ($absent:expr) => {
-        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($absent)
-        }
-        scalars_are_absent!($absent);
-        seq_is_absent!($absent);
-    };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Small lenient readers: any JSON value is accepted; the wrong type reads as "absent".
-
-/// A string field (`None` for any other type).
-struct OptString(Option<String>);
-
-impl<'de> Deserialize<'de> for OptString {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = OptString;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<OptString, E> {
-                Ok(OptString(Some(s.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, s: String) -> Result<OptString, E> {
-                Ok(OptString(Some(s)))
-            }
-            other_types_are_absent!(OptString(None));
-        }
-        d.deserialize_any(V)
+    if !c.at_end() {
+        return Err(Declined);
     }
+    Ok(facts)
 }
 
-/// A string field matched against a known vocabulary without allocating (`None` for any other
-/// type; unknown strings map to the vocabulary's catch-all).
-struct Tag<T>(Option<T>);
-
-trait FromTag: Sized {
-    fn from_tag(s: &str) -> Self;
-}
-
-impl FromTag for EntryKind {
-    fn from_tag(s: &str) -> Self {
-        EntryKind::from_type(s)
-    }
-}
-
-impl FromTag for Role {
-    fn from_tag(s: &str) -> Self {
-        Role::from_message_role(Some(s))
-    }
-}
-
-impl FromTag for Option<StopReason> {
-    fn from_tag(s: &str) -> Self {
-        StopReason::parse(s)
-    }
-}
-
-/// A content block's `type`.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum BlockType {
-    Text,
-    Image,
-    Thinking,
-    ToolCall,
-    Other,
-}
-
-impl FromTag for BlockType {
-    fn from_tag(s: &str) -> Self {
-        match s {
-            "text" => BlockType::Text,
-            "image" => BlockType::Image,
-            "thinking" => BlockType::Thinking,
-            "toolCall" => BlockType::ToolCall,
-            _ => BlockType::Other,
-        }
-    }
-}
-
-impl<'de, T: FromTag> Deserialize<'de> for Tag<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(std::marker::PhantomData<T>);
-        impl<'de, T: FromTag> Visitor<'de> for V<T> {
-            type Value = Tag<T>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Tag<T>, E> {
-                Ok(Tag(Some(T::from_tag(s))))
-            }
-            other_types_are_absent!(Tag(None));
-        }
-        d.deserialize_any(V(std::marker::PhantomData))
-    }
-}
-
-/// A tool call's `name`: its UTF-16 length, and the file operation it stands for.
-struct ToolName {
-    len: u64,
-    op: Option<FileOpKind>,
-}
-
-impl<'de> Deserialize<'de> for ToolName {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ToolName;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<ToolName, E> {
-                let op = match s {
-                    "read" => Some(FileOpKind::Read),
-                    "write" => Some(FileOpKind::Write),
-                    "edit" => Some(FileOpKind::Edit),
-                    _ => None,
-                };
-                Ok(ToolName {
-                    len: utf16_len(s) as u64,
-                    op,
-                })
-            }
-            other_types_are_absent!(ToolName { len: 0, op: None });
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// The UTF-16 length of a string field (0 for any other type). The value is captured raw and
-/// measured from its escapes, so long texts are validated but never unescaped into a copy.
-struct StrLen(u64);
-
-impl<'de> Deserialize<'de> for StrLen {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = <&'de serde_json::value::RawValue>::deserialize(d)?;
-        Ok(StrLen(raw_string_utf16_len(raw.get()).unwrap_or(0)))
-    }
-}
-
-/// A number field as `Value::as_f64` reads it (`NaN` for any other type).
-struct Num(f64);
-
-impl<'de> Deserialize<'de> for Num {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Num;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Num, E> {
-                Ok(Num(n as f64))
-            }
-            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Num, E> {
-                Ok(Num(n as f64))
-            }
-            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Num, E> {
-                Ok(Num(n))
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Num, E> {
-                Ok(Num(f64::NAN))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Num, E> {
-                Ok(Num(f64::NAN))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Num, E> {
-                Ok(Num(f64::NAN))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Num, A::Error> {
-                while a.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Num(f64::NAN))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Num, A::Error> {
-                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Num(f64::NAN))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The line, the message, content blocks, usage.
-
-impl<'de> Deserialize<'de> for LineFacts {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = LineFacts;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<LineFacts, A::Error> {
-                let mut out = LineFacts {
-                    is_object: true,
-                    ..LineFacts::default()
-                };
-                while let Some(key) = a.next_key::<Key>()? {
-                    match key {
-                        Key::Type => {
-                            out.kind = a
-                                .next_value::<Tag<EntryKind>>()?
-                                .0
-                                .unwrap_or(EntryKind::Unknown)
-                        }
-                        Key::Id => out.id = a.next_value::<OptString>()?.0,
-                        Key::ParentId => out.parent_id = a.next_value::<OptString>()?.0,
-                        Key::Message => out.message = a.next_value::<OptMessage>()?.0,
-                        Key::Content => out.content_chars = a.next_value::<Content>()?.0.user_chars,
-                        _ => {
-                            a.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                }
-                Ok(out)
-            }
-            other_types_are_absent_but_map!(LineFacts::default());
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// The object keys the visitors look for, matched without allocating; every other key is
-/// `Other` (its value is skipped). Matching on the decoded key keeps escaped keys
-/// (`"\u0069d"`) exact.
+/// The object keys the readers look for; every other key is `Other` (its value is skipped).
+/// Matching on the decoded key keeps escaped keys (`"\u0069d"`) exact.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Key {
     Type,
@@ -448,161 +181,192 @@ enum Key {
     Other,
 }
 
-impl<'de> Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Key;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object key")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key, E> {
-                Ok(match s {
-                    "type" => Key::Type,
-                    "id" => Key::Id,
-                    "parentId" => Key::ParentId,
-                    "message" => Key::Message,
-                    "content" => Key::Content,
-                    "role" => Key::Role,
-                    "command" => Key::Command,
-                    "output" => Key::Output,
-                    "summary" => Key::Summary,
-                    "usage" => Key::Usage,
-                    "stopReason" => Key::StopReason,
-                    "totalTokens" => Key::TotalTokens,
-                    "input" => Key::Input,
-                    "cacheRead" => Key::CacheRead,
-                    "cacheWrite" => Key::CacheWrite,
-                    "text" => Key::Text,
-                    "thinking" => Key::Thinking,
-                    "name" => Key::Name,
-                    "arguments" => Key::Arguments,
-                    _ => Key::Other,
-                })
-            }
-        }
-        d.deserialize_str(V)
+fn key(lit: &Literal) -> Key {
+    if lit.escaped {
+        return key_of(lit.decoded().as_bytes());
     }
+    key_of(lit.inner)
+}
+
+fn key_of(name: &[u8]) -> Key {
+    match name {
+        b"type" => Key::Type,
+        b"id" => Key::Id,
+        b"parentId" => Key::ParentId,
+        b"message" => Key::Message,
+        b"content" => Key::Content,
+        b"role" => Key::Role,
+        b"command" => Key::Command,
+        b"output" => Key::Output,
+        b"summary" => Key::Summary,
+        b"usage" => Key::Usage,
+        b"stopReason" => Key::StopReason,
+        b"totalTokens" => Key::TotalTokens,
+        b"input" => Key::Input,
+        b"cacheRead" => Key::CacheRead,
+        b"cacheWrite" => Key::CacheWrite,
+        b"text" => Key::Text,
+        b"thinking" => Key::Thinking,
+        b"name" => Key::Name,
+        b"arguments" => Key::Arguments,
+        _ => Key::Other,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small lenient readers: any JSON value is accepted; the wrong type reads as "absent".
+
+/// A string field matched against a vocabulary (`None` for any other type).
+fn tag<T>(c: &mut Cursor, of: impl FnOnce(&str) -> T) -> Scan<Option<T>> {
+    Ok(c.string_or_skip()?.map(|lit| of(&lit.decoded())))
+}
+
+/// A string field (`None` for any other type).
+fn opt_string(c: &mut Cursor) -> Scan<Option<String>> {
+    Ok(c.string_or_skip()?.map(|lit| lit.decoded().into_owned()))
+}
+
+/// The UTF-16 length of a string field (0 for any other type), measured from its literal, so
+/// long texts are validated but never unescaped into a copy.
+fn str_len(c: &mut Cursor) -> Scan<u64> {
+    Ok(c.string_or_skip()?.map_or(0, |lit| lit.utf16_len()))
+}
+
+/// A number field as `Value::as_f64` reads it (`NaN` for any other type).
+fn num(c: &mut Cursor) -> Scan<f64> {
+    match c.peek() {
+        Some(b'-' | b'0'..=b'9') => number_f64(c.number()?),
+        _ => {
+            c.skip()?;
+            Ok(f64::NAN)
+        }
+    }
+}
+
+/// Reads an object's members with `member`, or skips any other value (`false`).
+fn object_or_skip<'a>(
+    c: &mut Cursor<'a>,
+    member: impl FnMut(&mut Cursor<'a>, Literal<'a>) -> Scan<()>,
+) -> Scan<bool> {
+    if c.peek() == Some(b'{') {
+        c.object(member)?;
+        Ok(true)
+    } else {
+        c.skip()?;
+        Ok(false)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The line, the message, content blocks, usage.
+
+fn line(c: &mut Cursor) -> Scan<LineFacts> {
+    let mut out = LineFacts {
+        is_object: true,
+        ..LineFacts::default()
+    };
+    c.object(|c, k| {
+        match key(&k) {
+            Key::Type => out.kind = tag(c, EntryKind::from_type)?.unwrap_or(EntryKind::Unknown),
+            Key::Id => out.id = opt_string(c)?,
+            Key::ParentId => out.parent_id = opt_string(c)?,
+            Key::Message => out.message = message(c)?,
+            Key::Content => out.content_chars = content(c)?.user_chars,
+            _ => c.skip()?,
+        }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// The `message` field: facts when it is an object.
-struct OptMessage(Option<MessageFacts>);
-
-impl<'de> Deserialize<'de> for OptMessage {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = OptMessage;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<OptMessage, A::Error> {
-                let mut m = MessageFacts::default();
-                while let Some(key) = a.next_key::<Key>()? {
-                    match key {
-                        Key::Role => m.role = a.next_value::<Tag<Role>>()?.0,
-                        Key::Content => m.content = a.next_value::<Content>()?.0,
-                        Key::Command => m.command_len = a.next_value::<StrLen>()?.0,
-                        Key::Output => m.output_len = a.next_value::<StrLen>()?.0,
-                        Key::Summary => m.summary_len = a.next_value::<StrLen>()?.0,
-                        Key::Usage => m.usage = a.next_value::<OptUsage>()?.0,
-                        Key::StopReason => {
-                            m.stop_reason = a.next_value::<Tag<Option<StopReason>>>()?.0.flatten()
-                        }
-                        _ => {
-                            a.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                }
-                Ok(OptMessage(Some(m)))
-            }
-            other_types_are_absent_but_map!(OptMessage(None));
+fn message(c: &mut Cursor) -> Scan<Option<MessageFacts>> {
+    let mut m = MessageFacts::default();
+    let is_object = object_or_skip(c, |c, k| {
+        match key(&k) {
+            Key::Role => m.role = tag(c, |s| Role::from_message_role(Some(s)))?,
+            Key::Content => m.content = content(c)?,
+            Key::Command => m.command_len = str_len(c)?,
+            Key::Output => m.output_len = str_len(c)?,
+            Key::Summary => m.summary_len = str_len(c)?,
+            Key::Usage => m.usage = usage(c)?,
+            Key::StopReason => m.stop_reason = tag(c, StopReason::parse)?.flatten(),
+            _ => c.skip()?,
         }
-        d.deserialize_any(V)
-    }
+        Ok(())
+    })?;
+    Ok(is_object.then_some(m))
 }
 
 /// `usage`: numbers when it is an object.
-struct OptUsage(Option<UsageFacts>);
+fn usage(c: &mut Cursor) -> Scan<Option<UsageFacts>> {
+    let mut u = UsageFacts::default();
+    let is_object = object_or_skip(c, |c, k| {
+        let slot = match key(&k) {
+            Key::TotalTokens => &mut u.total_tokens,
+            Key::Input => &mut u.input,
+            Key::Output => &mut u.output,
+            Key::CacheRead => &mut u.cache_read,
+            Key::CacheWrite => &mut u.cache_write,
+            _ => return c.skip(),
+        };
+        *slot = num(c)?;
+        Ok(())
+    })?;
+    Ok(is_object.then_some(u))
+}
 
-impl<'de> Deserialize<'de> for OptUsage {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = OptUsage;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<OptUsage, A::Error> {
-                let mut u = UsageFacts::default();
-                while let Some(key) = a.next_key::<Key>()? {
-                    let slot = match key {
-                        Key::TotalTokens => &mut u.total_tokens,
-                        Key::Input => &mut u.input,
-                        Key::Output => &mut u.output,
-                        Key::CacheRead => &mut u.cache_read,
-                        Key::CacheWrite => &mut u.cache_write,
-                        _ => {
-                            a.next_value::<IgnoredAny>()?;
-                            continue;
-                        }
-                    };
-                    *slot = a.next_value::<Num>()?.0;
-                }
-                Ok(OptUsage(Some(u)))
-            }
-            other_types_are_absent_but_map!(OptUsage(None));
+/// A content block's `type`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum BlockType {
+    Text,
+    Image,
+    Thinking,
+    ToolCall,
+    Other,
+}
+
+impl BlockType {
+    fn of(s: &str) -> BlockType {
+        match s {
+            "text" => BlockType::Text,
+            "image" => BlockType::Image,
+            "thinking" => BlockType::Thinking,
+            "toolCall" => BlockType::ToolCall,
+            _ => BlockType::Other,
         }
-        d.deserialize_any(V)
     }
 }
 
 /// `content`: a string, or an array of blocks.
-struct Content(ContentFacts);
-
-impl<'de> Deserialize<'de> for Content {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Content;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Content, E> {
-                Ok(Content(ContentFacts {
-                    user_chars: utf16_len(s) as u64,
-                    ..ContentFacts::default()
-                }))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Content, A::Error> {
-                let mut c = ContentFacts::default();
-                while let Some(b) = a.next_element::<Block>()? {
-                    let b = b.0;
-                    match b.block_type {
-                        Some(BlockType::Text) => {
-                            c.user_chars += b.text_len;
-                            c.assistant_chars += b.text_len;
+fn content(c: &mut Cursor) -> Scan<ContentFacts> {
+    let mut out = ContentFacts::default();
+    match c.peek() {
+        Some(b'"') => out.user_chars = c.string()?.utf16_len(),
+        Some(b'[') => c.array(|c| {
+            let b = block(c)?;
+            match b.block_type {
+                Some(BlockType::Text) => {
+                    out.user_chars += b.text_len;
+                    out.assistant_chars += b.text_len;
+                }
+                Some(BlockType::Image) => out.user_chars += ESTIMATED_IMAGE_CHARS,
+                Some(BlockType::Thinking) => out.assistant_chars += b.thinking_len,
+                Some(BlockType::ToolCall) => {
+                    out.assistant_chars += b.name_len + b.arguments_len.unwrap_or(0);
+                    if let (Some(kind), Some(path)) = (b.name_op, b.path) {
+                        if !path.is_empty() {
+                            out.file_ops.push((kind, path));
                         }
-                        Some(BlockType::Image) => c.user_chars += ESTIMATED_IMAGE_CHARS,
-                        Some(BlockType::Thinking) => c.assistant_chars += b.thinking_len,
-                        Some(BlockType::ToolCall) => {
-                            c.assistant_chars += b.name_len + b.arguments_len.unwrap_or(0);
-                            if let (Some(kind), Some(path)) = (b.name_op, b.path) {
-                                if !path.is_empty() {
-                                    c.file_ops.push((kind, path));
-                                }
-                            }
-                        }
-                        _ => {}
                     }
                 }
-                Ok(Content(c))
+                _ => {}
             }
-            scalars_are_absent!(Content(ContentFacts::default()));
-            map_is_absent!(Content(ContentFacts::default()));
-        }
-        d.deserialize_any(V)
+            Ok(())
+        })?,
+        _ => c.skip()?,
     }
+    Ok(out)
 }
 
 /// One content block's readings.
@@ -620,50 +384,39 @@ struct BlockFacts {
     path: Option<String>,
 }
 
-struct Block(BlockFacts);
-
-impl<'de> Deserialize<'de> for Block {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Block;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
+/// A content block: its readings when it is an object (anything else counts for nothing).
+fn block(c: &mut Cursor) -> Scan<BlockFacts> {
+    let mut b = BlockFacts::default();
+    object_or_skip(c, |c, k| {
+        match key(&k) {
+            Key::Type => b.block_type = tag(c, BlockType::of)?,
+            Key::Text => b.text_len = str_len(c)?,
+            Key::Thinking => b.thinking_len = str_len(c)?,
+            Key::Name => {
+                let name = c.string_or_skip()?;
+                b.name_len = name.map_or(0, |lit| lit.utf16_len());
+                b.name_op = name.and_then(|lit| match &*lit.decoded() {
+                    "read" => Some(FileOpKind::Read),
+                    "write" => Some(FileOpKind::Write),
+                    "edit" => Some(FileOpKind::Edit),
+                    _ => None,
+                });
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Block, A::Error> {
-                let mut b = BlockFacts::default();
-                while let Some(key) = a.next_key::<Key>()? {
-                    match key {
-                        Key::Type => b.block_type = a.next_value::<Tag<BlockType>>()?.0,
-                        Key::Text => b.text_len = a.next_value::<StrLen>()?.0,
-                        Key::Thinking => b.thinking_len = a.next_value::<StrLen>()?.0,
-                        Key::Name => {
-                            let name = a.next_value::<ToolName>()?;
-                            b.name_len = name.len;
-                            b.name_op = name.op;
-                        }
-                        Key::Arguments => {
-                            let args = a.next_value_seed(StringifyLen::capturing_path())?;
-                            b.arguments_len = Some(args.len);
-                            b.path = args.path;
-                        }
-                        _ => {
-                            a.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                }
-                Ok(Block(b))
+            Key::Arguments => {
+                let (len, path) = stringify_len(c, true)?;
+                b.arguments_len = Some(len);
+                b.path = path;
             }
-            other_types_are_absent_but_map!(Block(BlockFacts::default()));
+            _ => c.skip()?,
         }
-        d.deserialize_any(V)
-    }
+        Ok(())
+    })?;
+    Ok(b)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde::de::DeserializeSeed;
 
     #[test]
     fn duplicate_keys_keep_the_last_value() {
@@ -671,9 +424,10 @@ mod tests {
         let f = parse_facts(text.as_bytes()).unwrap();
         assert_eq!(f.id.as_deref(), Some("b"));
         assert_eq!(f.message.as_ref().unwrap().content.user_chars, 4);
-        let args = r#"{"a":"1","a":"22"}"#;
-        let mut de = serde_json::Deserializer::from_str(args);
-        assert_eq!(StringifyLen::plain().deserialize(&mut de).unwrap().len, 10);
+        let args = r#"{"type":"message","message":{"role":"assistant","content":[{"type":"toolCall","name":"x","arguments":{"a":"1","a":"22"}}]}}"#;
+        let f = parse_facts(args.as_bytes()).unwrap();
+        // "x" (1) + {"a":"22"} (10)
+        assert_eq!(f.message.unwrap().content.assistant_chars, 11);
     }
 
     #[test]
@@ -683,5 +437,18 @@ mod tests {
         assert!(f.message.is_none());
         assert!(parse_facts(b"[1,2]").is_ok_and(|f| !f.is_object));
         assert!(parse_facts(b"{bad").is_err());
+    }
+
+    #[test]
+    fn lines_the_cursor_does_not_read_are_declined_for_the_general_path() {
+        for line in [
+            &b"{\"id\":\"\xff\"}"[..],
+            br#"{"id":"\ud83d"}"#,
+            br#"{"type":"message"} x"#,
+            br#"{"a":1,}"#,
+        ] {
+            assert_eq!(parse_facts(line).map(|_| ()), Err(Declined), "{line:?}");
+        }
+        assert!(parse_facts(b" \t{\"id\":\"a\"}\r\n ").is_ok());
     }
 }

@@ -6,6 +6,7 @@
 //! (`crate::store`) performs those writes.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -22,8 +23,9 @@ pub const CURRENT_VERSION: i64 = 3;
 pub struct ParsedSession {
     /// The header object (`type: "session"`).
     pub header: Value,
-    /// Every non-header entry, in file order.
-    pub entries: Vec<Entry>,
+    /// Every non-header entry, in file order (shared handles, made on the parsing threads:
+    /// the tree keeps them as they are).
+    pub entries: Vec<Arc<Entry>>,
     /// The file did not end with `\n` after its last non-blank piece: Pi appends one newline.
     pub needs_newline_repair: bool,
     /// A version migration ran: Pi rewrites the whole file.
@@ -180,7 +182,7 @@ pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
         // bytes, without value trees; a later `session` line is skipped there too.
         let (entries, bad) = par_parse(&rest, |line| match Entry::from_line(line.clone())? {
             Ok(e) if is_session_entry(&e) => None,
-            other => Some(other),
+            other => Some(other.map(Arc::new)),
         });
         return ReadOutcome::Session(ParsedSession {
             header,
@@ -201,7 +203,7 @@ pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
     // Migrated entries are serialized anew: the file is rewritten with exactly these lines.
     let entries = iter
         .filter(|v| !is_session_line(v))
-        .map(Entry::from_value)
+        .map(|v| Arc::new(Entry::from_value(v)))
         .collect();
     ReadOutcome::Session(ParsedSession {
         header,

@@ -26,11 +26,15 @@ pub struct SessionTree {
 impl SessionTree {
     /// Builds the tree Pi holds after loading: the leaf is the last entry in file order.
     pub fn from_parsed(parsed: ParsedSession) -> SessionTree {
-        Self::new(parsed.header, parsed.entries)
+        Self::from_shared(parsed.header, parsed.entries)
     }
 
     pub fn new(header: Value, entries: Vec<Entry>) -> SessionTree {
-        let entries: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
+        Self::from_shared(header, entries.into_iter().map(Arc::new).collect())
+    }
+
+    /// [`SessionTree::new`] over entries already shared (the reader makes them on its threads).
+    pub fn from_shared(header: Value, entries: Vec<Arc<Entry>>) -> SessionTree {
         let mut by_id = HashMap::with_capacity_and_hasher(
             entries.len(),
             foldhash::fast::RandomState::default(),
