@@ -21,7 +21,7 @@ pub(crate) fn written_units(inner: &[u8]) -> u64 {
 /// floats); `Declined` beyond `f64`'s range, which the general path carries.
 pub(crate) fn number_value(text: &str) -> Scan<serde_json::Number> {
     // The common case, a short integer, without a parser.
-    if text.len() <= 15 && !text.contains(['.', 'e', 'E']) {
+    if is_short_integer(text) {
         if let Some(digits) = text.strip_prefix('-') {
             let n: i64 = digits.parse().map_err(|_| Declined)?;
             return Ok(if n == 0 {
@@ -36,6 +36,12 @@ pub(crate) fn number_value(text: &str) -> Scan<serde_json::Number> {
     serde_json::from_str(text).map_err(|_| Declined)
 }
 
+/// An integer of at most 15 characters: exact in `f64`, and written by JavaScript as it is
+/// (but for `-0`).
+fn is_short_integer(text: &str) -> bool {
+    text.len() <= 15 && !text.contains(['.', 'e', 'E'])
+}
+
 /// `Value::as_f64` of a number's text.
 pub(crate) fn number_f64(text: &str) -> Scan<f64> {
     number_value(text)?.as_f64().ok_or(Declined)
@@ -43,7 +49,7 @@ pub(crate) fn number_f64(text: &str) -> Scan<f64> {
 
 fn number_stringify_len(text: &str) -> Scan<u64> {
     // Short integers other than `-0` are written back as they are.
-    if text.len() <= 15 && !text.contains(['.', 'e', 'E']) && text != "-0" {
+    if is_short_integer(text) && text != "-0" {
         return Ok(text.len() as u64);
     }
     let mut s = String::new();
@@ -83,7 +89,7 @@ pub(crate) fn stringify_len(c: &mut Cursor, capture_path: bool) -> Scan<(u64, Op
 
 fn same_key(a: &Literal, b: &Literal) -> bool {
     if !a.escaped && !b.escaped {
-        a.inner == b.inner
+        a.inner() == b.inner()
     } else {
         a.decoded() == b.decoded()
     }
@@ -95,16 +101,9 @@ fn object_len(c: &mut Cursor, capture_path: bool) -> Scan<(u64, Option<String>)>
     let mut path: Option<String> = None;
     c.object(|c, key| {
         let value_len = if capture_path && key.is("path") {
-            match c.string_or_skip_measured()? {
-                (len, Some(text)) => {
-                    path = Some(text);
-                    len
-                }
-                (len, None) => {
-                    path = None;
-                    len
-                }
-            }
+            let (len, text) = path_value(c)?;
+            path = text;
+            len
         } else {
             stringify_len(c, false)?.0
         };
@@ -120,15 +119,13 @@ fn object_len(c: &mut Cursor, capture_path: bool) -> Scan<(u64, Option<String>)>
     Ok((2 + sum + n.saturating_sub(1), path))
 }
 
-impl Cursor<'_> {
-    /// A value's stringify length, and its decoded text when it is a string.
-    fn string_or_skip_measured(&mut self) -> Scan<(u64, Option<String>)> {
-        if self.peek() == Some(b'"') {
-            let lit = self.string()?;
-            return Ok((lit.stringify_len(), Some(lit.decoded().into_owned())));
-        }
-        Ok((stringify_len(self, false)?.0, None))
+/// The value of `path`: its stringify length, and its decoded text when it is a string.
+fn path_value(c: &mut Cursor) -> Scan<(u64, Option<String>)> {
+    if c.peek() == Some(b'"') {
+        let lit = c.string()?;
+        return Ok((lit.stringify_len(), Some(lit.decoded().into_owned())));
     }
+    Ok((stringify_len(c, false)?.0, None))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! Opening a session reads every line's facts (`session::facts`) and skips the rest of the
 //! line, so the cost of an open is the cost of this walk. A general parser (serde_json's
 //! `IgnoredAny` is the benchmarks' floor) goes through its visitor machinery for every key and
-//! value; this cursor only moves over bytes, finds the end of a string eight bytes at a time,
+//! value; this cursor only moves over bytes, finds the end of a string sixteen bytes at a time,
 //! and hands the caller each string as its raw literal, so long texts are measured straight
 //! from their bytes and never unescaped.
 //!
@@ -29,7 +29,8 @@ const MAX_DEPTH: u32 = 100;
 /// second pass over an ASCII text.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Literal<'a> {
-    pub(crate) inner: &'a [u8],
+    /// The literal with its quotes.
+    quoted: &'a [u8],
     pub(crate) escaped: bool,
     /// Some byte may be non-ASCII (the scan over-reports; lengths then count the bytes).
     non_ascii: bool,
@@ -40,17 +41,19 @@ pub(crate) struct Literal<'a> {
 }
 
 impl<'a> Literal<'a> {
-    /// The literal's text as written (valid UTF-8: checked by the scan).
-    fn text(&self) -> &'a str {
-        std::str::from_utf8(self.inner).unwrap_or_default()
+    /// The bytes between the quotes, escapes as written.
+    pub(crate) fn inner(&self) -> &'a [u8] {
+        &self.quoted[1..self.quoted.len() - 1]
     }
 
-    /// The decoded text (borrowed when there is no escape).
+    /// The decoded text (borrowed when there is no escape). Escapes are decoded by serde_json,
+    /// which reads every literal the scan accepts (valid UTF-8, valid escapes, paired
+    /// surrogates); the empty fallbacks are never taken.
     pub(crate) fn decoded(&self) -> Cow<'a, str> {
         if !self.escaped {
-            return Cow::Borrowed(self.text());
+            return Cow::Borrowed(std::str::from_utf8(self.inner()).unwrap_or_default());
         }
-        Cow::Owned(unescape(self.text()))
+        Cow::Owned(serde_json::from_slice(self.quoted).unwrap_or_default())
     }
 
     /// Whether the decoded text is `key` (an escaped literal is decoded to compare).
@@ -58,16 +61,16 @@ impl<'a> Literal<'a> {
         if self.escaped {
             self.decoded() == key
         } else {
-            self.inner == key.as_bytes()
+            self.inner() == key.as_bytes()
         }
     }
 
     /// UTF-16 units of the bytes as written.
     fn written_units(&self) -> u64 {
         if self.non_ascii {
-            super::measure::written_units(self.inner)
+            super::measure::written_units(self.inner())
         } else {
-            self.inner.len() as u64
+            self.inner().len() as u64
         }
     }
 
@@ -80,45 +83,6 @@ impl<'a> Literal<'a> {
     pub(crate) fn stringify_len(&self) -> u64 {
         self.written_units() + 2 - self.stringified_fewer
     }
-}
-
-/// Decodes the escapes of a literal the cursor validated (every `\u` escape valid, surrogates
-/// paired).
-fn unescape(inner: &str) -> String {
-    let b = inner.as_bytes();
-    let mut out = String::with_capacity(inner.len());
-    let mut i = 0;
-    while i < b.len() {
-        let Some(at) = memchr::memchr(b'\\', &b[i..]) else {
-            out.push_str(&inner[i..]);
-            break;
-        };
-        out.push_str(&inner[i..i + at]);
-        i += at;
-        let c = match b.get(i + 1) {
-            Some(b'n') => '\n',
-            Some(b't') => '\t',
-            Some(b'r') => '\r',
-            Some(b'b') => '\u{8}',
-            Some(b'f') => '\u{c}',
-            Some(b'u') => {
-                let unit = hex4(b, i + 2).unwrap_or(0xFFFD);
-                if (0xD800..0xDC00).contains(&unit) {
-                    let low = hex4(b, i + 8).unwrap_or(0xDC00);
-                    i += 6;
-                    char::from_u32(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00))
-                } else {
-                    char::from_u32(unit)
-                }
-                .unwrap_or('\u{FFFD}')
-            }
-            Some(&other) => other as char,
-            None => break,
-        };
-        i += if b.get(i + 1) == Some(&b'u') { 6 } else { 2 };
-        out.push(c);
-    }
-    out
 }
 
 /// The four hex digits at `b[at..at + 4]` as a number.
@@ -253,7 +217,7 @@ impl<'a> Cursor<'a> {
         let start = self.at + 1;
         let mut i = start;
         let mut lit = Literal {
-            inner: &[],
+            quoted: &[],
             escaped: false,
             non_ascii: false,
             decoded_fewer: 0,
@@ -273,8 +237,8 @@ impl<'a> Cursor<'a> {
                 _ => return Err(Declined),
             }
         }
-        lit.inner = &b[start..i];
-        if lit.non_ascii && std::str::from_utf8(lit.inner).is_err() {
+        lit.quoted = &b[start - 1..=i];
+        if lit.non_ascii && std::str::from_utf8(lit.inner()).is_err() {
             return Err(Declined);
         }
         self.at = i + 1;
@@ -355,14 +319,20 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    fn enter(&mut self, open: u8) -> Scan<()> {
+    /// Steps into a container at `open`; `true` when it closes at once (it is empty, and the
+    /// cursor is past it).
+    fn enter(&mut self, open: u8, close: u8) -> Scan<bool> {
         if self.peek() != Some(open) || self.depth >= MAX_DEPTH {
             return Err(Declined);
         }
-        self.depth += 1;
         self.at += 1;
         self.ws();
-        Ok(())
+        if self.peek() == Some(close) {
+            self.at += 1;
+            return Ok(true);
+        }
+        self.depth += 1;
+        Ok(false)
     }
 
     /// After a member or element: `,` (more follow, returns true) or `close` (false).
@@ -389,10 +359,7 @@ impl<'a> Cursor<'a> {
         &mut self,
         mut member: impl FnMut(&mut Self, Literal<'a>) -> Scan<()>,
     ) -> Scan<()> {
-        self.enter(b'{')?;
-        if self.peek() == Some(b'}') {
-            self.at += 1;
-            self.depth -= 1;
+        if self.enter(b'{', b'}')? {
             return Ok(());
         }
         loop {
@@ -413,10 +380,7 @@ impl<'a> Cursor<'a> {
     /// Reads an array (the cursor is on `[`), calling `element` with the cursor on each
     /// element, which `element` must read or skip.
     pub(crate) fn array(&mut self, mut element: impl FnMut(&mut Self) -> Scan<()>) -> Scan<()> {
-        self.enter(b'[')?;
-        if self.peek() == Some(b']') {
-            self.at += 1;
-            self.depth -= 1;
+        if self.enter(b'[', b']')? {
             return Ok(());
         }
         loop {

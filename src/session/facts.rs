@@ -185,7 +185,7 @@ fn key(lit: &Literal) -> Key {
     if lit.escaped {
         return key_of(lit.decoded().as_bytes());
     }
-    key_of(lit.inner)
+    key_of(lit.inner())
 }
 
 fn key_of(name: &[u8]) -> Key {
