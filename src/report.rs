@@ -124,17 +124,7 @@ pub fn overview(
         .filter(|r| r.start < r.end)
         .map(|r| index.range_sums(r).1)
         .sum();
-    let parents: std::collections::HashSet<&str, foldhash::fast::RandomState> = tree
-        .entries()
-        .iter()
-        .filter_map(|e| e.parent_id.as_deref())
-        .collect();
-    let leaves = tree
-        .entries()
-        .iter()
-        .filter(|e| e.id.as_deref().is_some_and(|id| !parents.contains(id)))
-        .count()
-        .max(usize::from(!tree.is_empty()));
+    let leaves = tree.leaf_count().max(usize::from(!tree.is_empty()));
     Overview {
         session_id: tree
             .header
