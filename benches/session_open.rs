@@ -115,8 +115,7 @@ fn phases(
 
 /// Parse-into-`Value` reference: every line parsed and kept.
 fn value_parse(bytes: &[u8]) -> Vec<Value> {
-    bytes
-        .split(|&b| b == b'\n')
+    common::lines(bytes)
         .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
         .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
         .collect()

@@ -29,11 +29,12 @@ const MAX_DEPTH: u32 = 100;
 /// second pass over an ASCII text.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Literal<'a> {
-    /// The literal with its quotes.
-    quoted: &'a [u8],
+    /// The literal with its quotes (UTF-8: the scan checked it).
+    quoted: &'a str,
     pub(crate) escaped: bool,
-    /// Some byte may be non-ASCII (the scan over-reports; lengths then count the bytes).
-    non_ascii: bool,
+    /// Where the first non-ASCII byte stands between the quotes, if any: the bytes before it
+    /// are ASCII, so only the rest needs a UTF-8 check and a count of UTF-16 units.
+    first_non_ascii: Option<usize>,
     /// Units the escapes are shorter decoded than written (`\n` is one unit in two bytes).
     decoded_fewer: u64,
     /// Units the escapes are shorter as `JSON.stringify` writes them than as written here.
@@ -43,17 +44,18 @@ pub(crate) struct Literal<'a> {
 impl<'a> Literal<'a> {
     /// The bytes between the quotes, escapes as written.
     pub(crate) fn inner(&self) -> &'a [u8] {
-        &self.quoted[1..self.quoted.len() - 1]
+        &self.quoted.as_bytes()[1..self.quoted.len() - 1]
     }
 
     /// The decoded text (borrowed when there is no escape). Escapes are decoded by serde_json,
     /// which reads every literal the scan accepts (valid UTF-8, valid escapes, paired
-    /// surrogates); the empty fallbacks are never taken.
+    /// surrogates); the empty fallback is never taken.
     pub(crate) fn decoded(&self) -> Cow<'a, str> {
         if !self.escaped {
-            return Cow::Borrowed(std::str::from_utf8(self.inner()).unwrap_or_default());
+            // The quotes are one byte each.
+            return Cow::Borrowed(&self.quoted[1..self.quoted.len() - 1]);
         }
-        Cow::Owned(serde_json::from_slice(self.quoted).unwrap_or_default())
+        Cow::Owned(serde_json::from_str(self.quoted).unwrap_or_default())
     }
 
     /// Whether the decoded text is `key` (an escaped literal is decoded to compare).
@@ -67,10 +69,9 @@ impl<'a> Literal<'a> {
 
     /// UTF-16 units of the bytes as written.
     fn written_units(&self) -> u64 {
-        if self.non_ascii {
-            super::measure::written_units(self.inner())
-        } else {
-            self.inner().len() as u64
+        match self.first_non_ascii {
+            Some(at) => at as u64 + super::measure::written_units(&self.inner()[at..]),
+            None => self.inner().len() as u64,
         }
     }
 
@@ -95,28 +96,28 @@ pub(crate) fn hex4(b: &[u8], at: usize) -> Option<u32> {
 }
 
 /// How many leading bytes of `s` may stand in a string as they are (not `"`, not `\\`, not a
-/// control character), and whether some byte looked at may be non-ASCII.
-fn plain_run(s: &[u8]) -> (usize, bool) {
+/// control character), and where the first non-ASCII byte among them stands, if any.
+fn plain_run(s: &[u8]) -> (usize, Option<usize>) {
     #[cfg(target_arch = "x86_64")]
     {
         plain_run_sse2(s)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        plain_run_swar(s, 0, false)
+        plain_run_swar(s, 0, None)
     }
 }
 
 /// [`plain_run`] sixteen bytes at a time (SSE2 is part of every x86-64 CPU), the tail by
 /// [`plain_run_swar`].
 #[cfg(target_arch = "x86_64")]
-fn plain_run_sse2(s: &[u8]) -> (usize, bool) {
+fn plain_run_sse2(s: &[u8]) -> (usize, Option<usize>) {
     use std::arch::x86_64::{
         __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128,
         _mm_set1_epi8,
     };
     let mut i = 0;
-    let mut high = 0i32;
+    let mut first_high = None;
     while let Some(chunk) = s.get(i..).and_then(<[u8]>::first_chunk::<16>) {
         // SAFETY: SSE2 is always present on x86-64; the load reads exactly the 16 bytes of
         // `chunk` (unaligned loads allowed).
@@ -127,33 +128,54 @@ fn plain_run_sse2(s: &[u8]) -> (usize, bool) {
             let limit = _mm_set1_epi8(0x1f);
             let control = _mm_cmpeq_epi8(_mm_max_epu8(x, limit), limit);
             let any = _mm_or_si128(_mm_or_si128(quote, backslash), control);
-            (_mm_movemask_epi8(any), _mm_movemask_epi8(x))
+            (_mm_movemask_epi8(any) as u32, _mm_movemask_epi8(x) as u32)
         };
-        high |= top;
+        if top != 0 && first_high.is_none() {
+            // Only the bytes before the run's end count (those after it are not the string's).
+            let before = if hits != 0 {
+                (1 << hits.trailing_zeros()) - 1
+            } else {
+                u32::MAX
+            };
+            if top & before != 0 {
+                first_high = Some(i + (top & before).trailing_zeros() as usize);
+            }
+        }
         if hits != 0 {
-            return (i + hits.trailing_zeros() as usize, high != 0);
+            return (i + hits.trailing_zeros() as usize, first_high);
         }
         i += 16;
     }
-    plain_run_swar(s, i, high != 0)
+    plain_run_swar(s, i, first_high)
 }
 
 /// [`plain_run`] from `i`, eight bytes at a time (each test flags exactly its lowest matching
 /// byte, so the lowest flag of the three is the first byte that ends the run).
-fn plain_run_swar(s: &[u8], mut i: usize, mut non_ascii: bool) -> (usize, bool) {
+fn plain_run_swar(s: &[u8], mut i: usize, mut first_high: Option<usize>) -> (usize, Option<usize>) {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     while let Some(chunk) = s.get(i..).and_then(<[u8]>::first_chunk::<8>) {
         let x = u64::from_le_bytes(*chunk);
-        non_ascii |= x & HIGH != 0;
         let quote = x ^ (ONES * u64::from(b'"'));
         let backslash = x ^ (ONES * u64::from(b'\\'));
         let hit = (quote.wrapping_sub(ONES) & !quote)
             | (backslash.wrapping_sub(ONES) & !backslash)
             | (x.wrapping_sub(ONES * 0x20) & !x);
         let hit = hit & HIGH;
+        if x & HIGH != 0 && first_high.is_none() {
+            // The bytes before the run's end (the lowest flag) are the string's.
+            let before = if hit != 0 {
+                (1u64 << (hit.trailing_zeros() / 8 * 8)) - 1
+            } else {
+                u64::MAX
+            };
+            let high = x & HIGH & before;
+            if high != 0 {
+                first_high = Some(i + (high.trailing_zeros() / 8) as usize);
+            }
+        }
         if hit != 0 {
-            return (i + (hit.trailing_zeros() / 8) as usize, non_ascii);
+            return (i + (hit.trailing_zeros() / 8) as usize, first_high);
         }
         i += 8;
     }
@@ -161,10 +183,12 @@ fn plain_run_swar(s: &[u8], mut i: usize, mut non_ascii: bool) -> (usize, bool) 
         if c == b'"' || c == b'\\' || c < 0x20 {
             break;
         }
-        non_ascii |= c >= 0x80;
+        if c >= 0x80 && first_high.is_none() {
+            first_high = Some(i);
+        }
         i += 1;
     }
-    (i, non_ascii)
+    (i, first_high)
 }
 
 /// A position in a line of JSON text. Every method that reads a value expects the cursor on
@@ -217,15 +241,17 @@ impl<'a> Cursor<'a> {
         let start = self.at + 1;
         let mut i = start;
         let mut lit = Literal {
-            quoted: &[],
+            quoted: "",
             escaped: false,
-            non_ascii: false,
+            first_non_ascii: None,
             decoded_fewer: 0,
             stringified_fewer: 0,
         };
         loop {
-            let (run, non_ascii) = plain_run(&b[i..]);
-            lit.non_ascii |= non_ascii;
+            let (run, high) = plain_run(&b[i..]);
+            if lit.first_non_ascii.is_none() {
+                lit.first_non_ascii = high.map(|h| i + h - start);
+            }
             i += run;
             match b.get(i) {
                 Some(b'"') => break,
@@ -237,10 +263,16 @@ impl<'a> Cursor<'a> {
                 _ => return Err(Declined),
             }
         }
-        lit.quoted = &b[start - 1..=i];
-        if lit.non_ascii && std::str::from_utf8(lit.inner()).is_err() {
-            return Err(Declined);
+        let quoted = &b[start - 1..=i];
+        if let Some(at) = lit.first_non_ascii {
+            // The bytes before `at` are ASCII (escapes are too), so the check starts there.
+            if std::str::from_utf8(&quoted[1 + at..]).is_err() {
+                return Err(Declined);
+            }
         }
+        // SAFETY: the bytes before `first_non_ascii` (all of them when it is `None`) are ASCII,
+        // and the rest passed `from_utf8` just above, so `quoted` is UTF-8.
+        lit.quoted = unsafe { std::str::from_utf8_unchecked(quoted) };
         self.at = i + 1;
         Ok(lit)
     }
@@ -292,8 +324,9 @@ impl<'a> Cursor<'a> {
             i = end;
         }
         self.at = i;
-        // ASCII: every byte was matched above.
-        std::str::from_utf8(&b[start..i]).map_err(|_| Declined)
+        // SAFETY: every byte in `start..i` was matched above as an ASCII digit, sign, `.`, `e`
+        // or `E`.
+        Ok(unsafe { std::str::from_utf8_unchecked(&b[start..i]) })
     }
 
     fn literal(&mut self, word: &str) -> Scan<()> {
@@ -518,7 +551,30 @@ mod tests {
             ("12345678901234567890\t", 20),
         ] {
             assert_eq!(plain_run(s.as_bytes()).0, want, "{s:?}");
-            assert_eq!(plain_run_swar(s.as_bytes(), 0, false).0, want, "{s:?}");
+            assert_eq!(plain_run_swar(s.as_bytes(), 0, None).0, want, "{s:?}");
+        }
+    }
+
+    /// The first non-ASCII byte is found wherever it stands in a chunk, and a non-ASCII byte
+    /// after the run's end (outside the string) is not reported.
+    #[test]
+    fn the_plain_run_reports_its_first_non_ascii_byte_and_none_past_its_end() {
+        for len in 0..40 {
+            for at in 0..len {
+                let mut s = "a".repeat(len).into_bytes();
+                s[at] = 0xc3;
+                s.insert(at + 1, 0xa9);
+                s.push(b'"');
+                s.extend("é".repeat(20).as_bytes());
+                let run = s.iter().position(|&b| b == b'"').unwrap();
+                assert_eq!(plain_run(&s), (run, Some(at)), "{len} {at}");
+                assert_eq!(plain_run_swar(&s, 0, None), (run, Some(at)), "{len} {at}");
+            }
+            let mut s = "a".repeat(len).into_bytes();
+            s.push(b'\\');
+            s.extend("é".repeat(20).as_bytes());
+            assert_eq!(plain_run(&s), (len, None), "{len}");
+            assert_eq!(plain_run_swar(&s, 0, None), (len, None), "{len}");
         }
     }
 
