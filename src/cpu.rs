@@ -89,6 +89,46 @@ pub fn discard<T: Send + 'static>(value: T) {
     }
 }
 
+/// Runs `work(i)` for every `i` in `0..n` on up to `available_parallelism` threads (at most 8)
+/// of a lower priority ([`lower_own_priority`]), and returns the results in index order. Each
+/// thread takes the next index when it finishes one, so pieces of uneven cost still keep every
+/// thread busy to the end. With one core or one item the work runs on the calling thread. A
+/// panic in `work` is resumed here.
+pub fn par_map_ordered<R: Send>(n: usize, work: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .min(8)
+        .min(n);
+    if threads < 2 {
+        return (0..n).map(work).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let run = || {
+        lower_own_priority();
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                return done;
+            }
+            done.push((i, work(i)));
+        }
+    };
+    let mut slots: Vec<Option<R>> = std::iter::repeat_with(|| None).take(n).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads).map(|_| scope.spawn(run)).collect();
+        for h in handles {
+            let done = h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+            for (i, r) in done {
+                slots[i] = Some(r);
+            }
+        }
+    });
+    // Every index was taken by exactly one thread, so no slot is empty.
+    slots.into_iter().flatten().collect()
+}
+
 /// Raises this thread's `nice` value by [`BACKGROUND_NICE`] (Linux schedules threads one by
 /// one, so only this thread is affected; lowering one's own priority needs no privilege). For
 /// threads that do one client's bulk work (the parts of a big session's read and parse), so
@@ -109,6 +149,18 @@ pub fn lower_own_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn par_map_ordered_keeps_index_order_whatever_finishes_first() {
+        let out = par_map_ordered(50, |i| {
+            // Early items take longest, so later ones finish first.
+            std::thread::sleep(std::time::Duration::from_micros(((50 - i) * 20) as u64));
+            i * 3
+        });
+        assert_eq!(out, (0..50).map(|i| i * 3).collect::<Vec<_>>());
+        assert!(par_map_ordered(0, |i| i).is_empty());
+        assert_eq!(par_map_ordered(1, |i| i + 1), vec![1]);
+    }
 
     #[test]
     fn background_work_returns_its_result_from_a_lower_priority_thread() {

@@ -13,7 +13,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::json::stringify;
-use crate::session::{read_session_bytes, ReadOutcome, SessionTree};
+use crate::session::{reader, ReadOutcome, SessionTree};
 
 mod backend;
 pub mod postgres;
@@ -208,7 +208,7 @@ pub fn open_regular(path: &Path, limits: &Limits) -> Result<(File, fs::Metadata)
     Ok((f, meta))
 }
 
-/// Below this many expected bytes a file is read by one `read` loop; above, by [`read_parallel`].
+/// Below this many expected bytes a file is read by one `read` loop; above, by [`read_pieces`].
 const PARALLEL_READ_MIN: u64 = 8 << 20;
 
 /// Reads at most `limit` bytes from `f`'s current position.
@@ -218,98 +218,103 @@ fn read_capped(
     expected: u64,
     limit: u64,
 ) -> Result<Vec<u8>, StoreError> {
-    use std::io::{Seek, SeekFrom};
-    let expected = expected.min(limit);
-    let mut bytes = if expected >= PARALLEL_READ_MIN {
-        let start = f.stream_position().map_err(io_err(path))?;
-        let bytes = read_parallel(f, start, expected as usize).map_err(io_err(path))?;
-        // What the file grew by meanwhile (or the end-of-file check) is read as usual.
-        f.seek(SeekFrom::Start(start + bytes.len() as u64))
-            .map_err(io_err(path))?;
-        bytes
-    } else {
-        Vec::with_capacity(expected as usize)
-    };
-    let rest = limit + 1 - bytes.len() as u64;
-    f.take(rest).read_to_end(&mut bytes).map_err(io_err(path))?;
-    if bytes.len() as u64 > limit {
-        return Err(StoreError::TooLarge {
-            path: path.to_owned(),
-            size: bytes.len() as u64,
-            limit,
-        });
-    }
+    let pieces = read_capped_with(f, path, expected, limit, |piece| piece)?;
+    let mut bytes = Vec::with_capacity(pieces.iter().map(Vec::len).sum());
+    pieces.iter().for_each(|p| bytes.extend_from_slice(p));
     Ok(bytes)
 }
 
-/// Reads up to `len` bytes of `f` from `start` on up to four threads, each filling its own part
-/// of the buffer (`pread`), populating its pages [`POPULATE_PIECE`] bytes at a time just before
-/// reading into them. Opening a large
-/// session is otherwise dominated by the kernel: one thread taking a fault for every 4 KiB page
-/// of fresh memory while copying the page cache into it (measured on a 100 MB file: 108 ms for
-/// one `read` into fresh memory, 43 + 26 ms for populate-then-read, which here is also split
-/// over the cores). A mapping of the file itself would avoid the copy, but entries keep slices
-/// of the buffer for the session's life, and a file another writer truncates would turn those
-/// reads into SIGBUS. Returns fewer bytes when the file is shorter than `len`.
-fn read_parallel(f: &File, start: u64, len: usize) -> std::io::Result<Vec<u8>> {
+/// Reads at most `limit` bytes from `f`'s current position, as consecutive pieces, each handed
+/// to `then` by the thread that read it (one piece for a small file).
+fn read_capped_with<T: Send>(
+    f: &mut File,
+    path: &Path,
+    expected: u64,
+    limit: u64,
+    then: impl Fn(Vec<u8>) -> T + Sync,
+) -> Result<Vec<T>, StoreError> {
+    let expected = expected.min(limit);
+    let mut total = 0u64;
+    let mut out = Vec::new();
+    if expected >= PARALLEL_READ_MIN {
+        let start = f.stream_position().map_err(io_err(path))?;
+        for (len, piece) in read_pieces(f, start, expected as usize, &then).map_err(io_err(path))? {
+            total += len as u64;
+            out.push(piece);
+        }
+        // What the file grew by meanwhile (or the end-of-file check) is read as usual.
+        f.seek(SeekFrom::Start(start + total))
+            .map_err(io_err(path))?;
+    }
+    let mut rest = Vec::with_capacity((expected - total.min(expected)) as usize);
+    f.take(limit + 1 - total)
+        .read_to_end(&mut rest)
+        .map_err(io_err(path))?;
+    total += rest.len() as u64;
+    if total > limit {
+        return Err(StoreError::TooLarge {
+            path: path.to_owned(),
+            size: total,
+            limit,
+        });
+    }
+    if !rest.is_empty() || out.is_empty() {
+        out.push(then(rest));
+    }
+    Ok(out)
+}
+
+/// Reads up to `len` bytes of `f` from `start` in pieces of [`reader::PIECE_BYTES`] on up to
+/// eight threads (`pread`; each thread takes the next piece when it is done with one), and
+/// hands each piece to `then` on the thread that read it, while its bytes are still in that
+/// core's cache: the reader parses each piece there, so reading and parsing overlap. Each
+/// piece's fresh pages are populated in one call just before it is read into them: opening a
+/// large session is otherwise dominated by the kernel, one thread taking a fault for every
+/// 4 KiB page of fresh memory while copying the page cache into it (measured on a 100 MB
+/// file: 108 ms for one `read` into fresh memory, 43 + 26 ms for populate-then-read). A
+/// mapping of the file itself would avoid the copy, but entries keep slices of the buffers for
+/// the session's life, and a file another writer truncates would turn those reads into
+/// SIGBUS. Returns each piece's length and result, up to the first short piece (the file ended
+/// there).
+///
+/// [`reader::PIECE_BYTES`]: crate::session::reader::PIECE_BYTES
+fn read_pieces<T: Send>(
+    f: &File,
+    start: u64,
+    len: usize,
+    then: &(impl Fn(Vec<u8>) -> T + Sync),
+) -> std::io::Result<Vec<(usize, T)>> {
+    use crate::session::reader::PIECE_BYTES;
     use std::os::unix::fs::FileExt;
-    // Zeroed by the allocator's fresh mapping, not by a pass over it.
-    let mut buf = vec![0u8; len];
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 4);
-    let part = len.div_ceil(threads).max(1);
-    let filled: Vec<std::io::Result<usize>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = buf
-            .chunks_mut(part)
-            .enumerate()
-            .map(|(i, chunk)| {
-                scope.spawn(move || {
-                    // One client's bulk work: other clients' requests go first.
-                    crate::cpu::lower_own_priority();
-                    let at = start + (i * part) as u64;
-                    let mut done = 0;
-                    while done < chunk.len() {
-                        // Populated piece by piece: each call holds the process's memory-map
-                        // lock only briefly, so other threads' allocations never wait long.
-                        let piece = (chunk.len() - done).min(POPULATE_PIECE);
-                        populate(&mut chunk[done..done + piece]);
-                        let mut filled = 0;
-                        while filled < piece {
-                            let range = done + filled..done + piece;
-                            match f.read_at(&mut chunk[range], at + (done + filled) as u64) {
-                                Ok(0) => return Ok(done + filled),
-                                Ok(n) => filled += n,
-                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                                Err(e) => return Err(e),
-                            }
-                        }
-                        done += piece;
-                    }
-                    Ok(done)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
+    let n = len.div_ceil(PIECE_BYTES);
+    let read = crate::cpu::par_map_ordered(n, |i| -> std::io::Result<(usize, bool, T)> {
+        let at = i * PIECE_BYTES;
+        let want = (len - at).min(PIECE_BYTES);
+        // Zeroed by the allocator's fresh mapping, not by a pass over it.
+        let mut buf = vec![0u8; want];
+        populate(&mut buf);
+        let mut filled = 0;
+        while filled < want {
+            match f.read_at(&mut buf[filled..], start + (at + filled) as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(filled);
+        Ok((filled, filled < want, then(buf)))
     });
-    // The bytes read are the parts up to the first short one (the file ended there).
-    let mut total = 0;
-    for (i, n) in filled.into_iter().enumerate() {
-        let n = n?;
-        total = i * part + n;
-        if n < part {
+    let mut out = Vec::with_capacity(n);
+    for piece in read {
+        let (got, short, piece) = piece?;
+        out.push((got, piece));
+        if short {
             break;
         }
     }
-    buf.truncate(total.min(len));
-    Ok(buf)
+    Ok(out)
 }
-
-/// Bytes populated and read per step of [`read_parallel`].
-const POPULATE_PIECE: usize = 2 << 20;
 
 /// Faults in the whole pages of `buf` in one call (`MADV_POPULATE_WRITE`, Linux 5.14), instead
 /// of one fault per page as they are first written. A hint: on older kernels the call fails and
@@ -362,10 +367,13 @@ pub fn load_with(
 ) -> Result<(SessionTree, LoadReport, FileStamp), StoreError> {
     let abs = absolute(path);
     let (mut f, meta) = open_regular(&abs, limits)?;
-    let bytes = read_capped(&mut f, &abs, meta.len(), limits.max_bytes)?;
-    let len = bytes.len() as u64;
-    let bytes: bytes::Bytes = bytes.into();
-    let parsed = match read_session_bytes(bytes.clone()) {
+    // Each piece is parsed by the thread that read it (see `read_pieces`).
+    let pieces = read_capped_with(&mut f, &abs, meta.len(), limits.max_bytes, |piece| {
+        reader::parse_piece(piece.into())
+    })?;
+    let read: Vec<bytes::Bytes> = pieces.iter().map(|p| p.bytes().clone()).collect();
+    let len = read.iter().map(|b| b.len() as u64).sum();
+    let parsed = match reader::read_pieces(pieces) {
         ReadOutcome::Session(p) => p,
         ReadOutcome::NotASession => return Err(StoreError::NotASession(abs)),
         ReadOutcome::Empty => return Err(StoreError::Empty(abs)),
@@ -384,7 +392,7 @@ pub fn load_with(
             report.backup = Some(backup_original(
                 &abs,
                 report.original_version,
-                &bytes,
+                &read.concat(),
                 &meta,
             )?);
             stamp = rewrite(&abs, &tree)?;
@@ -558,20 +566,37 @@ mod tests {
         (0..n).map(|i| (i % 251) as u8).collect()
     }
 
+    /// [`read_pieces`]'s pieces, joined.
+    fn read_parallel(f: &File, start: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        let pieces = read_pieces(f, start, len, &|piece| piece)?;
+        for (len, piece) in &pieces {
+            assert_eq!(*len, piece.len());
+        }
+        Ok(pieces.into_iter().flat_map(|(_, p)| p).collect())
+    }
+
     #[test]
     fn a_parallel_read_matches_a_plain_read_at_any_start_and_length() {
+        use crate::session::reader::PIECE_BYTES;
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("big");
-        let data = numbered(3 * 4096 + 17);
+        let data = numbered(3 * PIECE_BYTES + 4096 + 17);
         fs::write(&p, &data).unwrap();
         let f = File::open(&p).unwrap();
-        for (start, len) in [(0, data.len()), (5, 10_001), (4096, 1), (0, 0)] {
+        for (start, len) in [
+            (0, data.len()),
+            (5, 10_001),
+            (4096, 1),
+            (0, 0),
+            (PIECE_BYTES - 3, 2 * PIECE_BYTES + 7),
+            (1, 3 * PIECE_BYTES),
+        ] {
             let got = read_parallel(&f, start as u64, len).unwrap();
-            assert_eq!(got, &data[start..start + len], "start {start}, len {len}");
+            assert!(got == data[start..start + len], "start {start}, len {len}");
         }
         // A file shorter than expected (truncated since its size was read): what is there.
         let got = read_parallel(&f, 100, data.len()).unwrap();
-        assert_eq!(got, &data[100..]);
+        assert!(got == data[100..]);
     }
 
     #[test]

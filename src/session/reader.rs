@@ -46,82 +46,126 @@ pub enum ReadOutcome {
     Session(ParsedSession),
 }
 
-/// Maps `f` over the `\n`-separated lines of `bytes` on up to `available_parallelism` threads,
-/// keeping file order. Each line is a shared slice, no copy, handed to `f` to keep: all slices
-/// share one reference count, which the threads then touch once per line, not three times.
-/// `None` results are dropped, `Some(Err)` results are counted. Opening a 100 MB session is
-/// dominated by JSON parsing, which splits cleanly by line; each thread finds the lines of its
-/// own part, so no single-threaded pass over the whole file precedes the parallel one. The
-/// threads run at a lower priority (`cpu::lower_own_priority`): other clients' requests,
-/// microseconds each, go first.
-fn par_parse<T: Send>(
+/// Bytes per piece when a large file is parsed in pieces. Small enough that a piece the storage
+/// shell has just read is still in the cache when the same thread parses it, and that the
+/// threads share the work evenly (each takes the next piece when done); large enough that the
+/// lines crossing pieces' edges, joined and parsed one by one after, stay few.
+pub const PIECE_BYTES: usize = 2 << 20;
+
+/// Below this many bytes a session is parsed as one piece on the calling thread.
+const PARALLEL_PARSE_MIN: usize = 1 << 20;
+
+/// A piece of a file with its lines parsed: those that begin and end inside it (blank lines
+/// left out). The bytes before its first newline and after its last belong to lines it shares
+/// with its neighbours; [`join_pieces`] parses those.
+struct Piece<T> {
+    bytes: Bytes,
+    /// Where its first and its last `\n` stand; `None` when it has none (all of it lies
+    /// inside one line).
+    edges: Option<(usize, usize)>,
+    lines: Vec<Result<T, ()>>,
+}
+
+fn parse_piece_with<T>(bytes: Bytes, f: &impl Fn(Bytes) -> Option<Result<T, ()>>) -> Piece<T> {
+    let edges = memchr::memchr(b'\n', &bytes).zip(memchr::memrchr(b'\n', &bytes));
+    let mut lines = Vec::new();
+    if let Some((first, last)) = edges {
+        let inner = bytes.slice(first + 1..last + 1);
+        lines.reserve(inner.len() / 1024 + 1);
+        lines.extend(lines_of(&inner).filter_map(f));
+    }
+    Piece {
+        bytes,
+        edges,
+        lines,
+    }
+}
+
+/// Every line of the pieces, in file order, to `take`: each piece's own lines as parsed, and
+/// the lines across their edges joined (copied, when a line spans pieces) and parsed with `f`.
+fn join_pieces<T>(
+    pieces: Vec<Piece<T>>,
+    f: impl Fn(Bytes) -> Option<Result<T, ()>>,
+    mut take: impl FnMut(Result<T, ()>),
+) {
+    // The parts of the line being joined, which began in an earlier piece.
+    let mut open: Vec<Bytes> = Vec::new();
+    let joined = |open: &mut Vec<Bytes>| -> Option<Result<T, ()>> {
+        let line = match open.len() {
+            0 => return None,
+            1 => open.pop().unwrap_or_default(),
+            _ => {
+                let mut line = Vec::with_capacity(open.iter().map(Bytes::len).sum());
+                open.drain(..)
+                    .for_each(|part| line.extend_from_slice(&part));
+                Bytes::from(line)
+            }
+        };
+        f(line)
+    };
+    for piece in pieces {
+        let Some((first, last)) = piece.edges else {
+            open.push(piece.bytes);
+            continue;
+        };
+        open.push(piece.bytes.slice(..first));
+        if let Some(r) = joined(&mut open) {
+            take(r);
+        }
+        piece.lines.into_iter().for_each(&mut take);
+        open.push(piece.bytes.slice(last + 1..));
+    }
+    if let Some(r) = joined(&mut open) {
+        take(r);
+    }
+}
+
+/// `bytes` in pieces of [`PIECE_BYTES`] (shared slices), each parsed with `f` on
+/// [`crate::cpu::par_map_ordered`]'s threads; one piece on this thread when `bytes` is small.
+fn parse_in_pieces<T: Send>(
     bytes: &Bytes,
     f: impl Fn(Bytes) -> Option<Result<T, ()>> + Sync,
-) -> (Vec<T>, usize) {
-    let run = |part: Bytes| {
-        let mut out = Vec::with_capacity(part.len() / 1024 + 1);
-        let mut bad = 0usize;
-        for line in lines(&part) {
-            match f(line) {
-                Some(Ok(v)) => out.push(v),
-                Some(Err(())) => bad += 1,
-                None => {}
-            }
-        }
-        (out, bad)
-    };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8);
-    if threads < 2 || bytes.len() < 1 << 20 {
-        return run(bytes.clone());
+) -> Vec<Piece<T>> {
+    if bytes.len() < PARALLEL_PARSE_MIN {
+        return vec![parse_piece_with(bytes.clone(), &f)];
     }
-    // Parts of roughly equal bytes, each ending just after a newline (the last at the end), so
-    // every line lies in exactly one part.
-    let target = bytes.len() / threads + 1;
-    let mut parts = Vec::with_capacity(threads);
-    let mut start = 0usize;
-    while start < bytes.len() {
-        let nominal = (start + target).min(bytes.len());
-        let end = match memchr::memchr(b'\n', &bytes[nominal..]) {
-            Some(i) if nominal < bytes.len() => nominal + i + 1,
-            _ => bytes.len(),
-        };
-        parts.push(bytes.slice(start..end));
-        start = end;
+    let n = bytes.len().div_ceil(PIECE_BYTES);
+    crate::cpu::par_map_ordered(n, |i| {
+        let end = ((i + 1) * PIECE_BYTES).min(bytes.len());
+        parse_piece_with(bytes.slice(i * PIECE_BYTES..end), &f)
+    })
+}
+
+/// A piece of a session file read as a current-version session (see [`read_pieces`]).
+pub struct ParsedPiece(Piece<Arc<Entry>>);
+
+impl ParsedPiece {
+    /// The piece's bytes, exactly as read.
+    pub fn bytes(&self) -> &Bytes {
+        &self.0.bytes
     }
-    let results: Vec<(Vec<T>, usize)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = parts
-            .into_iter()
-            .map(|part| {
-                scope.spawn(|| {
-                    crate::cpu::lower_own_priority();
-                    run(part)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    });
-    let mut out = Vec::with_capacity(results.iter().map(|(v, _)| v.len()).sum());
-    let mut bad = 0;
-    for (v, b) in results {
-        out.extend(v);
-        bad += b;
-    }
-    (out, bad)
+}
+
+/// An entry from a line, shared (made on the parsing thread, kept as it is by the tree).
+fn entry_of(line: Bytes) -> Option<Result<Arc<Entry>, ()>> {
+    Some(Entry::from_line(line)?.map(Arc::new))
+}
+
+/// Parses the lines of one piece of a session file (consecutive pieces, in any order and on
+/// any thread, then go to [`read_pieces`]). The storage shell reads a large file piece by
+/// piece on several threads and parses each piece right after reading it, so reading and
+/// parsing overlap and each piece is parsed while its bytes are still in the cache.
+pub fn parse_piece(bytes: Bytes) -> ParsedPiece {
+    ParsedPiece(parse_piece_with(bytes, &entry_of))
 }
 
 fn is_session_line(v: &Value) -> bool {
     v.get("type").and_then(Value::as_str) == Some("session")
 }
 
-/// The pieces of `bytes` between newlines, as shared slices: every line, and the piece after
-/// the last newline when `bytes` does not end with one (a part that ends with its newline
-/// yields no empty last piece).
-fn lines(bytes: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
+/// The lines of `bytes` as shared slices: every line, and what follows the last newline when
+/// `bytes` does not end with one (bytes that end with their newline yield no empty last line).
+fn lines_of(bytes: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
     let mut start = 0usize;
     let mut newlines = memchr::memchr_iter(b'\n', bytes);
     std::iter::from_fn(move || match newlines.next() {
@@ -148,57 +192,85 @@ pub fn read_session(bytes: &[u8]) -> ReadOutcome {
 /// [`read_session`] over an owned buffer: entries keep slices of it (see [`Entry`]), so the
 /// file's bytes are held once and never copied.
 pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
+    read_pieces(
+        parse_in_pieces(&bytes, entry_of)
+            .into_iter()
+            .map(ParsedPiece)
+            .collect(),
+    )
+}
+
+/// The session that consecutive parsed pieces of a file (from [`parse_piece`]) make, as
+/// [`read_session_bytes`] reads the same bytes. The pieces are parsed as a current-version
+/// session, the common case; when the header turns out older, the file's bytes are read again
+/// as values and migrated.
+pub fn read_pieces(pieces: Vec<ParsedPiece>) -> ReadOutcome {
+    let len: usize = pieces.iter().map(|p| p.0.bytes.len()).sum();
+    if len == 0 {
+        // Pi re-initialises only a 0-byte file.
+        return ReadOutcome::Empty;
+    }
     // Pi repairs a trailing piece after the last newline that is not empty ("pending").
-    let needs_newline_repair = !bytes.is_empty() && !bytes.ends_with(b"\n");
-    // The first line that parses must be the header; the rest starts after its line.
+    let needs_newline_repair = pieces
+        .iter()
+        .rev()
+        .find_map(|p| p.0.bytes.last())
+        .is_some_and(|&b| b != b'\n');
+    let capacity = pieces.iter().map(|p| p.0.lines.len() + 1).sum();
+    let raw: Vec<Bytes> = pieces.iter().map(|p| p.0.bytes.clone()).collect();
+    // The first line that parses must be the header; a later `session` line is skipped.
+    let mut header: Option<Arc<Entry>> = None;
+    let mut entries = Vec::with_capacity(capacity);
     let mut skipped = 0usize;
-    let mut header: Option<(usize, Value)> = None;
-    let mut offset = 0usize;
-    for line in lines(&bytes) {
-        offset += line.len() + 1;
-        match parse_line_bytes(&line) {
-            None => {}
-            Some(Err(())) => skipped += 1,
-            Some(Ok(v)) => {
-                header = Some((offset.min(bytes.len()), v));
-                break;
-            }
-        }
-    }
-    let Some((rest_at, header)) = header else {
-        // Pi re-initialises only a 0-byte file; anything else without a header is refused.
-        return if bytes.is_empty() {
-            ReadOutcome::Empty
-        } else {
-            ReadOutcome::NotASession
-        };
-    };
-    let header_ok = is_session_line(&header) && header.get("id").is_some_and(Value::is_string);
-    if !header_ok {
+    join_pieces(
+        pieces.into_iter().map(|p| p.0).collect(),
+        entry_of,
+        |line| match line {
+            Err(()) => skipped += 1,
+            Ok(e) if header.is_none() => header = Some(e),
+            Ok(e) if is_session_entry(&e) => {}
+            Ok(e) => entries.push(e),
+        },
+    );
+    let header = header
+        .and_then(|h| parse_line_bytes(h.raw()))
+        .and_then(Result::ok)
+        .filter(|h| is_session_line(h) && h.get("id").is_some_and(Value::is_string));
+    let Some(header) = header else {
+        // Lines parsed, but the first is not a `session` header with a string id.
         return ReadOutcome::NotASession;
-    }
-    let rest = bytes.slice(rest_at..);
+    };
     let original_version = header_version(&header);
-    if original_version >= CURRENT_VERSION as f64 {
-        // The common case: no migration, so entries are built on the parsing threads from their
-        // bytes, without value trees; a later `session` line is skipped there too.
-        let (entries, bad) = par_parse(&rest, |line| match Entry::from_line(line)? {
-            Ok(e) if is_session_entry(&e) => None,
-            other => Some(other.map(Arc::new)),
-        });
-        return ReadOutcome::Session(ParsedSession {
-            header,
-            entries,
-            needs_newline_repair,
-            migrated: false,
-            skipped_lines: skipped + bad,
-            original_version,
-        });
+    if original_version < CURRENT_VERSION as f64 {
+        let mut all = Vec::with_capacity(len);
+        raw.iter().for_each(|b| all.extend_from_slice(b));
+        return read_migrating(Bytes::from(all), needs_newline_repair);
     }
-    let (rest_values, bad) = par_parse(&rest, |p| parse_line_bytes(&p));
-    let mut values = Vec::with_capacity(rest_values.len() + 1);
-    values.push(header);
-    values.extend(rest_values);
+    ReadOutcome::Session(ParsedSession {
+        header,
+        entries,
+        needs_newline_repair,
+        migrated: false,
+        skipped_lines: skipped,
+        original_version,
+    })
+}
+
+/// An older version's file: every line parsed as a value, migrated in memory (Pi then
+/// rewrites the file), entries made from the migrated values.
+fn read_migrating(bytes: Bytes, needs_newline_repair: bool) -> ReadOutcome {
+    let pieces = parse_in_pieces(&bytes, |line| parse_line_bytes(&line));
+    let mut values = Vec::new();
+    let mut skipped = 0usize;
+    join_pieces(
+        pieces,
+        |line| parse_line_bytes(&line),
+        |line| match line {
+            Ok(v) => values.push(v),
+            Err(()) => skipped += 1,
+        },
+    );
+    let original_version = values.first().map_or(1.0, header_version);
     let migrated = migrate(&mut values);
     let mut iter = values.into_iter();
     let header = iter.next().unwrap_or(Value::Null);
@@ -212,7 +284,7 @@ pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
         entries,
         needs_newline_repair,
         migrated,
-        skipped_lines: skipped + bad,
+        skipped_lines: skipped,
         original_version,
     })
 }
@@ -369,6 +441,101 @@ mod tests {
         assert_eq!(s.skipped_lines, expected_bad);
         assert!(s.needs_newline_repair);
         assert!(!session(&format!("{text}\n")).needs_newline_repair);
+    }
+
+    /// What a read reports, to compare two reads of the same bytes.
+    fn summary(outcome: ReadOutcome) -> String {
+        match outcome {
+            ReadOutcome::Session(s) => {
+                // A migration gives fresh random ids: then only the kinds can be compared.
+                let raws: Vec<String> = s
+                    .entries
+                    .iter()
+                    .map(|e| match s.migrated {
+                        true => format!("{:?}", e.kind),
+                        false => String::from_utf8_lossy(e.raw()).into_owned(),
+                    })
+                    .collect();
+                format!(
+                    "session {} {raws:?} repair {} migrated {} skipped {} v{}",
+                    s.header,
+                    s.needs_newline_repair,
+                    s.migrated,
+                    s.skipped_lines,
+                    s.original_version
+                )
+            }
+            other => format!("{other:?}"),
+        }
+    }
+
+    fn text_strategy() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let line = prop_oneof![
+            Just(String::new()),
+            Just("   ".to_owned()),
+            Just("{not json".to_owned()),
+            Just("{\"type\":\"session\",\"version\":3,\"id\":\"later\"}".to_owned()),
+            Just("{\"type\":\"session\",\"version\":2,\"id\":\"old\"}".to_owned()),
+            (0usize..200, 0u8..20).prop_map(|(len, id)| format!(
+                "{{\"type\":\"message\",\"id\":\"e{id}\",\"parentId\":null,\"message\":{{\"role\":\"user\",\"content\":\"{}\"}}}}",
+                "é".repeat(len)
+            )),
+        ];
+        (
+            prop_oneof![
+                Just("{\"type\":\"session\",\"version\":3,\"id\":\"h\"}\n"),
+                Just("{\"type\":\"session\",\"id\":\"h\"}\n"),
+                Just("\n{bad\n{\"type\":\"session\",\"version\":3,\"id\":\"h\"}\n"),
+                Just("[1]\n"),
+                Just(""),
+            ],
+            proptest::collection::vec(line, 0..30),
+            any::<bool>(),
+        )
+            .prop_map(|(head, lines, newline)| {
+                let mut text = format!("{head}{}", lines.join("\n"));
+                if newline && !lines.is_empty() {
+                    text.push('\n');
+                }
+                text
+            })
+    }
+
+    proptest::proptest! {
+        /// Cut anywhere into pieces (a line across several pieces, pieces without a newline,
+        /// empty pieces), a file reads exactly as it does whole.
+        #[test]
+        fn a_file_read_in_pieces_reads_as_it_does_whole(
+            text in text_strategy(),
+            cuts in proptest::collection::vec(0usize..10_000, 0..12),
+        ) {
+            let bytes = Bytes::from(text.into_bytes());
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            cuts.push(0);
+            cuts.push(bytes.len());
+            cuts.sort_unstable();
+            let pieces = cuts
+                .windows(2)
+                .map(|w| parse_piece(bytes.slice(w[0]..w[1])))
+                .collect();
+            let whole = summary(read_pieces(vec![parse_piece(bytes.clone())]));
+            proptest::prop_assert_eq!(summary(read_pieces(pieces)), whole.clone());
+            proptest::prop_assert_eq!(summary(read_session_bytes(bytes)), whole);
+        }
+    }
+
+    /// The line-by-line reader the pieces must agree with: every line through the general
+    /// path, the first parsed one the header.
+    #[test]
+    fn one_piece_reads_as_a_line_by_line_read() {
+        let text = "\n{bad\n{\"type\":\"session\",\"version\":3,\"id\":\"h\"}\n{\"type\":\"label\",\"id\":\"a\",\"parentId\":null}\n{\"type\":\"session\",\"version\":3,\"id\":\"x\"}\n{x\n{\"type\":\"label\",\"id\":\"b\",\"parentId\":\"a\"}";
+        let s = session(text);
+        let ids: Vec<_> = s.entries.iter().map(|e| e.id.clone().unwrap()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(s.skipped_lines, 2);
+        assert_eq!(s.header["id"], "h");
+        assert!(s.needs_newline_repair);
     }
 
     #[test]
