@@ -131,7 +131,7 @@ pub fn par_map_ordered<R: Send>(n: usize, work: impl Fn(usize) -> R + Sync) -> V
 
 /// Raises this thread's `nice` value by [`BACKGROUND_NICE`] (Linux schedules threads one by
 /// one, so only this thread is affected; lowering one's own priority needs no privilege). For
-/// threads that do one client's bulk work (the parts of a big session's read and parse), so
+/// threads that do one client's bulk work (the pieces of a big session's read and parse), so
 /// that an async worker with another client's request is run first when every core is busy.
 pub fn lower_own_priority() {
     // SAFETY: plain system calls on this thread's own id; no memory is shared with them.

@@ -404,7 +404,7 @@ mod tests {
 
     /// A session over 1 MB (so the lines are parsed on several threads where there are cores),
     /// read entry for entry as a one-line-at-a-time reader would: same entries in file order,
-    /// same skipped count, whatever lines sit at the parts' edges.
+    /// same skipped count, whatever lines sit at the pieces' edges.
     #[test]
     fn a_large_session_parsed_in_parts_matches_a_line_by_line_read() {
         let mut text = String::from("{\"type\":\"session\",\"version\":3,\"id\":\"h\",\"timestamp\":\"t\",\"cwd\":\"/p\"}\n");
