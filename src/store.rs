@@ -208,8 +208,9 @@ pub fn open_regular(path: &Path, limits: &Limits) -> Result<(File, fs::Metadata)
     Ok((f, meta))
 }
 
-/// Below this many expected bytes a file is read by one `read` loop; above, by [`read_pieces`].
-const PARALLEL_READ_MIN: u64 = 8 << 20;
+/// Below this many expected bytes (one piece) a file is read by one `read` loop and parsed on
+/// the calling thread; from there on, by [`read_pieces`].
+const PARALLEL_READ_MIN: u64 = reader::PIECE_BYTES as u64;
 
 /// Reads at most `limit` bytes from `f`'s current position.
 fn read_capped(
@@ -290,9 +291,19 @@ fn read_pieces<T: Send>(
     let read = crate::cpu::par_map_ordered(n, |i| -> std::io::Result<(usize, bool, T)> {
         let at = i * PIECE_BYTES;
         let want = (len - at).min(PIECE_BYTES);
-        // Zeroed by the allocator's fresh mapping, not by a pass over it.
-        let mut buf = vec![0u8; want];
-        populate(&mut buf);
+        let mut buf = match SPARE_PIECE.take() {
+            // A buffer given back by the last piece's parse: its pages are in already.
+            Some(mut spare) => {
+                spare.resize(want, 0);
+                spare
+            }
+            None => {
+                // Zeroed by the allocator's fresh mapping, not by a pass over it.
+                let mut fresh = vec![0u8; want];
+                populate(&mut fresh);
+                fresh
+            }
+        };
         let mut filled = 0;
         while filled < want {
             match f.read_at(&mut buf[filled..], start + (at + filled) as u64) {
@@ -305,6 +316,8 @@ fn read_pieces<T: Send>(
         buf.truncate(filled);
         Ok((filled, filled < want, then(buf)))
     });
+    // A buffer given back on this thread (when the pieces were read here) is not kept.
+    SPARE_PIECE.take();
     let mut out = Vec::with_capacity(n);
     for piece in read {
         let (got, short, piece) = piece?;
@@ -359,6 +372,51 @@ pub fn load(path: &Path, write: bool) -> Result<(SessionTree, LoadReport), Store
     load_with(path, write, &Limits::default()).map(|(t, r, _)| (t, r))
 }
 
+/// What a read of the file at `abs` gives, as the tree and the load report.
+fn loaded(abs: &Path, outcome: ReadOutcome) -> Result<(SessionTree, LoadReport), StoreError> {
+    let parsed = match outcome {
+        ReadOutcome::Session(p) => p,
+        ReadOutcome::NotASession => return Err(StoreError::NotASession(abs.to_owned())),
+        ReadOutcome::Empty => return Err(StoreError::Empty(abs.to_owned())),
+    };
+    let report = LoadReport {
+        skipped_lines: parsed.skipped_lines,
+        needed_newline_repair: parsed.needs_newline_repair,
+        migrated: parsed.migrated,
+        original_version: parsed.original_version,
+        backup: None,
+    };
+    Ok((SessionTree::from_parsed(parsed), report))
+}
+
+/// [`load`] for a reader of facts only (`compactd inspect`'s overview), nothing written: the
+/// entries keep no bytes ([`crate::session::Entry::without_bytes`]), so a large file is read
+/// through one buffer per thread, reused piece after piece, and never held (a fresh process
+/// otherwise spends much of its time faulting in, and at exit freeing, memory for the whole
+/// file). A file of an older version is loaded whole, as [`load`] does: its migration needs
+/// every line.
+pub fn load_facts(path: &Path) -> Result<(SessionTree, LoadReport), StoreError> {
+    let limits = Limits::default();
+    let abs = absolute(path);
+    let (mut f, meta) = open_regular(&abs, &limits)?;
+    let pieces = read_capped_with(&mut f, &abs, meta.len(), limits.max_bytes, |piece| {
+        let (parsed, buffer) = reader::parse_piece_facts(piece.into());
+        if let Some(buffer) = buffer {
+            SPARE_PIECE.set(Some(buffer));
+        }
+        parsed
+    })?;
+    match reader::read_fact_pieces(pieces) {
+        Some(outcome) => loaded(&abs, outcome),
+        None => load(path, false),
+    }
+}
+
+thread_local! {
+    /// A piece buffer given back after parsing ([`load_facts`]), for this thread's next piece.
+    static SPARE_PIECE: std::cell::Cell<Option<Vec<u8>>> = const { std::cell::Cell::new(None) };
+}
+
 /// [`load`] under explicit limits, also returning what was seen of the file.
 pub fn load_with(
     path: &Path,
@@ -371,21 +429,9 @@ pub fn load_with(
     let pieces = read_capped_with(&mut f, &abs, meta.len(), limits.max_bytes, |piece| {
         reader::parse_piece(piece.into())
     })?;
-    let read: Vec<bytes::Bytes> = pieces.iter().map(|p| p.bytes().clone()).collect();
-    let len = read.iter().map(|b| b.len() as u64).sum();
-    let parsed = match reader::read_pieces(pieces) {
-        ReadOutcome::Session(p) => p,
-        ReadOutcome::NotASession => return Err(StoreError::NotASession(abs)),
-        ReadOutcome::Empty => return Err(StoreError::Empty(abs)),
-    };
-    let mut report = LoadReport {
-        skipped_lines: parsed.skipped_lines,
-        needed_newline_repair: parsed.needs_newline_repair,
-        migrated: parsed.migrated,
-        original_version: parsed.original_version,
-        backup: None,
-    };
-    let tree = SessionTree::from_parsed(parsed);
+    let read: Vec<bytes::Bytes> = pieces.iter().filter_map(|p| p.bytes().cloned()).collect();
+    let len = pieces.iter().map(|p| p.len() as u64).sum();
+    let (tree, mut report) = loaded(&abs, reader::read_pieces(pieces))?;
     let mut stamp = FileStamp::of(&meta, len);
     if write {
         if report.migrated {
@@ -597,6 +643,85 @@ mod tests {
         // A file shorter than expected (truncated since its size was read): what is there.
         let got = read_parallel(&f, 100, data.len()).unwrap();
         assert!(got == data[100..]);
+    }
+
+    /// The overview `inspect` prints, from a full load and from a load of facts only.
+    fn overviews(path: &Path) -> (String, String) {
+        let settings = crate::compaction::tokens::CompactionSettings::default();
+        let show = |(tree, report): (SessionTree, LoadReport)| {
+            let mut o = crate::report::overview(&tree, 200_000, &settings);
+            if report.migrated {
+                // A migration gives fresh random ids.
+                o.leaf_id = None;
+            }
+            format!("{o:?} {report:?}")
+        };
+        let full = load(path, false)
+            .map(show)
+            .unwrap_or_else(|e| e.to_string());
+        let facts = load_facts(path).map(show).unwrap_or_else(|e| e.to_string());
+        (full, facts)
+    }
+
+    /// Every conformance session (recorded from Pi), a session of many pieces with tool calls,
+    /// a compaction and a torn last line, and files of an older version or none: the overview
+    /// from facts only is the overview from the whole file.
+    #[test]
+    fn the_overview_from_facts_only_is_the_overview_from_the_whole_file() {
+        let cases = crate::test_fixtures::cases_with(
+            "the_overview_from_facts_only_is_the_overview_from_the_whole_file",
+            "session.jsonl",
+        );
+        for case in &cases {
+            let path = case.join("session.jsonl");
+            let (full, facts) = overviews(&path);
+            assert_eq!(full, facts, "{}", path.display());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.jsonl");
+        let mut text = String::from(
+            "{\"type\":\"session\",\"version\":3,\"id\":\"h\",\"timestamp\":\"t\",\"cwd\":\"/p\"}\n",
+        );
+        let mut parent = String::from("null");
+        let mut i = 0;
+        while text.len() < 3 * crate::session::reader::PIECE_BYTES + 1000 {
+            let id = format!("e{i:06}");
+            let body = "line of output é\\n".repeat((i * 7919) % 400);
+            let line = match i % 5 {
+                0 => format!("{{\"type\":\"message\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"t\",\"message\":{{\"role\":\"user\",\"content\":\"{body}\",\"timestamp\":1}}}}"),
+                1 => format!("{{\"type\":\"message\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"t\",\"message\":{{\"role\":\"assistant\",\"content\":[{{\"type\":\"toolCall\",\"id\":\"c{i}\",\"name\":\"read\",\"arguments\":{{\"path\":\"src/f{}.rs\"}}}}],\"usage\":{{\"input\":{i},\"output\":5,\"cacheRead\":0,\"cacheWrite\":0,\"totalTokens\":{}}},\"stopReason\":\"toolUse\",\"timestamp\":1}}}}", i % 7, i + 5),
+                2 => format!("{{\"type\":\"message\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"t\",\"message\":{{\"role\":\"toolResult\",\"toolCallId\":\"c{}\",\"toolName\":\"read\",\"content\":[{{\"type\":\"text\",\"text\":\"{body}\"}}],\"isError\":false,\"timestamp\":1}}}}", i - 1),
+                3 if i == 503 => format!("{{\"type\":\"compaction\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"t\",\"summary\":\"s\",\"firstKeptEntryId\":\"e000500\",\"tokensBefore\":9}}"),
+                _ => format!("{{\"type\":\"message\",\"id\":\"{id}\",\"parentId\":{parent},\"timestamp\":\"t\",\"message\":{{\"role\":\"assistant\",\"content\":[{{\"type\":\"text\",\"text\":\"{body}\"}}],\"stopReason\":\"stop\",\"timestamp\":1}}}}"),
+            };
+            text.push_str(&line);
+            text.push('\n');
+            parent = format!("\"{id}\"");
+            i += 1;
+        }
+        text.push_str("{\"type\":\"message\",\"id\":\"torn\"");
+        fs::write(&big, &text).unwrap();
+        let (full, facts) = overviews(&big);
+        assert!(full.starts_with("Overview"), "{full}");
+        assert_eq!(full, facts);
+        let older = dir.path().join("v2.jsonl");
+        fs::write(
+            &older,
+            format!(
+                "{{\"type\":\"session\",\"version\":2,\"id\":\"h\"}}\n{}",
+                &text[text.find('\n').unwrap() + 1..]
+            ),
+        )
+        .unwrap();
+        let (full, facts) = overviews(&older);
+        assert!(full.starts_with("Overview"), "{full}");
+        assert_eq!(full, facts);
+        for (name, bytes) in [("empty", ""), ("other", "{\"type\":\"message\"}\n")] {
+            let p = dir.path().join(name);
+            fs::write(&p, bytes).unwrap();
+            let (full, facts) = overviews(&p);
+            assert_eq!(full, facts, "{name}");
+        }
     }
 
     #[test]

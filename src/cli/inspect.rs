@@ -20,7 +20,13 @@ fn count(n: usize, one: &str, many: &str) -> String {
 
 /// Runs `inspect`; returns the process exit code.
 pub fn run(path: &Path, json: bool, context_window: i64, settings: &CompactionSettings) -> i32 {
-    let (tree, load) = match store::load(path, false) {
+    // The overview needs only the facts; the full analysis needs the messages.
+    let loaded = if json {
+        store::load(path, false)
+    } else {
+        store::load_facts(path)
+    };
+    let (tree, load) = match loaded {
         Ok(t) => t,
         Err(e) => {
             super::print_error(json, &e.to_string());

@@ -161,6 +161,15 @@ impl Entry {
         }))
     }
 
+    /// This entry without the line's bytes, for a reader that needs only the facts (`compactd
+    /// inspect`'s overview), so a large file's bytes need not stay in memory. The facts and a
+    /// metadata entry's object stay; a message's body is gone (`raw` is empty, `message()` is
+    /// `None`).
+    pub fn without_bytes(mut self) -> Entry {
+        self.raw = Bytes::new();
+        self
+    }
+
     /// The line's bytes (what compactd writes for its own entries; others' bytes untouched).
     pub fn raw(&self) -> &[u8] {
         &self.raw

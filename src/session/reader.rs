@@ -59,25 +59,46 @@ const PARALLEL_PARSE_MIN: usize = 1 << 20;
 /// left out). The bytes before its first newline and after its last belong to lines it shares
 /// with its neighbours; [`join_pieces`] parses those.
 struct Piece<T> {
-    bytes: Bytes,
-    /// Where its first and its last `\n` stand; `None` when it has none (all of it lies
-    /// inside one line).
-    edges: Option<(usize, usize)>,
+    /// The bytes before its first `\n`: all of them when it has none (it lies inside a line).
+    head: Bytes,
+    /// The bytes after its last `\n`; `None` when it has none.
+    tail: Option<Bytes>,
     lines: Vec<Result<T, ()>>,
+    len: usize,
+    last_byte: Option<u8>,
+    /// The whole piece, unless only facts are kept ([`Piece::detach`]).
+    bytes: Option<Bytes>,
+}
+
+impl<T> Piece<T> {
+    /// The piece without its buffer: its edges copied, nothing else kept.
+    fn detach(mut self) -> (Piece<T>, Option<Bytes>) {
+        self.head = Bytes::copy_from_slice(&self.head);
+        self.tail = self.tail.map(|t| Bytes::copy_from_slice(&t));
+        let bytes = self.bytes.take();
+        (self, bytes)
+    }
 }
 
 fn parse_piece_with<T>(bytes: Bytes, f: &impl Fn(Bytes) -> Option<Result<T, ()>>) -> Piece<T> {
     let edges = memchr::memchr(b'\n', &bytes).zip(memchr::memrchr(b'\n', &bytes));
     let mut lines = Vec::new();
-    if let Some((first, last)) = edges {
-        let inner = bytes.slice(first + 1..last + 1);
-        lines.reserve(inner.len() / 1024 + 1);
-        lines.extend(lines_of(&inner).filter_map(f));
-    }
+    let (head, tail) = match edges {
+        Some((first, last)) => {
+            let inner = bytes.slice(first + 1..last + 1);
+            lines.reserve(inner.len() / 1024 + 1);
+            lines.extend(lines_of(&inner).filter_map(f));
+            (bytes.slice(..first), Some(bytes.slice(last + 1..)))
+        }
+        None => (bytes.clone(), None),
+    };
     Piece {
-        bytes,
-        edges,
+        head,
+        tail,
         lines,
+        len: bytes.len(),
+        last_byte: bytes.last().copied(),
+        bytes: Some(bytes),
     }
 }
 
@@ -104,16 +125,15 @@ fn join_pieces<T>(
         f(line)
     };
     for piece in pieces {
-        let Some((first, last)) = piece.edges else {
-            open.push(piece.bytes);
+        open.push(piece.head);
+        let Some(tail) = piece.tail else {
             continue;
         };
-        open.push(piece.bytes.slice(..first));
         if let Some(r) = joined(&mut open) {
             take(r);
         }
         piece.lines.into_iter().for_each(&mut take);
-        open.push(piece.bytes.slice(last + 1..));
+        open.push(tail);
     }
     if let Some(r) = joined(&mut open) {
         take(r);
@@ -140,9 +160,17 @@ fn parse_in_pieces<T: Send>(
 pub struct ParsedPiece(Piece<Arc<Entry>>);
 
 impl ParsedPiece {
-    /// The piece's bytes, exactly as read.
-    pub fn bytes(&self) -> &Bytes {
-        &self.0.bytes
+    /// The piece's bytes, exactly as read (`None` for a piece of facts only).
+    pub fn bytes(&self) -> Option<&Bytes> {
+        self.0.bytes.as_ref()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
     }
 }
 
@@ -151,12 +179,33 @@ fn entry_of(line: Bytes) -> Option<Result<Arc<Entry>, ()>> {
     Some(Entry::from_line(line)?.map(Arc::new))
 }
 
+/// [`entry_of`] keeping only the facts ([`Entry::without_bytes`]); a `session` line keeps its
+/// bytes, which the header check reads.
+fn facts_of(line: Bytes) -> Option<Result<Arc<Entry>, ()>> {
+    Some(Entry::from_line(line)?.map(|e| {
+        Arc::new(match is_session_entry(&e) {
+            true => e,
+            false => e.without_bytes(),
+        })
+    }))
+}
+
 /// Parses the lines of one piece of a session file (consecutive pieces, in any order and on
 /// any thread, then go to [`read_pieces`]). The storage shell reads a large file piece by
 /// piece on several threads and parses each piece right after reading it, so reading and
 /// parsing overlap and each piece is parsed while its bytes are still in the cache.
 pub fn parse_piece(bytes: Bytes) -> ParsedPiece {
     ParsedPiece(parse_piece_with(bytes, &entry_of))
+}
+
+/// [`parse_piece`] for a reader of facts only: its entries keep no bytes and its edges are
+/// copied, so nothing it returns refers to `bytes`. The buffer comes back (when nothing else
+/// holds it) to be read into again: a large file is then read through one buffer per thread,
+/// and never held.
+pub fn parse_piece_facts(bytes: Bytes) -> (ParsedPiece, Option<Vec<u8>>) {
+    let (piece, bytes) = parse_piece_with(bytes, &facts_of).detach();
+    let buffer = bytes.and_then(|b| b.try_into_mut().ok()).map(Vec::from);
+    (ParsedPiece(piece), buffer)
 }
 
 fn is_session_line(v: &Value) -> bool {
@@ -205,55 +254,78 @@ pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
 /// session, the common case; when the header turns out older, the file's bytes are read again
 /// as values and migrated.
 pub fn read_pieces(pieces: Vec<ParsedPiece>) -> ReadOutcome {
-    let len: usize = pieces.iter().map(|p| p.0.bytes.len()).sum();
-    if len == 0 {
+    let raw: Vec<Bytes> = pieces.iter().filter_map(|p| p.0.bytes.clone()).collect();
+    assemble(pieces).unwrap_or_else(
+        |Older {
+             needs_newline_repair,
+         }| {
+            let mut all = Vec::with_capacity(raw.iter().map(Bytes::len).sum());
+            raw.iter().for_each(|b| all.extend_from_slice(b));
+            read_migrating(Bytes::from(all), needs_newline_repair)
+        },
+    )
+}
+
+/// [`read_pieces`] over pieces of facts only ([`parse_piece_facts`]): `None` when the file is
+/// of an older version, whose migration needs every line's bytes (read it whole instead).
+pub fn read_fact_pieces(pieces: Vec<ParsedPiece>) -> Option<ReadOutcome> {
+    assemble(pieces).ok()
+}
+
+/// The header is of an older version: the file must be read as values and migrated.
+struct Older {
+    needs_newline_repair: bool,
+}
+
+fn assemble(pieces: Vec<ParsedPiece>) -> Result<ReadOutcome, Older> {
+    if pieces.iter().all(ParsedPiece::is_empty) {
         // Pi re-initialises only a 0-byte file.
-        return ReadOutcome::Empty;
+        return Ok(ReadOutcome::Empty);
     }
     // Pi repairs a trailing piece after the last newline that is not empty ("pending").
     let needs_newline_repair = pieces
         .iter()
         .rev()
-        .find_map(|p| p.0.bytes.last())
-        .is_some_and(|&b| b != b'\n');
+        .find_map(|p| p.0.last_byte)
+        .is_some_and(|b| b != b'\n');
     let capacity = pieces.iter().map(|p| p.0.lines.len() + 1).sum();
-    let raw: Vec<Bytes> = pieces.iter().map(|p| p.0.bytes.clone()).collect();
+    // Lines across edges keep their bytes only when the pieces do.
+    let facts_only = pieces.iter().any(|p| p.0.bytes.is_none());
     // The first line that parses must be the header; a later `session` line is skipped.
     let mut header: Option<Arc<Entry>> = None;
     let mut entries = Vec::with_capacity(capacity);
     let mut skipped = 0usize;
-    join_pieces(
-        pieces.into_iter().map(|p| p.0).collect(),
-        entry_of,
-        |line| match line {
-            Err(()) => skipped += 1,
-            Ok(e) if header.is_none() => header = Some(e),
-            Ok(e) if is_session_entry(&e) => {}
-            Ok(e) => entries.push(e),
-        },
-    );
+    let pieces = pieces.into_iter().map(|p| p.0).collect();
+    let of_line = if facts_only { facts_of } else { entry_of };
+    join_pieces(pieces, of_line, |line| match line {
+        Err(()) => skipped += 1,
+        Ok(e) if header.is_none() => header = Some(e),
+        Ok(e) if is_session_entry(&e) => {}
+        Ok(e) => entries.push(e),
+    });
+    // A `session` line keeps its bytes even among facts (see `facts_of`).
     let header = header
         .and_then(|h| parse_line_bytes(h.raw()))
         .and_then(Result::ok)
         .filter(|h| is_session_line(h) && h.get("id").is_some_and(Value::is_string));
     let Some(header) = header else {
         // Lines parsed, but the first is not a `session` header with a string id.
-        return ReadOutcome::NotASession;
+        return Ok(ReadOutcome::NotASession);
     };
     let original_version = header_version(&header);
     if original_version < CURRENT_VERSION as f64 {
-        let mut all = Vec::with_capacity(len);
-        raw.iter().for_each(|b| all.extend_from_slice(b));
-        return read_migrating(Bytes::from(all), needs_newline_repair);
+        return Err(Older {
+            needs_newline_repair,
+        });
     }
-    ReadOutcome::Session(ParsedSession {
+    Ok(ReadOutcome::Session(ParsedSession {
         header,
         entries,
         needs_newline_repair,
         migrated: false,
         skipped_lines: skipped,
         original_version,
-    })
+    }))
 }
 
 /// An older version's file: every line parsed as a value, migrated in memory (Pi then
@@ -521,8 +593,63 @@ mod tests {
                 .collect();
             let whole = summary(read_pieces(vec![parse_piece(bytes.clone())]));
             proptest::prop_assert_eq!(summary(read_pieces(pieces)), whole.clone());
-            proptest::prop_assert_eq!(summary(read_session_bytes(bytes)), whole);
+            proptest::prop_assert_eq!(summary(read_session_bytes(bytes.clone())), whole);
+            // Pieces of facts only: the same facts, or `None` for an older version.
+            let facts = cuts
+                .windows(2)
+                .map(|w| parse_piece_facts(Bytes::copy_from_slice(&bytes[w[0]..w[1]])).0)
+                .collect();
+            let full = read_session_bytes(bytes);
+            match read_fact_pieces(facts) {
+                Some(facts) => proptest::prop_assert_eq!(facts_summary(facts), facts_summary(full)),
+                None => proptest::prop_assert!(matches!(full, ReadOutcome::Session(s) if s.migrated)),
+            }
         }
+    }
+
+    /// A read's facts: everything but the lines' bytes.
+    fn facts_summary(outcome: ReadOutcome) -> String {
+        match outcome {
+            ReadOutcome::Session(s) => {
+                let facts: Vec<String> = s
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{:?} {:?} {:?} {:?} {} {:?} {:?} {:?} {:?}",
+                            e.kind,
+                            e.id,
+                            e.parent_id,
+                            e.role,
+                            e.tokens,
+                            e.usage_tokens,
+                            e.stop_reason,
+                            e.file_ops,
+                            e.str_field("summary"),
+                        )
+                    })
+                    .collect();
+                format!(
+                    "session {} {facts:?} repair {} skipped {} v{}",
+                    s.header, s.needs_newline_repair, s.skipped_lines, s.original_version
+                )
+            }
+            other => format!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_piece_of_facts_gives_its_buffer_back_and_keeps_no_bytes() {
+        let text = "{\"type\":\"session\",\"version\":3,\"id\":\"h\"}\n{\"type\":\"message\",\"id\":\"a\",\"parentId\":null,\"message\":{\"role\":\"user\",\"content\":\"hello\"}}\n{\"type\":\"mess";
+        let (piece, buffer) = parse_piece_facts(Bytes::from(text.as_bytes().to_vec()));
+        assert_eq!(buffer.as_deref(), Some(text.as_bytes()));
+        let Some(ReadOutcome::Session(s)) = read_fact_pieces(vec![piece]) else {
+            panic!("not a session");
+        };
+        assert_eq!(s.entries.len(), 1);
+        assert!(s.entries[0].raw().is_empty());
+        assert_eq!(s.entries[0].tokens, 2);
+        assert_eq!(s.skipped_lines, 1);
     }
 
     /// The line-by-line reader the pieces must agree with: every line through the general
