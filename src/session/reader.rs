@@ -515,21 +515,34 @@ mod tests {
         assert!(!session(&format!("{text}\n")).needs_newline_repair);
     }
 
-    /// What a read reports, to compare two reads of the same bytes.
-    fn summary(outcome: ReadOutcome) -> String {
+    /// What a read reports, to compare two reads of the same bytes: each entry's bytes, or
+    /// (`facts`) everything but its bytes.
+    fn summary(outcome: ReadOutcome, facts: bool) -> String {
         match outcome {
             ReadOutcome::Session(s) => {
-                // A migration gives fresh random ids: then only the kinds can be compared.
-                let raws: Vec<String> = s
+                let entries: Vec<String> = s
                     .entries
                     .iter()
-                    .map(|e| match s.migrated {
-                        true => format!("{:?}", e.kind),
-                        false => String::from_utf8_lossy(e.raw()).into_owned(),
+                    .map(|e| match (s.migrated, facts) {
+                        // A migration gives fresh random ids: then only the kinds can be compared.
+                        (true, _) => format!("{:?}", e.kind),
+                        (false, false) => String::from_utf8_lossy(e.raw()).into_owned(),
+                        (false, true) => format!(
+                            "{:?} {:?} {:?} {:?} {} {:?} {:?} {:?} {:?}",
+                            e.kind,
+                            e.id,
+                            e.parent_id,
+                            e.role,
+                            e.tokens,
+                            e.usage_tokens,
+                            e.stop_reason,
+                            e.file_ops,
+                            e.str_field("summary"),
+                        ),
                     })
                     .collect();
                 format!(
-                    "session {} {raws:?} repair {} migrated {} skipped {} v{}",
+                    "session {} {entries:?} repair {} migrated {} skipped {} v{}",
                     s.header,
                     s.needs_newline_repair,
                     s.migrated,
@@ -591,9 +604,9 @@ mod tests {
                 .windows(2)
                 .map(|w| parse_piece(bytes.slice(w[0]..w[1])))
                 .collect();
-            let whole = summary(read_pieces(vec![parse_piece(bytes.clone())]));
-            proptest::prop_assert_eq!(summary(read_pieces(pieces)), whole.clone());
-            proptest::prop_assert_eq!(summary(read_session_bytes(bytes.clone())), whole);
+            let whole = summary(read_pieces(vec![parse_piece(bytes.clone())]), false);
+            proptest::prop_assert_eq!(summary(read_pieces(pieces), false), whole.clone());
+            proptest::prop_assert_eq!(summary(read_session_bytes(bytes.clone()), false), whole);
             // Pieces of facts only: the same facts, or `None` for an older version.
             let facts = cuts
                 .windows(2)
@@ -601,40 +614,9 @@ mod tests {
                 .collect();
             let full = read_session_bytes(bytes);
             match read_fact_pieces(facts) {
-                Some(facts) => proptest::prop_assert_eq!(facts_summary(facts), facts_summary(full)),
+                Some(facts) => proptest::prop_assert_eq!(summary(facts, true), summary(full, true)),
                 None => proptest::prop_assert!(matches!(full, ReadOutcome::Session(s) if s.migrated)),
             }
-        }
-    }
-
-    /// A read's facts: everything but the lines' bytes.
-    fn facts_summary(outcome: ReadOutcome) -> String {
-        match outcome {
-            ReadOutcome::Session(s) => {
-                let facts: Vec<String> = s
-                    .entries
-                    .iter()
-                    .map(|e| {
-                        format!(
-                            "{:?} {:?} {:?} {:?} {} {:?} {:?} {:?} {:?}",
-                            e.kind,
-                            e.id,
-                            e.parent_id,
-                            e.role,
-                            e.tokens,
-                            e.usage_tokens,
-                            e.stop_reason,
-                            e.file_ops,
-                            e.str_field("summary"),
-                        )
-                    })
-                    .collect();
-                format!(
-                    "session {} {facts:?} repair {} skipped {} v{}",
-                    s.header, s.needs_newline_repair, s.skipped_lines, s.original_version
-                )
-            }
-            other => format!("{other:?}"),
         }
     }
 
