@@ -219,7 +219,10 @@ fn read_capped(
     expected: u64,
     limit: u64,
 ) -> Result<Vec<u8>, StoreError> {
-    let pieces = read_capped_with(f, path, expected, limit, |piece| piece)?;
+    let mut pieces = read_capped_with(f, path, expected, limit, |piece| piece)?;
+    if pieces.len() == 1 {
+        return Ok(pieces.pop().unwrap_or_default());
+    }
     let mut bytes = Vec::with_capacity(pieces.iter().map(Vec::len).sum());
     pieces.iter().for_each(|p| bytes.extend_from_slice(p));
     Ok(bytes)

@@ -52,9 +52,6 @@ pub enum ReadOutcome {
 /// lines crossing pieces' edges, joined and parsed one by one after, stay few.
 pub const PIECE_BYTES: usize = 2 << 20;
 
-/// Below this many bytes a session is parsed as one piece on the calling thread.
-const PARALLEL_PARSE_MIN: usize = 1 << 20;
-
 /// A piece of a file with its lines parsed: those that begin and end inside it (blank lines
 /// left out). The bytes before its first newline and after its last belong to lines it shares
 /// with its neighbours; [`join_pieces`] parses those.
@@ -141,14 +138,11 @@ fn join_pieces<T>(
 }
 
 /// `bytes` in pieces of [`PIECE_BYTES`] (shared slices), each parsed with `f` on
-/// [`crate::cpu::par_map_ordered`]'s threads; one piece on this thread when `bytes` is small.
+/// [`crate::cpu::par_map_ordered`]'s threads (one piece, a small file, on this thread).
 fn parse_in_pieces<T: Send>(
     bytes: &Bytes,
     f: impl Fn(Bytes) -> Option<Result<T, ()>> + Sync,
 ) -> Vec<Piece<T>> {
-    if bytes.len() < PARALLEL_PARSE_MIN {
-        return vec![parse_piece_with(bytes.clone(), &f)];
-    }
     let n = bytes.len().div_ceil(PIECE_BYTES);
     crate::cpu::par_map_ordered(n, |i| {
         let end = ((i + 1) * PIECE_BYTES).min(bytes.len());
@@ -474,9 +468,9 @@ mod tests {
         }
     }
 
-    /// A session over 1 MB (so the lines are parsed on several threads where there are cores),
-    /// read entry for entry as a one-line-at-a-time reader would: same entries in file order,
-    /// same skipped count, whatever lines sit at the pieces' edges.
+    /// A session of more than one piece (so its lines are parsed on several threads where there
+    /// are cores), read entry for entry as a one-line-at-a-time reader would: same entries in
+    /// file order, same skipped count, whatever lines sit at the pieces' edges.
     #[test]
     fn a_large_session_parsed_in_parts_matches_a_line_by_line_read() {
         let mut text = String::from("{\"type\":\"session\",\"version\":3,\"id\":\"h\",\"timestamp\":\"t\",\"cwd\":\"/p\"}\n");
@@ -506,7 +500,7 @@ mod tests {
         // The last line has no newline: still read, and flagged for repair.
         text.push_str("{\"type\":\"label\",\"id\":\"last\",\"parentId\":null}");
         expected_ids.push("last".into());
-        assert!(text.len() > 2 << 20, "{} bytes", text.len());
+        assert!(text.len() > PIECE_BYTES, "{} bytes", text.len());
         let s = session(&text);
         let ids: Vec<String> = s.entries.iter().filter_map(|e| e.id.clone()).collect();
         assert_eq!(ids, expected_ids);
