@@ -44,7 +44,12 @@ pub(crate) struct Literal<'a> {
 impl<'a> Literal<'a> {
     /// The bytes between the quotes, escapes as written.
     pub(crate) fn inner(&self) -> &'a [u8] {
-        &self.quoted.as_bytes()[1..self.quoted.len() - 1]
+        self.text().as_bytes()
+    }
+
+    /// The text between the quotes (one byte each), escapes as written.
+    fn text(&self) -> &'a str {
+        &self.quoted[1..self.quoted.len() - 1]
     }
 
     /// The decoded text (borrowed when there is no escape). Escapes are decoded by serde_json,
@@ -52,8 +57,7 @@ impl<'a> Literal<'a> {
     /// surrogates); the empty fallback is never taken.
     pub(crate) fn decoded(&self) -> Cow<'a, str> {
         if !self.escaped {
-            // The quotes are one byte each.
-            return Cow::Borrowed(&self.quoted[1..self.quoted.len() - 1]);
+            return Cow::Borrowed(self.text());
         }
         Cow::Owned(serde_json::from_str(self.quoted).unwrap_or_default())
     }
