@@ -42,6 +42,8 @@ struct Plan {
     compact_runs: usize,
     many_sessions: usize,
     isolation_baseline: Duration,
+    /// How long to wait after a compaction for the allocator's free memory to go back.
+    release_wait: Duration,
 }
 
 /// A copy of `src` under `dir` (sessions are appended to, so every scenario gets its own).
@@ -51,6 +53,7 @@ fn copy_session(src: &Path, dir: &Path, name: &str) -> Res<PathBuf> {
     Ok(p)
 }
 
+#[derive(Clone)]
 struct SizeFile {
     mb: u64,
     label: String,
@@ -623,9 +626,16 @@ fn rss(bin: &Path, root: &Path, largest: &SizeFile, one: &SizeFile, plan: &Plan)
         // The peak while the same session is compacted (extractively) and after.
         c.call("compact", json!({"sessionId": sid}))?;
         let (after, peak) = d.rss_kb();
+        // The summary's temporaries were freed at once; the allocator hands them back to the
+        // system once nothing was freed for 5 s (`cpu::release_soon`).
+        std::thread::sleep(plan.release_wait);
+        let (settled, _) = d.rss_kb();
         println!(
-            "  RSS after compacting it: {:.1} MB, peak during open + compaction {:.1} MB = file + {:.1} MB",
+            "  RSS after compacting it: {:.1} MB, {:.0} s later {:.1} MB = file + {:.1} MB; peak during open + compaction {:.1} MB = file + {:.1} MB",
             mb(after),
+            plan.release_wait.as_secs_f64(),
+            mb(settled),
+            mb(settled) - file,
             mb(peak),
             mb(peak) - file
         );
@@ -761,6 +771,7 @@ fn run() -> Res<()> {
             compact_runs: 3,
             many_sessions: 100,
             isolation_baseline: Duration::from_secs(2),
+            release_wait: Duration::from_secs(6),
         }
     } else {
         Plan {
@@ -773,6 +784,7 @@ fn run() -> Res<()> {
             compact_runs: 1,
             many_sessions: 3,
             isolation_baseline: Duration::from_millis(100),
+            release_wait: Duration::ZERO,
         }
     };
     println!(
@@ -837,6 +849,20 @@ fn run() -> Res<()> {
     }
 
     let d = Daemon::start(&bin, &root.join("main"), None)?;
+    let smallest = &files[0];
+    let largest = &files[files.len() - 1];
+    // `COMPACTD_BENCH_ISOLATION=N`: only the isolation phase, N times in one daemon, to hunt a
+    // rare stall (one run's worst probe tells little).
+    if let Some(runs) = std::env::var("COMPACTD_BENCH_ISOLATION")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        for run in 1..=runs {
+            println!("isolation, run {run} of {runs}:");
+            isolation(&d, smallest, largest, &sessions, &plan)?;
+        }
+        return Ok(());
+    }
     let mut pinger = d.connect()?;
     let ping = ping_p50(&mut pinger, if bench { 2000 } else { 20 })?;
     let mut one_mb = None;
@@ -848,8 +874,6 @@ fn run() -> Res<()> {
             one_mb = Some(p50);
         }
     }
-    let smallest = &files[0];
-    let largest = &files[files.len() - 1];
     socket(&d, smallest, &sessions, &plan)?;
 
     let fake = FakeProvider::start()?;
@@ -887,7 +911,12 @@ fn run() -> Res<()> {
     drop(fake_daemon);
     drop(fake_plain);
     println!("memory:");
-    rss(&bin, root, largest, smallest, &plan)?;
+    // Many sessions are 1 MB each, whatever sizes this run has (the engine issue's target).
+    let one_mb_file = match files.iter().chain(extra.iter()).find(|f| f.mb == 1) {
+        Some(f) => f.clone(),
+        None => load_file(1)?,
+    };
+    rss(&bin, root, largest, &one_mb_file, &plan)?;
     println!("isolation:");
     isolation(&d, smallest, largest, &sessions, &plan)?;
     Ok(())

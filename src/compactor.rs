@@ -30,7 +30,7 @@ use crate::context::{context_settings, convert_to_llm};
 use crate::session::{ids, BranchView, Entry, SessionTree};
 use crate::store;
 use crate::summarizer::extractive::{
-    summarize_history, summarize_turn_prefix, ExtractiveInput, ExtractiveSettings,
+    summarize_history, summarize_turn_prefix, ExtractiveInput, ExtractiveSettings, Messages,
 };
 use crate::summarizer::redact::RedactionConfig;
 use crate::summarizer::{
@@ -155,11 +155,6 @@ pub fn reasoning_for(model: &ModelSpec, thinking_level: Option<&str>) -> Option<
         .map(str::to_owned)
 }
 
-/// The messages of a span, parsed from their entries (the extractive summarizer reads them all).
-fn messages_of(prep: &[crate::compaction::prepare::PreparedMessage]) -> Vec<Value> {
-    prep.iter().map(|m| m.message()).collect()
-}
-
 /// An LLM engine's provider together with everything one call to it needs. [`Provider::ask`] is
 /// the only place compactd calls a provider, for compactions and branch summaries alike.
 struct Provider<'a> {
@@ -224,7 +219,8 @@ fn mark_fallback(mut outcome: CompactionOutcome, reason: String) -> CompactionOu
 }
 
 /// The one engine dispatch of every summary: the extractive engine runs `extractive` (on a
-/// lower-priority thread of its own, [`crate::cpu::background`]); an LLM engine runs `llm` against its [`Provider`]. When the LLM
+/// lower-priority thread of its own, [`crate::cpu::background`]); an LLM engine runs `llm`
+/// against its [`Provider`]. When the LLM
 /// fails to summarize, an engine configured to fall back runs `extractive` instead (with the
 /// default extractive settings) and passes the result and the failure to `fallback`; a summary
 /// kind that never falls back passes `None`.
@@ -242,6 +238,9 @@ where
     Fut: Future<Output = Result<T, CompactError>>,
     T: Send,
 {
+    // However the summary ends (written, failed, cancelled), its temporaries (message values,
+    // serialized text) were freed on other threads: the allocator gets them back once idle.
+    let _release = crate::cpu::ReleaseWhenDone;
     let (provider, fallback_extractive) = match engine {
         SummaryEngine::Extractive {
             redaction,
@@ -396,17 +395,16 @@ pub fn generate_extractive(
 ) -> CompactionOutcome {
     let (read_files, modified_files) = prep.file_ops.file_lists();
     let split_turn = prep.is_split_turn && !prep.turn_prefix_messages.is_empty();
-    let prefix_messages = if split_turn {
-        messages_of(&prep.turn_prefix_messages)
-    } else {
-        Vec::new()
+    let prefix_messages = match split_turn {
+        true => Messages::Entries(&prep.turn_prefix_messages),
+        false => Messages::Parsed(&[]),
     };
     let history = || {
         summarize_history(&ExtractiveInput {
-            messages: &messages_of(&prep.messages_to_summarize),
+            messages: Messages::Entries(&prep.messages_to_summarize),
             previous_summary: prep.previous_summary.as_deref().filter(|s| !s.is_empty()),
             custom_instructions: custom_instructions.filter(|s| !s.is_empty()),
-            turn_prefix: &prefix_messages,
+            turn_prefix: prefix_messages,
             max_tokens: call_max_tokens(&prep.settings, 0.8, 0),
             settings,
         })
@@ -414,7 +412,7 @@ pub fn generate_extractive(
     let summary = if split_turn {
         let hist = (!prep.messages_to_summarize.is_empty()).then(history);
         let prefix = summarize_turn_prefix(
-            &prefix_messages,
+            prefix_messages,
             call_max_tokens(&prep.settings, 0.5, 0),
             settings,
         );
@@ -489,10 +487,10 @@ fn extractive_branch(
     settings: ExtractiveSettings,
 ) -> SummaryOutcome {
     let text = summarize_history(&ExtractiveInput {
-        messages: inputs.messages,
+        messages: inputs.messages.into(),
         previous_summary: None,
         custom_instructions: inputs.custom_instructions,
-        turn_prefix: &[],
+        turn_prefix: Messages::Parsed(&[]),
         max_tokens: BRANCH_MAX_TOKENS,
         settings,
     });
@@ -750,6 +748,39 @@ mod tests {
         );
     }
 
+    /// A summary's temporaries die on other threads, so every summary, whichever engine wrote
+    /// it and however it ended, asks for the allocator's free memory to be handed back.
+    #[tokio::test]
+    async fn every_summary_asks_for_freed_memory_to_be_released() {
+        let messages = vec![json!({"role": "user", "content": "fix the build", "timestamp": 1})];
+        let inputs = BranchInputs {
+            messages: &messages,
+            read_files: &[],
+            modified_files: &[],
+            custom_instructions: None,
+            replace_instructions: false,
+        };
+        let extractive = SummaryEngine::Extractive {
+            redaction: RedactionConfig::default(),
+            settings: ExtractiveSettings::DEFAULT,
+        };
+        let failing = flaky_engine(Arc::new(FlakyClient {
+            failures: usize::MAX,
+            prompts: Mutex::new(Vec::new()),
+        }));
+        let cancelled = CancellationToken::new();
+        cancelled.cancel();
+        for (engine, cancel, ends) in [
+            (&extractive, CancellationToken::new(), "written"),
+            (&failing, cancelled, "failed"),
+        ] {
+            let before = crate::cpu::releases_asked_here();
+            let outcome = summarize_branch(engine, &inputs, &cancel, &ignore_retries).await;
+            assert_eq!(outcome.is_ok(), ends == "written", "{ends}");
+            assert_eq!(crate::cpu::releases_asked_here(), before + 1, "{ends}");
+        }
+    }
+
     #[tokio::test]
     async fn compactions_report_retries_to_the_callback() {
         let Some(fixture) = crate::test_fixtures::case_file(
@@ -834,6 +865,69 @@ mod tests {
         assert_eq!(outcome.usage.map(|u| u.input), Some(200 * calls));
         assert_eq!(meter.total().input, 200 * calls + 100);
         assert_eq!(meter.total().output, 10 * calls);
+    }
+
+    /// The extractive summarizer reads a span's entries one at a time (`Messages::Entries`)
+    /// exactly as it reads them parsed whole: on every conformance session, under settings
+    /// that cut most of them (and split some turns), both the history and the turn prefix.
+    #[test]
+    fn summaries_read_from_entries_equal_summaries_read_from_parsed_messages() {
+        let settings = CompactionSettings {
+            enabled: true,
+            reserve_tokens: 16384,
+            keep_recent_tokens: 500,
+        };
+        let mut compared = 0;
+        for case in crate::test_fixtures::cases_with(
+            "summaries_read_from_entries_equal_summaries_read_from_parsed_messages",
+            "session.jsonl",
+        ) {
+            let bytes = std::fs::read(case.join("session.jsonl")).expect("read session");
+            let crate::session::ReadOutcome::Session(parsed) =
+                crate::session::read_session(&bytes)
+            else {
+                continue;
+            };
+            let tree = SessionTree::from_parsed(parsed);
+            let branch = tree.branch();
+            let path = tree.refs(&branch);
+            let Ok(prep) = crate::compaction::prepare_compaction(&path, &settings) else {
+                continue;
+            };
+            let values = |m: &[crate::compaction::prepare::PreparedMessage]| -> Vec<Value> {
+                m.iter().map(|m| m.message()).collect()
+            };
+            let (history, prefix) = (
+                values(&prep.messages_to_summarize),
+                values(&prep.turn_prefix_messages),
+            );
+            let input = |messages, turn_prefix| ExtractiveInput {
+                messages,
+                previous_summary: prep.previous_summary.as_deref(),
+                custom_instructions: None,
+                turn_prefix,
+                max_tokens: 4000,
+                settings: ExtractiveSettings::DEFAULT,
+            };
+            let from_entries = summarize_history(&input(
+                Messages::Entries(&prep.messages_to_summarize),
+                Messages::Entries(&prep.turn_prefix_messages),
+            ));
+            let from_values = summarize_history(&input((&history).into(), (&prefix).into()));
+            assert_eq!(from_entries, from_values, "{}", case.display());
+            assert_eq!(
+                summarize_turn_prefix(
+                    Messages::Entries(&prep.turn_prefix_messages),
+                    2000,
+                    ExtractiveSettings::DEFAULT
+                ),
+                summarize_turn_prefix(&prefix, 2000, ExtractiveSettings::DEFAULT),
+                "{}",
+                case.display()
+            );
+            compared += usize::from(!history.is_empty()) + usize::from(!prefix.is_empty());
+        }
+        assert!(compared >= 40, "only {compared} spans compared");
     }
 
     /// A session of `n` rounds of an edit and a successful test run, as Pi writes it.

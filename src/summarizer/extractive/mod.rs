@@ -69,19 +69,72 @@ impl Default for ExtractiveSettings {
     }
 }
 
+/// The messages a summary reads, chronological: values parsed already, or a span's entries,
+/// each parsed only when the one pass over them ([`Analysis::of`]) reaches it. Parsed whole, the
+/// span of a 100 MB session is some 300 MB of values at once; one at a time, it is one message.
+#[derive(Clone, Copy)]
+pub enum Messages<'a> {
+    /// AgentMessages as values (Pi shapes: user/assistant/toolResult/...).
+    Parsed(&'a [Value]),
+    /// A compaction's span, projected to AgentMessages one entry at a time.
+    Entries(&'a [crate::compaction::prepare::PreparedMessage]),
+}
+
+impl<'a> Messages<'a> {
+    pub fn len(self) -> usize {
+        match self {
+            Messages::Parsed(v) => v.len(),
+            Messages::Entries(e) => e.len(),
+        }
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    /// Each message in order, borrowed or parsed now.
+    fn each(self) -> impl Iterator<Item = std::borrow::Cow<'a, Value>> {
+        use std::borrow::Cow;
+        let (parsed, entries) = match self {
+            Messages::Parsed(v) => (v, &[][..]),
+            Messages::Entries(e) => (&[][..], e),
+        };
+        let parsed = parsed.iter().map(Cow::Borrowed);
+        parsed.chain(entries.iter().map(|m| Cow::Owned(m.message())))
+    }
+}
+
+impl<'a> From<&'a [Value]> for Messages<'a> {
+    fn from(v: &'a [Value]) -> Self {
+        Messages::Parsed(v)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [Value; N]> for Messages<'a> {
+    fn from(v: &'a [Value; N]) -> Self {
+        Messages::Parsed(v)
+    }
+}
+
+impl<'a> From<&'a Vec<Value>> for Messages<'a> {
+    fn from(v: &'a Vec<Value>) -> Self {
+        Messages::Parsed(v)
+    }
+}
+
 /// What the extractive summarizer needs for a history summary (the same inputs an LLM
 /// summarizer gets: the messages, the summary being updated and the user's focus; the file
 /// lists follow the summary as Pi's blocks, so they are not inputs).
 pub struct ExtractiveInput<'a> {
     /// AgentMessages to summarize, chronological (Pi shapes: user/assistant/toolResult/...).
-    pub messages: &'a [Value],
+    pub messages: Messages<'a>,
     /// The earlier compaction summary to merge (update mode); `None` or empty for a first one.
     pub previous_summary: Option<&'a str>,
     /// The user's focus text for this compaction ("Additional focus" in Pi's prompt).
     pub custom_instructions: Option<&'a str>,
     /// A split turn's prefix, summarized on its own after this history: the latest request
     /// may be there, and this summary's Next Steps must name it. Empty otherwise.
-    pub turn_prefix: &'a [Value],
+    pub turn_prefix: Messages<'a>,
     /// Output budget in tokens (chars/4); the summary always fits `max_tokens * 4` UTF-16 units
     /// unless even the bare headings do not (then the bare headings are returned).
     pub max_tokens: u64,
@@ -550,23 +603,23 @@ impl Span<'_> {
 
 /// Builds Pi's three-section turn-prefix summary: the start of an over-long turn whose recent
 /// part (the suffix) stays in context verbatim, so this only has to say what led up to it.
-pub fn summarize_turn_prefix(
-    messages: &[Value],
+pub fn summarize_turn_prefix<'a>(
+    messages: impl Into<Messages<'a>>,
     max_tokens: u64,
     settings: ExtractiveSettings,
 ) -> String {
     let budget = Budget::new(max_tokens, Some(settings.target_tokens));
     let caps = Caps::for_budget(budget.target);
+    let messages = messages.into();
     let a = Analysis::of(messages);
     let mut items = Items::new();
 
     // Original Request: the turn's first request; later ones are follow-ups. A turn opened by
     // an injected message (a task from an extension) states its request there.
     let opened_by_note = messages
-        .first()
-        .and_then(|m| m.get("role"))
-        .and_then(Value::as_str)
-        == Some("custom");
+        .each()
+        .next()
+        .is_some_and(|m| m.get("role").and_then(Value::as_str) == Some("custom"));
     if opened_by_note || a.requests.is_empty() {
         if let Some((idx, label, text, _)) = a.notes.first() {
             let text = format!("(from {label}) {}", clip_head(text, caps.goal));

@@ -77,10 +77,10 @@ fn input<'a>(
     max_tokens: u64,
 ) -> ExtractiveInput<'a> {
     ExtractiveInput {
-        messages,
+        messages: messages.into(),
         previous_summary: None,
         custom_instructions: None,
-        turn_prefix: &[],
+        turn_prefix: Messages::Parsed(&[]),
         max_tokens,
         settings: ExtractiveSettings::DEFAULT,
     }
@@ -429,7 +429,7 @@ fn real_fixture_sessions() {
         let Some(msgs) = fixture_messages(case) else {
             continue;
         };
-        let a = Analysis::of(&msgs);
+        let a = Analysis::of((&msgs).into());
         let (read, modified) = a.file_lists();
         for max_tokens in [100u64, 1000, 13_107] {
             let s = summarize_history(&input(&msgs, &read, &modified, max_tokens));
@@ -1146,7 +1146,7 @@ fn the_latest_request_of_a_split_turn_is_in_its_prefix() {
         result("c2", "bash", "type Uploader struct", false),
     ];
     let mut inp = input(&history, &[], &[], 4000);
-    inp.turn_prefix = &prefix;
+    inp.turn_prefix = (&prefix).into();
     let s = summarize_history(&inp);
     assert_well_formed(&s, &HEADINGS, 4000);
     let next = section(&s, "## Next Steps");
@@ -1402,10 +1402,10 @@ mod props {
             target in 200u64..4000,
         ) {
             let inp = ExtractiveInput {
-                messages: &msgs,
+                messages: (&msgs).into(),
                 previous_summary: prev.as_deref(),
                 custom_instructions: focus.as_deref(),
-                turn_prefix: &msgs,
+                turn_prefix: (&msgs).into(),
                 max_tokens,
                 settings: ExtractiveSettings { target_tokens: target },
             };

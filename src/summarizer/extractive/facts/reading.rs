@@ -9,7 +9,7 @@ use super::super::text::*;
 use super::*;
 
 impl Analysis {
-    pub(in super::super) fn of(messages: &[Value]) -> Self {
+    pub(in super::super) fn of(messages: super::super::Messages<'_>) -> Self {
         let mut a = Analysis {
             n: messages.len(),
             user_texts: Vec::new(),
@@ -28,7 +28,8 @@ impl Analysis {
         };
         // toolCallId → index into `actions`; ids may repeat, the latest call wins.
         let mut by_id: BTreeMap<String, usize> = BTreeMap::new();
-        for (idx, m) in messages.iter().enumerate() {
+        for (idx, m) in messages.each().enumerate() {
+            let m = &*m;
             match str_field(m, "role") {
                 Some("user") => {
                     let text = string_text(m.get("content"), "");
