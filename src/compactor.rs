@@ -883,8 +883,7 @@ mod tests {
             "session.jsonl",
         ) {
             let bytes = std::fs::read(case.join("session.jsonl")).expect("read session");
-            let crate::session::ReadOutcome::Session(parsed) =
-                crate::session::read_session(&bytes)
+            let crate::session::ReadOutcome::Session(parsed) = crate::session::read_session(&bytes)
             else {
                 continue;
             };

@@ -23,7 +23,7 @@ use crate::session::{BranchView, Entry, SessionTree};
 pub const WINDOWS: [i64; 7] = [8192, 32000, 128000, 200000, 272000, 400000, 1000000];
 
 fn id_value(e: &Entry) -> Value {
-    e.id.clone().map_or(Value::Null, Value::from)
+    e.id.as_deref().map_or(Value::Null, Value::from)
 }
 
 fn opt_index(i: Option<usize>) -> Value {

@@ -225,7 +225,7 @@ fn run_case(
     }
     let ctx_ids: Vec<Value> = context_entries(&path)
         .iter()
-        .map(|e| e.id.clone().map_or(Value::Null, Value::from))
+        .map(|e| e.id.as_deref().map_or(Value::Null, Value::from))
         .collect();
     if let Some(d) = first_diff(
         &Value::Array(ctx_ids),

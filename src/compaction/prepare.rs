@@ -271,7 +271,7 @@ pub fn plan_compaction<P: PathEntries + ?Sized>(
     };
     let file_ops = index.file_ops(history.range.start..ops_end, seed);
     Ok(Plan {
-        first_kept_entry_id: first_kept_id,
+        first_kept_entry_id: first_kept_id.into(),
         history,
         turn_prefix,
         is_split_turn: cut.is_split_turn,

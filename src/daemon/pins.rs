@@ -47,7 +47,9 @@ pub fn live_pins(state: &SessionState) -> (Vec<Pin>, bool) {
         let data = &v["data"];
         match data["action"].as_str() {
             Some("pin") => {
-                let (Some(id), Some(text)) = (e.id.clone(), data["text"].as_str()) else {
+                let (Some(id), Some(text)) =
+                    (e.id.as_deref().map(str::to_owned), data["text"].as_str())
+                else {
                     continue;
                 };
                 pins.push(Pin {
@@ -137,7 +139,13 @@ pub fn pin(ctx: &Ctx, p: PinParams) -> Result<PinResult, RpcError> {
         data.insert("label".into(), json!(l));
     }
     let idx = state.append_with(|id, parent, ts| pin_entry(id, parent, ts, Value::Object(data)))?;
-    let id = state.tree.entry(idx).id.clone().unwrap_or_default();
+    let id = state
+        .tree
+        .entry(idx)
+        .id
+        .as_deref()
+        .unwrap_or_default()
+        .to_owned();
     Ok(PinResult {
         pin_id: id.clone(),
         entry_id: id.clone(),
@@ -158,7 +166,13 @@ pub fn unpin(ctx: &Ctx, p: UnpinParams) -> Result<AppendResult, RpcError> {
     }
     let data = json!({"action": "unpin", "pinId": p.pin_id});
     let idx = state.append_with(|id, parent, ts| pin_entry(id, parent, ts, data))?;
-    let id = state.tree.entry(idx).id.clone().unwrap_or_default();
+    let id = state
+        .tree
+        .entry(idx)
+        .id
+        .as_deref()
+        .unwrap_or_default()
+        .to_owned();
     Ok(AppendResult {
         entry_id: id.clone(),
         leaf_id: id,

@@ -18,6 +18,12 @@ use crate::json::stringify;
 
 pub use super::vocab::{tool_call_ops, EntryKind, FileOpKind, Role, StopReason};
 
+/// An entry's `id` or `parentId`. Pi's ids are 8 hex digits (a session's header id is a
+/// UUID), so they are kept inline, within the 24 bytes a `String` takes, and reading a 72k-entry
+/// session allocates nothing for them; the tree's id index then compares ids without
+/// following a pointer per entry. Longer ids are kept on the heap.
+pub type EntryId = compact_str::CompactString;
+
 /// A session entry: the line's bytes plus the facts extracted from it at load.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
@@ -27,9 +33,9 @@ pub struct Entry {
     meta: Option<Box<Value>>,
     pub kind: EntryKind,
     /// `id`, or `None` when missing or not a string.
-    pub id: Option<String>,
+    pub id: Option<EntryId>,
     /// `parentId`, or `None` for a root (null, missing or not a string).
-    pub parent_id: Option<String>,
+    pub parent_id: Option<EntryId>,
     /// Role of the projected message, `None` for entries that project nothing (metadata).
     pub role: Option<Role>,
     /// `estimateTokens` of the projected message (0 when none).
@@ -78,8 +84,8 @@ impl Entry {
         let obj = value.as_object();
         let field = |k: &str| obj.and_then(|o| o.get(k));
         let kind = EntryKind::from_type(field("type").and_then(Value::as_str).unwrap_or(""));
-        let id = field("id").and_then(Value::as_str).map(str::to_owned);
-        let parent_id = field("parentId").and_then(Value::as_str).map(str::to_owned);
+        let id = field("id").and_then(Value::as_str).map(EntryId::from);
+        let parent_id = field("parentId").and_then(Value::as_str).map(EntryId::from);
         let (role, tokens, usage_tokens) = projection_of(kind, obj);
         let (stop_reason, file_ops) = match (kind, field("message")) {
             (EntryKind::Message, Some(m)) => {

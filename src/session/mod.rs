@@ -9,6 +9,6 @@ pub mod reader;
 pub mod tree;
 pub mod vocab;
 
-pub use entry::{Entry, EntryKind, Role, StopReason};
+pub use entry::{Entry, EntryId, EntryKind, Role, StopReason};
 pub use reader::{read_session, read_session_bytes, ParsedSession, ReadOutcome};
 pub use tree::{BranchView, PathEntries, SessionTree};

@@ -493,8 +493,8 @@ struct EntryRow {
 impl EntryRow {
     fn of(e: &Entry) -> EntryRow {
         EntryRow {
-            id: e.id.clone(),
-            parent_id: e.parent_id.clone(),
+            id: e.id.as_deref().map(str::to_owned),
+            parent_id: e.parent_id.as_deref().map(str::to_owned),
             kind: e.kind.type_name(),
             line: e.raw().to_vec(),
         }

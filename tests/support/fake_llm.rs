@@ -825,7 +825,7 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     if !oracle_ids.is_empty() {
         for (i, e) in parsed.entries.iter().enumerate().take(n.saturating_sub(1)) {
             if let Some(id) = &e.id {
-                ids.insert(id.clone(), format!("c{:07x}", i + 1));
+                ids.insert(id.to_string(), format!("c{:07x}", i + 1));
             }
         }
     }
@@ -887,7 +887,7 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     let new_id = parsed
         .entries
         .last()
-        .and_then(|e| e.id.clone())
+        .and_then(|e| e.id.as_deref().map(str::to_owned))
         .unwrap_or_default();
     let keys: Vec<&String> = done
         .entry
@@ -912,7 +912,7 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     let mut ctx_ids: Vec<Value> = context_entries(&path)
         .iter()
         .skip(1)
-        .map(|e| json!(e.id))
+        .map(|e| json!(e.id.as_deref()))
         .collect();
     let ctx = build_session_context(&path);
     let mut messages = ctx.messages.clone();

@@ -210,7 +210,7 @@ pub fn load_case(dir: &Path) -> (SessionTree, HashMap<String, String>) {
         if was_v1 {
             for (i, e) in parsed.entries.iter().enumerate() {
                 if let Some(id) = &e.id {
-                    ids.insert(id.clone(), format!("c{:07x}", i + 1));
+                    ids.insert(id.to_string(), format!("c{:07x}", i + 1));
                 }
             }
         }

@@ -12,7 +12,13 @@ use crate::rpc::types::*;
 use crate::session::ids;
 
 fn appended(state: &SessionState, idx: usize) -> AppendResult {
-    let id = state.tree.entry(idx).id.clone().unwrap_or_default();
+    let id = state
+        .tree
+        .entry(idx)
+        .id
+        .as_deref()
+        .unwrap_or_default()
+        .to_owned();
     AppendResult {
         entry_id: id.clone(),
         leaf_id: id,

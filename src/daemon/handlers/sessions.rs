@@ -97,7 +97,7 @@ fn status(daemon: &Daemon, session: &Session) -> SessionInfo {
         });
         out.last_compaction = state.index.latest_compaction().and_then(|latest| {
             let entry = state.tree.entry(*state.branch.get(latest.at)?);
-            let entry_id = entry.id.clone()?;
+            let entry_id = entry.id.as_deref()?.to_owned();
             let tokens_before = entry.get("tokensBefore").and_then(Value::as_f64)?;
             let details = entry.get("details");
             let edited = details.and_then(|d| d.get("editedFrom")).is_some();
@@ -472,7 +472,13 @@ fn switch_model(
     let tokens = daemon.estimate(&state, all).tokens;
     let should = window > 0 && tokens::should_compact(tokens, window, settings);
     state.model_switch_pending = should;
-    let id = state.tree.entry(idx).id.clone().unwrap_or_default();
+    let id = state
+        .tree
+        .entry(idx)
+        .id
+        .as_deref()
+        .unwrap_or_default()
+        .to_owned();
     Ok(SetModelResult {
         entry_id: id.clone(),
         leaf_id: id,

@@ -387,11 +387,22 @@ fn start_locked(
         .iter()
         .position(|&i| state.tree.entry(i).id.as_deref() == Some(first_kept.as_str()))
         .and_then(|p| p.checked_sub(1))
-        .and_then(|p| state.tree.entry(state.branch[p]).id.clone());
-    let previous_compaction = state
-        .index
-        .latest_compaction()
-        .and_then(|l| state.tree.entry(state.branch[l.at]).id.clone());
+        .and_then(|p| {
+            state
+                .tree
+                .entry(state.branch[p])
+                .id
+                .as_deref()
+                .map(str::to_owned)
+        });
+    let previous_compaction = state.index.latest_compaction().and_then(|l| {
+        state
+            .tree
+            .entry(state.branch[l.at])
+            .id
+            .as_deref()
+            .map(str::to_owned)
+    });
     let path = daemon
         .has_hook::<events::SessionBeforeCompact>(&session.id)
         .then(|| state.branch.iter().map(|&i| state.tree.shared(i)).collect());
