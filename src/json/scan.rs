@@ -559,6 +559,46 @@ mod tests {
         }
     }
 
+    /// Every width of the scan (SSE2 on x86-64, eight bytes, one byte) agrees
+    /// with a byte-by-byte reading, on strings of every length up to a few blocks of each,
+    /// with the stopping byte and a non-ASCII byte anywhere.
+    #[test]
+    fn every_width_of_the_plain_run_agrees_with_a_byte_by_byte_reading() {
+        let reference = |s: &[u8]| {
+            let end = s
+                .iter()
+                .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+                .unwrap_or(s.len());
+            (end, s[..end].iter().position(|&c| c >= 0x80))
+        };
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for len in 0..200 {
+            for _ in 0..40 {
+                let mut s: Vec<u8> = (0..len).map(|_| b'a' + (next() % 26) as u8).collect();
+                // Sometimes a stopping byte, sometimes a non-ASCII one, each anywhere.
+                for (odds, byte) in [(2, [b'"', b'\\', b'\n'][next() as usize % 3]), (2, 0xc3)] {
+                    if len > 0 && next() % odds == 0 {
+                        let at = next() as usize % len;
+                        s[at] = byte;
+                    }
+                }
+                let want = reference(&s);
+                assert_eq!(plain_run(&s), want, "{s:?}");
+                assert_eq!(plain_run_swar(&s, 0, None), want, "{s:?}");
+                #[cfg(target_arch = "x86_64")]
+                {
+                    assert_eq!(plain_run_sse2(&s), want, "{s:?}");
+                }
+            }
+        }
+    }
+
     /// The first non-ASCII byte is found wherever it stands in a chunk, and a non-ASCII byte
     /// after the run's end (outside the string) is not reported.
     #[test]
