@@ -724,13 +724,7 @@ mod tests {
             "content": "deploy with OPENAI_API_KEY=sk-proj-4eC39HqLyjWDarjtT1zdp7dcAbCdEf",
             "timestamp": 1
         })];
-        let inputs = BranchInputs {
-            messages: &messages,
-            read_files: &[],
-            modified_files: &[],
-            custom_instructions: None,
-            replace_instructions: false,
-        };
+        let inputs = branch_inputs(&messages);
         let events = Mutex::new(Vec::new());
         let outcome = summarize_branch(&engine, &inputs, &CancellationToken::new(), &|e| {
             events.lock().push(e.clone())
@@ -748,18 +742,23 @@ mod tests {
         );
     }
 
+    /// A branch summary's inputs: `messages` only, no file lists or instructions.
+    fn branch_inputs(messages: &[Value]) -> BranchInputs<'_> {
+        BranchInputs {
+            messages,
+            read_files: &[],
+            modified_files: &[],
+            custom_instructions: None,
+            replace_instructions: false,
+        }
+    }
+
     /// A summary's temporaries die on other threads, so every summary, whichever engine wrote
     /// it and however it ended, asks for the allocator's free memory to be handed back.
     #[tokio::test]
     async fn every_summary_asks_for_freed_memory_to_be_released() {
         let messages = vec![json!({"role": "user", "content": "fix the build", "timestamp": 1})];
-        let inputs = BranchInputs {
-            messages: &messages,
-            read_files: &[],
-            modified_files: &[],
-            custom_instructions: None,
-            replace_instructions: false,
-        };
+        let inputs = branch_inputs(&messages);
         let extractive = SummaryEngine::Extractive {
             redaction: RedactionConfig::default(),
             settings: ExtractiveSettings::DEFAULT,

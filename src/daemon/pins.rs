@@ -139,13 +139,7 @@ pub fn pin(ctx: &Ctx, p: PinParams) -> Result<PinResult, RpcError> {
         data.insert("label".into(), json!(l));
     }
     let idx = state.append_with(|id, parent, ts| pin_entry(id, parent, ts, Value::Object(data)))?;
-    let id = state
-        .tree
-        .entry(idx)
-        .id
-        .as_deref()
-        .unwrap_or_default()
-        .to_owned();
+    let id = state.tree.id_at(idx);
     Ok(PinResult {
         pin_id: id.clone(),
         entry_id: id.clone(),
@@ -166,13 +160,7 @@ pub fn unpin(ctx: &Ctx, p: UnpinParams) -> Result<AppendResult, RpcError> {
     }
     let data = json!({"action": "unpin", "pinId": p.pin_id});
     let idx = state.append_with(|id, parent, ts| pin_entry(id, parent, ts, data))?;
-    let id = state
-        .tree
-        .entry(idx)
-        .id
-        .as_deref()
-        .unwrap_or_default()
-        .to_owned();
+    let id = state.tree.id_at(idx);
     Ok(AppendResult {
         entry_id: id.clone(),
         leaf_id: id,

@@ -86,13 +86,7 @@ pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<UndoCompactionResu
     session.writable()?;
     state.sync_with_file()?;
     let c = latest_compaction(&state)?;
-    let compaction_id = state
-        .tree
-        .entry(c)
-        .id
-        .as_deref()
-        .unwrap_or_default()
-        .to_owned();
+    let compaction_id = state.tree.id_at(c);
     let parent = parent_index(&state, c);
     let data = json!({"undoneCompactionId": compaction_id});
     let idx = append_under(&mut state, parent, |id, parent, ts| {
@@ -104,13 +98,7 @@ pub fn undo_compaction(ctx: &Ctx, p: SessionParams) -> Result<UndoCompactionResu
             vec![("customType", json!(UNDO_TYPE)), ("data", data)],
         )
     })?;
-    let entry_id = state
-        .tree
-        .entry(idx)
-        .id
-        .as_deref()
-        .unwrap_or_default()
-        .to_owned();
+    let entry_id = state.tree.id_at(idx);
     // The thrash breaker's verdict pending on that compaction no longer applies; a user's undo
     // resumes automatic compaction as a manual compaction does.
     state.thrash.reset();
@@ -171,13 +159,7 @@ pub fn edit_summary(ctx: &Ctx, p: EditSummaryParams) -> Result<EditSummaryResult
         compaction_entry(id, parent, ts, &outcome)
     })?;
     let entry = state.tree.entry(idx).value();
-    let entry_id = state
-        .tree
-        .entry(idx)
-        .id
-        .as_deref()
-        .unwrap_or_default()
-        .to_owned();
+    let entry_id = state.tree.id_at(idx);
     // As for an undo: the verdict pending on the original compaction no longer applies.
     state.thrash.reset();
     drop(state);

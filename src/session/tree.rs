@@ -153,6 +153,16 @@ impl SessionTree {
         &self.entries[idx]
     }
 
+    /// The id of entry `idx` as the protocol reports it: empty when the entry has none (every
+    /// entry compactd appends has one).
+    pub fn id_at(&self, idx: usize) -> String {
+        self.entries[idx]
+            .id
+            .as_deref()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     /// A shared handle on an entry (for work done outside the session's lock).
     pub fn shared(&self, idx: usize) -> Arc<Entry> {
         self.entries[idx].clone()

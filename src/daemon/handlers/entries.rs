@@ -12,13 +12,7 @@ use crate::rpc::types::*;
 use crate::session::ids;
 
 fn appended(state: &SessionState, idx: usize) -> AppendResult {
-    let id = state
-        .tree
-        .entry(idx)
-        .id
-        .as_deref()
-        .unwrap_or_default()
-        .to_owned();
+    let id = state.tree.id_at(idx);
     AppendResult {
         entry_id: id.clone(),
         leaf_id: id,

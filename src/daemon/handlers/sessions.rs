@@ -472,13 +472,7 @@ fn switch_model(
     let tokens = daemon.estimate(&state, all).tokens;
     let should = window > 0 && tokens::should_compact(tokens, window, settings);
     state.model_switch_pending = should;
-    let id = state
-        .tree
-        .entry(idx)
-        .id
-        .as_deref()
-        .unwrap_or_default()
-        .to_owned();
+    let id = state.tree.id_at(idx);
     Ok(SetModelResult {
         entry_id: id.clone(),
         leaf_id: id,
