@@ -71,7 +71,7 @@ impl Default for ExtractiveSettings {
 
 /// The messages a summary reads, chronological: values parsed already, or a span's entries,
 /// each parsed only when the one pass over them ([`Analysis::of`]) reaches it. Parsed whole, the
-/// span of a 100 MB session is some 300 MB of values at once; one at a time, it is one message.
+/// span of a 100 MB session is some 370 MB of values at once; one at a time, it is one message.
 #[derive(Clone, Copy)]
 pub enum Messages<'a> {
     /// AgentMessages as values (Pi shapes: user/assistant/toolResult/...).
