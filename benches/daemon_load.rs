@@ -627,7 +627,7 @@ fn rss(bin: &Path, root: &Path, largest: &SizeFile, one: &SizeFile, plan: &Plan)
         c.call("compact", json!({"sessionId": sid}))?;
         let (after, peak) = d.rss_kb();
         // The summary's temporaries were freed at once; the allocator hands them back to the
-        // system once nothing was freed for 5 s (`cpu::release_soon`).
+        // system once nothing was freed for 5 s (`cpu::ReleaseWhenDone`).
         std::thread::sleep(plan.release_wait);
         let (settled, _) = d.rss_kb();
         println!(

@@ -346,7 +346,7 @@ fn orphan_tool_results(messages: &[Value]) -> Vec<String> {
 fn ids_of(entries: &[&Entry]) -> Vec<String> {
     entries
         .iter()
-        .map(|e| e.id.as_deref().unwrap_or_default().to_owned())
+        .map(|e| e.id_owned().unwrap_or_default())
         .collect()
 }
 
@@ -364,7 +364,7 @@ fn check_tree(tree: &SessionTree, extra_keep: i64) -> Result<(), TestCaseError> 
     let pre_ctx_ids: Vec<String> = context_entries(&path)
         .into_iter()
         .filter(|e| e.is_context_visible() && e.kind != EntryKind::Compaction)
-        .map(|e| e.id.as_deref().unwrap_or_default().to_owned())
+        .map(|e| e.id_owned().unwrap_or_default())
         .collect();
 
     for keep in KEEPS.iter().copied().chain([extra_keep]) {
@@ -426,7 +426,7 @@ fn check_tree(tree: &SessionTree, extra_keep: i64) -> Result<(), TestCaseError> 
             path[fk_idx..]
                 .iter()
                 .filter(|e| e.is_context_visible() && e.kind != EntryKind::Compaction)
-                .map(|e| e.id.as_deref().unwrap_or_default().to_owned()),
+                .map(|e| e.id_owned().unwrap_or_default()),
         );
         let unique: HashSet<&String> = covered.iter().collect();
         prop_assert_eq!(unique.len(), covered.len(), "duplicates in {:?}", covered);

@@ -248,7 +248,7 @@ pub fn search_history(ctx: &Ctx, p: SearchHistoryParams) -> Result<HistoryHits, 
             let v = e.value();
             let branch = on_branch.contains(&idx);
             hits.push(HistoryHit {
-                entry_id: e.id.as_deref().map(str::to_owned),
+                entry_id: e.id_owned(),
                 role: role_of(e, &v),
                 timestamp: v.get("timestamp").cloned().unwrap_or(Value::Null),
                 snippet: snippet(&text, m),

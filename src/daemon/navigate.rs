@@ -259,7 +259,7 @@ fn plan(
         old_leaf,
         target,
         target_id: target_id.map(str::to_owned),
-        common_ancestor: common.and_then(|c| state.tree.entry(c).id.as_deref().map(str::to_owned)),
+        common_ancestor: common.and_then(|c| state.tree.entry(c).id_owned()),
         entries,
         context_window: state.model.as_ref().map_or(0, |m| m.context_window),
     }))

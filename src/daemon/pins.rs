@@ -47,9 +47,7 @@ pub fn live_pins(state: &SessionState) -> (Vec<Pin>, bool) {
         let data = &v["data"];
         match data["action"].as_str() {
             Some("pin") => {
-                let (Some(id), Some(text)) =
-                    (e.id.as_deref().map(str::to_owned), data["text"].as_str())
-                else {
+                let (Some(id), Some(text)) = (e.id_owned(), data["text"].as_str()) else {
                     continue;
                 };
                 pins.push(Pin {

@@ -214,7 +214,7 @@ fn report(
                 };
                 compactions.add(&cost);
                 let at = ids::timestamp_value_ms(v.get("timestamp")).map(|t| t as f64);
-                pending = e.id.as_deref().map(str::to_owned).zip(at);
+                pending = e.id_owned().zip(at);
             }
             _ => {}
         }

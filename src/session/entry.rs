@@ -72,6 +72,11 @@ pub fn parse_line_bytes(piece: &[u8]) -> Option<Result<Value, ()>> {
 }
 
 impl Entry {
+    /// The id as an owned `String`, for results and events that outlive the entry.
+    pub fn id_owned(&self) -> Option<String> {
+        self.id.as_deref().map(str::to_owned)
+    }
+
     /// An entry compactd builds itself (or a migrated one): serialized with Pi's
     /// `JSON.stringify` order and numbers, facts taken from the value.
     pub fn from_value(value: Value) -> Entry {

@@ -502,11 +502,7 @@ mod tests {
         expected_ids.push("last".into());
         assert!(text.len() > PIECE_BYTES, "{} bytes", text.len());
         let s = session(&text);
-        let ids: Vec<String> = s
-            .entries
-            .iter()
-            .filter_map(|e| e.id.as_deref().map(str::to_owned))
-            .collect();
+        let ids: Vec<String> = s.entries.iter().filter_map(|e| e.id_owned()).collect();
         assert_eq!(ids, expected_ids);
         assert_eq!(s.skipped_lines, expected_bad);
         assert!(s.needs_newline_repair);
@@ -686,11 +682,7 @@ mod tests {
         ));
         assert!(s.migrated);
         assert_eq!(s.header["version"], 3);
-        let ids: Vec<_> = s
-            .entries
-            .iter()
-            .map(|e| e.id.as_deref().map(str::to_owned).unwrap())
-            .collect();
+        let ids: Vec<_> = s.entries.iter().map(|e| e.id_owned().unwrap()).collect();
         assert_eq!(s.entries[0].parent_id, None);
         assert_eq!(s.entries[1].parent_id.as_deref(), Some(ids[0].as_str()));
         assert_eq!(

@@ -493,7 +493,7 @@ struct EntryRow {
 impl EntryRow {
     fn of(e: &Entry) -> EntryRow {
         EntryRow {
-            id: e.id.as_deref().map(str::to_owned),
+            id: e.id_owned(),
             parent_id: e.parent_id.as_deref().map(str::to_owned),
             kind: e.kind.type_name(),
             line: e.raw().to_vec(),

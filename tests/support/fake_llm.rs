@@ -887,7 +887,7 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     let new_id = parsed
         .entries
         .last()
-        .and_then(|e| e.id.as_deref().map(str::to_owned))
+        .and_then(|e| e.id_owned())
         .unwrap_or_default();
     let keys: Vec<&String> = done
         .entry

@@ -387,22 +387,11 @@ fn start_locked(
         .iter()
         .position(|&i| state.tree.entry(i).id.as_deref() == Some(first_kept.as_str()))
         .and_then(|p| p.checked_sub(1))
-        .and_then(|p| {
-            state
-                .tree
-                .entry(state.branch[p])
-                .id
-                .as_deref()
-                .map(str::to_owned)
-        });
-    let previous_compaction = state.index.latest_compaction().and_then(|l| {
-        state
-            .tree
-            .entry(state.branch[l.at])
-            .id
-            .as_deref()
-            .map(str::to_owned)
-    });
+        .and_then(|p| state.tree.entry(state.branch[p]).id_owned());
+    let previous_compaction = state
+        .index
+        .latest_compaction()
+        .and_then(|l| state.tree.entry(state.branch[l.at]).id_owned());
     let path = daemon
         .has_hook::<events::SessionBeforeCompact>(&session.id)
         .then(|| state.branch.iter().map(|&i| state.tree.shared(i)).collect());
