@@ -56,6 +56,10 @@ pub enum StoreError {
     /// The database holding the sessions cannot be reached.
     #[error("Session store unavailable: {0}")]
     Unavailable(String),
+    /// A value the store cannot hold (a NUL in a database text column), the message naming the
+    /// field: the request's input, not the store, is at fault.
+    #[error("{0}")]
+    Invalid(String),
     /// A stored session that does not exist.
     #[error("Stored session not found: {0}")]
     NoSuchStored(String),

@@ -505,3 +505,152 @@ fn a_missing_or_lost_database_is_storage_unavailable_and_loses_nothing() {
         "every acknowledged append, and nothing that failed"
     );
 }
+
+/// A create the database rejects, raced against hundreds of appends to other sessions on the
+/// same daemon (and creates that succeed): no acknowledged append is lost, no other request
+/// fails, and the rejected create is `invalid_params`. The daemon is then killed with SIGKILL
+/// right after the last answer: every acknowledged append is in the store. (A create once ran
+/// its transaction on the one shared, pipelined client: other sessions' appends landed inside
+/// it, its rollback discarded them, and appends sent while it was aborted failed.)
+#[test]
+fn a_rejected_create_loses_no_other_sessions_appends() {
+    let test = "a_rejected_create_loses_no_other_sessions_appends";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    let d = Daemon::start(&pg, "");
+    const WRITERS: usize = 4;
+    const EACH: usize = 100;
+    let mut sessions = Vec::new();
+    for _ in 0..WRITERS {
+        let mut c = d.client();
+        let (sid, header_id) = create(&mut c, d.env.dir.path());
+        sessions.push((c, sid, header_id));
+    }
+    // The database itself refuses some sessions, slowly: the trigger waits before raising, so
+    // the failing transaction stays open while the other sessions append.
+    pg.psql(
+        "CREATE FUNCTION test_reject() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF NEW.cwd LIKE '%reject-me%' THEN
+             PERFORM pg_sleep(0.02);
+             RAISE EXCEPTION 'this test refuses the session' USING ERRCODE = '22023';
+           END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER test_reject BEFORE INSERT ON compactd_sessions
+           FOR EACH ROW EXECUTE FUNCTION test_reject();",
+    );
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let creator = {
+        let (socket, dir, done) = (d.socket.clone(), d.env.dir.path().to_owned(), done.clone());
+        std::thread::spawn(move || {
+            let mut c = Client::socket(&socket, Framing::Ndjson);
+            let (mut rejected, mut created) = (0, Vec::new());
+            let mut i = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) || i < 10 {
+                i += 1;
+                if i % 3 == 0 {
+                    let info = c.ok("createSession", json!({"cwd": dir, "model": model()}));
+                    created.push(info["headerId"].as_str().expect("headerId").to_owned());
+                    continue;
+                }
+                let err = c
+                    .request(
+                        "createSession",
+                        json!({"cwd": dir.join(format!("reject-me-{i}")), "model": model()}),
+                    )
+                    .expect_err("the database refuses this session");
+                assert_eq!(err["data"]["kind"], "invalid_params", "{err}");
+                assert!(
+                    err["message"].as_str().is_some_and(
+                        |m| m.contains("cannot store") && m.contains("refuses the session")
+                    ),
+                    "the database's reason: {err}"
+                );
+                rejected += 1;
+            }
+            (rejected, created)
+        })
+    };
+    let writers: Vec<_> = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(w, (mut c, sid, header_id))| {
+            std::thread::spawn(move || {
+                for i in 0..EACH {
+                    // `ok` fails the test on any error: no other client's request may fail.
+                    c.ok(
+                        "appendMessage",
+                        json!({"sessionId": sid, "message": user(&format!("w{w} {i}"))}),
+                    );
+                }
+                header_id
+            })
+        })
+        .collect();
+    let header_ids: Vec<String> = writers
+        .into_iter()
+        .map(|t| t.join().expect("a writer"))
+        .collect();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (rejected, created) = creator.join().expect("the creator");
+    assert!(
+        rejected >= 6,
+        "creates were rejected during the appends: {rejected}"
+    );
+    // Killed right after the answers: what was acknowledged must already be committed.
+    unsafe {
+        libc::kill(d.pid() as i32, libc::SIGKILL);
+    }
+    for (w, header_id) in header_ids.iter().enumerate() {
+        let texts: Vec<String> = lines_of(&export(&d.env, header_id))
+            .iter()
+            .filter_map(|l| l["message"]["content"].as_str().map(str::to_owned))
+            .collect();
+        let want: Vec<String> = (0..EACH).map(|i| format!("w{w} {i}")).collect();
+        assert_eq!(
+            texts, want,
+            "every acknowledged append of writer {w}, in order"
+        );
+    }
+    for header_id in &created {
+        let lines = lines_of(&export(&d.env, header_id));
+        assert_eq!(
+            lines[0]["id"],
+            header_id.as_str(),
+            "an acknowledged create is stored"
+        );
+    }
+}
+
+/// A value the database cannot store is the request's fault, named: `invalid_params`, not
+/// `storage_unavailable`.
+#[test]
+fn a_value_the_database_cannot_store_is_invalid_params() {
+    let test = "a_value_the_database_cannot_store_is_invalid_params";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    let d = Daemon::start(&pg, "");
+    let mut c = d.client();
+    let err = c
+        .request(
+            "createSession",
+            json!({"cwd": "/tmp/nul\u{0}here", "model": model()}),
+        )
+        .expect_err("a NUL in the cwd");
+    assert_eq!(err["data"]["kind"], "invalid_params", "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cwd") && m.contains("NUL")),
+        "names the field: {err}"
+    );
+    // The daemon and the store go on.
+    let (sid, _) = create(&mut c, d.env.dir.path());
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": user("still fine")}),
+    );
+}

@@ -538,6 +538,7 @@ pub fn store_error(e: StoreError) -> RpcError {
         StoreError::Unavailable(_) => RpcError::new(ErrorKind::StorageUnavailable, e.to_string()),
         StoreError::Write(_) => RpcError::new(ErrorKind::Io, e.to_string()),
         StoreError::NoSuchStored(_) => RpcError::new(ErrorKind::NotFound, e.to_string()),
+        StoreError::Invalid(m) => RpcError::invalid_params(m),
         StoreError::Empty(_) | StoreError::Io { .. } => RpcError::new(ErrorKind::Io, e.to_string()),
     }
 }

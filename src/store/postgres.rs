@@ -30,6 +30,21 @@
 //! through `cpu::blocking`), and a database that is down surfaces as
 //! [`StoreError::Unavailable`] (`storage_unavailable`) on the call that needed it, never as a
 //! hang: every connection attempt has a timeout, and a lost connection is re-made on next use.
+//!
+//! - **Connections: a pool** (`deadpool-postgres`). Every statement runs on a connection taken
+//!   from the pool for that call alone, and a transaction (a session's creation or import, the
+//!   schema) holds its connection until it commits or rolls back: no statement of another
+//!   session can ever land inside it. (One shared, pipelined client did exactly that: a create
+//!   that failed rolled back other sessions' appends that had already been acknowledged.)
+//!   deadpool was chosen over bb8 and r2d2 for being built for tokio-postgres: it checks a
+//!   connection cheaply before handing it out (a closed one is dropped and re-made), has no
+//!   background reaper thread, and its `Object` derefs to the driver's `Client`, so every query
+//!   stays plain tokio-postgres. Connections that must outlive a call (the compaction lease,
+//!   whose advisory lock belongs to its connection; the LISTEN connection; an exclusive append
+//!   transaction) are made apart from the pool, so returning one can never hand a lock on.
+//! - **Errors by meaning.** A value the database cannot store (a NUL in a text column, any
+//!   SQL data exception) is [`StoreError::Invalid`], naming the field (`invalid_params`); only a
+//!   database that cannot be reached is [`StoreError::Unavailable`].
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -42,6 +57,12 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
+
+/// A connection taken from the pool for one call (derefs to the driver's `Client`).
+type Pooled = deadpool_postgres::Object;
+
+/// How many connections the pool keeps open at most.
+const POOL_SIZE: usize = 16;
 
 use super::backend::SessionStorage;
 use super::StoreError;
@@ -114,13 +135,39 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
+/// What a failed statement means: a value the database refused to store (SQL class 22, data
+/// exception: a NUL in a text column, say) is the caller's input, `what` naming it; anything
+/// else means the database could not do the work.
+fn statement_error(e: tokio_postgres::Error, what: &str) -> StoreError {
+    match e.code() {
+        Some(c) if c.code().starts_with("22") => StoreError::Invalid(format!(
+            "{what}: the database cannot store this value ({})",
+            e.as_db_error()
+                .map_or_else(|| e.to_string(), |d| d.message().to_owned())
+        )),
+        _ => unavailable(e),
+    }
+}
+
+/// Refuses a text column's value the database cannot hold (PostgreSQL's `text` has no NUL),
+/// before anything is sent, naming the field.
+fn storable(field: &str, value: &str) -> Result<(), StoreError> {
+    if value.contains('\0') {
+        return Err(StoreError::Invalid(format!(
+            "{field} contains a NUL character, which the database cannot store"
+        )));
+    }
+    Ok(())
+}
+
 /// One database of sessions, shared by every stored session of this daemon.
 pub struct Database {
     runtime: Option<tokio::runtime::Runtime>,
     config: tokio_postgres::Config,
-    client: Mutex<Option<Arc<Client>>>,
-    /// Serializes reconnection, so a burst of calls after an outage makes one connection.
-    connecting: tokio::sync::Mutex<()>,
+    /// The connections statements and transactions run on, one call at a time each.
+    pool: deadpool_postgres::Pool,
+    /// Whether the schema was applied (on the first connection that worked).
+    migrated: std::sync::atomic::AtomicBool,
     /// This daemon's name in `compactd_events.origin`: its own events are not delivered back.
     origin: String,
     /// Events to publish, in order (one publisher task drains it).
@@ -172,11 +219,25 @@ impl Database {
             .build()
             .map_err(|e| format!("cannot start the database runtime: {e}"))?;
         let (outbox, outbox_rx) = tokio::sync::mpsc::unbounded_channel();
+        let manager = deadpool_postgres::Manager::from_config(
+            config.clone(),
+            NoTls,
+            deadpool_postgres::ManagerConfig {
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| format!("cannot set up the database pool: {e}"))?;
         Ok(Arc::new(Database {
             runtime: Some(runtime),
             config,
-            client: Mutex::new(None),
-            connecting: tokio::sync::Mutex::new(()),
+            pool,
+            migrated: std::sync::atomic::AtomicBool::new(false),
             origin: uuid::Uuid::new_v4().to_string(),
             outbox,
             outbox_rx: Mutex::new(Some(outbox_rx)),
@@ -226,27 +287,25 @@ impl Database {
         config.connect(NoTls).await.map_err(unavailable)
     }
 
-    /// The shared client, connected (and migrated) on first use and after a lost connection.
-    async fn client(self: &Arc<Self>) -> Result<Arc<Client>, StoreError> {
-        if let Some(c) = self.client.lock().as_ref().filter(|c| !c.is_closed()) {
-            return Ok(c.clone());
+    /// A connection of the pool for one call; the schema is applied on the first one. Its
+    /// transaction, if the caller begins one, is its own: no other call uses the connection
+    /// until it is returned.
+    async fn client(self: &Arc<Self>) -> Result<Pooled, StoreError> {
+        use std::sync::atomic::Ordering;
+        let client = self.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e) => unavailable(e),
+            e => unavailable(format!("no database connection: {e}")),
+        })?;
+        if !self.migrated.load(Ordering::Acquire) {
+            // The notices of `IF NOT EXISTS` ("already exists, skipping") are no news.
+            client
+                .batch_execute(&format!(
+                    "BEGIN;SET LOCAL client_min_messages = warning;{MIGRATIONS}COMMIT;"
+                ))
+                .await
+                .map_err(unavailable)?;
+            self.migrated.store(true, Ordering::Release);
         }
-        let _turn = self.connecting.lock().await;
-        if let Some(c) = self.client.lock().as_ref().filter(|c| !c.is_closed()) {
-            return Ok(c.clone());
-        }
-        let (client, connection) = Self::connect_raw(&self.config).await?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(error = %e, "database connection lost");
-            }
-        });
-        client
-            .batch_execute(&format!("BEGIN;{MIGRATIONS}COMMIT;"))
-            .await
-            .map_err(unavailable)?;
-        let client = Arc::new(client);
-        *self.client.lock() = Some(client.clone());
         Ok(client)
     }
 
@@ -257,8 +316,9 @@ impl Database {
         self.block_on(async move { db.client().await.map(|_| ()) })
     }
 
-    /// Creates the stored session: its header and first entries, in one transaction.
-    /// [`StoreError::Conflict`] if a session with this header id exists.
+    /// Creates the stored session: its header and first entries, in one transaction on a
+    /// connection of its own. [`StoreError::Conflict`] if a session with this header id exists;
+    /// [`StoreError::Invalid`] for a value the database cannot store.
     fn create(
         self: &Arc<Self>,
         header_id: String,
@@ -266,31 +326,31 @@ impl Database {
         header: Vec<u8>,
         entries: Vec<EntryRow>,
     ) -> Result<(), StoreError> {
+        storable("headerId", &header_id)?;
+        storable("cwd", &cwd)?;
+        entries.iter().try_for_each(EntryRow::storable)?;
         let db = self.clone();
         self.block_on(async move {
-            let client = db.client().await?;
+            let mut client = db.client().await?;
             let result: Result<(), tokio_postgres::Error> = async {
-                client.batch_execute("BEGIN").await?;
-                client
-                    .execute(
-                        "INSERT INTO compactd_sessions (header_id, cwd, header) VALUES ($1, $2, $3)",
-                        &[&header_id, &cwd, &header],
-                    )
-                    .await?;
+                // Rolled back when dropped unfinished: only this connection's statements.
+                let tx = client.transaction().await?;
+                tx.execute(
+                    "INSERT INTO compactd_sessions (header_id, cwd, header) VALUES ($1, $2, $3)",
+                    &[&header_id, &cwd, &header],
+                )
+                .await?;
                 for (seq, row) in (1i64..).zip(&entries) {
-                    insert_entry(&client, &header_id, seq, row).await?;
+                    insert_entry(&*tx, &header_id, seq, row).await?;
                 }
-                client.batch_execute("COMMIT").await
+                tx.commit().await
             }
             .await;
-            if result.is_err() {
-                let _ = client.batch_execute("ROLLBACK").await;
-            }
             result.map_err(|e| match e.code() {
                 Some(c) if *c == SqlState::UNIQUE_VIOLATION => {
                     StoreError::Conflict(location(&header_id))
                 }
-                _ => unavailable(e),
+                _ => statement_error(e, "session"),
             })
         })
     }
@@ -313,7 +373,7 @@ impl Database {
             };
             let mut text: Vec<u8> = row.get(0);
             text.push(b'\n');
-            let head = lines_after(&client, &header_id, 0, &mut text).await?;
+            let head = lines_after(&**client, &header_id, 0, &mut text).await?;
             Ok((text, head))
         })
     }
@@ -491,6 +551,12 @@ struct EntryRow {
 }
 
 impl EntryRow {
+    /// Whether the database can store the row's text columns.
+    fn storable(&self) -> Result<(), StoreError> {
+        storable("entry id", self.id.as_deref().unwrap_or(""))?;
+        storable("entry parentId", self.parent_id.as_deref().unwrap_or(""))
+    }
+
     fn of(e: &Entry) -> EntryRow {
         EntryRow {
             id: e.id_owned(),
@@ -506,7 +572,7 @@ impl EntryRow {
 /// daemon holds the lock to catch up and append after losing a race (see
 /// [`StoredSession::exclusive`]): optimistic appends never starve that daemon.
 async fn insert_entry(
-    client: &Client,
+    client: &impl tokio_postgres::GenericClient,
     header_id: &str,
     seq: i64,
     row: &EntryRow,
@@ -523,7 +589,7 @@ async fn insert_entry(
 
 /// Appends to `into` every line after `seq`, each ending in `\n`; returns the last seq.
 async fn lines_after(
-    client: &Client,
+    client: &impl tokio_postgres::GenericClient,
     header_id: &str,
     seq: i64,
     into: &mut Vec<u8>,
@@ -635,6 +701,23 @@ async fn catch_up_events(
     Ok(out)
 }
 
+/// The connection one statement of a stored session runs on.
+enum Conn {
+    Pooled(Pooled),
+    /// The session's exclusive append transaction.
+    Exclusive(Arc<Client>),
+}
+
+impl std::ops::Deref for Conn {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        match self {
+            Conn::Pooled(c) => c,
+            Conn::Exclusive(c) => c,
+        }
+    }
+}
+
 /// A session in the database, as one daemon sees it: the last seq it has read or written.
 #[derive(Debug)]
 pub struct StoredSession {
@@ -663,14 +746,15 @@ impl StoredSession {
         }
     }
 
-    /// The client the next statement runs on: the exclusive transaction's, else the shared one.
-    fn client_for(&self) -> impl Future<Output = Result<Arc<Client>, StoreError>> + Send + 'static {
+    /// The connection the next statement runs on: the exclusive transaction's, else one of
+    /// the pool's for this statement alone.
+    fn client_for(&self) -> impl Future<Output = Result<Conn, StoreError>> + Send + 'static {
         let db = self.db.clone();
         let exclusive = self.exclusive.clone();
         async move {
             match exclusive {
-                Some(c) => Ok(c),
-                None => db.client().await,
+                Some(c) => Ok(Conn::Exclusive(c)),
+                None => db.client().await.map(Conn::Pooled),
             }
         }
     }
@@ -711,7 +795,7 @@ impl SessionStorage for StoredSession {
         let (lines, new_head) = self.db.block_on(async move {
             let client = client.await?;
             let mut lines = Vec::new();
-            let new_head = lines_after(&client, &header_id, head, &mut lines).await?;
+            let new_head = lines_after(&*client, &header_id, head, &mut lines).await?;
             Ok::<_, StoreError>((lines, new_head))
         })?;
         into.extend_from_slice(&lines);
@@ -724,10 +808,11 @@ impl SessionStorage for StoredSession {
         let header_id = self.header_id.clone();
         let seq = self.head + 1;
         let row = EntryRow::of(entry);
+        row.storable()?;
         let location = self.location.clone();
         self.db.block_on(async move {
             let client = client.await?;
-            insert_entry(&client, &header_id, seq, &row)
+            insert_entry(&*client, &header_id, seq, &row)
                 .await
                 .map(|_| ())
                 .map_err(|e| match e.code() {
@@ -735,7 +820,7 @@ impl SessionStorage for StoredSession {
                     Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => {
                         StoreError::NoSuchStored(header_id.clone())
                     }
-                    _ => unavailable(e),
+                    _ => statement_error(e, "entry"),
                 })
         })?;
         self.head = seq;
