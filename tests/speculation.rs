@@ -749,6 +749,85 @@ fn a_hook_that_cancels_discards_the_speculation() {
     assert_eq!(a.requests(), 1);
 }
 
+/// A hook registered while a speculation runs was not asked about it: it is asked before the
+/// install (`speculative: false`, the speculation's cut), and its cancel writes no compaction.
+/// (The install once wrote the speculative summary without asking it.)
+#[test]
+fn a_hook_registered_during_a_speculation_can_veto_its_install() {
+    let mut a = Agent::start(Duration::from_millis(700), json!({}));
+    a.until_speculating();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let seen = asked.clone();
+    a.c.on_request(move |method, params| {
+        seen.lock()
+            .unwrap()
+            .push(json!({"method": method, "params": params}));
+        Some(json!({"cancel": true}))
+    });
+    a.c.ok(
+        "registerHooks",
+        json!({"sessionId": a.sid, "hooks": ["session_before_compact"]}),
+    );
+    let ready = a.event("speculation_ready");
+    assert!(
+        asked.lock().unwrap().is_empty(),
+        "not asked before the install"
+    );
+    a.turn(10_500);
+    let out = a.check();
+    assert_ne!(out["action"], "compacted", "the hook vetoed it: {out}");
+    {
+        let asked = asked.lock().unwrap();
+        assert_eq!(asked.len(), 1, "asked once, at the install: {asked:?}");
+        assert_eq!(asked[0]["method"], "session_before_compact");
+        assert_ne!(
+            asked[0]["params"]["speculative"], true,
+            "as a normal compaction"
+        );
+        let kept = &asked[0]["params"]["preparation"]["firstKeptEntryId"];
+        let covers = ready["coversThroughEntryId"].as_str().unwrap();
+        let entries = a.entries();
+        let at = entries.iter().position(|e| e["id"] == *kept).unwrap();
+        assert_eq!(
+            entries[at - 1]["id"],
+            covers,
+            "asked about the speculation's cut"
+        );
+    }
+    assert!(
+        a.entries().iter().all(|e| e["type"] != "compaction"),
+        "no compaction written"
+    );
+    let end = a.event("compaction_end");
+    assert_eq!(end["aborted"], true, "{end}");
+    assert_eq!(a.requests(), 1, "only the speculation's request");
+}
+
+/// A hook registered while a speculation runs may supply its own summary at the install: it
+/// replaces the speculative one.
+#[test]
+fn a_hook_registered_during_a_speculation_can_supply_the_summary() {
+    let mut a = Agent::start(Duration::from_millis(700), json!({}));
+    a.until_speculating();
+    a.c.on_request(move |_, params| {
+        let kept = params["preparation"]["firstKeptEntryId"].clone();
+        Some(json!({"compaction": {"summary": "LATE-HOOK", "firstKeptEntryId": kept, "tokensBefore": 1}}))
+    });
+    a.c.ok(
+        "registerHooks",
+        json!({"sessionId": a.sid, "hooks": ["session_before_compact"]}),
+    );
+    a.event("speculation_ready");
+    a.turn(10_500);
+    let out = a.check();
+    assert_eq!(out["action"], "compacted", "{out}");
+    assert_eq!(out["result"]["summary"], "LATE-HOOK");
+    let last = a.entries().last().unwrap().clone();
+    assert_eq!(last["type"], "compaction");
+    assert_eq!(last["fromHook"], true);
+    assert_eq!(a.requests(), 1, "only the speculation's request");
+}
+
 /// `speculativeAt` in getSettings and setSettingsOverrides; 0 turns speculation off and the
 /// threshold compaction is Pi's, request for request.
 #[test]

@@ -532,16 +532,25 @@ impl Daemon {
     /// and parses each answer once into `H::Reply`; a timeout, an error, a disconnect or an
     /// answer that is no reply counts as no result (logged). `stop` ends the round early (Pi's
     /// `cancel`).
+    ///
+    /// Registrations whose `seq` is in `skip` were asked already (a speculation's hooks, at its
+    /// install) and are not asked again; the answer lists the `seq` of every registration asked.
     pub async fn ask_hooks<H: HookRequest>(
         &self,
         session_id: &str,
         params: Value,
+        skip: &[u64],
         cancel: &CancellationToken,
         stop: impl Fn(&H::Reply) -> bool,
-    ) -> Vec<H::Reply> {
+    ) -> (Vec<H::Reply>, Vec<u64>) {
         let hook = H::NAME;
         let mut results = Vec::new();
+        let mut asked = Vec::new();
         for (conn, registration) in self.hook_targets(session_id, hook) {
+            if skip.contains(&registration.seq) {
+                continue;
+            }
+            asked.push(registration.seq);
             let timeout = registration.timeout;
             tracing::info!(
                 connection = conn.id,
@@ -587,7 +596,14 @@ impl Daemon {
                 ),
             }
         }
-        results
+        (results, asked)
+    }
+
+    /// The registrations of hook `H` for the session not in `asked` (see [`Daemon::ask_hooks`]).
+    pub fn has_hook_besides<H: Message>(&self, session_id: &str, asked: &[u64]) -> bool {
+        self.hook_targets(session_id, H::NAME)
+            .iter()
+            .any(|(_, r)| !asked.contains(&r.seq))
     }
 
     /// Sends a hook notification (`session_compact`, `session_compact_failed`).

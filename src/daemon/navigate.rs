@@ -296,9 +296,9 @@ async fn ask_hooks(
             label: wanted.label.as_deref(),
         },
     });
-    let answers = ctx
+    let (answers, _) = ctx
         .daemon
-        .ask_hooks::<SessionBeforeTree>(&session.id, request, cancel, |r| r.cancel)
+        .ask_hooks::<SessionBeforeTree>(&session.id, request, &[], cancel, |r| r.cancel)
         .await;
     let mut supplied = None;
     for a in answers {

@@ -1,7 +1,6 @@
 //! Asking the `session_before_compact` hooks (Pi's extension point before a compaction): a hook
-//! may cancel the compaction or supply its own summary. Normal compactions ask them after
-//! `compaction_start`; a speculation asks them when it starts, with `speculative: true`, so the
-//! summary it installs later is one the hooks saw (and a hook's own summary or cancel wins).
+//! may cancel the compaction or supply its own summary. They are asked only from the one
+//! summarization step (`super::summarize`), which says when on every path.
 
 use std::sync::Arc;
 
@@ -35,12 +34,23 @@ pub(super) struct Question<'a> {
     pub reason: Reason,
     pub will_retry: bool,
     pub speculative: bool,
+    /// Registrations asked already about this summary (by the speculation it comes from).
+    pub asked: &'a [u64],
+}
+
+/// What the hooks said, and which registrations were asked (by `seq`).
+pub(super) struct Answered {
+    pub verdict: Verdict,
+    pub asked: Vec<u64>,
 }
 
 /// Asks every registered `session_before_compact` hook, in registration order.
-pub(super) async fn ask(daemon: &Daemon, q: Question<'_>, cancel: &CancellationToken) -> Verdict {
-    if !daemon.has_hook::<SessionBeforeCompact>(q.session_id) {
-        return Verdict::Proceed;
+pub(super) async fn ask(daemon: &Daemon, q: Question<'_>, cancel: &CancellationToken) -> Answered {
+    if !daemon.has_hook_besides::<SessionBeforeCompact>(q.session_id, q.asked) {
+        return Answered {
+            verdict: Verdict::Proceed,
+            asked: Vec::new(),
+        };
     }
     // Every message and entry is parsed from its line: off the async workers.
     let params = crate::cpu::blocking(|| {
@@ -54,19 +64,20 @@ pub(super) async fn ask(daemon: &Daemon, q: Question<'_>, cancel: &CancellationT
             speculative: q.speculative,
         })
     });
-    let answers = daemon
-        .ask_hooks::<SessionBeforeCompact>(q.session_id, params, cancel, |r| r.cancel)
+    let (answers, asked) = daemon
+        .ask_hooks::<SessionBeforeCompact>(q.session_id, params, q.asked, cancel, |r| r.cancel)
         .await;
     let mut verdict = Verdict::Proceed;
     for a in answers {
         if a.cancel {
-            return Verdict::Cancel;
+            verdict = Verdict::Cancel;
+            break;
         }
         if let Some(o) = a.compaction.and_then(|c| hook_outcome(c, q.path)) {
             verdict = Verdict::Supplied(Box::new(o));
         }
     }
-    verdict
+    Answered { verdict, asked }
 }
 
 /// A hook-supplied compaction, validated (beyond Pi): its `firstKeptEntryId` must be on the

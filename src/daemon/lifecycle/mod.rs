@@ -8,6 +8,8 @@
 //!   breaker, overflow retries);
 //! - [`announce`]: events, hook notifications and the log line;
 //! - [`finish`]: what compactd adds to a summary, and the write;
+//! - [`summarize`]: the one summarization step (hooks, engine, cost) every path calls, and
+//!   when the hooks are asked on each;
 //! - [`hooks`]: asking `session_before_compact`;
 //! - [`speculation`]: summaries made before the threshold and installed when it is crossed.
 //!
@@ -24,6 +26,7 @@ pub mod finish;
 mod hooks;
 mod runner;
 pub mod speculation;
+mod summarize;
 
 pub use auto::check;
 pub use runner::{abort, compact};

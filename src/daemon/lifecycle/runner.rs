@@ -18,16 +18,13 @@ use super::super::settings::EffectiveSettings;
 use super::super::{Daemon, Session};
 use super::announce::{self, Ended, RetryEvents};
 use super::finish::{self, Anchor, Finished, Written};
-use super::hooks::{self, Question, Verdict};
 use super::speculation::{self, DiscardReason};
+use super::summarize::{self, Hooks, Request, Summarized};
 use super::CompactionFailure;
-use crate::accounting::Cost;
 use crate::compaction::prepare::{
     prepare_branch, NothingToCompact, NothingToCompactDetail, Preparation,
 };
-use crate::compaction::summary::CompactionOutcome;
-use crate::compactor::{generate, CompactError, Meter, SummaryEngine};
-use crate::rpc::errors::{ErrorKind, RpcError};
+use crate::rpc::errors::RpcError;
 use crate::rpc::events::Reason;
 use crate::rpc::results::CompactionResult;
 use crate::session::Entry;
@@ -85,35 +82,6 @@ pub(super) fn strip_pins(prep: &mut Preparation) {
     }
 }
 
-/// The session's summarizer (the daemon's cached engine), or the auth failure compacting reports.
-pub(super) fn engine(
-    daemon: &Daemon,
-    session: &Session,
-    settings: &EffectiveSettings,
-) -> Result<Arc<SummaryEngine>, CompactionFailure> {
-    daemon
-        .session_engine(session, settings)
-        .map_err(|e| CompactionFailure::Error(ErrorKind::Auth, e.message))
-}
-
-/// The protocol's failure for a summarizer's error.
-pub(super) fn summarizer_failure(e: CompactError) -> CompactionFailure {
-    match e {
-        CompactError::Cancelled => CompactionFailure::Cancelled,
-        CompactError::NothingToCompact(m) => {
-            CompactionFailure::Error(ErrorKind::NothingToCompact, m.to_owned())
-        }
-        CompactError::Summarization(m) => {
-            CompactionFailure::Error(ErrorKind::SummarizationFailed, m)
-        }
-        e @ (CompactError::Store(_)
-        | CompactError::Locked(_)
-        | CompactError::ChangedMeanwhile(_)) => {
-            CompactionFailure::Error(ErrorKind::Io, e.to_string())
-        }
-    }
-}
-
 /// Why and how a compaction runs.
 pub(super) struct Job {
     pub reason: Reason,
@@ -155,10 +123,6 @@ struct Run<'a> {
     cancel: CancellationToken,
     from_extension: bool,
     summarizer: String,
-    /// Every summarization call's usage (retries included) and the engine that made them:
-    /// the compaction's `cost`.
-    meter: Meter,
-    engine: Option<Arc<SummaryEngine>>,
 }
 
 /// Runs `job` (see the module doc). The caller holds the session's slot. `first` is a snapshot
@@ -195,8 +159,6 @@ async fn run_job(
         cancel: announce::start(daemon, session, job.reason),
         from_extension: false,
         summarizer: String::from("none"),
-        meter: Meter::default(),
-        engine: None,
     };
     let pass = run.pass(first).await;
     *session.running.lock() = None;
@@ -254,48 +216,45 @@ impl Run<'_> {
         (window > 0).then_some(window as f64 - self.settings.compaction.reserve_tokens as f64)
     }
 
-    /// The summarizer's call for `prep`, with the job's instructions and the retry events.
+    /// The one summarization step for `prep` (see `summarize`), with the job's instructions
+    /// and its retries reported as events.
     async fn summarize(
         &mut self,
         prep: &Preparation,
+        path: &[Arc<Entry>],
         thinking_level: &str,
-    ) -> Result<CompactionOutcome, CompactionFailure> {
-        let engine = engine(self.daemon, self.session, self.settings)?;
-        self.summarizer = announce::summarizer_name(Some(&engine), false);
-        self.engine = Some(engine.clone());
+        hooks: Hooks<'_>,
+        made: Option<Summarized>,
+    ) -> Result<Summarized, CompactionFailure> {
         let events = RetryEvents {
             daemon: self.daemon,
             session_id: &self.session.id,
             reason: self.job.reason,
         };
         let on_retry = |e: &crate::summarizer::RetryEvent| events.emit(e);
-        generate(
+        let made = summarize::summarize(Request {
+            daemon: self.daemon,
+            session: self.session,
+            settings: self.settings,
             prep,
-            &engine,
-            self.job.custom.as_deref(),
-            Some(thinking_level),
-            &self.cancel,
-            &on_retry,
-            &self.meter,
-        )
-        .await
-        .map_err(summarizer_failure)
-    }
-
-    /// What this run's summarization calls cost: priced at the engine's model; the extractive
-    /// engine is free; a hook-supplied summary reports its own usage, at an unknown price.
-    fn own_cost(&self, outcome: &CompactionOutcome) -> Cost {
-        match &self.engine {
-            Some(engine) => self
-                .daemon
-                .config
-                .summarizer_cost(engine, &self.meter.total()),
-            None => outcome.usage.unwrap_or_default().cost(None),
-        }
+            path,
+            custom: self.job.custom.as_deref(),
+            reason: self.job.reason,
+            will_retry: self.job.will_retry,
+            thinking_level,
+            hooks,
+            on_retry: &on_retry,
+            cancel: &self.cancel,
+            made,
+        })
+        .await?;
+        self.summarizer = made.summarizer.clone();
+        self.from_extension = made.from_extension;
+        Ok(made)
     }
 
     /// The pass after `compaction_start`: a speculation when one is ready for this compaction,
-    /// else prepare, hooks and the summarizer; then finish and write.
+    /// else prepare and the one summarization step; then finish and write.
     async fn pass(&mut self, first: Option<Snapshot>) -> Result<Pass, CompactionFailure> {
         if self.job.use_speculation {
             let claimed =
@@ -312,37 +271,20 @@ impl Run<'_> {
             None => snapshot(self.session, self.settings),
         };
         let prep = prepare(&snap)?;
-        let verdict = hooks::ask(
-            self.daemon,
-            Question {
-                session_id: &self.session.id,
-                prep: &prep,
-                path: &snap.path,
-                custom: self.job.custom.as_deref(),
-                reason: self.job.reason,
-                will_retry: self.job.will_retry,
-                speculative: false,
-            },
-            &self.cancel,
-        )
-        .await;
-        let outcome = match verdict {
-            Verdict::Cancel => return Err(CompactionFailure::Cancelled),
-            Verdict::Supplied(o) => {
-                self.from_extension = true;
-                self.summarizer = announce::summarizer_name(None, true);
-                *o
-            }
-            Verdict::Proceed => self.summarize(&prep, &snap.thinking_level).await?,
+        let hooks = Hooks::Ask {
+            asked: &[],
+            speculative: false,
         };
+        let made = self
+            .summarize(&prep, &snap.path, &snap.thinking_level, hooks, None)
+            .await?;
         if self.cancel.is_cancelled() {
             return Err(CompactionFailure::Cancelled);
         }
-        let cost = self.own_cost(&outcome);
         let mut written = finish::write(
             self.session,
             Finished {
-                outcome,
+                outcome: made.outcome,
                 prep: &prep,
                 anchor: Anchor::Leaf(snap.leaf_id.as_deref()),
                 file_list_limit: self.settings.file_list_limit,
@@ -350,7 +292,7 @@ impl Run<'_> {
                 write: self.job.write,
             },
         )?;
-        written.result.cost = Some(cost);
+        written.result.cost = Some(made.cost);
         if self.job.write {
             // Another compaction now sits on the branch: a speculation made before it is void.
             speculation::revalidate(
@@ -366,25 +308,47 @@ impl Run<'_> {
         })
     }
 
-    /// Installs a claimed speculation. When the tail grew so much meanwhile that the context
-    /// would still be at or over the threshold with it, the summary is first updated on top of
-    /// it (Pi's incremental update of the speculative summary, summarizing what lies between its
-    /// cut and a cut made now), and that one entry is written: no request is ever made with a
-    /// context known to be over the threshold, and the speculation's work is not thrown away.
+    /// Installs a claimed speculation. The hooks registered after it started are asked first
+    /// (their cancel writes nothing; their own summary replaces it). When the tail grew so much
+    /// meanwhile that the context would still be at or over the threshold with it, the summary
+    /// is then updated on top of it (Pi's incremental update of the speculative summary,
+    /// summarizing what lies between its cut and a cut made now), and that one entry is
+    /// written: no request is ever made with a context known to be over the threshold, and the
+    /// speculation's work is not thrown away.
     async fn install(&mut self, ready: speculation::Claimed) -> Result<Pass, CompactionFailure> {
-        self.from_extension = ready.outcome.from_hook;
-        self.summarizer = ready.summarizer.clone();
         let (path, thinking_level) = {
             let state = self.session.lock_state();
             let path: Vec<Arc<Entry>> =
                 state.branch.iter().map(|&i| state.tree.shared(i)).collect();
             (path, state.thinking_level.clone())
         };
-        let over = self
-            .threshold()
-            .is_some_and(|t| finish::estimate_after(&path, &ready.outcome) as f64 >= t);
+        let speculative = Summarized {
+            from_extension: ready.outcome.from_hook,
+            outcome: ready.outcome.clone(),
+            summarizer: ready.summarizer.clone(),
+            cost: ready.cost,
+            asked: Vec::new(),
+        };
+        let hooks = Hooks::Ask {
+            asked: &ready.asked,
+            speculative: false,
+        };
+        let vetted = self
+            .summarize(
+                &ready.prep,
+                &path,
+                &thinking_level,
+                hooks,
+                Some(speculative),
+            )
+            .await?;
+        let replaced = vetted.from_extension && !ready.outcome.from_hook;
+        let over = !replaced
+            && self
+                .threshold()
+                .is_some_and(|t| finish::estimate_after(&path, &vetted.outcome) as f64 >= t);
         // The speculation's own calls, then those of an update on top.
-        let mut cost = ready.cost;
+        let mut cost = vetted.cost;
         let on_top = if over {
             speculation::on_top(&path, &ready, &self.settings.compaction)
         } else {
@@ -397,17 +361,21 @@ impl Run<'_> {
                     session = %self.session.id,
                     "the speculative summary alone would leave the context over the threshold; updating it on top"
                 );
-                let mut outcome = self.summarize(&prep, &thinking_level).await?;
-                cost = cost.plus(&self.own_cost(&outcome));
-                self.from_extension = false;
+                let made = self
+                    .summarize(&prep, &path, &thinking_level, Hooks::Skip, None)
+                    .await?;
+                cost = cost.plus(&made.cost);
+                let mut outcome = made.outcome;
                 // The context it replaces is the session's now, not the virtual path's.
                 outcome.tokens_before = ready.outcome.tokens_before;
                 speculation::mark(&mut outcome, &ready.origin, true);
                 (outcome, Arc::new(prep))
             }
             None => {
-                let mut outcome = ready.outcome;
-                speculation::mark(&mut outcome, &ready.origin, false);
+                let mut outcome = vetted.outcome;
+                if !replaced {
+                    speculation::mark(&mut outcome, &ready.origin, false);
+                }
                 (outcome, ready.prep.clone())
             }
         };

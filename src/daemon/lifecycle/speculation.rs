@@ -26,15 +26,13 @@ use tokio_util::sync::CancellationToken;
 use super::super::session::SessionState;
 use super::super::settings::EffectiveSettings;
 use super::super::{Daemon, Session};
-use super::announce;
 use super::finish;
-use super::hooks::{self, Question, Verdict};
-use super::runner::summarizer_failure;
+use super::summarize::{self, Hooks, Request, Stopped};
 use super::CompactionFailure;
 use crate::accounting::Cost;
 use crate::compaction::prepare::{plan_compaction, prepare_branch, prepare_on_top, Preparation};
 use crate::compaction::summary::{compaction_entry, CompactionOutcome};
-use crate::compactor::{generate, Meter, SummaryEngine};
+use crate::compactor::SummaryEngine;
 use crate::config::EngineKey;
 pub use crate::rpc::events::DiscardReason;
 use crate::rpc::events::{self, Reason};
@@ -83,6 +81,8 @@ struct Ready {
     summarizer: String,
     /// What its calls cost.
     cost: Cost,
+    /// The hook registrations asked about it (the install asks the others).
+    asked: Vec<u64>,
 }
 
 /// One speculation, running or ready.
@@ -315,9 +315,7 @@ pub fn consider(daemon: &Arc<Daemon>, session: &Arc<Session>, settings: &Effecti
         if slot.last_turn == Some(turn) {
             None
         } else {
-            start_locked(
-                daemon, session, &state, &mut slot, now, settings, engine, turn,
-            )
+            start_locked(daemon, session, &state, &mut slot, now, settings, turn)
         }
     };
     if let Some(reason) = stale {
@@ -360,7 +358,6 @@ struct Task {
     prep: Arc<Preparation>,
     /// The branch, for hooks (only taken when a hook is registered).
     path: Option<Vec<Arc<Entry>>>,
-    engine: Arc<SummaryEngine>,
     thinking_level: String,
     cancel: CancellationToken,
     started: Instant,
@@ -375,7 +372,6 @@ fn start_locked(
     slot: &mut SlotState,
     basis: Basis,
     settings: &EffectiveSettings,
-    engine: Arc<SummaryEngine>,
     turn: usize,
 ) -> Option<Started> {
     let view = state.view();
@@ -422,7 +418,6 @@ fn start_locked(
             id: slot.next_id,
             prep,
             path,
-            engine,
             thinking_level: state.thinking_level.clone(),
             cancel,
             started: Instant::now(),
@@ -430,66 +425,53 @@ fn start_locked(
     })
 }
 
-/// The background half: hooks (asked with `speculative: true`), then the summarizer, exactly
-/// the request a compaction at the start would have sent. Retries are only logged: the
-/// `summarization_retry_*` events describe compactions the agent waits for.
+/// The background half: the one summarization step (`super::summarize`), exactly the request a
+/// compaction at the start would have sent, the hooks asked with `speculative: true`. Retries
+/// are only logged: the `summarization_retry_*` events describe compactions the agent waits for.
+/// Without a hook registered when it started, none is asked here: one registered since is asked
+/// at the install, as every hook the speculation did not ask.
 async fn speculate(daemon: Arc<Daemon>, session: Arc<Session>, task: Task) {
     let Task {
         id,
         prep,
         path,
-        engine,
         thinking_level,
         cancel,
         started,
     } = task;
-    let verdict = match &path {
-        Some(path) => {
-            hooks::ask(
-                &daemon,
-                Question {
-                    session_id: &session.id,
-                    prep: &prep,
-                    path,
-                    custom: None,
-                    reason: Reason::Threshold,
-                    will_retry: false,
-                    speculative: true,
-                },
-                &cancel,
-            )
-            .await
-        }
-        None => Verdict::Proceed,
-    };
-    let meter = Meter::default();
-    let result = match verdict {
-        Verdict::Cancel => Err(None),
-        Verdict::Supplied(o) => Ok((*o, announce::summarizer_name(None, true))),
-        Verdict::Proceed => {
-            let log_retry = |e: &RetryEvent| {
-                if let RetryEvent::Scheduled { attempt, .. } = e {
-                    tracing::info!(session = %session.id, attempt, "speculative summarization retries");
-                }
-            };
-            generate(
-                &prep,
-                &engine,
-                None,
-                Some(&thinking_level),
-                &cancel,
-                &log_retry,
-                &meter,
-            )
-            .await
-            .map(|o| (o, announce::summarizer_name(Some(&engine), false)))
-            .map_err(|e| Some(summarizer_failure(e)))
+    let settings = daemon.session_settings(&session);
+    let log_retry = |e: &RetryEvent| {
+        if let RetryEvent::Scheduled { attempt, .. } = e {
+            tracing::info!(session = %session.id, attempt, "speculative summarization retries");
         }
     };
-    // A hook's own summary cost its own calls, at a price compactd does not know.
+    let hooks = match &path {
+        Some(_) => Hooks::Ask {
+            asked: &[],
+            speculative: true,
+        },
+        None => Hooks::Skip,
+    };
+    let result = summarize::summarize(Request {
+        daemon: &daemon,
+        session: &session,
+        settings: &settings,
+        prep: &prep,
+        path: path.as_deref().unwrap_or_default(),
+        custom: None,
+        reason: Reason::Threshold,
+        will_retry: false,
+        thinking_level: &thinking_level,
+        hooks,
+        on_retry: &log_retry,
+        cancel: &cancel,
+        made: None,
+    })
+    .await;
     let cost = match &result {
-        Ok((o, _)) if o.from_hook => o.usage.unwrap_or_default().cost(None),
-        _ => daemon.config.summarizer_cost(&engine, &meter.total()),
+        Ok(made) => made.cost,
+        Err(Stopped::Failed(_, cost)) => *cost,
+        Err(Stopped::Vetoed) => Cost::FREE,
     };
     let ms = started.elapsed().as_millis() as u64;
     let mut slot = session.speculation.inner.lock();
@@ -500,13 +482,15 @@ async fn speculate(daemon: Arc<Daemon>, session: Arc<Session>, task: Task) {
         return;
     };
     let reason = match result {
-        Ok((outcome, summarizer)) => {
-            let summary_tokens = (crate::json::utf16_len(&outcome.summary) as f64 / 4.0).ceil();
+        Ok(made) => {
+            let summary_tokens =
+                (crate::json::utf16_len(&made.outcome.summary) as f64 / 4.0).ceil();
             let covers_through = spec.covers_through.clone();
             spec.ready = Some(Ready {
-                outcome,
-                summarizer,
+                outcome: made.outcome,
+                summarizer: made.summarizer,
                 cost,
+                asked: made.asked,
             });
             spec.done.cancel();
             drop(slot);
@@ -522,9 +506,9 @@ async fn speculate(daemon: Arc<Daemon>, session: Arc<Session>, task: Task) {
             );
             return;
         }
-        Err(None) => DiscardReason::HookCancelled,
-        Err(Some(CompactionFailure::Cancelled)) => DiscardReason::Aborted,
-        Err(Some(f)) => {
+        Err(Stopped::Vetoed) => DiscardReason::HookCancelled,
+        Err(Stopped::Failed(CompactionFailure::Cancelled, _)) => DiscardReason::Aborted,
+        Err(Stopped::Failed(f, _)) => {
             tracing::warn!(session = %session.id, error = %f.message(), "speculative summarization failed; the compaction will summarize normally");
             DiscardReason::Failed
         }
@@ -546,6 +530,8 @@ pub(super) struct Claimed {
     /// What its calls cost.
     pub cost: Cost,
     pub origin: Origin,
+    /// The hook registrations asked about it when it was made.
+    pub asked: Vec<u64>,
 }
 
 /// Where a claimed speculation came from.
@@ -638,6 +624,7 @@ pub(super) async fn claim(
                     previous_compaction: spec.previous_compaction,
                     summarizer: ready.summarizer,
                     cost: ready.cost,
+                    asked: ready.asked,
                     origin: Origin {
                         started_at: spec.started_at,
                         covers_through: spec.covers_through,
