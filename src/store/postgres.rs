@@ -703,7 +703,7 @@ async fn catch_up_events(
 
 /// The connection one statement of a stored session runs on.
 enum Conn {
-    Pooled(Pooled),
+    Pooled(Box<Pooled>),
     /// The session's exclusive append transaction.
     Exclusive(Arc<Client>),
 }
@@ -754,7 +754,7 @@ impl StoredSession {
         async move {
             match exclusive {
                 Some(c) => Ok(Conn::Exclusive(c)),
-                None => db.client().await.map(Conn::Pooled),
+                None => db.client().await.map(|c| Conn::Pooled(Box::new(c))),
             }
         }
     }
