@@ -300,6 +300,28 @@ impl StorageConfig {
         })
     }
 
+    /// The storage backend this configuration names, set up once (nothing is connected yet:
+    /// see [`crate::store::Backend::check`]). An error says why it cannot even be set up.
+    pub fn backend(&self) -> Result<std::sync::Arc<dyn crate::store::Backend>, String> {
+        match self.backend {
+            Backend::Files => {
+                let config = self.clone();
+                Ok(std::sync::Arc::new(crate::store::Files::new(
+                    self.limits(),
+                    Box::new(move || config.roots()),
+                    agent_dir().join("sessions"),
+                )))
+            }
+            Backend::Postgres => {
+                let url = self.postgres_url().ok_or_else(|| {
+                    format!("storage.backend = 'postgres' needs storage.postgres_url or {POSTGRES_URL_ENV}")
+                })?;
+                crate::store::postgres::Postgres::open(&url)
+                    .map(|p| std::sync::Arc::new(p) as std::sync::Arc<dyn crate::store::Backend>)
+            }
+        }
+    }
+
     pub fn limits(&self) -> crate::store::Limits {
         crate::store::Limits {
             max_bytes: self.max_session_bytes,

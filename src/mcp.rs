@@ -129,9 +129,9 @@ pub fn latest_session(cwd: &Path) -> Result<PathBuf, String> {
     let cwd = std::path::absolute(cwd).map_err(|e| format!("{}: {e}", cwd.display()))?;
     let dir = match std::env::var_os("PI_CODING_AGENT_SESSION_DIR").filter(|v| !v.is_empty()) {
         Some(d) => PathBuf::from(d),
-        None => crate::config::agent_dir().join("sessions").join(
-            crate::daemon::handlers::sessions::encoded_cwd(&cwd.to_string_lossy()),
-        ),
+        None => crate::config::agent_dir()
+            .join("sessions")
+            .join(crate::store::files::encoded_cwd(&cwd.to_string_lossy())),
     };
     latest_in(&dir).map_err(|e| format!("no Pi session for {}: {e}", cwd.display()))
 }

@@ -16,10 +16,15 @@ use crate::json::stringify;
 use crate::session::{reader, ReadOutcome, SessionTree};
 
 mod backend;
+pub mod files;
 pub mod postgres;
 mod session_file;
 
-pub use backend::SessionStorage;
+pub use backend::{
+    Address, Backend, Deliver, Lease, NewSession, Opened, Rebase, RemoteEvent, SessionStorage,
+    StoredSummary, Unusable,
+};
+pub use files::Files;
 pub use session_file::SessionFile;
 
 /// Errors of the storage shell, with Pi's message where Pi has one.
@@ -56,6 +61,16 @@ pub enum StoreError {
     /// The database holding the sessions cannot be reached.
     #[error("Session store unavailable: {0}")]
     Unavailable(String),
+    /// A session path outside `[storage] allowed_roots` (`path_not_allowed`).
+    #[error("{0}")]
+    NotAllowed(String),
+    /// Another compactd process holds the session file's lock.
+    #[error("Session file is locked by another compactd process: {0}")]
+    Locked(PathBuf),
+    /// An entry that cannot be written where the session now is (another writer moved the leaf
+    /// elsewhere): `leaf_moved`.
+    #[error("{0}")]
+    Moved(String),
     /// A value the store cannot hold (a NUL in a database text column), the message naming the
     /// field: the request's input, not the store, is at fault.
     #[error("{0}")]

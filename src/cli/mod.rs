@@ -655,19 +655,17 @@ where
     // in six runs without it, 4.4–7.9 ms in six with it.
     drop(runtime.spawn_blocking(|| {}));
     let daemon = crate::daemon::Daemon::new(config);
-    if let Some(e) = &daemon.database_error {
+    if let Some(e) = &daemon.storage_error {
         eprintln!("compactd: storage_unavailable: {e}");
         return EXIT_FAILED;
     }
-    if let Some(db) = &daemon.database {
-        // Reported now, not at the first client's call; the daemon still serves, and every
-        // call that needs the store reconnects (or answers storage_unavailable).
-        match db.check() {
-            Ok(()) => tracing::info!("shared session store ready"),
-            Err(e) => {
-                eprintln!("compactd: storage_unavailable: {e} (serving; calls that need the store will retry)");
-                tracing::error!(error = %e, "shared session store unavailable at start-up");
-            }
+    // Reported now, not at the first client's call; the daemon still serves, and every call
+    // that needs the store reconnects (or answers storage_unavailable).
+    match daemon.storage.check() {
+        Ok(()) => tracing::debug!("session store ready"),
+        Err(e) => {
+            eprintln!("compactd: storage_unavailable: {e} (serving; calls that need the store will retry)");
+            tracing::error!(error = %e, "session store unavailable at start-up");
         }
     }
     let outcome = runtime.block_on(body(daemon));

@@ -1,5 +1,5 @@
-//! `compactd export` and `compactd import`: moving sessions between Pi's files and the shared
-//! store of the postgres backend, byte for byte both ways (a file session and its exported or
+//! `compactd export` and `compactd import`: moving sessions between Pi's files and a shared
+//! store (the configured backend, as the daemon uses it), byte for byte both ways (a file session and its exported or
 //! imported copy load, and compact, identically).
 
 use std::io::Write;
@@ -7,41 +7,43 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
-use crate::config::{Config, POSTGRES_URL_ENV};
-use crate::store::postgres::Database;
+use crate::config::Config;
+use crate::store::{Backend, StoreError};
 
-/// The configured database, or the usage error saying how to configure one.
-fn database(config: &Config) -> Result<Arc<Database>, i32> {
-    let Some(url) = config.storage.postgres_url() else {
-        eprintln!(
-            "compactd: no shared store configured: set [storage] backend = \"postgres\" and postgres_url (or {POSTGRES_URL_ENV}) in the config file"
-        );
-        return Err(EXIT_USAGE);
-    };
-    let db = Database::open(&url).map_err(|e| {
+/// The configured backend, checked, or the error saying why it cannot be used (a usage error
+/// when the configuration cannot even set it up).
+fn backend(config: &Config) -> Result<Arc<dyn Backend>, i32> {
+    let backend = config.storage.backend().map_err(|e| {
         eprintln!("compactd: {e}");
         EXIT_USAGE
     })?;
-    db.check().map_err(|e| {
+    backend.check().map_err(|e| {
         eprintln!("compactd: storage_unavailable: {e}");
         EXIT_FAILED
     })?;
-    Ok(db)
+    Ok(backend)
+}
+
+/// The exit code of a store's refusal: a request the backend cannot take (its kind of
+/// session, say) is a usage error; anything else failed.
+fn failed(e: &StoreError) -> i32 {
+    eprintln!("compactd: {e}");
+    match e {
+        StoreError::Invalid(_) => EXIT_USAGE,
+        _ => EXIT_FAILED,
+    }
 }
 
 /// Writes stored session `header_id` as Pi JSONL to `output` (created, never overwritten) or
 /// stdout.
 pub fn export(config: &Config, header_id: &str, output: Option<&Path>) -> i32 {
-    let db = match database(config) {
-        Ok(db) => db,
+    let store = match backend(config) {
+        Ok(b) => b,
         Err(code) => return code,
     };
-    let text = match db.export(header_id) {
+    let text = match store.export(header_id) {
         Ok(t) => t,
-        Err(e) => {
-            eprintln!("compactd: {e}");
-            return EXIT_FAILED;
-        }
+        Err(e) => return failed(&e),
     };
     let written = match output {
         Some(path) => std::fs::OpenOptions::new()
@@ -67,8 +69,8 @@ pub fn export(config: &Config, header_id: &str, output: Option<&Path>) -> i32 {
 /// Loads the Pi session `file` into the store (the file is never written) and prints its
 /// header id. A file of an older version is stored as Pi's migration would write it.
 pub fn import(config: &Config, file: &Path) -> i32 {
-    let db = match database(config) {
-        Ok(db) => db,
+    let store = match backend(config) {
+        Ok(b) => b,
         Err(code) => return code,
     };
     let (tree, report) = match crate::store::load(file, false) {
@@ -95,7 +97,7 @@ pub fn import(config: &Config, file: &Path) -> i32 {
             report.skipped_lines
         );
     }
-    match db.import(&header_line, &tree) {
+    match store.import(&header_line, &tree) {
         Ok(header_id) => {
             println!("{header_id}");
             EXIT_OK
@@ -104,10 +106,7 @@ pub fn import(config: &Config, file: &Path) -> i32 {
             eprintln!("compactd: the store already holds a session with this header id");
             EXIT_FAILED
         }
-        Err(e) => {
-            eprintln!("compactd: {e}");
-            EXIT_FAILED
-        }
+        Err(e) => failed(&e),
     }
 }
 

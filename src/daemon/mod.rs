@@ -134,42 +134,21 @@ pub struct Daemon {
     /// Cancelled when the daemon shuts down (SIGTERM/SIGINT): every compaction's abort token
     /// is a child of it, so shutdown aborts them all and any started afterwards.
     pub shutdown: CancellationToken,
-    /// Beyond Pi: the shared session store (`[storage] backend = "postgres"`), if configured.
-    pub database: Option<Arc<crate::store::postgres::Database>>,
-    /// Why the configured shared store could not be set up: every session method reports it.
-    pub database_error: Option<String>,
-}
-
-/// The shared lock convention: `flock` on the session file itself (proto-docs/storage.md),
-/// taken before the file is read, so a file another compactd process holds is refused before
-/// anything is done with it. `None` for a file that does not exist yet: it is locked when it is
-/// created.
-pub fn lock_session_file(path: &Path) -> Result<Option<std::fs::File>, RpcError> {
-    match crate::store::try_lock(path) {
-        Ok(Some(f)) => Ok(Some(f)),
-        Ok(None) => Err(RpcError::new(
-            ErrorKind::Locked,
-            format!(
-                "Session file is locked by another compactd process: {}",
-                path.display()
-            ),
-        )),
-        Err(crate::store::StoreError::NotFound(_)) => Ok(None),
-        Err(e) => Err(session::store_error(e)),
-    }
-}
-
-/// Canonical form of a path whose file (and directories) may not exist yet: see
-/// [`crate::confined::resolve`].
-pub fn canonical_path(path: &Path) -> PathBuf {
-    crate::confined::resolve(path)
+    /// Where sessions live (`[storage] backend`), chosen once at start-up: every open, create,
+    /// list, lease and cross-daemon event goes through it.
+    pub storage: Arc<dyn crate::store::Backend>,
+    /// Why the configured backend could not be set up (every session method then reports it).
+    pub storage_error: Option<String>,
 }
 
 impl Daemon {
     pub fn new(config: Config) -> Arc<Daemon> {
-        let (database, database_error) = match shared_store::open(&config) {
-            Ok(db) => (db, None),
-            Err(e) => (None, Some(e)),
+        let (storage, storage_error) = match config.storage.backend() {
+            Ok(b) => (b, None),
+            Err(e) => (
+                Arc::new(crate::store::Unusable(e.clone())) as Arc<dyn crate::store::Backend>,
+                Some(e),
+            ),
         };
         let daemon = Arc::new(Daemon {
             config,
@@ -184,8 +163,8 @@ impl Daemon {
             global_overrides: Mutex::new(None),
             calibrations: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
-            database,
-            database_error,
+            storage,
+            storage_error,
         });
         shared_store::start_events(&daemon);
         daemon
@@ -470,10 +449,8 @@ impl Daemon {
     /// The event's name comes from its payload type's declaration in `rpc::events`.
     pub fn emit<E: Message>(&self, session_id: &str, event: &E) {
         let params = crate::rpc::events::payload(event);
-        if let (Some(db), Ok(session)) = (&self.database, self.session(session_id)) {
-            if let Some(header_id) = shared_store::header_id(&session) {
-                db.publish(header_id, E::NAME, &params);
-            }
+        if let Ok(session) = self.session(session_id) {
+            self.storage.publish(&session.path, E::NAME, &params);
         }
         self.emit_raw(session_id, E::NAME, &params);
     }

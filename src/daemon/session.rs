@@ -122,17 +122,6 @@ impl SessionState {
         s
     }
 
-    /// A new session header (version 3, a fresh id, now, `cwd`), in Pi's key order.
-    pub fn new_header(cwd: &str) -> Value {
-        serde_json::json!({
-            "type": "session",
-            "version": 3,
-            "id": ids::new_session_id(),
-            "timestamp": ids::iso_timestamp(ids::now_ms()),
-            "cwd": cwd,
-        })
-    }
-
     /// A new deferred session under `header` (nothing stored until the first assistant
     /// message).
     pub fn deferred(
@@ -336,17 +325,20 @@ impl SessionState {
     /// Writes and records one entry under the current leaf. `build` receives the new id, the
     /// parent id and the ISO timestamp and returns the entry object with Pi's key order.
     ///
-    /// A file is caught up with first. A shared store checks the head in the append itself and
-    /// may report that another daemon extended it first: the new lines are read in and the
-    /// entry, unchanged but for its `parentId`, is written under the new leaf (it follows from
-    /// what it was built under: the other writer only appended after it).
+    /// The storage first reads what it must (a file catches up with other writers). When its
+    /// write finds that another writer extended the head first (a shared store), the new lines
+    /// are read in and the entry, unchanged but for its `parentId`, is written under the new
+    /// leaf (it follows from what it was built under: the other writer only appended after it).
     pub fn append_with(
         &mut self,
         build: impl FnOnce(&str, Option<&str>, &str) -> Value,
     ) -> Result<usize, RpcError> {
-        if !self.storage.append_checks_head() {
-            self.sync_with_file()?;
+        let mut lines = Vec::new();
+        let read = self.storage.before_write(&mut lines);
+        if !lines.is_empty() {
+            self.ingest(&lines);
         }
+        read.map_err(store_error)?;
         let id = self.new_id();
         let parent = self.tree.leaf_id().map(str::to_owned);
         let mut e = Entry::from_value(build(
@@ -355,18 +347,16 @@ impl SessionState {
             &ids::iso_timestamp(ids::now_ms()),
         ));
         if self.persisted {
-            match self.storage.append(&e) {
-                Ok(()) => {}
-                Err(StoreError::Conflict(_)) => {
-                    // Lost a race to another daemon: catch up and append again while holding
-                    // the session's append lock, so the race cannot be lost again.
-                    self.storage.exclusive(true).map_err(store_error)?;
-                    let retried = self.append_after_catch_up(e.value());
-                    let ended = self.storage.exclusive(false);
-                    e = retried?;
-                    ended.map_err(store_error)?;
-                }
-                Err(err) => return Err(store_error(err)),
+            // The storage is taken out while it writes, so re-parenting after a lost race can
+            // read the other writers' lines into this state.
+            let location = self.storage.location().to_owned();
+            let mut storage = std::mem::replace(&mut self.storage, Box::new(Writing(location)));
+            let written = storage.append(&e, &mut |lines| {
+                self.rebase(lines, parent.as_deref(), e.value())
+            });
+            self.storage = storage;
+            if let Some(rebased) = written.map_err(store_error)? {
+                e = rebased;
             }
         } else if e.is_message(Role::Assistant) {
             self.create_file(Some(&e))?;
@@ -378,28 +368,29 @@ impl SessionState {
     }
 
     /// The retry of a lost append (the slow path, so the entry is re-read from its line rather
-    /// than kept beside it on every append): reads the other writers' lines, re-parents `entry`
-    /// onto the new leaf (which must descend from the one it was built under) and appends it.
-    fn append_after_catch_up(&mut self, mut entry: Value) -> Result<Entry, RpcError> {
-        let before = self.tree.leaf_id().map(str::to_owned);
-        self.sync_with_file()?;
+    /// than kept beside it on every append): reads in the other writers' `lines` and re-parents
+    /// `entry` onto the new leaf, which must descend from `before`, the one it was built under.
+    fn rebase(
+        &mut self,
+        lines: &[u8],
+        before: Option<&str>,
+        mut entry: Value,
+    ) -> Result<Entry, StoreError> {
+        if !lines.is_empty() {
+            self.ingest(lines);
+        }
         let leaf = self.tree.leaf_id().map(str::to_owned);
-        if !self.descends(leaf.as_deref(), before.as_deref()) {
-            return Err(RpcError::new(
-                ErrorKind::LeafMoved,
-                format!(
-                    "leaf moved: another writer moved it from {} to {}",
-                    before.as_deref().unwrap_or("null"),
-                    leaf.as_deref().unwrap_or("null")
-                ),
-            ));
+        if !self.descends(leaf.as_deref(), before) {
+            return Err(StoreError::Moved(format!(
+                "leaf moved: another writer moved it from {} to {}",
+                before.unwrap_or("null"),
+                leaf.as_deref().unwrap_or("null")
+            )));
         }
         if let Some(o) = entry.as_object_mut() {
             o.insert("parentId".into(), leaf.map_or(Value::Null, Value::from));
         }
-        let e = Entry::from_value(entry);
-        self.storage.append(&e).map_err(store_error)?;
-        Ok(e)
+        Ok(Entry::from_value(entry))
     }
 
     /// Whether entry `id` is `ancestor` or one of its descendants (`None`: the root). The tree's
@@ -448,6 +439,47 @@ impl SessionState {
             });
             self.agent.push(idx);
         }
+    }
+}
+
+/// Stands in for a session's storage while that storage writes (see
+/// [`SessionState::append_with`]): nothing reaches it but the location, for log lines.
+#[derive(Debug)]
+struct Writing(std::path::PathBuf);
+
+impl SessionStorage for Writing {
+    fn location(&self) -> &Path {
+        &self.0
+    }
+
+    fn catch_up(&mut self, _into: &mut Vec<u8>) -> Result<(), StoreError> {
+        Err(self.busy())
+    }
+
+    fn before_write(&mut self, _into: &mut Vec<u8>) -> Result<(), StoreError> {
+        Err(self.busy())
+    }
+
+    fn append(
+        &mut self,
+        _entry: &Entry,
+        _rebase: &mut crate::store::Rebase<'_>,
+    ) -> Result<Option<Entry>, StoreError> {
+        Err(self.busy())
+    }
+
+    fn create(&mut self, _header: &Value, _entries: &[&Entry]) -> Result<(), StoreError> {
+        Err(self.busy())
+    }
+
+    fn reload(&mut self) -> Result<SessionTree, StoreError> {
+        Err(self.busy())
+    }
+}
+
+impl Writing {
+    fn busy(&self) -> StoreError {
+        StoreError::Unavailable(format!("{} is being written", self.0.display()))
     }
 }
 
@@ -539,6 +571,9 @@ pub fn store_error(e: StoreError) -> RpcError {
         StoreError::Write(_) => RpcError::new(ErrorKind::Io, e.to_string()),
         StoreError::NoSuchStored(_) => RpcError::new(ErrorKind::NotFound, e.to_string()),
         StoreError::Invalid(m) => RpcError::invalid_params(m),
+        StoreError::NotAllowed(m) => RpcError::new(ErrorKind::PathNotAllowed, m),
+        StoreError::Locked(_) => RpcError::new(ErrorKind::Locked, e.to_string()),
+        StoreError::Moved(m) => RpcError::new(ErrorKind::LeafMoved, m),
         StoreError::Empty(_) | StoreError::Io { .. } => RpcError::new(ErrorKind::Io, e.to_string()),
     }
 }

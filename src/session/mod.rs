@@ -12,3 +12,14 @@ pub mod vocab;
 pub use entry::{Entry, EntryId, EntryKind, Role, StopReason};
 pub use reader::{read_session, read_session_bytes, ParsedSession, ReadOutcome};
 pub use tree::{BranchView, PathEntries, SessionTree};
+
+/// A new session's header line as Pi writes it (version 3, a fresh id, now, `cwd`).
+pub fn new_header(cwd: &str) -> serde_json::Value {
+    serde_json::json!({
+        "type": "session",
+        "version": 3,
+        "id": ids::new_session_id(),
+        "timestamp": ids::iso_timestamp(ids::now_ms()),
+        "cwd": cwd,
+    })
+}

@@ -1,17 +1,129 @@
-//! The one interface the daemon reads and writes a session through, whatever holds its lines:
-//! a file ([`super::SessionFile`]) or a PostgreSQL database (`super::postgres`).
+//! The two interfaces storage is used through, whatever holds the lines: [`Backend`], chosen
+//! once at start-up (files, or a PostgreSQL database many daemons share), which finds, opens,
+//! creates and lists sessions, leases a compaction and carries events between daemons; and
+//! [`SessionStorage`], one open session's lines.
 //!
-//! The daemon keeps the parsed tree in memory and asks its storage for three things only: the
-//! complete lines other writers added since it last looked, one more line after the head it
-//! knows, and the first write of a deferred session. Everything else (Pi's tree, the branch,
-//! the context) stays in the pure core, so both backends behave the same by construction.
+//! The daemon keeps the parsed tree in memory and asks a session's storage for three things
+//! only: the complete lines other writers added since it last looked, one more line after the
+//! head it knows, and the first write of a deferred session. Everything else (Pi's tree, the
+//! branch, the context) stays in the pure core, so every backend behaves the same by
+//! construction. No handler, no event path and no daemon method names a backend: a new one is
+//! a module here and one arm in `config::StorageConfig::backend`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::StoreError;
 use crate::session::{Entry, SessionTree};
+
+/// How a client names a session to open: a file's path, or a stored session's header id.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Address<'a> {
+    pub path: Option<&'a str>,
+    pub header_id: Option<&'a str>,
+}
+
+/// What opening a session found (made once per open, so its size does not matter).
+#[allow(clippy::large_enum_variant)]
+pub enum Opened {
+    /// The session's lines, read, and the storage that follows them.
+    Loaded {
+        storage: Box<dyn SessionStorage>,
+        tree: SessionTree,
+    },
+    /// Nothing there yet: `storage` creates it at its first write (Pi's deferred write), if
+    /// the client asked to create it.
+    Missing { storage: Box<dyn SessionStorage> },
+}
+
+/// A new session: where it lives and the storage that will write it.
+pub struct NewSession {
+    /// Its registry key (a canonical path, or a stored session's location).
+    pub location: PathBuf,
+    pub storage: Box<dyn SessionStorage>,
+    /// Whether it is written at once (a shared store: other daemons can open it by header id
+    /// from the moment it is created) rather than at its first reply, as Pi writes a file.
+    pub write_now: bool,
+}
+
+/// A session as `listStoredSessions` and `compactd export` see it.
+#[derive(Debug, Clone)]
+pub struct StoredSummary {
+    pub header_id: String,
+    pub cwd: String,
+    pub created_ms: i64,
+    pub entries: i64,
+}
+
+/// An event another daemon published, to be delivered to this daemon's subscribers.
+#[derive(Debug, Clone)]
+pub struct RemoteEvent {
+    /// The session's location (the registry key of the session it is about).
+    pub location: PathBuf,
+    pub name: String,
+    pub payload: Value,
+}
+
+/// What receives other daemons' events.
+pub type Deliver = Arc<dyn Fn(RemoteEvent) + Send + Sync>;
+
+/// The right to compact a session while other daemons may share it; released when dropped
+/// (and when the daemon holding it dies).
+pub type Lease = Box<dyn Send + Sync>;
+
+/// Where sessions live, chosen once at start-up (`[storage] backend`). Methods that may block
+/// (disk, network) are called through `cpu::blocking`.
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// Whether the store can be used now (a database reached, its schema applied), so a
+    /// daemon reports it at start-up rather than at its first client's call.
+    fn check(&self) -> Result<(), StoreError>;
+
+    /// The location of the session `address` names (its registry key), checked before anything
+    /// is read: an address this backend does not take, or a path outside the allowed roots, is
+    /// refused here.
+    fn locate(&self, address: Address<'_>) -> Result<PathBuf, StoreError>;
+
+    /// Opens the session at `location` (from [`Backend::locate`]). An empty file is given a
+    /// header as Pi gives it one, under `cwd` (else the file's directory).
+    fn open(&self, location: &Path, cwd: Option<&str>) -> Result<Opened, StoreError>;
+
+    /// Where a new session with `header` lives (`session_dir`: a client's directory for
+    /// files), and its storage; nothing is written yet.
+    fn create(&self, header: &Value, session_dir: Option<&str>) -> Result<NewSession, StoreError>;
+
+    /// The sessions of the store, newest first, of one working directory or all.
+    fn list(&self, cwd: Option<String>) -> Result<Vec<StoredSummary>, StoreError>;
+
+    /// Takes the compaction lease of the session at `location`, waiting while another daemon
+    /// holds it (until `cancel`: `None`). `None` too where no other daemon can write.
+    fn lease(
+        &self,
+        location: &Path,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Option<Lease>, StoreError>>;
+
+    /// Hands an event of the session at `location` to the other daemons sharing it (in order,
+    /// never blocking); nothing where no other daemon can see the session.
+    fn publish(&self, location: &Path, name: &str, payload: &Value);
+
+    /// Starts delivering other daemons' events to `deliver`.
+    fn start_events(&self, deliver: Deliver);
+
+    /// A session of the store as Pi JSONL, byte for byte (`compactd export`).
+    fn export(&self, header_id: &str) -> Result<Vec<u8>, StoreError>;
+
+    /// Stores a session read from a Pi file (`compactd import`), its header line as the file
+    /// has it; returns its header id.
+    fn import(&self, header_line: &[u8], tree: &SessionTree) -> Result<String, StoreError>;
+}
+
+/// Re-parents an entry after other writers' lines (given) were read in: returns the entry to
+/// write in its place, or why it may not be written.
+pub type Rebase<'a> = dyn FnMut(&[u8]) -> Result<Entry, StoreError> + 'a;
 
 /// A session's lines, wherever they live. Every method may block (disk, network): the daemon
 /// calls them through `cpu::blocking`, so an async worker hands its other tasks on meanwhile.
@@ -25,10 +137,20 @@ pub trait SessionStorage: Send + std::fmt::Debug {
     /// error follows, so the caller can index them.
     fn catch_up(&mut self, into: &mut Vec<u8>) -> Result<(), StoreError>;
 
-    /// Writes `entry`'s line as the next line after the head this storage last saw.
-    /// [`StoreError::Conflict`] when another writer extended the head first: catch up and
-    /// retry under the new head.
-    fn append(&mut self, entry: &Entry) -> Result<(), StoreError>;
+    /// Reads what must be read before a write under the head this storage knows: a file, which
+    /// cannot refuse a write under a stale head, catches up with other writers; a store whose
+    /// write checks the head itself reads nothing.
+    fn before_write(&mut self, into: &mut Vec<u8>) -> Result<(), StoreError>;
+
+    /// Writes `entry`'s line as the next line after the head this storage last saw. When
+    /// another writer extended the head first, the storage reads their lines, holds the head
+    /// so the race cannot be lost again, and writes what `rebase` makes of them instead
+    /// (returned). [`StoreError::Conflict`] only when that write still could not be made.
+    fn append(
+        &mut self,
+        entry: &Entry,
+        rebase: &mut Rebase<'_>,
+    ) -> Result<Option<Entry>, StoreError>;
 
     /// Pi's deferred first write of a new session: the header and every entry so far, created
     /// exclusively (never over an existing session).
@@ -36,24 +158,58 @@ pub trait SessionStorage: Send + std::fmt::Debug {
 
     /// Reads the whole session anew (after it was replaced behind compactd's back).
     fn reload(&mut self) -> Result<SessionTree, StoreError>;
+}
 
-    /// Whether [`SessionStorage::append`] itself refuses to write under a stale head (a shared
-    /// store's versioned insert): then a write needs no catch-up first, only after a
-    /// [`StoreError::Conflict`]. A file has no such check, so its writes catch up first.
-    fn append_checks_head(&self) -> bool {
-        false
+/// A backend that could not be set up (its database's runtime would not start, say): every
+/// session method reports why, and the daemon keeps serving everything else.
+#[derive(Debug, Clone)]
+pub struct Unusable(pub String);
+
+impl Unusable {
+    fn error(&self) -> StoreError {
+        StoreError::Unavailable(self.0.clone())
+    }
+}
+
+impl Backend for Unusable {
+    fn check(&self) -> Result<(), StoreError> {
+        Err(self.error())
     }
 
-    /// Holds (`true`) or releases (`false`) the right to catch up and append with no other
-    /// writer in between: a shared store's way out of a lost race that could otherwise repeat
-    /// (another daemon appending faster than this one can catch up). A no-op for a file.
-    fn exclusive(&mut self, _on: bool) -> Result<(), StoreError> {
-        Ok(())
+    fn locate(&self, _address: Address<'_>) -> Result<PathBuf, StoreError> {
+        Err(self.error())
     }
 
-    /// The header id a shared store addresses the session by; `None` for a file (addressed by
-    /// its path).
-    fn header_id(&self) -> Option<&str> {
-        None
+    fn open(&self, _location: &Path, _cwd: Option<&str>) -> Result<Opened, StoreError> {
+        Err(self.error())
+    }
+
+    fn create(&self, _header: &Value, _dir: Option<&str>) -> Result<NewSession, StoreError> {
+        Err(self.error())
+    }
+
+    fn list(&self, _cwd: Option<String>) -> Result<Vec<StoredSummary>, StoreError> {
+        Err(self.error())
+    }
+
+    fn lease(
+        &self,
+        _location: &Path,
+        _cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<Option<Lease>, StoreError>> {
+        let e = self.error();
+        Box::pin(async move { Err(e) })
+    }
+
+    fn publish(&self, _location: &Path, _name: &str, _payload: &Value) {}
+
+    fn start_events(&self, _deliver: Deliver) {}
+
+    fn export(&self, _header_id: &str) -> Result<Vec<u8>, StoreError> {
+        Err(self.error())
+    }
+
+    fn import(&self, _header_line: &[u8], _tree: &SessionTree) -> Result<String, StoreError> {
+        Err(self.error())
     }
 }

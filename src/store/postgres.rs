@@ -64,7 +64,10 @@ type Pooled = deadpool_postgres::Object;
 /// How many connections the pool keeps open at most.
 const POOL_SIZE: usize = 16;
 
-use super::backend::SessionStorage;
+use super::backend::{
+    Address, Backend, Deliver, NewSession, Opened, Rebase, RemoteEvent, SessionStorage,
+    StoredSummary,
+};
 use super::StoreError;
 use crate::session::{read_session_bytes, Entry, ReadOutcome, SessionTree};
 
@@ -112,23 +115,6 @@ INSERT INTO compactd_schema (version) VALUES (1) ON CONFLICT DO NOTHING;
 /// The location of the stored session `header_id`.
 pub fn location(header_id: &str) -> PathBuf {
     PathBuf::from(format!("{LOCATION_PREFIX}{header_id}"))
-}
-
-/// A stored session as `listStoredSessions` and `compactd export` see it.
-#[derive(Debug, Clone)]
-pub struct StoredSummary {
-    pub header_id: String,
-    pub cwd: String,
-    pub created_ms: i64,
-    pub entries: i64,
-}
-
-/// An event another daemon published, to be delivered to this daemon's subscribers.
-#[derive(Debug, Clone)]
-pub struct RemoteEvent {
-    pub header_id: String,
-    pub name: String,
-    pub payload: Value,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -495,7 +481,7 @@ impl Database {
 
     /// Starts the publisher of this daemon's events and the listener of the others', which
     /// hands each to `deliver` (until the daemon is gone).
-    pub fn start_events(self: &Arc<Self>, deliver: Arc<dyn Fn(RemoteEvent) + Send + Sync>) {
+    pub fn start_events(self: &Arc<Self>, deliver: Deliver) {
         let Some(mut outbox) = self.outbox_rx.lock().take() else {
             return;
         };
@@ -613,7 +599,7 @@ async fn lines_after(
 
 /// Delivers the other daemons' events: a LISTEN connection wakes it, a timer catches up
 /// whatever a notification missed, and a lost connection is re-made.
-async fn listen(db: Weak<Database>, deliver: Arc<dyn Fn(RemoteEvent) + Send + Sync>) {
+async fn listen(db: Weak<Database>, deliver: Deliver) {
     let mut last: Option<i64> = None;
     loop {
         let Some(strong) = db.upgrade() else { return };
@@ -692,7 +678,7 @@ async fn catch_up_events(
         let header_id: String = r.get(1);
         if let Ok(payload) = serde_json::from_str(&payload) {
             out.push(RemoteEvent {
-                header_id,
+                location: location(&header_id),
                 name,
                 payload,
             });
@@ -803,28 +789,38 @@ impl SessionStorage for StoredSession {
         Ok(())
     }
 
-    fn append(&mut self, entry: &Entry) -> Result<(), StoreError> {
-        let client = self.client_for();
-        let header_id = self.header_id.clone();
-        let seq = self.head + 1;
-        let row = EntryRow::of(entry);
-        row.storable()?;
-        let location = self.location.clone();
-        self.db.block_on(async move {
-            let client = client.await?;
-            insert_entry(&*client, &header_id, seq, &row)
-                .await
-                .map(|_| ())
-                .map_err(|e| match e.code() {
-                    Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::Conflict(location),
-                    Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => {
-                        StoreError::NoSuchStored(header_id.clone())
-                    }
-                    _ => statement_error(e, "entry"),
-                })
-        })?;
-        self.head = seq;
+    /// The insert checks the head itself: nothing to read first.
+    fn before_write(&mut self, _into: &mut Vec<u8>) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    /// The optimistic insert; on a lost race, the session's append lock is held (a
+    /// transaction on a connection of its own, which every other daemon's append waits for)
+    /// while the winner's lines are read, `rebase` re-parents the entry, and it is inserted
+    /// again: the race cannot be lost twice.
+    fn append(
+        &mut self,
+        entry: &Entry,
+        rebase: &mut Rebase<'_>,
+    ) -> Result<Option<Entry>, StoreError> {
+        match self.insert(entry) {
+            Ok(()) => return Ok(None),
+            Err(StoreError::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
+        self.hold(true)?;
+        let mut retry = || {
+            let mut lines = Vec::new();
+            self.catch_up(&mut lines)?;
+            let rebased = rebase(&lines)?;
+            self.insert(&rebased)?;
+            Ok::<_, StoreError>(rebased)
+        };
+        let retried = retry();
+        let released = self.hold(false);
+        let rebased = retried?;
+        released?;
+        Ok(Some(rebased))
     }
 
     fn create(&mut self, header: &Value, entries: &[&Entry]) -> Result<(), StoreError> {
@@ -854,15 +850,13 @@ impl SessionStorage for StoredSession {
         self.exists = true;
         Ok(tree)
     }
+}
 
-    fn append_checks_head(&self) -> bool {
-        self.exists
-    }
-
+impl StoredSession {
     /// Begins (`true`) or ends (`false`, committing) the exclusive transaction: a connection of
     /// its own, `BEGIN`, and the session's append lock, which every other daemon's append waits
     /// for. Ending it without a transaction is a no-op.
-    fn exclusive(&mut self, on: bool) -> Result<(), StoreError> {
+    fn hold(&mut self, on: bool) -> Result<(), StoreError> {
         let db = self.db.clone();
         if !on {
             let Some(client) = self.exclusive.take() else {
@@ -905,7 +899,134 @@ impl SessionStorage for StoredSession {
         Ok(())
     }
 
-    fn header_id(&self) -> Option<&str> {
-        Some(&self.header_id)
+    /// One insert at the head this session knows.
+    fn insert(&mut self, entry: &Entry) -> Result<(), StoreError> {
+        let client = self.client_for();
+        let header_id = self.header_id.clone();
+        let seq = self.head + 1;
+        let row = EntryRow::of(entry);
+        row.storable()?;
+        let location = self.location.clone();
+        self.db.block_on(async move {
+            let client = client.await?;
+            insert_entry(&*client, &header_id, seq, &row)
+                .await
+                .map(|_| ())
+                .map_err(|e| match e.code() {
+                    Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::Conflict(location),
+                    Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => {
+                        StoreError::NoSuchStored(header_id.clone())
+                    }
+                    _ => statement_error(e, "entry"),
+                })
+        })?;
+        self.head = seq;
+        Ok(())
+    }
+}
+
+/// The header id a stored session's location names.
+fn header_id_of(location: &Path) -> Option<&str> {
+    location.to_str()?.strip_prefix(LOCATION_PREFIX)
+}
+
+const STORED_NOT_FILES: &str = "this daemon keeps sessions in PostgreSQL ([storage] backend = \"postgres\"): open one by headerId (`compactd import FILE` loads a session file into the store)";
+
+/// The postgres backend (`[storage] backend = "postgres"`): sessions addressed by header id in
+/// one database many daemons share.
+#[derive(Debug, Clone)]
+pub struct Postgres {
+    db: Arc<Database>,
+}
+
+impl Postgres {
+    /// The backend on the database at `url` (nothing connected yet).
+    pub fn open(url: &str) -> Result<Postgres, String> {
+        Database::open(url).map(|db| Postgres { db })
+    }
+}
+
+impl Backend for Postgres {
+    fn check(&self) -> Result<(), StoreError> {
+        self.db.check()
+    }
+
+    fn locate(&self, address: Address<'_>) -> Result<PathBuf, StoreError> {
+        match (address.path, address.header_id) {
+            (None, Some(header_id)) => {
+                storable("headerId", header_id)?;
+                Ok(location(header_id))
+            }
+            (Some(_), _) => Err(StoreError::Invalid(STORED_NOT_FILES.into())),
+            (None, None) => Err(StoreError::Invalid(
+                "missing field `headerId` (this daemon keeps sessions in PostgreSQL)".into(),
+            )),
+        }
+    }
+
+    fn open(&self, location: &Path, _cwd: Option<&str>) -> Result<Opened, StoreError> {
+        let header_id = header_id_of(location)
+            .ok_or_else(|| StoreError::NoSuchStored(location.display().to_string()))?;
+        let (tree, storage) = StoredSession::open(self.db.clone(), header_id)?;
+        Ok(Opened::Loaded {
+            storage: Box::new(storage),
+            tree,
+        })
+    }
+
+    fn create(&self, header: &Value, session_dir: Option<&str>) -> Result<NewSession, StoreError> {
+        if session_dir.is_some() {
+            return Err(StoreError::Invalid(
+                "sessionDir is for session files; this daemon keeps sessions in PostgreSQL ([storage] backend = \"postgres\")".into(),
+            ));
+        }
+        let header_id = header.get("id").and_then(Value::as_str).unwrap_or("");
+        Ok(NewSession {
+            location: location(header_id),
+            storage: Box::new(StoredSession::new(self.db.clone(), header_id)),
+            write_now: true,
+        })
+    }
+
+    fn list(&self, cwd: Option<String>) -> Result<Vec<StoredSummary>, StoreError> {
+        if let Some(c) = &cwd {
+            storable("cwd", c)?;
+        }
+        self.db.list(cwd)
+    }
+
+    fn lease(
+        &self,
+        location: &Path,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> futures_util::future::BoxFuture<'static, Result<Option<super::Lease>, StoreError>> {
+        let db = self.db.clone();
+        let header_id = header_id_of(location).map(str::to_owned);
+        Box::pin(async move {
+            let Some(header_id) = header_id else {
+                return Ok(None);
+            };
+            let lease = db.lease(&header_id, cancel).await?;
+            Ok(lease.map(|l| Box::new(l) as super::Lease))
+        })
+    }
+
+    fn publish(&self, location: &Path, name: &str, payload: &Value) {
+        if let Some(header_id) = header_id_of(location) {
+            self.db.publish(header_id, name, payload);
+        }
+    }
+
+    fn start_events(&self, deliver: Deliver) {
+        self.db.start_events(deliver);
+    }
+
+    fn export(&self, header_id: &str) -> Result<Vec<u8>, StoreError> {
+        storable("headerId", header_id)?;
+        self.db.export(header_id)
+    }
+
+    fn import(&self, header_line: &[u8], tree: &SessionTree) -> Result<String, StoreError> {
+        self.db.import(header_line, tree)
     }
 }

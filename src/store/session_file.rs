@@ -12,7 +12,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::backend::SessionStorage;
+use super::backend::{Rebase, SessionStorage};
 use super::{
     io_err, load_with, read_tail, try_lock, FileStamp, Limits, StoreError, Tail, TORN_LINE_SETTLE,
 };
@@ -152,10 +152,20 @@ impl SessionStorage for SessionFile {
         }
     }
 
+    /// A file cannot refuse a write under a stale head: what other writers added is read first.
+    fn before_write(&mut self, into: &mut Vec<u8>) -> Result<(), StoreError> {
+        self.catch_up(into)
+    }
+
     /// One appended line, fsynced as `[storage] durability` says for `kind`. Another writer's
     /// line may land next to it; then the next catch-up reads from before this line again (the
-    /// daemon recognises its own line and skips it).
-    fn append(&mut self, entry: &Entry) -> Result<(), StoreError> {
+    /// daemon recognises its own line and skips it). A file has no head to lose a race on, so
+    /// `rebase` is never called.
+    fn append(
+        &mut self,
+        entry: &Entry,
+        _rebase: &mut Rebase<'_>,
+    ) -> Result<Option<Entry>, StoreError> {
         let line = entry.raw();
         let sync = self.limits.durability.syncs_entry(entry.kind);
         let before = self.stamp.map_or(0, |s| s.len);
@@ -175,7 +185,7 @@ impl SessionStorage for SessionFile {
             },
             ..after
         });
-        Ok(())
+        Ok(None)
     }
 
     /// Exclusive create (never over an existing file), then the shared lock on the new file.

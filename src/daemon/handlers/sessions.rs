@@ -2,14 +2,13 @@
 //! sessions, and the model a session uses.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde_json::{json, Value};
 
 use super::super::lifecycle::speculation::{self, DiscardReason};
 use super::super::session::{model_change_entry, simple_entry, store_error, SessionState};
-use super::super::settings::{agent_dir, effective};
-use super::super::{canonical_path, lock_session_file, Daemon, Session};
+use super::super::settings::effective;
+use super::super::{Daemon, Session};
 use super::Ctx;
 use crate::compaction::tokens;
 use crate::rpc::errors::{ErrorKind, RpcError};
@@ -18,8 +17,7 @@ use crate::rpc::results::*;
 use crate::rpc::types::*;
 use crate::rpc::PROTOCOL_VERSION;
 use crate::session::ids;
-use crate::store::postgres::{self, Database, StoredSession};
-use crate::store::{self, SessionFile, SessionStorage, StoreError};
+use crate::store::{Address, Opened, StoreError};
 use crate::summarizer::RetrySettings;
 
 fn absolute(p: &str, what: &str) -> Result<PathBuf, RpcError> {
@@ -166,122 +164,53 @@ fn default_thinking(cwd: Option<&str>) -> String {
     effective(cwd.map(Path::new), None, None, &RetrySettings::default()).default_thinking_level
 }
 
-/// Refuses a session path outside the configured roots (`[storage] allowed_roots`), before
-/// anything is read or created.
-fn check_allowed(ctx: &Ctx, path: &Path) -> Result<(), RpcError> {
-    let roots = ctx.daemon.config.storage.roots();
-    // The nearest existing ancestor resolved (links cannot lead outside the roots) and `..`
-    // through directories that do not exist yet taken as the kernel will once they do.
-    let resolved = crate::confined::resolve(path);
-    let path = resolved.as_path();
-    if roots.iter().any(|r| path.starts_with(r)) {
-        return Ok(());
-    }
-    let list: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
-    Err(RpcError::new(
-        ErrorKind::PathNotAllowed,
-        format!(
-            "Session path is outside the allowed roots ({}): {}",
-            list.join(", "),
-            path.display()
-        ),
-    ))
+/// The backend's error for a request that names a session it cannot take, as the protocol
+/// says it.
+fn refused(e: StoreError) -> RpcError {
+    store_error(e)
 }
-
-/// The shared store of the postgres backend (`None`: files), or why it is unusable.
-fn database(ctx: &Ctx) -> Result<Option<Arc<Database>>, RpcError> {
-    if let Some(e) = &ctx.daemon.database_error {
-        return Err(RpcError::new(ErrorKind::StorageUnavailable, e.clone()));
-    }
-    Ok(ctx.daemon.database.clone())
-}
-
-const STORED_NOT_FILES: &str = "this daemon keeps sessions in PostgreSQL ([storage] backend = \"postgres\"): open one by headerId (`compactd import FILE` loads a session file into the store)";
-const FILES_NOT_STORED: &str = "headerId addresses a session in a shared store, and this daemon keeps sessions in files ([storage] backend = \"files\"): open one by path";
 
 pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcError> {
-    match (database(ctx)?, p.path.clone(), p.header_id.clone()) {
-        (None, Some(path), None) => open_file(ctx, &path, p),
-        (Some(db), None, Some(header_id)) => open_stored(ctx, db, &header_id, p),
-        (Some(_), Some(_), _) => Err(RpcError::invalid_params(STORED_NOT_FILES)),
-        (None, _, Some(_)) => Err(RpcError::invalid_params(FILES_NOT_STORED)),
-        (_, None, None) => Err(RpcError::invalid_params(
-            "missing field `path` (or `headerId`, with the postgres backend)",
-        )),
-    }
-}
-
-/// Opens a session in the shared store by its header id.
-fn open_stored(
-    ctx: &Ctx,
-    db: Arc<Database>,
-    header_id: &str,
-    p: OpenSessionParams,
-) -> Result<SessionInfo, RpcError> {
-    let location = postgres::location(header_id);
-    let (session, created) = ctx.daemon.open_or_insert(&location, &ctx.conn, || {
-        let (tree, storage) = StoredSession::open(db, header_id).map_err(store_error)?;
-        let dt = default_thinking(tree.header.get("cwd").and_then(Value::as_str));
-        Ok(SessionState::loaded(
-            Box::new(storage),
-            tree,
-            p.model.clone(),
-            &dt,
-            p.thinking_level.clone(),
-        ))
-    })?;
-    if !created {
-        rejoin(&session, p)?;
-    }
-    Ok(info(&ctx.daemon, &session))
-}
-
-/// Opens a session file (Pi's resume), creating it with `create`.
-fn open_file(ctx: &Ctx, path: &str, p: OpenSessionParams) -> Result<SessionInfo, RpcError> {
-    let path = canonical_path(&absolute(path, "path")?);
     if let Some(cwd) = &p.cwd {
         absolute(cwd, "cwd")?;
     }
-    check_allowed(ctx, &path)?;
-    let limits = ctx.daemon.config.storage.limits();
-    let (session, created) = ctx.daemon.open_or_insert(&path, &ctx.conn, || {
-        let lock = lock_session_file(&path)?;
-        match store::load_with(&path, true, &limits) {
-            Ok((tree, report, stamp)) => {
-                if report.skipped_lines > 0 {
-                    tracing::warn!(path = %path.display(), skipped = report.skipped_lines, "malformed lines skipped");
-                }
-                if let Some(b) = &report.backup {
-                    tracing::info!(path = %path.display(), backup = %b.display(), "migrated to v3; original kept");
-                }
-                // A migration's rewrite made a new inode: the lock must be on it.
-                let lock = if report.migrated { store::try_lock(&path).map_err(store_error)? } else { lock };
-                let file = SessionFile::opened(path.clone(), limits, stamp, lock);
+    let backend = &ctx.daemon.storage;
+    let address = Address {
+        path: p.path.as_deref(),
+        header_id: p.header_id.as_deref(),
+    };
+    let location = backend.locate(address).map_err(refused)?;
+    let (session, created) = ctx.daemon.open_or_insert(&location, &ctx.conn, || {
+        match backend
+            .open(&location, p.cwd.as_deref())
+            .map_err(store_error)?
+        {
+            Opened::Loaded { storage, tree } => {
                 let dt = default_thinking(tree.header.get("cwd").and_then(Value::as_str));
-                Ok(SessionState::loaded(Box::new(file), tree, p.model.clone(), &dt, p.thinking_level.clone()))
+                Ok(SessionState::loaded(
+                    storage,
+                    tree,
+                    p.model.clone(),
+                    &dt,
+                    p.thinking_level.clone(),
+                ))
             }
-            Err(StoreError::NotFound(_)) if p.create => {
-                let cwd = p.cwd.clone().ok_or_else(|| RpcError::invalid_params("create needs cwd"))?;
-                let thinking = p.thinking_level.clone().unwrap_or_else(|| default_thinking(Some(&cwd)));
-                let file = SessionFile::new(path.clone(), limits);
-                let mut state = SessionState::deferred(Box::new(file), SessionState::new_header(&cwd), p.model.clone(), thinking.clone());
+            Opened::Missing { storage } if p.create => {
+                let cwd = p
+                    .cwd
+                    .clone()
+                    .ok_or_else(|| RpcError::invalid_params("create needs cwd"))?;
+                let thinking = p
+                    .thinking_level
+                    .clone()
+                    .unwrap_or_else(|| default_thinking(Some(&cwd)));
+                let header = crate::session::new_header(&cwd);
+                let mut state =
+                    SessionState::deferred(storage, header, p.model.clone(), thinking.clone());
                 seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
                 Ok(state)
             }
-            Err(StoreError::Empty(_)) => {
-                // Pi initialises an existing 0-byte file with a fresh header.
-                let cwd = p.cwd.clone().unwrap_or_else(|| path.parent().map_or("/".into(), |d| d.to_string_lossy().into_owned()));
-                let thinking = p.thinking_level.clone().unwrap_or_else(|| default_thinking(Some(&cwd)));
-                let header = SessionState::new_header(&cwd);
-                // Appended, not renamed over, so the file (and its lock) stays the same inode.
-                let line = crate::json::stringify(&header);
-                let stamp = store::append_raw(&path, line.as_bytes(), limits.durability.syncs_new_file())
-                    .map_err(store_error)?;
-                let file = SessionFile::opened(path.clone(), limits, stamp, lock);
-                let tree = crate::session::SessionTree::new(header, Vec::new());
-                Ok(SessionState::loaded(Box::new(file), tree, p.model.clone(), &thinking, Some(thinking.clone())))
-            }
-            Err(e) => Err(store_error(e)),
+            Opened::Missing { .. } => Err(store_error(StoreError::NotFound(location.clone()))),
         }
     })?;
     if !created {
@@ -331,58 +260,26 @@ fn seed_new_session(
     Ok(())
 }
 
-/// `--<cwd>--` directory name of Pi's default session dir.
-pub fn encoded_cwd(cwd: &str) -> String {
-    let trimmed = cwd.strip_prefix(['/', '\\']).unwrap_or(cwd);
-    format!("--{}--", trimmed.replace(['/', '\\', ':'], "-"))
-}
-
 pub fn create_session(ctx: &Ctx, p: CreateSessionParams) -> Result<SessionInfo, RpcError> {
     absolute(&p.cwd, "cwd")?;
-    let db = database(ctx)?;
     let thinking = p
         .thinking_level
         .clone()
         .unwrap_or_else(|| default_thinking(Some(&p.cwd)));
-    let header = SessionState::new_header(&p.cwd);
-    let field = |key: &str| {
-        header
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned()
-    };
-    let (header_id, ts) = (field("id"), field("timestamp").replace([':', '.'], "-"));
-    let (location, storage): (PathBuf, Box<dyn SessionStorage>) = match db {
-        Some(_) if p.session_dir.is_some() => {
-            return Err(RpcError::invalid_params(
-                "sessionDir is for session files; this daemon keeps sessions in PostgreSQL ([storage] backend = \"postgres\")",
-            ))
-        }
-        Some(db) => (
-            postgres::location(&header_id),
-            Box::new(StoredSession::new(db, &header_id)),
-        ),
-        None => {
-            let dir = match &p.session_dir {
-                Some(d) => absolute(d, "sessionDir")?,
-                None => agent_dir().join("sessions").join(encoded_cwd(&p.cwd)),
-            };
-            let path = canonical_path(&dir.join(format!("{ts}_{header_id}.jsonl")));
-            check_allowed(ctx, &path)?;
-            let file = SessionFile::new(path.clone(), ctx.daemon.config.storage.limits());
-            (path, Box::new(file))
-        }
-    };
-    let mut state = SessionState::deferred(storage, header, p.model.clone(), thinking.clone());
+    let header = crate::session::new_header(&p.cwd);
+    let new = ctx
+        .daemon
+        .storage
+        .create(&header, p.session_dir.as_deref())
+        .map_err(refused)?;
+    let mut state = SessionState::deferred(new.storage, header, p.model.clone(), thinking.clone());
     seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
-    if state.storage.header_id().is_some() {
-        // A stored session exists from the start: any daemon can open it by header id.
+    if new.write_now {
         state.persist_now()?;
     }
     let (session, _) = ctx
         .daemon
-        .open_or_insert(&location, &ctx.conn, || Ok(state))?;
+        .open_or_insert(&new.location, &ctx.conn, || Ok(state))?;
     Ok(info(&ctx.daemon, &session))
 }
 
@@ -391,14 +288,11 @@ pub fn list_stored_sessions(
     ctx: &Ctx,
     p: ListStoredSessionsParams,
 ) -> Result<StoredSessions, RpcError> {
-    let Some(db) = database(ctx)? else {
-        return Err(RpcError::invalid_params(
-            "listStoredSessions needs the postgres backend ([storage] backend = \"postgres\"); this daemon keeps sessions in files",
-        ));
-    };
-    let sessions = db
+    let sessions = ctx
+        .daemon
+        .storage
         .list(p.cwd)
-        .map_err(store_error)?
+        .map_err(refused)?
         .into_iter()
         .map(|s| StoredSessionInfo {
             header_id: s.header_id,
