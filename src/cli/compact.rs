@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::compaction::tokens::CompactionSettings;
-use crate::compactor::{compact_file, SummaryEngine};
+use crate::compactor::{compact_in, SummaryEngine};
 use crate::summarizer::RetryEvent;
 
 /// What the progress line says; the ticker re-renders it (the countdown moves).
@@ -62,12 +62,24 @@ fn progress_bar(json: bool) -> ProgressBar {
 /// Runs `compact`; returns the process exit code. On failure the file is left as loading left
 /// it (Pi's own load-time repairs only) and the error is Pi's original message.
 pub fn run(
+    config: &crate::config::Config,
     path: &Path,
     json: bool,
     settings: &CompactionSettings,
     engine: &SummaryEngine,
     custom_instructions: Option<&str>,
 ) -> i32 {
+    // The daemon's storage, as configured: the same backend opens and writes the file.
+    let backend = match config.storage.backend() {
+        Ok(b) => b,
+        Err(e) => {
+            super::print_error(json, &e);
+            return super::EXIT_USAGE;
+        }
+    };
+    let price = |engine: &SummaryEngine, usage: &crate::summarizer::Usage| {
+        config.summarizer_cost(engine, usage)
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -124,10 +136,12 @@ pub fn run(
                 }
             })
         };
-        let r = compact_file(
+        let r = compact_in(
+            &*backend,
             path,
             settings,
-            engine,
+            Arc::new(engine.clone()),
+            &price,
             custom_instructions,
             &cancel,
             &on_retry,

@@ -545,6 +545,7 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                 }
             };
             compact::run(
+                &config,
                 &session,
                 json,
                 &settings.settings(),

@@ -45,6 +45,16 @@ impl Files {
         }
     }
 
+    /// Session files anywhere, at the default limits, new sessions in Pi's default directory:
+    /// for a caller without a configuration (the library's `compactor::compact_file`).
+    pub fn unconfined() -> Files {
+        Files::new(
+            Limits::default(),
+            Box::new(|| vec![PathBuf::from("/")]),
+            PathBuf::from("/"),
+        )
+    }
+
     /// Refuses a session path outside the configured roots, before anything is read or
     /// created. The nearest existing ancestor is resolved (links cannot lead outside the
     /// roots), and `..` through directories that do not exist yet is taken as the kernel will

@@ -9,7 +9,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::{Daemon, Session};
 use super::CompactionFailure;
-use crate::compactor::SummaryEngine;
 use crate::rpc::events::{self, Reason};
 use crate::rpc::results::CompactionResult;
 use crate::session::EntryKind;
@@ -164,18 +163,6 @@ pub(super) fn failure_prefix(reason: Reason) -> &'static str {
         Reason::Manual => "Compaction failed: ",
         Reason::Overflow => "Context overflow recovery failed: ",
         Reason::Threshold | Reason::Idle => "Auto-compaction failed: ",
-    }
-}
-
-/// Who wrote a summary, as the log names it.
-pub(super) fn summarizer_name(engine: Option<&SummaryEngine>, from_hook: bool) -> String {
-    if from_hook {
-        return "hook".to_owned();
-    }
-    match engine {
-        Some(SummaryEngine::Llm { model, .. }) => format!("{}/{}", model.provider, model.id),
-        Some(SummaryEngine::Extractive { .. }) => "extractive".to_owned(),
-        None => "none".to_owned(),
     }
 }
 

@@ -14,15 +14,7 @@ use crate::rpc::events::{self, HookCompaction, Reason, SessionBeforeCompact};
 use crate::rpc::results::SessionEntry;
 use crate::session::Entry;
 
-/// What the hooks said.
-pub(super) enum Verdict {
-    /// No hook is registered, or none had anything to say: the summarizer writes the summary.
-    Proceed,
-    /// A hook cancelled the compaction.
-    Cancel,
-    /// A hook supplied the compaction (the last valid one wins, as in Pi).
-    Supplied(Box<CompactionOutcome>),
-}
+use crate::compactor::step::Verdict;
 
 /// What the hooks are asked about.
 pub(super) struct Question<'a> {

@@ -21,17 +21,19 @@
 
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::super::settings::EffectiveSettings;
 use super::super::{Daemon, Session};
-use super::announce;
-use super::hooks::{self, Question, Verdict};
+use super::hooks::{self, Question};
 use super::CompactionFailure;
 use crate::accounting::Cost;
 use crate::compaction::prepare::Preparation;
-use crate::compaction::summary::CompactionOutcome;
-use crate::compactor::{generate, CompactError, Meter, OnRetry, SummaryEngine};
+pub(super) use crate::compactor::step::Summarized;
+use crate::compactor::step::{self, Verdict};
+use crate::compactor::{CompactError, OnRetry};
+use crate::rpc::errors::ErrorKind;
 use crate::rpc::events::Reason;
 use crate::session::Entry;
 
@@ -64,20 +66,6 @@ pub(super) struct Request<'a> {
     pub made: Option<Summarized>,
 }
 
-/// A summary made.
-pub(super) struct Summarized {
-    pub outcome: CompactionOutcome,
-    /// Who wrote it, as the log names it.
-    pub summarizer: String,
-    /// A hook supplied it (Pi's `fromExtension`).
-    pub from_extension: bool,
-    /// What its calls cost: priced at the engine's model; the extractive engine is free; a
-    /// hook's own summary reports its own usage, at a price compactd does not know.
-    pub cost: Cost,
-    /// The hook registrations asked for it (by `seq`).
-    pub asked: Vec<u64>,
-}
-
 /// Why no summary was made.
 pub(super) enum Stopped {
     /// A hook cancelled it.
@@ -97,7 +85,6 @@ impl From<Stopped> for CompactionFailure {
 
 /// The protocol's failure for a summarizer's error.
 fn summarizer_failure(e: CompactError) -> CompactionFailure {
-    use crate::rpc::errors::ErrorKind;
     match e {
         CompactError::Cancelled => CompactionFailure::Cancelled,
         CompactError::NothingToCompact(m) => {
@@ -106,9 +93,7 @@ fn summarizer_failure(e: CompactError) -> CompactionFailure {
         CompactError::Summarization(m) => {
             CompactionFailure::Error(ErrorKind::SummarizationFailed, m)
         }
-        e @ (CompactError::Store(_)
-        | CompactError::Locked(_)
-        | CompactError::ChangedMeanwhile(_)) => {
+        e @ (CompactError::Store(_) | CompactError::ChangedMeanwhile(_)) => {
             CompactionFailure::Error(ErrorKind::Io, e.to_string())
         }
     }
@@ -119,80 +104,89 @@ pub(super) fn engine(
     daemon: &Daemon,
     session: &Session,
     settings: &EffectiveSettings,
-) -> Result<Arc<SummaryEngine>, CompactionFailure> {
+) -> Result<Arc<crate::compactor::SummaryEngine>, CompactionFailure> {
     daemon
         .session_engine(session, settings)
-        .map_err(|e| CompactionFailure::Error(crate::rpc::errors::ErrorKind::Auth, e.message))
+        .map_err(|e| CompactionFailure::Error(ErrorKind::Auth, e.message))
 }
 
-/// Asks the hooks (see the module doc), then, unless one cancelled or supplied the summary,
-/// the session's engine with its retries; prices what the calls cost.
-pub(super) async fn summarize(r: Request<'_>) -> Result<Summarized, Stopped> {
-    let (verdict, asked) = match r.hooks {
-        Hooks::Ask { asked, speculative } => {
+/// The session's `session_before_compact` hooks, as the step asks them.
+struct SessionHooks<'a> {
+    daemon: &'a Daemon,
+    session_id: &'a str,
+    path: &'a [Arc<Entry>],
+    custom: Option<&'a str>,
+    reason: Reason,
+    will_retry: bool,
+    speculative: bool,
+    asked: &'a [u64],
+    cancel: &'a CancellationToken,
+}
+
+impl step::Hooks for SessionHooks<'_> {
+    fn ask<'a>(&'a self, prep: &'a Preparation) -> BoxFuture<'a, (Verdict, Vec<u64>)> {
+        Box::pin(async move {
             let answered = hooks::ask(
-                r.daemon,
+                self.daemon,
                 Question {
-                    session_id: &r.session.id,
-                    prep: r.prep,
-                    path: r.path,
-                    custom: r.custom,
-                    reason: r.reason,
-                    will_retry: r.will_retry,
-                    speculative,
-                    asked,
+                    session_id: self.session_id,
+                    prep,
+                    path: self.path,
+                    custom: self.custom,
+                    reason: self.reason,
+                    will_retry: self.will_retry,
+                    speculative: self.speculative,
+                    asked: self.asked,
                 },
-                r.cancel,
+                self.cancel,
             )
             .await;
             (answered.verdict, answered.asked)
-        }
-        Hooks::Skip => (Verdict::Proceed, Vec::new()),
-    };
-    match verdict {
-        Verdict::Cancel => Err(Stopped::Vetoed),
-        Verdict::Proceed if r.made.is_some() => {
-            let mut made = r.made.ok_or(Stopped::Vetoed)?;
-            made.asked.extend(asked);
-            Ok(made)
-        }
-        Verdict::Supplied(o) => Ok(Summarized {
-            cost: o.usage.unwrap_or_default().cost(None),
-            outcome: *o,
-            summarizer: announce::summarizer_name(None, true),
-            from_extension: true,
-            asked,
-        }),
-        Verdict::Proceed => {
-            if r.cancel.is_cancelled() {
-                return Err(Stopped::Failed(CompactionFailure::Cancelled, Cost::FREE));
-            }
-            let engine = engine(r.daemon, r.session, r.settings)
-                .map_err(|f| Stopped::Failed(f, Cost::FREE))?;
-            let meter = Meter::default();
-            let generated = generate(
-                r.prep,
-                &engine,
-                r.custom,
-                Some(r.thinking_level),
-                r.cancel,
-                r.on_retry,
-                &meter,
-            )
-            .await;
-            // What the calls spent counts even when they failed (a discarded speculation's
-            // waste, a failed compaction's spend).
-            let cost = r.daemon.config.summarizer_cost(&engine, &meter.total());
-            match generated {
-                Ok(outcome) => Ok(Summarized {
-                    outcome,
-                    summarizer: announce::summarizer_name(Some(&engine), false),
-                    from_extension: false,
-                    cost,
-                    asked,
-                }),
-                Err(e) => Err(Stopped::Failed(summarizer_failure(e), cost)),
-            }
-        }
+        })
     }
+}
+
+/// The one step (`compactor::step::summarize`) with the session's hooks, engine and prices.
+pub(super) async fn summarize(r: Request<'_>) -> Result<Summarized, Stopped> {
+    let hooks = match r.hooks {
+        Hooks::Ask { asked, speculative } => Some(SessionHooks {
+            daemon: r.daemon,
+            session_id: &r.session.id,
+            path: r.path,
+            custom: r.custom,
+            reason: r.reason,
+            will_retry: r.will_retry,
+            speculative,
+            asked,
+            cancel: r.cancel,
+        }),
+        Hooks::Skip => None,
+    };
+    let engine = || {
+        r.daemon
+            .session_engine(r.session, r.settings)
+            .map_err(|e| e.message)
+    };
+    let price = |engine: &crate::compactor::SummaryEngine, usage: &crate::summarizer::Usage| {
+        r.daemon.config.summarizer_cost(engine, usage)
+    };
+    step::summarize(step::Step {
+        prep: r.prep,
+        hooks: hooks.as_ref().map(|h| h as &dyn step::Hooks),
+        engine: &engine,
+        price: &price,
+        custom: r.custom,
+        thinking_level: Some(r.thinking_level),
+        on_retry: r.on_retry,
+        cancel: r.cancel,
+        made: r.made,
+    })
+    .await
+    .map_err(|s| match s {
+        step::Stopped::Vetoed => Stopped::Vetoed,
+        step::Stopped::NoEngine(m) => {
+            Stopped::Failed(CompactionFailure::Error(ErrorKind::Auth, m), Cost::FREE)
+        }
+        step::Stopped::Failed(e, cost) => Stopped::Failed(summarizer_failure(e), cost),
+    })
 }

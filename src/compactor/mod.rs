@@ -8,6 +8,8 @@
 //! This is the imperative shell around the pure core: it owns the async calls, cancellation and
 //! the single file write, and nothing else. The daemon and the CLI both drive it.
 
+pub mod step;
+
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -131,8 +133,6 @@ pub enum CompactError {
     /// Reading or writing the session file failed (the storage error, with its source).
     #[error(transparent)]
     Store(#[from] store::StoreError),
-    #[error("Session file is locked by another compactd process: {}", .0.display())]
-    Locked(std::path::PathBuf),
     #[error("Session file changed during compaction (another process wrote to it); nothing was written: {}", .0.display())]
     ChangedMeanwhile(std::path::PathBuf),
 }
@@ -554,33 +554,35 @@ pub fn append_outcome(
     (entry, BranchIndex::build(&view).context_total())
 }
 
-/// Pi's manual compaction of a session file (`AgentSession.compact()`): load (with Pi's
-/// load-time repairs), prepare, summarize, and append the entry. On any failure the file is left
-/// exactly as loading left it. The file is locked as a daemon locks it (a file a daemon holds is
-/// refused), and a file another process wrote to during the summarizer call is not written.
-/// The summarizer's retries are reported to `on_retry`.
-pub async fn compact_file(
+/// Pi's manual compaction of a session file (`AgentSession.compact()`), as `compactd compact`
+/// runs it: opened through the configured storage `backend` as the daemon opens it (Pi's
+/// load-time repairs, the shared lock: a file a daemon holds is refused, the allowed roots),
+/// prepared, summarized by the one summarization step ([`step::summarize`], with no hooks: no
+/// client is there to ask), and the entry appended through the session's storage. On any
+/// failure the file is left exactly as loading left it, and a file another process wrote to
+/// during the summarizer call is not written. The summarizer's retries are reported to
+/// `on_retry`.
+#[allow(clippy::too_many_arguments)]
+pub async fn compact_in(
+    backend: &dyn store::Backend,
     path: &Path,
     settings: &CompactionSettings,
-    engine: &SummaryEngine,
+    engine: Arc<SummaryEngine>,
+    price: &(dyn Fn(&SummaryEngine, &crate::summarizer::Usage) -> crate::accounting::Cost + Sync),
     custom_instructions: Option<&str>,
     cancel: &CancellationToken,
     on_retry: &OnRetry<'_>,
 ) -> Result<Compacted, CompactError> {
-    // Resolved once here: the writes below follow no link (`crate::confined`).
-    let abs = crate::confined::resolve(&store::absolute(path));
-    let _lock = match store::try_lock(&abs) {
-        Ok(Some(lock)) => lock,
-        Ok(None) => return Err(CompactError::Locked(abs)),
-        Err(store::StoreError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
-        {
-            return Err(store::StoreError::NotFound(abs).into())
-        }
-        Err(e) => return Err(e.into()),
+    let abs = store::absolute(path);
+    let text = abs.to_string_lossy();
+    let location = backend.locate(store::Address {
+        path: Some(&text),
+        header_id: None,
+    })?;
+    let (mut tree, mut storage) = match backend.open(&location, None)? {
+        store::Opened::Loaded { storage, tree } => (tree, storage),
+        store::Opened::Missing { .. } => return Err(store::StoreError::NotFound(location).into()),
     };
-    let limits = store::Limits::default();
-    let (mut tree, _report, stamp) = store::load_with(&abs, true, &limits)?;
     let branch = tree.branch();
     let view = BranchView {
         tree: &tree,
@@ -590,41 +592,75 @@ pub async fn compact_file(
     let prep = prepare_branch(&view, &index, settings)
         .map_err(|reason| CompactError::NothingToCompact(reason.message()))?;
     let (thinking, _model) = context_settings(&view);
-    let outcome = generate(
-        &prep,
-        engine,
-        custom_instructions,
-        thinking.as_str(),
-        cancel,
+    let engine = move || Ok(engine.clone());
+    let made = step::summarize(step::Step {
+        prep: &prep,
+        hooks: None,
+        engine: &engine,
+        price,
+        custom: custom_instructions,
+        thinking_level: thinking.as_str(),
         on_retry,
-        &Meter::default(),
-    )
-    .await?;
+        cancel,
+        made: None,
+    })
+    .await
+    .map_err(|s| match s {
+        step::Stopped::Vetoed => CompactError::Cancelled,
+        step::Stopped::NoEngine(m) => CompactError::Summarization(m),
+        step::Stopped::Failed(e, _) => e,
+    })?;
     if cancel.is_cancelled() {
         return Err(CompactError::Cancelled);
     }
-    let (entry, estimated) = append_outcome(&mut tree, &outcome, ids::now_ms());
-    let raw = tree
-        .leaf()
-        .map(|i| tree.entry(i).raw().to_vec())
-        .unwrap_or_default();
-    match store::read_tail(&abs, &stamp, &limits) {
-        Ok(store::Tail::Unchanged) => {}
-        Ok(_) => return Err(CompactError::ChangedMeanwhile(abs)),
+    // Nothing is written after another process's write: its lines are not this compaction's.
+    let mut lines = Vec::new();
+    match storage.before_write(&mut lines) {
+        Ok(()) if lines.is_empty() => {}
+        Ok(()) | Err(store::StoreError::Changed(_) | store::StoreError::Busy(_)) => {
+            return Err(CompactError::ChangedMeanwhile(location))
+        }
         Err(e) => return Err(e.into()),
     }
-    store::append_raw(
-        &abs,
-        &raw,
-        limits
-            .durability
-            .syncs_entry(crate::session::EntryKind::Compaction),
-    )?;
+    let (entry, estimated) = append_outcome(&mut tree, &made.outcome, ids::now_ms());
+    let Some(leaf) = tree.leaf() else {
+        return Err(CompactError::ChangedMeanwhile(location));
+    };
+    let written = storage.append(tree.entry(leaf), &mut |_| {
+        Err(store::StoreError::Moved(
+            "another writer extended the session during compaction".into(),
+        ))
+    })?;
+    debug_assert!(written.is_none(), "a file never re-parents");
     Ok(Compacted {
-        result: CompactionResult::new(&outcome, estimated),
+        result: CompactionResult::new(&made.outcome, estimated),
         entry,
         tree,
     })
+}
+
+/// [`compact_in`] on session files anywhere ([`store::Files::unconfined`]), its calls unpriced:
+/// the library's form, for a caller with no configuration.
+pub async fn compact_file(
+    path: &Path,
+    settings: &CompactionSettings,
+    engine: &SummaryEngine,
+    custom_instructions: Option<&str>,
+    cancel: &CancellationToken,
+    on_retry: &OnRetry<'_>,
+) -> Result<Compacted, CompactError> {
+    let unpriced = |_: &SummaryEngine, usage: &crate::summarizer::Usage| usage.cost(None);
+    compact_in(
+        &store::Files::unconfined(),
+        path,
+        settings,
+        Arc::new(engine.clone()),
+        &unpriced,
+        custom_instructions,
+        cancel,
+        on_retry,
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -1,0 +1,146 @@
+//! The one summarization step: a preparation in, a summary with its cost out. Every compaction
+//! summary comes from [`summarize`]: the daemon's compactions, speculations and their installs
+//! (through `daemon::lifecycle::summarize`, which supplies the `session_before_compact` hooks
+//! and says when they are asked on each path) and `compactd compact` (no hooks: no client is
+//! there to ask). The order is fixed here once: the hooks (a cancel stops everything, a valid
+//! summary of their own replaces the summarizer's), then the engine with its retries, then the
+//! price of every call it made.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use super::{generate, CompactError, Meter, OnRetry, SummaryEngine};
+use crate::accounting::Cost;
+use crate::compaction::prepare::Preparation;
+use crate::compaction::summary::CompactionOutcome;
+use crate::summarizer::Usage;
+
+/// What the hooks said.
+pub enum Verdict {
+    /// No hook had anything to say: the summarizer writes the summary.
+    Proceed,
+    /// A hook cancelled the compaction.
+    Cancel,
+    /// A hook supplied the compaction (the last valid one wins, as in Pi).
+    Supplied(Box<CompactionOutcome>),
+}
+
+/// The `session_before_compact` hooks of one summary, as whoever runs the step asks them.
+pub trait Hooks: Send + Sync {
+    /// Asks every hook not asked yet about `prep`: the verdict, and the hooks asked (by
+    /// registration `seq`).
+    fn ask<'a>(&'a self, prep: &'a Preparation) -> BoxFuture<'a, (Verdict, Vec<u64>)>;
+}
+
+/// One summary to make.
+pub struct Step<'a> {
+    pub prep: &'a Preparation,
+    /// Who may cancel or supply it (`None`: nobody is asked).
+    pub hooks: Option<&'a dyn Hooks>,
+    /// The summarizer, or why there is none (a missing key): asked for only when needed.
+    pub engine: &'a (dyn Fn() -> Result<Arc<SummaryEngine>, String> + Sync),
+    /// The price of the engine's usage.
+    pub price: &'a (dyn Fn(&SummaryEngine, &Usage) -> Cost + Sync),
+    pub custom: Option<&'a str>,
+    pub thinking_level: Option<&'a str>,
+    pub on_retry: &'a OnRetry<'a>,
+    pub cancel: &'a CancellationToken,
+    /// A summary made already (a speculation's, at its install): the hooks are asked, and when
+    /// none objects it is the result; the summarizer is not called.
+    pub made: Option<Summarized>,
+}
+
+/// A summary made.
+#[derive(Debug, Clone)]
+pub struct Summarized {
+    pub outcome: CompactionOutcome,
+    /// Who wrote it, as logs name it.
+    pub summarizer: String,
+    /// A hook supplied it (Pi's `fromExtension`).
+    pub from_extension: bool,
+    /// What its calls cost: priced at the engine's model; the extractive engine is free; a
+    /// hook's own summary reports its own usage, at a price compactd does not know.
+    pub cost: Cost,
+    /// The hooks asked for it (by registration `seq`).
+    pub asked: Vec<u64>,
+}
+
+/// Why no summary was made.
+#[derive(Debug)]
+pub enum Stopped {
+    /// A hook cancelled it.
+    Vetoed,
+    /// There is no summarizer to call (the message says why: a missing key).
+    NoEngine(String),
+    /// The summarizer failed, or the run was cancelled; with what its calls spent meanwhile.
+    Failed(CompactError, Cost),
+}
+
+/// Who wrote a summary, as logs name it.
+pub fn summarizer_name(engine: Option<&SummaryEngine>, from_hook: bool) -> String {
+    if from_hook {
+        return "hook".to_owned();
+    }
+    match engine {
+        Some(SummaryEngine::Llm { model, .. }) => format!("{}/{}", model.provider, model.id),
+        Some(SummaryEngine::Extractive { .. }) => "extractive".to_owned(),
+        None => "none".to_owned(),
+    }
+}
+
+/// The hooks, then (unless one cancelled or supplied the summary, or one was made already) the
+/// engine with its retries; prices what the calls cost.
+pub async fn summarize(step: Step<'_>) -> Result<Summarized, Stopped> {
+    let (verdict, asked) = match step.hooks {
+        Some(hooks) => hooks.ask(step.prep).await,
+        None => (Verdict::Proceed, Vec::new()),
+    };
+    match verdict {
+        Verdict::Cancel => Err(Stopped::Vetoed),
+        Verdict::Supplied(o) => Ok(Summarized {
+            cost: o.usage.unwrap_or_default().cost(None),
+            outcome: *o,
+            summarizer: summarizer_name(None, true),
+            from_extension: true,
+            asked,
+        }),
+        Verdict::Proceed => match step.made {
+            Some(mut made) => {
+                made.asked.extend(asked);
+                Ok(made)
+            }
+            None => {
+                if step.cancel.is_cancelled() {
+                    return Err(Stopped::Failed(CompactError::Cancelled, Cost::FREE));
+                }
+                let engine = (step.engine)().map_err(Stopped::NoEngine)?;
+                let meter = Meter::default();
+                let generated = generate(
+                    step.prep,
+                    &engine,
+                    step.custom,
+                    step.thinking_level,
+                    step.cancel,
+                    step.on_retry,
+                    &meter,
+                )
+                .await;
+                // What the calls spent counts even when they failed (a discarded speculation's
+                // waste, a failed compaction's spend).
+                let cost = (step.price)(&engine, &meter.total());
+                match generated {
+                    Ok(outcome) => Ok(Summarized {
+                        outcome,
+                        summarizer: summarizer_name(Some(&engine), false),
+                        from_extension: false,
+                        cost,
+                        asked,
+                    }),
+                    Err(e) => Err(Stopped::Failed(e, cost)),
+                }
+            }
+        },
+    }
+}
