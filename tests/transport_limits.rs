@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::daemon_env::{keep_recent, park_compactions, wait_for_socket, Env};
 use support::rpc_client::{Client, Framing};
-use support::{settled_rss_kib, wait_until};
+use support::{settled_rss_kib, unread_by_peer, wait_until};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -130,17 +130,6 @@ fn a_short_content_length_gives_a_parse_error_and_the_stream_resynchronises() {
         (json!(2), json!([])),
         "the next frame is answered: {replies:?}"
     );
-}
-
-/// Bytes written to `s` that the daemon has not read yet (`TIOCOUTQ`: data sent on a Unix
-/// socket stays charged to the sender until the reader takes it, or closes).
-fn unread_by_peer(s: &UnixStream) -> usize {
-    use std::os::fd::AsRawFd;
-    let mut n: libc::c_int = 0;
-    // SAFETY: an open descriptor, and a pointer to the int TIOCOUTQ writes.
-    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
-    assert_eq!(r, 0, "TIOCOUTQ: {}", std::io::Error::last_os_error());
-    usize::try_from(n).unwrap_or(0)
 }
 
 #[test]

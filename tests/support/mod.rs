@@ -280,3 +280,31 @@ pub fn settled_rss_kib(pid: u32, every: Duration, timeout: Duration) -> u64 {
     });
     last
 }
+
+/// Bytes written on `s` that its peer has not read yet (`TIOCOUTQ`: data sent on a Unix socket
+/// stays charged to the sender until the reader takes it, or closes). Zero once the daemon
+/// read a request: it is then being handled.
+pub fn unread_by_peer(s: &impl std::os::fd::AsRawFd) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: an open descriptor, and a pointer to the int TIOCOUTQ writes.
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+    assert_eq!(r, 0, "TIOCOUTQ: {}", std::io::Error::last_os_error());
+    usize::try_from(n).unwrap_or(0)
+}
+
+/// Whether signal `signo` is still pending for process `pid` (its `ShdPnd` mask): once it is
+/// not, the process took it (handled, ignored, or died of it). A process that is gone has
+/// nothing pending.
+pub fn signal_pending(pid: u32, signo: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("ShdPnd:")
+                .or_else(|| l.strip_prefix("SigPnd:"))
+        })
+        .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .any(|mask| mask & (1 << (signo - 1)) != 0)
+}
