@@ -559,8 +559,12 @@ macro_rules! messages {
         impl<$elt> $enum<$elt> {
             /// Reads the notification `name` with `params` as the typed event: an unknown name
             /// or a payload of the wrong shape is an [`EventError`], never a panic. Members
-            /// the payload type does not know are ignored, as a newer daemon may add them.
+            /// the payload type does not know are ignored, as a newer daemon may add them;
+            /// absent params (`null`: JSON-RPC lets a notification omit them) read as `{}`.
             pub fn parse(name: &str, params: &$elt Value) -> Result<$enum<$elt>, EventError> {
+                static NO_PARAMS: std::sync::LazyLock<Value> =
+                    std::sync::LazyLock::new(|| Value::Object(Default::default()));
+                let params = if params.is_null() { &*NO_PARAMS } else { params };
                 let kind = $kinds::of(name).ok_or_else(|| EventError::Unknown(name.to_owned()))?;
                 Ok(match kind {
                     $( $kinds::$payload => $enum::$payload(
@@ -914,6 +918,11 @@ mod tests {
         ] {
             assert!(Event::parse("compaction_start", &bad).is_err(), "{bad}");
         }
+        // Absent params are no members: enough for an event that has none.
+        assert_eq!(
+            Event::parse("subscription_dropped", &Value::Null),
+            Ok(Event::SubscriptionDropped(SubscriptionDropped {}))
+        );
         // A member a newer daemon adds is ignored.
         let newer = json!({"sessionId": "s1", "reason": "manual", "extra": 1});
         assert_eq!(
