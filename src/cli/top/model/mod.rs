@@ -13,9 +13,9 @@
 //! `listSessions`' base `SessionInfo` is optional: an older daemon, or one without the
 //! speculation and accounting work, simply leaves those cells empty.
 //!
-//! The concepts live apart: [`session`] reads a `listSessions` member, [`events`] folds the
-//! typed events of `rpc::events` in, [`row`] derives a row's cells and state, [`preview`] and
-//! [`format`] say how things read.
+//! The concepts live apart: `session` reads a `listSessions` member, `events` folds the typed
+//! events of `rpc::events` in, `row` derives a row's cells and state, `preview` and `format`
+//! say how things read.
 
 mod events;
 mod format;
