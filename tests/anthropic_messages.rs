@@ -16,6 +16,7 @@ use compactd::summarizer::{
 use serde_json::{json, Value};
 use support::fake_llm::{event, js_len, Ending, MockServer, Scripted};
 use support::recorded_requests;
+use support::wait_until_async;
 use tokio_util::sync::CancellationToken;
 
 fn fake_claude(base: &str) -> ModelSpec {
@@ -368,8 +369,13 @@ async fn abort_and_idle_timeout() {
         .with_idle_timeout(Duration::from_millis(300));
     let cancel = CancellationToken::new();
     let c2 = cancel.clone();
+    // Cancelled once the server sent its first events and stalls: mid-stream.
+    let stalls = server.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        wait_until_async(Duration::from_secs(10), "the stream stalls", || {
+            stalls.stalled() >= 1
+        })
+        .await;
         c2.cancel();
     });
     let start = Instant::now();

@@ -30,6 +30,7 @@ use serde_json::{json, Value};
 use support::daemon_env::{now_ms, open, parsed_lines, Env, KillOnDrop};
 use support::oracle::Oracle;
 use support::rpc_client::{Client, Framing};
+use support::{settled_rss_kib, unread_by_peer, wait_until};
 
 const CLIENTS: usize = 64;
 const SHARED: usize = 4;
@@ -579,6 +580,7 @@ fn a_rename_race_never_puts_an_acknowledged_entry_in_the_wrong_file() {
                 if exchange(&a, &b) {
                     n += 1;
                 }
+                // Pacing, not waiting: the swaps go on throughout the appends.
                 std::thread::sleep(Duration::from_micros(200));
             }
             n
@@ -671,23 +673,32 @@ fn search_history_over_huge_entries_is_bounded_and_never_delays_appends() {
     let socket = env.path("run/h.sock");
     let daemon = KillOnDrop(env.serve_ready(&socket, &[], std::process::Stdio::null()));
     let pid = daemon.0.id();
-    let mut searcher = Client::socket(&socket, Framing::Ndjson);
+    let stream = std::os::unix::net::UnixStream::connect(&socket).expect("connect");
+    let searcher_socket = stream.try_clone().expect("clone");
+    let mut searcher = Client::over(stream, Framing::Ndjson);
     let sid = open(&mut searcher, &file);
     let mut writer = Client::socket(&socket, Framing::Ndjson);
     let sid2 = open(&mut writer, &file);
     assert_eq!(sid, sid2);
-    std::thread::sleep(Duration::from_millis(200));
+    // The peak so far, once the opens' work is over.
+    settled_rss_kib(pid, Duration::from_millis(50), Duration::from_secs(60));
     let base = proc_kib(pid, "VmHWM:");
     let (tx, rx) = mpsc::channel();
+    let search_id = searcher.send(
+        "searchHistory",
+        json!({"sessionId": sid, "query": "NO SUCH NEEDLE anywhere"}),
+    );
     let search = std::thread::spawn(move || {
-        let r = searcher.request(
-            "searchHistory",
-            json!({"sessionId": sid, "query": "NO SUCH NEEDLE anywhere"}),
-        );
+        let r = searcher.wait(search_id, Duration::from_secs(60));
         tx.send(Instant::now()).unwrap();
         r
     });
-    std::thread::sleep(Duration::from_millis(100));
+    // The daemon read the search request: it runs from now on.
+    wait_until(
+        Duration::from_secs(60),
+        "the daemon read the search",
+        || unread_by_peer(&searcher_socket) == 0,
+    );
     let appended = writer.request(
         "appendMessage",
         json!({"sessionId": sid2, "message": {"role": "user", "content": "during the search", "timestamp": now_ms()}}),

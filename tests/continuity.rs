@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::daemon_env::{keep_recent, now_ms, tool_session, usage, Env};
+use support::daemon_env::{keep_recent, next_millisecond, now_ms, tool_session, usage, Env};
 use support::oracle::Oracle;
 use support::rpc_client::{Client, Framing};
 
@@ -537,7 +537,7 @@ fn the_thrash_breaker_bounds_compactions_that_cannot_help() {
     c.ok("subscribe", json!({"sessionId": sid}));
     let mut actions = Vec::new();
     for i in 0..8 {
-        std::thread::sleep(Duration::from_millis(5));
+        next_millisecond();
         c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "user", "content": format!("step {i} {}", "go ".repeat(300)), "timestamp": now_ms()}}));
         c.ok("appendMessage", json!({"sessionId": sid, "message": reply(&format!("did {i} {}", "ok ".repeat(300)), 7500)}));
         let out = c.ok(
@@ -621,7 +621,7 @@ fn the_thrash_breaker_bounds_compactions_that_cannot_help() {
         json!({"sessionId": sid, "compaction": {"keepRecentTokens": 300, "reserveTokens": 1000, "maxIneffectiveCompactions": 0}}),
     );
     for i in 0..3 {
-        std::thread::sleep(Duration::from_millis(5));
+        next_millisecond();
         c.ok("appendMessage", json!({"sessionId": sid, "message": {"role": "user", "content": format!("off {i} {}", "go ".repeat(300)), "timestamp": now_ms()}}));
         c.ok(
             "appendMessage",

@@ -213,6 +213,7 @@ fn verify(env: &Env, file: &Path, ledger: &Ledger, oracle: Option<&Oracle>) {
 fn kill_after(c: &Client, delay: Duration) -> std::thread::JoinHandle<()> {
     let pid = c.pid().expect("spawned daemon");
     std::thread::spawn(move || {
+        // The behaviour under test: a kill at an arbitrary moment of the work, not a wait.
         std::thread::sleep(delay);
         let _ = std::process::Command::new("kill")
             .arg("-9")
@@ -290,6 +291,8 @@ fn kill_9_during_appends_and_compactions_loses_nothing_acknowledged() {
                 let compact = c.send("compact", json!({"sessionId": sid}));
                 c.wait_notification("compaction_start", LONG)
                     .expect("compaction_start");
+                // A random moment of the stalled compaction to kill it at (behaviour, not a
+                // wait: the start was already seen).
                 std::thread::sleep(Duration::from_millis(rng.below(50)));
                 c.kill();
                 let responses = c.drain(Duration::from_millis(100));
@@ -355,13 +358,25 @@ fn kill_9_during_appends_and_compactions_loses_nothing_acknowledged() {
     );
 }
 
-/// Sends `signal` (a `kill -s` name) to `pid`.
+/// Sends `signal` (a `kill -s` name) to `pid`, and returns once the process took it (handled
+/// it, or died of it): what the caller checks next is then the signal's effect.
 fn signal(pid: u32, name: &str) {
     let status = std::process::Command::new("kill")
         .args(["-s", name, &pid.to_string()])
         .status()
         .expect("run kill");
     assert!(status.success(), "kill -s {name} {pid}");
+    let signo = match name {
+        "HUP" => libc::SIGHUP,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        other => panic!("no signal number for {other}"),
+    };
+    support::wait_until(
+        Duration::from_secs(10),
+        &format!("process {pid} takes SIG{name}"),
+        || !support::signal_pending(pid, signo),
+    );
 }
 
 /// SIGHUP (a closed terminal, a log rotation's `kill -HUP`), SIGUSR1 and SIGUSR2 terminate a
@@ -376,7 +391,6 @@ fn hup_and_usr_signals_never_kill_the_daemon() {
     let pid = c.pid().expect("spawned daemon");
     for name in ["HUP", "USR1", "USR2"] {
         signal(pid, name);
-        std::thread::sleep(Duration::from_millis(100));
         let r = c.request(
             "appendMessage",
             json!({"sessionId": sid, "message": {"role": "user", "content": format!("after {name}"), "timestamp": now_ms()}}),
@@ -390,7 +404,6 @@ fn hup_and_usr_signals_never_kill_the_daemon() {
     s.ok("listSessions", json!({}));
     for name in ["HUP", "USR1", "USR2"] {
         signal(daemon.0.id(), name);
-        std::thread::sleep(Duration::from_millis(100));
         assert!(
             daemon.0.try_wait().expect("wait").is_none(),
             "serve survives SIG{name}"

@@ -15,6 +15,7 @@ use compactd::summarizer::{
 use serde_json::{json, Value};
 use support::fake_llm::{data, js_len, Ending, MockServer, Scripted};
 use support::recorded_requests;
+use support::wait_until_async;
 use tokio_util::sync::CancellationToken;
 
 fn fake_gpt(base: &str) -> ModelSpec {
@@ -317,8 +318,13 @@ async fn abort_mid_stream_returns_promptly() {
     let c = client(&server);
     let cancel = CancellationToken::new();
     let c2 = cancel.clone();
+    // Cancelled once the server sent its first events and stalls: mid-stream.
+    let stalls = server.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        wait_until_async(Duration::from_secs(10), "the stream stalls", || {
+            stalls.stalled() >= 1
+        })
+        .await;
         c2.cancel();
     });
     let start = Instant::now();

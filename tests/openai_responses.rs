@@ -15,6 +15,7 @@ use compactd::summarizer::{
 };
 use serde_json::{json, Value};
 use support::fake_llm::{event, Ending, MockServer, Scripted};
+use support::wait_until_async;
 use tokio_util::sync::CancellationToken;
 
 fn model(base: &str) -> ModelSpec {
@@ -250,8 +251,13 @@ async fn missing_terminal_event_cut_abort_and_timeout() {
 
     let cancel = CancellationToken::new();
     let c2 = cancel.clone();
+    // Cancelled once the server sent its first events and stalls: mid-stream.
+    let stalls = server.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        wait_until_async(Duration::from_secs(10), "the stream stalls", || {
+            stalls.stalled() >= 1
+        })
+        .await;
         c2.cancel();
     });
     let start = Instant::now();

@@ -91,6 +91,8 @@ fn another_writers_entries_become_the_parent_of_the_next_append() {
     let tail = b.to_owned();
     let p2 = path.clone();
     let finisher = std::thread::spawn(move || {
+        // Pacing, not waiting: the other writer finishes its line a little later, around the
+        // daemon's append (either order must give the same parent).
         std::thread::sleep(Duration::from_millis(30));
         append_bytes(&p2, format!("{tail}\n").as_bytes());
     });

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::daemon_env::{keep_recent, park_compactions, wait_for_socket, Env};
 use support::rpc_client::{Client, Framing};
+use support::{settled_rss_kib, unread_by_peer, wait_until};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -131,15 +132,6 @@ fn a_short_content_length_gives_a_parse_error_and_the_stream_resynchronises() {
     );
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn a_client_that_never_reads_cannot_grow_the_daemons_memory() {
     let env = Env::new();
@@ -161,8 +153,7 @@ fn a_client_that_never_reads_cannot_grow_the_daemons_memory() {
         .to_string()
         .len();
     assert!(branch_bytes > 500_000, "a big reply: {branch_bytes}");
-    std::thread::sleep(Duration::from_millis(200));
-    let base = rss_kib(daemon.id());
+    let base = settled_rss_kib(daemon.id(), Duration::from_millis(50), LONG);
     // A raw connection that sends 120 getBranch requests and reads nothing.
     let mut raw = UnixStream::connect(&socket).unwrap();
     raw.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
@@ -176,8 +167,8 @@ fn a_client_that_never_reads_cannot_grow_the_daemons_memory() {
         }
         sent += 1;
     }
-    std::thread::sleep(Duration::from_secs(2));
-    let grown = rss_kib(daemon.id()).saturating_sub(base);
+    // Once the daemon stopped reading this client, what it holds no longer changes.
+    let grown = settled_rss_kib(daemon.id(), Duration::from_millis(500), LONG).saturating_sub(base);
     // Unbounded, 120 queued replies of ~1 MB each took well over 120 MB.
     assert!(
         grown < 60_000,
@@ -252,7 +243,9 @@ fn many_clients_sending_huge_frames_share_one_buffer_budget() {
     let mut a = UnixStream::connect(&socket).unwrap();
     let mut b = UnixStream::connect(&socket).unwrap();
     a.write_all(body(1).as_bytes()).unwrap(); // no newline yet: held in the budget
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until(LONG, "the daemon read a's unfinished frame", || {
+        unread_by_peer(&a) == 0
+    });
     b.write_all(body(2).as_bytes()).unwrap();
     b.write_all(b"\n").unwrap();
     b.set_read_timeout(Some(LONG)).unwrap();
@@ -323,11 +316,9 @@ fn connections_past_the_limit_are_refused_with_a_reason() {
         .contains("limit of 2 connections"));
     drop(a);
     // Once a slot is free, a new client is served.
-    let deadline = Instant::now() + LONG;
-    while !initialize_raw(&socket).contains("serverName") {
-        assert!(Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(LONG, "a new client is served", || {
+        initialize_raw(&socket).contains("serverName")
+    });
     stop(daemon);
 }
 
@@ -373,8 +364,12 @@ fn running_out_of_file_descriptors_backs_off_instead_of_spinning() {
     let held: Vec<UnixStream> = (0..100)
         .filter_map(|_| UnixStream::connect(&socket).ok())
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until(LONG, "the daemon ran out of descriptors", || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("accept failed"))
+    });
     let t0 = cpu_ticks(daemon.id());
+    // The behaviour under test: the CPU the daemon uses over a fixed interval while out of
+    // descriptors (a spinning accept loop would take the whole of it).
     std::thread::sleep(Duration::from_secs(2));
     let used = cpu_ticks(daemon.id()) - t0;
     let text = std::fs::read_to_string(&log).unwrap();
@@ -385,11 +380,9 @@ fn running_out_of_file_descriptors_backs_off_instead_of_spinning() {
     assert!(used < 40, "{used} CPU ticks in 2 s");
     drop(held);
     // Once descriptors are free again, clients are served.
-    let deadline = Instant::now() + LONG;
-    while !initialize_raw(&socket).contains("serverName") {
-        assert!(Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(LONG, "a new client is served", || {
+        initialize_raw(&socket).contains("serverName")
+    });
     stop(daemon);
 }
 
@@ -491,11 +484,7 @@ fn the_default_socket_directory_is_created_private_or_verified() {
 fn park_a_compaction(c: &mut Client, file: &Path, hook_timeout_ms: u64) -> (String, u64) {
     let (sid, asked) = park_compactions(c, file, hook_timeout_ms);
     let first = c.send("compact", json!({"sessionId": sid}));
-    let deadline = Instant::now() + LONG;
-    while !asked.load(Ordering::SeqCst) {
-        assert!(Instant::now() < deadline, "the hook was never asked");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(LONG, "the hook is asked", || asked.load(Ordering::SeqCst));
     (sid, first)
 }
 
@@ -582,7 +571,9 @@ fn header_only_lsp_frames_reserve_no_budget() {
         s.write_all(b"Content-Length: 1000000\r\n\r\n{").unwrap();
         stalled.push(s);
     }
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until(LONG, "the daemon read every stalled header", || {
+        stalled.iter().all(|s| unread_by_peer(s) == 0)
+    });
     let mut s = UnixStream::connect(&socket).unwrap();
     s.write_all(&lsp(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
@@ -631,7 +622,11 @@ fn half_frames_that_stall_are_closed_after_the_idle_timeout() {
         let s = loop {
             let mut s = UnixStream::connect(&socket).unwrap();
             if s.write_all(half).is_ok() {
-                std::thread::sleep(Duration::from_millis(50));
+                // Taken in (read) or refused (closed, the refusal written first): either way
+                // the daemon no longer holds our bytes unread.
+                wait_until(LONG, "the daemon took or refused the half frame", || {
+                    unread_by_peer(&s) == 0
+                });
                 let mut probe = [0u8; 1];
                 s.set_nonblocking(true).unwrap();
                 let refused = std::io::Read::read(&mut s, &mut probe).is_ok();
@@ -648,11 +643,8 @@ fn half_frames_that_stall_are_closed_after_the_idle_timeout() {
         };
         lorises.push(s);
     }
-    std::thread::sleep(Duration::from_millis(1500));
-    // The slots are free again: a new client is served, and the stalled ones were closed.
-    let mut fresh = Client::socket(&socket, Framing::Ndjson);
-    let r = fresh.request("initialize", json!({}));
-    assert!(r.is_ok(), "a new client is served: {r:?}");
+    // The stalled ones are closed after the idle timeout (500 ms; read_to_end ends at the
+    // daemon's close, and fails if that takes longer than 5 s).
     for mut s in lorises {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut rest = Vec::new();
@@ -662,6 +654,14 @@ fn half_frames_that_stall_are_closed_after_the_idle_timeout() {
             "the daemon closed the stalled connection: {end:?}"
         );
     }
+    // Their slots are free again (a connection's slot is released as its task ends, just
+    // after the close): a new client is served.
+    wait_until(LONG, "a slot is free for a new client", || {
+        initialize_raw(&socket).contains("serverName")
+    });
+    let mut fresh = Client::socket(&socket, Framing::Ndjson);
+    let r = fresh.request("initialize", json!({}));
+    assert!(r.is_ok(), "a new client is served: {r:?}");
     assert!(
         idle.request("initialize", json!({})).is_ok(),
         "the idle client is kept"
@@ -688,8 +688,7 @@ fn unread_replies_are_bounded_per_connection_by_default_and_daemon_wide() {
             .unwrap()
             .to_owned();
         c.ok("getBranch", json!({"sessionId": sid}));
-        std::thread::sleep(Duration::from_millis(200));
-        let base = rss_kib(daemon.id());
+        let base = settled_rss_kib(daemon.id(), Duration::from_millis(50), LONG);
         let mut raws = Vec::new();
         for _ in 0..clients {
             let mut raw = UnixStream::connect(&socket).unwrap();
@@ -706,20 +705,8 @@ fn unread_replies_are_bounded_per_connection_by_default_and_daemon_wide() {
             raws.push(raw);
         }
         // Replies of a debug build take a while each: wait until the daemon stops growing
-        // (it has stopped reading these clients), at most 40 s.
-        let deadline = Instant::now() + Duration::from_secs(40);
-        let mut last = rss_kib(daemon.id());
-        let mut steady = 0;
-        while steady < 4 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(500));
-            let now = rss_kib(daemon.id());
-            steady = if now.abs_diff(last) < 1024 {
-                steady + 1
-            } else {
-                0
-            };
-            last = now;
-        }
+        // (it has stopped reading these clients).
+        let last = settled_rss_kib(daemon.id(), Duration::from_millis(500), LONG);
         let grown = last.saturating_sub(base);
         drop(raws);
         stop(daemon);

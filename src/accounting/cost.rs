@@ -1,13 +1,13 @@
 //! What a set of provider calls consumed, in tokens and (with a price) in US dollars.
 
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::prices::Price;
 
 /// Tokens of one or more calls, by kind, and their price (`None`: the model has no known
 /// price, never 0). Serialized as `{input, output, cacheRead, cacheWrite, usd}`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Cost {
     pub input: u64,

@@ -2,7 +2,7 @@
 //! (compaction.md §6.2 response checks, §6.6 assembly, §7 persistence).
 
 use schemars::JsonSchema;
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::file_ops::format_file_operations;
@@ -189,7 +189,7 @@ pub fn js_number<S: Serializer>(f: &f64, s: S) -> Result<S::Ok, S::Error> {
 
 /// Pi's `CompactionResult` plus compactd's `estimatedTokensAfter`: the outcome of a compaction
 /// (`compact`, `checkCompaction.result`, `compaction_end.result`, `compactd compact`).
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionResult {
     pub summary: String,

@@ -8,7 +8,7 @@
 //! so it can never disagree with what subscribers were told, and the compaction lifecycle needs
 //! no bookkeeping of its own. Pure: the caller passes the clock (epoch milliseconds).
 
-use serde_json::Value;
+use crate::rpc::events::Event;
 
 /// A compaction between its `compaction_start` and `compaction_end`.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,7 +24,7 @@ pub struct Finished {
     pub first_kept_entry_id: String,
     pub tokens_before: f64,
     /// `estimatedTokensAfter`: the agent context rebuilt right after the entry was appended.
-    pub tokens_after: Option<u64>,
+    pub tokens_after: u64,
     /// From `compaction_start` to `compaction_end`; `None` when the start was not seen.
     pub duration_ms: Option<u64>,
 }
@@ -38,34 +38,24 @@ pub struct Activity {
 
 impl Activity {
     /// Takes in one event of the session, announced at `now_ms`.
-    pub fn observe(&mut self, event: &str, params: &Value, now_ms: i64) {
+    pub fn observe(&mut self, event: &Event<'_>, now_ms: i64) {
         match event {
-            "compaction_start" => {
+            Event::CompactionStart(start) => {
                 self.running = Some(Running {
-                    reason: params
-                        .get("reason")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
+                    reason: start.reason.as_str().to_owned(),
                     started_ms: now_ms,
                 });
             }
-            "compaction_end" => {
+            Event::CompactionEnd(end) => {
                 // Ends whatever runs, with or without a start (the overflow give-up has none).
                 let started = self.running.take();
-                let Some(result) = params.get("result") else {
-                    return;
-                };
-                let (Some(kept), Some(before)) = (
-                    result.get("firstKeptEntryId").and_then(Value::as_str),
-                    result.get("tokensBefore").and_then(Value::as_f64),
-                ) else {
+                let Some(result) = &end.result else {
                     return;
                 };
                 self.finished = Some(Finished {
-                    first_kept_entry_id: kept.to_owned(),
-                    tokens_before: before,
-                    tokens_after: result.get("estimatedTokensAfter").and_then(Value::as_u64),
+                    first_kept_entry_id: result.first_kept_entry_id.clone(),
+                    tokens_before: result.tokens_before,
+                    tokens_after: result.estimated_tokens_after,
                     duration_ms: started.map(|s| (now_ms - s.started_ms).max(0) as u64),
                 });
             }
@@ -91,16 +81,43 @@ impl Activity {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::compaction::summary::CompactionResult;
+    use crate::rpc::events::{CompactionEnd, CompactionStart, Reason, SummaryEdited};
+    use std::borrow::Cow;
+
+    fn start(reason: Reason) -> Event<'static> {
+        Event::CompactionStart(CompactionStart {
+            session_id: "s1",
+            reason,
+        })
+    }
+
+    /// A `compaction_end`: a success when `kept` names the first kept entry, else aborted.
+    fn end(reason: Reason, kept: Option<(&'static str, f64, u64)>) -> Event<'static> {
+        Event::CompactionEnd(CompactionEnd {
+            session_id: "s1",
+            reason,
+            result: kept.map(|(kept, before, after)| {
+                Cow::Owned(CompactionResult {
+                    summary: "s".into(),
+                    first_kept_entry_id: kept.into(),
+                    tokens_before: before,
+                    estimated_tokens_after: after,
+                    usage: None,
+                    details: None,
+                    cost: None,
+                })
+            }),
+            aborted: kept.is_none(),
+            will_retry: false,
+            error_message: None,
+        })
+    }
 
     #[test]
     fn a_start_and_a_successful_end_give_the_run_and_its_duration() {
         let mut a = Activity::default();
-        a.observe(
-            "compaction_start",
-            &json!({"sessionId": "s1", "reason": "threshold"}),
-            1_000,
-        );
+        a.observe(&start(Reason::Threshold), 1_000);
         assert_eq!(
             a.running(),
             Some(&Running {
@@ -108,15 +125,10 @@ mod tests {
                 started_ms: 1_000
             })
         );
-        a.observe(
-            "compaction_end",
-            &json!({"sessionId": "s1", "reason": "threshold", "aborted": false, "willRetry": false,
-                    "result": {"summary": "s", "firstKeptEntryId": "k1", "tokensBefore": 9000, "estimatedTokensAfter": 1200}}),
-            3_500,
-        );
+        a.observe(&end(Reason::Threshold, Some(("k1", 9000.0, 1200))), 3_500);
         assert_eq!(a.running(), None);
         let f = a.finished("k1", 9000.0).expect("the run is recorded");
-        assert_eq!(f.tokens_after, Some(1200));
+        assert_eq!(f.tokens_after, 1200);
         assert_eq!(f.duration_ms, Some(2_500));
         assert_eq!(
             a.finished("k2", 9000.0),
@@ -129,30 +141,25 @@ mod tests {
     #[test]
     fn a_failed_or_aborted_end_keeps_the_previous_run() {
         let mut a = Activity::default();
-        a.observe("compaction_start", &json!({"reason": "manual"}), 0);
-        a.observe(
-            "compaction_end",
-            &json!({"result": {"firstKeptEntryId": "k1", "tokensBefore": 10}}),
-            5,
-        );
-        a.observe("compaction_start", &json!({"reason": "manual"}), 10);
-        a.observe(
-            "compaction_end",
-            &json!({"aborted": true, "willRetry": false}),
-            20,
-        );
+        a.observe(&start(Reason::Manual), 0);
+        a.observe(&end(Reason::Manual, Some(("k1", 10.0, 1))), 5);
+        a.observe(&start(Reason::Manual), 10);
+        a.observe(&end(Reason::Manual, None), 20);
         assert_eq!(a.running(), None);
         assert_eq!(a.finished("k1", 10.0).and_then(|f| f.duration_ms), Some(5));
         // An end without a start (the overflow give-up) leaves no duration.
-        a.observe(
-            "compaction_end",
-            &json!({"result": {"firstKeptEntryId": "k2", "tokensBefore": 7}}),
-            30,
-        );
+        a.observe(&end(Reason::Overflow, Some(("k2", 7.0, 1))), 30);
         assert_eq!(a.finished("k2", 7.0).and_then(|f| f.duration_ms), None);
         // Other events change nothing.
         let before = a.clone();
-        a.observe("summary_edited", &json!({"compactionId": "x"}), 40);
+        a.observe(
+            &Event::SummaryEdited(SummaryEdited {
+                session_id: "s1",
+                compaction_id: "x",
+                entry_id: "y",
+            }),
+            40,
+        );
         assert_eq!(a, before);
     }
 }

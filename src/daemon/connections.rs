@@ -191,10 +191,10 @@ impl Connection {
                 .fetch_sub(1, Ordering::SeqCst)
                 .saturating_sub(1);
             if left == 0 && self.dropped_notice_pending.swap(false, Ordering::SeqCst) {
-                let params =
-                    crate::rpc::events::payload(&crate::rpc::events::SubscriptionDropped {});
+                use crate::rpc::events::{Message, SubscriptionDropped};
+                let params = crate::rpc::events::payload(&SubscriptionDropped {});
                 return Some(crate::rpc::wire::notification(
-                    "subscription_dropped",
+                    SubscriptionDropped::NAME,
                     &params,
                 ));
             }

@@ -458,10 +458,15 @@ impl Daemon {
     /// [`Daemon::emit`] of an event already serialized (one another daemon announced).
     fn emit_raw(&self, session_id: &str, name: &str, params: &Value) {
         if let Ok(session) = self.session(session_id) {
-            session
-                .activity
-                .lock()
-                .observe(name, params, crate::session::ids::now_ms());
+            // Read back as typed: an event another daemon (of another version) sent that does
+            // not parse still reaches the subscribers, it only is not folded in.
+            match crate::rpc::events::Event::parse(name, params) {
+                Ok(event) => session
+                    .activity
+                    .lock()
+                    .observe(&event, crate::session::ids::now_ms()),
+                Err(e) => tracing::debug!(session = session_id, error = %e, "event not recorded"),
+            }
         }
         let conns: Vec<Arc<Connection>> = self.connections.lock().values().cloned().collect();
         for c in conns {

@@ -5,6 +5,8 @@
 //! and `initialize` take their names from the same lists. `tests/openrpc.rs` checks the daemon's
 //! real traffic against the document.
 
+use std::borrow::Cow;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -17,7 +19,7 @@ use crate::compaction::reply::Usage;
 use crate::compaction::summary::js_number;
 
 /// Why a compaction runs (Pi's `reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Reason {
     Manual,
@@ -50,7 +52,7 @@ impl From<AutoReason> for Reason {
 }
 
 /// `compaction_start`'s payload.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionStart<'a> {
     pub session_id: &'a str,
@@ -58,23 +60,26 @@ pub struct CompactionStart<'a> {
 }
 
 /// `compaction_end`'s payload.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionEnd<'a> {
     pub session_id: &'a str,
     pub reason: Reason,
     #[serde(skip_serializing_if = "Option::is_none")]
+    // Borrowed when the daemon announces its own result, owned when parsed from the wire
+    // (`Event::parse`): a result is a struct, not a string a `Value` can lend. (A `//`
+    // comment: a doc comment would become the member's description in the OpenRPC document.)
     #[schemars(with = "CompactionResult")]
-    pub result: Option<&'a CompactionResult>,
+    pub result: Option<Cow<'a, CompactionResult>>,
     pub aborted: bool,
     pub will_retry: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", borrow)]
     #[schemars(with = "String")]
     pub error_message: Option<&'a str>,
 }
 
 /// Why the thrash breaker skipped a compaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Ineffectiveness {
     /// The previous compaction did not bring the context under the threshold.
@@ -84,7 +89,7 @@ pub enum Ineffectiveness {
 }
 
 /// `compaction_suppressed`'s payload (beyond Pi: the thrash breaker).
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionSuppressed<'a> {
     pub session_id: &'a str,
@@ -101,7 +106,7 @@ pub struct CompactionSuppressed<'a> {
 
 /// `compaction_undone`'s payload (beyond Pi): `undoCompaction` made the path before compaction
 /// `compactionId` active by appending `entryId`.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionUndone<'a> {
     pub session_id: &'a str,
@@ -111,7 +116,7 @@ pub struct CompactionUndone<'a> {
 
 /// `summary_edited`'s payload (beyond Pi): `editSummary` appended `entryId`, a corrected copy of
 /// compaction `compactionId`.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SummaryEdited<'a> {
     pub session_id: &'a str,
@@ -121,7 +126,7 @@ pub struct SummaryEdited<'a> {
 
 /// Why a speculative summary was thrown away (beyond Pi: speculative compaction). Each names
 /// what changed since the speculation started, or why it could not be used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum DiscardReason {
     /// `navigateTree` moved the leaf off the summarized entries.
@@ -152,11 +157,12 @@ pub enum DiscardReason {
 }
 
 /// `speculation_started`'s payload (beyond Pi).
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SpeculationStarted<'a> {
     pub session_id: &'a str,
     /// The last entry the speculative summary covers (the one before its firstKeptEntryId).
+    #[serde(borrow)]
     #[schemars(with = "Option<String>")]
     pub covers_through_entry_id: Option<&'a str>,
     /// The context tokens (Pi's usage-first estimate) when it started.
@@ -165,10 +171,11 @@ pub struct SpeculationStarted<'a> {
 }
 
 /// `speculation_ready`'s payload (beyond Pi).
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SpeculationReady<'a> {
     pub session_id: &'a str,
+    #[serde(borrow)]
     #[schemars(with = "Option<String>")]
     pub covers_through_entry_id: Option<&'a str>,
     /// The summary's estimated tokens (chars/4).
@@ -178,7 +185,7 @@ pub struct SpeculationReady<'a> {
 }
 
 /// `speculation_discarded`'s payload (beyond Pi).
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SpeculationDiscarded<'a> {
     pub session_id: &'a str,
@@ -186,7 +193,7 @@ pub struct SpeculationDiscarded<'a> {
 }
 
 /// `summarization_retry_scheduled`'s payload.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryScheduled<'a> {
     pub session_id: &'a str,
@@ -197,14 +204,14 @@ pub struct RetryScheduled<'a> {
 }
 
 /// What a retried summarization call belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum RetrySource {
     Compaction,
 }
 
 /// `summarization_retry_attempt_start`'s payload.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryAttemptStart<'a> {
     pub session_id: &'a str,
@@ -213,14 +220,14 @@ pub struct RetryAttemptStart<'a> {
 }
 
 /// `summarization_retry_finished`'s payload.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryFinished<'a> {
     pub session_id: &'a str,
 }
 
 /// `subscription_dropped`'s payload (none).
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SubscriptionDropped {}
 
 pi_json!(
@@ -510,13 +517,91 @@ pub trait HookRequest: Message {
 }
 
 macro_rules! messages {
+    // The event list: the list of specs, plus the typed view of the same events ([`Event`],
+    // [`EventKind`]), so a name is spelled once, here, and both directions follow from it.
+    (enum $enum:ident<$elt:lifetime> / $kinds:ident, $list:ident: $( $(#[doc = $doc:literal])+ $name:literal => $payload:ident $(<$lt:lifetime>)? ),* $(,)?) => {
+        messages! { $list: $( $(#[doc = $doc])+ $name => $payload $(<$lt>)? ),* }
+
+        /// One event of [`EVENTS`] with its payload, as the daemon announces it or a client
+        /// reads it back ([`Event::parse`]). Strings borrow from the parsed `Value`.
+        // `compaction_end` carries a whole result: an event is built, read and dropped one at
+        // a time, never kept in bulk, so boxing it would only add an allocation.
+        #[allow(clippy::large_enum_variant)]
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum $enum<$elt> {
+            $( $(#[doc = $doc])+ $payload($payload $(<$lt>)?), )*
+        }
+
+        /// Which event of [`EVENTS`], without a payload: for a consumer that only routes by
+        /// name (the name is not parsed twice, nor spelled again).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $kinds {
+            $( $(#[doc = $doc])+ $payload, )*
+        }
+
+        impl $kinds {
+            /// The event with this wire name, if it is one of [`EVENTS`].
+            pub fn of(name: &str) -> Option<$kinds> {
+                match name {
+                    $( $name => Some($kinds::$payload), )*
+                    _ => None,
+                }
+            }
+
+            /// The wire name, as declared.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( $kinds::$payload => $name, )*
+                }
+            }
+        }
+
+        impl<$elt> $enum<$elt> {
+            /// Reads the notification `name` with `params` as the typed event: an unknown name
+            /// or a payload of the wrong shape is an [`EventError`], never a panic. Members
+            /// the payload type does not know are ignored, as a newer daemon may add them;
+            /// absent params (`null`: JSON-RPC lets a notification omit them) read as `{}`.
+            pub fn parse(name: &str, params: &$elt Value) -> Result<$enum<$elt>, EventError> {
+                static NO_PARAMS: std::sync::LazyLock<Value> =
+                    std::sync::LazyLock::new(|| Value::Object(Default::default()));
+                let params = if params.is_null() { &*NO_PARAMS } else { params };
+                let kind = $kinds::of(name).ok_or_else(|| EventError::Unknown(name.to_owned()))?;
+                Ok(match kind {
+                    $( $kinds::$payload => $enum::$payload(
+                        <$payload $(<$lt>)? as Deserialize>::deserialize(params).map_err(|e| {
+                            EventError::Payload { name: $name, message: e.to_string() }
+                        })?,
+                    ), )*
+                })
+            }
+
+            /// Which event this is.
+            pub fn kind(&self) -> $kinds {
+                match self {
+                    $( $enum::$payload(_) => $kinds::$payload, )*
+                }
+            }
+
+            /// The wire name, as declared.
+            pub fn name(&self) -> &'static str {
+                self.kind().name()
+            }
+
+            /// The payload as the connections receive it.
+            pub fn payload(&self) -> Value {
+                match self {
+                    $( $enum::$payload(p) => payload(p), )*
+                }
+            }
+        }
+    };
     ($list:ident: $( $(#[doc = $doc:literal])+ $name:literal $(($kind:ident $(-> $reply:ty)?))? => $payload:ident $(<$lt:lifetime>)? ),* $(,)?) => {
         pub const $list: &[MessageSpec] = &[$(
             MessageSpec {
                 name: $name,
                 summary: concat!($($doc),+),
                 kind: messages!(@kind $($kind)?),
-                params_schema: |s| s.fields::<$payload $(<$lt>)?>(),
+                params_schema: messages!(@schema $payload $(, $lt)?),
                 reply_schema: messages!(@reply $($($reply)?)?),
             }
         ),*];
@@ -532,6 +617,8 @@ macro_rules! messages {
     (@kind $kind:ident) => { Some(HookKind::$kind) };
     (@reply) => { None };
     (@reply $reply:ty) => { Some(|s: &mut Schemas| s.nullable::<$reply>()) };
+    (@schema $payload:ident) => { |s: &mut Schemas| s.fields::<$payload>() };
+    (@schema $payload:ident, $lt:lifetime) => { |s: &mut Schemas| s.fields::<$payload<'_>>() };
     (@impl $name:literal, $payload:ident) => {
         impl Message for $payload {
             const NAME: &'static str = $name;
@@ -544,41 +631,83 @@ macro_rules! messages {
     };
 }
 
+/// Why a notification is not one of [`EVENTS`] as declared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventError {
+    /// No event has this name (a newer daemon's, or not an event at all).
+    Unknown(String),
+    /// The payload does not have the declared type's shape.
+    Payload { name: &'static str, message: String },
+}
+
+impl std::fmt::Display for EventError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EventError::Unknown(name) => write!(f, "unknown event {name:?}"),
+            EventError::Payload { name, message } => {
+                write!(f, "event {name:?} has an unexpected payload: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for EventError {}
+
+impl Event<'_> {
+    /// The session the event is about (`None` for a connection's own notice).
+    pub fn session_id(&self) -> Option<&str> {
+        match self {
+            Event::CompactionStart(e) => Some(e.session_id),
+            Event::CompactionSuppressed(e) => Some(e.session_id),
+            Event::CompactionUndone(e) => Some(e.session_id),
+            Event::SummaryEdited(e) => Some(e.session_id),
+            Event::CompactionEnd(e) => Some(e.session_id),
+            Event::SpeculationStarted(e) => Some(e.session_id),
+            Event::SpeculationReady(e) => Some(e.session_id),
+            Event::SpeculationDiscarded(e) => Some(e.session_id),
+            Event::RetryScheduled(e) => Some(e.session_id),
+            Event::RetryAttemptStart(e) => Some(e.session_id),
+            Event::RetryFinished(e) => Some(e.session_id),
+            Event::SubscriptionDropped(_) => None,
+        }
+    }
+}
+
 // The events a connection can subscribe to, in the order `initialize` advertises them
 // (`subscription_dropped` is delivered whatever the filters say, but may be named too).
-messages! { EVENTS:
+messages! { enum Event<'a> / EventKind, EVENTS:
     /// A compaction of the session started (Pi's `compaction_start`). An agent treats
     /// reason "manual" for its session as Pi's abort().
-    "compaction_start" => CompactionStart<'static>,
+    "compaction_start" => CompactionStart<'a>,
     /// Beyond Pi (thrash breaker): an automatic threshold compaction was skipped because
     /// the previous one did not bring the context under the threshold. `paused`: automatic
     /// compaction is now paused for the session until a manual compact or a settings change
     /// (sent once per pause).
-    "compaction_suppressed" => CompactionSuppressed<'static>,
+    "compaction_suppressed" => CompactionSuppressed<'a>,
     /// Beyond Pi: undoCompaction made the path before compaction `compactionId` active
     /// (`entryId`: the appended marker, the new leaf).
-    "compaction_undone" => CompactionUndone<'static>,
+    "compaction_undone" => CompactionUndone<'a>,
     /// Beyond Pi: editSummary appended `entryId`, a corrected copy of compaction
     /// `compactionId`.
-    "summary_edited" => SummaryEdited<'static>,
+    "summary_edited" => SummaryEdited<'a>,
     /// A compaction ended. `result` is omitted (not null) unless it succeeded;
     /// `errorMessage` is prefixed (`Compaction failed: `, `Auto-compaction failed: `,
     /// `Context overflow recovery failed: `) or is the overflow give-up text.
-    "compaction_end" => CompactionEnd<'static>,
+    "compaction_end" => CompactionEnd<'a>,
     /// Beyond Pi: a speculative compaction started summarizing the context in the background,
     /// before the threshold (compaction.speculativeAt), so the compaction at the threshold is
     /// instant.
-    "speculation_started" => SpeculationStarted<'static>,
+    "speculation_started" => SpeculationStarted<'a>,
     /// Beyond Pi: the speculative summary is ready; the next due compaction installs it.
-    "speculation_ready" => SpeculationReady<'static>,
+    "speculation_ready" => SpeculationReady<'a>,
     /// Beyond Pi: a speculative summary was thrown away and will not be installed.
-    "speculation_discarded" => SpeculationDiscarded<'static>,
+    "speculation_discarded" => SpeculationDiscarded<'a>,
     /// A summarization call failed with a retryable error; the next attempt is scheduled.
-    "summarization_retry_scheduled" => RetryScheduled<'static>,
+    "summarization_retry_scheduled" => RetryScheduled<'a>,
     /// A scheduled retry attempt starts.
-    "summarization_retry_attempt_start" => RetryAttemptStart<'static>,
+    "summarization_retry_attempt_start" => RetryAttemptStart<'a>,
     /// The retry sequence of a summarization call ended.
-    "summarization_retry_finished" => RetryFinished<'static>,
+    "summarization_retry_finished" => RetryFinished<'a>,
     /// This connection fell too far behind (1024 queued events); its subscriptions were
     /// removed. Sent once, after the queue drained. Resubscribe to continue.
     "subscription_dropped" => SubscriptionDropped,
@@ -589,7 +718,7 @@ messages! { NOTICES:
     /// One line of the daemon's log, sent to connections that initialized with
     /// `logNotifications: true` (at the daemon's log level; lines are dropped for a connection
     /// that has more than 1 MiB unread).
-    "window/logMessage" => LogMessage<'static>,
+    "window/logMessage" => LogMessage<'a>,
 }
 
 // The hooks a connection can register for.
@@ -597,14 +726,14 @@ messages! { HOOKS:
     /// Asked before a compaction summarizes (Pi's session_before_compact). Connections are
     /// asked in registration order, at most once each; a timeout, error or disconnect
     /// counts as no result. The last result with a valid compaction wins; cancel stops.
-    "session_before_compact" (Request -> SessionBeforeCompactReply) => SessionBeforeCompact<'static>,
+    "session_before_compact" (Request -> SessionBeforeCompactReply) => SessionBeforeCompact<'a>,
     /// A compaction entry was appended (Pi's session_compact). `compactionEntry` is the
     /// first compaction in the file with this summary.
-    "session_compact" (Notification) => SessionCompact<'static>,
+    "session_compact" (Notification) => SessionCompact<'a>,
     /// A compaction ended without an entry (Pi's session_compact_failed).
-    "session_compact_failed" (Notification) => SessionCompactFailed<'static>,
+    "session_compact_failed" (Notification) => SessionCompactFailed<'a>,
     /// Asked before navigateTree moves the leaf (Pi's session_before_tree).
-    "session_before_tree" (Request -> SessionBeforeTreeReply) => SessionBeforeTree<'static>,
+    "session_before_tree" (Request -> SessionBeforeTreeReply) => SessionBeforeTree<'a>,
 }
 
 /// The names of `list`, in its order.
@@ -616,4 +745,189 @@ pub fn names(list: &[MessageSpec]) -> Vec<&'static str> {
 pub fn payload(event: &impl Serialize) -> Value {
     // Plain structs of strings, booleans and numbers always serialize.
     serde_json::to_value(event).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accounting::Cost;
+    use serde_json::json;
+
+    /// A payload of `kind` with every optional member present (the exhaustive match makes a
+    /// new event declare its sample here).
+    fn sample(kind: EventKind) -> Event<'static> {
+        match kind {
+            EventKind::CompactionStart => Event::CompactionStart(CompactionStart {
+                session_id: "s1",
+                reason: Reason::Idle,
+            }),
+            EventKind::CompactionSuppressed => Event::CompactionSuppressed(CompactionSuppressed {
+                session_id: "s1",
+                reason: Ineffectiveness::Floor,
+                tokens_before: 195_000.0,
+                tokens_after: 190_000.5,
+                threshold: 183_616.0,
+                paused: true,
+            }),
+            EventKind::CompactionUndone => Event::CompactionUndone(CompactionUndone {
+                session_id: "s1",
+                compaction_id: "c1",
+                entry_id: "e2",
+            }),
+            EventKind::SummaryEdited => Event::SummaryEdited(SummaryEdited {
+                session_id: "s1",
+                compaction_id: "c1",
+                entry_id: "e3",
+            }),
+            EventKind::CompactionEnd => Event::CompactionEnd(CompactionEnd {
+                session_id: "s1",
+                reason: Reason::Overflow,
+                result: Some(Cow::Owned(CompactionResult {
+                    summary: "## Goal\n\"quoted\" \u{1F600}".into(),
+                    first_kept_entry_id: "e9".into(),
+                    tokens_before: 150_000.0,
+                    estimated_tokens_after: 9_000,
+                    usage: Some(Usage::default()),
+                    details: Some(json!({"summarizer": "extractive", "readFiles": ["a"]})),
+                    cost: Some(Cost {
+                        input: 1,
+                        output: 2,
+                        cache_read: 3,
+                        cache_write: 4,
+                        usd: Some(0.0125),
+                    }),
+                })),
+                aborted: false,
+                will_retry: true,
+                error_message: Some("Context overflow recovery failed: x"),
+            }),
+            EventKind::SpeculationStarted => Event::SpeculationStarted(SpeculationStarted {
+                session_id: "s1",
+                covers_through_entry_id: Some("e7"),
+                tokens: 120_000.0,
+            }),
+            EventKind::SpeculationReady => Event::SpeculationReady(SpeculationReady {
+                session_id: "s1",
+                covers_through_entry_id: Some("e7"),
+                summary_tokens: 2_100,
+                ms: 830,
+            }),
+            EventKind::SpeculationDiscarded => Event::SpeculationDiscarded(SpeculationDiscarded {
+                session_id: "s1",
+                reason: DiscardReason::HookCancelled,
+            }),
+            EventKind::RetryScheduled => Event::RetryScheduled(RetryScheduled {
+                session_id: "s1",
+                attempt: 1,
+                max_attempts: 3,
+                delay_ms: 2_000,
+                error_message: "503",
+            }),
+            EventKind::RetryAttemptStart => Event::RetryAttemptStart(RetryAttemptStart {
+                session_id: "s1",
+                source: RetrySource::Compaction,
+                reason: Reason::Threshold,
+            }),
+            EventKind::RetryFinished => Event::RetryFinished(RetryFinished { session_id: "s1" }),
+            EventKind::SubscriptionDropped => Event::SubscriptionDropped(SubscriptionDropped {}),
+        }
+    }
+
+    /// The same event with every optional member absent, where it has any.
+    fn sparse(event: &Event<'static>) -> Option<Event<'static>> {
+        match event {
+            Event::CompactionEnd(e) => Some(Event::CompactionEnd(CompactionEnd {
+                result: None,
+                error_message: None,
+                ..e.clone()
+            })),
+            Event::SpeculationStarted(e) => Some(Event::SpeculationStarted(SpeculationStarted {
+                covers_through_entry_id: None,
+                ..e.clone()
+            })),
+            Event::SpeculationReady(e) => Some(Event::SpeculationReady(SpeculationReady {
+                covers_through_entry_id: None,
+                ..e.clone()
+            })),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn every_event_round_trips_through_its_wire_form() {
+        for spec in EVENTS {
+            let kind = EventKind::of(spec.name)
+                .unwrap_or_else(|| panic!("{} has no typed variant", spec.name));
+            assert_eq!(kind.name(), spec.name);
+            let full = sample(kind);
+            assert_eq!(full.name(), spec.name);
+            for event in std::iter::once(full.clone()).chain(sparse(&full)) {
+                let wire = event.payload();
+                assert!(wire.is_object(), "{}: {wire}", spec.name);
+                let back = Event::parse(spec.name, &wire)
+                    .unwrap_or_else(|e| panic!("{}: {e} in {wire}", spec.name));
+                assert_eq!(back, event, "{} from {wire}", spec.name);
+                // The parsed event writes the same JSON, byte for byte.
+                assert_eq!(back.payload().to_string(), wire.to_string());
+            }
+        }
+    }
+
+    #[test]
+    fn optional_members_are_omitted_or_null_as_before() {
+        let end = sparse(&sample(EventKind::CompactionEnd)).expect("sparse");
+        assert_eq!(
+            end.payload().to_string(),
+            r#"{"sessionId":"s1","reason":"overflow","aborted":false,"willRetry":true}"#
+        );
+        let started = sparse(&sample(EventKind::SpeculationStarted)).expect("sparse");
+        assert_eq!(
+            started.payload().to_string(),
+            r#"{"sessionId":"s1","coversThroughEntryId":null,"tokens":120000}"#
+        );
+    }
+
+    #[test]
+    fn unknown_names_and_bad_payloads_are_errors() {
+        let params = json!({"sessionId": "s1", "reason": "manual"});
+        assert_eq!(
+            Event::parse("compaction_begun", &params),
+            Err(EventError::Unknown("compaction_begun".into()))
+        );
+        let err = Event::parse(
+            "compaction_start",
+            &json!({"sessionId": "s1", "reason": "later"}),
+        )
+        .expect_err("no such reason");
+        assert!(
+            matches!(
+                &err,
+                EventError::Payload {
+                    name: "compaction_start",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("later"), "{err}");
+        for bad in [
+            json!(null),
+            json!([1]),
+            json!("x"),
+            json!({"reason": "manual"}),
+        ] {
+            assert!(Event::parse("compaction_start", &bad).is_err(), "{bad}");
+        }
+        // Absent params are no members: enough for an event that has none.
+        assert_eq!(
+            Event::parse("subscription_dropped", &Value::Null),
+            Ok(Event::SubscriptionDropped(SubscriptionDropped {}))
+        );
+        // A member a newer daemon adds is ignored.
+        let newer = json!({"sessionId": "s1", "reason": "manual", "extra": 1});
+        assert_eq!(
+            Event::parse("compaction_start", &newer).map(|e| e.session_id().map(str::to_owned)),
+            Ok(Some("s1".into()))
+        );
+    }
 }

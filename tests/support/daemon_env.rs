@@ -251,6 +251,18 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Returns once the clock is past the millisecond it reads now: a message stamped after this is
+/// strictly later than anything the daemon stamped before the call (Pi compares a reply's
+/// timestamp with the last compaction's).
+pub fn next_millisecond() {
+    let t = now_ms();
+    super::wait_until(
+        std::time::Duration::from_secs(5),
+        "the clock moves on",
+        || now_ms() > t,
+    );
+}
+
 /// Every line of a session file parsed, failing on any line that is not complete JSON or a
 /// file that does not end with a newline (a half-written entry).
 pub fn parsed_lines(path: &Path) -> Result<Vec<Value>, String> {

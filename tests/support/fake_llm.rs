@@ -195,6 +195,8 @@ pub struct FakeState {
     script: VecDeque<Responder>,
     /// Started with [`FakeLlm::start`]: unscripted requests get a 500, not a replay.
     scripted_only: bool,
+    /// Scripted [`Ending::Stall`] responses that sent every chunk and now stall.
+    stalled: usize,
 }
 
 /// A running fake; stops when the last clone is dropped.
@@ -239,6 +241,12 @@ impl FakeLlm {
 
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.lock().received.clone()
+    }
+
+    /// How many [`Ending::Stall`] responses have handed every chunk to the connection and now
+    /// stall: a test that aborts "mid-stream" waits for this, not for a guessed delay.
+    pub fn stalled(&self) -> usize {
+        self.state.lock().stalled
     }
 }
 
@@ -355,7 +363,7 @@ async fn handle(
     };
     let anthropic = !uri.path().starts_with("/v1/chat/completions");
     match answer {
-        Answer::Scripted(s) => scripted(s),
+        Answer::Scripted(s) => scripted(s, state.clone()),
         Answer::Unscripted => Response::builder()
             .status(StatusCode::INTERNAL_SERVER_ERROR)
             .body(Body::from("no scripted response"))
@@ -415,7 +423,7 @@ async fn handle(
     }
 }
 
-fn scripted(s: Scripted) -> Response {
+fn scripted(s: Scripted, state: Arc<Mutex<FakeState>>) -> Response {
     let delay = s.chunk_delay;
     let chunks = stream::iter(s.chunks).then(move |c| async move {
         if !delay.is_zero() {
@@ -428,7 +436,14 @@ fn scripted(s: Scripted) -> Response {
         Ending::Cut => Body::from_stream(
             chunks.chain(stream::once(async { Err(std::io::Error::other("cut")) })),
         ),
-        Ending::Stall => Body::from_stream(chunks.chain(stream::pending())),
+        Ending::Stall => {
+            // Polled only once every chunk was handed over: the stall has begun.
+            let stall = stream::once(async move {
+                state.lock().stalled += 1;
+            })
+            .filter_map(|()| async { None::<Result<Bytes, std::io::Error>> });
+            Body::from_stream(chunks.chain(stall).chain(stream::pending()))
+        }
     };
     let mut b = Response::builder()
         .status(s.status)

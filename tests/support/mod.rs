@@ -10,6 +10,7 @@ pub mod rpc_client;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use compactd::compaction::tokens::CompactionSettings;
 use compactd::session::{read_session, ReadOutcome, SessionTree};
@@ -216,4 +217,94 @@ pub fn load_case(dir: &Path) -> (SessionTree, HashMap<String, String>) {
         }
     }
     (SessionTree::from_parsed(parsed), ids)
+}
+
+/// Waits until `condition` holds, polling it (every millisecond at first, backing off to 50 ms),
+/// and panics naming `what` if it still does not after `timeout`. For what a test cannot be
+/// told about directly (a log line, a process's state, a socket's queue): a fixed sleep is
+/// either too short on a loaded machine or wasted time on an idle one.
+pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// [`wait_until`] inside an async test: the pauses yield to the runtime (the fake provider may
+/// run on the same thread).
+pub async fn wait_until_async(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Waits until a process's memory settles: its resident set changed by less than 1 MiB over
+/// four readings `every` apart (so the work it was given is done, and what it holds now is
+/// what it keeps). Returns that resident size in KiB; panics after `timeout`.
+pub fn settled_rss_kib(pid: u32, every: Duration, timeout: Duration) -> u64 {
+    let rss = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    let mut last = rss();
+    let mut steady = 0;
+    wait_until(timeout, &format!("process {pid}'s memory settles"), || {
+        std::thread::sleep(every);
+        let now = rss();
+        steady = if now.abs_diff(last) < 1024 {
+            steady + 1
+        } else {
+            0
+        };
+        last = now;
+        steady >= 4
+    });
+    last
+}
+
+/// Bytes written on `s` that its peer has not read yet (`TIOCOUTQ`: data sent on a Unix socket
+/// stays charged to the sender until the reader takes it, or closes). Zero once the daemon
+/// read a request: it is then being handled.
+pub fn unread_by_peer(s: &impl std::os::fd::AsRawFd) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: an open descriptor, and a pointer to the int TIOCOUTQ writes.
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+    assert_eq!(r, 0, "TIOCOUTQ: {}", std::io::Error::last_os_error());
+    usize::try_from(n).unwrap_or(0)
+}
+
+/// Whether signal `signo` is still pending for process `pid` (its `ShdPnd` mask): once it is
+/// not, the process took it (handled, ignored, or died of it). A process that is gone has
+/// nothing pending.
+pub fn signal_pending(pid: u32, signo: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("ShdPnd:")
+                .or_else(|| l.strip_prefix("SigPnd:"))
+        })
+        .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .any(|mask| mask & (1 << (signo - 1)) != 0)
 }

@@ -206,6 +206,12 @@ impl Client {
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         };
+        Client::over(stream, framing)
+    }
+
+    /// A client over a connected socket (the caller may keep a clone of it, to watch what the
+    /// daemon has read: [`super::unread_by_peer`]).
+    pub fn over(stream: UnixStream, framing: Framing) -> Client {
         let reader = stream.try_clone().expect("clone");
         Client::start(Box::new(reader), Box::new(stream), framing, None)
     }

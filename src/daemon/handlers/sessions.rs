@@ -117,7 +117,7 @@ fn status(daemon: &Daemon, session: &Session) -> SessionInfo {
                 entry_id,
                 timestamp: entry.get("timestamp").cloned().unwrap_or(Value::Null),
                 tokens_before,
-                tokens_after: run.and_then(|r| r.tokens_after),
+                tokens_after: run.map(|r| r.tokens_after),
                 summarizer,
                 duration_ms: run.and_then(|r| r.duration_ms),
             })

@@ -123,7 +123,7 @@ impl Ended {
             &events::CompactionEnd {
                 session_id: &session.id,
                 reason: self.reason,
-                result,
+                result: result.map(std::borrow::Cow::Borrowed),
                 aborted,
                 will_retry: self.will_retry && result.is_some(),
                 error_message: error,
