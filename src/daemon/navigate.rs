@@ -102,6 +102,12 @@ async fn branch_summary(
         .flat_map(|e| e.file_ops.iter().rev().map(|(_, p)| &**p))
         .collect();
     let (pins, used) = super::pins::live_pins(&session.lock_state());
+    // Beyond Pi: the recall footer names the abandoned entries (still in the file).
+    let ids = || plan.entries.iter().filter_map(|e| e.id.as_deref());
+    let recall = match (settings.recall_footer, ids().next(), ids().last()) {
+        (true, Some(first), Some(last)) => Some((first, last)),
+        _ => None,
+    };
     let body = finish_text(
         &text,
         &read,
@@ -109,15 +115,8 @@ async fn branch_summary(
         &recent,
         settings.file_list_limit,
         used.then_some(pins.as_slice()),
+        recall,
     );
-    // Beyond Pi: the recall footer, naming the abandoned entries (still in the file).
-    let ids = || plan.entries.iter().filter_map(|e| e.id.as_deref());
-    let body = match (settings.recall_footer, ids().next(), ids().last()) {
-        (true, Some(first), Some(last)) => {
-            crate::compaction::recall::with_recall_footer(&body, first, last)
-        }
-        _ => body,
-    };
     Ok(BranchSummary {
         text: format!("{BRANCH_SUMMARY_PREAMBLE}{body}"),
         details,

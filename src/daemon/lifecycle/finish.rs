@@ -1,7 +1,8 @@
 //! Finishing a summary and writing it: what compactd adds to a summary it wrote (the pinned
-//! lane, limited file blocks), the check that the branch only grew while the summarizer ran,
-//! and the append. Compactions and tree navigation's branch summaries finish through
-//! [`finish_text`], so a pin or a `fileListLimit` reads the same in both.
+//! lane, limited file blocks, the recall footer), the check that the branch only grew while
+//! the summarizer ran, and the append. Compactions and tree navigation's branch summaries
+//! finish through [`finish_text`], so a pin, a `fileListLimit` or the footer reads the same in
+//! both.
 
 use std::sync::Arc;
 
@@ -23,7 +24,8 @@ use crate::session::{ids, Entry, EntryKind};
 /// Beyond Pi, a summary body as compactd finishes it: the pinned lane's `## Pinned` section
 /// (the pins verbatim, replacing any the model echoed) when pins were ever used, then the file
 /// blocks, with `fileListLimit` cut to the most recently touched paths (`recent`, most recent
-/// first; `details` keeps the full lists).
+/// first; `details` keeps the full lists), then the recall footer naming the first and last
+/// entry the summary stands for (`recall`, when `recallFooter` is on).
 pub fn finish_text(
     body: &str,
     read: &[String],
@@ -31,6 +33,7 @@ pub fn finish_text(
     recent: &[&str],
     limit: Option<usize>,
     pins: Option<&[Pin]>,
+    recall: Option<(&str, &str)>,
 ) -> String {
     let body = match pins {
         Some(p) => pins::strip_section(body) + &pins::section(p),
@@ -40,7 +43,15 @@ pub fn finish_text(
         Some(limit) => format_file_operations_limited(read, modified, recent, limit),
         None => format_file_operations(read, modified),
     };
-    body + &files
+    footed(body + &files, recall)
+}
+
+/// `text` with the recall footer for `recall`, if any.
+fn footed(text: String, recall: Option<(&str, &str)>) -> String {
+    match recall {
+        Some((first, last)) => with_recall_footer(&text, first, last),
+        None => text,
+    }
 }
 
 /// The paths a preparation's messages touched, most recent first (the turn prefix is later than
@@ -62,8 +73,10 @@ fn finish_compaction(
     limit: Option<usize>,
     pins: &[Pin],
     pins_used: bool,
+    recall: Option<(&str, &str)>,
 ) {
     if limit.is_none() && !pins_used {
+        outcome.summary = footed(std::mem::take(&mut outcome.summary), recall);
         return;
     }
     let list = |k: &str| -> Vec<String> {
@@ -89,6 +102,7 @@ fn finish_compaction(
         &recent_paths(prep),
         limit,
         pins_used.then_some(pins),
+        recall,
     );
 }
 
@@ -221,12 +235,17 @@ pub(super) fn write(session: &Session, f: Finished<'_>) -> Result<Written, Compa
     }
     if !outcome.from_hook {
         let (pins, pins_used) = pins::live_pins(&state);
-        finish_compaction(&mut outcome, prep, file_list_limit, &pins, pins_used);
-        if recall_footer {
-            if let Some((first, last)) = covered(&state, &outcome.first_kept_entry_id) {
-                outcome.summary = with_recall_footer(&outcome.summary, first, last);
-            }
-        }
+        let recall = recall_footer
+            .then(|| covered(&state, &outcome.first_kept_entry_id))
+            .flatten();
+        finish_compaction(
+            &mut outcome,
+            prep,
+            file_list_limit,
+            &pins,
+            pins_used,
+            recall,
+        );
     }
     if !write {
         let path: Vec<Arc<Entry>> = state.branch.iter().map(|&i| state.tree.shared(i)).collect();

@@ -94,18 +94,17 @@ mod tests {
         *daemon.global_overrides.lock() =
             Some(json!({"enabled": true, "reserveTokens": 16384, "keepRecentTokens": 20000}));
         let (conn, _events) = daemon.connect();
-        let limits = crate::store::Limits::default();
         let (session, _) = daemon
             .open_or_insert(&path, &conn, || {
-                let (tree, _, stamp) = crate::store::load_with(&path, true, &limits)
-                    .map_err(super::super::session::store_error)?;
-                let file = crate::store::SessionFile::opened(path.clone(), limits, stamp, None);
+                let crate::store::Opened::Loaded { storage, tree } = daemon
+                    .storage
+                    .open(&path, None)
+                    .map_err(super::super::session::store_error)?
+                else {
+                    panic!("the copy exists");
+                };
                 Ok(super::super::session::SessionState::loaded(
-                    Box::new(file),
-                    tree,
-                    None,
-                    "off",
-                    None,
+                    storage, tree, None, "off", None,
                 ))
             })
             .expect("open");
