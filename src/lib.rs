@@ -17,14 +17,18 @@
 //! - [`report`]: the analysis `compactd inspect` prints (the fixtures' `expected.json` shape).
 //! - [`summarizer`]: who writes summaries — LLM providers (each only a streaming protocol),
 //!   retries, overflow classifiers, redaction, the extractive default.
-//! - [`store`]: the storage shell — the `SessionStorage` trait the daemon reads and writes every
-//!   session through; files (regular files only, other writers' appends, the shared lock,
-//!   repairs, durability) and PostgreSQL (`store::postgres`, sessions shared by many daemons).
+//! - [`store`]: the storage shell — `Backend`, where sessions live, chosen once at start-up
+//!   (locate, open, create, list, the compaction lease, events between daemons), and
+//!   `SessionStorage`, one open session's lines; files (regular files only, other writers'
+//!   appends, the shared lock, the allowed roots, repairs, durability) and PostgreSQL
+//!   (`store::postgres`, sessions shared by many daemons, on a connection pool).
 //! - [`confined`]: writes confined to the checked path — no link followed on the way (a held
 //!   directory descriptor per component), appends checked against the file last seen through
 //!   the descriptor written to, failed writes taken back (disk full leaves no half line).
-//! - [`compactor`]: runs one compaction end to end (prepare → summarize → entry), and writes
-//!   branch summaries through the same engine dispatch and provider call.
+//! - [`compactor`]: the engine dispatch and the one provider call; `compactor::step`, the one
+//!   summarization step every compaction summary takes (hooks, engine, retries, cost);
+//!   `compactd compact`'s compaction through a backend; branch summaries through the same
+//!   dispatch.
 //! - [`rpc`]: the protocol surface — the one list of methods, params, results, event payloads,
 //!   error codes, and the OpenRPC document generated from them.
 //! - [`config`]: the one configuration struct (TOML, typed at parse time), engine selection and
