@@ -654,3 +654,42 @@ fn a_value_the_database_cannot_store_is_invalid_params() {
         json!({"sessionId": sid, "message": user("still fine")}),
     );
 }
+
+/// A retry after an unknown outcome never writes twice, whichever daemon it reaches: the try
+/// on daemon a was committed (its answer, as far as the client knows, lost), and the retry with
+/// the same `entryId` on daemon b answers with that entry.
+#[test]
+fn a_retry_on_another_daemon_writes_once() {
+    let test = "a_retry_on_another_daemon_writes_once";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    let (a, b) = (Daemon::start(&pg, ""), Daemon::start(&pg, ""));
+    let mut ca = a.client();
+    let (sid_a, header_id) = create(&mut ca, a.env.dir.path());
+    let mut cb = b.client();
+    let sid_b = open(&mut cb, &header_id);
+    let message = json!({"role": "user", "content": "deploy", "timestamp": 5});
+    let first = ca.ok(
+        "appendMessage",
+        json!({"sessionId": sid_a, "message": message, "entryId": "deploy-1"}),
+    );
+    let retry = cb.ok(
+        "appendMessage",
+        json!({"sessionId": sid_b, "message": message, "entryId": "deploy-1"}),
+    );
+    assert_eq!(first["entryId"], "deploy-1");
+    assert_eq!(retry["entryId"], "deploy-1", "{retry}");
+    let lines = lines_of(&export(&a.env, &header_id));
+    let written = lines.iter().filter(|l| l["id"] == "deploy-1").count();
+    assert_eq!(written, 1, "stored once: {lines:?}");
+    // The next append on b goes after it.
+    let next = cb.ok(
+        "appendMessage",
+        json!({"sessionId": sid_b, "message": user("next")}),
+    );
+    let lines = lines_of(&export(&a.env, &header_id));
+    let last = lines.last().expect("entries");
+    assert_eq!(last["id"], next["entryId"]);
+    assert_eq!(last["parentId"], "deploy-1");
+}

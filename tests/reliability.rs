@@ -769,3 +769,85 @@ fn an_unreadable_file_is_io_on_every_method() {
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
     user(&mut c, &sid, "readable again").expect("writes work again");
 }
+
+/// An append whose answer was lost can be retried: with a client-chosen `entryId`, the retry
+/// (here after the first client went away without reading its answer) answers with the entry
+/// written the first time, and the file holds it once. The same id for another message, or an
+/// id that is no id, is refused; `appendEntry` is idempotent the same way.
+#[test]
+fn a_retried_append_with_its_entry_id_is_written_once() {
+    let env = Env::new();
+    let socket = env.path("run/compactd.sock");
+    let _daemon =
+        support::daemon_env::KillOnDrop(env.serve_ready(&socket, &[], std::process::Stdio::null()));
+    let path = env.session("005-medium-basic");
+    let before = lines(&path).len();
+    let message = json!({"role": "user", "content": "run the migration"});
+    {
+        let mut first = Client::socket(&socket, Framing::Ndjson);
+        let sid = open(&mut first, &path);
+        // Sent, and the connection closed before the answer is read.
+        first.send_raw(
+            format!(
+                "{}\n",
+                json!({"jsonrpc": "2.0", "id": 7, "method": "appendMessage",
+                    "params": {"sessionId": sid, "message": message, "entryId": "req-42"}})
+            )
+            .as_bytes(),
+        );
+        support::wait_until(Duration::from_secs(10), "the first try is written", || {
+            lines(&path).len() == before + 1
+        });
+    }
+    let mut c = Client::socket(&socket, Framing::Ndjson);
+    let sid = open(&mut c, &path);
+    for _ in 0..2 {
+        let again = c.ok(
+            "appendMessage",
+            json!({"sessionId": sid, "message": message, "entryId": "req-42"}),
+        );
+        assert_eq!(again["entryId"], "req-42", "{again}");
+    }
+    let written = lines(&path);
+    assert_eq!(written.len(), before + 1, "written once");
+    assert_eq!(written[before]["id"], "req-42");
+    assert_eq!(written[before]["message"]["content"], "run the migration");
+
+    let other = c
+        .request(
+            "appendMessage",
+            json!({"sessionId": sid, "message": {"role": "user", "content": "something else"}, "entryId": "req-42"}),
+        )
+        .expect_err("the id names another message");
+    assert_eq!(kind(&other), "invalid_params", "{other}");
+    assert!(
+        other["message"].as_str().unwrap_or("").contains("req-42"),
+        "{other}"
+    );
+    let bad = c
+        .request(
+            "appendMessage",
+            json!({"sessionId": sid, "message": message, "entryId": "no spaces\u{1b}[2J"}),
+        )
+        .expect_err("not an id");
+    assert_eq!(kind(&bad), "invalid_params", "{bad}");
+
+    let custom = json!({"type": "custom", "customType": "note", "data": {"n": 1}});
+    for _ in 0..2 {
+        let r = c.ok(
+            "appendEntry",
+            json!({"sessionId": sid, "entry": custom, "entryId": "note-1"}),
+        );
+        assert_eq!(r["entryId"], "note-1");
+    }
+    let written = lines(&path);
+    assert_eq!(written.len(), before + 2, "the custom entry once");
+    assert_eq!(written[before + 1]["parentId"], "req-42");
+    // Pi loads what was written.
+    if let Some(oracle) =
+        support::oracle::Oracle::find("a_retried_append_with_its_entry_id_is_written_once")
+    {
+        let pi = oracle.analyse(&path).expect("Pi loads the file");
+        assert_eq!(pi["session"]["leafId"], "note-1", "{}", pi["session"]);
+    }
+}

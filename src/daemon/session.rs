@@ -333,13 +333,26 @@ impl SessionState {
         &mut self,
         build: impl FnOnce(&str, Option<&str>, &str) -> Value,
     ) -> Result<usize, RpcError> {
+        self.append_as(None, build)
+    }
+
+    /// [`SessionState::append_with`] under the id `chosen` (a client's, checked by the caller to
+    /// be new) instead of a fresh one.
+    pub fn append_as(
+        &mut self,
+        chosen: Option<&str>,
+        build: impl FnOnce(&str, Option<&str>, &str) -> Value,
+    ) -> Result<usize, RpcError> {
         let mut lines = Vec::new();
         let read = self.storage.before_write(&mut lines);
         if !lines.is_empty() {
             self.ingest(&lines);
         }
         read.map_err(store_error)?;
-        let id = self.new_id();
+        let id = match chosen {
+            Some(id) => id.to_owned(),
+            None => self.new_id(),
+        };
         let parent = self.tree.leaf_id().map(str::to_owned);
         let mut e = Entry::from_value(build(
             &id,

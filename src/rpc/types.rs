@@ -175,6 +175,12 @@ pub struct AppendMessageParams {
     /// An AgentMessage: role user, assistant, toolResult or bashExecution.
     pub message: Value,
     pub expected_leaf_id: Option<String>,
+    /// Beyond Pi: the new entry's id, chosen by the client (1–64 letters, digits, `-` or `_`),
+    /// which makes the append idempotent: a retry after an unknown outcome (a dropped
+    /// connection, `storage_unavailable` after the store committed) answers with the entry
+    /// written the first time instead of writing it twice. An id the session already has for a
+    /// different message is `invalid_params`.
+    pub entry_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -185,6 +191,10 @@ pub struct AppendEntryParams {
     /// `id`, `parentId` and `timestamp` are filled by the daemon.
     pub entry: Value,
     pub expected_leaf_id: Option<String>,
+    /// Beyond Pi: the new entry's id, chosen by the client: the append is idempotent, as
+    /// `appendMessage`'s `entryId` (an id the session already has for an entry of another type
+    /// is `invalid_params`).
+    pub entry_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

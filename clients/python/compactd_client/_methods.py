@@ -80,11 +80,11 @@ class Methods:
         return self._call("listStoredSessions", _p(cwd=cwd))
 
     # Entries
-    def append_message(self, session_id: str, message: JSON, expected_leaf_id: Optional[str] = None) -> AppendResult:
-        return self._call("appendMessage", _p(sessionId=session_id, message=message, expectedLeafId=expected_leaf_id))
+    def append_message(self, session_id: str, message: JSON, expected_leaf_id: Optional[str] = None, entry_id: Optional[str] = None) -> AppendResult:
+        return self._call("appendMessage", _p(sessionId=session_id, message=message, expectedLeafId=expected_leaf_id, entryId=entry_id))
 
-    def append_entry(self, session_id: str, entry: JSON, expected_leaf_id: Optional[str] = None) -> AppendResult:
-        return self._call("appendEntry", _p(sessionId=session_id, entry=entry, expectedLeafId=expected_leaf_id))
+    def append_entry(self, session_id: str, entry: JSON, expected_leaf_id: Optional[str] = None, entry_id: Optional[str] = None) -> AppendResult:
+        return self._call("appendEntry", _p(sessionId=session_id, entry=entry, expectedLeafId=expected_leaf_id, entryId=entry_id))
 
     def set_model(self, session_id: str, model: JSON) -> SetModelResult:
         return self._call("setModel", _p(sessionId=session_id, model=model))

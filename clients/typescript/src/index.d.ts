@@ -374,8 +374,8 @@ export declare class CompactdClient {
     sessions: { headerId: string; cwd: string; created: number; entryCount: number }[];
   }>;
 
-  appendMessage(sessionId: string, message: object, options?: { expectedLeafId?: string }): Promise<AppendResult>;
-  appendEntry(sessionId: string, entry: object, options?: { expectedLeafId?: string }): Promise<AppendResult>;
+  appendMessage(sessionId: string, message: object, options?: { expectedLeafId?: string; entryId?: string }): Promise<AppendResult>;
+  appendEntry(sessionId: string, entry: object, options?: { expectedLeafId?: string; entryId?: string }): Promise<AppendResult>;
   /** Beyond Pi: also says whether the context already needs a compaction under the new model. */
   setModel(
     sessionId: string,

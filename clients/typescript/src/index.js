@@ -519,12 +519,12 @@ export class CompactdClient {
 
   // --- entries ---------------------------------------------------------------------------
 
-  appendMessage(sessionId, message, { expectedLeafId } = {}) {
-    return this.request('appendMessage', defined({ sessionId, message, expectedLeafId }));
+  appendMessage(sessionId, message, { expectedLeafId, entryId } = {}) {
+    return this.request('appendMessage', defined({ sessionId, message, expectedLeafId, entryId }));
   }
 
-  appendEntry(sessionId, entry, { expectedLeafId } = {}) {
-    return this.request('appendEntry', defined({ sessionId, entry, expectedLeafId }));
+  appendEntry(sessionId, entry, { expectedLeafId, entryId } = {}) {
+    return this.request('appendEntry', defined({ sessionId, entry, expectedLeafId, entryId }));
   }
 
   setModel(sessionId, model) {

@@ -19,6 +19,44 @@ fn appended(state: &SessionState, idx: usize) -> AppendResult {
     }
 }
 
+/// The longest client-chosen entry id.
+const MAX_ENTRY_ID: usize = 64;
+
+/// Beyond Pi, idempotent appends: with a client-chosen `entryId`, the session is first brought
+/// up to date with its storage (so an entry a previous try wrote, on this daemon or another, is
+/// seen even when that try's answer was lost), then an id already there answers with that entry
+/// when `same` says it is the one asked for, and is refused otherwise. `None`: append it.
+fn already_appended(
+    state: &mut SessionState,
+    entry_id: Option<&str>,
+    same: impl Fn(&crate::session::Entry) -> bool,
+) -> Result<Option<AppendResult>, RpcError> {
+    let Some(id) = entry_id else {
+        return Ok(None);
+    };
+    let valid = !id.is_empty()
+        && id.len() <= MAX_ENTRY_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !valid {
+        return Err(RpcError::invalid_params(format!(
+            "entryId must be 1 to {MAX_ENTRY_ID} letters, digits, '-' or '_' (got {:?})",
+            crate::rpc::for_log(&id.chars().take(MAX_ENTRY_ID + 1).collect::<String>())
+        )));
+    }
+    state.sync_with_file()?;
+    let Some(idx) = state.tree.index_of(id) else {
+        return Ok(None);
+    };
+    if !same(state.tree.entry(idx)) {
+        return Err(RpcError::invalid_params(format!(
+            "entryId {id} is already the id of a different entry in this session"
+        )));
+    }
+    Ok(Some(appended(state, idx)))
+}
+
 pub fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let Value::Object(mut message) = p.message else {
@@ -37,7 +75,8 @@ pub fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendResult,
             "message.role must be user, assistant, toolResult or bashExecution (got {role:?})"
         )));
     }
-    if !message.contains_key("timestamp") {
+    let stamped = message.contains_key("timestamp");
+    if !stamped {
         message.insert("timestamp".into(), Value::from(ids::now_ms()));
     }
     let stop = message
@@ -46,9 +85,28 @@ pub fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendResult,
         .map(str::to_owned);
     let mut state = session.lock_state();
     session.writable()?;
+    // A retry is the same message: every field as sent (the timestamp the daemon filled in
+    // aside, which differs between tries).
+    let same = |e: &crate::session::Entry| {
+        e.message().is_some_and(|mut written| {
+            if !stamped {
+                written.remove("timestamp");
+            }
+            written
+                .iter()
+                .all(|(k, v)| (!stamped && k == "timestamp") || message.get(k) == Some(v))
+                && message
+                    .keys()
+                    .all(|k| (!stamped && k == "timestamp") || written.contains_key(k))
+        })
+    };
+    if let Some(done) = already_appended(&mut state, p.entry_id.as_deref(), same)? {
+        return Ok(done);
+    }
     state.check_leaf(p.expected_leaf_id.as_deref())?;
-    let idx = state
-        .append_with(|id, parent, ts| message_entry(id, parent, ts, Value::Object(message)))?;
+    let idx = state.append_as(p.entry_id.as_deref(), |id, parent, ts| {
+        message_entry(id, parent, ts, Value::Object(message))
+    })?;
     if role == "assistant" {
         // Beyond Pi: what the reply reports against the context it was sent (the context
         // before it joins).
@@ -103,7 +161,12 @@ pub fn append_entry(ctx: &Ctx, p: AppendEntryParams) -> Result<AppendResult, Rpc
     let field = |k: &str| entry.get(k).cloned();
     let mut state = session.lock_state();
     session.writable()?;
+    let same = |e: &crate::session::Entry| e.kind.type_name() == kind;
+    if let Some(done) = already_appended(&mut state, p.entry_id.as_deref(), same)? {
+        return Ok(done);
+    }
     state.check_leaf(p.expected_leaf_id.as_deref())?;
+    let chosen = p.entry_id.as_deref();
     let idx = match kind.as_str() {
         "thinking_level_change" => {
             let level = entry
@@ -111,7 +174,7 @@ pub fn append_entry(ctx: &Ctx, p: AppendEntryParams) -> Result<AppendResult, Rpc
                 .and_then(Value::as_str)
                 .ok_or_else(|| RpcError::invalid_params("thinking_level_change needs a string thinkingLevel"))?
                 .to_owned();
-            let idx = state.append_with(|id, parent, ts| {
+            let idx = state.append_as(chosen, |id, parent, ts| {
                 simple_entry("thinking_level_change", id, parent, ts, vec![("thinkingLevel", json!(level))])
             })?;
             state.thinking_level = level;
@@ -127,7 +190,7 @@ pub fn append_entry(ctx: &Ctx, p: AppendEntryParams) -> Result<AppendResult, Rpc
                 return Err(RpcError::new(ErrorKind::EntryNotFound, format!("Entry {target} not found")));
             }
             let label = entry.get("label").and_then(Value::as_str).filter(|l| !l.is_empty()).map(str::to_owned);
-            state.append_with(|id, parent, ts| {
+            state.append_as(chosen, |id, parent, ts| {
                 let mut fields = vec![("targetId", json!(target))];
                 if let Some(l) = label {
                     fields.push(("label", json!(l)));
@@ -137,7 +200,7 @@ pub fn append_entry(ctx: &Ctx, p: AppendEntryParams) -> Result<AppendResult, Rpc
         }
         "session_info" => {
             let name = entry.get("name").and_then(Value::as_str).map(normalize_name);
-            state.append_with(|id, parent, ts| {
+            state.append_as(chosen, |id, parent, ts| {
                 simple_entry("session_info", id, parent, ts, name.map(|n| vec![("name", json!(n))]).unwrap_or_default())
             })?
         }
@@ -146,7 +209,7 @@ pub fn append_entry(ctx: &Ctx, p: AppendEntryParams) -> Result<AppendResult, Rpc
             let data = field("data");
             let mut fields = vec![("customType", custom_type)];
             fields.extend(data.map(|d| ("data", d)));
-            state.append_with(|id, parent, ts| custom_entry("custom", id, parent, ts, fields))?
+            state.append_as(chosen, |id, parent, ts| custom_entry("custom", id, parent, ts, fields))?
         }
         "custom_message" => {
             let custom_type = field("customType").ok_or_else(|| RpcError::invalid_params("custom_message needs customType"))?;
@@ -155,7 +218,7 @@ pub fn append_entry(ctx: &Ctx, p: AppendEntryParams) -> Result<AppendResult, Rpc
             let details = field("details");
             let mut fields = vec![("customType", custom_type), ("content", content), ("display", display)];
             fields.extend(details.map(|d| ("details", d)));
-            let idx = state.append_with(|id, parent, ts| custom_entry("custom_message", id, parent, ts, fields))?;
+            let idx = state.append_as(chosen, |id, parent, ts| custom_entry("custom_message", id, parent, ts, fields))?;
             state.push_agent(idx);
             idx
         }
