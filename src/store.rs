@@ -22,7 +22,7 @@ mod session_file;
 
 pub use backend::{
     Address, Backend, Deliver, Lease, NewSession, Opened, Rebase, RemoteEvent, SessionStorage,
-    StoredSummary, Unusable,
+    StoredSummary, Unfinished, Unusable,
 };
 pub use files::Files;
 pub use session_file::SessionFile;

@@ -359,16 +359,26 @@ fn a_daemon_killed_mid_compaction_releases_its_lease() {
     let mut ca = a.client();
     let (sid_a, header_id) = over_threshold(&mut ca, a.env.dir.path());
     ca.ok("subscribe", json!({"sessionId": sid_a}));
+    let mut cb = b.client();
+    let sid_b = open(&mut cb, &header_id);
+    settle_overrides(&mut cb, &sid_b);
+    // A subscriber on b, from before a starts.
+    let mut watcher = b.client();
+    let sid_w = open(&mut watcher, &header_id);
+    watcher.ok("subscribe", json!({"sessionId": sid_w}));
     ca.send("compact", json!({"sessionId": sid_a}));
     assert!(
         ca.wait_notification("compaction_start", Duration::from_secs(10))
             .is_some(),
         "a started compacting"
     );
-    // a is waiting on its summarizer, holding the lease.
-    let mut cb = b.client();
-    let sid_b = open(&mut cb, &header_id);
-    settle_overrides(&mut cb, &sid_b);
+    // a is waiting on its summarizer, holding the lease; b's subscriber sees its start.
+    assert!(
+        watcher
+            .wait_notification("compaction_start", Duration::from_secs(10))
+            .is_some(),
+        "a's start reached b's subscriber"
+    );
     let pid = a.pid() as i32;
     // SAFETY: kill(2) on the daemon process this test spawned.
     unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -393,6 +403,52 @@ fn a_daemon_killed_mid_compaction_releases_its_lease() {
         "compaction",
         "the entry is whole and last"
     );
+    // Failover ends what it started: b's subscriber gets a's end (aborted, with the reason)
+    // before b's own start, then b's end.
+    support::wait_until(
+        Duration::from_secs(10),
+        "b's own end reached its subscriber",
+        || {
+            watcher.wait_notification("no-such-event", Duration::from_millis(50));
+            watcher
+                .notifications
+                .iter()
+                .filter(|n| n["method"] == "compaction_end")
+                .count()
+                >= 2
+        },
+    );
+    let seen: Vec<&Value> = watcher
+        .notifications
+        .iter()
+        .filter(|n| {
+            n["method"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("compaction_"))
+        })
+        .collect();
+    let names: Vec<&str> = seen.iter().filter_map(|n| n["method"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "compaction_start",
+            "compaction_end",
+            "compaction_start",
+            "compaction_end"
+        ],
+        "{seen:?}"
+    );
+    let orphan = &seen[1]["params"];
+    assert_eq!(orphan["aborted"], true, "{orphan}");
+    assert_eq!(orphan["reason"], "manual", "a's start's reason: {orphan}");
+    assert!(
+        orphan["errorMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("stopped before it finished")),
+        "{orphan}"
+    );
+    assert_eq!(seen[3]["params"]["aborted"], false);
+    assert!(seen[3]["params"]["result"]["summary"].is_string());
 }
 
 #[test]

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use super::{Daemon, Session};
 use crate::rpc::errors::RpcError;
-use crate::store::{Lease, RemoteEvent};
+use crate::rpc::events::{self, Event, Message};
+use crate::store::{Lease, RemoteEvent, Unfinished};
 
 /// Starts delivering other daemons' events to `daemon`'s subscribers.
 pub(super) fn start_events(daemon: &Arc<Daemon>) {
@@ -49,14 +50,44 @@ fn deliver(daemon: &Arc<Daemon>, mut event: RemoteEvent) {
 /// waiting while another daemon compacts it, then reads in what the other daemons wrote
 /// meanwhile, so the compaction plans from the session as it is now. The caller holds the
 /// session's slot.
+///
+/// A compaction another daemon started and never ended (it died holding the lease) is ended
+/// here, `aborted` with the reason, before anything else happens: its subscribers, on every
+/// daemon, saw its `compaction_start`.
 pub async fn lease(daemon: &Daemon, session: &Session) -> Result<Option<Lease>, RpcError> {
-    let lease = daemon
+    let unfinished = Unfinished {
+        start: events::CompactionStart::NAME,
+        end: events::CompactionEnd::NAME,
+    };
+    let mut lease = daemon
         .storage
-        .lease(&session.path, daemon.shutdown.child_token())
+        .lease(&session.path, daemon.shutdown.child_token(), unfinished)
         .await
         .map_err(super::session::store_error)?;
+    if let Some(start) = lease.as_mut().and_then(|l| l.orphaned.take()) {
+        let reason = match Event::parse(events::CompactionStart::NAME, &start) {
+            Ok(Event::CompactionStart(s)) => s.reason,
+            _ => events::Reason::Manual,
+        };
+        tracing::warn!(session = %session.id, "ending the compaction of a daemon that died mid-compaction");
+        daemon.emit(
+            &session.id,
+            &events::CompactionEnd {
+                session_id: &session.id,
+                reason,
+                result: None,
+                aborted: true,
+                will_retry: false,
+                error_message: Some(ORPHANED),
+            },
+        );
+    }
     if lease.is_some() {
         session.lock_state().sync_with_file()?;
     }
     Ok(lease)
 }
+
+/// Why a compaction another daemon started ended without a result.
+const ORPHANED: &str =
+    "Compaction aborted: the daemon running it stopped before it finished; another daemon took its lease over";

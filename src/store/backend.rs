@@ -73,7 +73,20 @@ pub type Deliver = Arc<dyn Fn(RemoteEvent) + Send + Sync>;
 
 /// The right to compact a session while other daemons may share it; released when dropped
 /// (and when the daemon holding it dies).
-pub type Lease = Box<dyn Send + Sync>;
+pub struct Lease {
+    pub guard: Box<dyn Send + Sync>,
+    /// The start event's payload of a compaction another daemon began under this lease and
+    /// never ended, because it died: the new holder ends it for every subscriber.
+    pub orphaned: Option<Value>,
+}
+
+/// The events that open and close a compaction, as the daemon names them (the store knows no
+/// event by name).
+#[derive(Debug, Clone, Copy)]
+pub struct Unfinished {
+    pub start: &'static str,
+    pub end: &'static str,
+}
 
 /// Where sessions live, chosen once at start-up (`[storage] backend`). Methods that may block
 /// (disk, network) are called through `cpu::blocking`.
@@ -99,11 +112,14 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn list(&self, cwd: Option<String>) -> Result<Vec<StoredSummary>, StoreError>;
 
     /// Takes the compaction lease of the session at `location`, waiting while another daemon
-    /// holds it (until `cancel`: `None`). `None` too where no other daemon can write.
+    /// holds it (until `cancel`: `None`). `None` too where no other daemon can write. The
+    /// lease reports a compaction (opened and closed by `unfinished`'s events) that a daemon
+    /// which died holding it never ended.
     fn lease(
         &self,
         location: &Path,
         cancel: CancellationToken,
+        unfinished: Unfinished,
     ) -> BoxFuture<'static, Result<Option<Lease>, StoreError>>;
 
     /// Hands an event of the session at `location` to the other daemons sharing it (in order,
@@ -196,6 +212,7 @@ impl Backend for Unusable {
         &self,
         _location: &Path,
         _cancel: CancellationToken,
+        _unfinished: Unfinished,
     ) -> BoxFuture<'static, Result<Option<Lease>, StoreError>> {
         let e = self.error();
         Box::pin(async move { Err(e) })

@@ -197,6 +197,7 @@ impl Backend for Files {
         &self,
         _location: &Path,
         _cancel: CancellationToken,
+        _unfinished: super::backend::Unfinished,
     ) -> BoxFuture<'static, Result<Option<Lease>, StoreError>> {
         // The file's lock already keeps every other daemon out.
         Box::pin(async { Ok(None) })

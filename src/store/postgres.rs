@@ -187,17 +187,24 @@ pub fn parse_url(url: &str) -> Result<tokio_postgres::Config, String> {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
-    if config.get_application_name().is_none() {
-        config.application_name("compactd");
-    }
     Ok(config)
+}
+
+/// The `application_name` of a daemon's connections, unless the connection string sets one: it
+/// names the daemon's origin, so another daemon can tell whether it is still connected.
+fn application_name(origin: &str) -> String {
+    format!("compactd/{origin}")
 }
 
 impl Database {
     /// A database at `url`. Nothing is connected yet: the first call connects and applies the
     /// migrations (see [`Database::check`] to do it at start-up).
     pub fn open(url: &str) -> Result<Arc<Database>, String> {
-        let config = parse_url(url)?;
+        let mut config = parse_url(url)?;
+        let origin = uuid::Uuid::new_v4().to_string();
+        if config.get_application_name().is_none() {
+            config.application_name(application_name(&origin));
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("compactd-postgres")
@@ -224,7 +231,7 @@ impl Database {
             config,
             pool,
             migrated: std::sync::atomic::AtomicBool::new(false),
-            origin: uuid::Uuid::new_v4().to_string(),
+            origin,
             outbox,
             outbox_rx: Mutex::new(Some(outbox_rx)),
             spare: Mutex::new(Vec::new()),
@@ -435,9 +442,11 @@ impl Database {
         self: &Arc<Self>,
         header_id: &str,
         cancel: tokio_util::sync::CancellationToken,
+        unfinished: super::Unfinished,
     ) -> Result<Option<Lease>, StoreError> {
         let config = self.config.clone();
         let header_id = header_id.to_owned();
+        let origin = self.origin.clone();
         self.run(async move {
             let (client, connection) = Self::connect_raw(&config).await?;
             let task = tokio::spawn(async move {
@@ -457,7 +466,12 @@ impl Database {
                     if waited {
                         tracing::info!(header_id = %header_id, "took the compaction lease another daemon released");
                     }
-                    return Ok(Some(Lease { _client: client, task }));
+                    let orphaned = orphaned(&client, &header_id, &origin, unfinished).await;
+                    return Ok(Some(Lease {
+                        _client: client,
+                        task,
+                        orphaned,
+                    }));
                 }
                 if !waited {
                     tracing::info!(header_id = %header_id, "another daemon is compacting this session; waiting for its lease");
@@ -518,6 +532,56 @@ impl Database {
 pub struct Lease {
     _client: Client,
     task: tokio::task::JoinHandle<()>,
+    /// What another daemon started under this lease and never ended (see [`orphaned`]).
+    pub orphaned: Option<Value>,
+}
+
+/// With the lease just taken: the payload of the `unfinished.start` event another daemon
+/// published last for the session without a later `unfinished.end`, when that daemon is gone
+/// (none of its connections remains: they close when it dies). Its subscribers everywhere
+/// saw the start and will never see its end from it. A daemon still connected finished
+/// normally and is publishing its end; a connection string with its own `application_name`
+/// cannot tell, and nothing is reported.
+async fn orphaned(
+    client: &Client,
+    header_id: &str,
+    own: &str,
+    unfinished: super::Unfinished,
+) -> Option<Value> {
+    let row = client
+        .query_opt(
+            "SELECT origin, name, payload FROM compactd_events
+             WHERE header_id = $1 AND name IN ($2, $3) ORDER BY id DESC LIMIT 1",
+            &[&header_id, &unfinished.start, &unfinished.end],
+        )
+        .await
+        .ok()??;
+    let (origin, name, payload): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+    if name != unfinished.start || origin == own {
+        return None;
+    }
+    let app = application_name(&origin);
+    // Its other connections may outlive the lease's by moments: the server notices each close
+    // on its own.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let alive: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&app],
+            )
+            .await
+            .ok()?
+            .get(0);
+        if alive == 0 {
+            tracing::info!(header_id, daemon = %origin, "the daemon that was compacting this session is gone; ending its compaction");
+            return serde_json::from_str(&payload).ok();
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 impl Drop for Lease {
@@ -999,6 +1063,7 @@ impl Backend for Postgres {
         &self,
         location: &Path,
         cancel: tokio_util::sync::CancellationToken,
+        unfinished: super::Unfinished,
     ) -> futures_util::future::BoxFuture<'static, Result<Option<super::Lease>, StoreError>> {
         let db = self.db.clone();
         let header_id = header_id_of(location).map(str::to_owned);
@@ -1006,8 +1071,11 @@ impl Backend for Postgres {
             let Some(header_id) = header_id else {
                 return Ok(None);
             };
-            let lease = db.lease(&header_id, cancel).await?;
-            Ok(lease.map(|l| Box::new(l) as super::Lease))
+            let lease = db.lease(&header_id, cancel, unfinished).await?;
+            Ok(lease.map(|mut l| super::Lease {
+                orphaned: l.orphaned.take(),
+                guard: Box::new(l),
+            }))
         })
     }
 
