@@ -260,6 +260,9 @@ pub struct StorageConfig {
     /// The database of the `postgres` backend (`postgresql://…` or `key=value` pairs); the
     /// environment's `COMPACTD_POSTGRES_URL` is used when this is not set.
     pub postgres_url: Option<String>,
+    /// The deployment (tenant) a daemon of a shared store belongs to: it sees only the sessions
+    /// of its namespace (`default` unless set; 1–64 letters, digits, `.`, `-` or `_`).
+    pub namespace: Option<String>,
 }
 
 /// `[storage] backend`.
@@ -282,6 +285,7 @@ impl Default for StorageConfig {
             allowed_roots: None,
             backend: Backend::Files,
             postgres_url: None,
+            namespace: None,
         }
     }
 }
@@ -316,10 +320,20 @@ impl StorageConfig {
                 let url = self.postgres_url().ok_or_else(|| {
                     format!("storage.backend = 'postgres' needs storage.postgres_url or {POSTGRES_URL_ENV}")
                 })?;
-                crate::store::postgres::Postgres::open(&url)
+                let config = self.clone();
+                let roots: Option<crate::store::files::Roots> = self
+                    .allowed_roots
+                    .is_some()
+                    .then(|| Box::new(move || config.roots()) as _);
+                crate::store::postgres::Postgres::open(&url, self.namespace(), roots)
                     .map(|p| std::sync::Arc::new(p) as std::sync::Arc<dyn crate::store::Backend>)
             }
         }
+    }
+
+    /// `[storage] namespace`, `default` unless set.
+    pub fn namespace(&self) -> &str {
+        self.namespace.as_deref().unwrap_or("default")
     }
 
     pub fn limits(&self) -> crate::store::Limits {
@@ -424,6 +438,17 @@ impl Config {
             };
             crate::store::postgres::parse_url(&url)
                 .map_err(|e| ConfigError::Invalid(format!("storage.postgres_url: {e}")))?;
+        }
+        let namespace = self.storage.namespace();
+        let valid = !namespace.is_empty()
+            && namespace.len() <= 64
+            && namespace
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+        if !valid {
+            return Err(ConfigError::Invalid(format!(
+                "storage.namespace {namespace:?} must be 1 to 64 letters, digits, '.', '-' or '_'"
+            )));
         }
         if s.extractive_target_tokens < MIN_EXTRACTIVE_TARGET_TOKENS {
             return Err(ConfigError::Invalid(format!(

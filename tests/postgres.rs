@@ -749,3 +749,84 @@ fn a_retry_on_another_daemon_writes_once() {
     assert_eq!(last["id"], next["entryId"]);
     assert_eq!(last["parentId"], "deploy-1");
 }
+
+/// Tenants on one database: a daemon sees only its namespace's sessions (listing, opening,
+/// exporting, events), and within it the allowed roots apply to a stored session's cwd as they
+/// apply to a file's path.
+#[test]
+fn one_tenant_cannot_see_another_tenants_sessions() {
+    let test = "one_tenant_cannot_see_another_tenants_sessions";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    let acme = Daemon::start(&pg, "namespace = \"acme\"\n");
+    let globex = Daemon::start(&pg, "namespace = \"globex\"\n");
+    let mut ca = acme.client();
+    let (_sid, header_id) = create(&mut ca, acme.env.dir.path());
+    let mut cg = globex.client();
+    let listed = cg.ok("listStoredSessions", json!({}));
+    assert_eq!(
+        listed["sessions"],
+        json!([]),
+        "globex lists none of acme's: {listed}"
+    );
+    let err = cg
+        .request(
+            "openSession",
+            json!({"headerId": header_id, "model": model()}),
+        )
+        .expect_err("globex cannot open acme's session");
+    assert_eq!(err["data"]["kind"], "not_found", "{err}");
+    let out = globex
+        .env
+        .command("export")
+        .arg(&header_id)
+        .output()
+        .expect("export");
+    assert!(
+        !out.status.success(),
+        "globex's export of acme's session fails"
+    );
+    assert!(out.stdout.is_empty(), "and prints none of it");
+    let mine = ca.ok("listStoredSessions", json!({}));
+    assert_eq!(mine["sessions"][0]["headerId"], header_id.as_str());
+    assert!(!export(&acme.env, &header_id).is_empty());
+
+    // Roots: a daemon confined to one directory creates, lists and opens only sessions whose
+    // cwd is under it.
+    let root = tempfile::tempdir().expect("root");
+    let inside = root.path().join("project");
+    std::fs::create_dir_all(&inside).expect("project dir");
+    let confined = Daemon::start(
+        &pg,
+        &format!(
+            "namespace = \"acme\"\nallowed_roots = [\"{}\"]\n",
+            root.path().display()
+        ),
+    );
+    let mut cc = confined.client();
+    let err = cc
+        .request("createSession", json!({"cwd": "/etc", "model": model()}))
+        .expect_err("a session for /etc");
+    assert_eq!(err["data"]["kind"], "path_not_allowed", "{err}");
+    let (_, inside_id) = create(&mut cc, &inside);
+    let listed = cc.ok("listStoredSessions", json!({}));
+    let ids: Vec<&str> = listed["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .filter_map(|s| s["headerId"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [inside_id.as_str()],
+        "only the session under its root: {listed}"
+    );
+    let err = cc
+        .request(
+            "openSession",
+            json!({"headerId": header_id, "model": model()}),
+        )
+        .expect_err("acme's other session's cwd is outside this daemon's root");
+    assert_eq!(err["data"]["kind"], "path_not_allowed", "{err}");
+}

@@ -60,17 +60,7 @@ impl Files {
     /// roots), and `..` through directories that do not exist yet is taken as the kernel will
     /// once they do.
     fn check_allowed(&self, path: &Path) -> Result<(), StoreError> {
-        let roots = (self.roots)();
-        let resolved = crate::confined::resolve(path);
-        if roots.iter().any(|r| resolved.starts_with(r)) {
-            return Ok(());
-        }
-        let list: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
-        Err(StoreError::NotAllowed(format!(
-            "Session path is outside the allowed roots ({}): {}",
-            list.join(", "),
-            resolved.display()
-        )))
+        check_roots(&(self.roots)(), path, "Session path")
     }
 
     /// Pi's first write to an existing empty file: a fresh header, appended (not renamed over,
@@ -98,6 +88,22 @@ impl Files {
             tree: SessionTree::new(header, Vec::new()),
         })
     }
+}
+
+/// Refuses `path` (`what` names it in the error) unless it is under one of `roots`: the
+/// nearest existing ancestor resolved (links cannot lead outside the roots), and `..` through
+/// directories that do not exist yet taken as the kernel will once they do.
+pub fn check_roots(roots: &[PathBuf], path: &Path, what: &str) -> Result<(), StoreError> {
+    let resolved = crate::confined::resolve(path);
+    if path.is_absolute() && roots.iter().any(|r| resolved.starts_with(r)) {
+        return Ok(());
+    }
+    let list: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+    Err(StoreError::NotAllowed(format!(
+        "{what} is outside the allowed roots ({}): {}",
+        list.join(", "),
+        resolved.display()
+    )))
 }
 
 /// `--<cwd>--`: the directory name of Pi's default session directory for `cwd`.

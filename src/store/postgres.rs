@@ -110,7 +110,19 @@ CREATE TABLE IF NOT EXISTS compactd_events (
     at timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO compactd_schema (version) VALUES (1) ON CONFLICT DO NOTHING;
+ALTER TABLE compactd_sessions ADD COLUMN IF NOT EXISTS namespace text NOT NULL DEFAULT 'default';
+CREATE INDEX IF NOT EXISTS compactd_sessions_by_namespace ON compactd_sessions (namespace, cwd, created);
+ALTER TABLE compactd_events ADD COLUMN IF NOT EXISTS namespace text NOT NULL DEFAULT 'default';
+INSERT INTO compactd_schema (version) VALUES (2) ON CONFLICT DO NOTHING;
 ";
+
+/// A stored session's lines as read: the header line and every entry line, the last seq, and
+/// the working directory it was created for.
+struct Stored {
+    text: Vec<u8>,
+    head: i64,
+    cwd: String,
+}
 
 /// The location of the stored session `header_id`.
 pub fn location(header_id: &str) -> PathBuf {
@@ -156,6 +168,9 @@ pub struct Database {
     migrated: std::sync::atomic::AtomicBool,
     /// This daemon's name in `compactd_events.origin`: its own events are not delivered back.
     origin: String,
+    /// The deployment this daemon belongs to (`[storage] namespace`): it sees, opens, lists
+    /// and hears of no session of another.
+    namespace: String,
     /// Events to publish, in order (one publisher task drains it).
     outbox: tokio::sync::mpsc::UnboundedSender<(String, String, String)>,
     outbox_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, String, String)>>>,
@@ -199,7 +214,7 @@ fn application_name(origin: &str) -> String {
 impl Database {
     /// A database at `url`. Nothing is connected yet: the first call connects and applies the
     /// migrations (see [`Database::check`] to do it at start-up).
-    pub fn open(url: &str) -> Result<Arc<Database>, String> {
+    pub fn open(url: &str, namespace: &str) -> Result<Arc<Database>, String> {
         let mut config = parse_url(url)?;
         let origin = uuid::Uuid::new_v4().to_string();
         if config.get_application_name().is_none() {
@@ -232,6 +247,7 @@ impl Database {
             pool,
             migrated: std::sync::atomic::AtomicBool::new(false),
             origin,
+            namespace: namespace.to_owned(),
             outbox,
             outbox_rx: Mutex::new(Some(outbox_rx)),
             spare: Mutex::new(Vec::new()),
@@ -329,8 +345,9 @@ impl Database {
                 // Rolled back when dropped unfinished: only this connection's statements.
                 let tx = client.transaction().await?;
                 tx.execute(
-                    "INSERT INTO compactd_sessions (header_id, cwd, header) VALUES ($1, $2, $3)",
-                    &[&header_id, &cwd, &header],
+                    "INSERT INTO compactd_sessions (header_id, cwd, header, namespace)
+                     VALUES ($1, $2, $3, $4)",
+                    &[&header_id, &cwd, &header, &db.namespace],
                 )
                 .await?;
                 for (seq, row) in (1i64..).zip(&entries) {
@@ -349,15 +366,17 @@ impl Database {
     }
 
     /// The header line and every entry line of a stored session, in order, with the last seq.
-    fn read_all(self: &Arc<Self>, header_id: &str) -> Result<(Vec<u8>, i64), StoreError> {
+    /// A session of another namespace is no session here.
+    fn read_all(self: &Arc<Self>, header_id: &str) -> Result<Stored, StoreError> {
         let db = self.clone();
         let header_id = header_id.to_owned();
         self.block_on(async move {
             let client = db.client().await?;
             let Some(row) = client
                 .query_opt(
-                    "SELECT header FROM compactd_sessions WHERE header_id = $1",
-                    &[&header_id],
+                    "SELECT header, cwd FROM compactd_sessions
+                     WHERE header_id = $1 AND namespace = $2",
+                    &[&header_id, &db.namespace],
                 )
                 .await
                 .map_err(unavailable)?
@@ -365,15 +384,16 @@ impl Database {
                 return Err(StoreError::NoSuchStored(header_id));
             };
             let mut text: Vec<u8> = row.get(0);
+            let cwd: String = row.get(1);
             text.push(b'\n');
             let head = lines_after(&**client, &header_id, 0, &mut text).await?;
-            Ok((text, head))
+            Ok(Stored { text, head, cwd })
         })
     }
 
     /// Loads a stored session as Pi would load its export.
     pub fn load(self: &Arc<Self>, header_id: &str) -> Result<(SessionTree, i64), StoreError> {
-        let (text, head) = self.read_all(header_id)?;
+        let Stored { text, head, .. } = self.read_all(header_id)?;
         match read_session_bytes(text.into()) {
             ReadOutcome::Session(p) => Ok((SessionTree::from_parsed(p), head)),
             ReadOutcome::NotASession | ReadOutcome::Empty => {
@@ -384,7 +404,25 @@ impl Database {
 
     /// A stored session as Pi JSONL: the header line and every entry line, byte for byte.
     pub fn export(self: &Arc<Self>, header_id: &str) -> Result<Vec<u8>, StoreError> {
-        self.read_all(header_id).map(|(text, _)| text)
+        self.read_all(header_id).map(|s| s.text)
+    }
+
+    /// The working directory a stored session of this namespace was created for.
+    fn cwd_of(self: &Arc<Self>, header_id: &str) -> Result<String, StoreError> {
+        let db = self.clone();
+        let header_id = header_id.to_owned();
+        self.block_on(async move {
+            let client = db.client().await?;
+            client
+                .query_opt(
+                    "SELECT cwd FROM compactd_sessions WHERE header_id = $1 AND namespace = $2",
+                    &[&header_id, &db.namespace],
+                )
+                .await
+                .map_err(unavailable)?
+                .map(|r| r.get(0))
+                .ok_or(StoreError::NoSuchStored(header_id))
+        })
     }
 
     /// Loads a session file's lines into the store, byte for byte (the header line as it is in
@@ -418,9 +456,9 @@ impl Database {
                     "SELECT s.header_id, s.cwd, (extract(epoch FROM s.created) * 1000)::bigint,
                             (SELECT count(*) FROM compactd_entries e WHERE e.header_id = s.header_id)
                      FROM compactd_sessions s
-                     WHERE $1::text IS NULL OR s.cwd = $1
+                     WHERE s.namespace = $2 AND ($1::text IS NULL OR s.cwd = $1)
                      ORDER BY s.created DESC, s.header_id",
-                    &[&cwd],
+                    &[&cwd, &db.namespace],
                 )
                 .await
                 .map_err(unavailable)?;
@@ -507,10 +545,10 @@ impl Database {
                     let client = db.client().await?;
                     client
                         .execute(
-                            "WITH e AS (INSERT INTO compactd_events (header_id, origin, name, payload)
-                                        VALUES ($1, $2, $3, $4) RETURNING id)
+                            "WITH e AS (INSERT INTO compactd_events (header_id, origin, name, payload, namespace)
+                                        VALUES ($1, $2, $3, $4, $5) RETURNING id)
                              SELECT pg_notify('compactd_events', (SELECT id::text FROM e))",
-                            &[&header_id, &db.origin, &name, &payload],
+                            &[&header_id, &db.origin, &name, &payload, &db.namespace],
                         )
                         .await
                         .map_err(unavailable)
@@ -728,8 +766,8 @@ async fn catch_up_events(
     let rows = client
         .query(
             "SELECT id, header_id, name, payload FROM compactd_events
-             WHERE id > $1 AND origin <> $2 ORDER BY id",
-            &[&after, &db.origin],
+             WHERE id > $1 AND origin <> $2 AND namespace = $3 ORDER BY id",
+            &[&after, &db.origin, &db.namespace],
         )
         .await
         .map_err(unavailable)?;
@@ -998,15 +1036,43 @@ const STORED_NOT_FILES: &str = "this daemon keeps sessions in PostgreSQL ([stora
 
 /// The postgres backend (`[storage] backend = "postgres"`): sessions addressed by header id in
 /// one database many daemons share.
-#[derive(Debug, Clone)]
+///
+/// Tenants: every daemon belongs to one namespace (`[storage] namespace`, `default` unless set)
+/// and sees only its sessions: listing, opening, exporting, events. Within it, roots set for the
+/// daemon (`[storage] allowed_roots`) apply to a stored session's `cwd` as they apply to a
+/// file's path: a session is created, imported, opened, exported and listed only for a working
+/// directory under them. (Unset, they do not: a stored session's cwd names no file of this
+/// machine, and the namespace is the boundary.)
 pub struct Postgres {
     db: Arc<Database>,
+    roots: Option<super::files::Roots>,
+}
+
+impl std::fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Postgres")
+            .field("db", &self.db)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Postgres {
-    /// The backend on the database at `url` (nothing connected yet).
-    pub fn open(url: &str) -> Result<Postgres, String> {
-        Database::open(url).map(|db| Postgres { db })
+    /// The backend on the database at `url` for the deployment `namespace`, its sessions'
+    /// working directories confined to `roots` (nothing connected yet).
+    pub fn open(
+        url: &str,
+        namespace: &str,
+        roots: Option<super::files::Roots>,
+    ) -> Result<Postgres, String> {
+        Database::open(url, namespace).map(|db| Postgres { db, roots })
+    }
+
+    /// Refuses a session whose working directory is outside the roots set for the daemon.
+    fn check_cwd(&self, cwd: &str) -> Result<(), StoreError> {
+        match &self.roots {
+            Some(roots) => super::files::check_roots(&roots(), Path::new(cwd), "Session cwd"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -1031,6 +1097,7 @@ impl Backend for Postgres {
     fn open(&self, location: &Path, _cwd: Option<&str>) -> Result<Opened, StoreError> {
         let header_id = header_id_of(location)
             .ok_or_else(|| StoreError::NoSuchStored(location.display().to_string()))?;
+        self.check_cwd(&self.db.cwd_of(header_id)?)?;
         let (tree, storage) = StoredSession::open(self.db.clone(), header_id)?;
         Ok(Opened::Loaded {
             storage: Box::new(storage),
@@ -1045,6 +1112,7 @@ impl Backend for Postgres {
             ));
         }
         let header_id = header.get("id").and_then(Value::as_str).unwrap_or("");
+        self.check_cwd(header.get("cwd").and_then(Value::as_str).unwrap_or(""))?;
         Ok(NewSession {
             location: location(header_id),
             storage: Box::new(StoredSession::new(self.db.clone(), header_id)),
@@ -1056,7 +1124,12 @@ impl Backend for Postgres {
         if let Some(c) = &cwd {
             storable("cwd", c)?;
         }
-        self.db.list(cwd)
+        let mut sessions = self.db.list(cwd)?;
+        if let Some(roots) = &self.roots {
+            let roots = roots();
+            sessions.retain(|s| super::files::check_roots(&roots, Path::new(&s.cwd), "").is_ok());
+        }
+        Ok(sessions)
     }
 
     fn lease(
@@ -1091,10 +1164,13 @@ impl Backend for Postgres {
 
     fn export(&self, header_id: &str) -> Result<Vec<u8>, StoreError> {
         storable("headerId", header_id)?;
-        self.db.export(header_id)
+        let stored = self.db.read_all(header_id)?;
+        self.check_cwd(&stored.cwd)?;
+        Ok(stored.text)
     }
 
     fn import(&self, header_line: &[u8], tree: &SessionTree) -> Result<String, StoreError> {
+        self.check_cwd(tree.header.get("cwd").and_then(Value::as_str).unwrap_or(""))?;
         self.db.import(header_line, tree)
     }
 }
