@@ -45,16 +45,54 @@ pub enum Target {
     LatestOf(PathBuf),
 }
 
+/// The longest query `search_history` takes, in characters: a query is literal text, and a
+/// longer one is no question a model asks (and would be echoed into its context on error).
+pub const MAX_QUERY_CHARS: usize = 1000;
+/// The longest entry id `get_entry` takes (Pi's ids are 8 hex digits; a client's own up to 64).
+pub const MAX_ID_CHARS: usize = 64;
+/// The most characters of a tool's error text (an echoed id or query is cut first).
+pub const MAX_ERROR_CHARS: usize = 500;
+
 /// `search_history`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchArgs {
-    /// Text to find (case-insensitive) in any message, tool call, tool result or summary of
-    /// the session, the parts a compaction replaced included.
+    /// Text to find (case-insensitive, literally: no pattern syntax) in any message, tool
+    /// call, tool result or summary of the session, the parts a compaction replaced included.
     pub query: String,
     /// Most hits to return, most recent first (default 10, at most 50).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count")]
+    #[schemars(schema_with = "count_schema")]
     pub limit: Option<u32>,
+}
+
+/// A count as MCP clients send it: a JSON integer, or the same digits as a string (the MCP
+/// Inspector's CLI sends every argument as a string).
+fn count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Count {
+        Number(u32),
+        Text(String),
+    }
+    match Option::<Count>::deserialize(d)? {
+        None => Ok(None),
+        Some(Count::Number(n)) => Ok(Some(n)),
+        Some(Count::Text(t)) => t.trim().parse().map(Some).map_err(|_| {
+            serde::de::Error::custom(format!("expected a whole number, got {:?}", cut(&t, 20)))
+        }),
+    }
+}
+
+/// `limit`'s schema in standard JSON Schema: an integer in range, no `format` (schemars'
+/// `uint32` is no JSON Schema format, and clients warn about it).
+fn count_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": ["integer", "null"],
+        "minimum": 1,
+        "maximum": MAX_HITS,
+        "description": "Most hits to return, most recent first (default 10, at most 50)."
+    })
 }
 
 /// `get_entry`'s arguments.
@@ -63,6 +101,14 @@ pub struct SearchArgs {
 pub struct EntryArgs {
     /// The entry's id, from a `search_history` hit or the id range a summary names.
     pub entry_id: String,
+}
+
+/// `text` cut to `max` characters, `…` marking the cut: what an error may echo of an input.
+fn cut(text: &str, max: usize) -> String {
+    match bounded(text, max) {
+        (t, true) => format!("{t}…"),
+        (t, false) => t,
+    }
 }
 
 /// One hit, with where it comes from.
@@ -111,7 +157,13 @@ pub struct EntryResult {
     pub text: String,
     /// `text` was cut at the limit; `totalChars` is the full length.
     pub truncated: bool,
+    #[schemars(schema_with = "length_schema")]
     pub total_chars: usize,
+}
+
+/// A length in standard JSON Schema (no `format`: see [`count_schema`]).
+fn length_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "integer", "minimum": 0})
 }
 
 /// `text` cut to at most `max` characters (on a character boundary), and whether it was cut.
@@ -263,6 +315,13 @@ impl RecallServer {
         if args.query.trim().is_empty() {
             return Err("query must not be empty".into());
         }
+        let chars = args.query.chars().count();
+        if chars > MAX_QUERY_CHARS {
+            return Err(format!(
+                "query is {chars} characters long; search for a distinctive part of it (at most {MAX_QUERY_CHARS} characters): {}",
+                cut(&args.query, 40)
+            ));
+        }
         let limit = args.limit.unwrap_or(DEFAULT_HITS).clamp(1, MAX_HITS);
         // One more than asked, to say whether there are more.
         let (file, hits) = self
@@ -270,7 +329,8 @@ impl RecallServer {
                 "searchHistory",
                 json!({ "query": args.query, "limit": limit + 1 }),
             )
-            .await?;
+            .await
+            .map_err(|e| cut(&e, MAX_ERROR_CHARS))?;
         let mut hits: Vec<Hit> = hits
             .as_array()
             .map(|a| a.as_slice())
@@ -304,10 +364,18 @@ impl RecallServer {
         &self,
         Parameters(args): Parameters<EntryArgs>,
     ) -> Result<Json<EntryResult>, String> {
+        let chars = args.entry_id.chars().count();
+        if chars > MAX_ID_CHARS {
+            return Err(format!(
+                "{} ({chars} characters) is no entry id: ids are at most {MAX_ID_CHARS} characters and come from search_history hits or a summary's id range",
+                cut(&args.entry_id, 16)
+            ));
+        }
         let (_, entry) = self
             .on_session("getEntry", json!({ "entryId": args.entry_id }))
             .await
             .map_err(|e| {
+                let e = cut(&e, MAX_ERROR_CHARS);
                 if e.starts_with("Entry ") {
                     format!("{e}: no entry with this id in the session; ids come from search_history hits or a summary's id range")
                 } else {
@@ -390,6 +458,26 @@ mod tests {
         write("d.txt", &format!("{header}\n"), 4_000);
         assert_eq!(latest_in(&sessions).unwrap(), new);
         assert!(latest_in(&dir.path().join("none")).is_err());
+    }
+
+    #[test]
+    fn a_limit_is_a_number_or_its_digits_and_no_schema_has_a_format() {
+        let args = |v: Value| serde_json::from_value::<SearchArgs>(v);
+        let limit = |v: Value| args(v).map(|a| a.limit);
+        assert_eq!(limit(json!({"query": "q", "limit": 2})).unwrap(), Some(2));
+        assert_eq!(limit(json!({"query": "q", "limit": "2"})).unwrap(), Some(2));
+        assert_eq!(limit(json!({"query": "q"})).unwrap(), None);
+        assert_eq!(limit(json!({"query": "q", "limit": null})).unwrap(), None);
+        let bad = limit(json!({"query": "q", "limit": "two"}))
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("whole number"), "{bad}");
+        assert!(limit(json!({"query": "q", "limit": -1})).is_err());
+        let server = RecallServer::new(Target::File("/x.jsonl".into()), "/s".into());
+        for t in server.tool_router.list_all() {
+            let schemas = json!([&*t.input_schema, t.output_schema.as_deref()]).to_string();
+            assert!(!schemas.contains("\"format\""), "{}: {schemas}", t.name);
+        }
     }
 
     #[test]

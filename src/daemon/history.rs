@@ -18,6 +18,9 @@ const MAX_LIMIT: usize = 1000;
 const SNIPPET_SIDE: usize = 80;
 /// Compiled-size cap of a client regex, so a hostile pattern cannot exhaust memory.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// The longest query searched, in characters: a literal query's compiled form grows with it
+/// (a 100 KB one exceeded the regex size limit, with an error naming the limit, not the query).
+const MAX_QUERY_CHARS: usize = 4096;
 
 /// Keys whose string values are identifiers or bookkeeping, not text anyone would look for.
 const SKIPPED_KEYS: [&str; 15] = [
@@ -141,6 +144,12 @@ impl Matcher {
     fn new(query: &str, regex: bool) -> Result<Matcher, RpcError> {
         if query.is_empty() {
             return Err(RpcError::invalid_params("query must not be empty"));
+        }
+        let chars = query.chars().count();
+        if chars > MAX_QUERY_CHARS {
+            return Err(RpcError::invalid_params(format!(
+                "query is {chars} characters long; at most {MAX_QUERY_CHARS} can be searched"
+            )));
         }
         if regex {
             regex::RegexBuilder::new(query)

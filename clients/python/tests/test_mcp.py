@@ -5,6 +5,7 @@ latest session of a working directory, and start-or-join of the daemon.
 """
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -106,6 +107,22 @@ def test_the_recall_tools_through_the_official_sdk(server, env, tmp_path):
         assert "no-such-id" in unknown.content[0].text and "search_history" in unknown.content[0].text
         typo = await c.call_tool("search_history", {"query": "x", "limt": 3})
         assert typo.is_error is True and "unknown field `limt`" in typo.content[0].text
+
+        # As clients send them: a count as a string (the Inspector's CLI), schemas in standard
+        # JSON Schema only, and every error text bounded whatever was sent.
+        as_text = await c.call_tool("search_history", {"query": "e", "limit": "2"})
+        assert not as_text.is_error, as_text.content
+        assert len(as_text.structured_content["hits"]) == 2
+        for t in tools.values():
+            assert '"format"' not in json.dumps([t.input_schema, t.output_schema]), t.name
+        huge_id = await c.call_tool("get_entry", {"entryId": "a" * 2_000_000})
+        assert huge_id.is_error is True and len(huge_id.content[0].text) < 1000
+        huge_query = await c.call_tool("search_history", {"query": "q" * 100_000})
+        assert huge_query.is_error is True and len(huge_query.content[0].text) < 1000
+        assert "at most 1000 characters" in huge_query.content[0].text
+        assert "regex" not in huge_query.content[0].text
+        literal = await c.call_tool("search_history", {"query": "(unclosed[ .*"})
+        assert not literal.is_error, literal.content
 
     run(mcp_server(env, "--session", path, "--socket", server.socket), body)
     # The tools held nothing: the agent's hold is the only one, and nothing was written.
