@@ -5,6 +5,11 @@ use crate::json::utf16_len;
 use serde_json::json;
 
 use crate::compaction::prompts::HISTORY_HEADINGS as HEADINGS;
+
+/// The quality bench's precision lint (noise items by kind), shared so that its own tests run
+/// here and the summarizer's tests can assert a summary is clean.
+#[path = "../../../benches/precision/mod.rs"]
+mod precision;
 const TP_HEADINGS: [&str; 3] = [
     "## Original Request",
     "## Early Progress",
