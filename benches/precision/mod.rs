@@ -90,6 +90,9 @@ pub struct Finding {
 pub struct Item {
     pub section: &'static str,
     pub text: String,
+    /// 0 for the history summary, 1 for a split turn's prefix summary after it: two summaries
+    /// of two spans, so the same edit in both is two edits, not a repeat.
+    pub part: usize,
 }
 
 /// The section a heading line opens, by short name; `None` for a line that is no heading.
@@ -114,6 +117,7 @@ pub fn items(summary: &str) -> Vec<Item> {
     let mut out: Vec<Item> = Vec::new();
     let mut section: Option<&'static str> = None;
     let mut in_block = false;
+    let mut part = 0usize;
     for line in summary.lines() {
         let t = line.trim();
         if t == "<read-files>" || t == "<modified-files>" {
@@ -129,6 +133,7 @@ pub fn items(summary: &str) -> Vec<Item> {
         }
         if t.starts_with("**Turn Context") {
             section = None;
+            part += 1;
             continue;
         }
         if let Some(s) = section_of(line) {
@@ -153,6 +158,7 @@ pub fn items(summary: &str) -> Vec<Item> {
         out.push(Item {
             section: sec,
             text: body.to_string(),
+            part,
         });
     }
     out
@@ -185,7 +191,7 @@ pub fn lint(summary: &str) -> Vec<Finding> {
             item: item.text.clone(),
         })
     };
-    let mut seen: Vec<(&'static str, String)> = Vec::new();
+    let mut seen: Vec<(usize, &'static str, String)> = Vec::new();
     let mut read_only_done = 0usize;
     let labelled_latest = items
         .iter()
@@ -194,11 +200,11 @@ pub fn lint(summary: &str) -> Vec<Finding> {
         let key = repeat_key(&item.text);
         if seen
             .iter()
-            .any(|(s, k)| *s == item.section && same_statement(k, &key))
+            .any(|(p, s, k)| *p == item.part && *s == item.section && same_statement(k, &key))
         {
             found(Kind::Repeat, item);
         } else {
-            seen.push((item.section, key));
+            seen.push((item.part, item.section, key));
         }
         if item.text.chars().count() > LONG_ITEM {
             found(Kind::Long, item);
@@ -301,12 +307,15 @@ fn same_statement(a: &str, b: &str) -> bool {
 }
 
 /// A run no person reads: a whitespace-free token of [`BLOB_RUN`] characters or more that is
-/// no plain path or URL (base64, a minified bundle, a hash chain), or a long line dense with
-/// code punctuation (minified code with spaces).
+/// no plain path or URL and holds a run of letters and digits longer than any identifier
+/// (base64; a hex hash names something and is no blob), or is so long nobody reads it; or a
+/// long line dense with code punctuation (minified code with spaces). A one-line command or a
+/// compact JSON error is long but readable.
 fn has_blob(text: &str) -> bool {
     for token in text.split_whitespace() {
-        let t = token.trim_matches(|c: char| matches!(c, '`' | '(' | ')' | ',' | '.' | ':'));
-        if t.chars().count() < BLOB_RUN {
+        let t = token.trim_matches(|c: char| matches!(c, '`' | '(' | ')' | ',' | '.' | ':' | '"'));
+        let n = t.chars().count();
+        if n < BLOB_RUN {
             continue;
         }
         let url = t.starts_with("http://") || t.starts_with("https://");
@@ -317,7 +326,13 @@ fn has_blob(text: &str) -> bool {
                         .chars()
                         .all(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | '~'))
             });
-        if !url && !path {
+        if url || path {
+            continue;
+        }
+        let encoded = t
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|run| run.len() >= 32 && !run.chars().all(|c| c.is_ascii_hexdigit()));
+        if encoded || n >= 120 {
             return true;
         }
     }
@@ -469,8 +484,11 @@ fn is_fragment(text: &str) -> bool {
         t = rest.split_once(") ").map_or(rest, |(_, r)| r);
     }
     let t = t.lines().next().unwrap_or("").trim();
+    // A reference to where the rest is (`[120 more chars in entry 1a2b]`) follows a statement
+    // cut at its end; after a cut word it marks a cut sentence.
     if t.ends_with("more chars]") {
-        return true;
+        let before = t.rfind(" [").map_or("", |i| t[..i].trim_end());
+        return !before.ends_with(['.', '!', '?', ')', '`', '…']);
     }
     let t = t.trim_end_matches(['*', '_', '`', ' ']);
     if t.ends_with(':') || t.ends_with(',') || t.ends_with(" -") || t.ends_with('—') {
@@ -584,7 +602,8 @@ mod tests {
 
     #[test]
     fn the_turn_prefix_layout_and_a_split_turn_are_read_too() {
-        let s = "## Goal\n- (latest) Port the parser\n- ok\n\n## Critical Context\n(none)\n\n---\n\n**Turn Context (split turn):**\n\n## Original Request\n- Port the parser to nom\n\n## Early Progress\n- Decision: The approach:\n\n## Context for Suffix\n- Constraint: keep the API\n- Constraint: keep the API";
+        // The same edit in the history and in the split turn's prefix is two edits.
+        let s = "## Goal\n- (latest) Port the parser\n- ok\n\n## Progress\n### Done\n- [x] Edited `src/parse.rs`\n\n## Critical Context\n(none)\n\n---\n\n**Turn Context (split turn):**\n\n## Original Request\n- Port the parser to nom\n\n## Early Progress\n- Edited `src/parse.rs`\n- Decision: The approach:\n\n## Context for Suffix\n- Constraint: keep the API\n- Constraint: keep the API";
         let k = kinds(s);
         assert!(k.contains(&Kind::TriviaGoal), "{k:?}");
         assert!(k.contains(&Kind::Repeat), "{k:?}");

@@ -243,27 +243,73 @@ pub(super) fn is_acknowledgement(text: &str) -> bool {
     words.len() <= 5 && words.iter().all(|w| ACKS.contains(&w.as_str()))
 }
 
-/// Read-only exploration (`ls`, `find`, `cat`, `grep`…, no redirect): not progress.
+/// Read-only exploration (`ls`, `find`, `cat`, `grep`, `git log`, `sed -n`…, no redirect): not
+/// progress. Every part of a pipeline or chain must only look (`cd` moves, it changes nothing).
 pub(super) fn is_exploration(command: &str) -> bool {
-    const LOOK: [&str; 18] = [
-        "ls", "ll", "find", "cat", "head", "tail", "grep", "rg", "ag", "fd", "tree", "pwd", "wc",
-        "which", "echo", "stat", "file", "du",
+    const LOOK: [&str; 29] = [
+        "ls", "ll", "find", "cat", "head", "tail", "grep", "egrep", "fgrep", "rg", "ag", "ack",
+        "fd", "tree", "pwd", "wc", "which", "echo", "stat", "file", "du", "less", "more", "jq",
+        "sort", "uniq", "nl", "cd", "type",
     ];
+    const GIT_LOOK: [&str; 7] = ["log", "status", "diff", "show", "grep", "blame", "ls-files"];
     // A redirect writes a file (`cat > notes.md`, `echo x >> .env`): that is work.
     if command.contains('>') {
         return false;
     }
     let mut any = false;
     for part in command.split(['|', ';', '&']) {
-        let Some(word) = part.split_whitespace().next() else {
+        let words: Vec<&str> = part.split_whitespace().collect();
+        let Some(&first) = words.first() else {
             continue;
         };
         any = true;
-        if !LOOK.contains(&word) {
+        let looks = match first {
+            "git" => words
+                .iter()
+                .skip(1)
+                .find(|w| !w.starts_with('-'))
+                .is_some_and(|sub| GIT_LOOK.contains(sub)),
+            "sed" => words.get(1) == Some(&"-n"),
+            w => LOOK.contains(&w),
+        };
+        if !looks {
             return false;
         }
     }
     any
+}
+
+/// A sentence that leads into what follows ("The approach:", "Now let me look at it:"): it ends
+/// on a colon and says nothing by itself.
+pub(super) fn is_lead_in(sentence: &str) -> bool {
+    sentence
+        .trim_end_matches(['*', '_', ' '])
+        .ends_with([':', '：'])
+}
+
+/// Whether a sentence is a complete statement: three words or more, not a lead-in, not ending on
+/// a word no statement ends on ("Now let", "and then the").
+pub(super) fn is_statement(sentence: &str) -> bool {
+    const DANGLING: [&str; 22] = [
+        "and", "or", "but", "the", "a", "an", "to", "of", "with", "for", "in", "on", "at", "by",
+        "from", "that", "which", "then", "so", "let", "me", "is",
+    ];
+    let t = sentence.trim().trim_end_matches(['*', '_', '`', ' ']);
+    if is_lead_in(t) || t.ends_with(',') || t.ends_with(" -") || t.ends_with('—') {
+        return false;
+    }
+    let words: Vec<String> = t
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    words.len() >= 3
+        && words
+            .last()
+            .is_some_and(|w| !DANGLING.contains(&w.as_str()))
 }
 
 /// Assistant sentences that announce what comes next.
