@@ -296,10 +296,15 @@ fn repeat_key(text: &str) -> String {
     words.join(" ")
 }
 
-/// Two masked items say the same thing: equal, or (long enough to be a pasted note) the same
-/// first 80 characters.
+/// Two masked items say the same thing: equal, one holding the other whole (a sentence listed
+/// alone and again after its lead-in), or (long enough to be a pasted note) the same first 80
+/// characters.
 fn same_statement(a: &str, b: &str) -> bool {
     if a == b {
+        return true;
+    }
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    if short.chars().count() >= 40 && long.contains(short) {
         return true;
     }
     let head = |s: &str| s.chars().take(80).collect::<String>();
@@ -388,14 +393,36 @@ const LOOK_TOOLS: [&str; 12] = [
     "codebase_search",
 ];
 
+/// The parts of a command line, split at `|`, `;`, `&` outside quotes.
+fn parts(cmd: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut quote: Option<char> = None;
+    let mut start = 0;
+    for (i, c) in cmd.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '|' | ';' | '&') => {
+                out.push(&cmd[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&cmd[start..]);
+    out
+}
+
 /// Whether a shell command only reads: every part of a pipeline or chain is a read-only
-/// command (`cd` moves), and nothing is redirected into a file.
+/// command (`cd` moves, `sleep` waits, a `curl` without a method, body or output file gets),
+/// and nothing is redirected into a file.
 fn is_read_only_command(cmd: &str) -> bool {
     if cmd.contains('>') {
         return false;
     }
     let mut any = false;
-    for part in cmd.split(['|', ';', '&']) {
+    for part in parts(cmd) {
         let words: Vec<&str> = part.split_whitespace().collect();
         let Some(first) = words.first() else {
             continue;
@@ -409,6 +436,23 @@ fn is_read_only_command(cmd: &str) -> bool {
                 .find(|w| !w.starts_with('-'))
                 .is_some_and(|s| GIT_LOOK.contains(s)),
             "sed" => words.get(1) == Some(&"-n"),
+            "sleep" => true,
+            "curl" => !words.iter().any(|w| {
+                [
+                    "-X",
+                    "--request",
+                    "-d",
+                    "--data",
+                    "-F",
+                    "--form",
+                    "-T",
+                    "-o",
+                    "--output",
+                ]
+                .iter()
+                .any(|f| w == f || w.starts_with(&format!("{f}=")))
+                    || w.starts_with("--data") && !w.starts_with("--data-urlencode")
+            }),
             w => LOOK.contains(&w),
         };
         if !ok {
@@ -437,7 +481,7 @@ fn is_read_only_item(text: &str) -> bool {
 
 /// A search command: its first word (after `cd …&&`) searches.
 fn is_search(cmd: &str) -> bool {
-    cmd.split(['|', ';', '&']).any(|part| {
+    parts(cmd).into_iter().any(|part| {
         let words: Vec<&str> = part.split_whitespace().collect();
         match words.first() {
             Some(&"git") => words.get(1) == Some(&"grep"),
@@ -584,11 +628,11 @@ mod tests {
         let blob =
             "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0NTY3ODkwYWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXo=";
         let summary = format!(
-            "## Goal\n- (original request) yo\n- ls\n- hi there\n- (latest) Fix the retry test in packages/ai\n\n## Constraints & Preferences\n- tool_use ids were found without tool_result blocks immediately after: toolu_01.\n- Never commit to main.\n\n## Progress\n### Done\n- [x] Ran `grep -rn retry packages/` successfully\n- [x] Ran `ls -la src` successfully\n- [x] Called `grep` (pattern: backoff)\n- [x] Ran `git log --oneline | head -5` successfully\n- [x] Edited `packages/ai/src/retry.ts`\n\n### In Progress\n(none)\n\n### Blocked\n- `grep -rn TODO src` failed (exit code 1): (no output)\n- `cargo build` failed (exit code 101): {blob}\n\n## Key Decisions\n- The approach:\n- Now let\n- I'll keep the old parser because the new one drops comments.\n\n## Next Steps\n1. Now let me look at the retry logic:\n2. Run the tests again.\n\n## Critical Context\n- Note (heartbeat): Current time 2026-03-05T10:15:00Z. Reply HEARTBEAT_OK.\n- Note (heartbeat): Current time 2026-03-05T10:45:00Z. Reply HEARTBEAT_OK.\n- Note (heartbeat): Current time 2026-03-05T11:15:00Z. Reply HEARTBEAT_OK.\n- Command `sleep 30 && curl -s localhost:8080/health` → exit 0\n- Command `sleep 60 && curl -s localhost:8080/health` → exit 0\n- Note (report): {long}"
+            "## Goal\n- (original request) yo\n- ls\n- hi there\n- (latest) Fix the retry test in packages/ai\n\n## Constraints & Preferences\n- tool_use ids were found without tool_result blocks immediately after: toolu_01.\n- Never commit to main.\n\n## Progress\n### Done\n- [x] Ran `grep -rn retry packages/` successfully\n- [x] Ran `ls -la src` successfully\n- [x] Called `grep` (pattern: backoff)\n- [x] Ran `git log --oneline | head -5` successfully\n- [x] Edited `packages/ai/src/retry.ts`\n\n### In Progress\n(none)\n\n### Blocked\n- `grep -rn TODO src` failed (exit code 1): (no output)\n- `cargo build` failed (exit code 101): {blob}\n\n## Key Decisions\n- The approach:\n- Now let\n- I'll keep the old parser because the new one drops comments.\n- The plan: I'll keep the old parser because the new one drops comments.\n\n## Next Steps\n1. Now let me look at the retry logic:\n2. Run the tests again.\n\n## Critical Context\n- Note (heartbeat): Current time 2026-03-05T10:15:00Z. Reply HEARTBEAT_OK.\n- Note (heartbeat): Current time 2026-03-05T10:45:00Z. Reply HEARTBEAT_OK.\n- Note (heartbeat): Current time 2026-03-05T11:15:00Z. Reply HEARTBEAT_OK.\n- Command `sleep 30 && curl -s localhost:8080/health` → exit 0\n- Command `sleep 60 && curl -s localhost:8080/health` → exit 0\n- Note (report): {long}"
         );
         let c = counts(&lint(&summary));
         let by = |k: Kind| c[Kind::ALL.iter().position(|x| *x == k).unwrap()];
-        assert_eq!(by(Kind::Repeat), 3, "{:?}", lint(&summary));
+        assert_eq!(by(Kind::Repeat), 4, "{:?}", lint(&summary));
         assert_eq!(by(Kind::Long), 1);
         assert_eq!(by(Kind::Blob), 1);
         // Four read-only Done lines: one is allowed.
@@ -597,7 +641,7 @@ mod tests {
         assert_eq!(by(Kind::Fragment), 3);
         assert_eq!(by(Kind::ErrorAsConstraint), 1);
         assert_eq!(by(Kind::TriviaGoal), 3);
-        assert_eq!(c.iter().sum::<usize>(), 16);
+        assert_eq!(c.iter().sum::<usize>(), 17);
     }
 
     #[test]

@@ -161,7 +161,8 @@ pub(super) fn has_blob(text: &str) -> bool {
 }
 
 /// A long text's point in at most `cap` units: from its first statement on (a line of three
-/// words or more, so a wrapper's id line is skipped), as many whole lines as fit, the first
+/// words or more, so a wrapper's id line is skipped), as many whole statement lines as fit
+/// (a listing after them is left to the entry), the first
 /// one cut at a sentence end when it is longer than all the room; blobs marked. Says how much
 /// was left out, and where to read it when the entry id is known. A text that fits is returned
 /// as it is (blobs marked).
@@ -182,6 +183,10 @@ pub(super) fn gist(text: &str, cap: usize, entry: Option<&str>) -> String {
     let mut kept: Vec<String> = Vec::new();
     let mut used = 0usize;
     for line in &lines[start.min(lines.len())..] {
+        // A listing (a path per line, a tree) is no statement: the point ends before it.
+        if !kept.is_empty() && line.split_whitespace().count() < 3 {
+            break;
+        }
         let n = utf16_len(line) + 1;
         if used + n <= cap {
             kept.push(line.to_string());
@@ -389,7 +394,7 @@ pub(super) fn is_error_report(line: &str) -> bool {
 
 /// Searching commands: an exit code of 1 with nothing on stderr means "no match".
 fn is_search_command(command: &str) -> bool {
-    command.split(['|', ';', '&']).any(|part| {
+    super::text::command_parts(command).into_iter().any(|part| {
         let words: Vec<&str> = part.split_whitespace().collect();
         match words.first() {
             Some(&"git") => words.get(1) == Some(&"grep"),

@@ -145,42 +145,62 @@ static WEAK_CONSTRAINT_RE: LazyLock<Regex> = LazyLock::new(|| {
         .expect("weak constraint pattern is valid")
 });
 
-/// Whether a sentence matching [`CONSTRAINT_RE`] states a rule (see [`WEAK_CONSTRAINT_RE`]).
-pub(super) fn is_constraint(sentence: &str) -> bool {
-    const TASK_VERBS: [&str; 20] = [
-        "add",
-        "implement",
-        "create",
-        "write",
-        "build",
-        "make",
-        "fix",
-        "change",
-        "update",
-        "switch",
-        "move",
-        "rename",
-        "remove",
-        "delete",
-        "refactor",
-        "bump",
-        "run",
-        "set",
-        "port",
-        "support",
-    ];
-    let strong = CONSTRAINT_RE
-        .find_iter(sentence)
-        .any(|m| !WEAK_CONSTRAINT_RE.is_match(m.as_str()));
-    let first = sentence
+/// Verbs a request opens with.
+const TASK_VERBS: [&str; 20] = [
+    "add",
+    "implement",
+    "create",
+    "write",
+    "build",
+    "make",
+    "fix",
+    "change",
+    "update",
+    "switch",
+    "move",
+    "rename",
+    "remove",
+    "delete",
+    "refactor",
+    "bump",
+    "run",
+    "set",
+    "port",
+    "support",
+];
+
+/// The first word of a sentence, lowercase, punctuation trimmed.
+fn first_word(sentence: &str) -> String {
+    sentence
         .split_whitespace()
         .next()
         .map(|w| {
             w.trim_matches(|c: char| !c.is_alphanumeric())
                 .to_lowercase()
         })
-        .unwrap_or_default();
-    strong || !TASK_VERBS.contains(&first.as_str())
+        .unwrap_or_default()
+}
+
+/// Whether a user text states only rules ("Never post to the family group; only to my DMs."):
+/// each sentence is a constraint and none opens with a task verb or asks. Its sentences are
+/// Constraints & Preferences; it asks for no work, so it is no goal.
+pub(super) fn states_only_rules(text: &str) -> bool {
+    let all = sentences(text);
+    !all.is_empty()
+        && all.iter().all(|s| {
+            CONSTRAINT_RE.is_match(s)
+                && is_constraint(s)
+                && !is_question(s)
+                && !TASK_VERBS.contains(&first_word(s).as_str())
+        })
+}
+
+/// Whether a sentence matching [`CONSTRAINT_RE`] states a rule (see [`WEAK_CONSTRAINT_RE`]).
+pub(super) fn is_constraint(sentence: &str) -> bool {
+    let strong = CONSTRAINT_RE
+        .find_iter(sentence)
+        .any(|m| !WEAK_CONSTRAINT_RE.is_match(m.as_str()));
+    strong || !TASK_VERBS.contains(&first_word(sentence).as_str())
 }
 
 /// Assistant sentences that announce a choice (`going with`, `instead of`, …, a few common
@@ -243,21 +263,59 @@ pub(super) fn is_acknowledgement(text: &str) -> bool {
     words.len() <= 5 && words.iter().all(|w| ACKS.contains(&w.as_str()))
 }
 
-/// Read-only exploration (`ls`, `find`, `cat`, `grep`, `git log`, `sed -n`…, no redirect): not
-/// progress. Every part of a pipeline or chain must only look (`cd` moves, it changes nothing).
+/// The parts of a shell command line: split at `|`, `;` and `&` outside quotes, so a pattern
+/// such as `'setTimeout|Date.now'` stays in its part.
+pub(super) fn command_parts(command: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut quote: Option<char> = None;
+    let mut start = 0;
+    for (i, c) in command.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '|' | ';' | '&') => {
+                parts.push(&command[start..i]);
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    parts.push(&command[start..]);
+    parts
+}
+
+/// Read-only exploration (`ls`, `find`, `cat`, `grep`, `git log`, `sed -n`, a plain `curl`
+/// GET, `sleep` while polling…, no redirect): not progress. Every part of a pipeline or chain
+/// must only look (`cd` moves, it changes nothing).
 pub(super) fn is_exploration(command: &str) -> bool {
-    const LOOK: [&str; 29] = [
+    const LOOK: [&str; 30] = [
         "ls", "ll", "find", "cat", "head", "tail", "grep", "egrep", "fgrep", "rg", "ag", "ack",
         "fd", "tree", "pwd", "wc", "which", "echo", "stat", "file", "du", "less", "more", "jq",
-        "sort", "uniq", "nl", "cd", "type",
+        "sort", "uniq", "nl", "cd", "type", "sleep",
     ];
     const GIT_LOOK: [&str; 7] = ["log", "status", "diff", "show", "grep", "blame", "ls-files"];
+    /// `curl` flags that send, upload or write: with one, the call changes something.
+    const CURL_WRITES: [&str; 12] = [
+        "-X",
+        "--request",
+        "-d",
+        "--data",
+        "--data-raw",
+        "--data-binary",
+        "-F",
+        "--form",
+        "-T",
+        "--upload-file",
+        "-o",
+        "--output",
+    ];
     // A redirect writes a file (`cat > notes.md`, `echo x >> .env`): that is work.
     if command.contains('>') {
         return false;
     }
     let mut any = false;
-    for part in command.split(['|', ';', '&']) {
+    for part in command_parts(command) {
         let words: Vec<&str> = part.split_whitespace().collect();
         let Some(&first) = words.first() else {
             continue;
@@ -270,6 +328,11 @@ pub(super) fn is_exploration(command: &str) -> bool {
                 .find(|w| !w.starts_with('-'))
                 .is_some_and(|sub| GIT_LOOK.contains(sub)),
             "sed" => words.get(1) == Some(&"-n"),
+            "curl" => !words.iter().any(|w| {
+                CURL_WRITES
+                    .iter()
+                    .any(|f| w == f || w.starts_with(&format!("{f}=")))
+            }),
             w => LOOK.contains(&w),
         };
         if !looks {

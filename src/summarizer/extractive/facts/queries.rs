@@ -217,7 +217,12 @@ impl Analysis {
         let mut out = Vec::new();
         for (idx, text) in &self.assistant_texts {
             let all = sentences(text);
+            // The sentence a lead-in was completed with is said already.
+            let mut said_with_lead_in = None;
             for (k, s) in all.iter().enumerate() {
+                if said_with_lead_in == Some(k) {
+                    continue;
+                }
                 let abandon = ABANDON_RE.is_match(s);
                 if !abandon && !DECISION_RE.is_match(s) {
                     continue;
@@ -230,7 +235,10 @@ impl Analysis {
                 };
                 let stated = if is_lead_in(&with_reason) {
                     match all.get(k + 1) {
-                        Some(next) if !is_lead_in(next) => format!("{with_reason} {next}"),
+                        Some(next) if !is_lead_in(next) => {
+                            said_with_lead_in = Some(k + 1);
+                            format!("{with_reason} {next}")
+                        }
                         _ => continue,
                     }
                 } else {
@@ -674,8 +682,8 @@ pub(in super::super) const EXPLORED: &str = "Explored without changing anything:
 /// What a read-only command is called in the exploration line: its first word (`git` with its
 /// subcommand), from the part of a chain that is not a `cd`.
 fn look_name(command: &str) -> String {
-    let part = command
-        .split(['|', ';', '&'])
+    let part = command_parts(command)
+        .into_iter()
         .map(str::trim)
         .find(|p| !p.is_empty() && !p.starts_with("cd "))
         .unwrap_or(command);

@@ -194,7 +194,8 @@ impl Analysis {
                         boilerplate.push((*idx, text.clone(), repeated));
                     }
                 }
-            } else if !is_trivial_message(text) {
+            } else if !is_trivial_message(text) && !states_only_rules(text) {
+                // A text of rules only is Constraints & Preferences, not a task.
                 requests.push((*idx, text.clone()));
             }
         }
