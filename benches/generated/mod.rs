@@ -144,7 +144,7 @@ fn inside(section: &str, t: &str) -> Probe {
 }
 
 /// Every generated session: three shapes at three seeds, the last seed of each compacted three
-/// times over.
+/// times over, and a long mixed session compacted ten times.
 pub fn corpus() -> Vec<Script> {
     let mut out = Vec::new();
     for seed in 1..=3u64 {
@@ -153,6 +153,7 @@ pub fn corpus() -> Vec<Script> {
         out.push(pi_dev(seed, segments));
         out.push(harness(seed, segments));
     }
+    out.push(mixed_long(4));
     out
 }
 
@@ -547,6 +548,130 @@ fn harness(seed: u64, segments: usize) -> Script {
     script(
         format!("gen-harness-{seed}"),
         "Harness session with subagents, background reports and polling",
+        b,
+        probes,
+    )
+}
+
+/// A long session mixing the three shapes, compacted ten times: a heartbeat and a runtime note
+/// in every span, a burst of looking before each change, a test that fails in one span and is
+/// fixed in the next, a background report, a poll. What must survive ten updates: the original
+/// request, the rule, the latest commit and decision, the failure left open at the end; and
+/// no note, poll or exploration line may pile up across updates.
+fn mixed_long(seed: u64) -> Script {
+    let mut rng = Rng(seed * 2_750_159);
+    let mut b = Builder::new();
+    let request = "Migrate the notification service from the legacy queue to the event bus, one consumer per commit, and keep the old queue readable until the last consumer is moved.";
+    b.user(request);
+    b.user("Never delete messages from the legacy queue; archive them instead.");
+    let consumers = [
+        "email", "sms", "push", "webhook", "digest", "audit", "billing", "slack", "teams", "pager",
+    ];
+    let lead_ins = [
+        "Now let me look at the {c} consumer:",
+        "Let me check how {c} subscribes:",
+        "First, the {c} handler:",
+    ];
+    let mut last_commit = String::new();
+    let mut last_decision = String::new();
+    for (k, c) in consumers.iter().enumerate() {
+        if k > 0 {
+            b.compact(["ok", "continue", "go on"][k % 3]);
+        }
+        let minute = 5 * k;
+        b.note(
+            "runtime",
+            &format!("[runtime] session=notify-migration turn={} time=2026-04-0{}T09:{:02}:00Z tokens={}", 40 + k * 7, 1 + k % 9, minute, 120_000 + k * 3_100),
+        );
+        b.user(&format!("[heartbeat] {:02}:{:02} - if nothing needs attention reply HEARTBEAT_OK, otherwise continue the current task.", 9 + k / 12, minute));
+        b.say("Continuing with the migration.");
+        let src = format!("services/notify/consumers/{c}.ts");
+        let test = format!("services/notify/test/{c}.test.ts");
+        b.call(
+            Some(&lead_ins[k % lead_ins.len()].replace("{c}", c)),
+            "grep",
+            json!({"pattern": "legacyQueue.subscribe", "path": format!("services/notify/consumers/{c}.ts")}),
+            &format!("{src}:{}: legacyQueue.subscribe('{c}', handle)", 10 + rng.below(50)),
+            false,
+        );
+        b.call(
+            None,
+            "read",
+            json!({"path": src}),
+            "export function handle(msg) {}",
+            false,
+        );
+        b.bash(
+            "bash",
+            &format!("git log --oneline -3 -- {src}"),
+            "1a2b3c4 feat: initial",
+            0,
+        );
+        b.bash("bash", &format!("rg -n 'ack\\(' {src}"), "", 1);
+        let decision = format!("I'll move {c} to the bus with an idempotency key instead of relying on the queue's exactly-once delivery.");
+        b.say(&decision);
+        last_decision = decision;
+        b.call(
+            None,
+            "edit",
+            json!({"path": src, "edits": [{"oldText": "legacyQueue", "newText": "bus"}]}),
+            "Successfully replaced 1 block(s).",
+            false,
+        );
+        let cmd = format!("npm test -- {test}");
+        if k % 3 == 1 {
+            b.bash("bash", &cmd, &format!("FAIL {test}\n  ● {c} › acks after publish\n    TypeError: bus.ack is not a function\n      at handle ({src}:{}:9)", 20 + k), 1);
+            b.say("The bus has no ack; I'll acknowledge through the delivery handle instead.");
+            b.call(
+                None,
+                "edit",
+                json!({"path": src, "edits": [{"oldText": "bus.ack", "newText": "delivery.ack"}]}),
+                "Successfully replaced 1 block(s).",
+                false,
+            );
+        }
+        b.bash(
+            "bash",
+            &cmd,
+            &format!("PASS {test}\nTests: {} passed", 5 + rng.below(9)),
+            0,
+        );
+        last_commit = format!("refactor(notify): move the {c} consumer to the event bus");
+        b.bash(
+            "bash",
+            &format!("git commit -am \"{last_commit}\""),
+            &format!("[main {:07x}] {last_commit}", rng.next() & 0xfff_ffff),
+            0,
+        );
+        for p in 0..2 + rng.below(3) {
+            b.bash(
+                "bash",
+                &format!(
+                    "sleep {} && kubectl -n notify get pods -l app={c}",
+                    10 * (p + 1)
+                ),
+                &format!("{c}-7d9f  1/1  Running  0  {}s", 30 * (p + 1)),
+                0,
+            );
+        }
+    }
+    // The last span leaves a failure open.
+    b.bash("bash", "npm run e2e -- notify", "FAIL e2e/notify.spec.ts\n  Error: Timed out waiting for the pager consumer to publish after 30000ms", 1);
+    b.say("The end-to-end run times out on the pager consumer; next I will check its bus subscription.");
+    b.user("ok");
+    let probes = vec![
+        inside("goal", "legacy queue to the event bus"),
+        inside("constraints", "Never delete messages from the legacy queue"),
+        fact(&last_commit),
+        inside("decisions", &last_decision),
+        inside("blocked", "Timed out waiting for the pager consumer"),
+        fact("bus subscription"),
+        Probe::Stale("bus.ack is not a function".into()),
+        Probe::NotIn("goal".into(), "HEARTBEAT_OK".into()),
+    ];
+    script(
+        format!("gen-mixed-long-{seed}"),
+        "A long mixed session compacted ten times",
         b,
         probes,
     )

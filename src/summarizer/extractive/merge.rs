@@ -149,12 +149,7 @@ pub(super) fn counted_key(text: &str) -> Option<(String, usize)> {
 /// What a counted line's body says: numbers masked, a trailing reference to where the rest is
 /// (`[120 more chars in entry 1a2b]`, `[…120 more chars]`) left out.
 fn body_key(body: &str) -> String {
-    let body = body.trim();
-    let body = match body.rfind(" [") {
-        Some(i) if body.ends_with(']') && body[i..].contains("more chars") => &body[..i],
-        _ => body,
-    };
-    super::noise::shape(body)
+    super::noise::shape(super::noise::without_reference(body.trim()))
 }
 
 /// The plan steps an earlier summary left (its `(plan step N) …` Next Steps): (number, text).

@@ -195,11 +195,21 @@ const SEQ_PREFIX_REQUEST: u64 = 90_000_000;
 pub fn summarize_history(input: &ExtractiveInput) -> String {
     let budget = Budget::new(input.max_tokens, Some(input.settings.target_tokens));
     let caps = Caps::for_budget(budget.target);
-    let a = Analysis::of(input.messages);
+    let mut a = Analysis::of(input.messages);
     let prefix = Analysis::of(input.turn_prefix);
     let mut items = Items::new();
     add_focus(&mut items, input.custom_instructions, &caps);
     let (plans, reported, mut carried) = add_earlier_summaries(&mut items, input, &a, &caps);
+    let earlier_boilerplate: Vec<String> = carried
+        .counted
+        .iter()
+        .filter(|(_, _, _, line)| line.starts_with("Boilerplate "))
+        .map(|(key, ..)| key.clone())
+        .collect();
+    a.requests_sent_before(&mut carried.goals, &|text| {
+        counted_key(&boilerplate_line(text, 1))
+            .is_some_and(|(key, _)| earlier_boilerplate.contains(&key))
+    });
     let latest = add_goal(&mut items, &a, &prefix, &carried, &caps);
     let carried_counted = std::mem::take(&mut carried.counted);
     add_constraints(&mut items, &a, &caps);
@@ -427,12 +437,8 @@ fn add_critical_context(
         );
     }
     for (idx, text, count) in &a.boilerplate {
-        let body = clip_head(&text.split_whitespace().collect::<Vec<_>>().join(" "), 160);
-        let count = count
-            + earlier_count(&format!(
-                "Boilerplate the user side sent 1× (not a request): {body}"
-            ));
-        let text = format!("Boilerplate the user side sent {count}× (not a request): {body}");
+        let count = count + earlier_count(&boilerplate_line(text, 1));
+        let text = boilerplate_line(text, count);
         items.add(
             CRITICAL,
             P_NOTE + a.recency(*idx),
@@ -463,6 +469,13 @@ fn add_critical_context(
         let text = format!("Latest user reply: {}", first_line(text, caps.item));
         items.add(CRITICAL, P_NEXT, (G_NEW, 30_000_000 + *idx as u64), &text);
     }
+}
+
+/// The Critical Context line for a text the user side sent `count` times that asks for nothing
+/// new (see `Analysis::boilerplate`), on one line.
+fn boilerplate_line(text: &str, count: usize) -> String {
+    let body = clip_head(&text.split_whitespace().collect::<Vec<_>>().join(" "), 160);
+    format!("Boilerplate the user side sent {count}× (not a request): {body}")
 }
 
 /// Fills the Goal section and returns the latest request. Every request is there, verbatim:

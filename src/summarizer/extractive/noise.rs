@@ -43,6 +43,25 @@ pub(super) fn timeless(text: &str) -> String {
         .join(" ")
 }
 
+/// A quoted text without the reference to where its rest is (`[120 more chars in entry 1a2b]`,
+/// `[…120 more chars]`) that [`gist`] and `clip_head` end a cut text with.
+pub(super) fn without_reference(text: &str) -> &str {
+    let t = text.trim_end();
+    match t.rfind(" [") {
+        Some(i) if t.ends_with("more chars]") => &t[..i],
+        _ => t,
+    }
+}
+
+/// What a user text says for comparing it with a line an earlier summary quoted from a text
+/// of the same kind: its first 120 characters, whitespace collapsed, dates and times masked
+/// (see [`timeless`]). An earlier summary quotes a request clipped; the start survives.
+pub(super) fn quoted_key(text: &str) -> String {
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let start: String = collapsed.chars().take(120).collect();
+    timeless(&start)
+}
+
 /// What a command does with its numeric arguments masked: a word that is a number (`sleep 30`,
 /// `head -20`, `--timeout=60`, `5s`) is `#`, while digits inside a name (`opt0_1`, `v1.2`,
 /// `job-2.sh`) stay, since another name is another command. Two commands of the same shape

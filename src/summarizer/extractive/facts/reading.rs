@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::super::noise::{
-    injected_tag, is_no_match, is_trivial_message, shape, timeless, without_markup,
+    injected_tag, is_no_match, is_trivial_message, quoted_key, shape, timeless, without_markup,
+    without_reference,
 };
 use super::super::text::*;
 use super::*;
@@ -119,6 +120,53 @@ impl Analysis {
         }
         a.classify_user_texts();
         a
+    }
+
+    /// Requests the earlier summary's goal already quoted with another date or time (see
+    /// `noise::quoted_key`), or its boilerplate lines already count (`earlier_boilerplate`):
+    /// a text sent again in every span (a heartbeat) is boilerplate over the whole session,
+    /// though no one span repeats it. Such requests become boilerplate, and the earlier
+    /// summary's goal lines quoting them are dropped from `goals`.
+    pub(in super::super) fn requests_sent_before(
+        &mut self,
+        goals: &mut Vec<(u64, super::super::merge::GoalRole, String)>,
+        earlier_boilerplate: &dyn Fn(&str) -> bool,
+    ) {
+        if self.requests.is_empty() {
+            return;
+        }
+        let collapse = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+        let earlier: Vec<(String, String)> = goals
+            .iter()
+            .map(|(_, _, t)| (quoted_key(t), collapse(without_reference(t))))
+            .collect();
+        let mut again: Vec<String> = Vec::new();
+        let requests = std::mem::take(&mut self.requests);
+        for (idx, text) in requests {
+            let key = quoted_key(&text);
+            let said = collapse(&text);
+            // Only a text that differs in its time is sent by a clock; the same words typed
+            // again are the user asking again, and stay a request.
+            let timed = earlier
+                .iter()
+                .any(|(k, t)| *k == key && !said.starts_with(t.trim_end_matches(['…', ' '])));
+            if timed || earlier_boilerplate(&text) {
+                // The earlier summary's goal line quoting it was one sending too.
+                let quoted = usize::from(timed && !again.contains(&key));
+                match self
+                    .boilerplate
+                    .iter_mut()
+                    .find(|b| quoted_key(&b.1) == key)
+                {
+                    Some(b) => b.2 += 1 + quoted,
+                    None => self.boilerplate.push((idx, text, 1 + quoted)),
+                }
+                again.push(key);
+            } else {
+                self.requests.push((idx, text));
+            }
+        }
+        goals.retain(|(_, _, t)| !again.contains(&quoted_key(t)));
     }
 
     /// Keeps the entry id of message `idx` (see [`Analysis::entry_ids`]).
