@@ -370,9 +370,10 @@ const TASK_VERBS: [&str; 24] = [
     "push",
 ];
 
-/// A user message that asks for nothing: an acknowledgement or greeting (see
-/// `is_acknowledgement`), a bare read-only command typed as a message (`ls`, `git status`), or
-/// one word that is no task verb ("yo", "hmm", "status?").
+/// A user message that states no task: an acknowledgement or greeting (see
+/// `is_acknowledgement`), a bare read-only command typed as a message (`ls`, `git status`),
+/// one word that is no task verb ("yo", "hmm", "status?"), or a two-word nudge ("retry
+/// please") naming no path or identifier. The latest one is kept as the latest user reply.
 pub(super) fn is_trivial_message(text: &str) -> bool {
     let t = text.trim();
     if is_acknowledgement(t) {
@@ -385,13 +386,17 @@ pub(super) fn is_trivial_message(text: &str) -> bool {
     if words.len() <= 4 && is_exploration(t.trim_matches('`')) {
         return true;
     }
+    // Two words are a nudge ("retry please", "fix it"): they point at what was said before,
+    // and state no task of their own; a path or an identifier in them may.
+    let names_something = t.contains(['/', '.', '_', '`']);
     match words.as_slice() {
         [one] => {
             let w = one
                 .trim_matches(|c: char| !c.is_alphanumeric())
                 .to_lowercase();
-            !one.contains(['/', '.', '_']) && !TASK_VERBS.contains(&w.as_str())
+            !names_something && !TASK_VERBS.contains(&w.as_str())
         }
+        [_, _] => !names_something,
         _ => false,
     }
 }
@@ -550,14 +555,23 @@ mod tests {
 
     #[test]
     fn trivial_messages_are_small_talk_bare_commands_and_lone_words() {
-        for t in ["yo", "ls", "git status", "ok thanks", "hmm", "status?"] {
+        for t in [
+            "yo",
+            "ls",
+            "git status",
+            "ok thanks",
+            "hmm",
+            "status?",
+            "retry please",
+            "fix it",
+        ] {
             assert!(is_trivial_message(t), "{t}");
         }
         for t in [
-            "fix it",
             "deploy",
             "Fix the flaky retry test",
             "src/main.rs",
+            "fix src/main.rs",
         ] {
             assert!(!is_trivial_message(t), "{t}");
         }
