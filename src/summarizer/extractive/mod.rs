@@ -30,6 +30,14 @@
 //! tool with a `command`/`cmd`/`script` is a shell), so harnesses that do not name their tools
 //! like Pi's are summarized just as well. The same input always yields byte-identical output (no
 //! hash-map iteration, no clocks), so compactions are reproducible and testable.
+//!
+//! Every item is a line a person reads (`noise`): a note, command or poll sent again with
+//! another time or number is one line with a count and its latest text, across compactions too;
+//! a long note, report, request or error output gives its point and names the entry holding
+//! the rest (`get_entry`); no base64 or minified run reaches a summary; looking around (`grep`,
+//! `ls`, `git log`, polls) is one Done line, not progress; a search that found nothing is no
+//! failure; a lead-in or a fragment is no decision; a pasted provider error sets no rule; and
+//! small talk, a bare command or a text of rules only is no goal.
 
 mod consolidate;
 mod facts;
