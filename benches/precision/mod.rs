@@ -517,7 +517,8 @@ const DANGLING: [&str; 22] = [
     "from", "that", "which", "then", "so", "let", "me", "is",
 ];
 
-/// A Key Decision or Next Step that is no complete statement.
+/// A Key Decision or Next Step that is no complete statement: a lead-in ending on a colon or a
+/// comma, fewer than three words, a sentence ending on a word no sentence ends on or cut.
 fn is_fragment(text: &str) -> bool {
     let mut t = text.trim();
     for label in ["(earlier) ", "(latest) ", "Decision: "] {
@@ -528,15 +529,38 @@ fn is_fragment(text: &str) -> bool {
         t = rest.split_once(") ").map_or(rest, |(_, r)| r);
     }
     let t = t.lines().next().unwrap_or("").trim();
+    // A statement introducing a quote ("Fix the failure of `x`: <the error>", "Make sure the
+    // latest request is handled: <the request>") is judged by the statement: a quoted error
+    // or request may be cut, the step is still a sentence.
+    !is_statement(t) && head(t).is_none_or(|h| !is_statement(h))
+}
+
+/// What precedes the first `: ` outside inline code, when something follows it.
+fn head(t: &str) -> Option<&str> {
+    let mut in_code = false;
+    for (i, c) in t.char_indices() {
+        match c {
+            '`' => in_code = !in_code,
+            ':' if !in_code && t[i + 1..].starts_with(' ') && !t[i + 2..].trim().is_empty() => {
+                return Some(&t[..i]);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether a line is a complete statement (see [`is_fragment`]).
+fn is_statement(t: &str) -> bool {
     // A reference to where the rest is (`[120 more chars in entry 1a2b]`) follows a statement
     // cut at its end; after a cut word it marks a cut sentence.
     if t.ends_with("more chars]") {
         let before = t.rfind(" [").map_or("", |i| t[..i].trim_end());
-        return !before.ends_with(['.', '!', '?', ')', '`', '…']);
+        return before.ends_with(['.', '!', '?', ')', '`', '…']);
     }
     let t = t.trim_end_matches(['*', '_', '`', ' ']);
     if t.ends_with(':') || t.ends_with(',') || t.ends_with(" -") || t.ends_with('—') {
-        return true;
+        return false;
     }
     let words: Vec<String> = t
         .split_whitespace()
@@ -546,7 +570,10 @@ fn is_fragment(text: &str) -> bool {
         })
         .filter(|w| !w.is_empty())
         .collect();
-    words.len() < 3 || words.last().is_some_and(|w| DANGLING.contains(&w.as_str()))
+    words.len() >= 3
+        && words
+            .last()
+            .is_some_and(|w| !DANGLING.contains(&w.as_str()))
 }
 
 /// A provider's or tool's error text: an API error's wording (`tool_use`/`tool_result`,

@@ -332,7 +332,7 @@ fn add_blocked(items: &mut Items, a: &Analysis, caps: &Caps) {
             "{} failed{}: {}",
             fail.label,
             fail.code_note(),
-            first_line(fail.headline(), caps.item)
+            fail.headline_line(caps.item)
         );
         items.keep_new(BLOCKED, P_BLOCKED + a.recency(fail.idx), fail.idx, &text);
     }
@@ -764,7 +764,7 @@ pub fn summarize_turn_prefix<'a>(
             } else {
                 ""
             },
-            first_line(fail.headline(), caps.item)
+            fail.headline_line(caps.item)
         );
         let priority = if fail.resolved { P_DONE } else { P_BLOCKED };
         items.add_new(EARLY, priority + a.recency(fail.idx), fail.idx, &text);

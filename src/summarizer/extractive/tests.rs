@@ -1550,6 +1550,9 @@ fn injected_notes_reports_and_outputs_are_bounded_and_never_pasted_whole() {
         user(&report),
         bash_call("b", "node dist/app.js"),
         bash_result("b", &format!("/app/dist/app.min.js:1\n{minified}\n\nSyntaxError: Unexpected token '<' in JSON at position 0\nsession={token}"), 1),
+        // A long command with a long error line: the line still fits.
+        bash_call("c", &format!("docker run --rm -e {} acme/bundler:latest build", "FLAG=on -e ".repeat(20))),
+        bash_result("c", &format!("error: bundle failed because {}", "the dependency graph has a cycle and ".repeat(12)), 1),
     ];
     let s = summary_of(&msgs);
     let lint = noise(&s);

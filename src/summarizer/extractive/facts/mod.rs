@@ -102,6 +102,15 @@ impl FailedAction<'_> {
         error_headline(self.text).trim_end_matches([':', ' '])
     }
 
+    /// The headline on one line, within `cap` and within what the item's label (a long command)
+    /// leaves of a line a person reads (`noise::ITEM_MAX`).
+    pub(super) fn headline_line(&self, cap: usize) -> String {
+        let room = super::noise::ITEM_MAX
+            .saturating_sub(crate::json::utf16_len(&self.label) + 40)
+            .max(80);
+        first_line(self.headline(), cap.min(room))
+    }
+
     pub(super) fn code_note(&self) -> String {
         match (self.cancelled, self.code) {
             (true, _) => " (cancelled)".to_string(),

@@ -475,7 +475,7 @@ impl Analysis {
             out.push(format!(
                 "Fix the failure of {}: {}",
                 fail.label,
-                first_line(fail.headline(), caps.item)
+                fail.headline_line(caps.item)
             ));
         }
         let pending: Vec<&Action> = self
