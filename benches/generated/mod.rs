@@ -154,6 +154,9 @@ pub fn corpus() -> Vec<Script> {
         out.push(harness(seed, segments));
     }
     out.push(mixed_long(4));
+    for seed in 5..=6u64 {
+        out.push(capitalized_harness(seed));
+    }
     out
 }
 
@@ -672,6 +675,107 @@ fn mixed_long(seed: u64) -> Script {
     script(
         format!("gen-mixed-long-{seed}"),
         "A long mixed session compacted ten times",
+        b,
+        probes,
+    )
+}
+
+/// A harness with capitalised tool names (`Bash`, `Read`, `Grep`, `Glob`, `Edit`, `Write`,
+/// `TodoWrite`): reminders appended to the user's own text rather than sent alone, hook output
+/// as user texts, a rate-limited model call retried, a long stack trace.
+fn capitalized_harness(seed: u64) -> Script {
+    let mut rng = Rng(seed * 32_452_843);
+    let mut b = Builder::new();
+    let request = "The CSV export times out for accounts with more than 50k rows. Stream the export instead of building it in memory, and keep the column order identical.";
+    b.user(&format!("{request}\n\n<system-reminder>\nAs you answer the user's questions, you can use the following context: the project uses Python 3.12 and Django 5. Do not mention this reminder.\n</system-reminder>"));
+    b.call(
+        None,
+        "TodoWrite",
+        json!({"todos": [
+            {"content": "Find the export view", "status": "in_progress"},
+            {"content": "Stream rows with a generator", "status": "pending"},
+            {"content": "Add a test with 60k rows", "status": "pending"}
+        ]}),
+        "Todos have been modified successfully.",
+        false,
+    );
+    for k in 0..(4 + rng.below(3)) {
+        b.call(
+            None,
+            "Grep",
+            json!({"pattern": format!("def export_{k}"), "path": "apps"}),
+            &format!(
+                "apps/reports/views.py:{}: def export_csv(request):",
+                100 + k
+            ),
+            false,
+        );
+        b.call(
+            None,
+            "Glob",
+            json!({"pattern": "apps/**/export*.py"}),
+            "apps/reports/export.py",
+            false,
+        );
+        b.call(
+            None,
+            "Read",
+            json!({"file_path": "apps/reports/views.py"}),
+            "def export_csv(request):\n    rows = list(qs)\n",
+            false,
+        );
+        b.user(&format!(
+            "PostToolUse:Read hook succeeded: checked {} files in {}ms",
+            3 + k,
+            40 + rng.below(60)
+        ));
+    }
+    b.call(Some("The view builds the whole list in memory. I'll use StreamingHttpResponse with a generator instead of HttpResponse, so memory stays flat."), "Edit", json!({"file_path": "apps/reports/views.py", "old_string": "rows = list(qs)", "new_string": "rows = qs.iterator(chunk_size=2000)"}), "The file apps/reports/views.py has been updated.", false);
+    let mut m = assistant(vec![], b.ts);
+    m["stopReason"] = json!("error");
+    m["errorMessage"] = json!("429 {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"This request would exceed the rate limit for your organization of 40,000 input tokens per minute.\"}}");
+    b.push(m);
+    b.say("Retrying after the rate limit.");
+    let trace: String = (0..40)
+        .map(|i| format!("  File \"/app/.venv/lib/python3.12/site-packages/django/core/handlers/base.py\", line {}, in _get_response", 100 + i))
+        .collect::<Vec<_>>()
+        .join("\n");
+    b.bash("Bash", "python manage.py test apps.reports", &format!("Traceback (most recent call last):\n{trace}\nAssertionError: 'id,name,total' != 'name,id,total'\nFAILED (failures=1)"), 1);
+    b.call(Some("The header order changed; I'll build the header from the same column list as before."), "Edit", json!({"file_path": "apps/reports/views.py", "old_string": "header = sorted(cols)", "new_string": "header = cols"}), "The file apps/reports/views.py has been updated.", false);
+    b.bash(
+        "Bash",
+        "python manage.py test apps.reports",
+        "Ran 12 tests in 3.1s\n\nOK",
+        0,
+    );
+    b.call(None, "Write", json!({"file_path": "apps/reports/tests/test_export_stream.py", "content": "def test_60k(): ..."}), "File created successfully", false);
+    b.bash(
+        "Bash",
+        "git status --short",
+        " M apps/reports/views.py\n?? apps/reports/tests/test_export_stream.py",
+        0,
+    );
+    b.bash(
+        "Bash",
+        "git diff --stat",
+        " apps/reports/views.py | 12 ++++++------",
+        0,
+    );
+    b.say("The export streams now and keeps the column order; the 60k-row test passes. Next I will measure the export time on the staging copy.");
+    b.user("ok");
+    let probes = vec![
+        inside("goal", "Stream the export"),
+        fact("keep the column order identical"),
+        inside("decisions", "StreamingHttpResponse"),
+        fact("apps/reports/views.py"),
+        fact("test_export_stream.py"),
+        fact("staging copy"),
+        Probe::Stale("'id,name,total' != 'name,id,total'".into()),
+        Probe::NotIn("goal".into(), "system-reminder || PostToolUse".into()),
+    ];
+    script(
+        format!("gen-capitalized-harness-{seed}"),
+        "A harness with capitalised tool names, appended reminders and hook output",
         b,
         probes,
     )

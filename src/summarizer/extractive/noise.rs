@@ -26,21 +26,63 @@ pub(super) fn shape(text: &str) -> String {
     super::text::masked(text)
 }
 
-/// What a text the user side sent says with its dates and times masked (`2026-03-05`,
-/// `10:15`, an ISO timestamp, an epoch): a heartbeat that differs only in its time is the same
-/// text sent again. Other numbers stay: "Task 3: …" and "Task 4: …" are two requests.
-pub(super) fn timeless(text: &str) -> String {
+/// What a text the user side sent says with its dates, times and quantities masked
+/// (`2026-03-05`, `10:15`, an ISO timestamp, an epoch, `4 files`, `88ms`, `3.5s`): a heartbeat
+/// that differs only in its time, or a hook's report that differs only in its counts, is the
+/// same text sent again. Numbers in names and labels stay: "Task 3: …" and "Task 4: …", or
+/// `--opt1` and `--opt2`, are two requests.
+pub(super) fn sent_shape(text: &str) -> String {
     static TIME_RE: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(
             r"\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?|\b\d{1,2}:\d{2}(?::\d{2})?\b|\b\d{10,13}\b",
         )
         .expect("time pattern is valid")
     });
+    static QUANTITY_RE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?i)^\(?\d+(?:[.,]\d+)?(?:ms|s|m|h|kb|mb|gb|%|x)?[),.;]?$")
+            .expect("quantity pattern is valid")
+    });
     TIME_RE
         .replace_all(text.trim(), "#time")
         .split_whitespace()
+        .map(|w| if QUANTITY_RE.is_match(w) { "#" } else { w })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Splits injected blocks off a user text: a harness appends or prepends a block wrapped in a
+/// tag on lines of their own (`<system-reminder>` … `</system-reminder>`) to what the user
+/// typed. Returns the user's own text and the blocks as (tag, text without markup).
+pub(super) fn split_injected(text: &str) -> (String, Vec<(String, String)>) {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut own: Vec<&str> = Vec::new();
+    let mut blocks: Vec<(String, String)> = Vec::new();
+    let mut k = 0;
+    while k < lines.len() {
+        let line = lines[k].trim();
+        let tag = line
+            .strip_prefix('<')
+            .and_then(|r| r.strip_suffix('>'))
+            .filter(|name| {
+                !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':'))
+                    && name.contains(['-', '_'])
+            });
+        if let Some(name) = tag {
+            let close = format!("</{name}>");
+            if let Some(end) = (k + 1..lines.len()).find(|&e| lines[e].trim() == close) {
+                let body = lines[k + 1..end].join("\n");
+                blocks.push((name.to_string(), without_markup(&body)));
+                k = end + 1;
+                continue;
+            }
+        }
+        own.push(lines[k]);
+        k += 1;
+    }
+    (own.join("\n").trim().to_string(), blocks)
 }
 
 /// A quoted text without the reference to where its rest is (`[120 more chars in entry 1a2b]`,
@@ -55,11 +97,11 @@ pub(super) fn without_reference(text: &str) -> &str {
 
 /// What a user text says for comparing it with a line an earlier summary quoted from a text
 /// of the same kind: its first 120 characters, whitespace collapsed, dates and times masked
-/// (see [`timeless`]). An earlier summary quotes a request clipped; the start survives.
+/// (see [`sent_shape`]). An earlier summary quotes a request clipped; the start survives.
 pub(super) fn quoted_key(text: &str) -> String {
     let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
     let start: String = collapsed.chars().take(120).collect();
-    timeless(&start)
+    sent_shape(&start)
 }
 
 /// What a command does with its numeric arguments masked: a word that is a number (`sleep 30`,
@@ -480,12 +522,20 @@ mod tests {
             shape("[heartbeat] 10:45 reply HEARTBEAT_OK")
         );
         assert_eq!(
-            timeless("Read HEARTBEAT.md. Current time: 2026-03-05 10:15 (Europe/Berlin)"),
-            timeless("Read HEARTBEAT.md. Current time: 2026-03-06 11:45 (Europe/Berlin)")
+            sent_shape("Read HEARTBEAT.md. Current time: 2026-03-05 10:15 (Europe/Berlin)"),
+            sent_shape("Read HEARTBEAT.md. Current time: 2026-03-06 11:45 (Europe/Berlin)")
         );
         assert_ne!(
-            timeless("Task 3: add the flag"),
-            timeless("Task 4: add the flag")
+            sent_shape("Task 3: add the flag"),
+            sent_shape("Task 4: add the flag")
+        );
+        assert_eq!(
+            sent_shape("PostToolUse:Read hook succeeded: checked 4 files in 88ms"),
+            sent_shape("PostToolUse:Read hook succeeded: checked 12 files in 7ms")
+        );
+        assert_ne!(
+            sent_shape("add the `--opt1` flag"),
+            sent_shape("add the `--opt2` flag")
         );
         assert_eq!(
             command_shape("sleep 30 && curl -s localhost:8080/health | head -20"),
@@ -541,6 +591,24 @@ mod tests {
         assert!(g.ends_with("more chars in entry 0000002a]"), "{g}");
         assert!(utf16_len(&g) <= ITEM_MAX + 40, "{g}");
         assert_eq!(gist("short note", ITEM_MAX, None), "short note");
+    }
+
+    #[test]
+    fn blocks_a_harness_appends_to_the_users_text_are_split_off() {
+        let (own, blocks) = split_injected(
+            "Stream the export.\n\n<system-reminder>\nThe project uses Django 5.\n</system-reminder>",
+        );
+        assert_eq!(own, "Stream the export.");
+        assert_eq!(
+            blocks,
+            vec![(
+                "system-reminder".to_string(),
+                "The project uses Django 5.".to_string()
+            )]
+        );
+        // Markup the user typed stays: a tag without a closing line, an HTML tag.
+        let typed = "Fix the layout of\n<div>\nin the header";
+        assert_eq!(split_injected(typed), (typed.to_string(), vec![]));
     }
 
     #[test]

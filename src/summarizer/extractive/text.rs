@@ -65,6 +65,21 @@ pub(super) fn clip_tail(s: &str, cap: usize) -> String {
     format!("[…{} earlier chars] {tail}", len - utf16_len(tail))
 }
 
+/// Keeps the first `head` and the last `tail` UTF-16 units of a long text (each at a word
+/// boundary, the cut marked): a failure says what went wrong at its start (a compiler's first
+/// error) or at its end (a traceback's last line), and neither may be lost.
+pub(super) fn clip_ends(s: &str, head: usize, tail: usize) -> String {
+    if utf16_len(s) <= head + tail {
+        return s.to_string();
+    }
+    let start = clip_head(s, head);
+    let start = start.rsplit_once(" […").map_or(start.as_str(), |(h, _)| h);
+    let end = clip_tail(s, tail);
+    let end = end.split_once("] ").map_or(end.as_str(), |(_, t)| t);
+    let cut = utf16_len(s).saturating_sub(utf16_len(start) + utf16_len(end));
+    format!("{start}\n[…{cut} chars…]\n{end}")
+}
+
 /// The first non-blank line, clipped; what a one-line error report needs.
 pub(super) fn first_line(s: &str, cap: usize) -> String {
     let line = s

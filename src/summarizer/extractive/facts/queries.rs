@@ -296,6 +296,8 @@ impl Analysis {
                 ActionKind::Tool(name, _) if ok && is_look_tool(name) => {
                     look(name.clone(), act.idx)
                 }
+                // Writing the todo list states the plan (see `plan`); it is no work done.
+                ActionKind::Tool(name, _) if name.to_ascii_lowercase().contains("todo") => {}
                 ActionKind::Tool(name, key) if ok => {
                     let e = tools
                         .entry((name.as_str(), key.as_deref()))

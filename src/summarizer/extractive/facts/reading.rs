@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::super::noise::{
-    injected_tag, is_no_match, is_trivial_message, quoted_key, shape, timeless, without_markup,
-    without_reference,
+    injected_tag, is_no_match, is_trivial_message, quoted_key, sent_shape, shape, split_injected,
+    without_markup, without_reference,
 };
 use super::super::text::*;
 use super::*;
@@ -49,7 +49,16 @@ impl Analysis {
                     // note, not something the user asked.
                     match injected_tag(text) {
                         Some(tag) => a.add_note(&mut note_shapes, idx, tag, &without_markup(text)),
-                        None => a.user_texts.push((idx, text.to_string())),
+                        None => {
+                            // Blocks a harness wrapped around what the user typed are notes.
+                            let (own, blocks) = split_injected(text);
+                            for (tag, block) in blocks {
+                                a.add_note(&mut note_shapes, idx, &tag, &block);
+                            }
+                            if !own.is_empty() {
+                                a.user_texts.push((idx, own));
+                            }
+                        }
                     }
                 }
                 Some("assistant") => {
@@ -80,7 +89,7 @@ impl Analysis {
                             }
                             Some(c) if c != 0.0 => Outcome::Fail {
                                 code: Some(c as i64),
-                                text: clip_tail(output, 4000),
+                                text: clip_ends(output, 1000, 3000),
                             },
                             _ => Outcome::Ok {
                                 exit: exit.map(|c| c as i64),
@@ -210,9 +219,9 @@ impl Analysis {
     /// text the session repeats verbatim, or one whose first line is a bare slash command
     /// (`/new`) followed by injected instructions.
     fn classify_user_texts(&mut self) {
-        // Texts that differ only in a date or time (see `noise::timeless`: a heartbeat) count as
-        // the same text sent again.
-        let shapes: Vec<String> = self.user_texts.iter().map(|(_, t)| timeless(t)).collect();
+        // Texts that differ only in a date, time or count (see `noise::sent_shape`: a heartbeat,
+        // a hook's report) count as the same text sent again.
+        let shapes: Vec<String> = self.user_texts.iter().map(|(_, t)| sent_shape(t)).collect();
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for s in &shapes {
             *counts.entry(s.as_str()).or_default() += 1;
@@ -348,7 +357,7 @@ impl Analysis {
                 self.remember_id(messages, idx);
                 Outcome::Fail {
                     code,
-                    text: clip_head(&text, 4000),
+                    text: clip_ends(&text, 1000, 3000),
                 }
             }
         } else {
