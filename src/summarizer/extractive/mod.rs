@@ -208,16 +208,7 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
     let mut items = Items::new();
     add_focus(&mut items, input.custom_instructions, &caps);
     let (plans, reported, mut carried) = add_earlier_summaries(&mut items, input, &a, &caps);
-    let earlier_boilerplate: Vec<String> = carried
-        .counted
-        .iter()
-        .filter(|(_, _, _, line)| line.starts_with("Boilerplate "))
-        .map(|(key, ..)| key.clone())
-        .collect();
-    a.requests_sent_before(&mut carried.goals, &|text| {
-        counted_key(&boilerplate_line(text, 1))
-            .is_some_and(|(key, _)| earlier_boilerplate.contains(&key))
-    });
+    sent_before(&mut a, &mut carried);
     let latest = add_goal(&mut items, &a, &prefix, &carried, &caps);
     let carried_counted = std::mem::take(&mut carried.counted);
     add_constraints(&mut items, &a, &caps);
@@ -229,6 +220,22 @@ pub fn summarize_history(input: &ExtractiveInput) -> String {
     add_critical_context(&mut items, &a, &caps, carried_counted);
     consolidate::consolidate(&mut items);
     render(&HISTORY_SECTIONS, items.list, budget)
+}
+
+/// Requests the earlier summary already had, sent again with another time or count (a
+/// heartbeat once per span): boilerplate over the whole session, though no one span repeats
+/// them (see `Analysis::requests_sent_before`).
+fn sent_before(a: &mut Analysis, carried: &mut Carried) {
+    let earlier_boilerplate: Vec<String> = carried
+        .counted
+        .iter()
+        .filter(|(_, _, _, line)| line.starts_with("Boilerplate "))
+        .map(|(key, ..)| key.clone())
+        .collect();
+    a.requests_sent_before(&mut carried.goals, &|text| {
+        counted_key(&boilerplate_line(text, 1))
+            .is_some_and(|(key, _)| earlier_boilerplate.contains(&key))
+    });
 }
 
 /// Critical Context: the user's focus for this compaction comes first and is kept first.
@@ -365,8 +372,9 @@ fn add_next_steps(
     }
 }
 
-/// Critical Context: commands with exit codes, last errors verbatim, notes, boilerplate and
-/// slash commands the user side sent, and the latest user reply.
+/// Critical Context: commands with exit codes, the last errors in a few lines (see
+/// `noise::excerpt`), injected notes and boilerplate (each once, counted, their counts carried
+/// over compactions), slash commands the user side sent, and the latest user reply.
 fn add_critical_context(
     items: &mut Items,
     a: &Analysis,
@@ -528,7 +536,7 @@ fn add_goal(
             format!(
                 "(from {}) {}",
                 n.label,
-                prefix.gist(n.idx, &n.text, caps.goal)
+                prefix.gist(n.last_idx, &n.text, caps.goal)
             ),
         )
     });
@@ -548,7 +556,11 @@ fn add_goal(
     }
     if lines.is_empty() {
         if let Some(n) = a.notes.first() {
-            let text = format!("(from {}) {}", n.label, a.gist(n.idx, &n.text, caps.goal));
+            let text = format!(
+                "(from {}) {}",
+                n.label,
+                a.gist(n.last_idx, &n.text, caps.goal)
+            );
             items.keep_new(GOAL, P_GOAL_FIRST, n.idx, &text);
         }
         return carried.latest_next.clone();
@@ -701,7 +713,11 @@ pub fn summarize_turn_prefix<'a>(
         .is_some_and(|m| m.get("role").and_then(Value::as_str) == Some("custom"));
     if opened_by_note || a.requests.is_empty() {
         if let Some(n) = a.notes.first() {
-            let text = format!("(from {}) {}", n.label, a.gist(n.idx, &n.text, caps.goal));
+            let text = format!(
+                "(from {}) {}",
+                n.label,
+                a.gist(n.last_idx, &n.text, caps.goal)
+            );
             items.keep_new(ORIGINAL, P_GOAL_LATEST, n.idx, &text);
         }
     }

@@ -131,7 +131,7 @@ impl Analysis {
         a
     }
 
-    /// Requests the earlier summary's goal already quoted with another date or time (see
+    /// Requests the earlier summary's goal already quoted with another date, time or count (see
     /// `noise::quoted_key`), or its boilerplate lines already count (`earlier_boilerplate`):
     /// a text sent again in every span (a heartbeat) is boilerplate over the whole session,
     /// though no one span repeats it. Such requests become boilerplate, and the earlier
@@ -154,8 +154,8 @@ impl Analysis {
         for (idx, text) in requests {
             let key = quoted_key(&text);
             let said = collapse(&text);
-            // Only a text that differs in its time is sent by a clock; the same words typed
-            // again are the user asking again, and stay a request.
+            // Only a text that differs in its time or counts is sent by a machine; the same
+            // words typed again are the user asking again, and stay a request.
             let timed = earlier
                 .iter()
                 .any(|(k, t)| *k == key && !said.starts_with(t.trim_end_matches(['…', ' '])));
@@ -216,8 +216,9 @@ impl Analysis {
     }
 
     /// Splits the user texts into requests, acknowledgements and boilerplate. Boilerplate is a
-    /// text the session repeats verbatim, or one whose first line is a bare slash command
-    /// (`/new`) followed by injected instructions.
+    /// long text the session repeats (verbatim, or with other dates, times or counts), or one
+    /// whose first line is a bare slash command (`/new`) followed by injected instructions.
+    /// Small talk, bare commands and texts of rules only are no requests either.
     fn classify_user_texts(&mut self) {
         // Texts that differ only in a date, time or count (see `noise::sent_shape`: a heartbeat,
         // a hook's report) count as the same text sent again.
