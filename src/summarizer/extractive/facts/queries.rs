@@ -682,12 +682,12 @@ struct CommandRuns<'a> {
 pub(in super::super) const EXPLORED: &str = "Explored without changing anything:";
 
 /// What a read-only command is called in the exploration line: its first word (`git` with its
-/// subcommand), from the part of a chain that is not a `cd`.
+/// subcommand), from the part of a chain that is not a `cd` or a poll's `sleep`.
 fn look_name(command: &str) -> String {
     let part = command_parts(command)
         .into_iter()
         .map(str::trim)
-        .find(|p| !p.is_empty() && !p.starts_with("cd "))
+        .find(|p| !p.is_empty() && !p.starts_with("cd ") && !p.starts_with("sleep "))
         .unwrap_or(command);
     let mut words = part.split_whitespace();
     match words.next() {

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::super::noise::{
-    injected_tag, is_no_match, is_trivial_message, quoted_key, sent_shape, shape, split_injected,
-    without_markup, without_reference,
+    injected_tag, is_error_report, is_no_match, is_trivial_message, quoted_key, sent_shape, shape,
+    split_injected, without_markup, without_reference,
 };
 use super::super::text::*;
 use super::*;
@@ -252,8 +252,10 @@ impl Analysis {
                         boilerplate.push((*idx, text.clone(), repeated));
                     }
                 }
-            } else if !is_trivial_message(text) && !states_only_rules(text) {
-                // A text of rules only is Constraints & Preferences, not a task.
+            } else if !is_trivial_message(text) && (!states_only_rules(text) || reports_error(text))
+            {
+                // A text of rules only is Constraints & Preferences, not a task; a pasted error
+                // whose wording reads like rules ("… must have …") reports a problem.
                 requests.push((*idx, text.clone()));
             }
         }
@@ -389,6 +391,11 @@ impl Analysis {
             }
         }
     }
+}
+
+/// Whether a user text holds a pasted error report (see `noise::is_error_report`).
+fn reports_error(text: &str) -> bool {
+    text.lines().any(is_error_report)
 }
 
 /// A todo list written by a tool (`todos: [{content, status}]`, as several harnesses do).
