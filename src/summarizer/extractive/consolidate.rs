@@ -101,7 +101,15 @@ fn family_of(section: usize, text: &str) -> Option<(Family, String, String)> {
         _ => return None,
     };
     let (key, range) = match family {
-        Family::Commands | Family::Files | Family::CommandLines | Family::Resolved => {
+        // The same command with other numbers (a poll with another `sleep`) is the same item.
+        Family::Commands | Family::CommandLines => {
+            let code = first_code().unwrap_or_else(quoted);
+            (
+                super::noise::command_shape(&code.trim_matches('`').to_lowercase()),
+                code,
+            )
+        }
+        Family::Files | Family::Resolved => {
             let code = first_code().unwrap_or_else(quoted);
             (code.to_lowercase(), code)
         }

@@ -128,7 +128,12 @@ impl Items {
     }
 
     fn push(&mut self, section: usize, priority: u32, order: (u8, u64), text: &str, keep: bool) {
-        let text = layout(text);
+        // No run of base64 or minified code reaches a summary, whatever the item quotes.
+        let text = if super::noise::has_blob(text) {
+            layout(&super::noise::deblob(text))
+        } else {
+            layout(text)
+        };
         if text.is_empty() || is_placeholder(&text) {
             return;
         }
@@ -176,19 +181,25 @@ pub(super) fn budget_units(max_tokens: u64) -> usize {
     usize::try_from(max_tokens.saturating_mul(4)).unwrap_or(usize::MAX)
 }
 
-/// Per-item length caps, scaled with the budget so a small budget is not eaten by one item.
+/// Per-item length caps, scaled with the budget so a small budget is not eaten by one item,
+/// and never above a line a person reads (`noise::ITEM_MAX`): a longer text gives its point
+/// and names the entry holding the rest.
 pub(super) struct Caps {
     pub(super) goal: usize,
     pub(super) item: usize,
     pub(super) error: usize,
+    /// An injected note's point: context, so shorter than a request.
+    pub(super) note: usize,
 }
 
 impl Caps {
     pub(super) fn for_budget(budget: usize) -> Self {
+        let max = super::noise::ITEM_MAX;
         Caps {
-            goal: (budget / 4).clamp(200, 4000),
-            item: (budget / 12).clamp(120, 600),
-            error: (budget / 8).clamp(160, 1500),
+            goal: (budget / 4).clamp(160, max - 20),
+            item: (budget / 12).clamp(120, max - 60),
+            error: (budget / 8).clamp(160, max - 60),
+            note: (budget / 16).clamp(100, 280),
         }
     }
 }

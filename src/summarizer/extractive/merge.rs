@@ -116,6 +116,40 @@ pub(super) struct Carried {
     pub(super) goals: Vec<(u64, GoalRole, String)>,
     /// The request of "Make sure the latest user request is fully handled: …".
     pub(super) latest_next: Option<String>,
+    /// Counted Critical Context lines (injected notes, boilerplate): (key, count, sequence,
+    /// text). The span's line of the same key takes the count over (see [`counted_key`]);
+    /// the others are added back as they were.
+    pub(super) counted: Vec<(String, usize, u64, String)>,
+}
+
+/// Reads a counted Critical Context line back: `Note (label, sent 4×): …` or `Boilerplate the
+/// user side sent 4× (not a request): …`. Returns its key (what it says, numbers masked and
+/// the entry reference left out: the same note sent again has the same key) and its count.
+pub(super) fn counted_key(text: &str) -> Option<(String, usize)> {
+    let sent = |s: &str| -> Option<usize> {
+        s.trim()
+            .strip_prefix("sent ")?
+            .strip_suffix('×')?
+            .parse()
+            .ok()
+    };
+    if let Some(rest) = text.strip_prefix("Note (") {
+        let (head, body) = rest.split_once("): ")?;
+        let (label, count) = match head.rsplit_once(", ") {
+            Some((l, c)) if sent(c).is_some() => (l, sent(c)?),
+            _ => (head, 1),
+        };
+        return Some((format!("note\u{1f}{label}\u{1f}{}", body_key(body)), count));
+    }
+    let rest = text.strip_prefix("Boilerplate the user side ")?;
+    let (head, body) = rest.split_once(" (not a request): ")?;
+    Some((format!("boilerplate\u{1f}{}", body_key(body)), sent(head)?))
+}
+
+/// What a counted line's body says: numbers masked, a trailing reference to where the rest is
+/// (`[120 more chars in entry 1a2b]`, `[…120 more chars]`) left out.
+fn body_key(body: &str) -> String {
+    super::noise::shape(super::noise::without_reference(body.trim()))
 }
 
 /// The plan steps an earlier summary left (its `(plan step N) …` Next Steps): (number, text).
@@ -196,6 +230,13 @@ pub(super) fn merge_previous(
                 }
             }
             _ => {}
+        }
+        // A counted line waits for the span's line of the same key (see `Carried::counted`).
+        if section == Some(CRITICAL) {
+            if let Some((key, count)) = counted_key(&text) {
+                carried.counted.push((key, count, seq, text));
+                continue;
+            }
         }
         // File-list lines are superseded by the current (cumulative) lists.
         if section == Some(CRITICAL)

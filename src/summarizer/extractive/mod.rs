@@ -30,11 +30,20 @@
 //! tool with a `command`/`cmd`/`script` is a shell), so harnesses that do not name their tools
 //! like Pi's are summarized just as well. The same input always yields byte-identical output (no
 //! hash-map iteration, no clocks), so compactions are reproducible and testable.
+//!
+//! Every item is a line a person reads (`noise`): a note, command or poll sent again with
+//! another time or number is one line with a count and its latest text, across compactions too;
+//! a long note, report, request or error output gives its point and names the entry holding
+//! the rest (`get_entry`); no base64 or minified run reaches a summary; looking around (`grep`,
+//! `ls`, `git log`, polls) is one Done line, not progress; a search that found nothing is no
+//! failure; a lead-in or a fragment is no decision; a pasted provider error sets no rule; and
+//! small talk, a bare command or a text of rules only is no goal.
 
 mod consolidate;
 mod facts;
 mod layout;
 mod merge;
+mod noise;
 mod plan;
 #[cfg(test)]
 mod tests;
@@ -101,6 +110,15 @@ impl<'a> Messages<'a> {
         };
         let parsed = parsed.iter().map(Cow::Borrowed);
         parsed.chain(entries.iter().map(|m| Cow::Owned(m.message())))
+    }
+
+    /// The session entry id of message `idx`, when the messages are a span's entries: how a
+    /// summary names the entry holding a text it only gives the point of (`get_entry`).
+    fn entry_id(self, idx: usize) -> Option<&'a str> {
+        match self {
+            Messages::Parsed(_) => None,
+            Messages::Entries(e) => e.get(idx).and_then(|m| m.entry_id()),
+        }
     }
 }
 
@@ -185,21 +203,39 @@ const SEQ_PREFIX_REQUEST: u64 = 90_000_000;
 pub fn summarize_history(input: &ExtractiveInput) -> String {
     let budget = Budget::new(input.max_tokens, Some(input.settings.target_tokens));
     let caps = Caps::for_budget(budget.target);
-    let a = Analysis::of(input.messages);
+    let mut a = Analysis::of(input.messages);
     let prefix = Analysis::of(input.turn_prefix);
     let mut items = Items::new();
     add_focus(&mut items, input.custom_instructions, &caps);
-    let (plans, reported, carried) = add_earlier_summaries(&mut items, input, &a, &caps);
+    let (plans, reported, mut carried) = add_earlier_summaries(&mut items, input, &a, &caps);
+    sent_before(&mut a, &mut carried);
     let latest = add_goal(&mut items, &a, &prefix, &carried, &caps);
+    let carried_counted = std::mem::take(&mut carried.counted);
     add_constraints(&mut items, &a, &caps);
     add_done(&mut items, &a, &plans, &reported, &caps);
     add_in_progress(&mut items, &a, &caps);
     add_blocked(&mut items, &a, &caps);
     add_decisions(&mut items, &a, &caps);
     add_next_steps(&mut items, &a, &plans, latest.as_deref(), &caps);
-    add_critical_context(&mut items, &a, &caps);
+    add_critical_context(&mut items, &a, &caps, carried_counted);
     consolidate::consolidate(&mut items);
     render(&HISTORY_SECTIONS, items.list, budget)
+}
+
+/// Requests the earlier summary already had, sent again with another time or count (a
+/// heartbeat once per span): boilerplate over the whole session, though no one span repeats
+/// them (see `Analysis::requests_sent_before`).
+fn sent_before(a: &mut Analysis, carried: &mut Carried) {
+    let earlier_boilerplate: Vec<String> = carried
+        .counted
+        .iter()
+        .filter(|(_, _, _, line)| line.starts_with("Boilerplate "))
+        .map(|(key, ..)| key.clone())
+        .collect();
+    a.requests_sent_before(&mut carried.goals, &|text| {
+        counted_key(&boilerplate_line(text, 1))
+            .is_some_and(|(key, _)| earlier_boilerplate.contains(&key))
+    });
 }
 
 /// Critical Context: the user's focus for this compaction comes first and is kept first.
@@ -240,6 +276,7 @@ fn add_earlier_summaries(
         a,
         said_done: &said_done,
         restated_next,
+        explored: a.done_items().iter().any(|d| d.text.starts_with(EXPLORED)),
     };
     let carry = |section: usize, item: &str| span.carry_over(section, item);
     let mut carried = Carried::default();
@@ -302,7 +339,7 @@ fn add_blocked(items: &mut Items, a: &Analysis, caps: &Caps) {
             "{} failed{}: {}",
             fail.label,
             fail.code_note(),
-            first_line(fail.headline(), caps.item)
+            fail.headline_line(caps.item)
         );
         items.keep_new(BLOCKED, P_BLOCKED + a.recency(fail.idx), fail.idx, &text);
     }
@@ -335,9 +372,30 @@ fn add_next_steps(
     }
 }
 
-/// Critical Context: commands with exit codes, last errors verbatim, notes, boilerplate and
-/// slash commands the user side sent, and the latest user reply.
-fn add_critical_context(items: &mut Items, a: &Analysis, caps: &Caps) {
+/// Critical Context: commands with exit codes, the last errors in a few lines (see
+/// `noise::excerpt`), injected notes and boilerplate (each once, counted, their counts carried
+/// over compactions), slash commands the user side sent, and the latest user reply.
+fn add_critical_context(
+    items: &mut Items,
+    a: &Analysis,
+    caps: &Caps,
+    mut counted: Vec<(String, usize, u64, String)>,
+) {
+    // The count an earlier summary gave a line this span states again (its key's count).
+    let mut earlier_count = |line: &str| -> usize {
+        let Some((key, _)) = counted_key(line) else {
+            return 0;
+        };
+        let mut n = 0;
+        counted.retain(|(k, c, ..)| {
+            let same = *k == key;
+            if same {
+                n += c;
+            }
+            !same
+        });
+        n
+    };
     for cmd in a.command_histories() {
         let text = format!("Command {} → {}", cmd.label, cmd.outcomes);
         items.add(
@@ -352,8 +410,8 @@ fn add_critical_context(items: &mut Items, a: &Analysis, caps: &Caps) {
     for (k, fail) in a.failures().iter().rev().take(3).enumerate() {
         let cap = if k == 0 { caps.error } else { caps.item };
         // Only the newest is the last error; two failures never share that label.
-        let text = format!(
-            "{} from {}{}{}:\n{}",
+        let head = format!(
+            "{} from {}{}{}:",
             if k == 0 {
                 "Last error"
             } else {
@@ -362,8 +420,8 @@ fn add_critical_context(items: &mut Items, a: &Analysis, caps: &Caps) {
             fail.label,
             fail.code_note(),
             fail.resolution_note(),
-            clip_head(fail.text.trim(), cap)
         );
+        let text = format!("{head}\n{}", a.excerpt(fail, &head, cap));
         let order = (G_NEW, 20_000_000 + fail.idx as u64);
         if fail.resolved {
             items.add(
@@ -376,13 +434,27 @@ fn add_critical_context(items: &mut Items, a: &Analysis, caps: &Caps) {
             items.keep(CRITICAL, P_LAST_ERROR + a.recency(fail.idx), order, &text);
         }
     }
-    for (idx, label, text, count) in &a.notes {
-        let times = if *count > 1 {
+    // An injected note is context, not news: its point in one line, how often it was sent, and
+    // the entry holding its latest text.
+    for note in &a.notes {
+        let body = a.gist(note.last_idx, &note.text, caps.note);
+        let count = note.count + earlier_count(&format!("Note ({}): {body}", note.label));
+        let times = if count > 1 {
             format!(", sent {count}×")
         } else {
             String::new()
         };
-        let text = format!("Note ({label}{times}): {}", clip_head(text, caps.item));
+        let text = format!("Note ({}{times}): {body}", note.label);
+        items.add(
+            CRITICAL,
+            P_NOTE + a.recency(note.last_idx),
+            (G_NEW, 30_000_000 + note.idx as u64),
+            &text,
+        );
+    }
+    for (idx, text, count) in &a.boilerplate {
+        let count = count + earlier_count(&boilerplate_line(text, 1));
+        let text = boilerplate_line(text, count);
         items.add(
             CRITICAL,
             P_NOTE + a.recency(*idx),
@@ -390,17 +462,9 @@ fn add_critical_context(items: &mut Items, a: &Analysis, caps: &Caps) {
             &text,
         );
     }
-    for (idx, text, count) in &a.boilerplate {
-        let text = format!(
-            "Boilerplate the user side sent {count}× (not a request): {}",
-            clip_head(&text.split_whitespace().collect::<Vec<_>>().join(" "), 160)
-        );
-        items.add(
-            CRITICAL,
-            P_NOTE + a.recency(*idx),
-            (G_NEW, 30_000_000 + *idx as u64),
-            &text,
-        );
+    // Counted lines of an earlier summary this span did not state again.
+    for (_, _, seq, text) in &counted {
+        items.add(CRITICAL, P_PREV_CRITICAL, (G_PREVIOUS, *seq), text);
     }
     if let Some((idx, _)) = a.slash_commands.last() {
         let list: Vec<String> = a
@@ -421,6 +485,13 @@ fn add_critical_context(items: &mut Items, a: &Analysis, caps: &Caps) {
         let text = format!("Latest user reply: {}", first_line(text, caps.item));
         items.add(CRITICAL, P_NEXT, (G_NEW, 30_000_000 + *idx as u64), &text);
     }
+}
+
+/// The Critical Context line for a text the user side sent `count` times that asks for nothing
+/// new (see `Analysis::boilerplate`), on one line.
+fn boilerplate_line(text: &str, count: usize) -> String {
+    let body = clip_head(&text.split_whitespace().collect::<Vec<_>>().join(" "), 160);
+    format!("Boilerplate the user side sent {count}× (not a request): {body}")
 }
 
 /// Fills the Goal section and returns the latest request. Every request is there, verbatim:
@@ -454,27 +525,43 @@ fn add_goal(
     for (idx, text) in &a.requests {
         lines.push(Line {
             order: (G_NEW, *idx as u64),
-            text: clip_head(text, caps.goal),
+            text: a.gist(*idx, text, caps.goal),
             priority: P_GOAL_OLDER + a.recency(*idx),
         });
     }
     // A split turn's requests; a turn opened by an injected message states its task there.
-    let opened_by_note = prefix
-        .notes
-        .first()
-        .filter(|(idx, ..)| *idx == 0)
-        .map(|(idx, label, text, _)| (*idx, format!("(from {label}) {text}")));
-    for (idx, text) in opened_by_note.iter().chain(&prefix.requests) {
+    let opened_by_note = prefix.notes.first().filter(|n| n.idx == 0).map(|n| {
+        (
+            n.idx,
+            format!(
+                "(from {}) {}",
+                n.label,
+                prefix.gist(n.last_idx, &n.text, caps.goal)
+            ),
+        )
+    });
+    for (idx, text) in opened_by_note.iter() {
         lines.push(Line {
             order: (G_NEW, SEQ_PREFIX_REQUEST + *idx as u64),
-            text: clip_head(text, caps.goal),
+            text: text.clone(),
+            priority: P_GOAL_OLDER + 1000,
+        });
+    }
+    for (idx, text) in &prefix.requests {
+        lines.push(Line {
+            order: (G_NEW, SEQ_PREFIX_REQUEST + *idx as u64),
+            text: prefix.gist(*idx, text, caps.goal),
             priority: P_GOAL_OLDER + 1000,
         });
     }
     if lines.is_empty() {
-        if let Some((idx, label, text, _)) = a.notes.first() {
-            let text = format!("(from {label}) {}", clip_head(text, caps.goal));
-            items.keep_new(GOAL, P_GOAL_FIRST, *idx, &text);
+        if let Some(n) = a.notes.first() {
+            let text = format!(
+                "(from {}) {}",
+                n.label,
+                a.gist(n.last_idx, &n.text, caps.goal)
+            );
+            items.keep_new(GOAL, P_GOAL_FIRST, n.idx, &text);
         }
         return carried.latest_next.clone();
     }
@@ -548,6 +635,8 @@ struct Span<'s> {
     /// The span states what comes next itself (a plan, a list of what is left, or next-step
     /// prose in its last assistant message): that statement replaces the earlier one.
     restated_next: bool,
+    /// The span has its own line about read-only exploration, which replaces the earlier one.
+    explored: bool,
 }
 
 impl Span<'_> {
@@ -582,6 +671,8 @@ impl Span<'_> {
                     || (item.starts_with("Slash commands the user ran")
                         && !a.slash_commands.is_empty())
             }
+            // This span's own exploration line replaces the earlier one.
+            DONE => item.starts_with(EXPLORED) && self.explored,
             _ => false,
         };
         if drop {
@@ -621,21 +712,34 @@ pub fn summarize_turn_prefix<'a>(
         .next()
         .is_some_and(|m| m.get("role").and_then(Value::as_str) == Some("custom"));
     if opened_by_note || a.requests.is_empty() {
-        if let Some((idx, label, text, _)) = a.notes.first() {
-            let text = format!("(from {label}) {}", clip_head(text, caps.goal));
-            items.keep_new(ORIGINAL, P_GOAL_LATEST, *idx, &text);
+        if let Some(n) = a.notes.first() {
+            let text = format!(
+                "(from {}) {}",
+                n.label,
+                a.gist(n.last_idx, &n.text, caps.goal)
+            );
+            items.keep_new(ORIGINAL, P_GOAL_LATEST, n.idx, &text);
         }
     }
-    for (idx, label, text, _) in a
+    for n in a
         .notes
         .iter()
         .skip(usize::from(opened_by_note || a.requests.is_empty()))
     {
-        let text = format!("Note ({label}): {}", clip_head(text, caps.item));
+        let times = if n.count > 1 {
+            format!(", sent {}×", n.count)
+        } else {
+            String::new()
+        };
+        let text = format!(
+            "Note ({}{times}): {}",
+            n.label,
+            a.gist(n.last_idx, &n.text, caps.note)
+        );
         items.add(
             SUFFIX_CTX,
-            P_NOTE + a.recency(*idx),
-            (G_NEW, 25_000_000 + *idx as u64),
+            P_NOTE + a.recency(n.last_idx),
+            (G_NEW, 25_000_000 + n.idx as u64),
             &text,
         );
     }
@@ -645,7 +749,7 @@ pub fn summarize_turn_prefix<'a>(
         } else {
             P_GOAL_OLDER + a.recency(*idx)
         };
-        let text = clip_head(text, caps.goal);
+        let text = a.gist(*idx, text, caps.goal);
         if priority == P_GOAL_LATEST {
             items.keep_new(ORIGINAL, priority, *idx, &text);
         } else {
@@ -676,7 +780,7 @@ pub fn summarize_turn_prefix<'a>(
             } else {
                 ""
             },
-            first_line(fail.headline(), caps.item)
+            fail.headline_line(caps.item)
         );
         let priority = if fail.resolved { P_DONE } else { P_BLOCKED };
         items.add_new(EARLY, priority + a.recency(fail.idx), fail.idx, &text);
@@ -709,12 +813,8 @@ pub fn summarize_turn_prefix<'a>(
         );
     }
     if let Some(fail) = a.failures().pop() {
-        let text = format!(
-            "Last error from {}{}:\n{}",
-            fail.label,
-            fail.code_note(),
-            clip_head(fail.text.trim(), caps.error)
-        );
+        let head = format!("Last error from {}{}:", fail.label, fail.code_note());
+        let text = format!("{head}\n{}", a.excerpt(&fail, &head, caps.error));
         if fail.resolved {
             items.add(SUFFIX_CTX, P_LAST_ERROR, (G_NEW, 30_000_000), &text);
         } else {

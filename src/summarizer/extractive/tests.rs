@@ -5,6 +5,11 @@ use crate::json::utf16_len;
 use serde_json::json;
 
 use crate::compaction::prompts::HISTORY_HEADINGS as HEADINGS;
+
+/// The quality bench's precision lint (noise items by kind), shared so that its own tests run
+/// here and the summarizer's tests can assert a summary is clean.
+#[path = "../../../benches/precision/mod.rs"]
+mod precision;
 const TP_HEADINGS: [&str; 3] = [
     "## Original Request",
     "## Early Progress",
@@ -344,7 +349,8 @@ fn long_and_hostile_text_is_clipped_and_cannot_fake_headings() {
     let msgs = vec![json!({"role": "user", "content": long})];
     let s = summarize_history(&input(&msgs, &[], &[], 800));
     assert_well_formed(&s, &HEADINGS, 800);
-    assert!(s.contains("more chars]"), "{s}");
+    // A run of 15000 characters without a space is no text: it is marked, not quoted.
+    assert!(s.contains("[unreadable run of 15000 chars]"), "{s}");
 }
 
 fn fixture_messages(case: &str) -> Option<Vec<Value>> {
@@ -1345,12 +1351,273 @@ fn must_keep_facts_are_never_dropped_under_the_budget() {
         section(&s, "### Blocked").contains("identical blocks"),
         "{s}"
     );
+    // The rules are constraints, not requests: the one request is the goal.
     assert!(
-        s.contains("(original request) Harden the API server."),
+        section(&s, "## Goal").contains("Harden the API server."),
         "{s}"
     );
     // The rest competes for the target: few of the 40 test runs fit.
     assert!(s.matches("cargo test audit_").count() < 40, "{s}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Round three (issue 36): a checkpoint a person accepts as a handoff. Each test plants one kind
+// of noise the way published sessions produce it, and checks the summary with the quality
+// bench's precision lint (no noise item of any kind) and for the fact that must stay.
+// ---------------------------------------------------------------------------------------------
+
+/// The noise items the precision lint finds, as "kind (section): item" lines.
+fn noise(summary: &str) -> Vec<String> {
+    precision::lint(summary)
+        .into_iter()
+        .map(|f| format!("{} ({}): {}", f.kind.name(), f.section, f.item))
+        .collect()
+}
+
+fn custom(kind: &str, text: &str) -> Value {
+    json!({"role": "custom", "customType": kind, "content": text, "display": true, "timestamp": 1})
+}
+
+fn bash_result(id: &str, output: &str, code: i64) -> Value {
+    let text = if code == 0 {
+        output.to_string()
+    } else {
+        format!("{output}\n\nCommand exited with code {code}")
+    };
+    result(id, "bash", &text, code != 0)
+}
+
+#[test]
+fn a_note_resent_with_another_time_is_one_line_with_a_count_and_the_latest_text() {
+    let mut msgs = vec![user("Keep the nightly report job healthy.")];
+    for k in 0..12 {
+        msgs.push(custom(
+            "heartbeat",
+            &format!(
+                "Heartbeat: reply HEARTBEAT_OK if idle. Now 2026-03-05T10:{:02}:00Z.",
+                k * 5
+            ),
+        ));
+        msgs.push(said("HEARTBEAT_OK"));
+    }
+    let s = summary_of(&msgs);
+    assert_eq!(s.matches("Heartbeat: reply").count(), 1, "{s}");
+    assert!(s.contains("sent 12×"), "{s}");
+    assert!(s.contains("10:55:00Z"), "the latest text: {s}");
+    assert!(noise(&s).is_empty(), "{:?}\n{s}", noise(&s));
+}
+
+#[test]
+fn user_texts_differing_only_in_their_time_are_boilerplate_even_one_per_compaction() {
+    let beat = |t: &str| {
+        user(&format!(
+            "[heartbeat {t}] If nothing needs attention reply HEARTBEAT_OK, else continue."
+        ))
+    };
+    let first = vec![
+        user("Port the scheduler to tokio."),
+        beat("09:00"),
+        said("HEARTBEAT_OK"),
+    ];
+    let mut summary = summary_of(&first);
+    for t in ["09:30", "10:00", "10:30"] {
+        let msgs = vec![beat(t), said("Continuing the port.")];
+        summary = update(&msgs, &summary, 2000);
+    }
+    let goal = section(&summary, "## Goal");
+    assert!(goal.contains("Port the scheduler to tokio."), "{summary}");
+    assert!(!goal.contains("HEARTBEAT_OK"), "{summary}");
+    assert_eq!(
+        summary.matches("HEARTBEAT_OK, else").count(),
+        1,
+        "{summary}"
+    );
+    assert!(summary.contains("sent 4×"), "{summary}");
+    assert!(
+        noise(&summary).is_empty(),
+        "{:?}\n{summary}",
+        noise(&summary)
+    );
+}
+
+#[test]
+fn a_poll_with_another_sleep_is_one_command_and_reads_as_looking() {
+    let mut msgs = vec![user("Wait for the deploy to finish, then tag the release.")];
+    for (k, sleep) in [30, 45, 60, 30, 90].iter().enumerate() {
+        let id = format!("p{k}");
+        msgs.push(bash_call(
+            &id,
+            &format!("sleep {sleep} && curl -s https://ci.example.com/api/deploy/42"),
+        ));
+        msgs.push(bash_result(&id, "{\"state\":\"running\"}", 0));
+    }
+    msgs.push(bash_call("t", "git tag v1.4.0 && git push origin v1.4.0"));
+    msgs.push(bash_result("t", "", 0));
+    let s = summary_of(&msgs);
+    assert_eq!(
+        s.matches("ci.example.com").count(),
+        0,
+        "a successful poll is no news: {s}"
+    );
+    assert!(
+        s.contains("Explored without changing anything: 5 read-only calls"),
+        "{s}"
+    );
+    assert!(section(&s, "### Done").contains("git tag v1.4.0"), "{s}");
+    assert!(noise(&s).is_empty(), "{:?}\n{s}", noise(&s));
+
+    // Failing polls of the same shape: one Critical Context line with every outcome.
+    let mut msgs = vec![user("Wait for the migration job.")];
+    for (k, sleep) in [10, 20, 30].iter().enumerate() {
+        let id = format!("q{k}");
+        msgs.push(bash_call(
+            &id,
+            &format!("sleep {sleep}; kubectl -n db logs job/migrate --tail 3 | grep -q done"),
+        ));
+        msgs.push(bash_result(&id, "", 1));
+    }
+    let s = summary_of(&msgs);
+    assert_eq!(s.matches("Command `sleep").count(), 1, "{s}");
+    assert!(s.contains("(and 2 more like it)"), "{s}");
+}
+
+#[test]
+fn a_search_that_finds_nothing_is_not_blocked_and_exploration_is_one_line() {
+    let msgs = vec![
+        user("Remove the deprecated `legacy_auth` flag."),
+        bash_call("a", "grep -rn legacy_auth src"),
+        bash_result("a", "src/config.rs:12: legacy_auth: bool,", 0),
+        bash_call("b", "rg -n 'legacy_auth|LegacyAuth' tests"),
+        bash_result("b", "(no output)", 1),
+        bash_call("c", "ls src"),
+        bash_result("c", "config.rs\nmain.rs", 0),
+        assistant(
+            json!([call(
+                "d",
+                "grep",
+                json!({"pattern": "legacy_auth", "path": "docs"})
+            )]),
+            "toolUse",
+        ),
+        result("d", "grep", "docs/flags.md:3: legacy_auth", false),
+        bash_call("e", "git log --oneline -3 -- src/config.rs"),
+        bash_result("e", "abc123 add flag", 0),
+        assistant(
+            json!([call(
+                "f",
+                "edit",
+                json!({"path": "src/config.rs", "edits": []})
+            )]),
+            "toolUse",
+        ),
+        result("f", "edit", "ok", false),
+        bash_call("g", "git commit -am 'remove legacy_auth'"),
+        bash_result("g", "[main 1a2b3c4] remove legacy_auth", 0),
+    ];
+    let s = summary_of(&msgs);
+    assert!(section(&s, "### Blocked").contains("(none)"), "{s}");
+    let done = section(&s, "### Done");
+    assert!(
+        done.contains("Explored without changing anything: 5 read-only calls"),
+        "{s}"
+    );
+    assert!(done.contains("Edited `src/config.rs`"), "{s}");
+    assert!(done.contains("git commit -am 'remove legacy_auth'"), "{s}");
+    assert!(!done.contains("Ran `grep"), "{s}");
+    assert!(noise(&s).is_empty(), "{:?}\n{s}", noise(&s));
+
+    // A search that fails for a reason is still a failure.
+    let msgs = vec![
+        user("Find the flag."),
+        bash_call("a", "rg -n legacy_auth nope"),
+        bash_result("a", "rg: nope: No such file or directory (os error 2)", 2),
+    ];
+    assert!(section(&summary_of(&msgs), "### Blocked").contains("No such file"));
+}
+
+#[test]
+fn injected_notes_reports_and_outputs_are_bounded_and_never_pasted_whole() {
+    let report = format!(
+        "<task-notification>\n<task-id>bg_7</task-id>\n<summary>Agent \"Audit billing\" completed</summary>\n<result>\nFinding: InvoiceRepository.list_for_customer issues one query per line item.\n{}\n</result>\n</task-notification>",
+        "- checked handlers/h.py: no loop over queries\n".repeat(60)
+    );
+    let minified = "function n(r){if(t[r])return t[r].exports;var o=t[r]={i:r,l:!1,exports:{}};return e[r].call(o.exports,o,o.exports,n),o.l=!0,o.exports}".repeat(8);
+    let token =
+        "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0NTY3ODkwYWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXo".repeat(3);
+    let msgs = vec![
+        user("Audit the services for N+1 queries and fix the bundle build."),
+        custom("workspace", &format!("Workspace files:\n{}", "notes/file.md\n".repeat(200))),
+        user(&report),
+        bash_call("b", "node dist/app.js"),
+        bash_result("b", &format!("/app/dist/app.min.js:1\n{minified}\n\nSyntaxError: Unexpected token '<' in JSON at position 0\nsession={token}"), 1),
+        // A long command with a long error line: the line still fits.
+        bash_call("c", &format!("docker run --rm -e {} acme/bundler:latest build", "FLAG=on -e ".repeat(20))),
+        bash_result("c", &format!("error: bundle failed because {}", "the dependency graph has a cycle and ".repeat(12)), 1),
+    ];
+    let s = summary_of(&msgs);
+    let lint = noise(&s);
+    assert!(lint.is_empty(), "{lint:?}\n{s}");
+    assert!(s.contains("list_for_customer"), "the report's point: {s}");
+    assert!(s.contains("Unexpected token '<'"), "the error: {s}");
+    assert!(s.contains("[minified code,"), "{s}");
+    assert!(!section(&s, "## Goal").contains("task-notification"), "{s}");
+    for item in precision::items(&s) {
+        assert!(
+            item.text.chars().count() <= precision::LONG_ITEM,
+            "{}",
+            item.text
+        );
+    }
+}
+
+#[test]
+fn lead_ins_and_fragments_are_no_decisions_or_next_steps() {
+    let msgs = vec![
+        user("Make the retry test deterministic."),
+        said("Now let me look at the retry logic:"),
+        said("The approach:\n- inject a clock instead of reading Date.now()\n- drive it from the test"),
+        said("Going with the injected clock rather than fake timers, because fake timers leak between suites."),
+        said("Now let"),
+        user("ok"),
+    ];
+    let s = summary_of(&msgs);
+    let decisions = section(&s, "## Key Decisions");
+    assert!(
+        decisions.contains("The approach: inject a clock instead of reading Date.now()"),
+        "{s}"
+    );
+    assert!(decisions.contains("rather than fake timers"), "{s}");
+    assert_eq!(decisions.matches("inject a clock").count(), 1, "{s}");
+    assert!(!s.contains("Now let me look at the retry logic:"), "{s}");
+    assert!(noise(&s).is_empty(), "{:?}\n{s}", noise(&s));
+}
+
+#[test]
+fn a_pasted_provider_error_sets_no_constraint_and_small_talk_is_no_goal() {
+    let msgs = vec![
+        user("yo"),
+        user("Set up the nightly backup of the postgres database to the S3 bucket acme-backups."),
+        user("Never delete a backup younger than 14 days."),
+        user("got this from the gateway: LLM request rejected: messages.14: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_01XyZ. Each `tool_use` block must have a corresponding `tool_result` block in the next message."),
+        said("That was a transient gateway error."),
+        user("ls"),
+        said("scripts/ and backups/."),
+    ];
+    let s = summary_of(&msgs);
+    let constraints = section(&s, "## Constraints & Preferences");
+    assert!(
+        constraints.contains("Never delete a backup younger than 14 days."),
+        "{s}"
+    );
+    assert!(!constraints.contains("tool_result"), "{s}");
+    let goal = section(&s, "## Goal");
+    assert!(goal.contains("acme-backups"), "{s}");
+    assert!(
+        !goal.contains("- yo") && !goal.contains("Never delete"),
+        "{s}"
+    );
+    assert!(s.contains("Latest user reply: ls"), "{s}");
+    assert!(noise(&s).is_empty(), "{:?}\n{s}", noise(&s));
 }
 
 mod props {

@@ -65,6 +65,21 @@ pub(super) fn clip_tail(s: &str, cap: usize) -> String {
     format!("[…{} earlier chars] {tail}", len - utf16_len(tail))
 }
 
+/// Keeps the first `head` and the last `tail` UTF-16 units of a long text (each at a word
+/// boundary, the cut marked): a failure says what went wrong at its start (a compiler's first
+/// error) or at its end (a traceback's last line), and neither may be lost.
+pub(super) fn clip_ends(s: &str, head: usize, tail: usize) -> String {
+    if utf16_len(s) <= head + tail {
+        return s.to_string();
+    }
+    let start = clip_head(s, head);
+    let start = start.rsplit_once(" […").map_or(start.as_str(), |(h, _)| h);
+    let end = clip_tail(s, tail);
+    let end = end.split_once("] ").map_or(end.as_str(), |(_, t)| t);
+    let cut = utf16_len(s).saturating_sub(utf16_len(start) + utf16_len(end));
+    format!("{start}\n[…{cut} chars…]\n{end}")
+}
+
 /// The first non-blank line, clipped; what a one-line error report needs.
 pub(super) fn first_line(s: &str, cap: usize) -> String {
     let line = s
@@ -145,42 +160,62 @@ static WEAK_CONSTRAINT_RE: LazyLock<Regex> = LazyLock::new(|| {
         .expect("weak constraint pattern is valid")
 });
 
-/// Whether a sentence matching [`CONSTRAINT_RE`] states a rule (see [`WEAK_CONSTRAINT_RE`]).
-pub(super) fn is_constraint(sentence: &str) -> bool {
-    const TASK_VERBS: [&str; 20] = [
-        "add",
-        "implement",
-        "create",
-        "write",
-        "build",
-        "make",
-        "fix",
-        "change",
-        "update",
-        "switch",
-        "move",
-        "rename",
-        "remove",
-        "delete",
-        "refactor",
-        "bump",
-        "run",
-        "set",
-        "port",
-        "support",
-    ];
-    let strong = CONSTRAINT_RE
-        .find_iter(sentence)
-        .any(|m| !WEAK_CONSTRAINT_RE.is_match(m.as_str()));
-    let first = sentence
+/// Verbs a request opens with.
+const TASK_VERBS: [&str; 20] = [
+    "add",
+    "implement",
+    "create",
+    "write",
+    "build",
+    "make",
+    "fix",
+    "change",
+    "update",
+    "switch",
+    "move",
+    "rename",
+    "remove",
+    "delete",
+    "refactor",
+    "bump",
+    "run",
+    "set",
+    "port",
+    "support",
+];
+
+/// The first word of a sentence, lowercase, punctuation trimmed.
+fn first_word(sentence: &str) -> String {
+    sentence
         .split_whitespace()
         .next()
         .map(|w| {
             w.trim_matches(|c: char| !c.is_alphanumeric())
                 .to_lowercase()
         })
-        .unwrap_or_default();
-    strong || !TASK_VERBS.contains(&first.as_str())
+        .unwrap_or_default()
+}
+
+/// Whether a user text states only rules ("Never post to the family group; only to my DMs."):
+/// each sentence is a constraint and none opens with a task verb or asks. Its sentences are
+/// Constraints & Preferences; it asks for no work, so it is no goal.
+pub(super) fn states_only_rules(text: &str) -> bool {
+    let all = sentences(text);
+    !all.is_empty()
+        && all.iter().all(|s| {
+            CONSTRAINT_RE.is_match(s)
+                && is_constraint(s)
+                && !is_question(s)
+                && !TASK_VERBS.contains(&first_word(s).as_str())
+        })
+}
+
+/// Whether a sentence matching [`CONSTRAINT_RE`] states a rule (see [`WEAK_CONSTRAINT_RE`]).
+pub(super) fn is_constraint(sentence: &str) -> bool {
+    let strong = CONSTRAINT_RE
+        .find_iter(sentence)
+        .any(|m| !WEAK_CONSTRAINT_RE.is_match(m.as_str()));
+    strong || !TASK_VERBS.contains(&first_word(sentence).as_str())
 }
 
 /// Assistant sentences that announce a choice (`going with`, `instead of`, …, a few common
@@ -243,27 +278,116 @@ pub(super) fn is_acknowledgement(text: &str) -> bool {
     words.len() <= 5 && words.iter().all(|w| ACKS.contains(&w.as_str()))
 }
 
-/// Read-only exploration (`ls`, `find`, `cat`, `grep`…, no redirect): not progress.
+/// The parts of a shell command line: split at `|`, `;` and `&` outside quotes, so a pattern
+/// such as `'setTimeout|Date.now'` stays in its part.
+pub(super) fn command_parts(command: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut quote: Option<char> = None;
+    let mut start = 0;
+    for (i, c) in command.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '|' | ';' | '&') => {
+                parts.push(&command[start..i]);
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    parts.push(&command[start..]);
+    parts
+}
+
+/// Read-only exploration (`ls`, `find`, `cat`, `grep`, `git log`, `sed -n`, a plain `curl`
+/// GET, `sleep` while polling…, no redirect): not progress. Every part of a pipeline or chain
+/// must only look (`cd` moves, it changes nothing).
 pub(super) fn is_exploration(command: &str) -> bool {
-    const LOOK: [&str; 18] = [
-        "ls", "ll", "find", "cat", "head", "tail", "grep", "rg", "ag", "fd", "tree", "pwd", "wc",
-        "which", "echo", "stat", "file", "du",
+    const LOOK: [&str; 30] = [
+        "ls", "ll", "find", "cat", "head", "tail", "grep", "egrep", "fgrep", "rg", "ag", "ack",
+        "fd", "tree", "pwd", "wc", "which", "echo", "stat", "file", "du", "less", "more", "jq",
+        "sort", "uniq", "nl", "cd", "type", "sleep",
+    ];
+    const GIT_LOOK: [&str; 7] = ["log", "status", "diff", "show", "grep", "blame", "ls-files"];
+    /// `curl` flags that send, upload or write: with one, the call changes something.
+    const CURL_WRITES: [&str; 12] = [
+        "-X",
+        "--request",
+        "-d",
+        "--data",
+        "--data-raw",
+        "--data-binary",
+        "-F",
+        "--form",
+        "-T",
+        "--upload-file",
+        "-o",
+        "--output",
     ];
     // A redirect writes a file (`cat > notes.md`, `echo x >> .env`): that is work.
     if command.contains('>') {
         return false;
     }
     let mut any = false;
-    for part in command.split(['|', ';', '&']) {
-        let Some(word) = part.split_whitespace().next() else {
+    for part in command_parts(command) {
+        let words: Vec<&str> = part.split_whitespace().collect();
+        let Some(&first) = words.first() else {
             continue;
         };
         any = true;
-        if !LOOK.contains(&word) {
+        let looks = match first {
+            "git" => words
+                .iter()
+                .skip(1)
+                .find(|w| !w.starts_with('-'))
+                .is_some_and(|sub| GIT_LOOK.contains(sub)),
+            "sed" => words.get(1) == Some(&"-n"),
+            "curl" => !words.iter().any(|w| {
+                CURL_WRITES
+                    .iter()
+                    .any(|f| w == f || w.starts_with(&format!("{f}=")))
+            }),
+            w => LOOK.contains(&w),
+        };
+        if !looks {
             return false;
         }
     }
     any
+}
+
+/// A sentence that leads into what follows ("The approach:", "Now let me look at it:"): it ends
+/// on a colon and says nothing by itself.
+pub(super) fn is_lead_in(sentence: &str) -> bool {
+    sentence
+        .trim_end_matches(['*', '_', ' '])
+        .ends_with([':', '：'])
+}
+
+/// Whether a sentence is a complete statement: three words or more, not a lead-in, not ending on
+/// a word no statement ends on ("Now let", "and then the").
+pub(super) fn is_statement(sentence: &str) -> bool {
+    const DANGLING: [&str; 22] = [
+        "and", "or", "but", "the", "a", "an", "to", "of", "with", "for", "in", "on", "at", "by",
+        "from", "that", "which", "then", "so", "let", "me", "is",
+    ];
+    let t = sentence.trim().trim_end_matches(['*', '_', '`', ' ']);
+    if is_lead_in(t) || t.ends_with(',') || t.ends_with(" -") || t.ends_with('—') {
+        return false;
+    }
+    let words: Vec<String> = t
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    words.len() >= 3
+        && words
+            .last()
+            .is_some_and(|w| !DANGLING.contains(&w.as_str()))
 }
 
 /// Assistant sentences that announce what comes next.

@@ -3,6 +3,8 @@
 //! queries the sections are filled from ([`queries`]): which failures are still open, what was
 //! done, what is pending, what comes next.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
 mod calls;
@@ -10,6 +12,7 @@ mod queries;
 mod reading;
 
 pub(super) use calls::*;
+pub(super) use queries::EXPLORED;
 
 use super::text::*;
 
@@ -72,6 +75,8 @@ pub(super) enum Resolution {
 /// A failure, with whether something later fixed or abandoned it.
 pub(super) struct FailedAction<'a> {
     pub(super) idx: usize,
+    /// Where its outcome was seen (the result holding the whole output).
+    pub(super) at: usize,
     pub(super) label: String,
     pub(super) code: Option<i64>,
     pub(super) cancelled: bool,
@@ -91,9 +96,19 @@ impl FailedAction<'_> {
         }
     }
 
-    /// The line of the output that says what went wrong (see [`error_headline`]).
+    /// The line of the output that says what went wrong (see [`error_headline`]), without the
+    /// colon some end on (`… panicked at src/lib.rs:71:9:`): quoted in a sentence, it ends it.
     pub(super) fn headline(&self) -> &str {
-        error_headline(self.text)
+        error_headline(self.text).trim_end_matches([':', ' '])
+    }
+
+    /// The headline on one line, within `cap` and within what the item's label (a long command)
+    /// leaves of a line a person reads (`noise::ITEM_MAX`).
+    pub(super) fn headline_line(&self, cap: usize) -> String {
+        let room = super::noise::ITEM_MAX
+            .saturating_sub(crate::json::utf16_len(&self.label) + 40)
+            .max(80);
+        first_line(self.headline(), cap.min(room))
     }
 
     pub(super) fn code_note(&self) -> String {
@@ -103,6 +118,21 @@ impl FailedAction<'_> {
             (false, None) => String::new(),
         }
     }
+}
+
+/// An injected note: an extension's message or a harness text wrapped in a tag, stated once
+/// however often it was sent.
+pub(super) struct Note {
+    /// Where it was first sent.
+    pub(super) idx: usize,
+    /// The extension's `customType`, or the wrapping tag.
+    pub(super) label: String,
+    /// The latest text sent (the latest time, count or status).
+    pub(super) text: String,
+    /// How often a note of this shape was sent.
+    pub(super) count: usize,
+    /// Where it was last sent.
+    pub(super) last_idx: usize,
 }
 
 pub(super) struct DoneItem {
@@ -127,8 +157,9 @@ pub(super) struct Analysis {
     pub(super) last_ok_assistant: Option<usize>,
     /// The last assistant message, if it was aborted: (index, errorMessage).
     pub(super) aborted_last: Option<(usize, String)>,
-    /// Extension messages, each distinct text once: (index, customType, text, occurrences).
-    pub(super) notes: Vec<(usize, String, String, usize)>,
+    /// Injected notes (extension messages, harness texts wrapped in a tag), each shape once
+    /// (see `noise::shape`).
+    pub(super) notes: Vec<Note>,
     /// User texts that state a task (not acknowledgements, greetings or repeated boilerplate).
     pub(super) requests: Vec<(usize, String)>,
     /// Boilerplate the session repeats (or a bare slash command's injected text): (index,
@@ -145,6 +176,9 @@ pub(super) struct Analysis {
     pub(super) slash_commands: Vec<(usize, String)>,
     /// branchSummary / compactionSummary messages inside the span: (index, label, summary).
     pub(super) embedded_summaries: Vec<(usize, &'static str, String)>,
+    /// Session entry ids of the messages whose text a summary may only give the point of
+    /// (user texts, notes, failed results), by index: where the whole text can be fetched.
+    pub(super) entry_ids: BTreeMap<usize, String>,
 }
 
 pub(super) fn str_field<'v>(v: &'v Value, key: &str) -> Option<&'v str> {

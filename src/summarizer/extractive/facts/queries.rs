@@ -7,11 +7,31 @@ use std::collections::{BTreeMap, BTreeSet};
 use regex::Regex;
 
 use super::super::layout::Caps;
+use super::super::noise::{
+    command_shape, excerpt, gist, is_error_report, is_look_tool, sentences_within, ITEM_MAX,
+};
 use super::super::plan::{is_about, is_done_status, step_label, Plans};
 use super::super::text::*;
 use super::*;
+use crate::json::utf16_len;
 
 impl Analysis {
+    /// The point of a long text of message `idx` in one line of at most `cap` units, naming
+    /// the entry that holds it whole (see `noise::gist`).
+    pub(in super::super) fn gist(&self, idx: usize, text: &str, cap: usize) -> String {
+        gist(text, cap, self.entry_ids.get(&idx).map(String::as_str))
+    }
+
+    /// A failure's output in a few lines (see `noise::excerpt`) that fit one item together with
+    /// its heading line `head`, naming the entry that holds the whole output.
+    pub(in super::super) fn excerpt(&self, fail: &FailedAction, head: &str, cap: usize) -> String {
+        let room = ITEM_MAX
+            .saturating_sub(utf16_len(head))
+            .clamp(120, cap.max(120));
+        let entry = self.entry_ids.get(&fail.at).map(String::as_str);
+        excerpt(fail.text.trim(), error_headline(fail.text), room, entry)
+    }
+
     /// 0..=1000 by position in the span, so newer facts win ties within a priority band.
     pub(in super::super) fn recency(&self, idx: usize) -> u32 {
         let n = self.n.max(1) as u64;
@@ -27,14 +47,19 @@ impl Analysis {
             .collect()
     }
 
-    /// User sentences matching `re`, questions left out (a question asks; it sets no rule).
-    /// Slash commands are not sentences of the user's.
-    pub(in super::super) fn user_sentences(&self, re: &Regex) -> Vec<(usize, String)> {
+    /// User sentences matching `re`, questions left out (a question asks; it sets no rule),
+    /// slash commands too, and lines that report an error: a provider's or tool's message the
+    /// user pasted ("Each `tool_use` block must have …") is quoted error
+    /// text, and its modal verbs set no rule (see `noise::is_error_report`).
+    fn user_sentences(&self, re: &Regex) -> Vec<(usize, String)> {
         let texts: Vec<(usize, String)> = self
             .user_texts
             .iter()
             .filter(|(_, t)| !is_slash_command(t))
-            .cloned()
+            .map(|(idx, t)| {
+                let kept: Vec<&str> = t.lines().filter(|l| !is_error_report(l)).collect();
+                (*idx, kept.join("\n"))
+            })
             .collect();
         pick_sentences(&texts, re)
             .into_iter()
@@ -83,6 +108,7 @@ impl Analysis {
             };
             out.push(FailedAction {
                 idx: act.idx,
+                at: act.done_idx,
                 label: act.label(),
                 code,
                 cancelled,
@@ -165,7 +191,7 @@ impl Analysis {
     }
 
     /// Whether a "Command `x` → …" line of an earlier summary is superseded: this span ran
-    /// exactly that command again, so its own line has the latest outcomes.
+    /// that command again (or one of its shape), so its own line has the latest outcomes.
     pub(in super::super) fn reruns(&self, item: &str) -> bool {
         let Some(cmd) = item
             .strip_prefix("Command `")
@@ -173,18 +199,30 @@ impl Analysis {
         else {
             return false;
         };
-        self.actions.iter().any(
-            |a| matches!(&a.kind, ActionKind::Command(c) if code(c, 160) == format!("`{cmd}`")),
-        )
+        // The same command with other numbers counts: this span's line has its runs.
+        let wanted = command_shape(cmd);
+        self.actions.iter().any(|a| {
+            matches!(&a.kind, ActionKind::Command(c)
+                if code(c, 160) == format!("`{cmd}`") || command_shape(c.trim()) == wanted)
+        })
     }
 
     /// Key Decisions: sentences announcing a choice or giving an approach up. A short
     /// abandonment ("Abandoning pgloader.") keeps the sentence before it, which gives the reason.
+    ///
+    /// Only statements: a lead-in ("The approach:") is completed by the sentence it leads into,
+    /// or dropped when nothing follows; a fragment of two words or one ending on a word no
+    /// sentence ends on is dropped (see [`is_statement`]).
     pub(in super::super) fn decisions(&self) -> Vec<(usize, String)> {
         let mut out = Vec::new();
         for (idx, text) in &self.assistant_texts {
             let all = sentences(text);
+            // The sentence a lead-in was completed with is said already.
+            let mut said_with_lead_in = None;
             for (k, s) in all.iter().enumerate() {
+                if said_with_lead_in == Some(k) {
+                    continue;
+                }
                 let abandon = ABANDON_RE.is_match(s);
                 if !abandon && !DECISION_RE.is_match(s) {
                     continue;
@@ -195,20 +233,47 @@ impl Analysis {
                     }
                     _ => s.clone(),
                 };
-                out.push((*idx, with_reason));
+                let stated = if is_lead_in(&with_reason) {
+                    match all.get(k + 1) {
+                        Some(next) if !is_lead_in(next) => {
+                            said_with_lead_in = Some(k + 1);
+                            format!("{with_reason} {next}")
+                        }
+                        _ => continue,
+                    }
+                } else {
+                    with_reason
+                };
+                if is_statement(&stated) {
+                    out.push((*idx, stated));
+                }
             }
         }
         out
     }
 
-    /// Successful file changes (one line per path) and commands (one line per command).
+    /// Successful file changes (one line per path), commands (one line per command shape: the
+    /// same command with other numbers is the same command run again), calls of other tools
+    /// (one line per tool and key argument, with the latest result), and one line for all the
+    /// read-only exploration (commands and tools that only look): looking is no progress, but
+    /// what was explored, and how much, is context.
     pub(in super::super) fn done_items(&self) -> Vec<DoneItem> {
         // path → (writes, edits, last index)
         let mut files: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
-        // command → (last ok index, failed before)
-        let mut commands: BTreeMap<&str, (usize, bool)> = BTreeMap::new();
-        let mut failed_commands: BTreeSet<&str> = BTreeSet::new();
-        let mut tools: Vec<DoneItem> = Vec::new();
+        // command shape → (latest command, last ok index, failed before, runs)
+        let mut commands: BTreeMap<String, (&str, usize, bool, usize)> = BTreeMap::new();
+        let mut failed_commands: BTreeSet<String> = BTreeSet::new();
+        let mut tools: BTreeMap<(&str, Option<&str>), ToolRuns> = BTreeMap::new();
+        // What was explored: (name, calls) in first-seen order, and the last index.
+        let mut looked: Vec<(String, usize)> = Vec::new();
+        let mut looked_last = 0usize;
+        let mut look = |what: String, idx: usize| {
+            match looked.iter_mut().find(|(w, _)| *w == what) {
+                Some((_, n)) => *n += 1,
+                None => looked.push((what, 1)),
+            }
+            looked_last = looked_last.max(idx);
+        };
         for act in &self.actions {
             let ok = matches!(act.outcome, Some(Outcome::Ok { .. }));
             match &act.kind {
@@ -221,27 +286,35 @@ impl Analysis {
                     }
                     e.2 = act.idx;
                 }
-                ActionKind::Command(c) if ok && is_exploration(c) => {}
+                ActionKind::Command(c) if ok && is_exploration(c) => look(look_name(c), act.idx),
                 ActionKind::Command(c) if ok => {
-                    let before = failed_commands.contains(c.as_str());
-                    commands.insert(c.as_str(), (act.idx, before));
+                    let key = command_shape(c.trim());
+                    let before = failed_commands.contains(&key);
+                    let runs = commands.get(&key).map_or(0, |e| e.3);
+                    commands.insert(key, (c.as_str(), act.idx, before, runs + 1));
                 }
+                ActionKind::Tool(name, _) if ok && is_look_tool(name) => {
+                    look(name.clone(), act.idx)
+                }
+                // Writing the todo list states the plan (see `plan`); it is no work done.
+                ActionKind::Tool(name, _) if name.to_ascii_lowercase().contains("todo") => {}
                 ActionKind::Tool(name, key) if ok => {
-                    let what = match (key, &act.result) {
-                        (Some(k), Some(r)) => format!(" ({}) → {r}", clip_head(k, 80)),
-                        (Some(k), None) => format!(" ({})", clip_head(k, 80)),
-                        (None, Some(r)) => format!(" → {r}"),
-                        (None, None) => String::new(),
-                    };
-                    tools.push(DoneItem {
-                        idx: act.idx,
-                        text: format!("Called `{}`{what}", clip_head(name, 60)),
-                    });
+                    let e = tools
+                        .entry((name.as_str(), key.as_deref()))
+                        .or_insert(ToolRuns {
+                            last: act.idx,
+                            result: None,
+                            calls: 0,
+                        });
+                    e.last = act.idx;
+                    e.result = act.result.as_deref();
+                    e.calls += 1;
                 }
                 ActionKind::Command(c) if act.outcome.is_some() => {
                     // A command that failed after its last success is not done.
-                    failed_commands.insert(c.as_str());
-                    commands.remove(c.as_str());
+                    let key = command_shape(c.trim());
+                    commands.remove(&key);
+                    failed_commands.insert(key);
                 }
                 _ => {}
             }
@@ -257,26 +330,72 @@ impl Analysis {
             };
             out.push(DoneItem { idx, text });
         }
-        for (cmd, (idx, failed_before)) in commands {
-            let note = if failed_before {
-                " (after earlier failures)"
-            } else {
-                ""
+        for (cmd, idx, failed_before, runs) in commands.into_values() {
+            let note = match (failed_before, runs) {
+                (true, _) => " (after earlier failures)",
+                (false, 1) => "",
+                (false, _) => " (run repeatedly)",
             };
             out.push(DoneItem {
                 idx,
                 text: format!("Ran {} successfully{note}", code(cmd, 160)),
             });
         }
-        // The latest few calls per tool: a long run of the same call says little more.
+        // The latest few tools: a long run of calls says little more.
+        let mut calls: Vec<(usize, String)> = tools
+            .into_iter()
+            .map(|((name, key), runs)| {
+                let ToolRuns {
+                    last,
+                    result,
+                    calls: n,
+                } = runs;
+                let times = if n > 1 {
+                    format!(" ×{n}")
+                } else {
+                    String::new()
+                };
+                let what = match (key, result) {
+                    (Some(k), Some(r)) => format!(" ({}){times} → {r}", clip_head(k, 80)),
+                    (Some(k), None) => format!(" ({}){times}", clip_head(k, 80)),
+                    (None, Some(r)) => format!("{times} → {r}"),
+                    (None, None) => times,
+                };
+                (last, format!("Called `{}`{what}", clip_head(name, 60)))
+            })
+            .collect();
+        calls.sort_by_key(|(idx, _)| *idx);
         let mut per_tool: BTreeMap<String, usize> = BTreeMap::new();
-        for item in tools.into_iter().rev() {
-            let name = item.text.split('`').nth(1).unwrap_or("").to_string();
+        for (idx, text) in calls.into_iter().rev() {
+            let name = text.split('`').nth(1).unwrap_or("").to_string();
             let n = per_tool.entry(name).or_default();
             *n += 1;
             if *n <= 4 {
-                out.push(item);
+                out.push(DoneItem { idx, text });
             }
+        }
+        if !looked.is_empty() {
+            let total: usize = looked.iter().map(|(_, n)| n).sum();
+            let what: Vec<String> = looked
+                .iter()
+                .take(6)
+                .map(|(w, n)| {
+                    if *n > 1 {
+                        format!("{w} ×{n}")
+                    } else {
+                        w.clone()
+                    }
+                })
+                .collect();
+            let more = if looked.len() > 6 { ", …" } else { "" };
+            out.push(DoneItem {
+                idx: looked_last,
+                text: format!(
+                    "{EXPLORED} {total} read-only call{} ({}{more})",
+                    if total == 1 { "" } else { "s" },
+                    what.join(", ")
+                ),
+            });
         }
         out.sort_by_key(|d| d.idx);
         out
@@ -358,7 +477,7 @@ impl Analysis {
             out.push(format!(
                 "Fix the failure of {}: {}",
                 fail.label,
-                first_line(fail.headline(), caps.item)
+                fail.headline_line(caps.item)
             ));
         }
         let pending: Vec<&Action> = self
@@ -397,9 +516,17 @@ impl Analysis {
             out.push(clip_head(s, caps.item));
         }
         if let Some(text) = latest_request {
+            // Its first line, cut at a sentence end: the goal holds the rest.
+            let line = text.lines().next().unwrap_or("");
+            let more = if text.lines().nth(1).is_some() {
+                " …"
+            } else {
+                ""
+            };
+            let line = sentences_within(line, caps.item);
+            let more = if line.ends_with('…') { "" } else { more };
             out.push(format!(
-                "Make sure the latest user request is fully handled: {}",
-                first_line(text, caps.item)
+                "Make sure the latest user request is fully handled: {line}{more}"
             ));
         }
         out
@@ -417,8 +544,9 @@ impl Analysis {
             .flat_map(|s| clauses(s))
             .filter(|c| {
                 NEXT_RE.is_match(c)
-                    // "Remaining:" leads into a list (a plan statement), it says nothing itself.
-                    && !c.trim_end().ends_with(':')
+                    // "Remaining:" leads into a list (a plan statement), it says nothing itself;
+                    // "Now let" is no statement either.
+                    && is_statement(c)
                     && !reports_done(c)
                     && !is_question(c)
                     && !DECISION_RE.is_match(c)
@@ -428,7 +556,9 @@ impl Analysis {
 
     /// One line per distinct command (latest 12): its outcomes in order, most recent last.
     pub(in super::super) fn command_histories(&self) -> Vec<CommandHistory> {
-        let mut by_cmd: BTreeMap<&str, (Vec<String>, usize)> = BTreeMap::new();
+        // The same command with other numbers (a poll with another `sleep`) is one line: the
+        // latest command, every run's outcome.
+        let mut by_cmd: BTreeMap<String, CommandRuns> = BTreeMap::new();
         for act in &self.actions {
             let ActionKind::Command(c) = &act.kind else {
                 continue;
@@ -444,13 +574,28 @@ impl Analysis {
                 Some(Outcome::Cancelled) => "cancelled".to_string(),
                 None => "pending".to_string(),
             };
-            let e = by_cmd.entry(c.as_str()).or_insert((Vec::new(), act.idx));
-            e.0.push(outcome);
-            e.1 = act.idx;
+            let e = by_cmd
+                .entry(command_shape(c.trim()))
+                .or_insert_with(|| CommandRuns {
+                    outcomes: Vec::new(),
+                    last_idx: act.idx,
+                    latest: c.as_str(),
+                    variants: BTreeSet::new(),
+                });
+            e.outcomes.push(outcome);
+            e.last_idx = act.idx;
+            e.latest = c.as_str();
+            e.variants.insert(c.trim());
         }
         let mut out: Vec<CommandHistory> = by_cmd
-            .into_iter()
-            .map(|(cmd, (outcomes, last_idx))| {
+            .into_values()
+            .map(|runs| {
+                let CommandRuns {
+                    outcomes,
+                    last_idx,
+                    latest: cmd,
+                    variants,
+                } = runs;
                 // Runs of the same outcome collapse ("ok ×3"); the latest four runs are shown.
                 let mut runs: Vec<(String, usize)> = Vec::new();
                 for o in outcomes {
@@ -474,8 +619,17 @@ impl Analysis {
                     parts.insert(0, "…".to_string());
                 }
                 let list = parts.join(", ");
+                let label = if variants.len() > 1 {
+                    format!(
+                        "{} (and {} more like it)",
+                        code(cmd, 160),
+                        variants.len() - 1
+                    )
+                } else {
+                    code(cmd, 160)
+                };
                 CommandHistory {
-                    label: code(cmd, 160),
+                    label,
                     outcomes: list,
                     last_idx,
                 }
@@ -504,6 +658,42 @@ impl Analysis {
         read.sort_by(|a, b| crate::json::cmp_utf16(a, b));
         modified.sort_by(|a, b| crate::json::cmp_utf16(a, b));
         (read, modified)
+    }
+}
+
+/// The calls of one tool with one key argument: where the last was, what it returned, how many.
+struct ToolRuns<'a> {
+    last: usize,
+    result: Option<&'a str>,
+    calls: usize,
+}
+
+/// The runs of one command shape (see `noise::command_shape`): every outcome in order, the
+/// latest run and its command, and the distinct commands of that shape.
+struct CommandRuns<'a> {
+    outcomes: Vec<String>,
+    last_idx: usize,
+    latest: &'a str,
+    variants: BTreeSet<&'a str>,
+}
+
+/// How the one Done line about read-only exploration starts (an update replaces an earlier
+/// summary's line with its own).
+pub(in super::super) const EXPLORED: &str = "Explored without changing anything:";
+
+/// What a read-only command is called in the exploration line: its first word (`git` with its
+/// subcommand), from the part of a chain that is not a `cd` or a poll's `sleep`.
+fn look_name(command: &str) -> String {
+    let part = command_parts(command)
+        .into_iter()
+        .map(str::trim)
+        .find(|p| !p.is_empty() && !p.starts_with("cd ") && !p.starts_with("sleep "))
+        .unwrap_or(command);
+    let mut words = part.split_whitespace();
+    match words.next() {
+        Some("git") => format!("git {}", words.find(|w| !w.starts_with('-')).unwrap_or("")),
+        Some(w) => w.to_string(),
+        None => String::new(),
     }
 }
 
