@@ -14,8 +14,24 @@ pub struct Cost {
     pub output: u64,
     pub cache_read: u64,
     pub cache_write: u64,
-    /// US dollars; null when the model's price is unknown.
+    /// US dollars; null when the model's price is unknown. Written rounded to a billionth of
+    /// a dollar (sums of prices in floating point carry noise such as `0.5497500000000001`;
+    /// every price is a whole number of billionths per token at most).
+    #[serde(serialize_with = "rounded_usd")]
     pub usd: Option<f64>,
+}
+
+/// `usd` rounded to 1e-9 dollars as it is written.
+fn rounded_usd<S: serde::Serializer>(usd: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match usd {
+        Some(v) => s.serialize_some(&round_usd(*v)),
+        None => s.serialize_none(),
+    }
+}
+
+/// Dollars rounded to a billionth, as they are shown and written.
+pub fn round_usd(v: f64) -> f64 {
+    (v * 1e9).round() / 1e9
 }
 
 /// `tokens` at `per_million` USD per million.
@@ -48,7 +64,12 @@ impl Cost {
             cache_write,
             usd: None,
         };
-        c.usd = price.map(|p| c.priced(p));
+        // No tokens cost nothing at any price: a free compaction is free, priced or not.
+        c.usd = match price {
+            Some(p) => Some(c.priced(p)),
+            None if c.tokens() == 0 => Some(0.0),
+            None => None,
+        };
         c
     }
 
@@ -78,6 +99,43 @@ impl Cost {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn dollars_are_written_without_float_noise_and_nothing_spent_is_free() {
+        use super::*;
+        let a = Cost {
+            usd: Some(0.1),
+            ..Cost::default()
+        };
+        let b = Cost {
+            usd: Some(0.2),
+            ..Cost::default()
+        };
+        // 0.1 + 0.2 is 0.30000000000000004 in floating point.
+        let sum = a.plus(&b);
+        assert_eq!(
+            serde_json::to_value(sum).unwrap()["usd"],
+            serde_json::json!(0.3)
+        );
+        let noisy = Cost {
+            usd: Some(0.5497500000000001),
+            ..Cost::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&noisy).unwrap(),
+            r#"{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"usd":0.54975}"#
+        );
+        assert_eq!(
+            Cost::of(0, 0, 0, 0, None).usd,
+            Some(0.0),
+            "nothing spent is free"
+        );
+        assert_eq!(
+            Cost::of(5, 0, 0, 0, None).usd,
+            None,
+            "tokens at no known price"
+        );
+    }
+
     use super::*;
 
     #[test]

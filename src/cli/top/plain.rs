@@ -125,7 +125,7 @@ mod tests {
             text,
             "\
 SID  SESSION       MODEL  TOKENS  THRESHOLD  WINDOW  USED   STATE                    COMPACTED  BEFORE  AFTER  BY          TOOK  COST
-s1   api/aaaaaaaa  m1     4200    8000       10000   42.0%  idle                     1m-ago     9000    4000   extractive  1.5s  -
+s1   api/aaaaaaaa  m1     4200    8000       10000   42.0%  idle                     1m-ago     9000    4000   extractive  1.5s  free
 s2   p/notes       -      10      -          -       -      compacting:manual:300ms  -          -       -      -           -     -
 "
         );

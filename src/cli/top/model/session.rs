@@ -88,6 +88,14 @@ pub struct Last {
 }
 
 impl Last {
+    /// An extractive compaction is free whether or not a cost came with it (`listSessions`
+    /// names the summarizer, a `compaction_end` the cost): shown one way either way.
+    pub(super) fn known_free(&mut self) {
+        if self.cost.is_none() && self.summarizer.as_deref() == Some("extractive") {
+            self.cost = Some(Cost::Usd(0.0));
+        }
+    }
+
     /// Fills what this one lacks from `earlier`, when both describe the same compaction.
     fn fill_from(&mut self, earlier: &Last) {
         if self.tokens_before != earlier.tokens_before {
@@ -156,6 +164,9 @@ pub(super) fn session_from(item: &Value, prev: Option<&SessionView>, now_ms: i64
     });
     if let (Some(last), Some(earlier)) = (&mut last, prev.and_then(|p| p.last.as_ref())) {
         last.fill_from(earlier);
+    }
+    if let Some(last) = &mut last {
+        last.known_free();
     }
     SessionView {
         path: str_at("path").unwrap_or_default(),
