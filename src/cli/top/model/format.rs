@@ -86,7 +86,7 @@ pub fn age(ms: i64) -> String {
 /// A cost: `free`, `$0.0123`, or `$?` when the model's prices are unknown.
 pub fn cost(c: Cost) -> String {
     match c {
-        Cost::Usd(usd) if usd == 0.0 => "free".into(),
+        Cost::Usd(0.0) => "free".into(),
         Cost::Usd(usd) if usd < 1.0 => format!("${usd:.4}"),
         Cost::Usd(usd) => format!("${usd:.2}"),
         Cost::Unpriced => "$?".into(),
