@@ -362,3 +362,80 @@ fn a_daemon_that_cannot_start_is_a_clear_error_on_stderr() {
         "left alone"
     );
 }
+
+/// A daemon another user runs is never joined, even on a socket path given explicitly in a
+/// directory both may use (root-owned, sticky, world-writable): `connect`, `start`, `top --once`
+/// and `mcp`'s link refuse it by the peer's credentials and say so, and nothing is bridged.
+/// Runs the other user's daemon with `runuser` (root only: skipped elsewhere, a failure under
+/// CI=true, which runs as root).
+#[test]
+fn a_daemon_of_another_user_is_never_joined() {
+    let test = "a_daemon_of_another_user_is_never_joined";
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 || Command::new("runuser").arg("--help").output().is_err() {
+        support::skip_or_fail(
+            test,
+            "needs root and runuser to run a daemon as another user",
+        );
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).expect("shared dir");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let home = dir.path().join("other-home");
+    std::fs::create_dir(&home).expect("home");
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let socket = shared.join("compactd.sock");
+    let h = home.display();
+    let other = Command::new("runuser")
+        .args(["-u", "nobody", "--", "env"])
+        .arg(format!("HOME={h}"))
+        .arg(format!("XDG_STATE_HOME={h}/state"))
+        .arg(format!("XDG_CONFIG_HOME={h}/config"))
+        .arg(format!("PI_CODING_AGENT_DIR={h}/agent"))
+        .arg(env!("CARGO_BIN_EXE_compactd"))
+        .arg("serve")
+        .arg("--socket")
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runuser");
+    let _other = support::daemon_env::KillOnDrop(other);
+    support::wait_until(
+        Duration::from_secs(20),
+        "the other user's daemon listens",
+        || std::os::unix::net::UnixStream::connect(&socket).is_ok(),
+    );
+    let env = Env::new();
+    for args in [
+        vec!["connect", "--socket"],
+        vec!["start", "--socket"],
+        vec!["top", "--once", "--socket"],
+    ] {
+        let mut cmd = env.command(args[0]);
+        let out = cmd
+            .args(&args[1..])
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run compactd");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{args:?} joined another user's daemon: {err}"
+        );
+        assert!(
+            err.contains("runs as uid") && err.contains("not as this user"),
+            "{args:?} says why: {err}"
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?} bridged nothing: {:?}",
+            out.stdout
+        );
+    }
+}

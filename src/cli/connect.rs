@@ -66,9 +66,7 @@ pub fn connect(
         }
     };
     let outcome = runtime.block_on(async {
-        let stream = tokio::net::UnixStream::connect(&socket)
-            .await
-            .map_err(|e| format!("cannot connect to {}: {e}", socket.display()))?;
+        let stream = crate::transport::unix::connect_own_async(&socket).await?;
         tracing::info!(socket = %socket.display(), "bridging stdio to the daemon");
         crate::transport::bridge::pump(stream, tokio::io::stdin(), tokio::io::stdout())
             .await

@@ -10,7 +10,6 @@
 //! and stdout on `/dev/null`, stderr appended to the log file, so closing the editor (or a
 //! signal to its process group) leaves it running for the other clients.
 
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -30,9 +29,10 @@ pub enum Daemon {
     Started(u32),
 }
 
-/// Whether a daemon answers on `socket` now.
-pub fn answers(socket: &Path) -> bool {
-    UnixStream::connect(socket).is_ok()
+/// Whether a daemon of this user answers on `socket` now; an error when the socket's directory
+/// or the daemon answering there is another user's (it is never joined).
+pub fn answers(socket: &Path) -> Result<bool, String> {
+    crate::transport::unix::connect_own(socket).map(|s| s.is_some())
 }
 
 /// `<socket>.lock`, beside the socket.
@@ -77,12 +77,12 @@ fn take_lock(socket: &Path) -> Result<std::fs::File, String> {
 /// `config`, when one was given on the command line) and waits until it answers. The started
 /// daemon's stderr is appended to `log`.
 pub fn ensure_daemon(socket: &Path, config: Option<&Path>, log: &Path) -> Result<Daemon, String> {
-    if answers(socket) {
+    if answers(socket)? {
         return Ok(Daemon::Joined);
     }
     let _lock = take_lock(socket)?;
     // Another starter may have finished while this one waited for the lock.
-    if answers(socket) {
+    if answers(socket)? {
         return Ok(Daemon::Joined);
     }
     let exe = std::env::current_exe()
@@ -118,7 +118,7 @@ pub fn ensure_daemon(socket: &Path, config: Option<&Path>, log: &Path) -> Result
     let pid = child.id();
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if answers(socket) {
+        if answers(socket)? {
             break;
         }
         if let Ok(Some(status)) = child.try_wait() {

@@ -375,11 +375,16 @@ pub fn status(setup: &Setup<'_>) -> i32 {
             out.push_str(&format!("{unit}: {}\n", state.trim()));
         }
     }
-    let answers = super::launch::answers(&setup.socket);
+    let probe = super::launch::answers(&setup.socket);
+    let answers = probe == Ok(true);
     out.push_str(&format!(
         "daemon on {}: {}\n",
         setup.socket.display(),
-        if answers { "answers" } else { "not answering" }
+        match &probe {
+            Ok(true) => "answers".to_owned(),
+            Ok(false) => "not answering".to_owned(),
+            Err(e) => format!("refused ({e})"),
+        }
     ));
     let code = super::write_stdout(&out);
     if code != EXIT_OK {

@@ -12,7 +12,6 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
-use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 
 use super::message::{response, Message, RequestId};
@@ -68,8 +67,10 @@ fn closed() -> Refusal {
 
 impl DaemonClient {
     /// Connects to the daemon's socket.
-    pub async fn connect(socket: &Path) -> std::io::Result<DaemonClient> {
-        let stream = UnixStream::connect(socket).await?;
+    /// Connects to the daemon's socket: only to a daemon of this user
+    /// (`transport::unix::connect_own_async`).
+    pub async fn connect(socket: &Path) -> Result<DaemonClient, String> {
+        let stream = super::unix::connect_own_async(socket).await?;
         let (read, write) = stream.into_split();
         let pending: Pending = Arc::default();
         let writer = Arc::new(tokio::sync::Mutex::new(write));

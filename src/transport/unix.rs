@@ -133,6 +133,112 @@ pub fn prepare_socket_dir(socket: &Path) -> Result<(), String> {
     prepare_dir(dir, dir == default_socket_dir())
 }
 
+/// Checks the socket's directory as a client, before connecting to anything in it: the rules
+/// `serve` applies before binding there, nothing created. A directory that does not exist holds
+/// no daemon to join.
+pub fn check_socket_dir(socket: &Path) -> Result<(), String> {
+    let dir = socket
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        _ => prepare_dir(dir, dir == default_socket_dir()),
+    }
+}
+
+/// The user id of the process at the other end of a connected Unix socket (`SO_PEERCRED` on
+/// Linux, `getpeereid` elsewhere): who runs the daemon, whatever the socket file says.
+pub fn peer_uid(fd: std::os::fd::RawFd) -> std::io::Result<u32> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let mut cred = libc::ucred {
+            pid: 0,
+            uid: 0,
+            gid: 0,
+        };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: `cred` and `len` are valid for writes of the sizes given.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&mut cred as *mut libc::ucred).cast(),
+                &mut len,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(cred.uid)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let (mut uid, mut gid) = (0, 0);
+        // SAFETY: `uid` and `gid` are valid for writes.
+        if unsafe { libc::getpeereid(fd, &mut uid, &mut gid) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(uid)
+    }
+}
+
+/// Refuses a daemon another user runs: its clients' bytes (sessions, keys in prompts) would go
+/// to that user.
+pub fn check_peer(fd: std::os::fd::RawFd, socket: &Path) -> Result<(), String> {
+    let uid = current_uid();
+    match peer_uid(fd) {
+        Ok(peer) if peer == uid => Ok(()),
+        Ok(peer) => Err(format!(
+            "refusing the daemon on {}: it runs as uid {peer}, not as this user (uid {uid}); another user may be listening there to intercept clients",
+            socket.display()
+        )),
+        Err(e) => Err(format!(
+            "cannot tell who runs the daemon on {}: {e}",
+            socket.display()
+        )),
+    }
+}
+
+/// Connects to the daemon on `socket` as every compactd client does: the directory checked
+/// first, the peer's user checked after ([`check_socket_dir`], [`check_peer`]). `Ok(None)`:
+/// nothing listens there.
+pub fn connect_own(socket: &Path) -> Result<Option<std::os::unix::net::UnixStream>, String> {
+    use std::os::fd::AsRawFd;
+    check_socket_dir(socket)?;
+    let stream = match std::os::unix::net::UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(format!("cannot connect to {}: {e}", socket.display())),
+    };
+    check_peer(stream.as_raw_fd(), socket)?;
+    Ok(Some(stream))
+}
+
+/// [`connect_own`] for async clients: the connected stream, or why there is none.
+pub async fn connect_own_async(socket: &Path) -> Result<UnixStream, String> {
+    let socket = socket.to_owned();
+    let std_stream = tokio::task::spawn_blocking(move || match connect_own(&socket) {
+        Ok(Some(s)) => Ok(s),
+        Ok(None) => Err(format!("no compactd is listening on {}", socket.display())),
+        Err(e) => Err(e),
+    })
+    .await
+    .map_err(|e| format!("cannot connect: {e}"))??;
+    std_stream
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    UnixStream::from_std(std_stream).map_err(|e| format!("cannot connect: {e}"))
+}
+
 /// Binds the socket, handling stale files. Errors are messages for the user.
 pub async fn bind(path: &Path) -> Result<UnixListener, String> {
     prepare_socket_dir(path)?;

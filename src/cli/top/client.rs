@@ -135,7 +135,7 @@ pub async fn run(
     let mut backoff = BACKOFF_MIN;
     loop {
         let outcome = tokio::select! {
-            c = UnixStream::connect(&socket) => c.map_err(|e| e.to_string()),
+            c = crate::transport::unix::connect_own_async(&socket) => c,
             _ = stop.cancelled() => return,
         };
         match outcome {
@@ -337,9 +337,7 @@ fn id_number(id: &crate::transport::message::RequestId) -> Option<u64> {
 /// `--once`: one `listSessions` answer from the daemon at `socket`, within `timeout`.
 pub async fn snapshot(socket: &Path, timeout: Duration) -> Result<Value, String> {
     let work = async {
-        let stream = UnixStream::connect(socket)
-            .await
-            .map_err(|e| e.to_string())?;
+        let stream = crate::transport::unix::connect_own_async(socket).await?;
         let (reader, mut writer) = stream.into_split();
         let body = Outgoing::Request {
             id: &RequestId::Num(1.into()),
