@@ -182,6 +182,10 @@ pub struct ProviderConfig {
 pub struct Config {
     /// Unix socket path for `compactd serve`.
     pub socket: Option<PathBuf>,
+    /// How long a daemon started on demand (by `connect`, `start`, `mcp` or a client library)
+    /// stays with no client and no open session before it exits, in seconds (default 300; 0:
+    /// never). A daemon started by hand or by the service manager stays.
+    pub idle_exit_seconds: Option<u64>,
     pub log: LogConfig,
     pub summarizer: SummarizerConfig,
     pub redaction: RedactionConfig,
@@ -196,7 +200,16 @@ pub struct Config {
     pub prices: crate::accounting::PriceTable,
 }
 
+/// `idle_exit_seconds` unless set.
+pub const DEFAULT_IDLE_EXIT_SECONDS: u64 = 300;
+
 impl Config {
+    /// How long a daemon started on demand waits idle before it exits (`None`: it stays).
+    pub fn idle_exit(&self) -> Option<std::time::Duration> {
+        let secs = self.idle_exit_seconds.unwrap_or(DEFAULT_IDLE_EXIT_SECONDS);
+        (secs > 0).then(|| std::time::Duration::from_secs(secs))
+    }
+
     /// The price of a summarizer's model (`None` for the extractive one: it costs nothing, and
     /// callers report it as free).
     pub fn summarizer_price(&self, engine: &SummaryEngine) -> Option<crate::accounting::Price> {

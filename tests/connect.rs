@@ -439,3 +439,97 @@ fn a_daemon_of_another_user_is_never_joined() {
         );
     }
 }
+
+/// A daemon's lifecycle as gopls users know it: one started on demand (`start`) exits once it
+/// has had no client and no session for `idle_exit_seconds`, but not while a client holds it;
+/// `status` shows the running daemon (pid, sessions, clients, the files it uses); `stop` ends
+/// one started by hand, which otherwise stays.
+#[test]
+fn an_on_demand_daemon_leaves_when_idle_and_status_and_stop_work() {
+    let env = Env::new();
+    env.write_config("idle_exit_seconds = 2\n");
+    let socket = socket(&env);
+    let started = env
+        .command("start")
+        .arg("--socket")
+        .arg(&socket)
+        .output()
+        .expect("start");
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let pids = daemons_on(&socket);
+    assert_eq!(pids.len(), 1, "one daemon started");
+    // A client with a session keeps it.
+    let stream = std::os::unix::net::UnixStream::connect(&socket).expect("connect");
+    let held = stream.try_clone().expect("clone");
+    let mut c = Client::over(stream, Framing::Ndjson);
+    let path = env.session("005-medium-basic");
+    support::daemon_env::open(&mut c, &path);
+    let status = env
+        .command("status")
+        .arg("--socket")
+        .arg(&socket)
+        .output()
+        .expect("status");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{text}");
+    for want in [
+        format!("pid: {}", pids[0]),
+        "sessions open: 1".into(),
+        "clients: 1".into(),
+        "exits after 2s".into(),
+        format!("log: {}", env.path("state/compactd/compactd.log").display()),
+    ] {
+        assert!(text.contains(&want), "{want:?} in {text}");
+    }
+    std::thread::sleep(Duration::from_secs(3)); // the behaviour under test: idle time passing
+    assert_eq!(daemons_on(&socket), pids, "a held daemon stays");
+    held.shutdown(std::net::Shutdown::Both)
+        .expect("close the client");
+    drop(c);
+    support::wait_until(Duration::from_secs(15), "the idle daemon exits", || {
+        daemons_on(&socket).is_empty()
+    });
+    let none = env
+        .command("status")
+        .arg("--socket")
+        .arg(&socket)
+        .output()
+        .expect("status");
+    assert_eq!(none.status.code(), Some(1), "no daemon: exit 1");
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no daemon answers"));
+
+    // One started by hand has no idle exit, and `stop` ends it.
+    let hand = env.path("run/hand.sock");
+    let _serve = support::daemon_env::KillOnDrop(env.serve_ready(&hand, &[], Stdio::null()));
+    let status = env
+        .command("status")
+        .arg("--socket")
+        .arg(&hand)
+        .output()
+        .expect("status");
+    assert!(String::from_utf8_lossy(&status.stdout).contains("stays until stopped"));
+    let stop = env
+        .command("stop")
+        .arg("--socket")
+        .arg(&hand)
+        .output()
+        .expect("stop");
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    assert!(String::from_utf8_lossy(&stop.stdout).contains("stopped the daemon"));
+    assert!(daemons_on(&hand).is_empty(), "gone when stop returns");
+    let again = env
+        .command("stop")
+        .arg("--socket")
+        .arg(&hand)
+        .output()
+        .expect("stop");
+    assert!(again.status.success(), "nothing running is no error");
+}

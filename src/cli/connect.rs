@@ -27,7 +27,12 @@ pub fn start(
     config: &crate::config::Config,
 ) -> i32 {
     let socket = launch::socket_path(socket, config);
-    match launch::ensure_daemon(&socket, config_path, &daemon_log(config)) {
+    match launch::ensure_daemon(
+        &socket,
+        config_path,
+        &daemon_log(config),
+        config.idle_exit(),
+    ) {
         Ok(Daemon::Joined) => {
             super::write_stdout(&format!("compactd is running on {}\n", socket.display()))
         }
@@ -51,7 +56,12 @@ pub fn connect(
     config: &crate::config::Config,
 ) -> i32 {
     let socket = launch::socket_path(socket, config);
-    if let Err(e) = launch::ensure_daemon(&socket, config_path, &daemon_log(config)) {
+    if let Err(e) = launch::ensure_daemon(
+        &socket,
+        config_path,
+        &daemon_log(config),
+        config.idle_exit(),
+    ) {
         eprintln!("compactd: {e}");
         return EXIT_FAILED;
     }

@@ -76,7 +76,15 @@ fn take_lock(socket: &Path) -> Result<std::fs::File, String> {
 /// Joins the daemon on `socket`, or starts `compactd serve --socket <socket>` detached (with
 /// `config`, when one was given on the command line) and waits until it answers. The started
 /// daemon's stderr is appended to `log`.
-pub fn ensure_daemon(socket: &Path, config: Option<&Path>, log: &Path) -> Result<Daemon, String> {
+///
+/// A daemon started here exits once it has had no client and no open session for
+/// `idle_exit` (`None`: it stays), as gopls's daemon does: nobody started it by hand to keep.
+pub fn ensure_daemon(
+    socket: &Path,
+    config: Option<&Path>,
+    log: &Path,
+    idle_exit: Option<Duration>,
+) -> Result<Daemon, String> {
     if answers(socket)? {
         return Ok(Daemon::Joined);
     }
@@ -93,10 +101,12 @@ pub fn ensure_daemon(socket: &Path, config: Option<&Path>, log: &Path) -> Result
     if let Some(c) = config {
         cmd.arg("--config").arg(c);
     }
-    cmd.arg("serve")
-        .arg("--socket")
-        .arg(socket)
-        .stdin(Stdio::null())
+    cmd.arg("serve").arg("--socket").arg(socket);
+    if let Some(idle) = idle_exit {
+        cmd.arg("--exit-when-idle")
+            .arg(idle.as_secs().max(1).to_string());
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(stderr))
         // Systemd's activation variables are for the process systemd started, not for this one.

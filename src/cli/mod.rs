@@ -8,6 +8,7 @@ pub mod compact;
 pub mod connect;
 pub mod inspect;
 pub mod launch;
+pub mod lifecycle;
 pub mod logging;
 pub mod service;
 pub mod stored;
@@ -65,6 +66,10 @@ pub enum Command {
         /// Most simultaneous connections; more are refused with an `overloaded` error.
         #[arg(long, default_value_t = crate::transport::DEFAULT_MAX_CONNECTIONS)]
         max_connections: usize,
+        /// Exit once no client has been connected and no session open for this many seconds
+        /// (what a daemon started on demand is given; by default a daemon stays).
+        #[arg(long, value_name = "SECS")]
+        exit_when_idle: Option<u64>,
         #[command(flatten)]
         transport: TransportArgs,
         #[command(flatten)]
@@ -91,6 +96,22 @@ pub enum Command {
     /// Start the daemon in the background unless one answers on the socket; print the socket.
     #[command(after_help = EXIT_CODES)]
     Start {
+        /// Socket path (default: as for `serve`).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Show the daemon on the socket: pid, uptime, sessions, clients, version, and the config
+    /// and log files it uses; exit 1 when none answers.
+    #[command(after_help = EXIT_CODES)]
+    Status {
+        /// Socket path (default: as for `serve`).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Stop the daemon on the socket (running compactions are aborted and answer) and wait
+    /// until it is gone; nothing running is no error.
+    #[command(after_help = EXIT_CODES)]
+    Stop {
         /// Socket path (default: as for `serve`).
         #[arg(long)]
         socket: Option<PathBuf>,
@@ -450,6 +471,7 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
         Command::Serve {
             socket,
             max_connections,
+            exit_when_idle,
             transport,
             runtime,
         } => {
@@ -461,6 +483,11 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                     return EXIT_FAILED;
                 }
             };
+            let log_file = config
+                .log
+                .file
+                .clone()
+                .unwrap_or_else(logging::default_log_file);
             daemon_main(config, runtime, |daemon| async move {
                 let path = launch::socket_path(socket, &daemon.config);
                 let (listener, owned) = match inherited {
@@ -481,18 +508,29 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                         (l, Some(path))
                     }
                 };
+                daemon.describe(crate::daemon::ProcessInfo {
+                    socket: owned.clone(),
+                    config_file: config_path.map(std::path::Path::to_path_buf),
+                    log_file: Some(log_file.clone()),
+                    idle_exit_seconds: exit_when_idle.filter(|s| *s > 0),
+                });
                 crate::transport::unix::serve_unix(
                     daemon,
                     listener,
                     owned,
                     transport.options(),
                     max_connections.max(1),
+                    exit_when_idle
+                        .filter(|s| *s > 0)
+                        .map(std::time::Duration::from_secs),
                 )
                 .await
             })
         }
         Command::Connect { socket } => connect::connect(socket, config_path, &config),
         Command::Start { socket } => connect::start(socket, config_path, &config),
+        Command::Status { socket } => lifecycle::status(&lifecycle::socket_of(socket, &config)),
+        Command::Stop { socket } => lifecycle::stop(&lifecycle::socket_of(socket, &config)),
         Command::Service {
             action,
             manager,
@@ -600,7 +638,7 @@ fn mcp(
         .file
         .clone()
         .unwrap_or_else(logging::default_log_file);
-    if let Err(e) = launch::ensure_daemon(&socket, config_path, &log) {
+    if let Err(e) = launch::ensure_daemon(&socket, config_path, &log, config.idle_exit()) {
         eprintln!("compactd: {e}");
         return EXIT_FAILED;
     }

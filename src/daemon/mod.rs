@@ -139,6 +139,22 @@ pub struct Daemon {
     pub storage: Arc<dyn crate::store::Backend>,
     /// Why the configured backend could not be set up (every session method then reports it).
     pub storage_error: Option<String>,
+    /// When the daemon started (`initialize`'s `daemon.uptimeMs`).
+    started: std::time::Instant,
+    /// What the process serves with, as `compactd status` shows it (set once by `serve`).
+    process: std::sync::OnceLock<ProcessInfo>,
+}
+
+/// The process around a daemon: what `compactd status` shows of it.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessInfo {
+    /// The socket it listens on (`None`: one the service manager passed, or stdio).
+    pub socket: Option<PathBuf>,
+    /// The configuration file given on its command line.
+    pub config_file: Option<PathBuf>,
+    pub log_file: Option<PathBuf>,
+    /// It exits after this long with no client and no session (started on demand).
+    pub idle_exit_seconds: Option<u64>,
 }
 
 impl Daemon {
@@ -165,6 +181,8 @@ impl Daemon {
             shutdown: CancellationToken::new(),
             storage,
             storage_error,
+            started: std::time::Instant::now(),
+            process: std::sync::OnceLock::new(),
         });
         shared_store::start_events(&daemon);
         daemon
@@ -268,6 +286,27 @@ impl Daemon {
             self.estimate(state, settings).tokens
         } else {
             state.live.estimated_total() as f64
+        }
+    }
+
+    /// Records what the process serves with (the first call wins).
+    pub fn describe(&self, info: ProcessInfo) {
+        let _ = self.process.set(info);
+    }
+
+    /// The process and its load, as `initialize` reports it to `compactd status`.
+    pub fn status(&self) -> crate::rpc::results::DaemonStatus {
+        let info = self.process.get().cloned().unwrap_or_default();
+        let path = |p: Option<PathBuf>| p.map(|p| p.display().to_string());
+        crate::rpc::results::DaemonStatus {
+            pid: std::process::id(),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            connections: self.connections.lock().len() as u64,
+            sessions: self.registry.lock().by_id.len() as u64,
+            socket: path(info.socket),
+            config_file: path(info.config_file),
+            log_file: path(info.log_file),
+            idle_exit_seconds: info.idle_exit_seconds,
         }
     }
 

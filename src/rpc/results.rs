@@ -169,6 +169,31 @@ pub struct InitializeResult {
     pub version: &'static str,
     pub protocol_version: &'static str,
     pub capabilities: Capabilities,
+    /// Beyond Pi: the daemon process (what `compactd status` prints).
+    pub daemon: DaemonStatus,
+}
+
+/// The daemon process as `initialize` reports it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonStatus {
+    pub pid: u32,
+    pub uptime_ms: u64,
+    /// Connections open now (this one included).
+    pub connections: u64,
+    /// Sessions open now.
+    pub sessions: u64,
+    /// The socket it listens on (absent: a socket the service manager passed, or stdio).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    /// The configuration file given on its command line (absent: the default lookup).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_file: Option<String>,
+    /// A daemon started on demand exits after this long with no client and no session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_exit_seconds: Option<u64>,
 }
 
 /// What this server can do, as `initialize` reports it.

@@ -386,10 +386,14 @@ pub async fn serve_unix(
     path: Option<PathBuf>,
     opts: Options,
     max_connections: usize,
+    idle_exit: Option<Duration>,
 ) -> Result<(), String> {
     let signals = shutdown_signal().map_err(|e| e.to_string())?;
     ignore_benign_signals().map_err(|e| e.to_string())?;
     tokio::pin!(signals);
+    // With `idle_exit`: checked every second; idle is no connection and no open session.
+    let mut idle_tick = tokio::time::interval(Duration::from_secs(1));
+    let mut idle_since: Option<Instant> = None;
     let active = Arc::new(AtomicUsize::new(0));
     let mut connections = tokio::task::JoinSet::new();
     let mut backoff = Duration::from_millis(10);
@@ -437,9 +441,22 @@ pub async fn serve_unix(
                 }
             },
             _ = &mut signals => break,
+            _ = idle_tick.tick(), if idle_exit.is_some() => {
+                let idle = active.load(Ordering::SeqCst) == 0 && daemon.sessions().is_empty();
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if !idle {
+                    idle_since = None;
+                } else if idle_exit.is_some_and(|limit| since.elapsed() >= limit) {
+                    tracing::info!(
+                        idle_secs = since.elapsed().as_secs(),
+                        "no client and no open session; the daemon started on demand exits"
+                    );
+                    break;
+                }
+            }
         }
     }
-    tracing::info!("signal received; shutting down");
+    tracing::info!("shutting down");
     daemon.shutdown.cancel();
     if let Some(path) = &path {
         let _ = std::fs::remove_file(path);

@@ -157,6 +157,7 @@ pub fn initialize(ctx: &Ctx, p: InitializeParams) -> Result<InitializeResult, Rp
             events: events::names(events::EVENTS),
             summarizer: ctx.daemon.config.summarizer.provider.as_str().to_owned(),
         },
+        daemon: ctx.daemon.status(),
     })
 }
 
