@@ -69,6 +69,17 @@ export interface InitializeResult {
   version: string;
   protocolVersion: string;
   capabilities: { framings: string[]; hooks: HookName[]; events: EventName[]; summarizer: string };
+  /** Beyond Pi: the daemon process (what `compactd status` prints). */
+  daemon: {
+    pid: number;
+    uptimeMs: number;
+    connections: number;
+    sessions: number;
+    socket?: string;
+    configFile?: string;
+    logFile?: string;
+    idleExitSeconds?: number;
+  };
 }
 
 export interface NavigateTreeResult {
