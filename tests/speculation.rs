@@ -275,6 +275,18 @@ fn the_threshold_compaction_installs_the_ready_summary_at_once() {
         covers.as_str()
     );
     assert!(last["details"]["speculative"]["startedAt"].is_string());
+    // The entry names who wrote it (beyond Pi: Pi's details hold only the file lists).
+    assert_eq!(
+        last["details"]["summarizer"],
+        out["result"]["details"]["summarizer"]
+    );
+    assert!(
+        last["details"]["summarizer"]
+            .as_str()
+            .is_some_and(|s| s.contains('/') && s != "extractive"),
+        "provider/model: {}",
+        last["details"]
+    );
     assert!(last["tokensBefore"].as_f64().unwrap() >= 10_500.0);
     let compactions = entries.iter().filter(|e| e["type"] == "compaction").count();
     assert_eq!(compactions, 1);

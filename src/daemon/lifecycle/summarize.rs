@@ -146,6 +146,23 @@ impl step::Hooks for SessionHooks<'_> {
     }
 }
 
+/// Beyond Pi: a summary compactd's engine wrote names it in `details.summarizer`
+/// (`provider/model`, or `extractive`, which the extractive engine writes itself), so a
+/// compaction says who wrote it wherever it is read. A hook's summary keeps its own details.
+fn named(mut made: Summarized) -> Summarized {
+    if made.from_extension {
+        return made;
+    }
+    if made.outcome.details.is_null() {
+        made.outcome.details = serde_json::Value::Object(Default::default());
+    }
+    if let Some(d) = made.outcome.details.as_object_mut() {
+        d.entry("summarizer")
+            .or_insert_with(|| serde_json::Value::from(made.summarizer.clone()));
+    }
+    made
+}
+
 /// The one step (`compactor::step::summarize`) with the session's hooks, engine and prices.
 pub(super) async fn summarize(r: Request<'_>) -> Result<Summarized, Stopped> {
     let hooks = match r.hooks {
@@ -182,6 +199,7 @@ pub(super) async fn summarize(r: Request<'_>) -> Result<Summarized, Stopped> {
         made: r.made,
     })
     .await
+    .map(named)
     .map_err(|s| match s {
         step::Stopped::Vetoed => Stopped::Vetoed,
         step::Stopped::NoEngine(m) => {
