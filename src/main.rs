@@ -13,7 +13,7 @@ fn main() {
     let mut config = match compactd::config::Config::load(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("compactd: {e}");
+            compactd::print_err!("{e}");
             std::process::exit(compactd::cli::EXIT_USAGE);
         }
     };

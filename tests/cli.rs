@@ -536,3 +536,54 @@ fn fallback_and_redaction_flags_apply_to_the_configured_summarizer() {
         "the extractive fallback wrote it: {v}"
     );
 }
+
+/// `inspect`, `compact` and error messages printed the session's strings (its id, entry ids, a
+/// summary quoting it) as they were: an escape sequence in them cleared the screen, set the
+/// window title or wrote the clipboard of whoever read the output. Now every such string is
+/// made printable (visible escapes), in text and in JSON output alike.
+#[test]
+fn session_strings_reach_the_terminal_only_as_printable_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hostile.jsonl");
+    support::write_hostile_session(&file);
+
+    let out = compactd().arg("inspect").arg(&file).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    support::assert_printable("inspect", &text);
+    assert!(
+        text.contains(r"\x1b]52;c;aGVsbG8=\x07\x1b[2J\x1b]0;title\x07\u{9b}31m\x7f\x0d"),
+        "the escapes are visible: {text}"
+    );
+
+    let out = compactd()
+        .arg("inspect")
+        .arg(&file)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    support::assert_printable("inspect --json", &text);
+    // The same JSON value: the session's id as the file has it.
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let id = v["session"]["id"].as_str().unwrap_or_default();
+    assert!(id.ends_with(support::HOSTILE), "{id:?}");
+
+    let out = compactd().arg("compact").arg(&file).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    support::assert_printable("compact", &text);
+    support::assert_printable("compact's stderr", &String::from_utf8_lossy(&out.stderr));
+
+    // An error quoting a path the user was handed.
+    let missing = dir.path().join(format!("gone{}.jsonl", support::HOSTILE));
+    let out = compactd().arg("inspect").arg(&missing).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("compactd: ") && err.contains("gone"),
+        "{err}"
+    );
+    support::assert_printable("inspect's error", &err);
+}

@@ -37,7 +37,7 @@ pub fn start(
             daemon_log(config).display()
         )),
         Err(e) => {
-            eprintln!("compactd: {e}");
+            crate::print_err!("{e}");
             EXIT_FAILED
         }
     }
@@ -53,7 +53,7 @@ pub fn connect(
 ) -> i32 {
     let socket = launch::socket_path(socket, config);
     if let Err(e) = launch::ensure_daemon(&socket, config_path, &daemon_log(config)) {
-        eprintln!("compactd: {e}");
+        crate::print_err!("{e}");
         return EXIT_FAILED;
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -62,7 +62,7 @@ pub fn connect(
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("compactd: cannot start the async runtime: {e}");
+            crate::print_err!("cannot start the async runtime: {e}");
             return EXIT_FAILED;
         }
     };
@@ -104,11 +104,11 @@ pub fn connect(
                 input_ended = pumped.input_ended,
                 "{why}"
             );
-            eprintln!("compactd: {why} ({})", socket.display());
+            crate::print_err!("{why} ({})", socket.display());
             EXIT_FAILED
         }
         Err(e) => {
-            eprintln!("compactd: {e}");
+            crate::print_err!("{e}");
             EXIT_FAILED
         }
     }
