@@ -17,6 +17,10 @@ fn main() {
             std::process::exit(compactd::cli::EXIT_USAGE);
         }
     };
+    if let Err(e) = compactd::cli::logging::check_env() {
+        compactd::print_err!("{e}");
+        std::process::exit(compactd::cli::EXIT_USAGE);
+    }
     if let Some(format) = cli.log_format {
         config.log.format = format;
     }

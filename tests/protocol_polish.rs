@@ -626,6 +626,54 @@ fn a_hook_handler_that_never_replies_is_waited_for_visibly_in_the_log() {
     );
 }
 
+/// `setSettingsOverrides` accepted any number its type could hold: `keepRecentTokens: -5`
+/// answered `ok: true` and changed every later check. Now a value out of its range is refused
+/// with invalid_params naming `compaction.<setting>`, globally and per session, and nothing
+/// changes.
+#[test]
+fn settings_overrides_out_of_range_are_refused_naming_the_setting() {
+    let env = Env::new();
+    let file = env.session("005-medium-basic");
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = c.ok("openSession", json!({"path": file}))["sessionId"].clone();
+    let before = c.ok("getSettings", json!({"sessionId": sid}));
+    for (field, value) in [
+        ("keepRecentTokens", json!(-5)),
+        ("reserveTokens", json!(-1)),
+        ("keepRecentTokens", json!(1_000_000_000_001_i64)),
+        ("maxIneffectiveCompactions", json!(100_000)),
+        ("cacheTtlSeconds", json!(3_153_600_000_u64)),
+        ("fileListLimit", json!(1_000_000_000_000_u64)),
+        ("speculativeAt", json!(1.5)),
+        ("idleCompactAt", json!(-0.5)),
+    ] {
+        for target in [json!({"sessionId": sid}), json!({})] {
+            let mut params = target.clone();
+            params["compaction"] = json!({ field: value });
+            let e = c.request("setSettingsOverrides", params).unwrap_err();
+            assert_eq!(e["code"], -32602, "{field}: {e}");
+            let msg = e["message"].as_str().unwrap_or_default();
+            assert!(
+                msg.contains(&format!("compaction.{field}")),
+                "{field} = {value}: {msg}"
+            );
+        }
+    }
+    assert_eq!(
+        c.ok("getSettings", json!({"sessionId": sid})),
+        before,
+        "nothing applied"
+    );
+    // The edges of each range are accepted.
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 0, "reserveTokens": 0,
+               "cacheTtlSeconds": 86400, "maxIneffectiveCompactions": 1000}}),
+    );
+    let after = c.ok("getSettings", json!({"sessionId": sid}));
+    assert_eq!(after["compaction"]["keepRecentTokens"], 0, "{after}");
+}
+
 #[test]
 fn unknown_fields_are_refused_with_their_path_and_nothing_changes() {
     let env = Env::new();

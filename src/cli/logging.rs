@@ -90,6 +90,19 @@ pub fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
+/// Checks `COMPACTD_LOG` before anything logs: a filter that does not parse (or a misspelt
+/// level, see [`crate::config::check_log_filter`]) used to fall back to the default silently,
+/// so whoever set it never learnt why nothing changed. The error names the variable and why.
+pub fn check_env() -> Result<(), String> {
+    let Some(spec) = std::env::var_os("COMPACTD_LOG") else {
+        return Ok(());
+    };
+    let Some(text) = spec.to_str() else {
+        return Err(format!("COMPACTD_LOG {spec:?} is not UTF-8"));
+    };
+    crate::config::check_log_filter(text).map_err(|e| format!("COMPACTD_LOG {text:?}: {e}"))
+}
+
 fn filter(config: &crate::config::Config, default: &str) -> EnvFilter {
     let spec = std::env::var("COMPACTD_LOG")
         .ok()
