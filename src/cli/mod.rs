@@ -242,6 +242,7 @@ impl TransportArgs {
             budget: crate::transport::FrameBudget::new(self.max_buffered_bytes),
             frame_idle_timeout: (self.frame_idle_timeout_ms > 0)
                 .then(|| std::time::Duration::from_millis(self.frame_idle_timeout_ms)),
+            slot: None,
         }
     }
 }
