@@ -19,6 +19,47 @@ use crate::summarizer::{Api, ModelSpec, RetrySettings};
 /// section headings fit.
 const MIN_EXTRACTIVE_TARGET_TOKENS: u64 = 200;
 
+/// The largest token count a setting accepts: a thousand times the largest context window of
+/// any model, so a larger value is a typo (or a unit mistake), not a choice.
+pub const MAX_TOKEN_SETTING: u64 = 1_000_000_000;
+
+/// Checks that the numeric setting `name` is within `range`; the error names the setting, the
+/// value and the range.
+fn in_range(
+    name: &str,
+    value: u64,
+    range: std::ops::RangeInclusive<u64>,
+    unit: &str,
+) -> Result<(), ConfigError> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    Err(ConfigError::Invalid(format!(
+        "{name} = {value} is out of range: {unit} from {} to {}",
+        range.start(),
+        range.end()
+    )))
+}
+
+/// Checks a log filter (`[log] level` or `COMPACTD_LOG`): tracing's `EnvFilter` syntax, where
+/// a bare word must be a level. `EnvFilter` reads a bare word as a target to log at every
+/// level, so a misspelt level (`debg`, `verbose`) silently logged nothing of compactd's; a
+/// target is written `target=level`. The error says why.
+pub fn check_log_filter(spec: &str) -> Result<(), String> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    tracing_subscriber::EnvFilter::try_new(spec).map_err(|e| e.to_string())?;
+    for directive in spec.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bare = !directive.contains('=') && !directive.contains('[');
+        if bare && !LEVELS.iter().any(|l| l.eq_ignore_ascii_case(directive)) {
+            return Err(format!(
+                "'{directive}' is not a level ({}); to filter a target write target=level",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Errors loading or applying the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -433,8 +474,60 @@ impl Config {
         }
     }
 
+    /// Refuses a setting that makes no sense, naming it: every number must be in its range
+    /// (checked here, once, so nothing downstream meets a negative price, a zero window or an
+    /// hour-long retry base), and the log level must parse.
     fn validate(&self) -> Result<(), ConfigError> {
         let s = &self.summarizer;
+        if let Some(level) = &self.log.level {
+            check_log_filter(level)
+                .map_err(|e| ConfigError::Invalid(format!("log.level {level:?}: {e}")))?;
+        }
+        if let Some(why) = self.prices.invalid() {
+            return Err(ConfigError::Invalid(why));
+        }
+        in_range(
+            "summarizer.context_window",
+            s.context_window,
+            1..=MAX_TOKEN_SETTING,
+            "tokens",
+        )?;
+        in_range(
+            "summarizer.max_tokens",
+            s.max_tokens,
+            0..=MAX_TOKEN_SETTING,
+            "tokens (0: no cap)",
+        )?;
+        in_range(
+            "summarizer.idle_timeout_secs",
+            s.idle_timeout_secs,
+            1..=86_400,
+            "seconds",
+        )?;
+        in_range(
+            "summarizer.retry.maxRetries",
+            u64::from(s.retry.max_retries),
+            0..=100,
+            "retries",
+        )?;
+        in_range(
+            "summarizer.retry.baseDelayMs",
+            s.retry.base_delay_ms,
+            0..=600_000,
+            "milliseconds",
+        )?;
+        in_range(
+            "storage.max_session_bytes",
+            self.storage.max_session_bytes,
+            1..=u64::MAX,
+            "bytes",
+        )?;
+        in_range(
+            "limits.max_hook_timeout_ms",
+            self.limits.max_hook_timeout_ms,
+            1..=86_400_000,
+            "milliseconds",
+        )?;
         for (name, p) in &self.providers {
             if Api::parse(&p.api).is_none() {
                 return Err(ConfigError::Invalid(format!(
@@ -469,6 +562,12 @@ impl Config {
                 s.extractive_target_tokens
             )));
         }
+        in_range(
+            "summarizer.extractive_target_tokens",
+            s.extractive_target_tokens,
+            MIN_EXTRACTIVE_TARGET_TOKENS..=MAX_TOKEN_SETTING,
+            "tokens",
+        )?;
         if s.provider != SummarizerProvider::Extractive
             && (s.base_url.is_none() || s.model.is_none())
         {
@@ -764,5 +863,108 @@ enabled = false
             "{err}"
         );
         assert!(!err.contains("sk-"), "never echo keys");
+    }
+
+    /// Numbers that make no sense were accepted: `[prices]` took negative, NaN and infinite
+    /// rates (reported as negative dollars or `null`), a zero context window, a retry base of
+    /// days. Each is refused at load, the error naming the setting.
+    #[test]
+    fn numbers_out_of_range_are_refused_naming_the_setting() {
+        let price = |rates: &str| format!("[prices.\"gpt-x\"]\n{rates}\n");
+        for (text, named) in [
+            (
+                price("input = -1.0\noutput = 1.0\ncache_read = 0.1\ncache_write = 1.0"),
+                "prices.\"gpt-x\".input = -1",
+            ),
+            (
+                price("input = 1.0\noutput = nan\ncache_read = 0.1\ncache_write = 1.0"),
+                "prices.\"gpt-x\".output = NaN",
+            ),
+            (
+                price("input = 1.0\noutput = 1.0\ncache_read = inf\ncache_write = 1.0"),
+                "prices.\"gpt-x\".cache_read = inf",
+            ),
+            (
+                price("input = 1.0\noutput = 1.0\ncache_read = 0.1\ncache_write = -inf"),
+                "prices.\"gpt-x\".cache_write = -inf",
+            ),
+            (
+                "[summarizer]\ncontext_window = 0\n".to_owned(),
+                "summarizer.context_window = 0",
+            ),
+            (
+                "[summarizer]\nmax_tokens = 10000000000\n".to_owned(),
+                "summarizer.max_tokens = 10000000000",
+            ),
+            (
+                "[summarizer]\nidle_timeout_secs = 0\n".to_owned(),
+                "summarizer.idle_timeout_secs = 0",
+            ),
+            (
+                "[summarizer]\nretry = { maxRetries = 1000 }\n".to_owned(),
+                "summarizer.retry.maxRetries = 1000",
+            ),
+            (
+                "[summarizer]\nretry = { baseDelayMs = 86400000 }\n".to_owned(),
+                "summarizer.retry.baseDelayMs = 86400000",
+            ),
+            (
+                "[summarizer]\nextractive_target_tokens = 99999999999\n".to_owned(),
+                "summarizer.extractive_target_tokens = 99999999999",
+            ),
+            (
+                "[storage]\nmax_session_bytes = 0\n".to_owned(),
+                "storage.max_session_bytes = 0",
+            ),
+            (
+                "[limits]\nmax_hook_timeout_ms = 0\n".to_owned(),
+                "limits.max_hook_timeout_ms = 0",
+            ),
+        ] {
+            let e = Config::from_toml(&text, Path::new("c.toml"))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.starts_with(named), "{text}: {e:?}");
+        }
+        // A negative number for an unsigned setting is refused by its type, at its line.
+        let e = Config::from_toml("[summarizer]\nmax_tokens = -5\n", Path::new("c.toml"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("max_tokens = -5"), "{e}");
+        // The edges are accepted, and a price of 0 is a price.
+        let ok = Config::from_toml(
+            &format!(
+                "{}[summarizer]\ncontext_window = 1\nmax_tokens = 0\nidle_timeout_secs = 86400\n",
+                price("input = 0.0\noutput = 1000000.0\ncache_read = 0.0\ncache_write = 0.0")
+            ),
+            Path::new("c.toml"),
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+    }
+
+    /// `[log] level` that does not parse (or names no level) used to be ignored silently.
+    #[test]
+    fn a_log_level_that_does_not_parse_is_refused_with_the_reason() {
+        for bad in ["debg", "verbose", "info,compactd=loud", "compactd[{"] {
+            let e = Config::from_toml(&format!("[log]\nlevel = {bad:?}\n"), Path::new("c.toml"))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                e.starts_with(&format!("log.level {bad:?}: ")),
+                "{bad}: {e:?}"
+            );
+        }
+        for good in [
+            "debug",
+            "INFO",
+            "warn,compactd=debug",
+            "compactd::daemon=trace",
+            "",
+        ] {
+            assert!(check_log_filter(good).is_ok(), "{good}");
+        }
     }
 }

@@ -13,10 +13,14 @@ fn main() {
     let mut config = match compactd::config::Config::load(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("compactd: {e}");
+            compactd::print_err!("{e}");
             std::process::exit(compactd::cli::EXIT_USAGE);
         }
     };
+    if let Err(e) = compactd::cli::logging::check_env() {
+        compactd::print_err!("{e}");
+        std::process::exit(compactd::cli::EXIT_USAGE);
+    }
     if let Some(format) = cli.log_format {
         config.log.format = format;
     }

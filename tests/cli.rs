@@ -536,3 +536,135 @@ fn fallback_and_redaction_flags_apply_to_the_configured_summarizer() {
         "the extractive fallback wrote it: {v}"
     );
 }
+
+/// `inspect`, `compact` and error messages printed the session's strings (its id, entry ids, a
+/// summary quoting it) as they were: an escape sequence in them cleared the screen, set the
+/// window title or wrote the clipboard of whoever read the output. Now every such string is
+/// made printable (visible escapes), in text and in JSON output alike.
+#[test]
+fn session_strings_reach_the_terminal_only_as_printable_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hostile.jsonl");
+    support::write_hostile_session(&file);
+
+    let out = compactd().arg("inspect").arg(&file).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    support::assert_printable("inspect", &text);
+    assert!(
+        text.contains(r"\x1b]52;c;aGVsbG8=\x07\x1b[2J\x1b]0;title\x07\u{9b}31m\x7f\x0d"),
+        "the escapes are visible: {text}"
+    );
+
+    let out = compactd()
+        .arg("inspect")
+        .arg(&file)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    support::assert_printable("inspect --json", &text);
+    // The same JSON value: the session's id as the file has it.
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let id = v["session"]["id"].as_str().unwrap_or_default();
+    assert!(id.ends_with(support::HOSTILE), "{id:?}");
+
+    let out = compactd().arg("compact").arg(&file).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    support::assert_printable("compact", &text);
+    support::assert_printable("compact's stderr", &String::from_utf8_lossy(&out.stderr));
+
+    // An error quoting a path the user was handed.
+    let missing = dir.path().join(format!("gone{}.jsonl", support::HOSTILE));
+    let out = compactd().arg("inspect").arg(&missing).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("compactd: ") && err.contains("gone"),
+        "{err}"
+    );
+    support::assert_printable("inspect's error", &err);
+}
+
+/// Runs `cmd` to its end, killing it if it is still running after `limit` (a daemon that
+/// started instead of refusing its configuration).
+fn output_within(mut cmd: Command, limit: std::time::Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn compactd");
+    let deadline = std::time::Instant::now() + limit;
+    let mut pause = std::time::Duration::from_millis(1);
+    while child.try_wait().expect("try_wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// A configuration that makes no sense, or a log filter that does not parse, was accepted
+/// (prices reported negative dollars or `null`; a bad `COMPACTD_LOG` or `[log] level` fell back
+/// to the default silently). Now the command refuses to start: exit 2, the setting and the
+/// reason on stderr.
+#[test]
+fn nonsense_settings_and_log_filters_are_refused_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    let session = support::conformance_dir().join("005-medium-basic/session.jsonl");
+    for (text, named) in [
+        (
+            "[prices.\"gpt-x\"]\ninput = -3.0\noutput = 1.0\ncache_read = 0.1\ncache_write = 1.0\n",
+            "prices.\"gpt-x\".input = -3",
+        ),
+        (
+            "[prices.\"gpt-x\"]\ninput = nan\noutput = 1.0\ncache_read = 0.1\ncache_write = 1.0\n",
+            "prices.\"gpt-x\".input = NaN",
+        ),
+        ("[log]\nlevel = \"verbose\"\n", "log.level \"verbose\": "),
+        ("[log]\nlevel = \"info,x=[\"\n", "log.level \"info,x=[\": "),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        for command in [vec!["inspect", "--json"], vec!["serve", "--socket"]] {
+            let mut cmd = compactd();
+            cmd.arg("--config").arg(&config).args(&command);
+            if command[0] == "serve" {
+                cmd.arg(dir.path().join("d.sock"));
+            } else {
+                cmd.arg(&session);
+            }
+            let out = output_within(cmd, std::time::Duration::from_secs(30));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{command:?} {text}: {err}");
+            assert!(err.contains(named), "{command:?} {text}: {err}");
+        }
+    }
+    for bad in ["verbose", "info,compactd=loud"] {
+        let out = compactd()
+            .env("COMPACTD_LOG", bad)
+            .arg("inspect")
+            .arg(&session)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.starts_with(&format!("compactd: COMPACTD_LOG {bad:?}: ")),
+            "{bad}: {err}"
+        );
+    }
+    // A filter that parses still works.
+    let out = compactd()
+        .env("COMPACTD_LOG", "warn,compactd=debug")
+        .arg("inspect")
+        .arg(&session)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

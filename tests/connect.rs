@@ -363,6 +363,93 @@ fn a_daemon_that_cannot_start_is_a_clear_error_on_stderr() {
     );
 }
 
+/// Waits (with a deadline) for `child` to exit; its exit status.
+fn exit_status_within(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> std::process::ExitStatus {
+    let mut status = None;
+    support::wait_until(limit, "connect exits", || {
+        status = child.try_wait().expect("try_wait");
+        status.is_some()
+    });
+    status.expect("exited")
+}
+
+/// `connect` used to exit 0 when the daemon it bridged to died, exactly as when its editor
+/// closed stdin, so an editor took a crashed daemon for a normal shutdown. Now a daemon that
+/// goes away under an open input (killed, or stopped) is exit 1 with a message on stderr; the
+/// normal end stays exit 0.
+#[test]
+fn connect_exits_non_zero_when_its_daemon_dies() {
+    for signal in [libc::SIGKILL, libc::SIGTERM] {
+        let env = Env::new();
+        let sock = socket(&env);
+        let _stop = Stopper(sock.clone());
+        let mut daemon = env.serve_ready(&sock, &[], Stdio::null());
+        let mut editor = connect(&env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = editor.stdin.take().unwrap();
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"listSessions","params":{}}"#;
+        stdin.write_all(format!("{body}\n").as_bytes()).unwrap();
+        // The bridge is up once the daemon's answer came through it.
+        let mut stdout = std::io::BufReader::new(editor.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        assert!(line.starts_with(r#"{"jsonrpc":"2.0","id":1,"#), "{line}");
+        // SAFETY: plain kill(2) of the daemon this test spawned.
+        unsafe {
+            libc::kill(daemon.id() as i32, signal);
+        }
+        let _ = daemon.wait();
+        let status = exit_status_within(&mut editor, Duration::from_secs(20));
+        let mut err = String::new();
+        editor
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert_eq!(status.code(), Some(1), "signal {signal}: stderr {err:?}");
+        assert!(
+            err.starts_with("compactd: ") && err.contains("the daemon"),
+            "signal {signal}: {err:?}"
+        );
+        drop(stdin);
+    }
+
+    // The normal end: the editor closes its input, the daemon answers and stays up.
+    let env = Env::new();
+    let sock = socket(&env);
+    let _stop = Stopper(sock.clone());
+    let mut daemon = env.serve_ready(&sock, &[], Stdio::null());
+    let mut editor = connect(&env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"listSessions","params":{}}"#;
+    editor
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{body}\n").as_bytes())
+        .unwrap();
+    let out = editor.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with(r#"{"jsonrpc":"2.0","id":1,"#));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}
+
 /// A daemon another user runs is never joined, even on a socket path given explicitly in a
 /// directory both may use (root-owned, sticky, world-writable): `connect`, `start`, `top --once`
 /// and `mcp`'s link refuse it by the peer's credentials and say so, and nothing is bridged.

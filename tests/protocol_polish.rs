@@ -104,6 +104,76 @@ fn a_socket_half_close_still_gets_every_reply() {
     let _ = daemon.wait();
 }
 
+/// Request ids in every numeric spelling a client may write, each with the id text its reply
+/// must carry: the same digits. Integers between 2^53 and 2^64 were echoed through
+/// `JSON.stringify`'s rounding (`9007199254740993` came back as `9007199254740992`, another
+/// request's id).
+const ODD_IDS: [&str; 9] = [
+    "9007199254740993",
+    "-9007199254740993",
+    "18446744073709551615",
+    "-9223372036854775808",
+    "123456789012345678901234567890",
+    "1.5",
+    "-2.5e-3",
+    "1.0",
+    "-0",
+];
+
+/// One `listSessions` per id of [`ODD_IDS`], as raw NDJSON bytes, then a batch of them all.
+fn odd_id_requests() -> String {
+    let one = |id: &str| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"listSessions"}}"#);
+    let mut text: String = ODD_IDS.iter().map(|id| one(id) + "\n").collect();
+    let batch: Vec<String> = ODD_IDS.iter().map(|id| one(id)).collect();
+    text.push_str(&format!("[{}]\n", batch.join(",")));
+    text
+}
+
+/// The id texts of the replies in `out`, in order (a batch's members in its order), read from
+/// the bytes: parsing them would round the very digits under test.
+fn reply_id_texts(out: &str) -> Vec<String> {
+    out.split("{\"jsonrpc\":\"2.0\",\"id\":")
+        .skip(1)
+        .map(|rest| rest.split(",\"result\"").next().unwrap_or(rest).to_owned())
+        .collect()
+}
+
+fn assert_ids_echoed(out: &str) {
+    let expected: Vec<&str> = ODD_IDS.iter().chain(ODD_IDS.iter()).copied().collect();
+    assert_eq!(reply_id_texts(out), expected, "replies: {out}");
+}
+
+#[test]
+fn request_ids_are_echoed_with_the_digits_the_client_wrote() {
+    let env = Env::new();
+    // Over stdio.
+    let mut child = env.spawn_stdio(Stdio::null());
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(odd_id_requests().as_bytes()).unwrap();
+    drop(stdin);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_ids_echoed(&out);
+    // Over the socket.
+    let socket = env.path("run/d.sock");
+    let mut daemon = env.serve_ready(&socket, &[], Stdio::null());
+    let mut s = UnixStream::connect(&socket).unwrap();
+    s.write_all(odd_id_requests().as_bytes()).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut out = String::new();
+    s.set_read_timeout(Some(LONG)).unwrap();
+    s.read_to_string(&mut out).unwrap();
+    assert_ids_echoed(&out);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}
+
 #[test]
 fn empty_params_in_every_editor_spelling_and_field_path_errors() {
     let env = Env::new();
@@ -554,6 +624,54 @@ fn a_hook_handler_that_never_replies_is_waited_for_visibly_in_the_log() {
         log.contains("hook handler sent no reply in time") && log.contains("e.g. with null"),
         "{log}"
     );
+}
+
+/// `setSettingsOverrides` accepted any number its type could hold: `keepRecentTokens: -5`
+/// answered `ok: true` and changed every later check. Now a value out of its range is refused
+/// with invalid_params naming `compaction.<setting>`, globally and per session, and nothing
+/// changes.
+#[test]
+fn settings_overrides_out_of_range_are_refused_naming_the_setting() {
+    let env = Env::new();
+    let file = env.session("005-medium-basic");
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = c.ok("openSession", json!({"path": file}))["sessionId"].clone();
+    let before = c.ok("getSettings", json!({"sessionId": sid}));
+    for (field, value) in [
+        ("keepRecentTokens", json!(-5)),
+        ("reserveTokens", json!(-1)),
+        ("keepRecentTokens", json!(1_000_000_000_001_i64)),
+        ("maxIneffectiveCompactions", json!(100_000)),
+        ("cacheTtlSeconds", json!(3_153_600_000_u64)),
+        ("fileListLimit", json!(1_000_000_000_000_u64)),
+        ("speculativeAt", json!(1.5)),
+        ("idleCompactAt", json!(-0.5)),
+    ] {
+        for target in [json!({"sessionId": sid}), json!({})] {
+            let mut params = target.clone();
+            params["compaction"] = json!({ field: value });
+            let e = c.request("setSettingsOverrides", params).unwrap_err();
+            assert_eq!(e["code"], -32602, "{field}: {e}");
+            let msg = e["message"].as_str().unwrap_or_default();
+            assert!(
+                msg.contains(&format!("compaction.{field}")),
+                "{field} = {value}: {msg}"
+            );
+        }
+    }
+    assert_eq!(
+        c.ok("getSettings", json!({"sessionId": sid})),
+        before,
+        "nothing applied"
+    );
+    // The edges of each range are accepted.
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 0, "reserveTokens": 0,
+               "cacheTtlSeconds": 86400, "maxIneffectiveCompactions": 1000}}),
+    );
+    let after = c.ok("getSettings", json!({"sessionId": sid}));
+    assert_eq!(after["compaction"]["keepRecentTokens"], 0, "{after}");
 }
 
 #[test]

@@ -713,3 +713,52 @@ fn the_connection_applies_every_event_of_a_burst_without_a_screen() {
         "the daemon never dropped this subscriber"
     );
 }
+
+/// `top --once` printed model ids, cwds and session names as they were, escape sequences
+/// included (a screen clear, a title set, an OSC 52 clipboard write), and so did the daemon's
+/// log lines on stderr. Now every cell and every log line is printable.
+#[test]
+fn once_and_the_daemons_log_print_session_strings_only_as_printable_text() {
+    let env = Env::new();
+    let socket = env.path("run/top.sock");
+    let log = env.path("serve.log");
+    let daemon = KillOnDrop(env.serve_ready(
+        &socket,
+        &[],
+        Stdio::from(std::fs::File::create(&log).expect("log file")),
+    ));
+    let file = env.path(&format!("hostile{}.jsonl", support::HOSTILE));
+    support::write_hostile_session(&file);
+    let mut c = Client::socket(&socket, Framing::Ndjson);
+    let hostile_model = json!({"provider": format!("p{}", support::HOSTILE),
+        "id": format!("m{}", support::HOSTILE), "contextWindow": 200000, "maxTokens": 4000});
+    let opened = c.ok("openSession", json!({"path": file, "model": hostile_model}));
+    assert!(opened["sessionId"].is_string(), "{opened}");
+    // A request naming an unknown session (a client's string) is logged too.
+    let _ = c.request(
+        "getContextUsage",
+        json!({"sessionId": format!("nope{}", support::HOSTILE)}),
+    );
+
+    let out = env
+        .command("top")
+        .args(["--once", "--socket"])
+        .arg(&socket)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run top --once");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    support::assert_printable("top --once", &text);
+    assert!(
+        text.contains(r"m\x1b]52;c;aGVsbG8=\x07\x1b[2J\x1b]0;title\x07\u{9b}31m\x7f"),
+        "the model id, its escapes visible: {text}"
+    );
+    assert_eq!(text.lines().count(), 2, "one header, one row: {text}");
+
+    drop(c);
+    drop(daemon);
+    let logged = std::fs::read_to_string(&log).expect("log");
+    assert!(logged.contains("hostile"), "the open was logged: {logged}");
+    support::assert_printable("serve's log", &logged);
+}

@@ -769,3 +769,102 @@ fn hook_timeouts_are_capped_by_the_configuration() {
     env.remove_config();
     stop(daemon);
 }
+
+/// Connects and sends `half` a frame; returns the stream once the daemon took it in (its
+/// bytes read and the connection not refused), retrying while a slot is still held by a
+/// connection that just closed.
+fn stalled_half_frame(socket: &Path, half: &[u8]) -> UnixStream {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut s = UnixStream::connect(socket).unwrap();
+        if s.write_all(half).is_ok() {
+            wait_until(LONG, "the daemon took or refused the half frame", || {
+                unread_by_peer(&s) == 0
+            });
+            if still_open(&s) {
+                return s;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no slot for a stalled connection"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether the daemon keeps `s` open with nothing written to it (a read would block).
+fn still_open(s: &UnixStream) -> bool {
+    let mut probe = [0u8; 1];
+    s.set_nonblocking(true).unwrap();
+    let r = (&*s).read(&mut probe);
+    s.set_nonblocking(false).unwrap();
+    matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// Connections that each send half a frame and stall filled `--max-connections` for the whole
+/// idle timeout (30 s by default), and every new client was refused until then. Now, at the
+/// limit, the connection stalled longest inside a frame is closed and the new client served
+/// within 2 s; a connection idle between frames is never chosen.
+#[test]
+fn at_the_connection_limit_the_longest_stalled_half_frame_makes_room() {
+    let env = Env::new();
+    let socket = env.path("run/d.sock");
+    let daemon = serve(
+        &env,
+        &socket,
+        &["--max-connections", "4", "--frame-idle-timeout-ms", "60000"],
+        &env.path("log"),
+    );
+    // An idle connection with a whole frame behind it, never chosen.
+    let mut idle = Client::socket(&socket, Framing::Ndjson);
+    idle.ok("initialize", json!({}));
+    let lorises: Vec<UnixStream> = [
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,".as_slice(),
+        b"Content-Length: 100\r\n\r\n{\"json",
+        b"Content-Length: 10",
+    ]
+    .into_iter()
+    .map(|half| stalled_half_frame(&socket, half))
+    .collect();
+    assert!(lorises.iter().all(still_open), "every slot is taken");
+
+    let started = Instant::now();
+    let mut reply = String::new();
+    while started.elapsed() < Duration::from_secs(2) && !reply.contains("serverName") {
+        reply = initialize_raw(&socket);
+        if !reply.contains("serverName") {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let log = || std::fs::read_to_string(env.path("log")).unwrap_or_default();
+    assert!(
+        reply.contains("serverName"),
+        "a new client is served within 2 s at the limit: {reply:?}; log: {}",
+        log()
+    );
+    // The first half frame, stalled longest, was closed; the others are kept.
+    let mut first = lorises.into_iter();
+    let mut oldest = first.next().unwrap();
+    oldest
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let end = oldest.read_to_end(&mut rest);
+    assert!(
+        end.is_ok(),
+        "the longest-stalled connection was closed: {end:?}; log: {}",
+        log()
+    );
+    let kept: Vec<UnixStream> = first.collect();
+    assert!(kept.iter().all(still_open), "the others are kept");
+    assert!(
+        idle.request("initialize", json!({})).is_ok(),
+        "the idle client is kept"
+    );
+    // Log lines are written by a background thread: wait for it.
+    wait_until(LONG, "the eviction is logged", || {
+        log().contains("closing the connection stalled longest inside a frame")
+    });
+    stop(daemon);
+}

@@ -109,7 +109,42 @@ fn undated(id: &str) -> &str {
     }
 }
 
+impl Price {
+    /// The highest price per million tokens accepted from a configuration: far above any
+    /// model's (the dearest list price is under $200), so a larger one is a typo.
+    pub const MAX: f64 = 1_000_000.0;
+
+    /// Why this configured price makes no sense, naming the field (`None`: it does): each rate
+    /// must be a finite number of dollars, 0 or more, at most [`Price::MAX`]. A negative, NaN
+    /// or infinite rate (TOML writes `nan` and `inf`) reported negative dollars or `null`.
+    pub fn invalid_field(&self) -> Option<String> {
+        [
+            ("input", self.input),
+            ("output", self.output),
+            ("cache_read", self.cache_read),
+            ("cache_write", self.cache_write),
+        ]
+        .into_iter()
+        .find(|(_, v)| !(v.is_finite() && (0.0..=Price::MAX).contains(v)))
+        .map(|(name, v)| {
+            format!(
+                "{name} = {v} must be a finite number of dollars per million tokens from 0 to {}",
+                Price::MAX
+            )
+        })
+    }
+}
+
 impl PriceTable {
+    /// The configured prices that make no sense, as `prices."<key>".<field> …` messages.
+    pub fn invalid(&self) -> Option<String> {
+        self.configured.iter().find_map(|(key, price)| {
+            price
+                .invalid_field()
+                .map(|why| format!("prices.{key:?}.{why}"))
+        })
+    }
+
     /// A table with `configured` prices over the built-in ones.
     pub fn new(configured: BTreeMap<String, Price>) -> PriceTable {
         PriceTable { configured }

@@ -25,7 +25,13 @@ struct Status {
 }
 
 impl Status {
+    /// The spinner's line; a provider's error message is made printable (it is the server's
+    /// text).
     fn render(&self) -> String {
+        super::printable::line(&self.render_raw()).into_owned()
+    }
+
+    fn render_raw(&self) -> String {
         match &self.retry {
             None => format!("summarizing with {}", self.summarizer),
             Some((attempt, max, at, error)) => {
@@ -153,18 +159,20 @@ pub fn run(
     pb.finish_and_clear();
     match outcome {
         Ok(done) => {
+            // The summary quotes the session (and a model wrote it): made printable.
             if json {
                 let result = serde_json::to_value(&done.result).unwrap_or_default();
-                super::write_stdout(&format!("{}\n", crate::json::stringify(&result)))
+                let text = crate::json::stringify(&result);
+                super::write_stdout(&format!("{}\n", super::printable::json(&text)))
             } else {
                 let r = &done.result;
-                super::write_stdout(&format!(
+                super::write_stdout(&super::printable::text(&format!(
                     "compacted: {} tokens before, ~{} after; kept from entry {}\n\n{}\n",
                     crate::json::js_number(r.tokens_before),
                     r.estimated_tokens_after,
                     r.first_kept_entry_id,
                     r.summary
-                ))
+                )))
             }
         }
         Err(e @ crate::compactor::CompactError::NothingToCompact(_)) => {
@@ -177,9 +185,10 @@ pub fn run(
                     {
                         o.extend(d);
                     }
-                    super::write_stdout(&format!("{}\n", crate::json::stringify(&out)));
+                    let text = crate::json::stringify(&out);
+                    super::write_stdout(&format!("{}\n", super::printable::json(&text)));
                 }
-                Some(d) => eprintln!("compactd: {message}: {}", d.hint),
+                Some(d) => crate::print_err!("{message}: {}", d.hint),
                 None => super::print_error(json, &message),
             }
             super::EXIT_FAILED

@@ -42,14 +42,15 @@ pub fn start(
             daemon_log(config).display()
         )),
         Err(e) => {
-            eprintln!("compactd: {e}");
+            crate::print_err!("{e}");
             EXIT_FAILED
         }
     }
 }
 
 /// `compactd connect`: start or join, then bridge stdin/stdout to the socket until the daemon
-/// closes the connection.
+/// closes the connection. Exit 0 only for a normal end (the client closed its input, the daemon
+/// answered and closed, and still runs); a daemon that went away is exit 1 with a message.
 pub fn connect(
     socket: Option<PathBuf>,
     config_path: Option<&Path>,
@@ -62,7 +63,7 @@ pub fn connect(
         &daemon_log(config),
         config.idle_exit(),
     ) {
-        eprintln!("compactd: {e}");
+        crate::print_err!("{e}");
         return EXIT_FAILED;
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -71,7 +72,7 @@ pub fn connect(
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("compactd: cannot start the async runtime: {e}");
+            crate::print_err!("cannot start the async runtime: {e}");
             return EXIT_FAILED;
         }
     };
@@ -85,16 +86,37 @@ pub fn connect(
     // The blocking thread reading stdin never returns on its own: do not wait for it.
     runtime.shutdown_timeout(std::time::Duration::from_millis(10));
     match outcome {
-        Ok((up, down)) => {
+        Ok(pumped) if pumped.input_ended && launch::answers(&socket) == Ok(true) => {
             tracing::info!(
-                sent = up,
-                received = down,
+                sent = pumped.sent,
+                received = pumped.received,
                 "the daemon closed the connection"
             );
             EXIT_OK
         }
+        // The daemon's side ended while the client's input was open, or after the input ended
+        // the daemon no longer answers on its socket: it went away (died, was stopped, or
+        // dropped this client), maybe with requests unanswered. An editor takes exit 0 for a
+        // normal shutdown of its server, and would neither restart it nor tell its user.
+        Ok(pumped) => {
+            let why = if launch::answers(&socket) == Ok(true) {
+                "the daemon closed the connection before the client ended its input"
+            } else if pumped.input_ended {
+                "the daemon exited before it closed the connection"
+            } else {
+                "the daemon exited while the client was connected"
+            };
+            tracing::warn!(
+                sent = pumped.sent,
+                received = pumped.received,
+                input_ended = pumped.input_ended,
+                "{why}"
+            );
+            crate::print_err!("{why} ({})", socket.display());
+            EXIT_FAILED
+        }
         Err(e) => {
-            eprintln!("compactd: {e}");
+            crate::print_err!("{e}");
             EXIT_FAILED
         }
     }

@@ -33,12 +33,14 @@ pub fn run(path: &Path, json: bool, context_window: i64, settings: &CompactionSe
             return super::EXIT_FAILED;
         }
     };
+    // The session's own strings (its id, entry ids, a reason quoting them) are made printable.
     let text = if json {
         let out = report::inspect(&tree, context_window, settings);
-        format!("{}\n", crate::json::stringify(&out))
+        let text = crate::json::stringify(&out);
+        format!("{}\n", super::printable::json(&text))
     } else {
         let o = report::overview(&tree, context_window, settings);
-        human(&o, &load, context_window, settings)
+        super::printable::text(&human(&o, &load, context_window, settings)).into_owned()
     };
     // The process ends after this: the system takes the session's memory back at once, without
     // freeing its entries one by one (about 10 ms for a 100 MB session).

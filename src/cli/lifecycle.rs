@@ -45,7 +45,10 @@ fn duration(ms: u64) -> String {
 /// What `status` prints of an `initialize` answer.
 fn describe(socket: &Path, init: &Value) -> String {
     let d = &init["daemon"];
-    let text = |v: &Value| v.as_str().map(|s| s.escape_debug().to_string());
+    let text = |v: &Value| {
+        v.as_str()
+            .map(|s| crate::cli::printable::line(s).into_owned())
+    };
     let connections = d["connections"].as_u64().unwrap_or(1);
     let mut out = format!(
         "compactd {} on {}\n",
@@ -79,11 +82,11 @@ pub fn status(socket: &Path) -> i32 {
     match ask(socket, "compactd status") {
         Ok(Some(init)) => super::write_stdout(&describe(socket, &init)),
         Ok(None) => {
-            eprintln!("compactd: no daemon answers on {}", socket.display());
+            crate::print_err!("no daemon answers on {}", socket.display());
             EXIT_FAILED
         }
         Err(e) => {
-            eprintln!("compactd: {e}");
+            crate::print_err!("{e}");
             EXIT_FAILED
         }
     }
@@ -99,7 +102,7 @@ pub fn stop(socket: &Path) -> i32 {
             return super::write_stdout(&format!("no daemon is running on {}\n", socket.display()))
         }
         Err(e) => {
-            eprintln!("compactd: {e}");
+            crate::print_err!("{e}");
             return EXIT_FAILED;
         }
     };
@@ -107,10 +110,7 @@ pub fn stop(socket: &Path) -> i32 {
         .as_u64()
         .and_then(|p| i32::try_from(p).ok())
     else {
-        eprintln!(
-            "compactd: the daemon on {} did not say its pid",
-            socket.display()
-        );
+        crate::print_err!("the daemon on {} did not say its pid", socket.display());
         return EXIT_FAILED;
     };
     // SAFETY: kill(2) with a pid the daemon reported over a connection checked to be this
@@ -118,7 +118,7 @@ pub fn stop(socket: &Path) -> i32 {
     if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::ESRCH) {
-            eprintln!("compactd: cannot stop pid {pid}: {e}");
+            crate::print_err!("cannot stop pid {pid}: {e}");
             return EXIT_FAILED;
         }
     }
@@ -135,8 +135,8 @@ pub fn stop(socket: &Path) -> i32 {
         std::thread::sleep(Duration::from_millis(20));
     }
     if !gone() {
-        eprintln!(
-            "compactd: the daemon (pid {pid}) is still running after {}s",
+        crate::print_err!(
+            "the daemon (pid {pid}) is still running after {}s",
             STOP_TIMEOUT.as_secs()
         );
         return EXIT_FAILED;

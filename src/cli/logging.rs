@@ -90,6 +90,19 @@ pub fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
+/// Checks `COMPACTD_LOG` before anything logs: a filter that does not parse (or a misspelt
+/// level, see [`crate::config::check_log_filter`]) used to fall back to the default silently,
+/// so whoever set it never learnt why nothing changed. The error names the variable and why.
+pub fn check_env() -> Result<(), String> {
+    let Some(spec) = std::env::var_os("COMPACTD_LOG") else {
+        return Ok(());
+    };
+    let Some(text) = spec.to_str() else {
+        return Err(format!("COMPACTD_LOG {spec:?} is not UTF-8"));
+    };
+    crate::config::check_log_filter(text).map_err(|e| format!("COMPACTD_LOG {text:?}: {e}"))
+}
+
 fn filter(config: &crate::config::Config, default: &str) -> EnvFilter {
     let spec = std::env::var("COMPACTD_LOG")
         .ok()
@@ -105,9 +118,61 @@ fn stderr_colour() -> bool {
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+/// Field values made printable ([`super::printable::line`]): a log line quotes what clients
+/// and sessions sent (paths, ids, methods, a provider's error), and its control characters
+/// would reach the terminal of whoever reads stderr. tracing-subscriber escapes ESC and BEL in
+/// the message only, not in other fields, nor CR, nor the rest of C0. Fields are formatted as
+/// usual, without colour, then escaped; the level keeps its colour.
+struct PrintableFields;
+
+impl<'writer> tracing_subscriber::fmt::FormatFields<'writer> for PrintableFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: tracing_subscriber::fmt::format::Writer<'writer>,
+        fields: R,
+    ) -> std::fmt::Result {
+        use tracing_subscriber::fmt::format::{DefaultFields, Writer};
+        let mut text = String::new();
+        DefaultFields::new().format_fields(Writer::new(&mut text), fields)?;
+        writer.write_str(&super::printable::line(&text))
+    }
+}
+
+/// A writer of JSON log lines that writes DEL and C1 characters as `\u` escapes
+/// ([`super::printable::json`]); the JSON formatter already escapes C0.
+struct PrintableJson<M>(M);
+
+impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::MakeWriter<'a>
+    for PrintableJson<M>
+{
+    type Writer = PrintableJson<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        PrintableJson(self.0.make_writer())
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for PrintableJson<W> {
+    /// One event's line arrives in one write (the formatter writes its buffer at once).
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match std::str::from_utf8(buf) {
+            Ok(text) => self
+                .0
+                .write_all(super::printable::json(text).as_bytes())
+                .map(|()| buf.len()),
+            Err(_) => self.0.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// One formatting layer over `writer`: text (coloured when `colour`) or JSON objects carrying
 /// the current span and the span list (connection, request, session, compaction), boxed so
-/// every subscriber shape takes either.
+/// every subscriber shape takes either. Either way what a client or a session wrote is made
+/// printable.
 fn fmt_layer<S, W>(
     writer: W,
     colour: bool,
@@ -119,6 +184,7 @@ where
 {
     match format {
         crate::config::LogFormat::Text => tracing_subscriber::fmt::layer()
+            .fmt_fields(PrintableFields)
             .with_writer(writer)
             .with_ansi(colour)
             .boxed(),
@@ -126,7 +192,7 @@ where
             .json()
             .with_current_span(true)
             .with_span_list(true)
-            .with_writer(writer)
+            .with_writer(PrintableJson(writer))
             .boxed(),
     }
 }
@@ -153,8 +219,8 @@ pub fn init(config: &crate::config::Config, mode: LogMode) -> Vec<WorkerGuard> {
     let file = log_file(config, mode).and_then(|path| {
         open_log(&path)
             .map_err(|e| {
-                eprintln!(
-                    "compactd: cannot open log file {}: {e}; logging {} to stderr",
+                crate::print_err!(
+                    "cannot open log file {}: {e}; logging {} to stderr",
                     path.display(),
                     if mode == LogMode::Editor {
                         "errors only"

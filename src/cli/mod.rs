@@ -10,6 +10,7 @@ pub mod inspect;
 pub mod launch;
 pub mod lifecycle;
 pub mod logging;
+pub mod printable;
 pub mod service;
 pub mod stored;
 pub mod top;
@@ -262,6 +263,7 @@ impl TransportArgs {
             budget: crate::transport::FrameBudget::new(self.max_buffered_bytes),
             frame_idle_timeout: (self.frame_idle_timeout_ms > 0)
                 .then(|| std::time::Duration::from_millis(self.frame_idle_timeout_ms)),
+            slot: None,
         }
     }
 }
@@ -434,21 +436,20 @@ pub fn write_stdout(text: &str) -> i32 {
         Ok(()) => EXIT_OK,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => EXIT_OK,
         Err(e) => {
-            eprintln!("compactd: cannot write output: {e}");
+            crate::print_err!("cannot write output: {e}");
             EXIT_FAILED
         }
     }
 }
 
-/// Reports an error the way the caller asked for.
+/// Reports an error the way the caller asked for, made printable (it may quote a path or a
+/// session's content).
 pub fn print_error(json: bool, message: &str) {
     if json {
-        write_stdout(&format!(
-            "{}\n",
-            crate::json::stringify(&serde_json::json!({ "error": message }))
-        ));
+        let text = crate::json::stringify(&serde_json::json!({ "error": message }));
+        write_stdout(&format!("{}\n", printable::json(&text)));
     } else {
-        eprintln!("compactd: {message}");
+        crate::print_err!("{message}");
     }
 }
 
@@ -479,7 +480,7 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             let inherited = match crate::transport::unix::inherited_listener() {
                 Ok(l) => l,
                 Err(e) => {
-                    eprintln!("compactd: {e}");
+                    crate::print_err!("{e}");
                     return EXIT_FAILED;
                 }
             };
@@ -503,7 +504,7 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                     }
                     None => {
                         let l = crate::transport::unix::bind(&path).await?;
-                        eprintln!("compactd: listening on {}", path.display());
+                        crate::print_err!("listening on {}", path.display());
                         tracing::info!(socket = %path.display(), "listening");
                         (l, Some(path))
                     }
@@ -616,19 +617,19 @@ fn mcp(
         (Some(file), _) => match std::fs::canonicalize(&file) {
             Ok(f) => crate::mcp::Target::File(f),
             Err(e) => {
-                eprintln!("compactd: session file {}: {e}", file.display());
+                crate::print_err!("session file {}: {e}", file.display());
                 return EXIT_FAILED;
             }
         },
         (None, Some(dir)) => match std::path::absolute(&dir) {
             Ok(d) => crate::mcp::Target::LatestOf(d),
             Err(e) => {
-                eprintln!("compactd: {}: {e}", dir.display());
+                crate::print_err!("{}: {e}", dir.display());
                 return EXIT_USAGE;
             }
         },
         (None, None) => {
-            eprintln!("compactd: mcp needs --session FILE or --cwd DIR");
+            crate::print_err!("mcp needs --session FILE or --cwd DIR");
             return EXIT_USAGE;
         }
     };
@@ -639,7 +640,7 @@ fn mcp(
         .clone()
         .unwrap_or_else(logging::default_log_file);
     if let Err(e) = launch::ensure_daemon(&socket, config_path, &log, config.idle_exit()) {
-        eprintln!("compactd: {e}");
+        crate::print_err!("{e}");
         return EXIT_FAILED;
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -649,7 +650,7 @@ fn mcp(
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("compactd: cannot start the async runtime: {e}");
+            crate::print_err!("cannot start the async runtime: {e}");
             return EXIT_FAILED;
         }
     };
@@ -658,7 +659,7 @@ fn mcp(
     match outcome {
         Ok(()) => EXIT_OK,
         Err(e) => {
-            eprintln!("compactd: {e}");
+            crate::print_err!("{e}");
             EXIT_FAILED
         }
     }
@@ -683,7 +684,7 @@ where
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("compactd: cannot start the async runtime: {e}");
+            crate::print_err!("cannot start the async runtime: {e}");
             return 1;
         }
     };
@@ -695,7 +696,7 @@ where
     drop(runtime.spawn_blocking(|| {}));
     let daemon = crate::daemon::Daemon::new(config);
     if let Some(e) = &daemon.storage_error {
-        eprintln!("compactd: storage_unavailable: {e}");
+        crate::print_err!("storage_unavailable: {e}");
         return EXIT_FAILED;
     }
     // Reported now, not at the first client's call; the daemon still serves, and every call
@@ -703,7 +704,9 @@ where
     match daemon.storage.check() {
         Ok(()) => tracing::debug!("session store ready"),
         Err(e) => {
-            eprintln!("compactd: storage_unavailable: {e} (serving; calls that need the store will retry)");
+            crate::print_err!(
+                "storage_unavailable: {e} (serving; calls that need the store will retry)"
+            );
             tracing::error!(error = %e, "session store unavailable at start-up");
         }
     }
@@ -713,7 +716,7 @@ where
     match outcome {
         Ok(()) => EXIT_OK,
         Err(e) => {
-            eprintln!("compactd: {e}");
+            crate::print_err!("{e}");
             EXIT_FAILED
         }
     }

@@ -224,7 +224,7 @@ pub fn install(setup: &Setup<'_>, enable: bool) -> i32 {
     match try_install(setup, enable) {
         Ok(text) => super::write_stdout(&text),
         Err(e) => {
-            eprintln!("compactd: {e}");
+            crate::print_err!("{e}");
             EXIT_FAILED
         }
     }
@@ -343,7 +343,7 @@ pub fn uninstall(setup: &Setup<'_>, manage: bool) -> i32 {
     match result {
         Ok(()) => super::write_stdout(&out),
         Err(e) => {
-            eprintln!("compactd: {e}");
+            crate::print_err!("{e}");
             EXIT_FAILED
         }
     }

@@ -14,11 +14,11 @@ use crate::store::{Backend, StoreError};
 /// when the configuration cannot even set it up).
 fn backend(config: &Config) -> Result<Arc<dyn Backend>, i32> {
     let backend = config.storage.backend().map_err(|e| {
-        eprintln!("compactd: {e}");
+        crate::print_err!("{e}");
         EXIT_USAGE
     })?;
     backend.check().map_err(|e| {
-        eprintln!("compactd: storage_unavailable: {e}");
+        crate::print_err!("storage_unavailable: {e}");
         EXIT_FAILED
     })?;
     Ok(backend)
@@ -27,7 +27,7 @@ fn backend(config: &Config) -> Result<Arc<dyn Backend>, i32> {
 /// The exit code of a store's refusal: a request the backend cannot take (its kind of
 /// session, say) is a usage error; anything else failed.
 fn failed(e: &StoreError) -> i32 {
-    eprintln!("compactd: {e}");
+    crate::print_err!("{e}");
     match e {
         StoreError::Invalid(_) => EXIT_USAGE,
         _ => EXIT_FAILED,
@@ -60,7 +60,7 @@ pub fn export(config: &Config, header_id: &str, output: Option<&Path>) -> i32 {
     match written {
         Ok(()) => EXIT_OK,
         Err(e) => {
-            eprintln!("compactd: {e}");
+            crate::print_err!("{e}");
             EXIT_FAILED
         }
     }
@@ -76,7 +76,7 @@ pub fn import(config: &Config, file: &Path) -> i32 {
     let (tree, report) = match crate::store::load(file, false) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("compactd: {e}");
+            crate::print_err!("{e}");
             return EXIT_FAILED;
         }
     };
@@ -86,24 +86,24 @@ pub fn import(config: &Config, file: &Path) -> i32 {
         match first_line(file) {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("compactd: cannot read {}: {e}", file.display());
+                crate::print_err!("cannot read {}: {e}", file.display());
                 return EXIT_FAILED;
             }
         }
     };
     if report.skipped_lines > 0 {
-        eprintln!(
-            "compactd: {} malformed line(s) skipped, as Pi skips them",
+        crate::print_err!(
+            "{} malformed line(s) skipped, as Pi skips them",
             report.skipped_lines
         );
     }
     match store.import(&header_line, &tree) {
         Ok(header_id) => {
-            println!("{header_id}");
+            println!("{}", super::printable::line(&header_id));
             EXIT_OK
         }
         Err(crate::store::StoreError::Conflict(_)) => {
-            eprintln!("compactd: the store already holds a session with this header id");
+            crate::print_err!("the store already holds a session with this header id");
             EXIT_FAILED
         }
         Err(e) => failed(&e),

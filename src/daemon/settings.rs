@@ -218,7 +218,7 @@ pub fn from_merged(merged: Value, retry_default: &RetrySettings) -> EffectiveSet
             .map(|f| f as usize),
         max_ineffective_compactions: int(c.get("maxIneffectiveCompactions"))
             .map_or(super::thrash::DEFAULT_MAX_INEFFECTIVE, |n| {
-                n.clamp(0, 1000) as u32
+                n.clamp(0, i64::from(MAX_INEFFECTIVE_COMPACTIONS)) as u32
             }),
         speculative_at: c
             .get("speculativeAt")
@@ -260,6 +260,68 @@ pub fn valid_idle_compact_at(f: f64) -> bool {
 /// are tolerant); `setSettingsOverrides` refuses it.
 pub fn valid_speculative_at(f: f64) -> bool {
     (0.0..1.0).contains(&f)
+}
+
+/// The most ineffective compactions in a row `compaction.maxIneffectiveCompactions` may ask
+/// for (a settings file's larger value is read as this).
+pub const MAX_INEFFECTIVE_COMPACTIONS: u32 = 1000;
+
+/// The longest `compaction.cacheTtlSeconds` accepted: a day (providers keep a prompt cache
+/// for at most an hour).
+pub const MAX_CACHE_TTL_SECONDS: u64 = 86_400;
+
+/// Why a `setSettingsOverrides` compaction block makes no sense, naming the setting as
+/// `compaction.<name>` (`None`: every value is in its range). Pi's settings files are not
+/// checked this way: Pi reads them unvalidated (compaction.md §2.2; a negative
+/// `keepRecentTokens` flows into its arithmetic, a value of the wrong type falls back to the
+/// default), and [`from_merged`] reads them as Pi does. An override is a client's request,
+/// answered at once, so a value no session could mean (`keepRecentTokens: -5`, a cache
+/// lifetime of a century) is refused instead of silently changing every check.
+pub fn invalid_override(p: &crate::rpc::types::CompactionSettingsPatch) -> Option<String> {
+    let max_tokens = crate::config::MAX_TOKEN_SETTING as i64;
+    for (name, value) in [
+        ("reserveTokens", p.reserve_tokens),
+        ("keepRecentTokens", p.keep_recent_tokens),
+    ] {
+        if let Some(v) = value.filter(|v| !(0..=max_tokens).contains(v)) {
+            return Some(format!(
+                "compaction.{name} must be a number of tokens from 0 to {max_tokens} (got {v})"
+            ));
+        }
+    }
+    if let Some(v) = p
+        .file_list_limit
+        .filter(|v| *v > crate::config::MAX_TOKEN_SETTING)
+    {
+        return Some(format!(
+            "compaction.fileListLimit must be a number of paths from 0 to {} (got {v})",
+            crate::config::MAX_TOKEN_SETTING
+        ));
+    }
+    if let Some(v) = p
+        .max_ineffective_compactions
+        .filter(|v| *v > MAX_INEFFECTIVE_COMPACTIONS)
+    {
+        return Some(format!(
+            "compaction.maxIneffectiveCompactions must be from 0 (off) to {MAX_INEFFECTIVE_COMPACTIONS} (got {v})"
+        ));
+    }
+    if let Some(v) = p.cache_ttl_seconds.filter(|v| *v > MAX_CACHE_TTL_SECONDS) {
+        return Some(format!(
+            "compaction.cacheTtlSeconds must be a number of seconds from 0 to {MAX_CACHE_TTL_SECONDS} (got {v})"
+        ));
+    }
+    if let Some(f) = p.idle_compact_at.filter(|f| !valid_idle_compact_at(*f)) {
+        return Some(format!(
+            "compaction.idleCompactAt must be a fraction of the threshold in (0, 1], or 0 for off (got {f})"
+        ));
+    }
+    if let Some(f) = p.speculative_at.filter(|f| !valid_speculative_at(*f)) {
+        return Some(format!(
+            "compaction.speculativeAt must be a fraction of the threshold in (0, 1), or 0 for off (got {f})"
+        ));
+    }
+    None
 }
 
 impl EffectiveSettings {
@@ -320,6 +382,32 @@ mod tests {
         assert_eq!(
             from_merged(json!({"compaction": null}), &RetrySettings::default()).compaction,
             CompactionSettings::default()
+        );
+    }
+
+    /// Pi's settings files are read as Pi reads them (compaction.md §2.2: not validated): a
+    /// negative number flows into the arithmetic (Pi's `keepRecentTokens <= 0` case A3), a
+    /// value of the wrong type is the default. Only `setSettingsOverrides` refuses what makes
+    /// no sense ([`invalid_override`]).
+    #[test]
+    fn settings_files_are_read_as_pi_reads_them_and_overrides_are_checked() {
+        let s = from_merged(
+            json!({"compaction": {"keepRecentTokens": -5, "reserveTokens": "x"}}),
+            &RetrySettings::default(),
+        );
+        assert_eq!(s.compaction.keep_recent_tokens, -5);
+        assert_eq!(s.compaction.reserve_tokens, 16384);
+        let patch = crate::rpc::types::CompactionSettingsPatch {
+            keep_recent_tokens: Some(-5),
+            ..Default::default()
+        };
+        assert_eq!(
+            invalid_override(&patch).as_deref(),
+            Some("compaction.keepRecentTokens must be a number of tokens from 0 to 1000000000 (got -5)")
+        );
+        assert_eq!(
+            invalid_override(&crate::rpc::types::CompactionSettingsPatch::default()),
+            None
         );
     }
 

@@ -48,10 +48,14 @@ impl RequestId {
     /// Keeps the id's exact text when its parsed form would print differently.
     pub(crate) fn keep_raw(self, raw: Option<&str>) -> RequestId {
         match (self, raw) {
-            (id @ (RequestId::Num(_) | RequestId::Str(_)), Some(raw))
-                if crate::json::stringify(&id.to_value()) != raw =>
-            {
-                RequestId::Raw(raw.into())
+            (id @ (RequestId::Num(_) | RequestId::Str(_)), Some(raw)) => {
+                let mut text = String::new();
+                write_id_value(&mut text, &id);
+                if text == raw {
+                    id
+                } else {
+                    RequestId::Raw(raw.into())
+                }
             }
             (id, _) => id,
         }
@@ -124,9 +128,22 @@ impl Outgoing<'_> {
 
 fn write_id(out: &mut String, id: &RequestId) {
     out.push_str(",\"id\":");
+    write_id_value(out, id);
+}
+
+/// An id's JSON text. An integer id is written with all its digits: an id is a token the client
+/// matches its reply by, not a quantity, so `JSON.stringify`'s rounding past 2^53 (which
+/// [`crate::json::write_number`] applies to session data) would hand `9007199254740993` back as
+/// `9007199254740992`, the id of another request. Fractions keep the JavaScript rendering;
+/// one written otherwise (`1.50`, `1e3`) is a [`RequestId::Raw`].
+fn write_id_value(out: &mut String, id: &RequestId) {
     match id {
         RequestId::Raw(raw) => out.push_str(raw),
         RequestId::Str(s) => crate::json::write_string(out, s),
+        RequestId::Num(n) if n.is_u64() || n.is_i64() => {
+            use std::fmt::Write;
+            let _ = write!(out, "{n}");
+        }
         RequestId::Num(n) => crate::json::write_number(out, n),
         RequestId::Null => out.push_str("null"),
     }

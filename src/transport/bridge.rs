@@ -10,9 +10,23 @@
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
 
+/// What a finished [`pump`] moved, and which side ended first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pumped {
+    /// Bytes copied from the input to the daemon.
+    pub sent: u64,
+    /// Bytes copied from the daemon to the output.
+    pub received: u64,
+    /// Whether the input ended before the daemon closed the connection. A normal end: the
+    /// client closed its input and the daemon answered everything, then closed. When the
+    /// daemon's side ends while the input is still open, the daemon went away under its client
+    /// (it died, was stopped, or dropped the connection): `connect` must not report that as a
+    /// normal shutdown.
+    pub input_ended: bool,
+}
+
 /// Copies `input` → `socket` and `socket` → `output` until the daemon closes the connection.
-/// Returns how many bytes went each way.
-pub async fn pump<R, W>(socket: UnixStream, input: R, output: W) -> std::io::Result<(u64, u64)>
+pub async fn pump<R, W>(socket: UnixStream, input: R, output: W) -> std::io::Result<Pumped>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -33,12 +47,23 @@ where
     tokio::pin!(upstream);
     tokio::pin!(downstream);
     // The connection is over when the daemon's side ends; input may stay open forever (an
-    // editor keeps its pipe), so it is not awaited past that.
+    // editor keeps its pipe), so it is not awaited past that. A write to a daemon that is
+    // gone fails (the input counts as open then: the client did not end it).
     let mut sent = None;
+    let mut input_ended = false;
     loop {
         tokio::select! {
-            n = &mut upstream, if sent.is_none() => sent = Some(n.unwrap_or(0)),
-            n = &mut downstream => return Ok((sent.unwrap_or(0), n?)),
+            n = &mut upstream, if sent.is_none() => {
+                input_ended = n.is_ok();
+                sent = Some(n.unwrap_or(0));
+            }
+            n = &mut downstream => {
+                return Ok(Pumped {
+                    sent: sent.unwrap_or(0),
+                    received: n?,
+                    input_ended,
+                })
+            }
         }
     }
 }
@@ -77,7 +102,40 @@ mod tests {
             "the daemon got the bytes as sent"
         );
         assert_eq!(seen, [b"reply:".as_slice(), &frame].concat());
-        let (up, down) = bridge.await.unwrap().unwrap();
-        assert_eq!((up, down), (frame.len() as u64, (frame.len() + 6) as u64));
+        let pumped = bridge.await.unwrap().unwrap();
+        assert_eq!(
+            pumped,
+            Pumped {
+                sent: frame.len() as u64,
+                received: (frame.len() + 6) as u64,
+                input_ended: true
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_daemon_that_goes_away_first_is_told_apart_from_a_normal_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        // A daemon that answers one frame and goes away while its client's input is open.
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut first = [0u8; 2];
+            s.read_exact(&mut first).await.unwrap();
+            s.write_all(b"ok").await.unwrap();
+        });
+        let socket = UnixStream::connect(&path).await.unwrap();
+        let (client_in, mut feed) = tokio::io::duplex(64);
+        let (mut read_out, out) = tokio::io::duplex(64);
+        let bridge = tokio::spawn(pump(socket, client_in, out));
+        feed.write_all(b"{}").await.unwrap();
+        server.await.unwrap();
+        let mut seen = Vec::new();
+        read_out.read_to_end(&mut seen).await.unwrap();
+        assert_eq!(seen, b"ok");
+        let pumped = bridge.await.unwrap().unwrap();
+        assert!(!pumped.input_ended, "{pumped:?}");
+        drop(feed);
     }
 }

@@ -378,8 +378,14 @@ where
         opts.max_frame,
         opts.budget.clone(),
     )
-    .with_idle_timeout(opts.frame_idle_timeout);
+    .with_idle_timeout(opts.frame_idle_timeout)
+    .with_progress(opts.slot.as_ref().map(|s| s.progress.clone()));
     let shutdown = daemon.shutdown.clone();
+    let evict = opts
+        .slot
+        .as_ref()
+        .map(|s| s.evict.clone())
+        .unwrap_or_default();
     let mut paused_logged = false;
     let mut writer_done = false;
     loop {
@@ -415,6 +421,10 @@ where
         let frame = tokio::select! {
             f = frames.next() => f,
             _ = shutdown.cancelled() => break,
+            _ = evict.cancelled() => {
+                tracing::warn!("half a frame and then nothing, with every connection slot taken; closed to serve a new client");
+                break;
+            }
         };
         let frame = match frame {
             Ok(Some(f)) => f,

@@ -77,6 +77,46 @@ impl FrameBudget {
     }
 }
 
+/// Whether a connection is inside a frame and when its last byte came, for the listener to
+/// choose which connection to close when every slot is taken: the one that stalled longest
+/// inside a frame (see `transport::unix`). Between frames it reports nothing: a client with
+/// nothing to send is not stalling.
+#[derive(Debug)]
+pub struct FrameProgress {
+    epoch: std::time::Instant,
+    /// Milliseconds after `epoch` of the frame's last progress, plus one; 0 between frames.
+    last: std::sync::atomic::AtomicU64,
+}
+
+impl Default for FrameProgress {
+    fn default() -> Self {
+        FrameProgress {
+            epoch: std::time::Instant::now(),
+            last: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+impl FrameProgress {
+    /// A frame started, or bytes of it arrived, now.
+    fn mark(&self) {
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        self.last.store(ms + 1, Ordering::Relaxed);
+    }
+
+    /// The frame ended (or the stream did).
+    fn clear(&self) {
+        self.last.store(0, Ordering::Relaxed);
+    }
+
+    /// How long the frame in progress has gone without a byte; `None` between frames.
+    pub fn stalled_for(&self) -> Option<std::time::Duration> {
+        let last = self.last.load(Ordering::Relaxed).checked_sub(1)?;
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Some(std::time::Duration::from_millis(now.saturating_sub(last)))
+    }
+}
+
 /// `fill_buf` inside a frame, bounded by the idle timeout.
 async fn fill_within<R: AsyncBufRead + Unpin>(
     inner: &mut R,
@@ -102,6 +142,8 @@ pub struct FrameReader<R> {
     budget: FrameBudget,
     /// How long a started frame may go without a byte (see [`FrameReader::with_idle_timeout`]).
     idle: Option<std::time::Duration>,
+    /// Where the frame in progress is reported (see [`FrameReader::with_progress`]).
+    progress: Option<Arc<FrameProgress>>,
 }
 
 /// Default longest wait for the next byte of a frame that has started: 30 s.
@@ -116,6 +158,19 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
             max_frame,
             budget,
             idle: None,
+            progress: None,
+        }
+    }
+
+    /// Reports each frame's progress to `progress` (a socket connection's slot).
+    pub fn with_progress(mut self, progress: Option<Arc<FrameProgress>>) -> Self {
+        self.progress = progress;
+        self
+    }
+
+    fn mark(&self) {
+        if let Some(p) = &self.progress {
+            p.mark();
         }
     }
 
@@ -166,9 +221,18 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
 
     /// The next frame, or `None` at end of stream.
     pub async fn next(&mut self) -> std::io::Result<Option<Frame>> {
+        let frame = self.next_frame().await;
+        if let Some(p) = &self.progress {
+            p.clear();
+        }
+        frame
+    }
+
+    async fn next_frame(&mut self) -> std::io::Result<Option<Frame>> {
         let Some(first) = self.peek_non_ws().await? else {
             return Ok(None);
         };
+        self.mark();
         let framing = *self
             .framing
             .get_or_insert(if first == b'{' || first == b'[' {
@@ -189,6 +253,9 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         let mut held = 0usize;
         let mut busy = false;
         let result = loop {
+            if let Some(p) = &self.progress {
+                p.mark();
+            }
             let buf = match fill_within(&mut self.inner, self.idle).await {
                 Ok(b) => b,
                 Err(e) => break Err(e),
@@ -305,6 +372,9 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         let result = loop {
             if remaining == 0 {
                 break Ok(());
+            }
+            if let Some(p) = &self.progress {
+                p.mark();
             }
             let buf = match fill_within(&mut self.inner, self.idle).await {
                 Ok(b) => b,
@@ -472,6 +542,40 @@ mod tests {
         client.write_all(b"{\"a\":").await.unwrap();
         let err = r.next().await.unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    }
+
+    #[tokio::test]
+    async fn progress_reports_a_frame_in_progress_and_nothing_between_frames() {
+        let progress = Arc::new(FrameProgress::default());
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut r = FrameReader::new(
+            BufReader::new(server),
+            None,
+            1000,
+            FrameBudget::new(usize::MAX),
+        )
+        .with_progress(Some(progress.clone()));
+        client.write_all(b"{\"a\":1}\n{\"b\":").await.unwrap();
+        assert_eq!(
+            r.next().await.unwrap(),
+            Some(Frame::Message(b"{\"a\":1}".to_vec()))
+        );
+        assert_eq!(progress.stalled_for(), None, "between frames");
+        let next = tokio::spawn(async move { r.next().await });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while progress.stalled_for().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the half frame is seen"
+            );
+            tokio::task::yield_now().await;
+        }
+        client.write_all(b"2}\n").await.unwrap();
+        assert_eq!(
+            next.await.unwrap().unwrap(),
+            Some(Frame::Message(b"{\"b\":2}".to_vec()))
+        );
+        assert_eq!(progress.stalled_for(), None, "the frame ended");
     }
 
     #[tokio::test(start_paused = true)]

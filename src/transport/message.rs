@@ -228,9 +228,27 @@ mod tests {
                 r#""a\ud83d""#,
             ),
             (r#"{"jsonrpc":"2.0","id":1e3,"method":"m"}"#, "1e3"),
+            (r#"{"jsonrpc":"2.0","id":1.50,"method":"m"}"#, "1.50"),
+            (r#"{"jsonrpc":"2.0","id":-0,"method":"m"}"#, "-0"),
+            // Integers past 2^53 that serde_json holds exactly: all their digits, not
+            // `JSON.stringify`'s rounding.
+            (
+                r#"{"jsonrpc":"2.0","id":9007199254740993,"method":"m"}"#,
+                "9007199254740993",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":-9007199254740993,"method":"m"}"#,
+                "-9007199254740993",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"m"}"#,
+                "18446744073709551615",
+            ),
+            (r#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#, "1.5"),
         ] {
             let (v, raw) = parse_frame(frame.as_bytes()).unwrap();
-            let Ok(Message::Request { id: got, .. }) = Message::parse_raw(v, raw[0].as_deref())
+            let Ok(Message::Request { id: got, .. }) =
+                Message::parse_raw(v, raw.first().and_then(|r| r.as_deref()))
             else {
                 panic!("{frame}");
             };

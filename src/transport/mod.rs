@@ -50,6 +50,18 @@ pub struct Options {
     /// Longest wait for the next byte of a started frame before the connection is closed
     /// (`None`: no limit).
     pub frame_idle_timeout: Option<std::time::Duration>,
+    /// The socket connection's slot: where its frame progress is reported and how the
+    /// listener closes it to make room (`None` for stdio and by default).
+    pub slot: Option<std::sync::Arc<Slot>>,
+}
+
+/// One socket connection's place among `--max-connections`. When every slot is taken, the
+/// listener closes the connection that has stalled longest inside a frame (`evict`) so a new
+/// client is served at once, instead of refusing it until the stall reaches the idle timeout.
+#[derive(Debug, Default)]
+pub struct Slot {
+    pub progress: std::sync::Arc<framing::FrameProgress>,
+    pub evict: tokio_util::sync::CancellationToken,
 }
 
 impl Default for Options {
@@ -62,6 +74,7 @@ impl Default for Options {
             max_queued_total: DEFAULT_MAX_QUEUED_TOTAL,
             budget: FrameBudget::new(DEFAULT_MAX_BUFFERED),
             frame_idle_timeout: Some(DEFAULT_FRAME_IDLE_TIMEOUT),
+            slot: None,
         }
     }
 }

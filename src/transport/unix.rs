@@ -362,6 +362,36 @@ fn is_resource_exhaustion(e: &std::io::Error) -> bool {
 /// How often a repeated accept failure is logged.
 const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
+/// The slots of the connections being served, by connection number: what the listener looks
+/// through, at the limit, for the connection that stalled longest inside a frame.
+#[derive(Default)]
+struct Slots {
+    table: parking_lot::Mutex<std::collections::HashMap<u64, Arc<super::Slot>>>,
+}
+
+/// How long a connection must have gone without a byte inside a frame before it may be closed
+/// to make room: a client sending a large frame pauses between reads for far less, so a burst
+/// of new connections cannot cut off one that is still sending.
+const MIN_STALL_TO_EVICT: Duration = Duration::from_millis(500);
+
+impl Slots {
+    /// Closes the connection that has gone longest without a byte in the middle of a frame,
+    /// if one has for [`MIN_STALL_TO_EVICT`] (an idle connection between frames is never
+    /// chosen: it is not stalling), and returns how long it had stalled. It leaves the table
+    /// at once, so it is chosen once.
+    fn evict_longest_stalled(&self) -> Option<Duration> {
+        let mut table = self.table.lock();
+        let (id, stalled) = table
+            .iter()
+            .filter_map(|(id, s)| Some((*id, s.progress.stalled_for()?)))
+            .filter(|(_, stalled)| *stalled >= MIN_STALL_TO_EVICT)
+            .max_by_key(|(_, stalled)| *stalled)?;
+        let slot = table.remove(&id)?;
+        slot.evict.cancel();
+        Some(stalled)
+    }
+}
+
 /// Refuses a connection past the limit with one JSON-RPC error line, then closes it.
 async fn refuse(mut stream: UnixStream, limit: usize) {
     let e = crate::rpc::RpcError::new(
@@ -395,6 +425,8 @@ pub async fn serve_unix(
     let mut idle_tick = tokio::time::interval(Duration::from_secs(1));
     let mut idle_since: Option<Instant> = None;
     let active = Arc::new(AtomicUsize::new(0));
+    let slots = Arc::new(Slots::default());
+    let mut next_slot = 0u64;
     let mut connections = tokio::task::JoinSet::new();
     let mut backoff = Duration::from_millis(10);
     let mut last_log: Option<Instant> = None;
@@ -405,20 +437,40 @@ pub async fn serve_unix(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     backoff = Duration::from_millis(10);
+                    // At the limit, a connection stalled inside a frame makes room: slowloris
+                    // clients (half a frame, then nothing) held every slot for the whole idle
+                    // timeout, refusing everyone else. The new client is served at once; the
+                    // count is over the limit only until the closed one's task ends.
                     if active.load(Ordering::SeqCst) >= max_connections {
-                        tracing::warn!(limit = max_connections, "connection refused: limit reached");
-                        tokio::spawn(refuse(stream, max_connections));
-                        continue;
+                        match slots.evict_longest_stalled() {
+                            Some(stalled) => tracing::warn!(
+                                limit = max_connections,
+                                stalled_ms = u64::try_from(stalled.as_millis()).unwrap_or(u64::MAX),
+                                "connection limit reached; closing the connection stalled longest inside a frame"
+                            ),
+                            None => {
+                                tracing::warn!(limit = max_connections, "connection refused: limit reached");
+                                tokio::spawn(refuse(stream, max_connections));
+                                continue;
+                            }
+                        }
                     }
                     active.fetch_add(1, Ordering::SeqCst);
                     let d = daemon.clone();
-                    let o = opts.clone();
+                    let mut o = opts.clone();
                     let a = active.clone();
+                    let slot = Arc::new(super::Slot::default());
+                    let id = next_slot;
+                    next_slot += 1;
+                    slots.table.lock().insert(id, slot.clone());
+                    o.slot = Some(slot);
+                    let table = slots.clone();
                     connections.spawn(async move {
                         let (r, w) = stream.into_split();
                         serve_connection(d, r, w, o)
                             .instrument(super::connection::span())
                             .await;
+                        table.table.lock().remove(&id);
                         a.fetch_sub(1, Ordering::SeqCst);
                     });
                 }

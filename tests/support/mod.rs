@@ -308,3 +308,44 @@ pub fn signal_pending(pid: u32, signo: i32) -> bool {
         .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
         .any(|mask| mask & (1 << (signo - 1)) != 0)
 }
+
+/// Terminal commands a session or a client may smuggle into a string: an OSC 52 clipboard
+/// write, a screen clear, a window-title set, a C1 CSI (U+009B) with its SGR, DEL and a
+/// carriage return.
+pub const HOSTILE: &str = "\u{1b}]52;c;aGVsbG8=\u{7}\u{1b}[2J\u{1b}]0;title\u{7}\u{9b}31m\u{7f}\r";
+
+/// Writes to `path` the session of conformance case `024-compacted-once` with [`HOSTILE`]
+/// appended to its header's id and cwd, to every entry id and parent id, and to its compaction's
+/// summary and first kept entry id.
+pub fn write_hostile_session(path: &Path) {
+    let text = std::fs::read_to_string(conformance_dir().join("024-compacted-once/session.jsonl"))
+        .expect("fixture session");
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut v: Value = serde_json::from_str(line).expect("fixture line");
+        let Some(obj) = v.as_object_mut() else {
+            continue;
+        };
+        for key in ["id", "parentId", "firstKeptEntryId", "cwd", "summary"] {
+            if let Some(Value::String(s)) = obj.get_mut(key) {
+                s.push_str(HOSTILE);
+            }
+        }
+        out.push_str(&serde_json::to_string(&v).expect("serialize"));
+        out.push('\n');
+    }
+    std::fs::write(path, out).expect("write hostile session");
+}
+
+/// Asserts that `text` (what `what` printed) holds no character a terminal acts on: no C0
+/// control but newline, no DEL, no C1.
+pub fn assert_printable(what: &str, text: &str) {
+    let bad: Vec<char> = text
+        .chars()
+        .filter(|&c| (c < ' ' && c != '\n') || ('\u{7f}'..='\u{9f}').contains(&c))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{what} printed control characters {bad:?}: {text:?}"
+    );
+}

@@ -45,8 +45,8 @@ pub fn run(socket: &Path, once: bool) -> i32 {
         return run_once(socket);
     }
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
-        eprintln!(
-            "compactd: top needs a terminal; use `compactd top --once` for a plain-text snapshot"
+        crate::print_err!(
+            "top needs a terminal; use `compactd top --once` for a plain-text snapshot"
         );
         return EXIT_USAGE;
     }
@@ -64,15 +64,15 @@ fn run_once(socket: &Path) -> i32 {
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("compactd: cannot start the async runtime: {e}");
+            crate::print_err!("cannot start the async runtime: {e}");
             return EXIT_FAILED;
         }
     };
     let list = match rt.block_on(client::snapshot(socket, ONCE_TIMEOUT)) {
         Ok(v) => v,
         Err(e) => {
-            eprintln!(
-                "compactd: cannot reach the daemon at {}: {e} (is `compactd serve` running?)",
+            crate::print_err!(
+                "cannot reach the daemon at {}: {e} (is `compactd serve` running?)",
                 socket.display()
             );
             return EXIT_FAILED;
@@ -82,7 +82,7 @@ fn run_once(socket: &Path) -> i32 {
     let mut m = model::TopModel::new();
     m.connected(now, &socket.display().to_string());
     if let Err(e) = m.apply_snapshot(&list, now) {
-        eprintln!("compactd: {e}");
+        crate::print_err!("{e}");
         return EXIT_FAILED;
     }
     write_stdout(&plain::table(&m.rows("", now)))
@@ -97,7 +97,7 @@ fn run_live(socket: PathBuf) -> i32 {
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("compactd: cannot start the async runtime: {e}");
+            crate::print_err!("cannot start the async runtime: {e}");
             return EXIT_FAILED;
         }
     };
@@ -118,7 +118,7 @@ fn run_live(socket: PathBuf) -> i32 {
     match outcome {
         Ok(()) => EXIT_OK,
         Err(e) => {
-            eprintln!("compactd: terminal error: {e}");
+            crate::print_err!("terminal error: {e}");
             EXIT_FAILED
         }
     }

@@ -27,11 +27,14 @@ fn int(v: Option<f64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// One cell: whitespace runs joined by `_`, and made printable (model ids, cwds, session ids
+/// and summarizer names come from sessions and clients, and may hold escape sequences).
 fn word(s: &str) -> String {
     if s.is_empty() {
         return "-".into();
     }
-    s.split_whitespace().collect::<Vec<_>>().join("_")
+    let joined = s.split_whitespace().collect::<Vec<_>>().join("_");
+    crate::cli::printable::line(&joined).into_owned()
 }
 
 /// The cells of one row, in [`HEADERS`] order.

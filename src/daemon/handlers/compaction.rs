@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::super::lifecycle::{self, speculation, speculation::DiscardReason};
-use super::super::settings::{valid_idle_compact_at, valid_speculative_at};
+use super::super::settings::invalid_override;
 use super::Ctx;
 use crate::compaction::prepare::{plan_compaction, Preparation, PreparedMessage};
 use crate::compaction::tokens::{self, CompactionSettings};
@@ -196,19 +196,8 @@ pub fn set_settings_overrides(
             // the object itself is what merges over Pi's settings.
             let patch =
                 crate::rpc::types::decode::<CompactionSettingsPatch>(v.clone(), "compaction")?;
-            if let Some(f) = patch.idle_compact_at {
-                if !valid_idle_compact_at(f) {
-                    return Err(RpcError::invalid_params(format!(
-                        "compaction.idleCompactAt must be a fraction of the threshold in (0, 1], or 0 for off (got {f})"
-                    )));
-                }
-            }
-            if let Some(f) = patch.speculative_at {
-                if !valid_speculative_at(f) {
-                    return Err(RpcError::invalid_params(format!(
-                        "compaction.speculativeAt must be a fraction of the threshold in (0, 1), or 0 for off (got {f})"
-                    )));
-                }
+            if let Some(why) = invalid_override(&patch) {
+                return Err(RpcError::invalid_params(why));
             }
             Some(v)
         }
