@@ -912,6 +912,9 @@ mod tests {
             reserve_tokens: 16384,
             keep_recent_tokens: 500,
         };
+        // Read from entries, a cut text names the entry holding its rest; parsed messages
+        // carry no entry id, so theirs only says how much is left. Everything else is equal.
+        let unnamed = regex::Regex::new(r"\[(\d+) more chars in entry [^\]]+\]").expect("pattern");
         let mut compared = 0;
         for case in crate::test_fixtures::cases_with(
             "summaries_read_from_entries_equal_summaries_read_from_parsed_messages",
@@ -953,10 +956,6 @@ mod tests {
                 Messages::Entries(&prep.turn_prefix_messages),
             ));
             let from_values = summarize_history(&input((&history).into(), (&prefix).into()));
-            // Read from entries, a cut text names the entry holding its rest; parsed messages
-            // carry no entry id, so theirs only says how much is left. Everything else is equal.
-            let unnamed =
-                regex::Regex::new(r"\[(\d+) more chars in entry [^\]]+\]").expect("pattern");
             let from_entries = unnamed.replace_all(&from_entries, "[…${1} more chars]");
             assert_eq!(from_entries, from_values, "{}", case.display());
             let prefix_from_entries = summarize_turn_prefix(
