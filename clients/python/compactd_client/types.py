@@ -199,6 +199,22 @@ class CurrentCompaction(TypedDict):
     elapsedMs: int
 
 
+class _DaemonStatusRequired(TypedDict):
+    pid: int
+    uptimeMs: int
+    connections: int
+    sessions: int
+
+
+class DaemonStatus(_DaemonStatusRequired, total=False):
+    """The daemon process as `initialize` reports it."""
+
+    socket: Optional[str]
+    configFile: Optional[str]
+    logFile: Optional[str]
+    idleExitSeconds: Optional[int]
+
+
 class Economics(TypedDict):
     """`previewCompaction`'s `economics`."""
 
@@ -287,6 +303,7 @@ class InitializeResult(TypedDict):
     version: str
     protocolVersion: str
     capabilities: Capabilities
+    daemon: DaemonStatus
 
 
 class _LastCompactionRequired(TypedDict):

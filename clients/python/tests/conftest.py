@@ -124,8 +124,18 @@ def server(env, tmp_path):
 
     def connect(framing="ndjson"):
         from compactd_client import Client
+        from compactd_client._wire import DaemonNotRunning
 
-        c = Client.connect_socket(sock, framing)
+        # The socket file appears at bind(), a moment before the daemon listens on it.
+        deadline = time.time() + 10
+        while True:
+            try:
+                c = Client.connect_socket(sock, framing)
+                break
+            except DaemonNotRunning:
+                assert proc.poll() is None, "daemon exited"
+                assert time.time() < deadline, "the daemon did not listen on its socket"
+                time.sleep(0.02)
         clients.append(c)
         return c
 

@@ -384,33 +384,12 @@ pub(super) fn injected_tag(text: &str) -> Option<&str> {
     t.ends_with(&format!("</{name}>")).then_some(name)
 }
 
-/// Verbs that make even a one-word message a request ("fix", "deploy").
-const TASK_VERBS: [&str; 24] = [
-    "add",
-    "implement",
-    "create",
-    "write",
-    "build",
-    "make",
-    "fix",
-    "change",
-    "update",
-    "switch",
-    "move",
-    "rename",
-    "remove",
-    "delete",
-    "refactor",
-    "bump",
-    "run",
-    "set",
-    "port",
-    "support",
-    "deploy",
-    "test",
-    "commit",
-    "push",
-];
+/// Verbs that make even a one-word message a request ("fix", "deploy"): the verbs a request
+/// opens with (`text::TASK_VERBS`) and a few that are requests on their own.
+fn is_task_verb(word: &str) -> bool {
+    const ALSO: [&str; 4] = ["deploy", "test", "commit", "push"];
+    super::text::TASK_VERBS.contains(&word) || ALSO.contains(&word)
+}
 
 /// A user message that states no task: an acknowledgement or greeting (see
 /// `is_acknowledgement`), a bare read-only command typed as a message (`ls`, `git status`),
@@ -436,7 +415,7 @@ pub(super) fn is_trivial_message(text: &str) -> bool {
             let w = one
                 .trim_matches(|c: char| !c.is_alphanumeric())
                 .to_lowercase();
-            !names_something && !TASK_VERBS.contains(&w.as_str())
+            !names_something && !is_task_verb(&w)
         }
         [_, _] => !names_something,
         _ => false,

@@ -161,7 +161,7 @@ static WEAK_CONSTRAINT_RE: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 /// Verbs a request opens with.
-const TASK_VERBS: [&str; 20] = [
+pub(super) const TASK_VERBS: [&str; 20] = [
     "add",
     "implement",
     "create",
