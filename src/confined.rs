@@ -195,7 +195,8 @@ pub fn append_line(
     let fd = open_at(
         &dir,
         &name,
-        libc::O_WRONLY | libc::O_APPEND | libc::O_NONBLOCK | libc::O_NOCTTY,
+        // Read too: a failed append is taken back by what it left at the end (`take_back`).
+        libc::O_RDWR | libc::O_APPEND | libc::O_NONBLOCK | libc::O_NOCTTY,
         0,
     )
     .map_err(|e| match e.raw_os_error() {
@@ -222,13 +223,38 @@ pub fn append_line(
     if let Err(e) = written {
         // Take our fragment back off: whatever part of the line reached the file would
         // otherwise be the start of the next line anyone appends.
-        let restored = f.set_len(before.len);
-        if let Err(t) = restored {
-            tracing::error!(path = %path.display(), error = %t, "could not truncate a failed append");
+        if let Err(t) = take_back(&f, before.len, &line) {
+            tracing::error!(path = %path.display(), error = %t, "could not take a failed append back");
         }
         return Err(AppendError::Io(e));
     }
     FileStamp::of_file(&f).map_err(AppendError::Io)
+}
+
+/// Removes the fragment of `line` a failed append left at the end of `f` (which was `before`
+/// bytes long when the append began), keeping every complete line another writer appended in
+/// that instant: the file is cut where the fragment starts, not at `before`. `O_APPEND` put
+/// the fragment at the end when it was written; when it is no longer there (another writer
+/// appended after it), cutting would take their line too, so the file is left as it is and the
+/// error says so (a reader skips the torn line, as Pi does).
+fn take_back(f: &File, before: u64, line: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let now = f.metadata()?.len();
+    if now <= before {
+        return Ok(());
+    }
+    let len = usize::try_from(now - before).map_err(io::Error::other)?;
+    let mut tail = vec![0; len];
+    f.read_exact_at(&mut tail, before)?;
+    for k in (1..=line.len().min(tail.len())).rev() {
+        let start = tail.len() - k;
+        if tail[start..] == line[..k] && (start == 0 || tail[start - 1] == b'\n') {
+            return f.set_len(before + start as u64);
+        }
+    }
+    Err(io::Error::other(
+        "the failed line's fragment is no longer at the end (another writer appended after it); left as it is",
+    ))
 }
 
 /// Creates `path` exclusively (`O_EXCL|O_NOFOLLOW`, making missing directories without following
@@ -330,6 +356,53 @@ pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> io::Result<FileStamp> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A failed append is taken back to where its fragment starts: a line another writer
+    /// appended in the same instant, before the fragment, stays (it was once cut back to the
+    /// length before the append, taking that line with it). A fragment with another line after
+    /// it is left alone rather than cut with that line.
+    #[test]
+    fn taking_a_failed_append_back_keeps_another_writers_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.jsonl");
+        let ours = b"{\"type\":\"message\",\"id\":\"ours\"}\n";
+        let cases: [(&[u8], &[u8], bool); 4] = [
+            // Another writer's line, then our fragment: theirs stays.
+            (
+                b"{\"id\":\"theirs\"}\n{\"type\":\"mes",
+                b"{\"id\":\"theirs\"}\n",
+                true,
+            ),
+            // Only our fragment: back to the length before.
+            (b"{\"type\":\"message\",\"id", b"", true),
+            // Our whole line (the sync failed): taken back whole.
+            (ours, b"", true),
+            // Another line after our fragment: nothing is cut.
+            (
+                b"{\"type\":\"mes{\"id\":\"theirs\"}\n",
+                b"{\"type\":\"mes{\"id\":\"theirs\"}\n",
+                false,
+            ),
+        ];
+        for (after, kept, ok) in cases {
+            let mut text = b"{\"type\":\"session\"}\n".to_vec();
+            let before = text.len() as u64;
+            text.extend_from_slice(after);
+            std::fs::write(&path, &text).expect("write");
+            let f = File::options()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .expect("open");
+            assert_eq!(take_back(&f, before, ours).is_ok(), ok);
+            let mut want = b"{\"type\":\"session\"}\n".to_vec();
+            want.extend_from_slice(kept);
+            assert_eq!(
+                String::from_utf8_lossy(&std::fs::read(&path).expect("read")),
+                String::from_utf8_lossy(&want)
+            );
+        }
+    }
 
     #[test]
     fn resolve_takes_dot_dot_through_missing_directories() {
