@@ -146,6 +146,10 @@ impl<'de> Deserialize<'de> for Fallback {
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     pub level: Option<String>,
+    /// The level `-v`/`-q` ask for on the command line: it wins over `COMPACTD_LOG` and
+    /// `level` (the flag is the most explicit word). Not read from the file.
+    #[serde(skip)]
+    pub flag_level: Option<String>,
     pub file: Option<PathBuf>,
     /// `text` (default: one human-readable line per event) or `json` (one JSON object per
     /// line, with the spans the event happened in, for log shippers); `--log-format` overrides.

@@ -24,6 +24,8 @@ fn main() {
     if let Some(format) = cli.log_format {
         config.log.format = format;
     }
+    config.log.flag_level =
+        compactd::cli::logging::flag_level(cli.verbose, cli.quiet).map(str::to_owned);
     let guards = compactd::cli::logging::init(&config, compactd::cli::log_mode(&cli.command));
     let code = compactd::cli::run(cli, config);
     drop(guards);

@@ -8,6 +8,10 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use serde_json::json;
+use support::daemon_env::Env;
+use support::rpc_client::{Client, Framing};
+
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_compactd")
 }
@@ -311,4 +315,81 @@ fn daemon_logs_are_coloured_only_on_a_terminal_without_no_color() {
         coloured.contains("\u{1b}["),
         "a terminal gets colour: {coloured:?}"
     );
+}
+
+/// `compactd completions SHELL` prints a completion script generated from the CLI itself, so
+/// every subcommand is in it, the newest included.
+#[test]
+fn completions_name_every_subcommand() {
+    let env = Env::new();
+    for shell in ["bash", "zsh", "fish"] {
+        let out = env.command("completions").arg(shell).output().expect("run");
+        assert!(
+            out.status.success(),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let script = String::from_utf8_lossy(&out.stdout);
+        for sub in [
+            "serve", "connect", "start", "status", "stop", "inspect", "compact", "top", "mcp",
+        ] {
+            assert!(script.contains(sub), "{shell} completes {sub}");
+        }
+    }
+    let bad = env
+        .command("completions")
+        .arg("tcsh")
+        .output()
+        .expect("run");
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
+
+/// `-q` and `-v` on any subcommand: errors only, or debug lines, over `COMPACTD_LOG`.
+#[test]
+fn quiet_and_verbose_set_the_log_level_on_every_command() {
+    let env = Env::new();
+    let serve = |flag: &str| {
+        let socket = env.path(&format!("run/{}.sock", flag.trim_start_matches('-')));
+        let child = env
+            .command("serve")
+            .arg("--socket")
+            .arg(&socket)
+            .arg(flag)
+            .env("COMPACTD_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("serve");
+        let mut c = Client::socket(&socket, Framing::Ndjson);
+        c.ok("listSessions", json!({}));
+        drop(c);
+        // SAFETY: kill(2) on the daemon this test spawned.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let out = child.wait_with_output().expect("wait");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let quiet = serve("-q");
+    assert!(!quiet.contains("INFO"), "-q logs errors only: {quiet}");
+    let verbose = serve("-v");
+    assert!(verbose.contains("DEBUG"), "-v logs debug lines: {verbose}");
+    for sub in [
+        "inspect", "compact", "top", "status", "stop", "export", "import", "mcp",
+    ] {
+        let out = env
+            .command(sub)
+            .args(["-q", "--help"])
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{sub} takes -q");
+        let out = env
+            .command(sub)
+            .args(["-vv", "--help"])
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{sub} takes -vv");
+    }
 }

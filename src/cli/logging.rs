@@ -104,11 +104,25 @@ pub fn check_env() -> Result<(), String> {
 }
 
 fn filter(config: &crate::config::Config, default: &str) -> EnvFilter {
-    let spec = std::env::var("COMPACTD_LOG")
-        .ok()
+    let spec = config
+        .log
+        .flag_level
+        .clone()
+        .or_else(|| std::env::var("COMPACTD_LOG").ok())
         .or_else(|| config.log.level.clone())
         .unwrap_or_else(|| default.into());
     EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(default))
+}
+
+/// The level `-v` (`count` times) or `-q` ask for: `-q` errors only, `-v` debug, `-vv` and more
+/// trace; `None` without either, so the mode's default, `COMPACTD_LOG` and `[log] level` apply.
+pub fn flag_level(verbose: u8, quiet: bool) -> Option<&'static str> {
+    match (quiet, verbose) {
+        (true, _) => Some("error"),
+        (false, 0) => None,
+        (false, 1) => Some("debug"),
+        (false, _) => Some("trace"),
+    }
 }
 
 /// Colour only for a person at a terminal: never in an editor's log buffer, a pipe or a file,

@@ -50,6 +50,12 @@ pub struct Cli {
     /// request, session and compaction spans they happened in); overrides `[log] format`.
     #[arg(long, global = true, value_enum)]
     pub log_format: Option<crate::config::LogFormat>,
+    /// More log lines: `-v` debug, `-vv` trace (over `COMPACTD_LOG` and `[log] level`).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Errors only in the log (over `COMPACTD_LOG` and `[log] level`).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -101,6 +107,10 @@ pub enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell) on stdout,
+    /// e.g. `compactd completions bash > ~/.local/share/bash-completion/completions/compactd`.
+    #[command(after_help = EXIT_CODES)]
+    Completions { shell: clap_complete::Shell },
     /// Show the daemon on the socket: pid, uptime, sessions, clients, version, and the config
     /// and log files it uses; exit 1 when none answers.
     #[command(after_help = EXIT_CODES)]
@@ -460,7 +470,7 @@ pub fn log_mode(command: &Command) -> logging::LogMode {
         Command::Stdio { .. } | Command::Connect { .. } | Command::Mcp { .. } => {
             logging::LogMode::Editor
         }
-        Command::Top { .. } => logging::LogMode::Silent,
+        Command::Top { .. } | Command::Completions { .. } => logging::LogMode::Silent,
         _ => logging::LogMode::OneShot,
     }
 }
@@ -530,6 +540,16 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
         }
         Command::Connect { socket } => connect::connect(socket, config_path, &config),
         Command::Start { socket } => connect::start(socket, config_path, &config),
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "compactd",
+                &mut out,
+            );
+            write_stdout(&String::from_utf8_lossy(&out))
+        }
         Command::Status { socket } => lifecycle::status(&lifecycle::socket_of(socket, &config)),
         Command::Stop { socket } => lifecycle::stop(&lifecycle::socket_of(socket, &config)),
         Command::Service {
