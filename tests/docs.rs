@@ -171,3 +171,66 @@ fn the_readme_labels_its_two_commands() {
         "each label precedes its command"
     );
 }
+
+/// The README's CLI synopsis is the CLI's: it names every subcommand `compactd --help` lists,
+/// and every `--flag` it shows for a subcommand is one that subcommand's `--help` lists (a
+/// synopsis that drifted once left out six subcommands and a flag).
+#[test]
+fn the_readme_synopsis_matches_the_cli() {
+    let help = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_compactd"))
+            .args(args)
+            .arg("--help")
+            .output()
+            .expect("run compactd --help");
+        assert!(out.status.success(), "{args:?} --help");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let top = help(&[]);
+    let subcommands: Vec<String> = top
+        .split("Commands:")
+        .nth(1)
+        .and_then(|rest| rest.split("Options:").next())
+        .expect("a Commands section")
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| *w != "help")
+        .map(str::to_owned)
+        .collect();
+    assert!(subcommands.len() >= 10, "{subcommands:?}");
+    let readme = read("README.md");
+    let cli = readme.split("## CLI").nth(1).expect("a CLI section");
+    let block = cli
+        .split("```text")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the synopsis block");
+    let mut current = String::new();
+    let mut named = BTreeSet::new();
+    for line in block.lines() {
+        let code = line.split('#').next().unwrap_or("");
+        if let Some(rest) = code.trim_start().strip_prefix("compactd ") {
+            current = rest.split_whitespace().next().unwrap_or("").to_owned();
+            named.insert(current.clone());
+        }
+        if current.is_empty() || !code.contains("--") {
+            continue;
+        }
+        let flags = help(&[current.as_str()]);
+        for flag in code
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+        {
+            assert!(
+                flags.contains(flag),
+                "the synopsis shows `{flag}` for `{current}`, which its --help does not list"
+            );
+        }
+    }
+    for sub in &subcommands {
+        assert!(
+            named.contains(sub),
+            "the README synopsis leaves out `compactd {sub}`"
+        );
+    }
+}
