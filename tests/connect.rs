@@ -476,6 +476,11 @@ fn a_daemon_of_another_user_is_never_joined() {
     std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let socket = shared.join("compactd.sock");
+    // The other user runs a copy of the binary from here: the checkout may sit in a directory
+    // only this user can enter.
+    let bin = dir.path().join("compactd");
+    std::fs::copy(env!("CARGO_BIN_EXE_compactd"), &bin).expect("copy the binary");
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let h = home.display();
     let other = Command::new("runuser")
         .args(["-u", "nobody", "--", "env"])
@@ -483,7 +488,7 @@ fn a_daemon_of_another_user_is_never_joined() {
         .arg(format!("XDG_STATE_HOME={h}/state"))
         .arg(format!("XDG_CONFIG_HOME={h}/config"))
         .arg(format!("PI_CODING_AGENT_DIR={h}/agent"))
-        .arg(env!("CARGO_BIN_EXE_compactd"))
+        .arg(&bin)
         .arg("serve")
         .arg("--socket")
         .arg(&socket)
