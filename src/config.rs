@@ -366,27 +366,26 @@ impl StorageConfig {
     /// see [`crate::store::Backend::check`]). An error says why it cannot even be set up.
     pub fn backend(&self) -> Result<std::sync::Arc<dyn crate::store::Backend>, String> {
         match self.backend {
-            Backend::Files => {
-                let config = self.clone();
-                Ok(std::sync::Arc::new(crate::store::Files::new(
-                    self.limits(),
-                    Box::new(move || config.roots()),
-                    agent_dir().join("sessions"),
-                )))
-            }
+            Backend::Files => Ok(std::sync::Arc::new(crate::store::Files::new(
+                self.limits(),
+                self.roots_as_set_up(),
+                agent_dir().join("sessions"),
+            ))),
             Backend::Postgres => {
                 let url = self.postgres_url().ok_or_else(|| {
                     format!("storage.backend = 'postgres' needs storage.postgres_url or {POSTGRES_URL_ENV}")
                 })?;
-                let config = self.clone();
-                let roots: Option<crate::store::files::Roots> = self
-                    .allowed_roots
-                    .is_some()
-                    .then(|| Box::new(move || config.roots()) as _);
+                let roots = self.allowed_roots.is_some().then(|| self.roots_as_set_up());
                 crate::store::postgres::Postgres::open(&url, self.namespace(), roots)
                     .map(|p| std::sync::Arc::new(p) as std::sync::Arc<dyn crate::store::Backend>)
             }
         }
+    }
+
+    /// [`StorageConfig::roots`] for a backend, resolved at each check (a root made later counts).
+    fn roots_as_set_up(&self) -> crate::store::files::Roots {
+        let config = self.clone();
+        Box::new(move || config.roots())
     }
 
     /// `[storage] namespace`, `default` unless set.

@@ -86,6 +86,18 @@ pub enum StoreError {
     },
 }
 
+/// `p`, a path a client sent as `what`, when it is absolute; else why not (`invalid_params`):
+/// a relative path would be resolved against the daemon's working directory, not the client's.
+pub fn absolute_param(p: &str, what: &str) -> Result<PathBuf, StoreError> {
+    let path = PathBuf::from(p);
+    if !path.is_absolute() {
+        return Err(StoreError::Invalid(format!(
+            "{what} must be an absolute path: {p}"
+        )));
+    }
+    Ok(path)
+}
+
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io {
         path: path.to_owned(),

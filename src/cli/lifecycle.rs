@@ -16,15 +16,16 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 /// `initialize`'s answer from the daemon on `socket`, or why there is none (`Ok(None)`: nothing
 /// listens there).
 fn ask(socket: &Path, client: &str) -> Result<Option<Value>, String> {
-    if crate::transport::unix::connect_own(socket)?.is_none() {
+    use crate::transport::{client::DaemonClient, unix};
+    let Some(stream) = unix::connect_own(socket)? else {
         return Ok(None);
-    }
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     runtime.block_on(async {
-        let c = crate::transport::client::DaemonClient::connect(socket).await?;
+        let c = DaemonClient::over(unix::into_async(stream)?);
         let answer = c
             .call("initialize", json!({ "clientName": client }))
             .await

@@ -424,7 +424,7 @@ impl Daemon {
         result
     }
 
-    /// Makes the state (a file session takes its lock first: [`lock_session_file`]) and
+    /// Makes the state (a file session takes its lock first, in `store::Backend::open`) and
     /// registers the new session.
     fn insert_new(
         &self,
@@ -488,15 +488,17 @@ impl Daemon {
     /// The event's name comes from its payload type's declaration in `rpc::events`.
     pub fn emit<E: Message>(&self, session_id: &str, event: &E) {
         let params = crate::rpc::events::payload(event);
-        if let Ok(session) = self.session(session_id) {
+        let session = self.session(session_id).ok();
+        if let Some(session) = &session {
             self.storage.publish(&session.path, E::NAME, &params);
         }
-        self.emit_raw(session_id, E::NAME, &params);
+        self.emit_raw(session_id, session.as_deref(), E::NAME, &params);
     }
 
-    /// [`Daemon::emit`] of an event already serialized (one another daemon announced).
-    fn emit_raw(&self, session_id: &str, name: &str, params: &Value) {
-        if let Ok(session) = self.session(session_id) {
+    /// [`Daemon::emit`] of an event already serialized (one another daemon announced), for
+    /// `session` when it is open here.
+    fn emit_raw(&self, session_id: &str, session: Option<&Session>, name: &str, params: &Value) {
+        if let Some(session) = session {
             // Read back as typed: an event another daemon (of another version) sent that does
             // not parse still reaches the subscribers, it only is not folded in.
             match crate::rpc::events::Event::parse(name, params) {

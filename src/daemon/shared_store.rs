@@ -33,7 +33,7 @@ fn deliver(daemon: &Arc<Daemon>, mut event: RemoteEvent) {
     if let Some(o) = event.payload.as_object_mut() {
         o.insert("sessionId".into(), session.id.clone().into());
     }
-    daemon.emit_raw(&session.id, &event.name, &event.payload);
+    daemon.emit_raw(&session.id, Some(&session), &event.name, &event.payload);
     if event.name == crate::rpc::events::EventKind::CompactionEnd.name() {
         // The other daemon's entry is in the store: read it in now, so this daemon's reads
         // (context, usage, branch) reflect it without waiting for its next write.

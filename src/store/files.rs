@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::backend::{Address, Backend, Deliver, Lease, NewSession, Opened, StoredSummary};
-use super::{load_with, try_lock, Limits, SessionFile, StoreError};
+use super::{absolute_param as absolute, load_with, try_lock, Limits, SessionFile, StoreError};
 use crate::session::SessionTree;
 
 const FILES_NOT_STORED: &str = "headerId addresses a session in a shared store, and this daemon keeps sessions in files ([storage] backend = \"files\"): open one by path";
@@ -110,16 +110,6 @@ pub fn check_roots(roots: &[PathBuf], path: &Path, what: &str) -> Result<(), Sto
 pub fn encoded_cwd(cwd: &str) -> String {
     let trimmed = cwd.strip_prefix(['/', '\\']).unwrap_or(cwd);
     format!("--{}--", trimmed.replace(['/', '\\', ':'], "-"))
-}
-
-fn absolute(p: &str, what: &str) -> Result<PathBuf, StoreError> {
-    let path = PathBuf::from(p);
-    if !path.is_absolute() {
-        return Err(StoreError::Invalid(format!(
-            "{what} must be an absolute path: {p}"
-        )));
-    }
-    Ok(path)
 }
 
 impl Backend for Files {

@@ -124,6 +124,18 @@ struct Stored {
     cwd: String,
 }
 
+impl Stored {
+    /// The session as Pi would load its export, and the last seq.
+    fn into_tree(self, header_id: &str) -> Result<(SessionTree, i64), StoreError> {
+        match read_session_bytes(self.text.into()) {
+            ReadOutcome::Session(p) => Ok((SessionTree::from_parsed(p), self.head)),
+            ReadOutcome::NotASession | ReadOutcome::Empty => {
+                Err(StoreError::NotASession(location(header_id)))
+            }
+        }
+    }
+}
+
 /// The location of the stored session `header_id`.
 pub fn location(header_id: &str) -> PathBuf {
     PathBuf::from(format!("{LOCATION_PREFIX}{header_id}"))
@@ -393,36 +405,7 @@ impl Database {
 
     /// Loads a stored session as Pi would load its export.
     pub fn load(self: &Arc<Self>, header_id: &str) -> Result<(SessionTree, i64), StoreError> {
-        let Stored { text, head, .. } = self.read_all(header_id)?;
-        match read_session_bytes(text.into()) {
-            ReadOutcome::Session(p) => Ok((SessionTree::from_parsed(p), head)),
-            ReadOutcome::NotASession | ReadOutcome::Empty => {
-                Err(StoreError::NotASession(location(header_id)))
-            }
-        }
-    }
-
-    /// A stored session as Pi JSONL: the header line and every entry line, byte for byte.
-    pub fn export(self: &Arc<Self>, header_id: &str) -> Result<Vec<u8>, StoreError> {
-        self.read_all(header_id).map(|s| s.text)
-    }
-
-    /// The working directory a stored session of this namespace was created for.
-    fn cwd_of(self: &Arc<Self>, header_id: &str) -> Result<String, StoreError> {
-        let db = self.clone();
-        let header_id = header_id.to_owned();
-        self.block_on(async move {
-            let client = db.client().await?;
-            client
-                .query_opt(
-                    "SELECT cwd FROM compactd_sessions WHERE header_id = $1 AND namespace = $2",
-                    &[&header_id, &db.namespace],
-                )
-                .await
-                .map_err(unavailable)?
-                .map(|r| r.get(0))
-                .ok_or(StoreError::NoSuchStored(header_id))
-        })
+        self.read_all(header_id)?.into_tree(header_id)
     }
 
     /// Loads a session file's lines into the store, byte for byte (the header line as it is in
@@ -847,12 +830,14 @@ impl StoredSession {
         }
     }
 
-    /// Opens the stored session `header_id`: its tree and the storage that follows it.
-    pub fn open(
+    /// The stored session `header_id` as read (`stored`): its tree and the storage that
+    /// follows it.
+    fn open(
         db: Arc<Database>,
         header_id: &str,
+        stored: Stored,
     ) -> Result<(SessionTree, StoredSession), StoreError> {
-        let (tree, head) = db.load(header_id)?;
+        let (tree, head) = stored.into_tree(header_id)?;
         Ok((
             tree,
             StoredSession {
@@ -861,10 +846,6 @@ impl StoredSession {
                 ..StoredSession::new(db, header_id)
             },
         ))
-    }
-
-    pub fn header_id(&self) -> &str {
-        &self.header_id
     }
 }
 
@@ -1097,8 +1078,10 @@ impl Backend for Postgres {
     fn open(&self, location: &Path, _cwd: Option<&str>) -> Result<Opened, StoreError> {
         let header_id = header_id_of(location)
             .ok_or_else(|| StoreError::NoSuchStored(location.display().to_string()))?;
-        self.check_cwd(&self.db.cwd_of(header_id)?)?;
-        let (tree, storage) = StoredSession::open(self.db.clone(), header_id)?;
+        // Read once: its cwd is checked before anything of it is used.
+        let stored = self.db.read_all(header_id)?;
+        self.check_cwd(&stored.cwd)?;
+        let (tree, storage) = StoredSession::open(self.db.clone(), header_id, stored)?;
         Ok(Opened::Loaded {
             storage: Box::new(storage),
             tree,

@@ -66,11 +66,16 @@ fn closed() -> Refusal {
 }
 
 impl DaemonClient {
-    /// Connects to the daemon's socket.
     /// Connects to the daemon's socket: only to a daemon of this user
     /// (`transport::unix::connect_own_async`).
     pub async fn connect(socket: &Path) -> Result<DaemonClient, String> {
         let stream = super::unix::connect_own_async(socket).await?;
+        Ok(DaemonClient::over(stream))
+    }
+
+    /// A client over a stream connected (and checked) already. Call within a runtime: it
+    /// starts the tasks that read answers and write replies.
+    pub fn over(stream: tokio::net::UnixStream) -> DaemonClient {
         let (read, write) = stream.into_split();
         let pending: Pending = Arc::default();
         let writer = Arc::new(tokio::sync::Mutex::new(write));
@@ -120,7 +125,7 @@ impl DaemonClient {
                 }
             }
         });
-        Ok(client)
+        client
     }
 
     /// Calls `method` with `params`; the result, or the daemon's error reply.

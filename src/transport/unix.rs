@@ -126,21 +126,23 @@ fn prepare_dir(dir: &Path, private: bool) -> Result<(), String> {
 /// Creates the directory of `socket` (mode 0700) or checks the one that exists, by the rules
 /// above. Errors are messages for the user.
 pub fn prepare_socket_dir(socket: &Path) -> Result<(), String> {
-    let dir = socket
+    let dir = socket_dir(socket);
+    prepare_dir(dir, dir == default_socket_dir())
+}
+
+/// The directory `socket` is in (`.` for a bare name).
+fn socket_dir(socket: &Path) -> &Path {
+    socket
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    prepare_dir(dir, dir == default_socket_dir())
+        .unwrap_or(Path::new("."))
 }
 
 /// Checks the socket's directory as a client, before connecting to anything in it: the rules
 /// `serve` applies before binding there, nothing created. A directory that does not exist holds
 /// no daemon to join.
 pub fn check_socket_dir(socket: &Path) -> Result<(), String> {
-    let dir = socket
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = socket_dir(socket);
     match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         _ => prepare_dir(dir, dir == default_socket_dir()),
@@ -233,10 +235,15 @@ pub async fn connect_own_async(socket: &Path) -> Result<UnixStream, String> {
     })
     .await
     .map_err(|e| format!("cannot connect: {e}"))??;
-    std_stream
+    into_async(std_stream)
+}
+
+/// A stream [`connect_own`] made, for a tokio runtime (call within one).
+pub fn into_async(stream: std::os::unix::net::UnixStream) -> Result<UnixStream, String> {
+    stream
         .set_nonblocking(true)
         .map_err(|e| format!("cannot connect: {e}"))?;
-    UnixStream::from_std(std_stream).map_err(|e| format!("cannot connect: {e}"))
+    UnixStream::from_std(stream).map_err(|e| format!("cannot connect: {e}"))
 }
 
 /// Binds the socket, handling stale files. Errors are messages for the user.

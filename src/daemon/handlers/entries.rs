@@ -92,12 +92,9 @@ pub fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendResult,
             if !stamped {
                 written.remove("timestamp");
             }
-            written
-                .iter()
-                .all(|(k, v)| (!stamped && k == "timestamp") || message.get(k) == Some(v))
-                && message
-                    .keys()
-                    .all(|k| (!stamped && k == "timestamp") || written.contains_key(k))
+            let filled = usize::from(!stamped);
+            written.len() + filled == message.len()
+                && written.iter().all(|(k, v)| message.get(k) == Some(v))
         })
     };
     if let Some(done) = already_appended(&mut state, p.entry_id.as_deref(), same)? {

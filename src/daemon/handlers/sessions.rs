@@ -21,13 +21,7 @@ use crate::store::{Address, Opened, StoreError};
 use crate::summarizer::RetrySettings;
 
 fn absolute(p: &str, what: &str) -> Result<PathBuf, RpcError> {
-    let path = PathBuf::from(p);
-    if !path.is_absolute() {
-        return Err(RpcError::invalid_params(format!(
-            "{what} must be an absolute path: {p}"
-        )));
-    }
-    Ok(path)
+    crate::store::absolute_param(p, what).map_err(store_error)
 }
 
 /// `SessionInfo` of an open session.

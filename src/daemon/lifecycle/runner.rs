@@ -247,7 +247,16 @@ impl Run<'_> {
             cancel: &self.cancel,
             made,
         })
-        .await?;
+        .await
+        .map_err(|stopped| {
+            if let summarize::Stopped::Failed(..) = stopped {
+                // The failure's log line names the summarizer that failed.
+                if let Ok(engine) = self.daemon.session_engine(self.session, self.settings) {
+                    self.summarizer = engine.label();
+                }
+            }
+            CompactionFailure::from(stopped)
+        })?;
         self.summarizer = made.summarizer.clone();
         self.from_extension = made.from_extension;
         Ok(made)
