@@ -13,6 +13,9 @@
 //! - [`compaction`]: the pure core — tokens, the branch index (running totals along a path),
 //!   cut points, preparation as plans of ranges, file ops, serialization, prompts, the reply
 //!   types a summarizer returns, summaries and `CompactionResult`.
+//! - [`clearing`]: beyond Pi, the second tier — old tool output cleared from the projected
+//!   context (reversibly: a `compactd.clear` custom entry names what a pass cleared), the
+//!   settings, the plan of a pass, the placeholder a cleared result projects to.
 //! - [`live_context`]: incremental token facts of a live agent context (O(1) checks after appends).
 //! - [`report`]: the analysis `compactd inspect` prints (the fixtures' `expected.json` shape).
 //! - [`summarizer`]: who writes summaries — LLM providers (each only a streaming protocol),
@@ -47,6 +50,7 @@
 //! - [`mcp`]: the MCP server of `compactd mcp`, the recall tools backed by the daemon.
 //! - [`cpu`]: CPU-heavy work run without stalling the async workers.
 pub mod accounting;
+pub mod clearing;
 pub mod cli;
 pub mod compaction;
 pub mod compactor;

@@ -86,6 +86,30 @@ impl LiveContext {
         Some(f)
     }
 
+    /// Sets the estimate of the message at `pos` (a clearing pass replaced its content in the
+    /// projection). O(1).
+    pub fn set_tokens(&mut self, pos: usize, tokens: u64) {
+        let Some(f) = self.facts.get_mut(pos) else {
+            return;
+        };
+        let old = std::mem::replace(&mut f.tokens, tokens);
+        self.total = self.total - old + tokens;
+        if self.last_usage.is_none_or(|(u, _)| pos > u) {
+            self.trailing = self.trailing - old + tokens;
+        }
+    }
+
+    /// Drops the usage every message so far reported (a clearing pass made it stale: it counted
+    /// outputs the projection no longer holds), so the estimate is the projection's own until a
+    /// newer reply reports usage. O(n), once per pass.
+    pub fn forget_usage(&mut self) {
+        for f in &mut self.facts {
+            f.usage_tokens = None;
+        }
+        self.last_usage = None;
+        self.trailing = self.total;
+    }
+
     pub fn len(&self) -> usize {
         self.facts.len()
     }

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use crate::clearing::{self, Cleared};
 use crate::compaction::tokens::MessageFacts;
 use crate::compaction::BranchIndex;
 use crate::context::{context_positions, convert_to_llm, project_entry};
@@ -36,8 +37,12 @@ pub struct SessionState {
     pub persisted: bool,
     /// Entry indices of the agent context's messages (Pi's `agent.state.messages`).
     pub agent: Vec<usize>,
-    /// Token facts of `agent`, maintained incrementally.
+    /// Token facts of `agent`, maintained incrementally (cleared tool results at their
+    /// projected size).
     pub live: LiveContext,
+    /// Beyond Pi: the clearing passes on the current branch (which tool results the projection
+    /// replaces), kept current with `branch`.
+    pub cleared: Cleared,
     pub model: Option<Model>,
     pub thinking_level: String,
     /// Pi's `_overflowRecoveryAttempted`.
@@ -70,6 +75,7 @@ impl Drop for SessionState {
             std::mem::take(&mut self.agent),
             std::mem::take(&mut self.index),
             std::mem::take(&mut self.live),
+            std::mem::take(&mut self.cleared),
         ));
     }
 }
@@ -95,6 +101,7 @@ impl SessionState {
             persisted,
             agent: Vec::new(),
             live: LiveContext::default(),
+            cleared: Cleared::default(),
             model,
             thinking_level,
             overflow_recovery_attempted: false,
@@ -178,19 +185,50 @@ impl SessionState {
             .map(|p| self.branch[p])
             .filter(|&i| self.tree.entry(i).role.is_some())
             .collect();
+        let mut cleared = Cleared::default();
+        for &i in &self.branch {
+            cleared.record(i, self.tree.entry(i));
+        }
+        self.cleared = cleared;
         let mut live = LiveContext::default();
         for &i in &self.agent {
-            live.push_entry(self.tree.entry(i));
+            live.push(self.message_facts(i));
         }
         self.live = live;
     }
 
-    /// The agent context's messages (parsed from the entries now).
+    /// The token facts of the message at tree index `i` as the projection holds it: a cleared
+    /// tool result at its placeholder's size, usage reported before the latest clearing pass
+    /// dropped.
+    fn message_facts(&self, i: usize) -> MessageFacts {
+        let e = self.tree.entry(i);
+        MessageFacts {
+            tokens: clearing::tokens_in_projection(e, &self.cleared),
+            usage_tokens: e.usage_tokens.filter(|_| !self.cleared.usage_stale(i)),
+        }
+    }
+
+    /// The agent context's messages (parsed from the entries now), cleared tool results as
+    /// their placeholders.
     pub fn agent_messages(&self) -> Vec<Value> {
         self.agent
             .iter()
-            .filter_map(|&i| project_entry(self.tree.entry(i)))
+            .filter_map(|&i| {
+                let e = self.tree.entry(i);
+                let mut m = project_entry(e)?;
+                if self.cleared.covers(e) {
+                    if let (Value::Object(o), Some(id)) = (&mut m, e.id.as_deref()) {
+                        clearing::project_message(o, id, e.tokens);
+                    }
+                }
+                Some(m)
+            })
             .collect()
+    }
+
+    /// The context's entries, in context order (what a clearing pass weighs).
+    pub fn context_entries(&self) -> Vec<&Entry> {
+        self.agent.iter().map(|&i| self.tree.entry(i)).collect()
     }
 
     pub fn llm_messages(&self) -> Vec<Value> {
@@ -205,6 +243,18 @@ impl SessionState {
                 .then(|| e.message().map(Value::Object))
                 .flatten()
         })
+    }
+
+    /// Whether the usage the last assistant message of the context reported predates a
+    /// clearing pass (beyond Pi; always false without one).
+    pub fn last_assistant_usage_stale(&self) -> bool {
+        !self.cleared.is_empty()
+            && self
+                .agent
+                .iter()
+                .rev()
+                .find(|&&i| self.tree.entry(i).is_message(Role::Assistant))
+                .is_some_and(|&i| self.cleared.usage_stale(i))
     }
 
     /// Removes the last agent-context message if it is an assistant (overflow recovery); the
@@ -302,6 +352,24 @@ impl SessionState {
             positions: &self.branch,
         };
         self.index.push(&view);
+        if let Some(ids) = self.cleared.record(idx, self.tree.entry(idx)) {
+            self.apply_pass(&ids);
+        }
+    }
+
+    /// A clearing pass reached the leaf (compactd's, or one another writer appended): the
+    /// context's messages it names shrink to their placeholders, and the usage replies reported
+    /// so far no longer describes the projection.
+    fn apply_pass(&mut self, ids: &[String]) {
+        let named: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
+        for pos in 0..self.agent.len() {
+            let e = self.tree.entry(self.agent[pos]);
+            if e.id.as_deref().is_some_and(|id| named.contains(id)) && self.cleared.covers(e) {
+                let tokens = clearing::tokens_in_projection(e, &self.cleared);
+                self.live.set_tokens(pos, tokens);
+            }
+        }
+        self.live.forget_usage();
     }
 
     /// Checks `expectedLeafId`.
@@ -444,12 +512,8 @@ impl SessionState {
 
     /// Adds an appended entry's message to the agent context.
     pub fn push_agent(&mut self, idx: usize) {
-        let e = self.tree.entry(idx);
-        if e.role.is_some() {
-            self.live.push(MessageFacts {
-                tokens: e.tokens,
-                usage_tokens: e.usage_tokens,
-            });
+        if self.tree.entry(idx).role.is_some() {
+            self.live.push(self.message_facts(idx));
             self.agent.push(idx);
         }
     }

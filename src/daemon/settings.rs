@@ -132,6 +132,10 @@ pub struct EffectiveSettings {
     /// Beyond Pi: `compaction.recallFooter` (default true): every summary compactd writes ends
     /// with one line naming the recall tools and the entries it stands for.
     pub recall_footer: bool,
+    /// Beyond Pi: `compaction.clearToolResults`, the second tier (`None`: off, Pi's
+    /// behaviour; also when a settings file's block is invalid, as Pi ignores what it cannot
+    /// read — `setSettingsOverrides` refuses it by name).
+    pub clear_tool_results: Option<crate::clearing::ClearSettings>,
     /// The merged JSON, for `getSettings`.
     pub merged: Value,
 }
@@ -241,6 +245,12 @@ pub fn from_merged(merged: Value, retry_default: &RetrySettings) -> EffectiveSet
             .get("recallFooter")
             .and_then(Value::as_bool)
             .unwrap_or(true),
+        clear_tool_results: crate::clearing::ClearSettings::from_json(
+            c.get("clearToolResults"),
+            crate::config::MAX_TOKEN_SETTING,
+        )
+        .ok()
+        .flatten(),
         merged,
     }
 }
@@ -316,6 +326,14 @@ pub fn invalid_override(p: &crate::rpc::types::CompactionSettingsPatch) -> Optio
             "compaction.idleCompactAt must be a fraction of the threshold in (0, 1], or 0 for off (got {f})"
         ));
     }
+    if let Some(clear) = &p.clear_tool_results {
+        let v = serde_json::to_value(clear).unwrap_or(Value::Null);
+        if let Err(why) =
+            crate::clearing::ClearSettings::from_json(Some(&v), crate::config::MAX_TOKEN_SETTING)
+        {
+            return Some(why);
+        }
+    }
     if let Some(f) = p.speculative_at.filter(|f| !valid_speculative_at(*f)) {
         return Some(format!(
             "compaction.speculativeAt must be a fraction of the threshold in (0, 1), or 0 for off (got {f})"
@@ -334,6 +352,17 @@ impl EffectiveSettings {
         compaction.cache_ttl_seconds = Some(self.cache_ttl_seconds);
         compaction.calibrated_estimates = Some(self.calibrated_estimates);
         compaction.recall_footer = Some(self.recall_footer);
+        compaction.clear_tool_results =
+            Some(
+                self.clear_tool_results
+                    .as_ref()
+                    .map(|c| results::ClearToolResultsView {
+                        at: c.at,
+                        keep_recent_tokens: c.keep_recent_tokens,
+                        clear_at_least: c.clear_at_least,
+                        exclude_tools: c.exclude_tools.clone(),
+                    }),
+            );
         results::EffectiveSettings {
             compaction,
             branch_summary: results::BranchSummarySettings {

@@ -16,7 +16,7 @@ use crate::compaction::prompts::{
 };
 use crate::compactor::SummaryEngine;
 use crate::rpc::errors::RpcError;
-use crate::rpc::results::{CacheRewrite, CostReport, SessionSpend};
+use crate::rpc::results::{CacheRewrite, ClearingSpend, CostReport, SessionSpend};
 use crate::rpc::types::SessionParams;
 use crate::session::{ids, EntryKind, Role};
 use crate::summarizer::Usage;
@@ -169,6 +169,21 @@ fn report(
     // when a compaction was made.
     let mut last_reply_ms: Option<f64> = None;
     let mut pending: Option<(String, f64)> = None; // a compaction waiting for the next reply
+    let mut clearing = ClearingSpend::default();
+    // Tokens the clearing passes since the latest compaction took out of every request, and a
+    // pass waiting for the next reply (its cache rewrite).
+    let mut cleared_tokens = 0u64;
+    let mut pass_pending: Option<f64> = None;
+    let rewrite = |usage: &Usage, cold: bool| -> Option<f64> {
+        agent_prices.map(|p| {
+            if cold {
+                0.0
+            } else {
+                crate::accounting::cost::usd(usage.cache_write, p.cache_write)
+                    + crate::accounting::cost::usd(usage.input, p.input)
+            }
+        })
+    };
     for e in entries.iter() {
         match e.kind {
             EntryKind::Message if e.role == Some(Role::Assistant) => {
@@ -177,27 +192,40 @@ fn report(
                     agent.add(&c);
                 }
                 let ts = m.get("timestamp").and_then(Value::as_f64);
+                let usage = usage_of(m.get("usage")).unwrap_or_default();
                 if let Some((id, compacted_ms)) = pending.take() {
                     // The first request after a compaction writes the new prefix to the cache;
                     // the provider reports it as its cache write and uncached input.
-                    let usage = usage_of(m.get("usage")).unwrap_or_default();
                     let cold = last_reply_ms.is_some_and(|r| compacted_ms - r >= ttl_ms);
-                    let tokens = usage.cache_write + usage.input;
                     rewrites.push(CacheRewrite {
                         compaction_id: id,
-                        tokens,
+                        tokens: usage.cache_write + usage.input,
                         cold,
-                        usd: agent_prices.map(|p| {
-                            if cold {
-                                0.0
-                            } else {
-                                crate::accounting::cost::usd(usage.cache_write, p.cache_write)
-                                    + crate::accounting::cost::usd(usage.input, p.input)
-                            }
-                        }),
+                        usd: rewrite(&usage, cold),
                     });
                 }
+                // Beyond Pi, the second tier: every request after a pass leaves its tokens out;
+                // the first one rewrites the cache from the first cleared output on.
+                clearing.tokens_not_sent += cleared_tokens;
+                if let Some(cleared_ms) = pass_pending.take() {
+                    let cold = last_reply_ms.is_some_and(|r| cleared_ms - r >= ttl_ms);
+                    clearing.cache_rewrite_usd = clearing
+                        .cache_rewrite_usd
+                        .zip(rewrite(&usage, cold))
+                        .map(|(a, b)| a + b);
+                }
                 last_reply_ms = ts.or(last_reply_ms);
+            }
+            EntryKind::Custom => {
+                if crate::clearing::pass_ids(e).is_none() {
+                    continue;
+                }
+                let v = e.value();
+                let freed = v["data"]["tokensFreed"].as_u64().unwrap_or(0);
+                clearing.passes += 1;
+                clearing.tokens_freed += freed;
+                cleared_tokens += freed;
+                pass_pending = ids::timestamp_value_ms(v.get("timestamp")).map(|t| t as f64);
             }
             EntryKind::Compaction => {
                 let v = e.value();
@@ -213,6 +241,9 @@ fn report(
                     None => Cost::default(),
                 };
                 compactions.add(&cost);
+                // The compaction replaced what the passes before it had cleared (a kept tail's
+                // cleared outputs are not counted further: a lower bound).
+                cleared_tokens = 0;
                 let at = ids::timestamp_value_ms(v.get("timestamp")).map(|t| t as f64);
                 pending = e.id_owned().zip(at);
             }
@@ -234,7 +265,14 @@ fn report(
     let compaction_total = [compactions.usd, speculations.usd, rewrite_usd]
         .into_iter()
         .try_fold(0.0, |acc, u| u.map(|u| acc + u));
+    // The tokens left out would have been the cheapest input there is, cache reads: what
+    // clearing saved is at least that, less the rewrites it caused.
+    clearing.usd_saved = agent_prices
+        .map(|p| crate::accounting::cost::usd(clearing.tokens_not_sent, p.cache_read))
+        .zip(clearing.cache_rewrite_usd)
+        .map(|(saved, rewrites)| crate::accounting::cost::round_usd(saved - rewrites));
     CostReport {
+        clearing,
         agent,
         compactions,
         discarded_speculations: speculations,

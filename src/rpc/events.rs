@@ -104,6 +104,22 @@ pub struct CompactionSuppressed<'a> {
     pub paused: bool,
 }
 
+/// `context_cleared`'s payload (beyond Pi: the second tier): a clearing pass replaced the tool
+/// results `entryIds` in the projected context by short texts (`getEntry` returns each).
+/// `tokensBefore` is the context the check measured, `tokensAfter` the projection's estimate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextCleared<'a> {
+    pub session_id: &'a str,
+    #[serde(borrow)]
+    pub entry_ids: Vec<Cow<'a, str>>,
+    pub tokens_freed: u64,
+    #[serde(serialize_with = "js_number")]
+    pub tokens_before: f64,
+    #[serde(serialize_with = "js_number")]
+    pub tokens_after: f64,
+}
+
 /// `compaction_undone`'s payload (beyond Pi): `undoCompaction` made the path before compaction
 /// `compactionId` active by appending `entryId`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -659,6 +675,7 @@ impl Event<'_> {
         match self {
             Event::CompactionStart(e) => Some(e.session_id),
             Event::CompactionSuppressed(e) => Some(e.session_id),
+            Event::ContextCleared(e) => Some(e.session_id),
             Event::CompactionUndone(e) => Some(e.session_id),
             Event::SummaryEdited(e) => Some(e.session_id),
             Event::CompactionEnd(e) => Some(e.session_id),
@@ -684,6 +701,9 @@ messages! { enum Event<'a> / EventKind, EVENTS:
     /// compaction is now paused for the session until a manual compact or a settings change
     /// (sent once per pause).
     "compaction_suppressed" => CompactionSuppressed<'a>,
+    /// Beyond Pi (compaction.clearToolResults): a clearing pass cleared old tool output from
+    /// the projected context before any summarizing (one `compactd.clear` custom entry).
+    "context_cleared" => ContextCleared<'a>,
     /// Beyond Pi: undoCompaction made the path before compaction `compactionId` active
     /// (`entryId`: the appended marker, the new leaf).
     "compaction_undone" => CompactionUndone<'a>,
@@ -768,6 +788,13 @@ mod tests {
                 tokens_after: 190_000.5,
                 threshold: 183_616.0,
                 paused: true,
+            }),
+            EventKind::ContextCleared => Event::ContextCleared(ContextCleared {
+                session_id: "s1",
+                entry_ids: vec!["e1".into(), "e2".into()],
+                tokens_freed: 12_000,
+                tokens_before: 150_000.0,
+                tokens_after: 138_000.5,
             }),
             EventKind::CompactionUndone => Event::CompactionUndone(CompactionUndone {
                 session_id: "s1",

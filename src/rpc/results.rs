@@ -372,6 +372,21 @@ pub struct CompactionSettingsView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "bool")]
     pub recall_footer: Option<bool>,
+    /// Beyond Pi: the second tier, every member filled in (`null`: off). Only in getSettings'
+    /// answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<ClearToolResultsView>")]
+    pub clear_tool_results: Option<Option<ClearToolResultsView>>,
+}
+
+/// `compaction.clearToolResults` in effect.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClearToolResultsView {
+    pub at: f64,
+    pub keep_recent_tokens: u64,
+    pub clear_at_least: u64,
+    pub exclude_tools: Vec<String>,
 }
 
 impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettingsView {
@@ -387,6 +402,7 @@ impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettings
             cache_ttl_seconds: None,
             calibrated_estimates: None,
             recall_footer: None,
+            clear_tool_results: None,
         }
     }
 }
@@ -422,6 +438,9 @@ pub struct NothingToCompact {
     /// Beyond Pi: why, with the numbers, and which setting changes it.
     #[serde(flatten)]
     pub detail: crate::compaction::prepare::NothingToCompactDetail,
+    /// Beyond Pi: what a clearing pass would clear (`compaction.clearToolResults` on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clearing: Option<ClearingPreview>,
 }
 
 /// A message count with its estimated tokens.
@@ -460,6 +479,10 @@ pub struct CompactionPreview {
     pub speculation: Option<SpeculationView>,
     /// Beyond Pi: what this compaction would cost and save (see proto-docs/methods.md).
     pub economics: crate::accounting::Economics,
+    /// Beyond Pi: what a clearing pass would clear first (`compaction.clearToolResults` on);
+    /// the numbers above are the summarizing compaction's, of the original outputs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clearing: Option<ClearingPreview>,
     /// With `detail: "full"` only.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub full: Option<PreviewDetails>,
@@ -541,6 +564,43 @@ pub struct CheckCompactionResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "String")]
     pub error_message: Option<String>,
+    /// Beyond Pi: the clearing pass this check ran before its compaction decision
+    /// (`compaction.clearToolResults`); `contextChanged` is then true.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "ClearingPass")]
+    pub cleared: Option<ClearingPass>,
+}
+
+/// A clearing pass `checkCompaction` ran (beyond Pi, `compaction.clearToolResults`): the tool
+/// results it cleared from the projected context, what that freed, and the context before (as
+/// the check measured it) and after (the projection's estimate).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClearingPass {
+    pub entry_ids: Vec<String>,
+    pub tokens_freed: u64,
+    #[serde(serialize_with = "crate::compaction::summary::js_number")]
+    pub tokens_before: f64,
+    #[serde(serialize_with = "crate::compaction::summary::js_number")]
+    pub tokens_after: f64,
+}
+
+/// What a clearing pass would clear now (`previewCompaction`, beyond Pi): every clearable tool
+/// result, and whether a `checkCompaction` now would run the pass (`due`: the context is at
+/// `atTokens` and the pass frees at least `clearAtLeast`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClearingPreview {
+    pub entry_ids: Vec<String>,
+    pub tokens_freed: u64,
+    #[serde(serialize_with = "crate::compaction::summary::js_number")]
+    pub tokens_before: f64,
+    #[serde(serialize_with = "crate::compaction::summary::js_number")]
+    pub tokens_after: f64,
+    /// `at` × the threshold: the context size from which a pass is considered.
+    #[serde(serialize_with = "crate::compaction::summary::js_number")]
+    pub at_tokens: f64,
+    pub due: bool,
 }
 
 /// `navigateTree`'s answer.
@@ -688,6 +748,39 @@ pub struct CostReport {
     /// What compaction cost in all: compactions, discarded speculations and cache rewrites
     /// (null when a price is unknown).
     pub compaction_usd: Option<f64>,
+    /// Beyond Pi: what the clearing passes (`compaction.clearToolResults`) saved.
+    pub clearing: ClearingSpend,
+}
+
+/// What clearing passes saved (`getCostReport`): tokens each later request left out, priced as
+/// the cheapest input (cache reads) less the cache rewrites the passes caused, so a lower bound.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClearingSpend {
+    /// Clearing passes in the file.
+    pub passes: u64,
+    /// Tokens the passes freed from the context.
+    pub tokens_freed: u64,
+    /// Tokens the agent's requests after each pass left out (until the next compaction).
+    pub tokens_not_sent: u64,
+    /// The first request after each pass rewrote the cache from the first cleared output on
+    /// (its cache write and uncached input; 0 when the cache had expired anyway). null when
+    /// the agent's model has no known price.
+    pub cache_rewrite_usd: Option<f64>,
+    /// `tokensNotSent` at the cache-read price, less `cacheRewriteUsd` (null without a price).
+    pub usd_saved: Option<f64>,
+}
+
+impl Default for ClearingSpend {
+    fn default() -> ClearingSpend {
+        ClearingSpend {
+            passes: 0,
+            tokens_freed: 0,
+            tokens_not_sent: 0,
+            cache_rewrite_usd: Some(0.0),
+            usd_saved: None,
+        }
+    }
 }
 
 /// One session in the shared store (`listStoredSessions`).

@@ -262,6 +262,33 @@ pub struct CompactionSettingsPatch {
     /// (`search_history` / `get_entry`, `searchHistory` / `getEntry`) and the id range it
     /// stands for (default true).
     pub recall_footer: Option<bool>,
+    /// Beyond Pi: clear old tool output from the projected context before anything is
+    /// summarized (the second tier; `null` or absent: off, Pi's behaviour). See
+    /// [`ClearToolResultsPatch`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clear_tool_results: Option<ClearToolResultsPatch>,
+}
+
+/// Beyond Pi: `compaction.clearToolResults`. Once the context reaches `at` × the threshold, a
+/// `checkCompaction` clears every tool result outside the newest `keepRecentTokens` (and every
+/// superseded one: the same tool called again later with the same arguments), when that frees
+/// at least `clearAtLeast` tokens; the file keeps every byte and `getEntry` returns the original.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClearToolResultsPatch {
+    /// The fraction of the threshold from which a pass is considered, in (0, 1) (default 0.5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<f64>,
+    /// The newest tool results, by tokens, that always stay verbatim (default 20000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_recent_tokens: Option<i64>,
+    /// A pass runs only when it frees at least this many tokens (default 10000): every pass
+    /// breaks the provider's prompt cache once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clear_at_least: Option<i64>,
+    /// Tool names never cleared (default none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exclude_tools: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

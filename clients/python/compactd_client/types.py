@@ -69,6 +69,55 @@ class CheckCompactionResult(_CheckCompactionResultRequired, total=False):
     reason: AutoReason
     result: CompactionResult
     errorMessage: str
+    cleared: ClearingPass
+
+
+class ClearToolResultsPatch(TypedDict, total=False):
+    """Beyond Pi: `compaction.clearToolResults`. Once the context reaches `at` × the threshold, a `checkCompaction` clears every tool result outside the newest `keepRecentTokens` (and every superseded one: the same tool called again later with the same arguments), when that frees at least `clearAtLeast` tokens; the file keeps every byte and `getEntry` returns the original."""
+
+    at: Optional[float]
+    keepRecentTokens: Optional[int]
+    clearAtLeast: Optional[int]
+    excludeTools: Optional[List[str]]
+
+
+class ClearToolResultsView(TypedDict):
+    """`compaction.clearToolResults` in effect."""
+
+    at: float
+    keepRecentTokens: int
+    clearAtLeast: int
+    excludeTools: List[str]
+
+
+class ClearingPass(TypedDict):
+    """A clearing pass `checkCompaction` ran (beyond Pi, `compaction.clearToolResults`): the tool results it cleared from the projected context, what that freed, and the context before (as the check measured it) and after (the projection's estimate)."""
+
+    entryIds: List[str]
+    tokensFreed: int
+    tokensBefore: float
+    tokensAfter: float
+
+
+class ClearingPreview(TypedDict):
+    """What a clearing pass would clear now (`previewCompaction`, beyond Pi): every clearable tool result, and whether a `checkCompaction` now would run the pass (`due`: the context is at `atTokens` and the pass frees at least `clearAtLeast`)."""
+
+    entryIds: List[str]
+    tokensFreed: int
+    tokensBefore: float
+    tokensAfter: float
+    atTokens: float
+    due: bool
+
+
+class ClearingSpend(TypedDict):
+    """What clearing passes saved (`getCostReport`): tokens each later request left out, priced as the cheapest input (cache reads) less the cache rewrites the passes caused, so a lower bound."""
+
+    passes: int
+    tokensFreed: int
+    tokensNotSent: int
+    cacheRewriteUsd: Optional[float]
+    usdSaved: Optional[float]
 
 
 class CloseSessionResult(TypedDict):
@@ -110,6 +159,7 @@ class CompactionPreview(_CompactionPreviewRequired, total=False):
     """`previewCompaction`'s answer when there is something to compact."""
 
     speculation: Optional[SpeculationView]
+    clearing: Optional[ClearingPreview]
     previousSummary: Optional[str]
     messagesToSummarize: List[MessageRef]
     turnPrefixMessages: List[MessageRef]
@@ -147,6 +197,7 @@ class CompactionSettings(_CompactionSettingsRequired, total=False):
     cacheTtlSeconds: int
     calibratedEstimates: bool
     recallFooter: bool
+    clearToolResults: Optional[ClearToolResultsView]
 
 
 class CompactionSettingsPatch(TypedDict, total=False):
@@ -162,6 +213,7 @@ class CompactionSettingsPatch(TypedDict, total=False):
     cacheTtlSeconds: Optional[int]
     calibratedEstimates: Optional[bool]
     recallFooter: Optional[bool]
+    clearToolResults: Optional[ClearToolResultsPatch]
 
 
 class Context(TypedDict):
@@ -189,6 +241,7 @@ class CostReport(TypedDict):
     discardedSpeculations: SessionSpend
     cacheRewrites: List[CacheRewrite]
     compactionUsd: Optional[float]
+    clearing: ClearingSpend
 
 
 class CurrentCompaction(TypedDict):
@@ -361,15 +414,19 @@ class NavigateTreeResult(_NavigateTreeResultRequired, total=False):
     editorText: str
 
 
-class NothingToCompact(TypedDict):
-    """`previewCompaction`'s answer when there is nothing to compact."""
-
+class _NothingToCompactRequired(TypedDict):
     nothingToCompact: str
     reason: str
     hint: str
     recentTokens: int
     recentMessages: int
     keepRecentTokens: int
+
+
+class NothingToCompact(_NothingToCompactRequired, total=False):
+    """`previewCompaction`'s answer when there is nothing to compact."""
+
+    clearing: Optional[ClearingPreview]
 
 
 class _PinInfoRequired(TypedDict):

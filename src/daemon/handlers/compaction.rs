@@ -77,6 +77,8 @@ pub fn preview_compaction(
     let settings = all_settings.compaction;
     // Before the state lock: finding the engine reads the session's model.
     let engine = ctx.daemon.session_engine(&session, &all_settings).ok();
+    let clearing =
+        crate::daemon::lifecycle::clearing::preview(&ctx.daemon, &session, &all_settings);
     let state = session.lock_state();
     let view = state.view();
     let plan = match plan_compaction(&view, &state.index, &settings) {
@@ -85,6 +87,7 @@ pub fn preview_compaction(
             return Ok(PreviewCompactionResult::Nothing(NothingToCompact {
                 nothing_to_compact: reason.message(),
                 detail: reason.detail(&view, &state.index, &settings),
+                clearing,
             }))
         }
     };
@@ -123,6 +126,7 @@ pub fn preview_compaction(
         settings: CompactionSettingsView::from(&settings),
         speculation,
         economics,
+        clearing,
         full: None,
     };
     if p.detail == Some(PreviewDetail::Full) {

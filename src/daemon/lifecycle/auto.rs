@@ -156,9 +156,15 @@ async fn check_message(
             window: model.map_or(0, |m| m.context_window),
             model_max_tokens: model.map_or(0, |m| m.max_tokens),
             overflow_recovery_attempted: state.overflow_recovery_attempted,
-            usage_tokens: usage
-                .and_then(Value::as_object)
-                .map_or(0.0, crate::compaction::tokens::calculate_context_tokens),
+            // Beyond Pi: usage reported before a clearing pass counted outputs the projection
+            // no longer holds; the projection's estimate stands until a newer reply.
+            usage_tokens: if state.last_assistant_usage_stale() {
+                0.0
+            } else {
+                usage
+                    .and_then(Value::as_object)
+                    .map_or(0.0, crate::compaction::tokens::calculate_context_tokens)
+            },
             estimate_tokens: estimate.tokens,
             estimate_usage_ms: estimate
                 .last_usage_index
@@ -280,7 +286,14 @@ pub async fn check(
     };
     // The settings files are read once per check.
     let settings = daemon.session_settings(session);
-    let out = check_phase(daemon, session, &settings, phase).await;
+    // Beyond Pi, the second tier first: old tool output is cleared before anything is
+    // summarized; the decision below then measures the projection.
+    let cleared = super::clearing::run(daemon, session, &settings);
+    let mut out = check_phase(daemon, session, &settings, phase).await;
+    if cleared.is_some() {
+        out.context_changed = true;
+        out.cleared = cleared;
+    }
     if out.action == CheckAction::None {
         speculation::consider(daemon, session, &settings);
     }

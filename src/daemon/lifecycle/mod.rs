@@ -22,6 +22,7 @@
 
 mod announce;
 mod auto;
+pub mod clearing;
 pub mod finish;
 mod hooks;
 mod runner;

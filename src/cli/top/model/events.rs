@@ -163,6 +163,20 @@ fn fold(view: &mut SessionView, event: &Event<'_>, now_ms: i64) -> Option<(Strin
             );
             (text, Tone::Warn)
         }
+        Event::ContextCleared(e) => {
+            view.tokens = Some(e.tokens_after);
+            let n = e.entry_ids.len();
+            (
+                format!(
+                    "cleared {n} old tool output{}: {} tokens freed, {} → {} tokens",
+                    if n == 1 { "" } else { "s" },
+                    tokens(e.tokens_freed as f64),
+                    opt_or_dash(Some(e.tokens_before)),
+                    opt_or_dash(Some(e.tokens_after)),
+                ),
+                Tone::Good,
+            )
+        }
         Event::CompactionUndone(e) => (
             format!("compaction {} undone", short_id(e.compaction_id)),
             Tone::Info,

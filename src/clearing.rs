@@ -1,0 +1,514 @@
+//! The second tier (beyond Pi): old tool output cleared from the model's context, reversibly,
+//! before anything is summarized.
+//!
+//! Most of a coding agent's context is old tool output (files read, test logs, searches). Pi has
+//! one tier: at the threshold it summarizes. Clearing comes first here: once the context reaches
+//! `at` × the threshold, every old tool result outside the newest `keepRecentTokens` (and every
+//! superseded one: the same tool called again later with the same arguments) is replaced in the
+//! *projection* by one short text naming its entry, when that frees at least `clearAtLeast`
+//! tokens. The session keeps every byte: the pass is one Pi `custom` entry
+//! (`customType: "compactd.clear"`) listing the cleared entry ids, which Pi loads and ignores,
+//! and the recall tools (`getEntry`, `get_entry`) give the original back. Because the cleared set
+//! is read from the path, every client and every request sees the same stable prefix, and the
+//! context only changes at a pass (one cache break per pass, which is what `clearAtLeast` pays
+//! for).
+//!
+//! Pure: settings, the cleared set of a path, the projection of one message, the plan of a pass.
+//! The daemon decides when to run a pass and writes its entry (`daemon::lifecycle::clearing`).
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{json, Map, Value};
+
+use crate::json::utf16_len;
+use crate::session::{Entry, EntryId, EntryKind, Role};
+
+/// The `customType` of a pass's entry.
+pub const CLEAR_TYPE: &str = "compactd.clear";
+
+/// `at` when a settings block does not say.
+pub const DEFAULT_AT: f64 = 0.5;
+/// `keepRecentTokens` when a settings block does not say.
+pub const DEFAULT_KEEP_RECENT_TOKENS: u64 = 20_000;
+/// `clearAtLeast` when a settings block does not say.
+pub const DEFAULT_CLEAR_AT_LEAST: u64 = 10_000;
+
+/// `compaction.clearToolResults`, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClearSettings {
+    /// The fraction of the threshold from which a pass is considered, in (0, 1).
+    pub at: f64,
+    /// The newest tool results, by tokens, that always stay verbatim.
+    pub keep_recent_tokens: u64,
+    /// A pass runs only when it frees at least this many tokens.
+    pub clear_at_least: u64,
+    /// Tool names never cleared.
+    pub exclude_tools: Vec<String>,
+}
+
+impl ClearSettings {
+    /// Reads the setting: absent or `null` is off; an object is on, its missing members taking
+    /// the defaults. Anything else, an unknown member or a value out of range is an error naming
+    /// the member (`compaction.clearToolResults.<name>`).
+    pub fn from_json(v: Option<&Value>, max_tokens: u64) -> Result<Option<ClearSettings>, String> {
+        const NAME: &str = "compaction.clearToolResults";
+        let o = match v {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Object(o)) => o,
+            Some(other) => {
+                return Err(format!(
+                    "{NAME} must be an object ({{at, keepRecentTokens, clearAtLeast, excludeTools}}) or null for off (got {other})"
+                ))
+            }
+        };
+        if let Some(k) = o.keys().find(|k| {
+            !matches!(
+                k.as_str(),
+                "at" | "keepRecentTokens" | "clearAtLeast" | "excludeTools"
+            )
+        }) {
+            return Err(format!(
+                "unknown field `{NAME}.{k}`, expected one of `at`, `keepRecentTokens`, `clearAtLeast`, `excludeTools`"
+            ));
+        }
+        let at = match o.get("at") {
+            None => DEFAULT_AT,
+            Some(v) => match v.as_f64() {
+                Some(f) if f > 0.0 && f < 1.0 => f,
+                _ => {
+                    return Err(format!(
+                        "{NAME}.at must be a fraction of the threshold in (0, 1) (got {v})"
+                    ))
+                }
+            },
+        };
+        let tokens = |name: &str, default: u64| -> Result<u64, String> {
+            match o.get(name) {
+                None => Ok(default),
+                Some(v) => match v.as_f64() {
+                    Some(f) if f.fract() == 0.0 && (0.0..=max_tokens as f64).contains(&f) => {
+                        Ok(f as u64)
+                    }
+                    _ => Err(format!(
+                        "{NAME}.{name} must be a number of tokens from 0 to {max_tokens} (got {v})"
+                    )),
+                },
+            }
+        };
+        let keep_recent_tokens = tokens("keepRecentTokens", DEFAULT_KEEP_RECENT_TOKENS)?;
+        let clear_at_least = tokens("clearAtLeast", DEFAULT_CLEAR_AT_LEAST)?;
+        let exclude_tools = match o.get("excludeTools") {
+            None => Vec::new(),
+            Some(Value::Array(names)) => names
+                .iter()
+                .map(|n| n.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| {
+                    format!(
+                        "{NAME}.excludeTools must be a list of tool names (got {})",
+                        o["excludeTools"]
+                    )
+                })?,
+            Some(v) => {
+                return Err(format!(
+                    "{NAME}.excludeTools must be a list of tool names (got {v})"
+                ))
+            }
+        };
+        Ok(Some(ClearSettings {
+            at,
+            keep_recent_tokens,
+            clear_at_least,
+            exclude_tools,
+        }))
+    }
+
+    /// The setting with every member filled in.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "at": self.at,
+            "keepRecentTokens": self.keep_recent_tokens,
+            "clearAtLeast": self.clear_at_least,
+            "excludeTools": self.exclude_tools,
+        })
+    }
+}
+
+/// The entry ids a pass entry lists (`None`: not a pass entry).
+pub fn pass_ids(entry: &Entry) -> Option<Vec<String>> {
+    if entry.kind != EntryKind::Custom {
+        return None;
+    }
+    let v = entry.value();
+    if v.get("customType").and_then(Value::as_str) != Some(CLEAR_TYPE) {
+        return None;
+    }
+    let ids = v
+        .get("data")
+        .and_then(|d| d.get("entryIds"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(ids)
+}
+
+/// The `data` of a pass entry.
+pub fn pass_data(pass: &Pass) -> Value {
+    json!({ "entryIds": pass.entry_ids, "tokensFreed": pass.tokens_freed })
+}
+
+/// The passes recorded on a path: which entries are cleared, and where the latest pass is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cleared {
+    ids: HashSet<EntryId>,
+    /// Tree index of the latest pass entry on the path: usage a reply reported before it
+    /// counted outputs that are now cleared.
+    latest_pass: Option<usize>,
+    passes: u32,
+}
+
+impl Cleared {
+    /// Records the entry at tree index `idx` when it is a pass; returns its ids if so.
+    pub fn record(&mut self, idx: usize, entry: &Entry) -> Option<Vec<String>> {
+        let ids = pass_ids(entry)?;
+        self.ids
+            .extend(ids.iter().map(|s| EntryId::from(s.as_str())));
+        self.latest_pass = Some(self.latest_pass.map_or(idx, |p| p.max(idx)));
+        self.passes += 1;
+        Some(ids)
+    }
+
+    /// Whether `entry` is a tool result a pass on the path cleared.
+    pub fn covers(&self, entry: &Entry) -> bool {
+        !self.ids.is_empty()
+            && entry.is_message(Role::ToolResult)
+            && entry.id.as_ref().is_some_and(|id| self.ids.contains(id))
+    }
+
+    /// Whether the usage a reply at tree index `idx` reported predates a pass (it counted
+    /// outputs cleared since; the projection's estimate stands until a newer reply).
+    pub fn usage_stale(&self, idx: usize) -> bool {
+        self.latest_pass.is_some_and(|p| p > idx)
+    }
+
+    /// How many passes the path holds.
+    pub fn passes(&self) -> u32 {
+        self.passes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
+/// The text a cleared tool result projects to: what it was, and how to get it back.
+pub fn placeholder(entry_id: &str, tokens: u64) -> String {
+    format!(
+        "[Output cleared by compactd to save context (~{tokens} tokens). It is kept as entry {entry_id}: get_entry {{\"entryId\": \"{entry_id}\"}} (or getEntry) returns it in full.]"
+    )
+}
+
+/// Pi's estimate of the projected message (`ceil(chars / 4)` of its one text block).
+pub fn projected_tokens(entry_id: &str, tokens: u64) -> u64 {
+    (utf16_len(&placeholder(entry_id, tokens)) as u64).div_ceil(4)
+}
+
+/// The estimate of `entry`'s message in the projection under `cleared`.
+pub fn tokens_in_projection(entry: &Entry, cleared: &Cleared) -> u64 {
+    match entry.id.as_deref() {
+        Some(id) if cleared.covers(entry) => projected_tokens(id, entry.tokens),
+        _ => entry.tokens,
+    }
+}
+
+/// Projects a cleared tool result's message in place: its content becomes the placeholder; the
+/// call id, tool name, `isError` and timestamp stay (every call keeps its result), `details`
+/// (tool-specific data, often as large as the output) goes.
+pub fn project_message(message: &mut Map<String, Value>, entry_id: &str, tokens: u64) {
+    message.insert(
+        "content".into(),
+        json!([{ "type": "text", "text": placeholder(entry_id, tokens) }]),
+    );
+    message.shift_remove("details");
+}
+
+/// One tool result of the context, as a pass weighs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub entry_id: String,
+    pub tool: String,
+    /// Pi's estimate of the original message.
+    pub tokens: u64,
+    /// Whether a later call of the same tool with the same arguments supersedes it.
+    pub superseded: bool,
+    /// Already cleared by an earlier pass.
+    pub cleared: bool,
+}
+
+/// The tool results of a context (its messages' entries, in order), with what a pass needs to
+/// know of each. Parses the assistant messages (tool calls) and tool results only.
+pub fn candidates(context: &[&Entry], cleared: &Cleared) -> Vec<Candidate> {
+    // Each call's key (tool name + arguments as JSON) by call id, and the position of each
+    // key's latest call.
+    let mut calls: HashMap<String, (String, usize)> = HashMap::new();
+    let mut latest_call: HashMap<String, usize> = HashMap::new();
+    let mut results: Vec<(usize, &Entry, String, String)> = Vec::new();
+    for (pos, e) in context.iter().enumerate() {
+        if e.is_message(Role::Assistant) {
+            let Some(m) = e.message() else { continue };
+            let Some(Value::Array(blocks)) = m.get("content") else {
+                continue;
+            };
+            for b in blocks {
+                if b.get("type").and_then(Value::as_str) != Some("toolCall") {
+                    continue;
+                }
+                let name = b.get("name").and_then(Value::as_str).unwrap_or("");
+                let args = b.get("arguments").map_or(String::new(), Value::to_string);
+                let key = format!("{name}\u{0}{args}");
+                if let Some(id) = b.get("id").and_then(Value::as_str) {
+                    calls.insert(id.to_owned(), (key.clone(), pos));
+                }
+                latest_call.insert(key, pos);
+            }
+        } else if e.is_message(Role::ToolResult) {
+            let Some(m) = e.message() else { continue };
+            let call = m
+                .get("toolCallId")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let tool = m
+                .get("toolName")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            results.push((pos, e, call, tool));
+        }
+    }
+    results
+        .into_iter()
+        .filter_map(|(_, e, call, tool)| {
+            let id = e.id_owned()?;
+            let superseded = calls
+                .get(&call)
+                .is_some_and(|(key, at)| latest_call.get(key).is_some_and(|l| l > at));
+            Some(Candidate {
+                entry_id: id,
+                tool,
+                tokens: e.tokens,
+                superseded,
+                cleared: cleared.covers(e),
+            })
+        })
+        .collect()
+}
+
+/// A pass: the entries to clear (superseded ones first, then oldest first) and the tokens it
+/// frees.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pass {
+    pub entry_ids: Vec<String>,
+    pub tokens_freed: u64,
+}
+
+/// What one result frees when cleared (0 when the placeholder is not shorter).
+fn frees(c: &Candidate) -> u64 {
+    c.tokens
+        .saturating_sub(projected_tokens(&c.entry_id, c.tokens))
+}
+
+/// Everything a pass would clear now, whether or not it frees enough: the results outside the
+/// newest `keepRecentTokens` of results, plus superseded ones anywhere, never an excluded tool,
+/// never one already cleared, never one whose placeholder is not shorter.
+pub fn clearable(candidates: &[Candidate], settings: &ClearSettings) -> Pass {
+    // Newest first: a result is protected while the newer results before it hold less than
+    // keepRecentTokens.
+    let mut newer = 0u64;
+    let mut protected = vec![false; candidates.len()];
+    for (i, c) in candidates.iter().enumerate().rev() {
+        protected[i] = newer < settings.keep_recent_tokens;
+        newer = newer.saturating_add(c.tokens);
+    }
+    let eligible =
+        |c: &Candidate| !c.cleared && !settings.exclude_tools.contains(&c.tool) && frees(c) > 0;
+    let superseded = candidates.iter().filter(|c| c.superseded && eligible(c));
+    let old = candidates
+        .iter()
+        .zip(&protected)
+        .filter(|(c, p)| !c.superseded && !**p && eligible(c))
+        .map(|(c, _)| c);
+    let chosen: Vec<&Candidate> = superseded.chain(old).collect();
+    Pass {
+        entry_ids: chosen.iter().map(|c| c.entry_id.clone()).collect(),
+        tokens_freed: chosen.iter().map(|c| frees(c)).sum(),
+    }
+}
+
+/// The pass to run now, if any: [`clearable`], when it frees at least `clearAtLeast`.
+pub fn plan(candidates: &[Candidate], settings: &ClearSettings) -> Option<Pass> {
+    let pass = clearable(candidates, settings);
+    (!pass.entry_ids.is_empty() && pass.tokens_freed >= settings.clear_at_least).then_some(pass)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(v: Value) -> Entry {
+        Entry::from_value(v)
+    }
+
+    fn call(id: &str, parent: &str, calls: &[(&str, &str, Value)]) -> Entry {
+        let content: Vec<Value> = calls
+            .iter()
+            .map(|(cid, name, args)| json!({"type": "toolCall", "id": cid, "name": name, "arguments": args}))
+            .collect();
+        entry(
+            json!({"type": "message", "id": id, "parentId": parent, "timestamp": "2026-01-01T00:00:00.000Z",
+            "message": {"role": "assistant", "content": content, "timestamp": 1}}),
+        )
+    }
+
+    fn result(id: &str, parent: &str, call: &str, tool: &str, chars: usize) -> Entry {
+        entry(
+            json!({"type": "message", "id": id, "parentId": parent, "timestamp": "2026-01-01T00:00:00.000Z",
+            "message": {"role": "toolResult", "toolCallId": call, "toolName": tool,
+                "content": [{"type": "text", "text": "x".repeat(chars)}], "isError": false, "timestamp": 2}}),
+        )
+    }
+
+    fn settings(keep: u64, least: u64) -> ClearSettings {
+        ClearSettings {
+            at: 0.5,
+            keep_recent_tokens: keep,
+            clear_at_least: least,
+            exclude_tools: vec!["memory".into()],
+        }
+    }
+
+    /// read a.rs (4000 tokens), grep (2000), read a.rs again (4000), memory (8000), bash (1000).
+    fn session() -> Vec<Entry> {
+        vec![
+            call("a1", "u", &[("c1", "read", json!({"path": "a.rs"}))]),
+            result("r1", "a1", "c1", "read", 16_000),
+            call("a2", "r1", &[("c2", "grep", json!({"q": "x"}))]),
+            result("r2", "a2", "c2", "grep", 8_000),
+            call("a3", "r2", &[("c3", "read", json!({"path": "a.rs"}))]),
+            result("r3", "a3", "c3", "read", 16_000),
+            call("a4", "r3", &[("c4", "memory", json!({}))]),
+            result("r4", "a4", "c4", "memory", 32_000),
+            call("a5", "r4", &[("c5", "bash", json!({"cmd": "ls"}))]),
+            result("r5", "a5", "c5", "bash", 4_000),
+        ]
+    }
+
+    #[test]
+    fn old_and_superseded_results_go_newest_and_excluded_stay() {
+        let entries = session();
+        let refs: Vec<&Entry> = entries.iter().collect();
+        let cands = candidates(&refs, &Cleared::default());
+        assert_eq!(cands.len(), 5);
+        assert!(cands[0].superseded, "a.rs was read again later");
+        assert!(!cands[2].superseded);
+        // keepRecentTokens 5000: r5 (1000) and r4 (8000, crosses the line) are protected.
+        let pass = clearable(&cands, &settings(5000, 0));
+        assert_eq!(pass.entry_ids, ["r1", "r2", "r3"]);
+        // Protecting everything still clears the superseded read, and never the excluded tool.
+        let pass = clearable(&cands, &settings(1_000_000, 0));
+        assert_eq!(pass.entry_ids, ["r1"]);
+        let freed = 4000 - projected_tokens("r1", 4000);
+        assert_eq!(pass.tokens_freed, freed);
+        // clearAtLeast: a pass that frees too little does not run.
+        assert_eq!(plan(&cands, &settings(1_000_000, freed + 1)), None);
+        assert!(plan(&cands, &settings(1_000_000, freed)).is_some());
+        let none = clearable(&cands, &settings(0, 0));
+        assert!(!none.entry_ids.contains(&"r4".to_owned()));
+    }
+
+    #[test]
+    fn recorded_passes_project_and_are_not_cleared_twice() {
+        let mut entries = session();
+        entries.push(entry(json!({"type": "custom", "customType": CLEAR_TYPE,
+            "data": {"entryIds": ["r1", "r2"], "tokensFreed": 5000}, "id": "p1", "parentId": "r5",
+            "timestamp": "2026-01-01T00:00:00.000Z"})));
+        let mut cleared = Cleared::default();
+        for (i, e) in entries.iter().enumerate() {
+            cleared.record(i, e);
+        }
+        assert_eq!(cleared.passes(), 1);
+        assert!(cleared.covers(&entries[1]) && !cleared.covers(&entries[5]));
+        assert!(cleared.usage_stale(9) && !cleared.usage_stale(10));
+        assert_eq!(
+            tokens_in_projection(&entries[1], &cleared),
+            projected_tokens("r1", 4000)
+        );
+        let refs: Vec<&Entry> = entries.iter().collect();
+        let pass = clearable(&candidates(&refs, &cleared), &settings(0, 0));
+        assert_eq!(pass.entry_ids, ["r3", "r5"]);
+
+        let mut m = entries[1].message().unwrap();
+        m.insert("details".into(), json!({"diff": "big"}));
+        project_message(&mut m, "r1", 4000);
+        assert_eq!(m["toolCallId"], "c1");
+        assert_eq!(m["toolName"], "read");
+        assert_eq!(m["isError"], false);
+        assert!(m.get("details").is_none());
+        let text = m["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("entry r1") && text.contains("get_entry") && text.contains("getEntry")
+        );
+        assert_eq!(
+            crate::estimate::estimate_message(&m),
+            projected_tokens("r1", 4000)
+        );
+    }
+
+    #[test]
+    fn settings_are_validated_by_name() {
+        let max = 1_000_000_000;
+        assert_eq!(ClearSettings::from_json(None, max), Ok(None));
+        assert_eq!(ClearSettings::from_json(Some(&json!(null)), max), Ok(None));
+        let on = ClearSettings::from_json(Some(&json!({})), max)
+            .unwrap()
+            .unwrap();
+        assert_eq!(on.keep_recent_tokens, DEFAULT_KEEP_RECENT_TOKENS);
+        assert_eq!(on.clear_at_least, DEFAULT_CLEAR_AT_LEAST);
+        let s = ClearSettings::from_json(
+            Some(&json!({"at": 0.6, "keepRecentTokens": 100, "clearAtLeast": 5, "excludeTools": ["a"]})),
+            max,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            s.to_json(),
+            json!({"at": 0.6, "keepRecentTokens": 100, "clearAtLeast": 5, "excludeTools": ["a"]})
+        );
+        for (bad, name) in [
+            (json!({"at": 1.0}), "compaction.clearToolResults.at"),
+            (json!({"at": 0}), "compaction.clearToolResults.at"),
+            (
+                json!({"keepRecentTokens": -5}),
+                "compaction.clearToolResults.keepRecentTokens",
+            ),
+            (
+                json!({"clearAtLeast": 1.5}),
+                "compaction.clearToolResults.clearAtLeast",
+            ),
+            (
+                json!({"excludeTools": [1]}),
+                "compaction.clearToolResults.excludeTools",
+            ),
+            (json!({"keep": 1}), "compaction.clearToolResults.keep"),
+            (json!(3), "compaction.clearToolResults"),
+        ] {
+            let e = ClearSettings::from_json(Some(&bad), max).unwrap_err();
+            assert!(e.contains(name), "{e}");
+        }
+    }
+}
