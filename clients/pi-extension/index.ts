@@ -20,6 +20,10 @@
  * nothing, so Pi compacts as usual, and says so once per Pi process. Any other refusal (a
  * different branch on disk, a daemon error) also falls back to Pi, with a notification each time.
  *
+ * Clearing (beyond Pi): with `compaction.clearToolResults` in the daemon's settings, Pi's
+ * `context` event gets the daemon's projection, old tool output replaced by short texts naming
+ * the entry, and Pi appends the daemon's clearing passes as `compactd.clear` custom entries.
+ *
  * Recall (beyond Pi): the tools read the daemon's `searchHistory` / `getEntry` for Pi's session
  * file, so after a compaction the model can fetch the exact text a summary condensed. Results
  * are bounded and tagged with entry id, timestamp and role; an unknown id is a tool error.
@@ -64,8 +68,14 @@ interface ToolDefinition {
 	execute(toolCallId: string, params: Json, signal: AbortSignal | undefined, onUpdate: unknown, ctx: NotifyingContext): Promise<ToolResult>;
 }
 
+interface ContextEvent {
+	messages: Json[];
+}
+
 interface ExtensionApi {
 	on(event: "session_before_compact", handler: (event: BeforeCompactEvent, ctx: NotifyingContext) => Promise<Json>): void;
+	on(event: "context", handler: (event: ContextEvent, ctx: NotifyingContext) => Promise<Json>): void;
+	appendEntry(customType: string, data?: Json): void;
 	on(event: "turn_end" | "session_shutdown", handler: (event: unknown, ctx: NotifyingContext) => void): void;
 	registerTool(tool: ToolDefinition): void;
 }
@@ -250,6 +260,41 @@ class Holder {
 		this.session(ctx, sock)
 			.then((s) => s.sync())
 			.catch(() => {});
+	}
+
+	/**
+	 * Before each of Pi's model requests (beyond Pi, `compaction.clearToolResults`): the same
+	 * projection as the daemon's `getContext`. The daemon reads Pi's new lines; when it says a
+	 * clearing pass is due, Pi itself appends the pass (`compactd.clear`, a custom entry Pi
+	 * ignores), since only Pi writes its file; then every tool result the daemon's projection
+	 * cleared is replaced by the daemon's short text, so Pi's provider request carries it. With
+	 * clearing off, or the daemon unreachable, the messages go out unchanged.
+	 */
+	async project(event: ContextEvent, ctx: NotifyingContext, sock: string, pi: ExtensionApi): Promise<Json> {
+		if (!ctx.sessionManager.getSessionFile()) return undefined;
+		const s = await this.session(ctx, sock);
+		const { conn, sessionId } = s;
+		const settings = await conn.request("getSettings", { sessionId });
+		if (!settings?.compaction?.clearToolResults) return undefined;
+		await s.sync();
+		const preview = await conn.request("previewCompaction", { sessionId });
+		const pass = preview?.clearing;
+		if (pass?.due) {
+			pi.appendEntry("compactd.clear", { entryIds: pass.entryIds, tokensFreed: pass.tokensFreed });
+			await s.sync();
+		}
+		const { messages } = await conn.request("getContext", { sessionId });
+		const projected = new Map<string, Json>();
+		for (const m of messages) if (m.role === "toolResult" && typeof m.toolCallId === "string") projected.set(m.toolCallId, m);
+		let changed = false;
+		const out = event.messages.map((m) => {
+			const p = m?.role === "toolResult" ? projected.get(m.toolCallId) : undefined;
+			if (!p || JSON.stringify(p.content) === JSON.stringify(m.content)) return m;
+			changed = true;
+			const { details: _details, ...rest } = m;
+			return { ...rest, content: p.content };
+		});
+		return changed ? { messages: out } : undefined;
 	}
 
 	close(): void {
@@ -439,6 +484,7 @@ export default function compactd(pi: ExtensionApi): void {
 	const holder = new Holder();
 	pi.on("turn_end", (_event, ctx) => holder.afterTurn(ctx, socketPath()));
 	pi.on("session_shutdown", () => holder.close());
+	pi.on("context", async (event, ctx) => holder.project(event, ctx, socketPath(), pi).catch(() => undefined));
 	pi.on("session_before_compact", async (event, ctx) => {
 		const sock = socketPath();
 		try {

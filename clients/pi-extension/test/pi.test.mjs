@@ -362,6 +362,56 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 		}
 	});
 
+	test("clearing: Pi's provider request carries the daemon's projection, and Pi appends the pass", async () => {
+		// A daemon reading an agent dir whose settings turn clearing on (Pi reads the same file).
+		const agentDir = path.join(tmp, "clear-agent");
+		fs.mkdirSync(agentDir);
+		fs.copyFileSync(path.join(mods.agentDir, "models.json"), path.join(agentDir, "models.json"));
+		const clear = { at: 0.05, keepRecentTokens: 2000, clearAtLeast: 1000 };
+		fs.writeFileSync(path.join(agentDir, "settings.json"), JSON.stringify({ compaction: { keepRecentTokens: 2000, clearToolResults: clear } }));
+		const run3 = path.join(tmp, "run3");
+		fs.mkdirSync(run3, { mode: 0o700 });
+		const sock3 = path.join(run3, "compactd.sock");
+		const env = { ...process.env, PI_CODING_AGENT_DIR: agentDir, XDG_CONFIG_HOME: path.join(tmp, "config3"), RUST_LOG: "warn" };
+		const d3 = spawn(BIN, ["serve", "--socket", sock3], { env, stdio: "ignore" });
+		try {
+			await until("the clearing daemon listens", () => fs.existsSync(sock3));
+			process.env.COMPACTD_SOCKET = sock3;
+			const file = sessionCopy("clearing");
+			const originals = lines(file).filter((e) => e.message?.role === "toolResult");
+			assert.ok(originals.length > 20);
+			const notes = [];
+			const session = await piSession(file, notes);
+			fake.state.replies = { history: "Done.", turnPrefix: "-" };
+			const served = fake.state.requests.length;
+			await session.prompt("What is left to do?");
+			await session.waitForIdle();
+			assert.ok(fake.state.requests.length > served, "Pi asked its model");
+			const body = JSON.stringify(fake.state.requests[served].body);
+			const passes = lines(file).filter((e) => e.type === "custom" && e.customType === "compactd.clear");
+			assert.equal(passes.length, 1, "Pi appended one clearing pass");
+			const cleared = new Set(passes[0].data.entryIds);
+			assert.ok(cleared.size > 10, `cleared ${cleared.size}`);
+			assert.ok(body.includes("Output cleared by compactd"), "the request carries the short texts");
+			const first = originals.find((e) => cleared.has(e.id));
+			assert.ok(body.includes(`entry ${first.id}`), "each names its entry");
+			const text = first.message.content.find((c) => c.type === "text")?.text ?? "";
+			assert.ok(text.length > 200 && !body.includes(JSON.stringify(text).slice(1, 200)), "the original output is not sent");
+			const kept = originals.at(-1);
+			assert.ok(!cleared.has(kept.id), "the newest output stays");
+			// Pi itself still loads every original: the pass is a custom entry it ignores.
+			const reloaded = mods.sessions.SessionManager.open(file).buildSessionContext();
+			const again = reloaded.messages.find((m) => m.role === "toolResult" && m.toolCallId === first.message.toolCallId);
+			assert.deepEqual(again.content, first.message.content);
+			assert.deepEqual(notes, []);
+		} finally {
+			const exited = new Promise((r) => d3.once("exit", r));
+			d3.kill("SIGTERM");
+			await exited;
+			process.env.COMPACTD_SOCKET = sock;
+		}
+	});
+
 	test("daemon unreachable and not startable: Pi compacts on its own, with one notification", async () => {
 		process.env.COMPACTD_SOCKET = path.join(tmp, "run", "nobody.sock");
 		// No daemon on that socket, and no binary to start one with.
