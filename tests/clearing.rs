@@ -306,6 +306,32 @@ fn a_pass_clears_old_output_reversibly_and_the_prefix_stays_stable() {
     assert_eq!(out["cleared"]["entryIds"], json!([r[5], r[6]]), "{out}");
     assert_eq!(a.passes().len(), 2);
 
+    // What clearing saved: each reply after a pass left its tokens out.
+    a.turn("read", "f10");
+    let report = a.c.ok("getCostReport", json!({"sessionId": a.sid}));
+    let clearing = &report["clearing"];
+    // Dollars are rounded where they are summed: no float noise.
+    let agent_usd = report["agent"]["usd"].as_f64().unwrap();
+    assert_eq!(agent_usd, (agent_usd * 1e9).round() / 1e9, "{report}");
+    assert!(report["agent"]["usd"].to_string().len() <= 12, "{report}");
+    assert_eq!(clearing["passes"], 2, "{report}");
+    let freed2 = out["cleared"]["tokensFreed"].as_u64().unwrap();
+    assert_eq!(clearing["tokensFreed"], freed + freed2);
+    // Replies after pass 1: turns 8 and 9 (two each); after both: turn 10 (two).
+    assert_eq!(
+        clearing["tokensNotSent"],
+        4 * freed + 2 * (freed + freed2),
+        "{report}"
+    );
+    // Priced at claude-sonnet-4-5's cache reads ($0.30/M), less the rewrites the passes caused
+    // (this fake agent reports no cache reads, so every reply after a pass rewrote it all).
+    let expected = clearing["tokensNotSent"].as_f64().unwrap() * 0.30 / 1e6
+        - clearing["cacheRewriteUsd"].as_f64().unwrap();
+    assert!(
+        (clearing["usdSaved"].as_f64().unwrap() - expected).abs() < 1e-8,
+        "{report}"
+    );
+
     // Pi loads the file and sees every original output (its context ignores the custom
     // entries), and agrees with compactd's Pi-exact analysis of it.
     if let Some(oracle) =

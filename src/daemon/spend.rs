@@ -179,8 +179,10 @@ fn report(
             if cold {
                 0.0
             } else {
-                crate::accounting::cost::usd(usage.cache_write, p.cache_write)
-                    + crate::accounting::cost::usd(usage.input, p.input)
+                crate::accounting::cost::round_usd(
+                    crate::accounting::cost::usd(usage.cache_write, p.cache_write)
+                        + crate::accounting::cost::usd(usage.input, p.input),
+                )
             }
         })
     };
@@ -212,7 +214,7 @@ fn report(
                     clearing.cache_rewrite_usd = clearing
                         .cache_rewrite_usd
                         .zip(rewrite(&usage, cold))
-                        .map(|(a, b)| a + b);
+                        .map(|(a, b)| crate::accounting::cost::round_usd(a + b));
                 }
                 last_reply_ms = ts.or(last_reply_ms);
             }
@@ -250,10 +252,9 @@ fn report(
             _ => {}
         }
     }
-    let rewrite_usd: Option<f64> = rewrites
-        .iter()
-        .map(|r| r.usd)
-        .try_fold(0.0, |acc, u| u.map(|u| acc + u));
+    let rewrite_usd: Option<f64> = rewrites.iter().map(|r| r.usd).try_fold(0.0, |acc, u| {
+        u.map(|u| crate::accounting::cost::round_usd(acc + u))
+    });
     let speculations = SessionSpend {
         count: wasted.speculations,
         input: wasted.cost.input,
@@ -264,7 +265,9 @@ fn report(
     };
     let compaction_total = [compactions.usd, speculations.usd, rewrite_usd]
         .into_iter()
-        .try_fold(0.0, |acc, u| u.map(|u| acc + u));
+        .try_fold(0.0, |acc, u| {
+            u.map(|u| crate::accounting::cost::round_usd(acc + u))
+        });
     // The tokens left out would have been the cheapest input there is, cache reads: what
     // clearing saved is at least that, less the rewrites it caused.
     clearing.usd_saved = agent_prices

@@ -715,7 +715,12 @@ impl SessionSpend {
         self.output += c.output;
         self.cache_read += c.cache_read;
         self.cache_write += c.cache_write;
-        self.usd = self.usd.zip(c.usd).map(|(a, b)| a + b);
+        // Rounded to the nano-dollar at every step, so a sum of prices never shows float noise
+        // (0.7186860000000002).
+        self.usd = self
+            .usd
+            .zip(c.usd)
+            .map(|(a, b)| crate::accounting::cost::round_usd(a + b));
     }
 }
 

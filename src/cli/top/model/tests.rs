@@ -494,3 +494,19 @@ fn unknown_and_malformed_notifications_show_as_lines_and_change_no_state() {
     );
     assert_eq!(m.events().last().map(|e| e.tone), Some(Tone::Warn));
 }
+
+#[test]
+fn a_clearing_pass_shows_in_the_pane_and_sets_the_row_tokens() {
+    let mut m = model_with(json!([info("s1", 150000.0)]));
+    m.apply_event(
+        "context_cleared",
+        &json!({"sessionId": "s1", "entryIds": ["a", "b", "c"], "tokensFreed": 42000,
+                "tokensBefore": 150000, "tokensAfter": 108000}),
+        1_000,
+    );
+    assert_eq!(m.rows("", 1_000)[0].tokens, Some(108000.0));
+    assert_eq!(
+        texts(&m).last().map(String::as_str),
+        Some("s1 cleared 3 old tool outputs: 42.0k tokens freed, 150.0k → 108.0k tokens")
+    );
+}
