@@ -12,31 +12,7 @@ import shutil
 import subprocess
 from typing import Any, Dict, List, NamedTuple, Optional
 
-#: JSON-RPC codes by `error.data.kind` (proto-docs/errors.md). Prefer `CompactdError.kind`.
-ERROR_CODES = {
-    "parse_error": -32700,
-    "invalid_request": -32600,
-    "method_not_found": -32601,
-    "invalid_params": -32602,
-    "internal": -32603,
-    "unknown_session": -32001,
-    "not_found": -32002,
-    "invalid_session_file": -32003,
-    "locked": -32004,
-    "nothing_to_compact": -32010,
-    "already_compacted": -32011,
-    "cancelled": -32012,
-    "summarization_failed": -32013,
-    "no_model": -32014,
-    "auth": -32015,
-    "compacting": -32020,
-    "leaf_moved": -32021,
-    "entry_not_found": -32022,
-    "io": -32030,
-}
-
-#: The request hooks: the daemon waits for the client's answer (the others are notifications).
-REQUEST_HOOKS = ("session_before_compact", "session_before_tree")
+from .types import ERROR_CODES, REQUEST_HOOKS  # noqa: F401 - generated from openrpc.json, re-exported
 
 
 class CompactdError(Exception):
