@@ -41,10 +41,9 @@ fn conformance_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(MANIFEST_DIR).join("../shared/conformance/cases"))
 }
 
-#[path = "../src/test_fixtures.rs"]
-mod fixtures;
+mod support;
 /// The one skip rule of every suite (`CI` = `true` or `1`, any case).
-use fixtures::in_ci;
+use support::in_ci;
 
 /// A suite cannot run: a skip on a developer machine, a failure in CI.
 fn unavailable(suite: &str, why: &str) {
@@ -457,4 +456,101 @@ fn nvim_plugin_refuses_an_old_neovim() {
             "no Neovim older than 0.10 on PATH (Debian's `neovim` package; CI installs it as root)",
         ),
     }
+}
+
+/// Both client libraries refuse a daemon another user runs, on a socket given explicitly in a
+/// directory both users may use (root's, sticky, world-writable: the directory rule passes):
+/// Python by the peer's credentials (`SO_PEERCRED`), Node by the socket file's owner (it cannot
+/// read the peer's); `connect_or_start` / `connectOrStart` start nothing over it. Root only
+/// (`runuser`): skipped elsewhere, a failure under CI=true when root cannot run it.
+#[test]
+fn both_clients_refuse_a_daemon_of_another_user() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED both_clients_refuse_a_daemon_of_another_user: needs root (runuser)");
+        return;
+    }
+    let other = match support::other_user::start() {
+        Ok(other) => other,
+        Err(why) => return unavailable("peer check", &why),
+    };
+    let socket = other.socket.as_path();
+    let python = match test_venv() {
+        Ok(v) => v.join("bin/python3"),
+        Err(why) => return unavailable("peer check (python)", &why),
+    };
+    let probe = r#"
+import asyncio, os, sys
+from compactd_client import AsyncClient, Client, NotYourDaemon
+sock = os.environ["FOREIGN_SOCKET"]
+for name, attempt in [
+    ("Client.connect_socket", lambda: Client.connect_socket(sock)),
+    ("Client.connect_or_start", lambda: Client.connect_or_start(sock, bin=os.environ["COMPACTD_BIN"])),
+    ("AsyncClient.connect", lambda: asyncio.run(AsyncClient.connect(sock))),
+]:
+    try:
+        attempt()
+    except NotYourDaemon as e:
+        print(f"refused {name}: {e}")
+    else:
+        sys.exit(f"{name} joined another user's daemon")
+"#;
+    let pythonpath = clients_dir().join("python");
+    let out = run_ok(
+        Path::new(MANIFEST_DIR),
+        &python,
+        &["-c", probe],
+        &[("FOREIGN_SOCKET", socket), ("PYTHONPATH", &pythonpath)],
+    );
+    println!("{out}");
+    let want = format!(
+        "refusing the daemon on {}: it runs as uid",
+        socket.display()
+    );
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.contains(&want) && l.contains("not as this user (uid 0)"))
+            .count(),
+        3,
+        "{out}"
+    );
+    let node = Path::new("node");
+    if !works(node, &["--version"]) {
+        return unavailable("peer check (typescript)", "node not found");
+    }
+    let probe = r#"
+import { CompactdClient, NotYourDaemonError } from './clients/typescript/src/index.js';
+const socketPath = process.env.FOREIGN_SOCKET;
+for (const [name, attempt] of [
+  ['connectSocket', () => CompactdClient.connectSocket(socketPath)],
+  ['connectOrStart', () => CompactdClient.connectOrStart({ socketPath, bin: process.env.COMPACTD_BIN })],
+]) {
+  try {
+    await attempt();
+    console.error(`${name} joined another user's daemon`);
+    process.exit(1);
+  } catch (e) {
+    if (!(e instanceof NotYourDaemonError)) throw e;
+    console.log(`refused ${name}: ${e.message}`);
+  }
+}
+"#;
+    let out = run_ok(
+        Path::new(MANIFEST_DIR),
+        node,
+        &["--input-type=module", "-e", probe],
+        &[("FOREIGN_SOCKET", socket)],
+    );
+    println!("{out}");
+    let want = format!(
+        "refusing the daemon on {}: its socket belongs to uid",
+        socket.display()
+    );
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.contains(&want) && l.contains("not to this user (uid 0)"))
+            .count(),
+        2,
+        "{out}"
+    );
 }

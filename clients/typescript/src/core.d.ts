@@ -28,8 +28,17 @@ export declare class CompactdConnectError extends Error {
   readonly code: string | undefined;
 }
 
+/** The socket is not the user's own (its directory is another user's or open to others, or the
+ * socket file is another user's); `code` is `EPERM`. Never joined. */
+export declare class NotYourDaemonError extends CompactdConnectError {}
+
 /** Environment variables, as `process.env` holds them. */
 export type Env = Record<string, string | undefined>;
+
+/** Throws `NotYourDaemonError` unless the directory of `socketPath` is fit to hold this user's
+ * daemon: the rule `compactd serve` applies (the default socket's directory: this user's, mode
+ * 0700; another: this user's or root's, not writable by others unless sticky). */
+export declare function checkSocketDir(socketPath: string, env?: Env): void;
 
 /** `compactd serve`'s default socket: `$XDG_RUNTIME_DIR/compactd/compactd.sock`, else `$TMPDIR` (or /tmp) `/compactd-<uid>/compactd.sock`. */
 export declare function defaultSocketPath(env?: Env): string;
@@ -119,7 +128,7 @@ export declare class ClientCore {
   /** The default socket unless `socketPath`; rejects with `CompactdConnectError` when nothing listens. */
   static connect<T extends ClientCore>(this: new (connection: Connection) => T, socketPath?: string): Promise<T>;
   /** Refuses (`CompactdConnectError`) a socket whose directory or file is not the user's own. */
-  static connectSocket<T extends ClientCore>(this: new (connection: Connection) => T, socketPath: string): Promise<T>;
+  static connectSocket<T extends ClientCore>(this: new (connection: Connection) => T, socketPath: string, env?: Env): Promise<T>;
   /** Connects, first starting the daemon in the background when none answers (one daemon shared by agents and editors). */
   static connectOrStart<T extends ClientCore>(this: new (connection: Connection) => T, options?: ConnectOrStartOptions): Promise<T>;
 

@@ -17,6 +17,7 @@
 // Plain ESM JavaScript, no build step; `core.d.ts` next to this file carries the types.
 
 import { execFile, spawn } from 'node:child_process';
+import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -52,12 +53,93 @@ export class CompactdConnectError extends Error {
   }
 }
 
+/** A socket that is not the user's own: its directory is another user's or open to others, or
+ * the socket file is another user's. Never joined, and `connectOrStart` starts nothing over it. */
+export class NotYourDaemonError extends CompactdConnectError {
+  constructor(message) {
+    super(message);
+    this.name = 'NotYourDaemonError';
+    this.code = 'EPERM';
+  }
+}
+
 /** Where `compactd serve` listens by default, computed as the daemon does:
  * `$XDG_RUNTIME_DIR/compactd/compactd.sock`, else `$TMPDIR` (or /tmp) `/compactd-<uid>/compactd.sock`. */
 export function defaultSocketPath(env = process.env) {
   if (env.XDG_RUNTIME_DIR) return path.join(env.XDG_RUNTIME_DIR, 'compactd', 'compactd.sock');
   const uid = typeof process.getuid === 'function' ? process.getuid() : os.userInfo().uid;
   return path.join(env.TMPDIR || '/tmp', `compactd-${uid}`, 'compactd.sock');
+}
+
+/** The uid of this process. */
+function currentUid() {
+  return typeof process.getuid === 'function' ? process.getuid() : os.userInfo().uid;
+}
+
+/**
+ * Checks the directory of `socketPath` before connecting to anything in it, by the rule
+ * `compactd serve` applies before binding there (Rust: `transport::unix::check_socket_dir`). A
+ * directory that does not exist holds no daemon to join. The default socket's directory must be
+ * a real directory of this user with no access for group or others; another one (an explicit
+ * socket), after links, must be this user's or root's and, when group or others may write to
+ * it, sticky (as /tmp). Throws a `NotYourDaemonError` naming the directory and its owner.
+ */
+export function checkSocketDir(socketPath, env = process.env) {
+  const dir = path.dirname(socketPath);
+  let st;
+  try {
+    st = fs.lstatSync(dir);
+  } catch (e) {
+    if (e.code === 'ENOENT') return;
+    throw e;
+  }
+  const uid = currentUid();
+  const isPrivate = path.normalize(dir) === path.normalize(path.dirname(defaultSocketPath(env)));
+  if (st.isSymbolicLink()) {
+    if (isPrivate) throw new NotYourDaemonError(`refusing socket directory ${dir}: it is a symbolic link`);
+    st = fs.statSync(dir);
+  }
+  if (!st.isDirectory()) throw new NotYourDaemonError(`refusing socket directory ${dir}: not a directory`);
+  const mode = st.mode & 0o7777;
+  const octal = mode.toString(8).padStart(4, '0');
+  if (isPrivate) {
+    if (st.uid !== uid) {
+      throw new NotYourDaemonError(
+        `refusing socket directory ${dir}: owned by uid ${st.uid}, not by this user (uid ${uid}); another user may have created it to intercept clients`,
+      );
+    }
+    if (mode & 0o077) {
+      throw new NotYourDaemonError(
+        `refusing socket directory ${dir}: mode ${octal} lets other users in (expected 0700; fix it with chmod 700 or remove it)`,
+      );
+    }
+  } else {
+    if (st.uid !== uid && st.uid !== 0) {
+      throw new NotYourDaemonError(
+        `refusing socket directory ${dir}: owned by uid ${st.uid}, neither this user (uid ${uid}) nor root`,
+      );
+    }
+    if (mode & 0o022 && !(mode & 0o1000)) {
+      throw new NotYourDaemonError(
+        `refusing socket directory ${dir}: mode ${octal} lets other users replace the socket (not sticky)`,
+      );
+    }
+  }
+}
+
+/**
+ * Refuses a socket file another user owns. Node cannot read the peer's credentials
+ * (`SO_PEERCRED`), so the socket file's owner (the user whose daemon bound it), together with
+ * `checkSocketDir`'s rule that no other user can replace it, stands in for the peer's uid.
+ */
+function checkSocketOwner(socketPath) {
+  const uid = currentUid();
+  const owner = fs.lstatSync(socketPath).uid;
+  if (owner !== uid) {
+    throw new NotYourDaemonError(
+      `refusing the daemon on ${socketPath}: its socket belongs to uid ${owner}, not to this user (uid ${uid}); another user may be listening there to intercept clients`,
+    );
+  }
 }
 
 /** Fires once when the daemon withdraws a hook request (`$/cancelRequest`). */
@@ -361,8 +443,14 @@ export class ClientCore {
    * @param {string} socketPath
    * @returns {Promise<CompactdClient>}
    */
-  static connectSocket(socketPath) {
+  static connectSocket(socketPath, env = process.env) {
     return new Promise((resolve, reject) => {
+      try {
+        checkSocketDir(socketPath, env);
+      } catch (e) {
+        reject(e instanceof CompactdConnectError ? e : new CompactdConnectError(`cannot check ${socketPath}: ${e.message}`, e));
+        return;
+      }
       const socket = net.connect(socketPath);
       const fail = (e) => {
         const why =
@@ -374,6 +462,13 @@ export class ClientCore {
       socket.once('error', fail);
       socket.once('connect', () => {
         socket.off('error', fail);
+        try {
+          checkSocketOwner(socketPath);
+        } catch (e) {
+          socket.destroy();
+          reject(e instanceof CompactdConnectError ? e : new CompactdConnectError(`cannot check ${socketPath}: ${e.message}`, e));
+          return;
+        }
         socket.on('error', () => {}); // a reset ends the connection (close), never the process
         const connection = new Connection(socket, socket);
         const client = new this(connection, {
@@ -401,9 +496,9 @@ export class ClientCore {
     const env = options.env ?? process.env;
     const socketPath = options.socketPath ?? defaultSocketPath(env);
     try {
-      return await this.connectSocket(socketPath);
+      return await this.connectSocket(socketPath, env);
     } catch (e) {
-      if (!(e instanceof CompactdConnectError)) throw e;
+      if (!(e instanceof CompactdConnectError) || e instanceof NotYourDaemonError) throw e;
     }
     const bin = options.bin ?? env.COMPACTD_BIN ?? 'compactd';
     await new Promise((resolve, reject) => {
@@ -416,7 +511,7 @@ export class ClientCore {
         reject(new CompactdConnectError(why, err));
       });
     });
-    return this.connectSocket(socketPath);
+    return this.connectSocket(socketPath, env);
   }
 
   /**

@@ -15,6 +15,7 @@ import {
   CompactdClient,
   CompactdConnectError,
   CompactdError,
+  NotYourDaemonError,
   defaultSocketPath,
   isRpcError,
 } from '../src/index.js';
@@ -140,6 +141,40 @@ describe('compactd-client API', { skip: missing }, () => {
     } finally {
       for (const p of pids()) process.kill(Number(p), 'SIGTERM');
     }
+  });
+
+  test('a socket directory others may write to is refused before connecting; nothing is started', async () => {
+    const dir = path.join(s.tmp, 'open-dir');
+    const socketPath = path.join(dir, 'compactd.sock');
+    const daemon = spawn(BIN, ['serve', '--socket', socketPath], { env: s.env, stdio: 'ignore' });
+    try {
+      await waitForFile(socketPath, daemon);
+      const c = await CompactdClient.connectSocket(socketPath);
+      await c.close();
+      fs.chmodSync(dir, 0o777);
+      const refused = (e) => {
+        assert.ok(e instanceof NotYourDaemonError && e instanceof CompactdConnectError, String(e));
+        assert.equal(e.code, 'EPERM');
+        assert.equal(e.message, `refusing socket directory ${dir}: mode 0777 lets other users replace the socket (not sticky)`);
+        return true;
+      };
+      await assert.rejects(CompactdClient.connectSocket(socketPath), refused);
+      await assert.rejects(CompactdClient.connectOrStart({ socketPath, bin: BIN, env: s.env }), refused);
+    } finally {
+      fs.chmodSync(dir, 0o700);
+      await stop(daemon);
+    }
+    // The default socket's directory must be private (mode 0700).
+    const env = { ...s.env, XDG_RUNTIME_DIR: path.join(s.tmp, 'xdg') };
+    const defaultDir = path.join(env.XDG_RUNTIME_DIR, 'compactd');
+    fs.mkdirSync(defaultDir, { recursive: true, mode: 0o700 });
+    fs.chmodSync(defaultDir, 0o750);
+    await assert.rejects(CompactdClient.connectOrStart({ env, bin: BIN }), (e) => {
+      assert.ok(e instanceof NotYourDaemonError, String(e));
+      assert.equal(e.message, `refusing socket directory ${defaultDir}: mode 0750 lets other users in (expected 0700; fix it with chmod 700 or remove it)`);
+      return true;
+    });
+    assert.ok(!fs.existsSync(path.join(defaultDir, 'compactd.sock')), 'no daemon was started there');
   });
 
   test("the daemon's stderr goes to the log option; log lines come on request at their level", async () => {
