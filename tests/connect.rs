@@ -457,51 +457,11 @@ fn connect_exits_non_zero_when_its_daemon_dies() {
 /// CI=true, which runs as root).
 #[test]
 fn a_daemon_of_another_user_is_never_joined() {
-    let test = "a_daemon_of_another_user_is_never_joined";
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 || Command::new("runuser").arg("--help").output().is_err() {
-        support::skip_or_fail(
-            test,
-            "needs root and runuser to run a daemon as another user",
-        );
-        return;
-    }
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let shared = dir.path().join("shared");
-    std::fs::create_dir(&shared).expect("shared dir");
-    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
-    let home = dir.path().join("other-home");
-    std::fs::create_dir(&home).expect("home");
-    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let socket = shared.join("compactd.sock");
-    // The other user runs a copy of the binary from here: the checkout may sit in a directory
-    // only this user can enter.
-    let bin = dir.path().join("compactd");
-    std::fs::copy(env!("CARGO_BIN_EXE_compactd"), &bin).expect("copy the binary");
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let h = home.display();
-    let other = Command::new("runuser")
-        .args(["-u", "nobody", "--", "env"])
-        .arg(format!("HOME={h}"))
-        .arg(format!("XDG_STATE_HOME={h}/state"))
-        .arg(format!("XDG_CONFIG_HOME={h}/config"))
-        .arg(format!("PI_CODING_AGENT_DIR={h}/agent"))
-        .arg(&bin)
-        .arg("serve")
-        .arg("--socket")
-        .arg(&socket)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("runuser");
-    let _other = support::daemon_env::KillOnDrop(other);
-    support::wait_until(
-        Duration::from_secs(20),
-        "the other user's daemon listens",
-        || std::os::unix::net::UnixStream::connect(&socket).is_ok(),
-    );
+    let other = match support::other_user::start() {
+        Ok(other) => other,
+        Err(why) => return support::skip_or_fail("a_daemon_of_another_user_is_never_joined", &why),
+    };
+    let socket = &other.socket;
     let env = Env::new();
     for args in [
         vec!["connect", "--socket"],
@@ -511,7 +471,7 @@ fn a_daemon_of_another_user_is_never_joined() {
         let mut cmd = env.command(args[0]);
         let out = cmd
             .args(&args[1..])
-            .arg(&socket)
+            .arg(socket)
             .stdin(Stdio::null())
             .output()
             .expect("run compactd");

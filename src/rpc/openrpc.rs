@@ -1,6 +1,7 @@
 //! The machine-readable protocol reference: an OpenRPC 1.3 document describing every method of
 //! the dispatch table, the events a subscriber receives (`x-notifications`), the server→client
-//! hook traffic (`x-hooks`) and the error table (`x-errors`).
+//! hook traffic (`x-hooks`), the error table (`x-errors`), and for each method how it runs
+//! (`x-run`: `task` or `inline`, so a generated client knows which calls may wait long).
 //!
 //! The methods come from the one list in [`super::methods`]; their params and result schemas are
 //! derived (`#[derive(JsonSchema)]`) from the types the daemon parses and serializes, so they
@@ -16,7 +17,7 @@ use serde_json::{json, Map, Value};
 
 use super::errors::ErrorKind;
 use super::events::{HookKind, MessageSpec, EVENTS, HOOKS, NOTICES};
-use super::methods::METHODS;
+use super::methods::{Run, METHODS};
 use super::schemas::Schemas;
 use super::PROTOCOL_VERSION;
 
@@ -147,6 +148,11 @@ pub fn document() -> Value {
                 "params": (m.params_schema)(&mut schemas),
                 "result": descriptor(m.result_name, (m.result_schema)(&mut schemas)),
                 "errors": errors,
+                // How the daemon runs it (`Run`): a client waits longer for a "task".
+                "x-run": match m.run {
+                    Run::Inline => "inline",
+                    Run::Task => "task",
+                },
             })
         })
         .collect();

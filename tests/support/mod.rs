@@ -5,6 +5,7 @@
 pub mod daemon_env;
 pub mod fake_llm;
 pub mod oracle;
+pub mod other_user;
 pub mod postgres;
 pub mod rpc_client;
 

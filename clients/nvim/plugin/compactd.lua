@@ -1,9 +1,13 @@
 -- Loaded by Neovim at startup: nothing runs until `require("compactd").setup()`, so an installed
--- but unconfigured plugin costs nothing and spawns no daemon.
+-- but unconfigured plugin costs nothing and spawns no daemon. On a Neovim older than the plugin
+-- supports it says so at once, and its commands answer with the same message
+-- (`compactd.version`), instead of failing later inside `vim.lsp.rpc`.
 if vim.g.loaded_compactd then
   return
 end
 vim.g.loaded_compactd = true
-if vim.fn.has('nvim-0.10') == 0 then
-  vim.notify_once('compactd.nvim needs Neovim >= 0.10', vim.log.levels.WARN)
+local why = require('compactd.version').unsupported()
+if why then
+  vim.notify(why, vim.log.levels.ERROR)
+  require('compactd').refuse(why)
 end

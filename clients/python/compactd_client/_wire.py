@@ -8,35 +8,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pathlib
 import shutil
+import socket
+import stat
+import struct
 import subprocess
 from typing import Any, Dict, List, NamedTuple, Optional
 
-#: JSON-RPC codes by `error.data.kind` (proto-docs/errors.md). Prefer `CompactdError.kind`.
-ERROR_CODES = {
-    "parse_error": -32700,
-    "invalid_request": -32600,
-    "method_not_found": -32601,
-    "invalid_params": -32602,
-    "internal": -32603,
-    "unknown_session": -32001,
-    "not_found": -32002,
-    "invalid_session_file": -32003,
-    "locked": -32004,
-    "nothing_to_compact": -32010,
-    "already_compacted": -32011,
-    "cancelled": -32012,
-    "summarization_failed": -32013,
-    "no_model": -32014,
-    "auth": -32015,
-    "compacting": -32020,
-    "leaf_moved": -32021,
-    "entry_not_found": -32022,
-    "io": -32030,
-}
-
-#: The request hooks: the daemon waits for the client's answer (the others are notifications).
-REQUEST_HOOKS = ("session_before_compact", "session_before_tree")
+from .types import ERROR_CODES, REQUEST_HOOKS  # noqa: F401 - generated from openrpc.json, re-exported
 
 
 class CompactdError(Exception):
@@ -70,6 +50,12 @@ class BinaryNotFound(FileNotFoundError):
 
 class DaemonNotRunning(ConnectionError):
     """Nothing listens on the socket ``Client.connect()`` tried."""
+
+
+class NotYourDaemon(PermissionError):
+    """The socket is not the user's own: its directory is another user's or open to others, or
+    the daemon answering there runs as another user. Never joined (and never replaced by a
+    started one): what a client sends would go to that user."""
 
 
 class Event(NamedTuple):
@@ -115,6 +101,80 @@ def default_socket_path() -> str:
         return os.path.join(runtime, "compactd", "compactd.sock")
     tmp = os.environ.get("TMPDIR") or "/tmp"
     return os.path.join(tmp, f"compactd-{os.getuid()}", "compactd.sock")
+
+
+def default_socket_dir() -> str:
+    """The directory of `default_socket_path`, which must be private (see `check_socket_dir`)."""
+    return os.path.dirname(default_socket_path())
+
+
+def check_socket_dir(path: str) -> None:
+    """Checks the directory of the socket `path` before connecting to anything in it, by the
+    rule ``compactd serve`` applies before binding there (Rust: ``transport::unix::
+    check_socket_dir``). A directory that does not exist holds no daemon to join. The default
+    socket's directory (`default_socket_dir`) must be a real directory of this user with no
+    access for group or others; another directory (an explicit ``--socket``), after links, must
+    be this user's or root's and, when group or others may write to it, sticky (as /tmp).
+    Raises `NotYourDaemon` naming the directory and its owner."""
+    d = os.path.dirname(path) or "."
+    try:
+        st = os.lstat(d)
+    except FileNotFoundError:
+        return
+    uid = os.getuid()
+    private = pathlib.PurePath(d) == pathlib.PurePath(default_socket_dir())
+    if stat.S_ISLNK(st.st_mode):
+        if private:
+            raise NotYourDaemon(f"refusing socket directory {d}: it is a symbolic link")
+        st = os.stat(d)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotYourDaemon(f"refusing socket directory {d}: not a directory")
+    mode = stat.S_IMODE(st.st_mode)
+    if private:
+        if st.st_uid != uid:
+            raise NotYourDaemon(
+                f"refusing socket directory {d}: owned by uid {st.st_uid}, not by this user (uid {uid}); "
+                "another user may have created it to intercept clients"
+            )
+        if mode & 0o077:
+            raise NotYourDaemon(
+                f"refusing socket directory {d}: mode {mode:04o} lets other users in "
+                "(expected 0700; fix it with chmod 700 or remove it)"
+            )
+    else:
+        if st.st_uid not in (uid, 0):
+            raise NotYourDaemon(
+                f"refusing socket directory {d}: owned by uid {st.st_uid}, neither this user (uid {uid}) nor root"
+            )
+        if mode & 0o022 and not mode & stat.S_ISVTX:
+            raise NotYourDaemon(
+                f"refusing socket directory {d}: mode {mode:04o} lets other users replace the socket (not sticky)"
+            )
+
+
+def peer_uid(sock: Any, path: str) -> int:
+    """The user id of the process at the other end of the connected Unix socket `sock`
+    (``SO_PEERCRED``, Linux: ``struct ucred`` is three ints, pid, uid, gid). Where the socket
+    module has no ``SO_PEERCRED`` (macOS), the socket file's owner stands in for it."""
+    if hasattr(socket, "SO_PEERCRED"):
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", creds)[1]
+    return os.stat(path).st_uid
+
+
+def check_peer(sock: Any, path: str) -> None:
+    """Refuses a daemon another user runs (`NotYourDaemon`, naming the socket and the uid): its
+    clients' bytes (sessions, keys in prompts) would go to that user."""
+    uid = os.getuid()
+    try:
+        peer = peer_uid(sock, path)
+    except OSError as e:
+        raise NotYourDaemon(f"cannot tell who runs the daemon on {path}: {e}") from e
+    if peer != uid:
+        raise NotYourDaemon(
+            f"refusing the daemon on {path}: it runs as uid {peer}, not as this user (uid {uid}); "
+            "another user may be listening there to intercept clients"
+        )
 
 
 def encode_frame(body: bytes, framing: str) -> bytes:

@@ -26,6 +26,9 @@ from ._wire import (
     CompactdError,
     ConnectionClosed,
     DaemonNotRunning,
+    NotYourDaemon,
+    check_peer,
+    check_socket_dir,
     Event,
     content_length,
     default_socket_path,
@@ -186,8 +189,10 @@ class AsyncClient(Methods):
     @classmethod
     async def connect(cls, path: Optional[str] = None, framing: str = "ndjson") -> "AsyncClient":
         """Connects to a running ``compactd serve`` (`path`, else the default socket);
-        `DaemonNotRunning` when nothing listens there."""
+        `DaemonNotRunning` when nothing listens there, `NotYourDaemon` when the socket's
+        directory or the daemon is not this user's own."""
         path = path or default_socket_path()
+        check_socket_dir(path)
         try:
             reader, writer = await asyncio.open_unix_connection(path, limit=_STREAM_LIMIT)
         except (FileNotFoundError, ConnectionRefusedError) as e:
@@ -195,6 +200,11 @@ class AsyncClient(Methods):
                 f"no compactd daemon listening on {path} ({e.strerror or os.strerror(e.errno or 0)}); "
                 "start one with `compactd serve`"
             ) from e
+        try:
+            check_peer(writer.get_extra_info("socket"), path)
+        except NotYourDaemon:
+            writer.close()
+            raise
 
         async def closer() -> None:
             writer.close()

@@ -42,6 +42,9 @@ from ._wire import (
     CompactdError,
     ConnectionClosed,
     DaemonNotRunning,
+    NotYourDaemon,
+    check_peer,
+    check_socket_dir,
     Event,
     content_length,
     default_socket_path,
@@ -282,7 +285,9 @@ class Client(Methods):
 
     @classmethod
     def connect_socket(cls, path: str, framing: str = "ndjson", timeout: float = 10.0) -> "Client":
-        """Connects to ``compactd serve --socket PATH``."""
+        """Connects to ``compactd serve --socket PATH``: only when the socket's directory and the
+        daemon answering there are this user's own (`NotYourDaemon` otherwise)."""
+        check_socket_dir(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
@@ -292,6 +297,11 @@ class Client(Methods):
             raise DaemonNotRunning(
                 f"no compactd daemon listening on {path} ({e.strerror}); start one with `compactd serve`"
             ) from e
+        try:
+            check_peer(sock, path)
+        except NotYourDaemon:
+            sock.close()
+            raise
         sock.settimeout(None)
         rfile = sock.makefile("rb", buffering=0)
         wfile = sock.makefile("wb", buffering=0)

@@ -50,7 +50,7 @@ def test_every_protocol_method_has_a_typed_method():
 
 
 def test_result_types_are_generated_from_openrpc_and_annotate_every_method():
-    check = subprocess.run([sys.executable, str(PKG_DIR / "gen_types.py"), "--check"], capture_output=True, text=True)
+    check = subprocess.run([sys.executable, str(REPO / "clients" / "generate.py"), "--check"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     doc = json.loads((REPO / "proto-docs" / "openrpc.json").read_text())
     for m in doc["methods"]:
@@ -58,6 +58,81 @@ def test_result_types_are_generated_from_openrpc_and_annotate_every_method():
         assert method.__annotations__["return"] == m["result"]["name"], m["name"]
         assert hasattr(compactd_client.types, m["result"]["name"]), m["result"]["name"]
     assert compactd_client.types.RESULTS["compact"] == "CompactionResult"
+
+
+#: A method the daemon does not have, as `COMPACTD_BLESS=1 cargo test --test openrpc` would
+#: write it into openrpc.json after one line in `rpc::methods` (a task, so it waits long).
+NEW_METHOD = {
+    "name": "echoNote",
+    "summary": "A method added to the Rust list.",
+    "paramStructure": "by-name",
+    "params": [
+        {"name": "sessionId", "required": True, "schema": {"type": "string"}},
+        {"name": "noteText", "required": False, "schema": {"type": ["string", "null"]}},
+    ],
+    "result": {"name": "EchoNoteResult", "schema": {"$ref": "#/components/schemas/EchoNoteResult"}},
+    "errors": [],
+    "x-run": "task",
+}
+
+
+def with_new_method(tmp_path):
+    """openrpc.json with `NEW_METHOD` (and its result schema) added, and a copy of the clients."""
+    doc = json.loads((REPO / "proto-docs" / "openrpc.json").read_text())
+    doc["methods"].append(NEW_METHOD)
+    doc["components"]["schemas"]["EchoNoteResult"] = {
+        "type": "object",
+        "properties": {"echoed": {"type": "string"}},
+        "required": ["echoed"],
+    }
+    path = tmp_path / "openrpc.json"
+    path.write_text(json.dumps(doc))
+    clients = tmp_path / "clients"
+    shutil.copytree(PKG_DIR / "compactd_client", clients / "python" / "compactd_client")
+    (clients / "typescript" / "src").mkdir(parents=True)
+    gen = subprocess.run(
+        [sys.executable, str(REPO / "clients" / "generate.py"), "--doc", str(path), "--clients", str(clients)],
+        capture_output=True,
+        text=True,
+    )
+    assert gen.returncode == 0, gen.stderr
+    return clients
+
+
+def test_a_new_method_needs_no_hand_written_client_code(tmp_path):
+    clients = with_new_method(tmp_path)
+    # Only generated files change: every hand-written module of the package is as committed.
+    for f in (PKG_DIR / "compactd_client").glob("*.py"):
+        if f.name not in ("types.py", "_methods.py"):
+            assert (clients / "python" / "compactd_client" / f.name).read_text() == f.read_text(), f.name
+    probe = f"""
+import inspect, sys
+sys.path.insert(0, {str(clients / "python")!r})
+import compactd_client
+assert compactd_client.__file__.startswith({str(clients)!r}), compactd_client.__file__
+calls = []
+class Fake(compactd_client.Methods):
+    def _call(self, method, params=None, timeout=None):
+        calls.append((method, params, timeout))
+        return {{"echoed": "x"}}
+Fake().echo_note("s1", note_text="hi")
+Fake().echo_note("s2")
+print(calls)
+print(inspect.signature(compactd_client.Methods.echo_note))
+print(compactd_client.types.RESULTS["echoNote"], list(compactd_client.types.EchoNoteResult.__annotations__))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    calls, signature, result = out.stdout.splitlines()
+    assert calls == "[('echoNote', {'sessionId': 's1', 'noteText': 'hi'}, 600.0), ('echoNote', {'sessionId': 's2'}, 600.0)]"
+    assert signature == "(self, session_id: 'str', note_text: 'Optional[str]' = None, timeout: 'Optional[float]' = 600.0) -> 'EchoNoteResult'"
+    assert result == "EchoNoteResult ['echoed']"
+    # And the TypeScript bindings gained it too (the node suite runs them).
+    index = (clients / "typescript" / "src" / "index.js").read_text()
+    assert 'echoNote(sessionId, options = {}) {\n    return this._call("echoNote", { ...options, sessionId });' in index
+    dts = (clients / "typescript" / "src" / "index.d.ts").read_text()
+    assert "  echoNote(sessionId: string, options?: {\n    noteText?: string | null;\n  }): Promise<EchoNoteResult>;" in dts
+    assert "export interface EchoNoteResult {\n  echoed: string;\n}" in dts
 
 
 def test_connect_or_start_starts_one_daemon_and_then_joins_it(env, tmp_path, monkeypatch):

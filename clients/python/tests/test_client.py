@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from conftest import MODEL, lines, open_small_keep, require_binary_and_cases, session_copy
+from conftest import BIN, MODEL, lines, open_small_keep, require_binary_and_cases, session_copy
 
 require_binary_and_cases()
 
@@ -232,3 +232,34 @@ def test_socket_writes_accepted_while_compacting_and_abort_from_another_client(s
     # Writable again.
     assert other.append_message(sid, {"role": "user", "content": "now"})["entryId"]
 
+
+
+def test_a_socket_directory_others_may_write_to_is_refused(server, tmp_path, monkeypatch):
+    """Before connecting, the socket's directory must be the user's own and closed to others
+    (the rule `compactd serve` applies); else `NotYourDaemon`, naming the directory and why,
+    and `connect_or_start` starts nothing over it."""
+    import asyncio
+
+    from compactd_client import AsyncClient, Client, NotYourDaemon
+
+    server().close()  # the daemon answers on its socket
+    sock = server.socket
+    run_dir = os.path.dirname(sock)
+    os.chmod(run_dir, 0o777)  # another user could now replace the socket
+    try:
+        want = rf"refusing socket directory {re.escape(run_dir)}: mode 0777 lets other users replace the socket \(not sticky\)"
+        with pytest.raises(NotYourDaemon, match=want):
+            Client.connect_socket(sock)
+        with pytest.raises(NotYourDaemon, match=want):
+            asyncio.run(AsyncClient.connect(sock))
+        with pytest.raises(NotYourDaemon, match=want):
+            Client.connect_or_start(sock, bin=BIN)
+    finally:
+        os.chmod(run_dir, 0o700)
+    # The default socket's directory must be private: mode 0750 is refused before any connect.
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg"))
+    default_dir = tmp_path / "xdg" / "compactd"
+    default_dir.mkdir(parents=True, mode=0o700)
+    os.chmod(default_dir, 0o750)
+    with pytest.raises(NotYourDaemon, match=rf"refusing socket directory {re.escape(str(default_dir))}: mode 0750 lets other users in"):
+        Client.connect()

@@ -19,19 +19,19 @@ export async function everyMethod(): Promise<void> {
   const init: InitializeResult = await c.initialize({ clientName: 'types' });
   const summarizer: string = init.capabilities.summarizer;
   const info: SessionInfo = await c.openSession({ path: '/abs/s.jsonl', model: { provider: 'p', id: 'm', contextWindow: 1, maxTokens: 1 } });
-  const created: SessionInfo = await c.createSession({ cwd: '/abs', sessionDir: '/abs/sessions' });
+  const created: SessionInfo = await c.createSession('/abs', { sessionDir: '/abs/sessions' });
   const sid: string = info.sessionId;
   const closed: boolean = (await c.closeSession(created.sessionId)).closed;
   const all: SessionInfo[] = await c.listSessions();
   const appended: string = (await c.appendMessage(sid, { role: 'user', content: 'hi' }, { expectedLeafId: 'x' })).entryId;
   await c.appendEntry(sid, { type: 'label', targetId: appended, label: 'l' });
   await c.setModel(sid, { provider: 'p', id: 'm', contextWindow: 1, maxTokens: 1 });
-  const nav: boolean = (await c.navigateTree(sid, null, { summarize: true })).cancelled;
+  const nav: boolean = (await c.navigateTree(sid, { targetId: null, summarize: true })).cancelled;
   const branch: any[] = await c.getBranch(sid);
-  const msgs: any[] = (await c.getContext(sid, 'llm')).messages;
+  const msgs: any[] = (await c.getContext(sid, { format: 'llm' })).messages;
   const usage = await c.getContextUsage(sid);
   const should: ShouldCompactResult = await c.shouldCompact({ contextTokens: 1, contextWindow: 2 });
-  const preview = await c.previewCompaction(sid, 'full');
+  const preview = await c.previewCompaction(sid, { detail: 'full' });
   const result: CompactionResult = await c.compact(sid, { customInstructions: 'x', write: false });
   const action: string = (await c.checkCompaction(sid, 'postRun')).action;
   const aborted: boolean = (await c.abortCompaction(sid)).aborted;
@@ -39,7 +39,7 @@ export async function everyMethod(): Promise<void> {
   await c.setSettingsOverrides({ sessionId: sid, compaction: { keepRecentTokens: 10 } });
   await c.subscribe({ sessionId: sid, events: ['compaction_end'] });
   await c.unsubscribe();
-  await c.registerHooks({ hooks: ['session_compact'], sessionId: sid, timeoutMs: 5 });
+  await c.registerHooks(['session_compact'], { sessionId: sid, timeoutMs: 5 });
   const off: () => void = await c.onBeforeCompact(({ preparation }) => ({
     compaction: { summary: 's', firstKeptEntryId: preparation.firstKeptEntryId, tokensBefore: preparation.tokensBefore },
   }));

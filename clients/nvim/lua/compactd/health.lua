@@ -3,14 +3,29 @@
 
 local M = {}
 
+--- The health reporter: `vim.health` (0.10: start/ok/…), or before 0.10 its `report_*` names
+--- (0.8, 0.9) or the `health` module (0.7), so an old Neovim hears why it is refused.
+local function reporter()
+  local h = vim.health or require('health')
+  return {
+    start = h.start or h.report_start,
+    ok = h.ok or h.report_ok,
+    info = h.info or h.report_info,
+    warn = h.warn or h.report_warn,
+    error = h.error or h.report_error,
+  }
+end
+
 function M.check()
-  local h = vim.health
+  local h = reporter()
   h.start('compactd')
-  if vim.fn.has('nvim-0.10') == 1 then
-    h.ok('Neovim ' .. tostring(vim.version()))
-  else
-    h.error('Neovim >= 0.10 is required, this is ' .. tostring(vim.version()))
+  local version = require('compactd.version')
+  local too_old = version.unsupported()
+  if too_old then
+    h.error(too_old, { version.how_to_get })
+    return
   end
+  h.ok('Neovim ' .. version.format(vim.version()))
   local compactd = require('compactd')
   local cmd = compactd.cmd()
   local exe = vim.fn.exepath(cmd[1])

@@ -1,4 +1,4 @@
---- compactd for Neovim (>= 0.10): talks to the shared compactd daemon through `vim.lsp.rpc`
+--- compactd for Neovim (>= 0.10; an older one is refused at once, see `compactd.version`): talks to the shared compactd daemon through `vim.lsp.rpc`
 --- (Content-Length framing, the same JSON-RPC 2.0 as every compactd client). It spawns
 --- `compactd connect`, which joins the daemon on its socket or starts one (as gopls
 --- `-remote=auto` does), so the editor sees the same sessions as the agents that use that daemon:
@@ -13,6 +13,8 @@
 --- a blocking `*_sync` twin for scripts and commands. The connection starts on first use.
 
 local M = {}
+
+local version = require('compactd.version')
 
 local defaults = {
   --- The daemon command (`vim.lsp.rpc.start` runs it). Default: `compactd connect` (binary:
@@ -118,6 +120,11 @@ end
 function M.client()
   if state.rpc and not state.rpc.is_closing() then
     return state.rpc
+  end
+  local too_old = version.unsupported()
+  if too_old then
+    state.last_error = too_old
+    return nil, too_old
   end
   local cmd = M.cmd()
   local ok, rpc = pcall(vim.lsp.rpc.start, cmd, {
@@ -358,47 +365,71 @@ local function scratch(lines)
   return buf
 end
 
-local function commands()
-  local cmd = vim.api.nvim_create_user_command
-  cmd('CompactdOpen', function(a)
-    local path = a.args ~= '' and a.args or vim.api.nvim_buf_get_name(0)
-    M.open(path, function(err, info)
-      if err then
-        return report(err)
+--- The user commands: name, handler, options.
+local function command_list()
+  return {
+    { 'CompactdOpen', function(a)
+      local path = a.args ~= '' and a.args or vim.api.nvim_buf_get_name(0)
+      M.open(path, function(err, info)
+        if err then
+          return report(err)
+        end
+        vim.notify(('compactd: opened %s (%s, %d entries)'):format(info.path, info.sessionId, info.entryCount))
+      end)
+    end, { nargs = '?', complete = 'file', desc = 'Open a Pi session file in compactd' } },
+    { 'CompactdStatus', function()
+      M.usage(function(err, u)
+        if err then
+          return report(err)
+        end
+        vim.notify(M.format_status(u))
+      end)
+    end, { desc = 'compactd: context tokens, percent and threshold' } },
+    { 'CompactdPreview', function()
+      M.preview(function(err, p)
+        if err then
+          return report(err)
+        end
+        scratch(M.format_preview(p))
+      end)
+    end, { desc = 'compactd: what a compaction would summarize and keep' } },
+    { 'CompactdCompact', function(a)
+      M.compact({ instructions = a.args }, function(err, r)
+        if err then
+          return report(err)
+        end
+        vim.notify(('compactd: compacted %d tokens, kept from %s'):format(r.tokensBefore, r.firstKeptEntryId))
+      end)
+    end, { nargs = '*', desc = 'compactd: compact the session [custom instructions]' } },
+  }
+end
+
+--- Defines the commands; with `refusal` set (a Neovim too old), each only reports it.
+local function commands(refusal)
+  for _, c in ipairs(command_list()) do
+    local name, handler, opts = c[1], c[2], c[3]
+    if refusal then
+      handler = function()
+        vim.notify(refusal, vim.log.levels.ERROR)
       end
-      vim.notify(('compactd: opened %s (%s, %d entries)'):format(info.path, info.sessionId, info.entryCount))
-    end)
-  end, { nargs = '?', complete = 'file', desc = 'Open a Pi session file in compactd' })
-  cmd('CompactdStatus', function()
-    M.usage(function(err, u)
-      if err then
-        return report(err)
-      end
-      vim.notify(M.format_status(u))
-    end)
-  end, { desc = 'compactd: context tokens, percent and threshold' })
-  cmd('CompactdPreview', function()
-    M.preview(function(err, p)
-      if err then
-        return report(err)
-      end
-      scratch(M.format_preview(p))
-    end)
-  end, { desc = 'compactd: what a compaction would summarize and keep' })
-  cmd('CompactdCompact', function(a)
-    M.compact({ instructions = a.args }, function(err, r)
-      if err then
-        return report(err)
-      end
-      vim.notify(('compactd: compacted %d tokens, kept from %s'):format(r.tokensBefore, r.firstKeptEntryId))
-    end)
-  end, { nargs = '*', desc = 'compactd: compact the session [custom instructions]' })
+    end
+    vim.api.nvim_create_user_command(name, handler, opts)
+  end
+end
+
+--- On a Neovim too old: the commands exist and answer `why` (the plugin file calls this on load).
+function M.refuse(why)
+  commands(why)
 end
 
 --- `require("compactd").setup({ model = {...}, socket = ..., cmd_env = {...} })`.
 function M.setup(opts)
   state.config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts or {})
-  commands()
+  local too_old = version.unsupported()
+  if too_old then
+    vim.notify(too_old, vim.log.levels.ERROR)
+  end
+  commands(too_old)
   return M
 end
 
