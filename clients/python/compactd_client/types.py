@@ -760,7 +760,7 @@ ERROR_CODES = {
 }
 
 #: The events a subscriber receives (`subscribe`).
-EVENTS = ('compaction_end', 'compaction_start', 'compaction_suppressed', 'compaction_undone', 'speculation_discarded', 'speculation_ready', 'speculation_started', 'subscription_dropped', 'summarization_retry_attempt_start', 'summarization_retry_finished', 'summarization_retry_scheduled', 'summary_edited')
+EVENTS = ('compaction_end', 'compaction_start', 'compaction_suppressed', 'compaction_undone', 'context_cleared', 'speculation_discarded', 'speculation_ready', 'speculation_started', 'subscription_dropped', 'summarization_retry_attempt_start', 'summarization_retry_finished', 'summarization_retry_scheduled', 'summary_edited')
 #: Notifications a client asks for on `initialize` (`logNotifications`).
 NOTICES = ('window/logMessage',)
 #: The hooks `registerHooks` accepts.

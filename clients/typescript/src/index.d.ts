@@ -93,6 +93,61 @@ export interface CheckCompactionResult {
   contextChanged: boolean;
   result?: CompactionResult;
   errorMessage?: string;
+  /** Beyond Pi: the clearing pass this check ran before its compaction decision (`compaction.clearToolResults`); `contextChanged` is then true. */
+  cleared?: ClearingPass;
+}
+
+/** Beyond Pi: `compaction.clearToolResults`. Once the context reaches `at` × the threshold, a `checkCompaction` clears every tool result outside the newest `keepRecentTokens` (and every superseded one: the same tool called again later with the same arguments), when that frees at least `clearAtLeast` tokens; the file keeps every byte and `getEntry` returns the original. */
+export interface ClearToolResultsPatch {
+  /** The fraction of the threshold from which a pass is considered, in (0, 1) (default 0.5). */
+  at?: number | null;
+  /** The newest tool results, by tokens, that always stay verbatim (default 20000). */
+  keepRecentTokens?: number | null;
+  /** A pass runs only when it frees at least this many tokens (default 10000): every pass breaks the provider's prompt cache once. */
+  clearAtLeast?: number | null;
+  /** Tool names never cleared (default none). */
+  excludeTools?: string[] | null;
+}
+
+/** `compaction.clearToolResults` in effect. */
+export interface ClearToolResultsView {
+  at: number;
+  keepRecentTokens: number;
+  clearAtLeast: number;
+  excludeTools: string[];
+}
+
+/** A clearing pass `checkCompaction` ran (beyond Pi, `compaction.clearToolResults`): the tool results it cleared from the projected context, what that freed, and the context before (as the check measured it) and after (the projection's estimate). */
+export interface ClearingPass {
+  entryIds: string[];
+  tokensFreed: number;
+  tokensBefore: number;
+  tokensAfter: number;
+}
+
+/** What a clearing pass would clear now (`previewCompaction`, beyond Pi): every clearable tool result, and whether a `checkCompaction` now would run the pass (`due`: the context is at `atTokens` and the pass frees at least `clearAtLeast`). */
+export interface ClearingPreview {
+  entryIds: string[];
+  tokensFreed: number;
+  tokensBefore: number;
+  tokensAfter: number;
+  /** `at` × the threshold: the context size from which a pass is considered. */
+  atTokens: number;
+  due: boolean;
+}
+
+/** What clearing passes saved (`getCostReport`): tokens each later request left out, priced as the cheapest input (cache reads) less the cache rewrites the passes caused, so a lower bound. */
+export interface ClearingSpend {
+  /** Clearing passes in the file. */
+  passes: number;
+  /** Tokens the passes freed from the context. */
+  tokensFreed: number;
+  /** Tokens the agent's requests after each pass left out (until the next compaction). */
+  tokensNotSent: number;
+  /** The first request after each pass rewrote the cache from the first cleared output on (its cache write and uncached input; 0 when the cache had expired anyway). null when the agent's model has no known price. */
+  cacheRewriteUsd: number | null;
+  /** `tokensNotSent` at the cache-read price, less `cacheRewriteUsd` (null without a price). */
+  usdSaved: number | null;
 }
 
 /** `closeSession`'s answer. */
@@ -141,6 +196,8 @@ export interface CompactionPreview {
   speculation?: SpeculationView | null;
   /** Beyond Pi: what this compaction would cost and save (see proto-docs/methods.md). */
   economics: Economics;
+  /** Beyond Pi: what a clearing pass would clear first (`compaction.clearToolResults` on); the numbers above are the summarizing compaction's, of the original outputs. */
+  clearing?: ClearingPreview | null;
   previousSummary?: string | null;
   messagesToSummarize?: MessageRef[];
   turnPrefixMessages?: MessageRef[];
@@ -181,6 +238,8 @@ export interface CompactionSettings {
   calibratedEstimates?: boolean;
   /** Beyond Pi: summaries compactd writes end with the recall footer. Only in getSettings' answer. */
   recallFooter?: boolean;
+  /** Beyond Pi: the second tier, every member filled in (`null`: off). Only in getSettings' answer. */
+  clearToolResults?: ClearToolResultsView | null;
 }
 
 /** A partial `compaction` settings block; missing fields take the defaults. */
@@ -202,6 +261,8 @@ export interface CompactionSettingsPatch {
   calibratedEstimates?: boolean | null;
   /** Beyond Pi: end every summary compactd writes with one line naming the recall tools (`search_history` / `get_entry`, `searchHistory` / `getEntry`) and the id range it stands for (default true). */
   recallFooter?: boolean | null;
+  /** Beyond Pi: clear old tool output from the projected context before anything is summarized (the second tier; `null` or absent: off, Pi's behaviour). See [`ClearToolResultsPatch`]. */
+  clearToolResults?: ClearToolResultsPatch | null;
 }
 
 /** `getContext`'s answer. */
@@ -234,6 +295,8 @@ export interface CostReport {
   cacheRewrites: CacheRewrite[];
   /** What compaction cost in all: compactions, discarded speculations and cache rewrites (null when a price is unknown). */
   compactionUsd: number | null;
+  /** Beyond Pi: what the clearing passes (`compaction.clearToolResults`) saved. */
+  clearing: ClearingSpend;
 }
 
 /** The compaction running now (beyond Pi). */
@@ -421,6 +484,8 @@ export interface NothingToCompact {
   recentMessages: number;
   /** The `compaction.keepRecentTokens` in force. */
   keepRecentTokens: number;
+  /** Beyond Pi: what a clearing pass would clear (`compaction.clearToolResults` on). */
+  clearing?: ClearingPreview | null;
 }
 
 /** The agent-loop moment of an automatic check (compaction.md §8.3). */
@@ -722,7 +787,7 @@ export declare const ErrorCodes: Readonly<{
   RequestCancelled: -32800;
 }>;
 
-export type EventName = "compaction_end" | "compaction_start" | "compaction_suppressed" | "compaction_undone" | "speculation_discarded" | "speculation_ready" | "speculation_started" | "subscription_dropped" | "summarization_retry_attempt_start" | "summarization_retry_finished" | "summarization_retry_scheduled" | "summary_edited";
+export type EventName = "compaction_end" | "compaction_start" | "compaction_suppressed" | "compaction_undone" | "context_cleared" | "speculation_discarded" | "speculation_ready" | "speculation_started" | "subscription_dropped" | "summarization_retry_attempt_start" | "summarization_retry_finished" | "summarization_retry_scheduled" | "summary_edited";
 export type HookName = "session_before_compact" | "session_before_tree" | "session_compact" | "session_compact_failed";
 export type NoticeName = "window/logMessage";
 export declare const EVENTS: readonly EventName[];
@@ -761,6 +826,15 @@ export interface CompactionUndoneParams {
   sessionId: string;
   compactionId: string;
   entryId: string;
+}
+
+/** Beyond Pi (compaction.clearToolResults): a clearing pass cleared old tool output from the projected context before any summarizing (one `compactd.clear` custom entry). */
+export interface ContextClearedParams {
+  sessionId: string;
+  entryIds: string[];
+  tokensFreed: number;
+  tokensBefore: number;
+  tokensAfter: number;
 }
 
 /** Beyond Pi: a speculative summary was thrown away and will not be installed. */
@@ -871,6 +945,7 @@ export interface EventParams {
   "compaction_start": CompactionStartParams;
   "compaction_suppressed": CompactionSuppressedParams;
   "compaction_undone": CompactionUndoneParams;
+  "context_cleared": ContextClearedParams;
   "speculation_discarded": SpeculationDiscardedParams;
   "speculation_ready": SpeculationReadyParams;
   "speculation_started": SpeculationStartedParams;

@@ -38,6 +38,7 @@ export const EVENTS = Object.freeze([
   "compaction_start",
   "compaction_suppressed",
   "compaction_undone",
+  "context_cleared",
   "speculation_discarded",
   "speculation_ready",
   "speculation_started",
