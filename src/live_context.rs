@@ -161,18 +161,33 @@ mod tests {
     }
 
     proptest! {
+        /// Pushes, pops, and (beyond Pi) clearing passes: a message shrunk to its placeholder
+        /// and every usage so far dropped; the incremental figures always equal the pure
+        /// function over the same facts.
         #[test]
         fn incremental_estimate_matches_the_pure_function(
-            ops in prop::collection::vec((facts(), any::<bool>()), 0..200)
+            ops in prop::collection::vec((facts(), 0u8..10, any::<prop::sample::Index>()), 0..200)
         ) {
             let mut live = LiveContext::default();
             let mut reference: Vec<MessageFacts> = Vec::new();
-            for (f, pop) in ops {
-                if pop {
-                    prop_assert_eq!(live.pop(), reference.pop());
-                } else {
-                    live.push(f);
-                    reference.push(f);
+            for (f, op, at) in ops {
+                match op {
+                    0..=2 => prop_assert_eq!(live.pop(), reference.pop()),
+                    3 if !reference.is_empty() => {
+                        let i = at.index(reference.len());
+                        live.set_tokens(i, f.tokens);
+                        reference[i].tokens = f.tokens;
+                    }
+                    4 => {
+                        live.forget_usage();
+                        for m in &mut reference {
+                            m.usage_tokens = None;
+                        }
+                    }
+                    _ => {
+                        live.push(f);
+                        reference.push(f);
+                    }
                 }
                 prop_assert_eq!(live.estimate(), estimate_context_tokens(reference.iter().copied()));
                 prop_assert_eq!(live.estimated_total(), reference.iter().map(|m| m.tokens).sum::<u64>());

@@ -279,6 +279,25 @@ fn a_pass_clears_old_output_reversibly_and_the_prefix_stays_stable() {
     let usage = a.c.ok("getContextUsage", json!({"sessionId": a.sid}));
     assert_eq!(usage["tokens"].as_f64().unwrap(), after, "{usage}");
 
+    // The session closed and opened again (the projection rebuilt from the path, not kept up
+    // to date pass by pass) projects and counts the same.
+    a.c.ok("closeSession", json!({"sessionId": a.sid}));
+    a.sid =
+        a.c.ok("openSession", json!({"path": a.path, "model": model()}))["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    a.c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": a.sid, "compaction": {"reserveTokens": 4000, "clearToolResults": {
+            "at": 0.3, "keepRecentTokens": 6000, "clearAtLeast": 4000, "excludeTools": ["memory"]}}}),
+    );
+    assert_eq!(a.context(), ctx);
+    assert_eq!(
+        a.c.ok("getContextUsage", json!({"sessionId": a.sid}))["tokens"],
+        usage["tokens"]
+    );
+
     // getEntry gives the original back.
     let e =
         a.c.ok("getEntry", json!({"sessionId": a.sid, "entryId": r[0]}));
