@@ -12,6 +12,10 @@ fn main() {
     let cli = compactd::cli::Cli::parse();
     let mut config = match compactd::config::Config::load(cli.config.as_deref()) {
         Ok(c) => c,
+        // `doctor` reports a configuration that does not load, with what to do about it.
+        Err(_) if matches!(cli.command, compactd::cli::Command::Doctor { .. }) => {
+            compactd::config::Config::default()
+        }
         Err(e) => {
             compactd::print_err!("{e}");
             std::process::exit(compactd::cli::EXIT_USAGE);

@@ -1,11 +1,13 @@
 //! The command-line front end. `main.rs` parses flags into [`Cli`] and sets up logging
 //! ([`logging`]); each subcommand lives in its own module and returns an exit code: `serve` and
-//! `stdio` here, `connect` and `start` in [`connect`] (start-or-join in [`launch`]), `service`,
-//! `inspect`, `compact`, and `mcp` (the server is `crate::mcp`). Errors go to stderr (or as `{"error": …}` on stdout with
+//! `stdio` here, `connect` and `start` in [`connect`] (start-or-join in [`launch`]), `status`
+//! and `stop` in [`lifecycle`], `doctor`, `service`, `inspect`, `compact`, and `mcp` (the server
+//! is `crate::mcp`). Errors go to stderr (or as `{"error": …}` on stdout with
 //! `--json`), never as a panic.
 
 pub mod compact;
 pub mod connect;
+pub mod doctor;
 pub mod inspect;
 pub mod launch;
 pub mod lifecycle;
@@ -123,6 +125,16 @@ pub enum Command {
     /// until it is gone; nothing running is no error.
     #[command(after_help = EXIT_CODES)]
     Stop {
+        /// Socket path (default: as for `serve`).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Check the installation and print the paths in use: the config file (loaded and
+    /// validated), the socket directory, the daemon on the socket, the summarizer's and
+    /// providers' keys, PostgreSQL when configured; exit 1 when a check fails, each failure
+    /// with what to do.
+    #[command(after_help = EXIT_CODES)]
+    Doctor {
         /// Socket path (default: as for `serve`).
         #[arg(long)]
         socket: Option<PathBuf>,
@@ -552,6 +564,7 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
         }
         Command::Status { socket } => lifecycle::status(&lifecycle::socket_of(socket, &config)),
         Command::Stop { socket } => lifecycle::stop(&lifecycle::socket_of(socket, &config)),
+        Command::Doctor { socket } => doctor::run(config_path, socket),
         Command::Service {
             action,
             manager,
