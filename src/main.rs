@@ -30,7 +30,9 @@ fn main() {
     }
     config.log.flag_level =
         compactd::cli::logging::flag_level(cli.verbose, cli.quiet).map(str::to_owned);
-    let guards = compactd::cli::logging::init(&config, compactd::cli::log_mode(&cli.command));
+    let tag = compactd::cli::log_tag(&cli.command, &config);
+    let guards =
+        compactd::cli::logging::init(&config, compactd::cli::log_mode(&cli.command), tag.as_ref());
     let code = compactd::cli::run(cli, config);
     drop(guards);
     std::process::exit(code);

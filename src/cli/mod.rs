@@ -567,6 +567,19 @@ pub fn log_mode(command: &Command) -> logging::LogMode {
     }
 }
 
+/// The tag on `command`'s log lines (see [`logging::Tag`]): a daemon's and an editor's
+/// commands name their pid and socket; one-shot commands log to the terminal that ran them.
+pub fn log_tag(command: &Command, config: &crate::config::Config) -> Option<logging::Tag> {
+    let socket = |flag: &Option<PathBuf>| Some(launch::socket_path(flag.clone(), config));
+    match command {
+        Command::Serve { socket: s, .. }
+        | Command::Connect { socket: s }
+        | Command::Mcp { socket: s, .. } => Some(logging::Tag::new(socket(s))),
+        Command::Stdio { .. } => Some(logging::Tag::new(None)),
+        _ => None,
+    }
+}
+
 /// Runs the parsed command line with the loaded configuration; returns the exit code.
 pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
     let config_path = cli.config.as_deref();
@@ -579,10 +592,12 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             runtime,
         } => {
             // Socket activation: systemd passed the listening socket (read before the runtime).
+            // A daemon reports through its log only (its stderr is a log: a terminal, the
+            // service manager's journal, or the file an on-demand daemon's stderr goes to).
             let inherited = match crate::transport::unix::inherited_listener() {
                 Ok(l) => l,
                 Err(e) => {
-                    crate::print_err!("{e}");
+                    tracing::error!("{e}");
                     return EXIT_FAILED;
                 }
             };
@@ -606,7 +621,6 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                     }
                     None => {
                         let l = crate::transport::unix::bind(&path).await?;
-                        crate::print_err!("listening on {}", path.display());
                         tracing::info!(socket = %path.display(), "listening");
                         (l, Some(path))
                     }
@@ -833,20 +847,19 @@ where
     // in six runs without it, 4.4–7.9 ms in six with it.
     drop(runtime.spawn_blocking(|| {}));
     let daemon = crate::daemon::Daemon::new(config);
+    // Reported once, through the log (which shows errors on stderr when it is a file; see
+    // `logging::init`), with a timestamp like every other line.
     if let Some(e) = &daemon.storage_error {
-        crate::print_err!("storage_unavailable: {e}");
+        tracing::error!("storage_unavailable: {e}");
         return EXIT_FAILED;
     }
     // Reported now, not at the first client's call; the daemon still serves, and every call
     // that needs the store reconnects (or answers storage_unavailable).
     match daemon.storage.check() {
         Ok(()) => tracing::debug!("session store ready"),
-        Err(e) => {
-            crate::print_err!(
-                "storage_unavailable: {e} (serving; calls that need the store will retry)"
-            );
-            tracing::error!(error = %e, "session store unavailable at start-up");
-        }
+        Err(e) => tracing::error!(
+            "storage_unavailable: {e} (serving; calls that need the store will retry)"
+        ),
     }
     let outcome = runtime.block_on(body(daemon));
     // Do not wait for the blocking thread still reading stdin (it never returns on its own).
@@ -854,7 +867,7 @@ where
     match outcome {
         Ok(()) => EXIT_OK,
         Err(e) => {
-            crate::print_err!("{e}");
+            tracing::error!("{e}");
             EXIT_FAILED
         }
     }
