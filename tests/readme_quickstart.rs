@@ -74,8 +74,14 @@ fn samples(script: &str) -> Vec<(u64, String)> {
 
 #[test]
 fn sample_matching_treats_ellipses_as_any_text() {
-    assert!(matches_sample(r#"{"a":"x…","b":…}"#, r#"{"a":"xyz","b":3}"#));
-    assert!(!matches_sample(r###"{"a":"## Goal\n…"}"###, r#"{"a":"No prior history."}"#));
+    assert!(matches_sample(
+        r#"{"a":"x…","b":…}"#,
+        r#"{"a":"xyz","b":3}"#
+    ));
+    assert!(!matches_sample(
+        r###"{"a":"## Goal\n…"}"###,
+        r#"{"a":"No prior history."}"#
+    ));
     assert!(!matches_sample(r#"{"id":1,...}"#, r#"{"id":2,"x":1}"#));
 }
 

@@ -159,9 +159,10 @@ pub enum Command {
     /// (`search_history`, `get_entry`), backed by the daemon (started or joined as `connect`
     /// does).
     #[command(after_help = EXIT_CODES)]
+    #[command(group(clap::ArgGroup::new("target").required(true).args(["session", "cwd"])))]
     Mcp {
         /// The session file.
-        #[arg(long, required_unless_present = "cwd", conflicts_with = "cwd")]
+        #[arg(long, conflicts_with = "cwd")]
         session: Option<PathBuf>,
         /// Use this working directory's most recent Pi session (looked up at every call).
         #[arg(long)]
@@ -261,8 +262,8 @@ pub enum ServiceAction {
         #[arg(long)]
         files_only: bool,
     },
-    /// Show the files, the service manager's state and whether the daemon answers (exit 1 when
-    /// it does not).
+    /// Show the files, the service manager's state (or why it cannot be asked here) and
+    /// whether the daemon answers (exit 1 when it does not).
     Status,
 }
 
