@@ -448,6 +448,15 @@ pub fn default_path() -> Option<PathBuf> {
     Some(base.join("compactd").join("config.toml"))
 }
 
+/// The file [`Config::load`] reads: `explicit`, else the default path when a file is there;
+/// `None` when the defaults apply.
+pub fn file_in_use(explicit: Option<&Path>) -> Option<PathBuf> {
+    match explicit {
+        Some(p) => Some(p.to_owned()),
+        None => default_path().filter(|p| p.exists()),
+    }
+}
+
 impl Config {
     /// Parses TOML text.
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {

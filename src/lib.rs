@@ -43,8 +43,9 @@
 //!   events announced it (for `listSessions`' status).
 //! - [`transport`]: framing, typed wire messages, the per-connection loop, the dispatch table
 //!   generated from the method list, stdio and Unix-socket listeners.
-//! - [`cli`]: the command-line front end (`serve`, `stdio`, `connect`, `start`, `service`,
-//!   `mcp`, `inspect`, `compact`, and `top`, a live terminal view that is a client of the
+//! - [`cli`]: the command-line front end (`serve`, `stdio`, `connect`, `start`, `status`,
+//!   `stop`, `doctor`, `service`, `mcp`, `inspect`, `compact`, `preview` (these two through
+//!   the daemon that holds the file), and `top`, a live terminal view that is a client of the
 //!   daemon's socket: a pure view model, the connection shell, ratatui and plain-text
 //!   renderers), logging, and starting or joining the one daemon of a socket.
 //! - [`mcp`]: the MCP server of `compactd mcp`, the recall tools backed by the daemon.

@@ -12,6 +12,10 @@ fn main() {
     let cli = compactd::cli::Cli::parse();
     let mut config = match compactd::config::Config::load(cli.config.as_deref()) {
         Ok(c) => c,
+        // `doctor` reports a configuration that does not load, with what to do about it.
+        Err(_) if matches!(cli.command, compactd::cli::Command::Doctor { .. }) => {
+            compactd::config::Config::default()
+        }
         Err(e) => {
             compactd::print_err!("{e}");
             std::process::exit(compactd::cli::EXIT_USAGE);
@@ -26,7 +30,9 @@ fn main() {
     }
     config.log.flag_level =
         compactd::cli::logging::flag_level(cli.verbose, cli.quiet).map(str::to_owned);
-    let guards = compactd::cli::logging::init(&config, compactd::cli::log_mode(&cli.command));
+    let tag = compactd::cli::log_tag(&cli.command, &config);
+    let guards =
+        compactd::cli::logging::init(&config, compactd::cli::log_mode(&cli.command), tag.as_ref());
     let code = compactd::cli::run(cli, config);
     drop(guards);
     std::process::exit(code);

@@ -393,3 +393,41 @@ fn quiet_and_verbose_set_the_log_level_on_every_command() {
         assert!(out.status.success(), "{sub} takes -vv");
     }
 }
+
+#[test]
+fn each_error_that_names_an_option_says_all_it_needs() {
+    let env = Env::new();
+    // mcp without a target names both ways to give one.
+    let out = env.command("mcp").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--session") && err.contains("--cwd"), "{err}");
+
+    // The database variable alone does not select PostgreSQL, and the error says so.
+    let out = env
+        .command("export")
+        .arg("0000")
+        .env("COMPACTD_POSTGRES_URL", "host=/nowhere dbname=x")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("backend = \"postgres\"") && err.contains("alone does not select PostgreSQL"),
+        "{err}"
+    );
+
+    // service status says what the manager's state is, or why it cannot tell (no systemctl).
+    let empty = tempfile::tempdir().unwrap();
+    let out = env
+        .command("service")
+        .args(["status", "--manager", "systemd"])
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("systemd: state unknown (`systemctl --user` does not work here"),
+        "{shown}"
+    );
+}

@@ -94,8 +94,9 @@ fn started_pids(log: &str) -> Vec<u32> {
     log.lines()
         .filter(|l| l.contains("started the daemon"))
         .filter_map(|l| {
-            l.split("pid=")
-                .nth(1)?
+            // The last `pid=`: the event's field (the line's tag names the starter's own pid).
+            l.rsplit("pid=")
+                .next()?
                 .split_whitespace()
                 .next()?
                 .parse()

@@ -1,7 +1,9 @@
 //! The README's first-run instructions, run as written: the quick-start shell block (between
 //! `<!-- quickstart -->` markers) is extracted and executed with bash in an empty directory,
 //! with a fresh HOME and the built `compactd` on PATH, against the daemon it starts itself.
-//! It needs `socat`; without it the test skips on a developer machine and fails in CI.
+//! It needs `socat`; without it the test skips on a developer machine and fails in CI. The
+//! block's sample replies (`# -> …` lines) must match the real replies of the same ids, `…` and
+//! `...` standing for any text.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -29,6 +31,58 @@ fn quickstart() -> String {
     let code_start = block.find("```bash\n").expect("a bash fence") + "```bash\n".len();
     let code_end = block.rfind("```").expect("closing fence");
     block[code_start..code_end].to_owned()
+}
+
+/// Whether `real` reads as `sample`, where `…` and `...` in the sample stand for any text: the
+/// pieces between them appear in order, the first at the start and the last at the end.
+fn matches_sample(sample: &str, real: &str) -> bool {
+    let pieces: Vec<&str> = sample.split("...").flat_map(|p| p.split('…')).collect();
+    let (Some(first), Some(last)) = (pieces.first(), pieces.last()) else {
+        return false;
+    };
+    if pieces.len() == 1 {
+        return real == *first;
+    }
+    let Some(mut rest) = real.strip_prefix(first) else {
+        return false;
+    };
+    for piece in &pieces[1..pieces.len() - 1] {
+        match rest.find(piece) {
+            Some(at) => rest = &rest[at + piece.len()..],
+            None => return false,
+        }
+    }
+    rest.ends_with(last)
+}
+
+/// The `# -> ` sample replies of the block, each with the request id it names.
+fn samples(script: &str) -> Vec<(u64, String)> {
+    script
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("# -> "))
+        .map(|s| {
+            let id = s
+                .split("\"id\":")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("a sample reply names its id: {s}"));
+            (id, s.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn sample_matching_treats_ellipses_as_any_text() {
+    assert!(matches_sample(
+        r#"{"a":"x…","b":…}"#,
+        r#"{"a":"xyz","b":3}"#
+    ));
+    assert!(!matches_sample(
+        r###"{"a":"## Goal\n…"}"###,
+        r#"{"a":"No prior history."}"#
+    ));
+    assert!(!matches_sample(r#"{"id":1,...}"#, r#"{"id":2,"x":1}"#));
 }
 
 fn have(tool: &str) -> bool {
@@ -123,6 +177,22 @@ fn the_quickstart_block_runs_as_written_on_a_fresh_machine() {
     }
     assert_eq!(replies[0]["result"]["serverName"], "compactd");
     assert!(replies[1]["result"]["sessionId"].is_string());
+    // Each sample reply the README shows reads as the real reply of its request.
+    let shown = samples(&script);
+    assert!(shown.len() >= 3, "the block shows sample replies");
+    for (id, sample) in &shown {
+        let real = stdout
+            .lines()
+            .find(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .is_ok_and(|v| v["id"].as_u64() == Some(*id))
+            })
+            .unwrap_or_else(|| panic!("no reply with id {id}:\n{stdout}"));
+        assert!(
+            matches_sample(sample, real),
+            "the README's sample reply does not match the real one\nsample: {sample}\nreal:   {real}"
+        );
+    }
     let last = replies.last().unwrap();
     assert!(
         last["result"]["summary"]

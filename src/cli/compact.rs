@@ -158,46 +158,132 @@ pub fn run(
     });
     pb.finish_and_clear();
     match outcome {
-        Ok(done) => {
-            // The summary quotes the session (and a model wrote it): made printable.
-            if json {
-                let result = serde_json::to_value(&done.result).unwrap_or_default();
-                let text = crate::json::stringify(&result);
-                super::write_stdout(&format!("{}\n", super::printable::json(&text)))
-            } else {
-                let r = &done.result;
-                super::write_stdout(&super::printable::text(&format!(
-                    "compacted: {} tokens before, ~{} after; kept from entry {}\n\n{}\n",
-                    crate::json::js_number(r.tokens_before),
-                    r.estimated_tokens_after,
-                    r.first_kept_entry_id,
-                    r.summary
-                )))
-            }
-        }
+        Ok(done) => print_compacted(
+            json,
+            &serde_json::to_value(&done.result).unwrap_or_default(),
+        ),
         Err(e @ crate::compactor::CompactError::NothingToCompact(_)) => {
-            let message = e.to_string();
-            match refusal_detail(path, settings) {
-                Some(d) if json => {
-                    let mut out = serde_json::json!({ "error": message });
-                    if let (Some(o), Ok(serde_json::Value::Object(d))) =
-                        (out.as_object_mut(), serde_json::to_value(&d))
-                    {
-                        o.extend(d);
-                    }
-                    let text = crate::json::stringify(&out);
-                    super::write_stdout(&format!("{}\n", super::printable::json(&text)));
-                }
-                Some(d) => crate::print_err!("{message}: {}", d.hint),
-                None => super::print_error(json, &message),
-            }
-            super::EXIT_FAILED
+            let detail = refusal_detail(path, settings)
+                .and_then(|d| serde_json::to_value(&d).ok())
+                .and_then(|d| match d {
+                    serde_json::Value::Object(m) => Some(m),
+                    _ => None,
+                });
+            print_refused(json, &e.to_string(), detail)
         }
         Err(e) => {
             super::print_error(json, &e.to_string());
             super::EXIT_FAILED
         }
     }
+}
+
+/// Prints a compaction's result (`CompactionResult` as the protocol serializes it), the same
+/// whether this process or the daemon compacted. The summary quotes the session (and a model
+/// wrote it): made printable.
+fn print_compacted(json: bool, result: &serde_json::Value) -> i32 {
+    if json {
+        let text = crate::json::stringify(result);
+        return super::write_stdout(&format!("{}\n", super::printable::json(&text)));
+    }
+    let text = |k: &str| result[k].as_str().unwrap_or_default();
+    super::write_stdout(&super::printable::text(&format!(
+        "compacted: {} tokens before, ~{} after; kept from entry {}\n\n{}\n",
+        crate::json::js_number(result["tokensBefore"].as_f64().unwrap_or(0.0)),
+        result["estimatedTokensAfter"].as_u64().unwrap_or(0),
+        text("firstKeptEntryId"),
+        text("summary")
+    )))
+}
+
+/// Prints Pi's refusal (`Nothing to compact …`, `Already compacted`) with why and what to
+/// change (`detail`: the reason, the numbers and the hint); exit 1.
+fn print_refused(
+    json: bool,
+    message: &str,
+    detail: Option<serde_json::Map<String, serde_json::Value>>,
+) -> i32 {
+    match detail {
+        Some(d) if json => {
+            let mut out = serde_json::Map::new();
+            out.insert("error".into(), message.into());
+            out.extend(d);
+            let text = crate::json::stringify(&serde_json::Value::Object(out));
+            super::write_stdout(&format!("{}\n", super::printable::json(&text)));
+        }
+        Some(d) => crate::print_err!(
+            "{message}: {}",
+            d.get("hint")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+        ),
+        None => super::print_error(json, message),
+    }
+    super::EXIT_FAILED
+}
+
+/// `compact` through the daemon on `socket` when it holds `path` (see `super::via_daemon`):
+/// `Some(exit code)` when it did, `None` when the direct path should run (no daemon there, or
+/// it does not hold the file). `given`: a settings or summarizer flag on the command line,
+/// which the daemon's session would not honour (refused, exit 2).
+pub fn through_daemon(
+    socket: &Path,
+    path: &Path,
+    json: bool,
+    given: Option<&str>,
+    custom_instructions: Option<&str>,
+) -> Option<i32> {
+    let file = std::fs::canonicalize(path).ok()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    runtime.block_on(async {
+        let open = match super::via_daemon::holding(socket, &file).await {
+            Ok(Some(open)) => open,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!("{e}; compacting the file directly");
+                return None;
+            }
+        };
+        if let Err(e) = super::via_daemon::refuse_flags(given, path, socket) {
+            super::print_error(json, &e);
+            return Some(super::EXIT_USAGE);
+        }
+        let pb = progress_bar(json);
+        pb.set_message(format!(
+            "through the daemon (pid {}) on {}",
+            open.daemon_pid.unwrap_or_default(),
+            socket.display()
+        ));
+        // Interrupted (Ctrl-C), this process ends and its connection with it: the daemon
+        // aborts the compaction that connection asked for.
+        let reply = open
+            .call(
+                "compact",
+                serde_json::json!({ "customInstructions": custom_instructions }),
+            )
+            .await;
+        pb.finish_and_clear();
+        Some(match reply {
+            Ok(result) => print_compacted(json, &result),
+            Err(r) if matches!(r.kind(), Some("nothing_to_compact" | "already_compacted")) => {
+                let detail = match r.data {
+                    serde_json::Value::Object(mut m) => {
+                        m.remove("kind");
+                        Some(m)
+                    }
+                    _ => None,
+                };
+                print_refused(json, &r.message, detail)
+            }
+            Err(r) => {
+                super::print_error(json, &r.message);
+                super::EXIT_FAILED
+            }
+        })
+    })
 }
 
 /// Why Pi refused, with the numbers and the setting to change (beyond Pi's exact message): the

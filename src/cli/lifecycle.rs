@@ -14,8 +14,8 @@ use super::EXIT_FAILED;
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// `initialize`'s answer from the daemon on `socket`, or why there is none (`Ok(None)`: nothing
-/// listens there).
-fn ask(socket: &Path, client: &str) -> Result<Option<Value>, String> {
+/// listens there). `doctor` asks the same way.
+pub(super) fn ask(socket: &Path, client: &str) -> Result<Option<Value>, String> {
     use crate::transport::{client::DaemonClient, unix};
     let Some(stream) = unix::connect_own(socket)? else {
         return Ok(None);

@@ -16,6 +16,7 @@
 //! the daemon.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::layer::SubscriberExt;
@@ -152,9 +153,58 @@ impl<'writer> tracing_subscriber::fmt::FormatFields<'writer> for PrintableFields
     }
 }
 
+/// Which process wrote a line: daemons started on demand and editors' commands append to one
+/// log file, so every line of theirs names its pid and socket (`pid=… socket=…`, or `stdio`).
+#[derive(Debug, Clone, Default)]
+pub struct Tag {
+    pid: u32,
+    socket: Option<PathBuf>,
+}
+
+impl Tag {
+    /// This process, serving (or reaching) the daemon on `socket` (`None`: on stdio).
+    pub fn new(socket: Option<PathBuf>) -> Tag {
+        Tag {
+            pid: std::process::id(),
+            socket,
+        }
+    }
+
+    fn text(&self) -> String {
+        match &self.socket {
+            Some(s) => format!("pid={} socket={}", self.pid, s.display()),
+            None => format!("pid={} stdio", self.pid),
+        }
+    }
+
+    /// The tag as JSON members, each followed by a comma (spliced after a line's `{`).
+    fn json_members(&self) -> String {
+        let socket = self
+            .socket
+            .as_ref()
+            .map(|s| crate::json::stringify(&serde_json::json!(s.to_string_lossy())))
+            .unwrap_or_else(|| "null".into());
+        format!("\"pid\":{},\"socket\":{socket},", self.pid)
+    }
+}
+
+/// The time of a text line, then the tag when there is one: `2026-… pid=… socket=…  INFO …`.
+struct TaggedTime(Option<String>);
+
+impl tracing_subscriber::fmt::time::FormatTime for TaggedTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        tracing_subscriber::fmt::time::SystemTime.format_time(w)?;
+        match &self.0 {
+            Some(tag) => write!(w, " {tag}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// A writer of JSON log lines that writes DEL and C1 characters as `\u` escapes
-/// ([`super::printable::json`]); the JSON formatter already escapes C0.
-struct PrintableJson<M>(M);
+/// ([`super::printable::json`]; the JSON formatter already escapes C0), and puts the tag's
+/// members first in each object.
+struct PrintableJson<M>(M, Arc<str>);
 
 impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::MakeWriter<'a>
     for PrintableJson<M>
@@ -162,7 +212,7 @@ impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::Ma
     type Writer = PrintableJson<M::Writer>;
 
     fn make_writer(&'a self) -> Self::Writer {
-        PrintableJson(self.0.make_writer())
+        PrintableJson(self.0.make_writer(), self.1.clone())
     }
 }
 
@@ -170,10 +220,15 @@ impl<W: std::io::Write> std::io::Write for PrintableJson<W> {
     /// One event's line arrives in one write (the formatter writes its buffer at once).
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match std::str::from_utf8(buf) {
-            Ok(text) => self
-                .0
-                .write_all(super::printable::json(text).as_bytes())
-                .map(|()| buf.len()),
+            Ok(text) => {
+                let text = match text.strip_prefix('{') {
+                    Some(rest) if !self.1.is_empty() => format!("{{{}{rest}", self.1),
+                    _ => text.to_owned(),
+                };
+                self.0
+                    .write_all(super::printable::json(&text).as_bytes())
+                    .map(|()| buf.len())
+            }
             Err(_) => self.0.write(buf),
         }
     }
@@ -191,6 +246,7 @@ fn fmt_layer<S, W>(
     writer: W,
     colour: bool,
     format: crate::config::LogFormat,
+    tag: Option<&Tag>,
 ) -> Box<dyn Layer<S> + Send + Sync>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
@@ -199,6 +255,7 @@ where
     match format {
         crate::config::LogFormat::Text => tracing_subscriber::fmt::layer()
             .fmt_fields(PrintableFields)
+            .with_timer(TaggedTime(tag.map(Tag::text)))
             .with_writer(writer)
             .with_ansi(colour)
             .boxed(),
@@ -206,8 +263,21 @@ where
             .json()
             .with_current_span(true)
             .with_span_list(true)
-            .with_writer(PrintableJson(writer))
+            .with_writer(PrintableJson(
+                writer,
+                tag.map(Tag::json_members).unwrap_or_default().into(),
+            ))
             .boxed(),
+    }
+}
+
+/// Whether stderr is `file` (a daemon started on demand has its stderr appended to its log).
+fn stderr_is(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let stderr = std::fs::metadata("/dev/stderr").or_else(|_| std::fs::metadata("/proc/self/fd/2"));
+    match (stderr, file.metadata()) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
     }
 }
 
@@ -224,8 +294,10 @@ where
     on.then(|| crate::daemon::log_relay::RelayLayer.with_filter(filter(config, default)))
 }
 
-/// Installs the logger of `mode`; the returned guards flush what is queued when dropped.
-pub fn init(config: &crate::config::Config, mode: LogMode) -> Vec<WorkerGuard> {
+/// Installs the logger of `mode`; the returned guards flush what is queued when dropped. `tag`:
+/// the process's pid and socket, put on every line (daemons and editors' commands, which share
+/// log files).
+pub fn init(config: &crate::config::Config, mode: LogMode, tag: Option<&Tag>) -> Vec<WorkerGuard> {
     let default = mode.default_level();
     let format = config.log.format;
     let lossy = || NonBlockingBuilder::default().lossy(true);
@@ -252,12 +324,19 @@ pub fn init(config: &crate::config::Config, mode: LogMode) -> Vec<WorkerGuard> {
     let colour = stderr_colour();
     match (file, mode) {
         (Some(f), _) => {
+            // With a file, stderr keeps real errors for an editor and for a person who ran
+            // `serve` (but not when stderr is that file: each event is written once).
+            let errors_to_stderr = match mode {
+                LogMode::Editor => true,
+                LogMode::Daemon => !stderr_is(&f),
+                _ => false,
+            };
             let (writer, guard) = lossy().finish(f);
             guards.push(guard);
-            let file_layer = fmt_layer(writer, false, format).with_filter(filter(config, default));
-            // With a file, stderr keeps real errors for an editor (a daemon's all go to the file).
-            let stderr_layer = (mode == LogMode::Editor)
-                .then(|| fmt_layer(stderr, colour, format).with_filter(LevelFilter::ERROR));
+            let file_layer =
+                fmt_layer(writer, false, format, tag).with_filter(filter(config, default));
+            let stderr_layer = errors_to_stderr
+                .then(|| fmt_layer(stderr, colour, format, tag).with_filter(LevelFilter::ERROR));
             tracing_subscriber::registry()
                 .with(file_layer)
                 .with(stderr_layer)
@@ -266,13 +345,13 @@ pub fn init(config: &crate::config::Config, mode: LogMode) -> Vec<WorkerGuard> {
         }
         (None, LogMode::Editor) => {
             tracing_subscriber::registry()
-                .with(fmt_layer(stderr, colour, format).with_filter(LevelFilter::ERROR))
+                .with(fmt_layer(stderr, colour, format, tag).with_filter(LevelFilter::ERROR))
                 .with(relay(relays, config, default))
                 .init();
         }
         (None, _) => {
             tracing_subscriber::registry()
-                .with(fmt_layer(stderr, colour, format).with_filter(filter(config, default)))
+                .with(fmt_layer(stderr, colour, format, tag).with_filter(filter(config, default)))
                 .with(relay(relays, config, default))
                 .init();
         }

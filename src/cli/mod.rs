@@ -1,19 +1,24 @@
 //! The command-line front end. `main.rs` parses flags into [`Cli`] and sets up logging
 //! ([`logging`]); each subcommand lives in its own module and returns an exit code: `serve` and
-//! `stdio` here, `connect` and `start` in [`connect`] (start-or-join in [`launch`]), `service`,
-//! `inspect`, `compact`, and `mcp` (the server is `crate::mcp`). Errors go to stderr (or as `{"error": …}` on stdout with
+//! `stdio` here, `connect` and `start` in [`connect`] (start-or-join in [`launch`]), `status`
+//! and `stop` in [`lifecycle`], `doctor`, `service`, `inspect`, `compact` and `preview` (both
+//! through the daemon holding the file: [`via_daemon`]), and `mcp` (the server is
+//! `crate::mcp`). Errors go to stderr (or as `{"error": …}` on stdout with
 //! `--json`), never as a panic.
 
 pub mod compact;
 pub mod connect;
+pub mod doctor;
 pub mod inspect;
 pub mod launch;
 pub mod lifecycle;
 pub mod logging;
+pub mod preview;
 pub mod printable;
 pub mod service;
 pub mod stored;
 pub mod top;
+pub mod via_daemon;
 
 use std::path::PathBuf;
 
@@ -127,6 +132,16 @@ pub enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Check the installation and print the paths in use: the config file (loaded and
+    /// validated), the socket directory, the daemon on the socket, the summarizer's and
+    /// providers' keys, PostgreSQL when configured; exit 1 when a check fails, each failure
+    /// with what to do.
+    #[command(after_help = EXIT_CODES)]
+    Doctor {
+        /// Socket path (default: as for `serve`).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
     /// Install, remove or show the daemon as a user service (systemd socket activation; a
     /// launchd agent on macOS).
     #[command(after_help = EXIT_CODES)]
@@ -144,9 +159,10 @@ pub enum Command {
     /// (`search_history`, `get_entry`), backed by the daemon (started or joined as `connect`
     /// does).
     #[command(after_help = EXIT_CODES)]
+    #[command(group(clap::ArgGroup::new("target").required(true).args(["session", "cwd"])))]
     Mcp {
         /// The session file.
-        #[arg(long, required_unless_present = "cwd", conflicts_with = "cwd")]
+        #[arg(long, conflicts_with = "cwd")]
         session: Option<PathBuf>,
         /// Use this working directory's most recent Pi session (looked up at every call).
         #[arg(long)]
@@ -169,7 +185,9 @@ pub enum Command {
         #[command(flatten)]
         settings: SettingsArgs,
     },
-    /// Run Pi's manual compaction on a session file and append the compaction entry.
+    /// Run Pi's manual compaction on a session file and append the compaction entry. When the
+    /// daemon on the socket holds the file, it compacts it (with the session's settings and
+    /// summarizer; its subscribers see the events) unless --no-daemon.
     #[command(after_help = EXIT_CODES)]
     Compact {
         session: PathBuf,
@@ -182,6 +200,25 @@ pub enum Command {
         settings: SettingsArgs,
         #[command(flatten)]
         model: ModelArgs,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// What a compaction would do now (`previewCompaction`: what would be summarized and what
+    /// kept, the cost), without calling a model or writing anything. Asks the daemon on the
+    /// socket when it holds the file (unless --no-daemon), else a daemon of this process.
+    #[command(after_help = EXIT_CODES)]
+    Preview {
+        session: PathBuf,
+        /// The `previewCompaction` answer as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Add the messages and the serialized summarizer input (`detail: "full"`).
+        #[arg(long)]
+        full: bool,
+        #[command(flatten)]
+        settings: SettingsArgs,
+        #[command(flatten)]
+        daemon: DaemonArgs,
     },
     /// Write a session of the shared store (`[storage] backend = "postgres"`) as Pi JSONL, byte
     /// for byte.
@@ -225,8 +262,8 @@ pub enum ServiceAction {
         #[arg(long)]
         files_only: bool,
     },
-    /// Show the files, the service manager's state and whether the daemon answers (exit 1 when
-    /// it does not).
+    /// Show the files, the service manager's state (or why it cannot be asked here) and
+    /// whether the daemon answers (exit 1 when it does not).
     Status,
 }
 
@@ -304,22 +341,59 @@ impl RuntimeArgs {
     }
 }
 
+/// Which daemon a command on one session file goes through.
+#[derive(Debug, Clone, Args)]
+pub struct DaemonArgs {
+    /// The daemon's socket (default: as for `serve`).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Never go through the running daemon, even when it holds the file (then the file's
+    /// lock refuses the command).
+    #[arg(long)]
+    pub no_daemon: bool,
+}
+
 /// Pi's `compaction` settings block.
 #[derive(Debug, Clone, Copy, Args)]
 pub struct SettingsArgs {
-    #[arg(long, default_value_t = 16384, allow_negative_numbers = true)]
-    pub reserve_tokens: i64,
-    #[arg(long, default_value_t = 20000, allow_negative_numbers = true)]
-    pub keep_recent_tokens: i64,
+    /// Pi's compaction.reserveTokens [default: 16384].
+    #[arg(long, allow_negative_numbers = true)]
+    pub reserve_tokens: Option<i64>,
+    /// Pi's compaction.keepRecentTokens [default: 20000].
+    #[arg(long, allow_negative_numbers = true)]
+    pub keep_recent_tokens: Option<i64>,
 }
 
 impl SettingsArgs {
     pub fn settings(&self) -> CompactionSettings {
         CompactionSettings {
             enabled: true,
-            reserve_tokens: self.reserve_tokens,
-            keep_recent_tokens: self.keep_recent_tokens,
+            reserve_tokens: self.reserve_tokens.unwrap_or(16384),
+            keep_recent_tokens: self.keep_recent_tokens.unwrap_or(20000),
         }
+    }
+
+    /// The first of these flags given on the command line.
+    pub fn given(&self) -> Option<&'static str> {
+        if self.reserve_tokens.is_some() {
+            Some("--reserve-tokens")
+        } else if self.keep_recent_tokens.is_some() {
+            Some("--keep-recent-tokens")
+        } else {
+            None
+        }
+    }
+
+    /// The flags given as `setSettingsOverrides`' `compaction` member.
+    pub fn overrides(&self) -> serde_json::Value {
+        let mut o = serde_json::Map::new();
+        if let Some(r) = self.reserve_tokens {
+            o.insert("reserveTokens".into(), r.into());
+        }
+        if let Some(k) = self.keep_recent_tokens {
+            o.insert("keepRecentTokens".into(), k.into());
+        }
+        serde_json::Value::Object(o)
     }
 }
 
@@ -335,12 +409,13 @@ pub struct ModelArgs {
     pub base_url: Option<String>,
     #[arg(long)]
     pub model: Option<String>,
-    /// The summarizing model's output cap (0: none).
-    #[arg(long, default_value_t = 0)]
-    pub model_max_tokens: u64,
-    /// The summarizing model's context window (pi-ai clamps each request against it).
-    #[arg(long, default_value_t = 200000)]
-    pub context_window: u64,
+    /// The summarizing model's output cap (0: none) [default: 0].
+    #[arg(long)]
+    pub model_max_tokens: Option<u64>,
+    /// The summarizing model's context window (pi-ai clamps each request against it)
+    /// [default: 200000].
+    #[arg(long)]
+    pub context_window: Option<u64>,
     /// Whether the model reasons (then the session's thinking level is sent).
     #[arg(long)]
     pub reasoning: bool,
@@ -359,6 +434,24 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// The first of these flags given on the command line.
+    pub fn given(&self) -> Option<&'static str> {
+        [
+            (self.provider.is_some(), "--provider"),
+            (self.base_url.is_some(), "--base-url"),
+            (self.model.is_some(), "--model"),
+            (self.model_max_tokens.is_some(), "--model-max-tokens"),
+            (self.context_window.is_some(), "--context-window"),
+            (self.reasoning, "--reasoning"),
+            (self.api_key.is_some(), "--api-key"),
+            (self.api_key_env.is_some(), "--api-key-env"),
+            (self.no_redact, "--no-redact"),
+            (self.fallback_extractive, "--fallback-extractive"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+
     /// The summarizer these flags select: `--provider` wins, else the configuration file's
     /// `[summarizer]`, else the extractive default; `--no-redact` and `--fallback-extractive`
     /// apply to either. Either way the engine comes from
@@ -416,8 +509,8 @@ impl ModelArgs {
             provider: kind,
             base_url: Some(base_url),
             model: Some(model),
-            max_tokens: self.model_max_tokens,
-            context_window: self.context_window,
+            max_tokens: self.model_max_tokens.unwrap_or(0),
+            context_window: self.context_window.unwrap_or(200_000),
             reasoning: self.reasoning,
             api_key_env: self.api_key_env.clone(),
             fallback: self.fallback_extractive.then_some(Fallback::Extractive),
@@ -475,6 +568,19 @@ pub fn log_mode(command: &Command) -> logging::LogMode {
     }
 }
 
+/// The tag on `command`'s log lines (see [`logging::Tag`]): a daemon's and an editor's
+/// commands name their pid and socket; one-shot commands log to the terminal that ran them.
+pub fn log_tag(command: &Command, config: &crate::config::Config) -> Option<logging::Tag> {
+    let socket = |flag: &Option<PathBuf>| Some(launch::socket_path(flag.clone(), config));
+    match command {
+        Command::Serve { socket: s, .. }
+        | Command::Connect { socket: s }
+        | Command::Mcp { socket: s, .. } => Some(logging::Tag::new(socket(s))),
+        Command::Stdio { .. } => Some(logging::Tag::new(None)),
+        _ => None,
+    }
+}
+
 /// Runs the parsed command line with the loaded configuration; returns the exit code.
 pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
     let config_path = cli.config.as_deref();
@@ -487,10 +593,12 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             runtime,
         } => {
             // Socket activation: systemd passed the listening socket (read before the runtime).
+            // A daemon reports through its log only (its stderr is a log: a terminal, the
+            // service manager's journal, or the file an on-demand daemon's stderr goes to).
             let inherited = match crate::transport::unix::inherited_listener() {
                 Ok(l) => l,
                 Err(e) => {
-                    crate::print_err!("{e}");
+                    tracing::error!("{e}");
                     return EXIT_FAILED;
                 }
             };
@@ -514,7 +622,6 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                     }
                     None => {
                         let l = crate::transport::unix::bind(&path).await?;
-                        crate::print_err!("listening on {}", path.display());
                         tracing::info!(socket = %path.display(), "listening");
                         (l, Some(path))
                     }
@@ -552,6 +659,7 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
         }
         Command::Status { socket } => lifecycle::status(&lifecycle::socket_of(socket, &config)),
         Command::Stop { socket } => lifecycle::stop(&lifecycle::socket_of(socket, &config)),
+        Command::Doctor { socket } => doctor::run(config_path, socket),
         Command::Service {
             action,
             manager,
@@ -595,7 +703,22 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             custom_instructions,
             settings,
             model,
+            daemon,
         } => {
+            let socket = launch::socket_path(daemon.socket, &config);
+            if !daemon.no_daemon {
+                let given = settings.given().or_else(|| model.given());
+                let through = compact::through_daemon(
+                    &socket,
+                    &session,
+                    json,
+                    given,
+                    custom_instructions.as_deref(),
+                );
+                if let Some(code) = through {
+                    return code;
+                }
+            }
             let engine = match model.engine(&config) {
                 Ok(e) => e,
                 Err(msg) => {
@@ -611,6 +734,16 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                 &engine,
                 custom_instructions.as_deref(),
             )
+        }
+        Command::Preview {
+            session,
+            json,
+            full,
+            settings,
+            daemon,
+        } => {
+            let socket = (!daemon.no_daemon).then(|| launch::socket_path(daemon.socket, &config));
+            preview::run(config, socket.as_deref(), &session, json, full, &settings)
         }
         Command::Export { header_id, output } => {
             stored::export(&config, &header_id, output.as_deref())
@@ -715,20 +848,19 @@ where
     // in six runs without it, 4.4–7.9 ms in six with it.
     drop(runtime.spawn_blocking(|| {}));
     let daemon = crate::daemon::Daemon::new(config);
+    // Reported once, through the log (which shows errors on stderr when it is a file; see
+    // `logging::init`), with a timestamp like every other line.
     if let Some(e) = &daemon.storage_error {
-        crate::print_err!("storage_unavailable: {e}");
+        tracing::error!("storage_unavailable: {e}");
         return EXIT_FAILED;
     }
     // Reported now, not at the first client's call; the daemon still serves, and every call
     // that needs the store reconnects (or answers storage_unavailable).
     match daemon.storage.check() {
         Ok(()) => tracing::debug!("session store ready"),
-        Err(e) => {
-            crate::print_err!(
-                "storage_unavailable: {e} (serving; calls that need the store will retry)"
-            );
-            tracing::error!(error = %e, "session store unavailable at start-up");
-        }
+        Err(e) => tracing::error!(
+            "storage_unavailable: {e} (serving; calls that need the store will retry)"
+        ),
     }
     let outcome = runtime.block_on(body(daemon));
     // Do not wait for the blocking thread still reading stdin (it never returns on its own).
@@ -736,7 +868,7 @@ where
     match outcome {
         Ok(()) => EXIT_OK,
         Err(e) => {
-            crate::print_err!("{e}");
+            tracing::error!("{e}");
             EXIT_FAILED
         }
     }

@@ -368,11 +368,26 @@ pub fn status(setup: &Setup<'_>) -> i32 {
         };
         out.push_str(&format!("{state}: {}\n", f.display()));
     }
-    if setup.manager == Manager::Systemd && systemctl_usable() {
-        for unit in [SOCKET_UNIT, SERVICE_UNIT] {
-            let state = run_tool("systemctl", &["--user", "is-active", unit])
-                .unwrap_or_else(|e| e.rsplit(": ").next().unwrap_or("unknown").to_owned());
-            out.push_str(&format!("{unit}: {}\n", state.trim()));
+    // The manager's own state when its tool answers here; otherwise a line that says so (a
+    // status that promised the state and printed nothing left the reader guessing).
+    match setup.manager {
+        Manager::Systemd if systemctl_usable() => {
+            for unit in [SOCKET_UNIT, SERVICE_UNIT] {
+                let state = run_tool("systemctl", &["--user", "is-active", unit])
+                    .unwrap_or_else(|e| e.rsplit(": ").next().unwrap_or("unknown").to_owned());
+                out.push_str(&format!("{unit}: {}\n", state.trim()));
+            }
+        }
+        Manager::Systemd => out.push_str(
+            "systemd: state unknown (`systemctl --user` does not work here: no user manager or D-Bus session)\n",
+        ),
+        Manager::Launchd => {
+            let label = format!("gui/{}/{LAUNCHD_LABEL}", uid());
+            let state = match run_tool("launchctl", &["print", &label]) {
+                Ok(_) => "loaded".to_owned(),
+                Err(e) => format!("not loaded or unknown ({})", e.trim()),
+            };
+            out.push_str(&format!("launchd {label}: {state}\n"));
         }
     }
     let probe = super::launch::answers(&setup.socket);

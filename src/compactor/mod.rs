@@ -632,8 +632,12 @@ pub async fn compact_in(
         ))
     })?;
     debug_assert!(written.is_none(), "a file never re-parents");
+    let mut result = CompactionResult::new(&made.outcome, estimated);
+    // What the summary cost, as the daemon's runner reports it: `compactd compact` prints the
+    // same result whether it compacted the file itself or through the daemon.
+    result.cost = Some(made.cost);
     Ok(Compacted {
-        result: CompactionResult::new(&made.outcome, estimated),
+        result,
         entry,
         tree,
     })

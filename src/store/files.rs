@@ -14,7 +14,7 @@ use super::{absolute_param as absolute, load_with, try_lock, Limits, SessionFile
 use crate::session::SessionTree;
 
 const FILES_NOT_STORED: &str = "headerId addresses a session in a shared store, and this daemon keeps sessions in files ([storage] backend = \"files\"): open one by path";
-const NOT_A_STORE: &str = "sessions are kept in files ([storage] backend = \"files\"); listing, exporting and importing stored sessions need a shared store: set [storage] backend = \"postgres\" and postgres_url (or COMPACTD_POSTGRES_URL) in the config file";
+const NOT_A_STORE: &str = "sessions are kept in files ([storage] backend = \"files\"); listing, exporting and importing stored sessions need a shared store: set [storage] backend = \"postgres\" in the config file, with the database in storage.postgres_url or COMPACTD_POSTGRES_URL (the variable alone does not select PostgreSQL)";
 
 /// The allowed roots, resolved at each check (a root made after start-up counts).
 pub type Roots = Box<dyn Fn() -> Vec<PathBuf> + Send + Sync>;

@@ -1,0 +1,179 @@
+//! The CLI through the running daemon (issue 35 item 2), with the real binary: while a daemon
+//! holds a session file (an agent has it open), `compactd compact FILE` and `compactd preview
+//! FILE` go through that daemon — the compaction entry is appended once, the daemon's
+//! subscribers see `compaction_start`/`compaction_end`, and the output has the shape of the
+//! direct path's — while `--no-daemon` gives today's locked error, and a settings flag the
+//! daemon's session would not honour is refused with what to do.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::daemon_env::{keep_recent, lines, open, parsed_lines, Env, KillOnDrop};
+use support::rpc_client::{Client, Framing};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn run(env: &Env, sub: &str, args: &[&str], file: &Path) -> Output {
+    env.command(sub)
+        .args(args)
+        .arg(file)
+        .output()
+        .expect("run compactd")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn compactions(file: &Path) -> usize {
+    parsed_lines(file)
+        .expect("session lines")
+        .iter()
+        .filter(|l| l["type"] == "compaction")
+        .count()
+}
+
+/// The top-level member names of a JSON object.
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+    k.sort();
+    k
+}
+
+/// A daemon on the default socket of `env` with `files` open on one client that keeps the
+/// compaction small and subscribes to the sessions' events.
+fn daemon_holding(env: &Env, files: &[&Path]) -> (KillOnDrop, Client, Vec<String>) {
+    let socket = env.path("run/compactd/compactd.sock");
+    let daemon = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let mut agent = Client::socket(&socket, Framing::Ndjson);
+    let mut ids = Vec::new();
+    for f in files {
+        let sid = open(&mut agent, f);
+        keep_recent(&mut agent, &sid, 2000);
+        agent.ok("subscribe", json!({"sessionId": sid}));
+        ids.push(sid);
+    }
+    (daemon, agent, ids)
+}
+
+#[test]
+fn compact_goes_through_the_daemon_that_holds_the_file() {
+    let env = Env::new();
+    let human = env.session_as("009-bash-executions", "human");
+    let as_json = env.session_as("009-bash-executions", "json");
+    let direct = env.session_as("009-bash-executions", "direct");
+    let (_daemon, mut agent, _) = daemon_holding(&env, &[&human, &as_json]);
+    let before = lines(&human);
+
+    // Told not to use the daemon: the file's lock refuses, as before, and nothing is written.
+    let out = run(&env, "compact", &["--no-daemon"], &human);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("locked by another compactd process"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A flag the daemon's session would not honour is refused, saying what to do.
+    let out = run(&env, "compact", &["--keep-recent-tokens", "2000"], &human);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--keep-recent-tokens cannot apply")
+            && text(&out.stderr).contains("setSettingsOverrides"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(lines(&human), before, "nothing written");
+
+    // Through the daemon: the direct path's output, the entry appended once, events seen.
+    let out = run(&env, "compact", &[], &human);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("compacted: ")
+            && text(&out.stdout).contains(" tokens before, ~"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(lines(&human), before + 1);
+    assert_eq!(compactions(&human), 1);
+    let start = agent
+        .wait_notification("compaction_start", LONG)
+        .expect("the daemon's subscriber sees compaction_start");
+    let end = agent
+        .wait_notification("compaction_end", LONG)
+        .expect("the daemon's subscriber sees compaction_end");
+    assert_eq!(start["params"]["reason"], "manual", "{start}");
+    assert!(end["params"]["result"].is_object(), "{end}");
+
+    // --json: the same members as the direct path's answer.
+    let out = run(&env, "compact", &["--json"], &as_json);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let through: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let out = run(
+        &env,
+        "compact",
+        &["--json", "--keep-recent-tokens", "2000"],
+        &direct,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let directly: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(keys(&through), keys(&directly));
+    assert_eq!(through["firstKeptEntryId"], directly["firstKeptEntryId"]);
+    assert_eq!(compactions(&as_json), 1);
+
+    // A refusal through the daemon reads as the direct path's.
+    let out = run(&env, "compact", &["--json"], &human);
+    assert_eq!(out.status.code(), Some(1));
+    let refused: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(refused["error"], "Already compacted", "{refused}");
+    assert!(refused["hint"].is_string(), "{refused}");
+    assert_eq!(compactions(&human), 1, "appended once");
+}
+
+#[test]
+fn preview_answers_as_the_daemon_that_holds_the_file_or_one_of_its_own() {
+    let env = Env::new();
+    let held = env.session("009-bash-executions");
+    let free = env.session_as("009-bash-executions", "free");
+    let (_daemon, mut agent, ids) = daemon_holding(&env, &[&held]);
+
+    let out = run(&env, "preview", &["--json"], &held);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let through: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let own = agent.ok("previewCompaction", json!({"sessionId": ids[0]}));
+    assert_eq!(through, own, "the daemon's own answer");
+    assert_eq!(through["settings"]["keepRecentTokens"], 2000);
+
+    let out = run(&env, "preview", &[], &held);
+    assert_eq!(out.status.code(), Some(0));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("Summarize: ") && shown.contains("Keep verbatim: "),
+        "{shown}"
+    );
+
+    let out = run(&env, "preview", &["--no-daemon"], &held);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains("locked by another compactd process"));
+
+    // A file no daemon holds: a daemon of this process answers, with the flags applied.
+    let out = run(
+        &env,
+        "preview",
+        &["--json", "--keep-recent-tokens", "2000"],
+        &free,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(keys(&answer), keys(&own));
+    assert_eq!(answer["firstKeptEntryId"], own["firstKeptEntryId"]);
+    let out = run(&env, "preview", &[], &free);
+    assert!(
+        text(&out.stdout).starts_with("Nothing to compact: "),
+        "{}",
+        text(&out.stdout)
+    );
+}
