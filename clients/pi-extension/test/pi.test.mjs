@@ -409,6 +409,7 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 			d3.kill("SIGTERM");
 			await exited;
 			process.env.COMPACTD_SOCKET = sock;
+			fake.state.replies = { history: "PI-OWN-SUMMARY", turnPrefix: "PI-OWN-TURN-PREFIX" };
 		}
 	});
 
