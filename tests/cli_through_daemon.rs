@@ -177,3 +177,29 @@ fn preview_answers_as_the_daemon_that_holds_the_file_or_one_of_its_own() {
         text(&out.stdout)
     );
 }
+
+/// `inspect` takes no lock and never writes: while a daemon holds the file it reads it as Pi
+/// would, and says the same as once the daemon has let it go.
+#[test]
+fn inspect_reads_a_file_a_daemon_holds_as_it_reads_it_free() {
+    let env = Env::new();
+    let file = env.session_as("009-bash-executions", "held");
+    let (daemon, agent, _) = daemon_holding(&env, &[&file]);
+    let held = run(&env, "inspect", &["--json"], &file);
+    assert_eq!(held.status.code(), Some(0), "{}", text(&held.stderr));
+    let human_held = run(&env, "inspect", &[], &file);
+    assert_eq!(
+        human_held.status.code(),
+        Some(0),
+        "{}",
+        text(&human_held.stderr)
+    );
+    drop(agent);
+    drop(daemon);
+    let free = run(&env, "inspect", &["--json"], &file);
+    assert_eq!(text(&held.stdout), text(&free.stdout));
+    assert_eq!(
+        text(&human_held.stdout),
+        text(&run(&env, "inspect", &[], &file).stdout)
+    );
+}
