@@ -20,7 +20,9 @@
 //! **The agent's provider** is simulated here: before each of its two model calls a turn
 //! (the tool call and the reply), the agent takes the daemon's projection
 //! (`getContext {format: "llm"}`), and reports it as that message's usage: the prompt is the
-//! messages array's JSON bytes / 4 (not `getContextUsage`, which is the daemon's own estimate);
+//! JSON bytes / 4 of what a provider is sent of those messages (role and content, a tool
+//! result's call id and tool name; not the session's bookkeeping such as `usage` and
+//! `timestamp`), not `getContextUsage`, which is the daemon's own estimate;
 //! of it, `cacheRead` is the longest common byte prefix with the previous request's JSON / 4
 //! (nothing once the cache lifetime has passed since that request) and `cacheWrite` the rest,
 //! as Anthropic's prompt caching bills it; `output` is the message's bytes / 4. Priced at
@@ -386,6 +388,25 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// What a provider is sent of the messages: each one's role and content, and a tool result's
+/// call id and tool name. The bookkeeping the session keeps beside them (`usage` with its
+/// `cost`, `timestamp`, `api`, `provider`, `model`, `stopReason`) never reaches a model, and at
+/// some 170 tokens a turn it would count as context that no strategy can clear or summarize.
+fn provider_view(messages: &Value) -> Value {
+    let keep = ["role", "content", "toolCallId", "toolName"];
+    let view = messages.as_array().map_or(Vec::new(), |all| {
+        all.iter()
+            .map(|m| {
+                let kept = keep
+                    .iter()
+                    .filter_map(|k| m.get(*k).map(|v| ((*k).to_owned(), v.clone())));
+                Value::Object(kept.collect())
+            })
+            .collect()
+    });
+    Value::Array(view)
+}
+
 impl Agent {
     /// A model call: what the provider would be sent (the daemon's projection), and the usage it
     /// would report for it and for an answer of `output` tokens.
@@ -394,7 +415,7 @@ impl Agent {
             "getContext",
             json!({"sessionId": self.sid, "format": "llm"}),
         )?;
-        let bytes = serde_json::to_vec(&ctx["messages"]).map_err(|e| e.to_string())?;
+        let bytes = serde_json::to_vec(&provider_view(&ctx["messages"])).map_err(|e| e.to_string())?;
         let warm = self.last_request.is_some_and(|t| t.elapsed() < self.ttl);
         let prefix = if warm {
             self.prev
