@@ -264,9 +264,20 @@ fn script(plan: &Plan) -> (Vec<Turn>, Vec<String>) {
             let tokens = rng.range(300, 2000);
             let call = format!("Searching for `{pattern}`.");
             let text = output_text(&mut rng, "grep", tokens);
-            ("grep", json!({"pattern": pattern, "path": "src"}), call, text, None)
+            (
+                "grep",
+                json!({"pattern": pattern, "path": "src"}),
+                call,
+                text,
+                None,
+            )
         } else if r < 80 {
-            let command = rng.pick(&["cargo build", "git log --oneline -40", "ls -R src", "cargo clippy"]);
+            let command = rng.pick(&[
+                "cargo build",
+                "git log --oneline -40",
+                "ls -R src",
+                "cargo clippy",
+            ]);
             let tokens = rng.range(300, 3000);
             let call = format!("Running `{command}`.");
             let text = output_text(&mut rng, "bash", tokens);
@@ -415,7 +426,8 @@ impl Agent {
             "getContext",
             json!({"sessionId": self.sid, "format": "llm"}),
         )?;
-        let bytes = serde_json::to_vec(&provider_view(&ctx["messages"])).map_err(|e| e.to_string())?;
+        let bytes =
+            serde_json::to_vec(&provider_view(&ctx["messages"])).map_err(|e| e.to_string())?;
         let warm = self.last_request.is_some_and(|t| t.elapsed() < self.ttl);
         let prefix = if warm {
             self.prev
@@ -441,9 +453,11 @@ impl Agent {
         self.tally.cache_write += write;
         self.tally.output += output;
         self.tally.agent_usd += cr + cw + out;
-        Ok(json!({"input": 0, "output": output, "cacheRead": read, "cacheWrite": write,
+        Ok(
+            json!({"input": 0, "output": output, "cacheRead": read, "cacheWrite": write,
             "totalTokens": read + write + output,
-            "cost": {"input": 0, "output": out, "cacheRead": cr, "cacheWrite": cw, "total": cr + cw + out}}))
+            "cost": {"input": 0, "output": out, "cacheRead": cr, "cacheWrite": cw, "total": cr + cw + out}}),
+        )
     }
 
     fn append(&mut self, message: Value) -> Res<()> {
@@ -496,9 +510,11 @@ impl Agent {
         self.append(json!({"role": "toolResult", "toolCallId": call_id, "toolName": t.tool,
             "content": [{"type": "text", "text": t.output}], "isError": false, "timestamp": now_ms()}))?;
         let usage = self.model_call(t.reply.len() as u64 / 4)?;
-        self.append(json!({"role": "assistant", "content": [{"type": "text", "text": t.reply}],
+        self.append(
+            json!({"role": "assistant", "content": [{"type": "text", "text": t.reply}],
             "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5",
-            "usage": usage, "stopReason": "stop", "timestamp": now_ms()}))?;
+            "usage": usage, "stopReason": "stop", "timestamp": now_ms()}),
+        )?;
         self.check("postRun")
     }
 }
@@ -775,7 +791,11 @@ fn bench() -> Res<()> {
     );
     if !release {
         // The smoke version checks that every lane did its part, not the figures.
-        if let Some((s, o)) = strategies.iter().zip(&done).find(|(_, o)| !o.lost.is_empty()) {
+        if let Some((s, o)) = strategies
+            .iter()
+            .zip(&done)
+            .find(|(_, o)| !o.lost.is_empty())
+        {
             return Err(format!("{}: facts lost: {}", s.name, o.lost.join(", ")));
         }
         if a.tally.compactions == 0 {
