@@ -215,7 +215,8 @@ impl Conn {
 
 /// A fake OpenAI-compatible server on 127.0.0.1 that answers every chat completion after
 /// `delay` (at once by default), reporting usage as a provider would (prompt tokens: the
-/// request's bytes / 4; 30 completion tokens).
+/// request's bytes / 4; 30 completion tokens, or the reply's bytes / 4 for a reply of the
+/// caller's, see [`FakeProvider::replying`]).
 pub struct FakeProvider {
     pub port: u16,
     pub requests: Arc<AtomicU64>,
@@ -230,7 +231,12 @@ struct Counters {
     body_bytes: Arc<AtomicU64>,
     usage_tokens: Arc<AtomicU64>,
     delay: Duration,
+    /// Writes the reply from the request's body; `None`: the fixed benchmark summary.
+    reply: Option<ReplyFn>,
 }
+
+/// A reply written from a request's body (e.g. a summary that keeps what it was sent).
+pub type ReplyFn = fn(&[u8]) -> String;
 
 fn serve_fake_connection(mut s: TcpStream, c: &Counters) -> std::io::Result<()> {
     s.set_nodelay(true)?;
@@ -261,12 +267,19 @@ fn serve_fake_connection(mut s: TcpStream, c: &Counters) -> std::io::Result<()> 
         if !c.delay.is_zero() {
             std::thread::sleep(c.delay);
         }
-        let reply = "## Goal\nBenchmark summary.\n\n## Progress\n- Done: everything so far.\n\n## Next Steps\n1. Continue.";
+        let (reply, output) = match c.reply {
+            Some(write) => {
+                let text = write(&body);
+                let tokens = text.len() / 4;
+                (text, tokens)
+            }
+            None => ("## Goal\nBenchmark summary.\n\n## Progress\n- Done: everything so far.\n\n## Next Steps\n1. Continue.".to_owned(), 30),
+        };
         let input = len / 4;
         c.usage_tokens
-            .fetch_add(input as u64 + 30, Ordering::Relaxed);
+            .fetch_add((input + output) as u64, Ordering::Relaxed);
         let c1 = json!({"id":"chatcmpl-bench","object":"chat.completion.chunk","created":0,"model":"fake-gpt","choices":[{"index":0,"delta":{"role":"assistant","content":reply},"finish_reason":null}]});
-        let c2 = json!({"id":"chatcmpl-bench","object":"chat.completion.chunk","created":0,"model":"fake-gpt","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":input,"completion_tokens":30,"total_tokens":input + 30}});
+        let c2 = json!({"id":"chatcmpl-bench","object":"chat.completion.chunk","created":0,"model":"fake-gpt","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":input,"completion_tokens":output,"total_tokens":input + output}});
         let sse = format!("data: {c1}\n\ndata: {c2}\n\ndata: [DONE]\n\n");
         // One write of the whole response: several small writes would meet Nagle's algorithm
         // and delayed ACKs on loopback and add tens of milliseconds that are not compactd's.
@@ -286,6 +299,16 @@ impl FakeProvider {
 
     /// A fake that takes `delay` for every request.
     pub fn slow(delay: Duration) -> Res<FakeProvider> {
+        FakeProvider::serve(delay, None)
+    }
+
+    /// A fake that takes `delay` and answers with `reply(request body)`, reporting the reply's
+    /// bytes / 4 as its completion tokens: a summary's length then costs what it would.
+    pub fn replying(delay: Duration, reply: ReplyFn) -> Res<FakeProvider> {
+        FakeProvider::serve(delay, Some(reply))
+    }
+
+    fn serve(delay: Duration, reply: Option<ReplyFn>) -> Res<FakeProvider> {
         let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
         let counters = Arc::new(Counters {
@@ -293,6 +316,7 @@ impl FakeProvider {
             body_bytes: Arc::new(AtomicU64::new(0)),
             usage_tokens: Arc::new(AtomicU64::new(0)),
             delay,
+            reply,
         });
         let fake = FakeProvider {
             port,
