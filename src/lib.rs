@@ -22,9 +22,9 @@
 //!   `SessionStorage`, one open session's lines; files (regular files only, other writers'
 //!   appends, the shared lock, the allowed roots, repairs, durability) and PostgreSQL
 //!   (`store::postgres`, sessions shared by many daemons, on a connection pool).
-//! - [`confined`]: writes confined to the checked path — no link followed on the way (a held
-//!   directory descriptor per component), appends checked against the file last seen through
-//!   the descriptor written to, failed writes taken back (disk full leaves no half line).
+//! - [`confined`]: reads and writes confined to the checked path — no link followed on the way
+//!   (a held directory descriptor per component), appends checked against the file last seen
+//!   through the descriptor written to, failed writes taken back (disk full leaves no half line).
 //! - [`compactor`]: the engine dispatch and the one provider call; `compactor::step`, the one
 //!   summarization step every compaction summary takes (hooks, engine, retries, cost);
 //!   `compactd compact`'s compaction through a backend; branch summaries through the same

@@ -482,6 +482,64 @@ fn a_session_directory_replaced_by_a_link_is_never_written_through() {
     );
 }
 
+/// Reads are confined as writes are (issue 34 item 10). A session's directory, and in a second
+/// session the file itself, is moved outside the root after the session was opened and a link
+/// to it left in its place; another writer then appends a line out there. The catch-up before
+/// the next write used to open the file by its path, follow the link, find the same inode
+/// (the stamp held) and hand the outside line to clients in the branch. Now every read walks
+/// the checked path without following a link: the catch-up finds the file gone
+/// (`file_changed`), the reload on reopen is refused (`path_not_allowed`, naming the link), and
+/// nothing written outside reaches a client.
+#[test]
+fn reads_never_follow_a_link_out_of_the_root() {
+    let env = Env::new();
+    let root = env.path("root");
+    let outside = env.path("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let mut c = client(&env, Some(&only_root(&root)));
+    let secret = "WRITTEN OUTSIDE THE ROOT";
+    for (name, moved) in [("dir", "d"), ("file", "d/s.jsonl")] {
+        let base = root.join(name);
+        std::fs::create_dir_all(base.join("d")).unwrap();
+        let file = base.join("d/s.jsonl");
+        std::fs::copy(env.session("005-medium-basic"), &file).unwrap();
+        let sid = open(&mut c, &file);
+        let leaf = user_append(&mut c, &sid, "inside");
+        // The session's directory (or the file) leaves the root; a link takes its place.
+        let away = outside.join(name);
+        std::fs::create_dir_all(&away).unwrap();
+        std::fs::rename(base.join(moved), away.join("moved")).unwrap();
+        std::os::unix::fs::symlink(away.join("moved"), base.join(moved)).unwrap();
+        let out_there = if name == "dir" {
+            away.join("moved/s.jsonl")
+        } else {
+            away.join("moved")
+        };
+        append_bytes(
+            &out_there,
+            format!("{}\n", pi_line("outside1", &leaf, secret)).as_bytes(),
+        );
+        let err = c
+            .request("syncSession", json!({"sessionId": sid}))
+            .expect_err("the catch-up does not read through the link");
+        assert_eq!(kind(&err), "file_changed", "{name}: {err}");
+        let err = user(&mut c, &sid, "after the move").expect_err("nor does a write");
+        assert_eq!(kind(&err), "file_changed", "{name}: {err}");
+        let branch = c.ok("getBranch", json!({"sessionId": sid}));
+        let context = c.ok("getContext", json!({"sessionId": sid}));
+        for reply in [&branch, &context] {
+            assert!(!reply.to_string().contains(secret), "{name}: {reply}");
+        }
+        // Reopening resolves the path outside the root: refused, nothing read.
+        let err = c
+            .request("openSession", json!({"path": file, "model": model()}))
+            .expect_err("outside the root");
+        assert_eq!(kind(&err), "path_not_allowed", "{name}: {err}");
+        assert!(!err.to_string().contains(secret), "{name}: {err}");
+        c.ok("closeSession", json!({"sessionId": sid}));
+    }
+}
+
 /// A migration's backup name planted in advance as a link to a file that does not exist yet:
 /// the old `exists()` check followed the dangling link (false) and the copy created the file
 /// outside. The temporary file's name (`.<file>.compactd-<pid>.tmp`) planted as a link to an
