@@ -2,7 +2,8 @@
 //!
 //! Module map, in layers (each imports only the layers before it; `ARCHITECTURE.md` follows
 //! one compaction through them):
-//! - [`json`]: JavaScript-compatible JSON (UTF-16 lengths, `JSON.stringify` order and numbers).
+//! - [`json`]: JavaScript-compatible JSON (UTF-16 lengths, `JSON.stringify` order and numbers;
+//!   parts of a line nested past 100 levels kept as their `JSON.stringify` text, `json::deep`).
 //! - [`accounting`]: beyond Pi, what compactions cost and save — prices, costs, the economics of
 //!   a compaction due now, calibrated estimates (plain arithmetic, below the session model).
 //! - [`estimate`]: Pi's token estimate of one message and the usage a reply reports — the

@@ -395,4 +395,48 @@ mod tests {
             "the token is needed"
         );
     }
+
+    /// One level around a value, as written and as `JSON.stringify` writes it back.
+    const WRAPPERS: [(&str, &str, &str, &str); 4] = [
+        ("[ ", " ]", "[", "]"),
+        (r#"{"b":true , "0": "#, "}", r#"{"0":"#, r#","b":true}"#),
+        (r#"{"a":null,"a":"#, "}", r#"{"a":"#, "}"),
+        ("[1.0,", "]", "[1,", "]"),
+    ];
+    /// Innermost values, as written and as written back.
+    const LEAVES: [(&str, &str); 6] = [
+        ("1.0", "1"),
+        (r#""\u0041""#, r#""A""#),
+        ("-0", "0"),
+        ("1e400", "null"),
+        (r#""\ud83d""#, r#""\ud83d""#),
+        ("2.50", "2.5"),
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(48))]
+        /// At any depth, a line reads back as `JSON.stringify(JSON.parse(line))` and measures
+        /// its length: key order, duplicate keys, number forms, escapes and lone surrogates
+        /// deep inside as near the top.
+        #[test]
+        fn any_depth_reads_back_as_javascript_writes_it(
+            levels in proptest::collection::vec(0..WRAPPERS.len(), 0..1500),
+            leaf in 0..LEAVES.len(),
+        ) {
+            let (mut raw, mut want) = (String::new(), String::new());
+            for &w in &levels {
+                raw.push_str(WRAPPERS[w].0);
+                want.push_str(WRAPPERS[w].2);
+            }
+            raw.push_str(LEAVES[leaf].0);
+            want.push_str(LEAVES[leaf].1);
+            for &w in levels.iter().rev() {
+                raw.push_str(WRAPPERS[w].1);
+                want.push_str(WRAPPERS[w].3);
+            }
+            let v = super::super::parse_line(&raw).expect("JSON at any depth");
+            proptest::prop_assert_eq!(super::super::stringify(&v), want.clone());
+            proptest::prop_assert_eq!(super::super::stringify_len(&v), want.len());
+        }
+    }
 }
