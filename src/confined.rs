@@ -1,5 +1,5 @@
-//! Writes confined to the path that was checked: no link is ever followed, and a failed write
-//! leaves the file as it was.
+//! Reads and writes confined to the path that was checked: no link is ever followed, and a
+//! failed write leaves the file as it was.
 //!
 //! The daemon checks a session's path against `[storage] allowed_roots` once, when the session is
 //! opened or created, on the path [`resolve`] made: every existing component canonical (no links
@@ -10,7 +10,9 @@
 //! or `ENOTDIR`), holding each directory's descriptor, and creates or renames only relative to
 //! the descriptor of the directory it walked to (`openat`, `mkdirat`, `renameat`). Appends compare
 //! the identity (device, inode) of the descriptor they write to with what the caller last saw,
-//! so the check and the write are one open file.
+//! so the check and the write are one open file. Reads take the same walk ([`open_read`]): a
+//! session directory swapped for a link after the check cannot make the daemon read, and hand a
+//! client, a file outside the roots.
 //!
 //! Disk full: an append that fails (`ENOSPC`, `EDQUOT`, a failed `fdatasync`) truncates the file
 //! back to the length it had before the write, so no fragment of a line stays behind for another
@@ -138,6 +140,49 @@ pub fn parent_dir(path: &Path, create: bool) -> io::Result<(OwnedFd, CString)> {
         };
     }
     Ok((dir, cstr(file)?))
+}
+
+/// Opens the file at `path` for reading through the same walk as every write: no link is
+/// followed on the way or at the file itself (`ELOOP` or `ENOTDIR`, see [`refuses_a_link`]), so a
+/// read lands on the file under the checked path or nowhere, whatever was swapped in since the
+/// check. `O_NONBLOCK`: a FIFO planted at the name cannot block the open; `O_NOCTTY`: a terminal
+/// never becomes the daemon's.
+pub fn open_read(path: &Path) -> io::Result<File> {
+    let (dir, name) = parent_dir(path, false)?;
+    let fd = open_at(
+        &dir,
+        &name,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+        0,
+    )?;
+    Ok(File::from(fd))
+}
+
+/// Whether a walk failed because a component of the path is a symbolic link (or not a
+/// directory), as opposed to the file being absent or unreadable.
+pub fn refuses_a_link(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR))
+}
+
+/// Removes the file at `path`, found by the walk, when `stale` says so of it (opened for
+/// reading, never through a link); `Ok(false)` when it is absent or kept.
+pub fn remove_if(path: &Path, stale: impl FnOnce(&File) -> bool) -> io::Result<bool> {
+    let (dir, name) = parent_dir(path, false)?;
+    let fd = match open_at(
+        &dir,
+        &name,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+        0,
+    ) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
+        other => other?,
+    };
+    if !stale(&File::from(fd)) {
+        return Ok(false);
+    }
+    // SAFETY: valid descriptor and C string; the result is checked.
+    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) })?;
+    Ok(true)
 }
 
 /// Names the errno of a failed write in its message (`ENOSPC`, …), so a client sees at once

@@ -15,7 +15,11 @@
 //! - A number beyond `f64` (`1e400`, Infinity to `JSON.parse`) is carried as `±f64::MAX`, which
 //!   compares as Infinity does (a header version of `1e400` is not migrated) and is written as
 //!   `null`, as `JSON.stringify(Infinity)` is.
+//! - A container nested deeper than [`deep::HELD_DEPTH`] (Pi reads any depth; a `Value` recurses
+//!   per level) is carried as a *deep string* holding its `JSON.stringify` text, which
+//!   [`write_js`] writes and [`stringify_len`] measures in its place (see [`deep`]).
 
+pub mod deep;
 pub mod measure;
 pub mod scan;
 
@@ -212,7 +216,10 @@ pub fn write_js(out: &mut String, value: &Value) {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Number(n) => write_number(out, n),
-        Value::String(s) => write_string(out, s),
+        Value::String(s) => match deep::text(s) {
+            Some(json) => out.push_str(json),
+            None => write_string(out, s),
+        },
         Value::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
@@ -262,6 +269,7 @@ pub fn stringify_len(value: &Value) -> usize {
         Value::Bool(true) => 4,
         Value::Bool(false) => 5,
         Value::String(s) if !needs_escape(s) => utf16_len(s) + 2,
+        Value::String(s) if deep::text(s).is_some() => deep::text(s).map_or(0, utf16_len),
         _ => utf16_len(&stringify(value)),
     }
 }
@@ -271,15 +279,11 @@ fn needs_escape(s: &str) -> bool {
         .any(|b| b < 0x20 || b == b'"' || b == b'\\' || b == 0xF4)
 }
 
-/// Deepest nesting of a line that is parsed with serde_json's recursion limit lifted: Pi reads
-/// any depth, compactd reads up to this one (parsing, projecting and serializing recurse, and
-/// must fit the smallest thread stack that runs them) and skips deeper lines, as malformed.
-pub const MAX_LINE_DEPTH: usize = 512;
-
 /// Parses one session line as `JSON.parse` reads it. serde_json's own parse is tried first; a
 /// line it refuses is retried once with what it cannot hold carried (module docs: lone
-/// surrogates, numbers beyond `f64`) and, when a scan finds it no deeper than
-/// [`MAX_LINE_DEPTH`], without its recursion limit. Any other error is returned.
+/// surrogates, numbers beyond `f64`, and containers nested deeper than [`deep::HELD_DEPTH`],
+/// kept as deep strings, so nothing built from the line recurses past that depth). Any other
+/// error is returned.
 pub fn parse_line(line: &str) -> Result<Value, serde_json::Error> {
     let e = match serde_json::from_str::<Value>(line) {
         Ok(v) => return Ok(v),
@@ -287,39 +291,11 @@ pub fn parse_line(line: &str) -> Result<Value, serde_json::Error> {
     };
     let fixed = carry_unrepresentable(line);
     let text = fixed.as_deref().unwrap_or(line);
-    if nesting_depth(text) > MAX_LINE_DEPTH {
-        return Err(e);
-    }
-    let mut de = serde_json::Deserializer::from_str(text);
-    de.disable_recursion_limit();
-    let v = <Value as serde::Deserialize>::deserialize(&mut de).map_err(|_| e)?;
-    de.end().map(|()| v)
-}
-
-/// Deepest `[`/`{` nesting of JSON text (outside strings).
-fn nesting_depth(text: &str) -> usize {
-    let (mut depth, mut max, mut in_str, mut esc) = (0usize, 0usize, false, false);
-    for &b in text.as_bytes() {
-        if in_str {
-            match (esc, b) {
-                (true, _) => esc = false,
-                (false, b'\\') => esc = true,
-                (false, b'"') => in_str = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_str = true,
-            b'[' | b'{' => {
-                depth += 1;
-                max = max.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    max
+    let held = match deep::shallow(text) {
+        Ok(held) => held,
+        Err(deep::Malformed) => return Err(e),
+    };
+    serde_json::from_str(held.as_deref().unwrap_or(text)).map_err(|_| e)
 }
 
 /// The line with its lone surrogate escapes replaced by their carriers and its numbers beyond
@@ -476,16 +452,17 @@ mod tests {
     }
 
     #[test]
-    fn nesting_past_serdes_limit_is_read_up_to_the_bound() {
+    fn nesting_past_serdes_limit_is_read_at_any_depth() {
         let deep = |n: usize| format!("{{\"a\":{}1{}}}", "[".repeat(n), "]".repeat(n));
         assert!(serde_json::from_str::<Value>(&deep(200)).is_err());
-        let v = parse_line(&deep(200)).unwrap();
-        assert_eq!(stringify(&v), deep(200));
-        assert!(parse_line(&deep(MAX_LINE_DEPTH + 1)).is_err());
-        assert!(
-            parse_line(&deep(100_000)).is_err(),
-            "refused, not a stack overflow"
-        );
+        for n in [200, 600, 100_000] {
+            let v = parse_line(&deep(n)).unwrap();
+            assert_eq!(stringify(&v), deep(n));
+            assert_eq!(stringify_len(&v), deep(n).len());
+        }
+        assert!(parse_line(&format!("{}]", deep(100_000))).is_err());
+        let torn = format!("{{\"a\":{}1{}", "[".repeat(1000), "]".repeat(999));
+        assert!(parse_line(&torn).is_err(), "malformed deep part");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! Module map, in layers (each imports only the layers before it; `ARCHITECTURE.md` follows
 //! one compaction through them):
-//! - [`json`]: JavaScript-compatible JSON (UTF-16 lengths, `JSON.stringify` order and numbers).
+//! - [`json`]: JavaScript-compatible JSON (UTF-16 lengths, `JSON.stringify` order and numbers;
+//!   parts of a line nested past 100 levels kept as their `JSON.stringify` text, `json::deep`).
 //! - [`accounting`]: beyond Pi, what compactions cost and save — prices, costs, the economics of
 //!   a compaction due now, calibrated estimates (plain arithmetic, below the session model).
 //! - [`estimate`]: Pi's token estimate of one message and the usage a reply reports — the
@@ -25,9 +26,9 @@
 //!   `SessionStorage`, one open session's lines; files (regular files only, other writers'
 //!   appends, the shared lock, the allowed roots, repairs, durability) and PostgreSQL
 //!   (`store::postgres`, sessions shared by many daemons, on a connection pool).
-//! - [`confined`]: writes confined to the checked path — no link followed on the way (a held
-//!   directory descriptor per component), appends checked against the file last seen through
-//!   the descriptor written to, failed writes taken back (disk full leaves no half line).
+//! - [`confined`]: reads and writes confined to the checked path — no link followed on the way
+//!   (a held directory descriptor per component), appends checked against the file last seen
+//!   through the descriptor written to, failed writes taken back (disk full leaves no half line).
 //! - [`compactor`]: the engine dispatch and the one provider call; `compactor::step`, the one
 //!   summarization step every compaction summary takes (hooks, engine, retries, cost);
 //!   `compactd compact`'s compaction through a backend; branch summaries through the same

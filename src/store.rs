@@ -8,8 +8,8 @@
 //! length), so another writer's appends can be read incrementally ([`read_tail`]) and a file
 //! replaced or truncated behind compactd's back is noticed before anything is written to it.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use crate::json::stringify;
@@ -211,17 +211,12 @@ fn type_name(ft: fs::FileType) -> &'static str {
 }
 
 /// Opens `path` for reading without blocking (a FIFO would block `open` itself) and checks it
-/// is a regular file within the size limit, before a single byte is read.
+/// is a regular file within the size limit, before a single byte is read. `path` is the path the
+/// storage checked (absolute, links resolved, see [`crate::confined::resolve`]); it is walked
+/// as every write walks it, following no link ([`crate::confined::open_read`]), so a component
+/// swapped for a link since the check is refused (`path_not_allowed`), never read through.
 pub fn open_regular(path: &Path, limits: &Limits) -> Result<(File, fs::Metadata), StoreError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => StoreError::NotFound(path.to_owned()),
-            _ => io_err(path)(e),
-        })?;
+    let f = crate::confined::open_read(path).map_err(|e| read_err(path, e))?;
     let meta = f.metadata().map_err(io_err(path))?;
     if !meta.file_type().is_file() {
         return Err(StoreError::NotRegular {
@@ -237,6 +232,22 @@ pub fn open_regular(path: &Path, limits: &Limits) -> Result<(File, fs::Metadata)
         });
     }
     Ok((f, meta))
+}
+
+/// The storage error of a read whose walk failed: absent (`NotFound`), a link or a
+/// non-directory on the way (`NotAllowed`, saying so), or any other I/O error.
+fn read_err(path: &Path, e: std::io::Error) -> StoreError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        StoreError::NotFound(path.to_owned())
+    } else if crate::confined::refuses_a_link(&e) {
+        StoreError::NotAllowed(format!(
+            "Session path goes through a symbolic link (or a component that is not a directory), which compactd does not follow after checking the allowed roots: {} ({})",
+            path.display(),
+            crate::confined::describe(&e)
+        ))
+    } else {
+        io_err(path)(e)
+    }
 }
 
 /// Below this many expected bytes (one piece) a file is read by one `read` loop and parsed on
@@ -423,7 +434,13 @@ pub fn absolute(path: &Path) -> PathBuf {
 /// `inspect`); with `write` true, Pi's load-time writes happen: the newline repair and the full
 /// rewrite after a migration.
 pub fn load(path: &Path, write: bool) -> Result<(SessionTree, LoadReport), StoreError> {
-    load_with(path, write, &Limits::default()).map(|(t, r, _)| (t, r))
+    load_with(&resolved(path), write, &Limits::default()).map(|(t, r, _)| (t, r))
+}
+
+/// A path a user named on the command line, made absolute and with its links resolved once
+/// (as a backend's `locate` does): the reads then walk it without following any.
+fn resolved(path: &Path) -> PathBuf {
+    crate::confined::resolve(&absolute(path))
 }
 
 /// What a read of the file at `abs` gives, as the tree and the load report.
@@ -451,7 +468,7 @@ fn loaded(abs: &Path, outcome: ReadOutcome) -> Result<(SessionTree, LoadReport),
 /// every line.
 pub fn load_facts(path: &Path) -> Result<(SessionTree, LoadReport), StoreError> {
     let limits = Limits::default();
-    let abs = absolute(path);
+    let abs = resolved(path);
     let (mut f, meta) = open_regular(&abs, &limits)?;
     let pieces = read_capped_with(&mut f, &abs, meta.len(), limits.max_bytes, |piece| {
         let (parsed, buffer) = reader::parse_piece_facts(piece.into());
@@ -471,7 +488,9 @@ thread_local! {
     static SPARE_PIECE: std::cell::Cell<Option<Vec<u8>>> = const { std::cell::Cell::new(None) };
 }
 
-/// [`load`] under explicit limits, also returning what was seen of the file.
+/// [`load`] under explicit limits, also returning what was seen of the file. `path` is the
+/// path a backend located (absolute, links resolved when it was checked), read without
+/// following a link ([`open_regular`]).
 pub fn load_with(
     path: &Path,
     write: bool,
@@ -495,12 +514,14 @@ pub fn load_with(
                 &read.concat(),
                 &meta,
             )?);
-            stamp = rewrite(&abs, &tree)?;
+            stamp = rewrite(&abs, &tree, &meta)?;
         } else if report.needed_newline_repair {
             // The torn last line may be another writer's line still being written: repair it
             // only once it has stayed unchanged for a moment.
             std::thread::sleep(TORN_LINE_SETTLE);
-            let now = fs::metadata(&abs).map_err(io_err(&abs))?;
+            // The file read (its growth); that it is still the one at the path is checked by
+            // the append below, on the descriptor it writes to.
+            let now = f.metadata().map_err(io_err(&abs))?;
             if FileStamp::of(&now, now.len()) != stamp {
                 return Err(StoreError::Busy(abs));
             }
@@ -556,7 +577,10 @@ pub enum Tail {
 pub fn read_tail(path: &Path, stamp: &FileStamp, limits: &Limits) -> Result<Tail, StoreError> {
     let (mut f, meta) = match open_regular(path, limits) {
         Ok(x) => x,
-        Err(StoreError::NotFound(_) | StoreError::NotRegular { .. }) => return Ok(Tail::Replaced),
+        // A link on the way now (refused, never followed) is no longer the file last seen.
+        Err(
+            StoreError::NotFound(_) | StoreError::NotRegular { .. } | StoreError::NotAllowed(_),
+        ) => return Ok(Tail::Replaced),
         Err(e) => return Err(e),
     };
     let now = FileStamp::of(&meta, meta.len());
@@ -576,9 +600,14 @@ pub fn read_tail(path: &Path, stamp: &FileStamp, limits: &Limits) -> Result<Tail
 
 /// Replaces the file with header + entries, atomically (a temporary file created exclusively
 /// in the same directory, never through a link, synced, then renamed over the file; see
-/// [`crate::confined::replace`]). Used only for Pi's migration rewrite. On failure the file is
+/// [`crate::confined::replace`]), with the mode of the file read (`read`). Used only for Pi's
+/// migration rewrite. On failure the file is
 /// untouched and no temporary file is left. Returns the new file's stamp.
-pub fn rewrite(path: &Path, tree: &SessionTree) -> Result<FileStamp, StoreError> {
+pub fn rewrite(
+    path: &Path,
+    tree: &SessionTree,
+    read: &fs::Metadata,
+) -> Result<FileStamp, StoreError> {
     use std::os::unix::fs::PermissionsExt;
     let mut text: Vec<u8> = Vec::new();
     text.extend_from_slice(stringify(&tree.header).as_bytes());
@@ -587,28 +616,8 @@ pub fn rewrite(path: &Path, tree: &SessionTree) -> Result<FileStamp, StoreError>
         text.extend_from_slice(e.raw());
         text.push(b'\n');
     }
-    let mode = fs::metadata(path).map_or(0o644, |m| m.permissions().mode() & 0o7777);
+    let mode = read.permissions().mode() & 0o7777;
     crate::confined::replace(path, &text, mode).map_err(confined_err(path))
-}
-
-/// Appends `"\n"` if the file is non-empty and does not end with one.
-pub fn ensure_trailing_newline(path: &Path) -> Result<(), StoreError> {
-    let mut f = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .open(path)
-        .map_err(io_err(path))?;
-    let len = f.metadata().map_err(io_err(path))?.len();
-    if len == 0 {
-        return Ok(());
-    }
-    f.seek(SeekFrom::Start(len - 1)).map_err(io_err(path))?;
-    let mut last = [0u8; 1];
-    f.read_exact(&mut last).map_err(io_err(path))?;
-    if last[0] != b'\n' {
-        f.write_all(b"\n").map_err(io_err(path))?;
-    }
-    Ok(())
 }
 
 /// Appends `raw` and a newline without looking at the file first (the caller knows it ends
@@ -644,22 +653,39 @@ pub fn try_lock(path: &Path) -> Result<Option<File>, StoreError> {
     }
     let mut old = path.as_os_str().to_owned();
     old.push(".lock");
-    let old = PathBuf::from(old);
-    if let Ok(meta) = fs::symlink_metadata(&old) {
-        if meta.file_type().is_file() && meta.len() == 0 {
-            if let Ok(l) = File::open(&old) {
-                if l.try_lock().is_ok() {
-                    let _ = fs::remove_file(&old);
-                }
-            }
-        }
-    }
+    // Found by the same walk, never through a link; a failure only leaves it behind.
+    let _ = crate::confined::remove_if(Path::new(&old), |l| {
+        l.metadata()
+            .is_ok_and(|m| m.file_type().is_file() && m.len() == 0)
+            && l.try_lock().is_ok()
+    });
     Ok(Some(f))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Appends `"\n"` if the file is non-empty and does not end with one (a test's other writer).
+    fn ensure_trailing_newline(path: &Path) -> Result<(), StoreError> {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        let len = f.metadata().map_err(io_err(path))?.len();
+        if len == 0 {
+            return Ok(());
+        }
+        f.seek(SeekFrom::Start(len - 1)).map_err(io_err(path))?;
+        let mut last = [0u8; 1];
+        f.read_exact(&mut last).map_err(io_err(path))?;
+        if last[0] != b'\n' {
+            f.write_all(b"\n").map_err(io_err(path))?;
+        }
+        Ok(())
+    }
 
     /// Bytes whose every position is distinguishable, so a part read at the wrong offset shows.
     fn numbered(n: usize) -> Vec<u8> {
@@ -826,6 +852,39 @@ mod tests {
         load(&p, true).unwrap();
         let rewritten = fs::read_to_string(&p).unwrap();
         assert!(rewritten.ends_with('\n') && rewritten.contains("\"version\":3"));
+    }
+
+    /// Reads walk the checked path as writes do: a directory or the file itself swapped for a
+    /// link (after the roots were checked) is refused (`path_not_allowed`), never read through,
+    /// and a catch-up sees the file last seen gone (`Replaced`); the same path without a link
+    /// reads as before.
+    #[test]
+    fn reads_never_follow_a_link_in_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = fs::canonicalize(dir.path()).unwrap();
+        let outside = base.join("outside");
+        fs::create_dir_all(&outside).unwrap();
+        let text = "{\"type\":\"session\",\"version\":3,\"id\":\"x\",\"cwd\":\"/w\"}\n";
+        fs::write(outside.join("s.jsonl"), text).unwrap();
+        let limits = Limits::default();
+        let (_, _, stamp) = load_with(&outside.join("s.jsonl"), false, &limits).unwrap();
+        std::os::unix::fs::symlink(&outside, base.join("dir-link")).unwrap();
+        std::os::unix::fs::symlink(outside.join("s.jsonl"), base.join("file-link")).unwrap();
+        for through in [base.join("dir-link/s.jsonl"), base.join("file-link")] {
+            let err = load_with(&through, false, &limits).unwrap_err();
+            assert!(
+                matches!(&err, StoreError::NotAllowed(m) if m.contains("symbolic link")),
+                "{}: {err}",
+                through.display()
+            );
+            assert!(matches!(try_lock(&through), Err(StoreError::NotAllowed(_))));
+            assert_eq!(
+                read_tail(&through, &stamp, &limits).unwrap(),
+                Tail::Replaced
+            );
+        }
+        // A command-line path is resolved once, as `locate` does, then read the same way.
+        assert!(load(&base.join("dir-link/s.jsonl"), false).is_ok());
     }
 
     #[test]

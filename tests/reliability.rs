@@ -482,6 +482,64 @@ fn a_session_directory_replaced_by_a_link_is_never_written_through() {
     );
 }
 
+/// Reads are confined as writes are (issue 34 item 10). A session's directory, and in a second
+/// session the file itself, is moved outside the root after the session was opened and a link
+/// to it left in its place; another writer then appends a line out there. The catch-up before
+/// the next write used to open the file by its path, follow the link, find the same inode
+/// (the stamp held) and hand the outside line to clients in the branch. Now every read walks
+/// the checked path without following a link: the catch-up finds the file gone
+/// (`file_changed`), the reload on reopen is refused (`path_not_allowed`, naming the link), and
+/// nothing written outside reaches a client.
+#[test]
+fn reads_never_follow_a_link_out_of_the_root() {
+    let env = Env::new();
+    let root = env.path("root");
+    let outside = env.path("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let mut c = client(&env, Some(&only_root(&root)));
+    let secret = "WRITTEN OUTSIDE THE ROOT";
+    for (name, moved) in [("dir", "d"), ("file", "d/s.jsonl")] {
+        let base = root.join(name);
+        std::fs::create_dir_all(base.join("d")).unwrap();
+        let file = base.join("d/s.jsonl");
+        std::fs::copy(env.session("005-medium-basic"), &file).unwrap();
+        let sid = open(&mut c, &file);
+        let leaf = user_append(&mut c, &sid, "inside");
+        // The session's directory (or the file) leaves the root; a link takes its place.
+        let away = outside.join(name);
+        std::fs::create_dir_all(&away).unwrap();
+        std::fs::rename(base.join(moved), away.join("moved")).unwrap();
+        std::os::unix::fs::symlink(away.join("moved"), base.join(moved)).unwrap();
+        let out_there = if name == "dir" {
+            away.join("moved/s.jsonl")
+        } else {
+            away.join("moved")
+        };
+        append_bytes(
+            &out_there,
+            format!("{}\n", pi_line("outside1", &leaf, secret)).as_bytes(),
+        );
+        let err = c
+            .request("syncSession", json!({"sessionId": sid}))
+            .expect_err("the catch-up does not read through the link");
+        assert_eq!(kind(&err), "file_changed", "{name}: {err}");
+        let err = user(&mut c, &sid, "after the move").expect_err("nor does a write");
+        assert_eq!(kind(&err), "file_changed", "{name}: {err}");
+        let branch = c.ok("getBranch", json!({"sessionId": sid}));
+        let context = c.ok("getContext", json!({"sessionId": sid}));
+        for reply in [&branch, &context] {
+            assert!(!reply.to_string().contains(secret), "{name}: {reply}");
+        }
+        // Reopening resolves the path outside the root: refused, nothing read.
+        let err = c
+            .request("openSession", json!({"path": file, "model": model()}))
+            .expect_err("outside the root");
+        assert_eq!(kind(&err), "path_not_allowed", "{name}: {err}");
+        assert!(!err.to_string().contains(secret), "{name}: {err}");
+        c.ok("closeSession", json!({"sessionId": sid}));
+    }
+}
+
 /// A migration's backup name planted in advance as a link to a file that does not exist yet:
 /// the old `exists()` check followed the dangling link (false) and the copy created the file
 /// outside. The temporary file's name (`.<file>.compactd-<pid>.tmp`) planted as a link to an
@@ -539,8 +597,12 @@ fn planted_links_at_migration_backup_and_temp_names_are_never_followed() {
 /// - lone surrogates in ids: read as U+FFFD, so `b\ud83d` matched a parent `b\ufffd` Pi does
 ///   not see as its parent, and the daemon's next entry named a parent Pi could not find.
 ///
-/// Pi reads a line 100 000 deep too; compactd reads lines up to `json::MAX_LINE_DEPTH` and
-/// must at least survive deeper ones (checked for no crash, not against Pi).
+/// - nesting past 512 levels (600 and 2 000 in a tool call's arguments and a tool result's
+///   `details`, 100 000 in the header and a custom entry's data): the line was skipped, so its entries were missing. Now every
+///   container deeper than `json::deep::HELD_DEPTH` is kept as its `JSON.stringify` text, so
+///   the estimate (`JSON.stringify(arguments).length`), the context a client gets, the
+///   summarizer's serialization and a compaction of them are Pi's, on the daemon's own
+///   thread stacks.
 #[test]
 fn lines_pi_reads_are_read_as_pi_reads_them() {
     let oracle = support::oracle::Oracle::find("reliability: lines Pi reads");
@@ -590,6 +652,41 @@ fn lines_pi_reads_are_read_as_pi_reads_them() {
             ],
         ),
         (
+            "deep-600-arguments",
+            vec![
+                header("3", ""),
+                user("a", "null", "1"),
+                assistant("b", "a", &format!(r#"{{"x":{}}}"#, deep(600)), "2", "100"),
+                user("d", "\"b\"", "4"),
+            ],
+        ),
+        (
+            "deep-100000-everywhere",
+            vec![
+                header("3", &format!(r#","meta":{}"#, deep(100_000))),
+                user("a", "null", "1"),
+                assistant(
+                    "b",
+                    "a",
+                    // Pi's own `JSON.stringify` of what it measures or prints (arguments,
+                    // context messages) overflows V8's stack well before 100 000 levels (its
+                    // estimate throws): 2 000 there, 100 000 where Pi only parses.
+                    &format!(r#"{{"x":{}}}"#, deep(2_000)),
+                    "2",
+                    "100",
+                ),
+                format!(
+                    r#"{{"type":"message","id":"c","parentId":"b","timestamp":"2026-01-01T00:00:03.000Z","message":{{"role":"toolResult","toolCallId":"c1","toolName":"bash","content":[{{"type":"text","text":"out"}}],"details":{{"k":{{"b":1,"0":2}},"x":{}}},"isError":false,"timestamp":3}}}}"#,
+                    deep(2_000)
+                ),
+                format!(
+                    r#"{{"type":"custom","id":"e","parentId":"c","timestamp":"2026-01-01T00:00:03.500Z","customType":"x","data":{{"x":{}}}}}"#,
+                    deep(100_000)
+                ),
+                user("d", "\"e\"", "4"),
+            ],
+        ),
+        (
             "overflowing-numbers",
             vec![
                 header("3", ""),
@@ -630,6 +727,15 @@ fn lines_pi_reads_are_read_as_pi_reads_them() {
         // The daemon reads it as Pi does, and its next entry is the child of Pi's leaf, the
         // parent's id written byte for byte.
         let sid = open(&mut c, &file);
+        // The context a client gets is the one Pi builds (its messages, deep parts included).
+        let context = c.ok("getContext", json!({"sessionId": sid}));
+        if let Some(d) = support::first_diff(
+            &context["messages"],
+            &ours["context"]["messages"],
+            "messages",
+        ) {
+            panic!("{name}: getContext differs from the analysis Pi agrees with: {d}");
+        }
         let r = user_append(&mut c, &sid, name);
         let text = std::fs::read(&file).unwrap();
         assert_eq!(
@@ -662,25 +768,29 @@ fn lines_pi_reads_are_read_as_pi_reads_them() {
         }
         c.ok("closeSession", json!({"sessionId": sid}));
     }
-    // 100 000 deep: beyond compactd's bound; the daemon and inspect survive it.
-    let file = env.path("very-deep.jsonl");
-    let lines = [
-        header("3", ""),
-        user("a", "null", "1"),
-        assistant(
-            "b",
-            "a",
-            &format!(r#"{{"x":{}}}"#, deep(100_000)),
-            "2",
-            "100",
-        ),
-    ];
-    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
-    env.inspect(&file)
-        .expect("inspect survives a line 100 000 deep");
+    // A compaction over the deepest lines: summarized (their serialization measured and
+    // written without recursion), and the file Pi then loads is the one compactd sees.
+    let file = env.path("deep-100000-everywhere.jsonl");
     let sid = open(&mut c, &file);
-    c.ok("getContext", json!({"sessionId": sid}));
-    user_append(&mut c, &sid, "after the deep line");
+    keep_recent(&mut c, &sid, 1);
+    let done = c.ok("compact", json!({"sessionId": sid}));
+    assert!(
+        done["summary"].as_str().is_some_and(|s| !s.is_empty()),
+        "{done}"
+    );
+    let after = env.inspect(&file).expect("inspect after the compaction");
+    if let Some(o) = &oracle {
+        o.agrees(&file, &after)
+            .unwrap_or_else(|e| panic!("after the compaction: {e}"));
+    }
+    let context = c.ok("getContext", json!({"sessionId": sid}));
+    if let Some(d) = support::first_diff(
+        &context["messages"],
+        &after["context"]["messages"],
+        "messages",
+    ) {
+        panic!("after the compaction, getContext differs: {d}");
+    }
     c.ok("listSessions", json!({}));
 }
 

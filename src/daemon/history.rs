@@ -51,7 +51,8 @@ pub fn entry_text(v: &Value) -> String {
                 if !out.is_empty() {
                     out.push('\n');
                 }
-                out.push_str(s);
+                // A part nested past what is held as a value is its JSON text (`json::deep`).
+                out.push_str(crate::json::deep::text(s).unwrap_or(s));
             }
             Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
             Value::Object(o) => {
