@@ -203,7 +203,7 @@ export interface CompactionSettingsPatch {
   /** Beyond Pi: ineffective automatic compactions in a row before automatic compaction pauses. */
   maxIneffectiveCompactions?: number;
   /** Beyond Pi: speculate at this fraction of the threshold, in (0, 1); 0 turns speculation off. */
-  speculativeAt?: number;
+  speculativeAt?: number | "auto";
 }
 
 /** Beyond Pi: tokens and dollars of one kind of call; `usd` is null when a price is unknown. */
