@@ -190,8 +190,6 @@ pub struct Database {
     spare: Mutex<Vec<Arc<Client>>>,
     /// `[storage] durability`, mapped onto each write's commit (see [`Commit`]).
     durability: Durability,
-    /// Appends waiting for the group commit ([`group_commit`]).
-    appends: tokio::sync::mpsc::UnboundedSender<Pending>,
 }
 
 impl std::fmt::Debug for Database {
@@ -270,8 +268,7 @@ impl Database {
             .wait_timeout(Some(CONNECT_TIMEOUT))
             .build()
             .map_err(|e| format!("cannot set up the database pool: {e}"))?;
-        let (appends, appends_rx) = tokio::sync::mpsc::unbounded_channel();
-        let db = Arc::new(Database {
+        Ok(Arc::new(Database {
             runtime: Some(runtime),
             config,
             pool,
@@ -282,11 +279,7 @@ impl Database {
             outbox_rx: Mutex::new(Some(outbox_rx)),
             spare: Mutex::new(Vec::new()),
             durability,
-            appends,
-        });
-        db.handle()
-            .spawn(group_commit(Arc::downgrade(&db), appends_rx));
-        Ok(db)
+        }))
     }
 
     fn handle(&self) -> &tokio::runtime::Handle {
@@ -663,22 +656,6 @@ impl EntryRow {
         storable("entry parentId", self.parent_id.as_deref().unwrap_or(""))
     }
 
-    /// The parameters of [`INSERT_ENTRY`] / [`APPEND_ENTRY`] for this row at `seq`.
-    fn params<'a>(
-        &'a self,
-        header_id: &'a String,
-        seq: &'a i64,
-    ) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 6] {
-        [
-            header_id,
-            seq,
-            &self.id,
-            &self.parent_id,
-            &self.kind,
-            &self.line,
-        ]
-    }
-
     fn of(e: &Entry) -> EntryRow {
         EntryRow {
             id: e.id_owned(),
@@ -801,148 +778,6 @@ async fn lines_after(
         into.push(b'\n');
     }
     Ok(head)
-}
-
-/// The most appends one group commit takes.
-const MAX_GROUP: usize = 64;
-
-/// One append waiting for the group commit.
-struct Pending {
-    header_id: String,
-    seq: i64,
-    row: EntryRow,
-    commit: Commit,
-    /// The [`APPEND_ENTRY`] rows, or why it failed.
-    reply: tokio::sync::oneshot::Sender<Result<Vec<tokio_postgres::Row>, StoreError>>,
-}
-
-/// The storage error of a failed append to `header_id`.
-fn append_error(e: tokio_postgres::Error, header_id: &str) -> StoreError {
-    match e.code() {
-        Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => {
-            StoreError::NoSuchStored(header_id.to_owned())
-        }
-        _ => statement_error(e, "entry"),
-    }
-}
-
-/// Group commit: the appends of every session of this daemon that wait at the same moment
-/// share one transaction on one pooled connection, sent in one round trip (`BEGIN`, each
-/// [`APPEND_ENTRY`], `COMMIT`, pipelined), so they share one commit (one WAL flush when a
-/// member's durability asks for it) instead of paying one each. While a group commits, the
-/// next one gathers; an append that finds nobody else waiting is sent at once, alone, as
-/// before. Each append still inserts at the head its session knows and learns on its own
-/// whether it lost a race. The advisory locks of a group's sessions are taken in header-id
-/// order, the same in every daemon, so two daemons' groups cannot deadlock.
-async fn group_commit(
-    db: Weak<Database>,
-    mut appends: tokio::sync::mpsc::UnboundedReceiver<Pending>,
-) {
-    while let Some(first) = appends.recv().await {
-        let mut group = vec![first];
-        while group.len() < MAX_GROUP {
-            match appends.try_recv() {
-                Ok(p) => group.push(p),
-                Err(_) => break,
-            }
-        }
-        let Some(db) = db.upgrade() else { return };
-        commit_group(&db, group).await;
-    }
-}
-
-/// Commits one group and answers each of its appends.
-async fn commit_group(db: &Arc<Database>, mut group: Vec<Pending>) {
-    let client = match db.client().await {
-        Ok(c) => c,
-        Err(e) => {
-            for p in group {
-                let _ = p.reply.send(Err(StoreError::Unavailable(e.to_string())));
-            }
-            return;
-        }
-    };
-    let statement = match client.prepare_cached(APPEND_ENTRY).await {
-        Ok(s) => s,
-        Err(e) => {
-            for p in group {
-                let _ = p.reply.send(Err(unavailable(&e)));
-            }
-            return;
-        }
-    };
-    group.sort_by(|a, b| a.header_id.cmp(&b.header_id));
-    // The whole group's commit waits for the flush when any member's durability asks.
-    let flushed = group.iter().filter_map(|p| p.commit.set_local()).next();
-    let alone = group.len() == 1 && flushed.is_none();
-    if alone {
-        // One statement, its own transaction.
-        let p = group.remove(0);
-        let rows = client
-            .query(&statement, &p.row.params(&p.header_id, &p.seq))
-            .await
-            .map_err(|e| append_error(e, &p.header_id));
-        let _ = p.reply.send(rows);
-        return;
-    }
-    let begin = match flushed {
-        Some(set) => format!("BEGIN; {set}"),
-        None => "BEGIN".to_owned(),
-    };
-    let (conn, prepared) = (&client, &statement);
-    let inserts = group.iter().map(|p| async move {
-        conn.query(prepared, &p.row.params(&p.header_id, &p.seq))
-            .await
-    });
-    let (began, inserted, committed) = tokio::join!(
-        client.batch_execute(&begin),
-        futures_util::future::join_all(inserts),
-        client.batch_execute("COMMIT"),
-    );
-    if let Err(e) = began.and(committed) {
-        // The connection failed: whether the group committed is unknown, as for a single
-        // append whose reply was lost (the next catch-up reads in whatever is there).
-        for p in group {
-            let _ = p.reply.send(Err(unavailable(&e)));
-        }
-        return;
-    }
-    if inserted.iter().all(Result::is_ok) {
-        for (p, rows) in group.into_iter().zip(inserted) {
-            let _ = p
-                .reply
-                .send(rows.map_err(|e| append_error(e, &p.header_id)));
-        }
-        return;
-    }
-    // A member failed (a session gone meanwhile): its error aborted the transaction, whose
-    // COMMIT rolled everything back, so each append is made again alone, with its own answer.
-    for p in group {
-        let rows = single_append(&client, &statement, &p).await;
-        let _ = p.reply.send(rows);
-    }
-}
-
-/// One append in a transaction of its own (its commit as its durability says).
-async fn single_append(
-    client: &Client,
-    statement: &tokio_postgres::Statement,
-    p: &Pending,
-) -> Result<Vec<tokio_postgres::Row>, StoreError> {
-    let params = p.row.params(&p.header_id, &p.seq);
-    let rows = match p.commit.set_local() {
-        None => client.query(statement, &params).await,
-        Some(set) => {
-            let begin = format!("BEGIN; {set}");
-            let (began, rows, committed) = tokio::join!(
-                client.batch_execute(&begin),
-                client.query(statement, &params),
-                client.batch_execute("COMMIT"),
-            );
-            began.and(rows).and_then(|rows| committed.map(|()| rows))
-        }
-    };
-    rows.map_err(|e| append_error(e, &p.header_id))
 }
 
 /// Delivers the other daemons' events: a LISTEN connection wakes it, a timer catches up
@@ -1275,6 +1110,7 @@ impl StoredSession {
 
     /// One insert at the head this session knows.
     fn insert(&mut self, entry: &Entry) -> Result<Insert, StoreError> {
+        let client = self.client_for();
         let header_id = self.header_id.clone();
         let seq = self.head + 1;
         let row = EntryRow::of(entry);
@@ -1283,42 +1119,42 @@ impl StoredSession {
             self.db.durability,
             self.db.durability.syncs_entry(entry.kind),
         );
-        let exclusive = self.exclusive.clone();
-        let db = self.db.clone();
         let rows = self.db.block_on(async move {
-            let Some(client) = exclusive else {
-                // On the pool: committed together with the daemon's other appends.
-                let (reply, answer) = tokio::sync::oneshot::channel();
-                let pending = Pending {
-                    header_id,
-                    seq,
-                    row,
-                    commit,
-                    reply,
-                };
-                db.appends
-                    .send(pending)
-                    .map_err(|_| unavailable("the group commit has stopped"))?;
-                return answer
-                    .await
-                    .map_err(|_| unavailable("the group commit ended without an answer"))?;
+            let client = client.await?;
+            let statement = client.prepare(APPEND_ENTRY).await?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+                &header_id,
+                &seq,
+                &row.id,
+                &row.parent_id,
+                &row.kind,
+                &row.line,
+            ];
+            let rows = match (commit.set_local(), &client) {
+                (None, _) => client.query(&statement, &params).await,
+                // In the exclusive transaction: its commit waits for the flush.
+                (Some(set), Conn::Exclusive(c)) => match c.batch_execute(set).await {
+                    Ok(()) => client.query(&statement, &params).await,
+                    Err(e) => Err(e),
+                },
+                // A transaction of its own, pipelined: one round trip as for any append. A
+                // failed insert makes the COMMIT a rollback.
+                (Some(set), Conn::Pooled(c)) => {
+                    let begin = format!("BEGIN; {set}");
+                    let (began, rows, committed) = tokio::join!(
+                        c.batch_execute(&begin),
+                        client.query(&statement, &params),
+                        c.batch_execute("COMMIT"),
+                    );
+                    began.and(rows).and_then(|rows| committed.map(|()| rows))
+                }
             };
-            // In the exclusive transaction (its commit waits for the flush when the entry's
-            // durability asks for it).
-            let statement = client
-                .prepare(APPEND_ENTRY)
-                .await
-                .map_err(|e| append_error(e, &header_id))?;
-            if let Some(set) = commit.set_local() {
-                client
-                    .batch_execute(set)
-                    .await
-                    .map_err(|e| append_error(e, &header_id))?;
-            }
-            client
-                .query(&statement, &row.params(&header_id, &seq))
-                .await
-                .map_err(|e| append_error(e, &header_id))
+            rows.map_err(|e| match e.code() {
+                Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => {
+                    StoreError::NoSuchStored(header_id.clone())
+                }
+                _ => statement_error(e, "entry"),
+            })
         })?;
         if rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
             self.head = seq;
