@@ -247,7 +247,10 @@ fn main() {
         }
         return;
     };
-    if let Err(e) = run(&pg, bench) {
+    let result = run(&pg, bench);
+    // The server stops with its handle: `exit` would leave it running.
+    drop(pg);
+    if let Err(e) = result {
         eprintln!("storage bench failed: {e}");
         std::process::exit(1);
     }
