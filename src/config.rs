@@ -376,8 +376,13 @@ impl StorageConfig {
                     format!("storage.backend = 'postgres' needs storage.postgres_url or {POSTGRES_URL_ENV}")
                 })?;
                 let roots = self.allowed_roots.is_some().then(|| self.roots_as_set_up());
-                crate::store::postgres::Postgres::open(&url, self.namespace(), roots)
-                    .map(|p| std::sync::Arc::new(p) as std::sync::Arc<dyn crate::store::Backend>)
+                crate::store::postgres::Postgres::open(
+                    &url,
+                    self.namespace(),
+                    roots,
+                    self.durability,
+                )
+                .map(|p| std::sync::Arc::new(p) as std::sync::Arc<dyn crate::store::Backend>)
             }
         }
     }

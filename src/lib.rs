@@ -29,7 +29,8 @@
 //! - [`confined`]: reads and writes confined to the checked path — no link followed on the way
 //!   (a held directory descriptor per component), appends checked against the file last seen
 //!   through the descriptor written to, failed writes taken back (disk full leaves no half line).
-//! - [`compactor`]: the engine dispatch and the one provider call; `compactor::step`, the one
+//! - [`compactor`]: the engine dispatch and the one provider call (a split turn's two calls
+//!   in flight at once); `compactor::step`, the one
 //!   summarization step every compaction summary takes (hooks, engine, retries, cost);
 //!   `compactd compact`'s compaction through a backend; branch summaries through the same
 //!   dispatch.
@@ -40,8 +41,9 @@
 //! - [`daemon`]: open sessions shared by connections, the method handlers, Pi's compaction
 //!   lifecycle (one compaction runner) and its pure automatic decision, events, hooks, settings
 //!   files, tree navigation, the beyond-Pi lanes (speculative compaction, pins, undo/edit, the
-//!   thrash breaker, history recall, spend), and each session's compaction activity as its
-//!   events announced it (for `listSessions`' status).
+//!   thrash breaker, history recall, spend), when a speculation starts (`speculation_lead`:
+//!   each summarizer's measured latency against the context's growth), and each session's
+//!   compaction activity as its events announced it (for `listSessions`' status).
 //! - [`transport`]: framing, typed wire messages, the per-connection loop, the dispatch table
 //!   generated from the method list, stdio and Unix-socket listeners.
 //! - [`cli`]: the command-line front end (`serve`, `stdio`, `connect`, `start`, `status`,

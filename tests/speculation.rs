@@ -873,6 +873,39 @@ fn speculative_at_zero_is_pis_behaviour() {
     assert_eq!(s["compaction"]["speculativeAt"], 0.5);
 }
 
+/// `speculativeAt: "auto"`: an agent whose context grows fast against a summarizer not
+/// measured yet (assumed slow) gets its speculation as soon as the context passes half the
+/// threshold, well before the default 0.75 (a fraction would wait for it), and the compaction
+/// at the threshold installs it with no second request. A word other than "auto" is refused.
+#[test]
+fn auto_speculation_starts_as_early_as_a_fast_agent_needs() {
+    let mut a = Agent::start(Duration::from_millis(300), json!({"speculativeAt": "auto"}));
+    let s = a.c.ok("getSettings", json!({"sessionId": a.sid}));
+    assert_eq!(s["compaction"]["speculativeAt"], "auto");
+    for tokens in [2000, 3000, 4000, 4900] {
+        a.turn(tokens);
+        assert_eq!(a.check()["action"], "none");
+    }
+    assert!(!a.saw("speculation_started"), "below half the threshold");
+    a.turn(5600);
+    assert_eq!(a.check()["action"], "none");
+    let started = a.event("speculation_started");
+    assert_eq!(started["tokens"], 5600.0, "{started}");
+    a.event("speculation_ready");
+    a.turn(10_500);
+    let out = a.check();
+    assert_eq!(out["action"], "compacted", "{out}");
+    assert_eq!(a.requests(), 1, "only the speculation's request");
+    let last = a.entries().last().unwrap().clone();
+    assert!(last["details"].get("speculative").is_some(), "{last}");
+
+    let bad = a.c.request(
+        "setSettingsOverrides",
+        json!({"sessionId": a.sid, "compaction": {"speculativeAt": "soon"}}),
+    );
+    assert!(bad.is_err(), "{bad:?}");
+}
+
 /// The extractive engine is instant: it never speculates, whatever the setting says.
 #[test]
 fn the_extractive_engine_never_speculates() {

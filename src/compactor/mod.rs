@@ -157,6 +157,7 @@ pub fn reasoning_for(model: &ModelSpec, thinking_level: Option<&str>) -> Option<
 
 /// An LLM engine's provider together with everything one call to it needs. [`Provider::ask`] is
 /// the only place compactd calls a provider, for compactions and branch summaries alike.
+#[derive(Clone, Copy)]
 struct Provider<'a> {
     client: &'a dyn LlmClient,
     model: &'a ModelSpec,
@@ -282,8 +283,10 @@ where
 }
 
 /// Pi's `compact(preparation, …)`: generates the summary text and returns the result (nothing
-/// is written). Calls are sequential: history first, then the turn prefix of a split turn. The
-/// calls' retries are reported to `on_retry`, and every call's usage is added to `meter`.
+/// is written). A split turn's two calls (history, turn prefix) are sent at once and joined in
+/// Pi's order, so the result is the one Pi's sequential calls give. The calls' retries are
+/// reported to `on_retry` (a split turn's two calls may interleave theirs), and every call's
+/// usage is added to `meter`.
 #[allow(clippy::too_many_arguments)]
 pub async fn generate(
     prep: &Preparation,
@@ -325,43 +328,61 @@ async fn generate_llm(
             custom_instructions,
         )
     };
-    // One compaction call: Pi's checks, then compactd's refusal of a blank summary.
-    let call = |kind: CallKind, prompt: String, max_tokens: u64| {
-        let provider = &provider;
-        async move {
-            let (text, usage) = provider
-                .ask(
-                    kind,
-                    &prompt,
-                    max_tokens,
-                    reasoning_for(model, thinking_level),
-                )
-                .await?;
-            // Beyond Pi (proto-docs/gaps.md): a blank summary would replace the history with
-            // nothing, so it is refused (and falls back to extractive when configured).
-            if text.trim().is_empty() {
-                return Err(CompactError::Summarization(format!(
-                    "{} failed: empty summary",
-                    kind.label()
-                )));
-            }
-            Ok((text, usage))
-        }
-    };
+    let reasoning = reasoning_for(model, thinking_level);
     let (summary, usage) = if prep.is_split_turn && !prep.turn_prefix_messages.is_empty() {
-        let history = if prep.messages_to_summarize.is_empty() {
-            None
-        } else {
-            Some(call(CallKind::History, history_text(), history_max).await?)
-        };
+        // The two requests of a split turn are independent (neither prompt holds the other's
+        // answer), so they are in flight at once: the summary takes the longer of the two
+        // calls, not their sum. Both prompts are built first, so the requests are exactly the
+        // ones Pi sends one after the other, and the answers are joined in Pi's order.
+        let history_prompt = (!prep.messages_to_summarize.is_empty()).then(history_text);
         let conversation =
             crate::cpu::blocking(|| serialize_agent_messages(prep.prefix_messages()));
-        let (prefix, prefix_usage) = call(
-            CallKind::TurnPrefix,
-            turn_prefix_prompt_text(&conversation),
-            prefix_max,
+        let prefix_prompt = turn_prefix_prompt_text(&conversation);
+        // A failed call stops its sibling (the summary fails either way); an abort reaches
+        // both through the parent token.
+        let aborted = provider.cancel;
+        let sibling = aborted.child_token();
+        let provider = Provider {
+            cancel: &sibling,
+            ..provider
+        };
+        let stopping = |r: Result<(String, Usage), CompactError>| {
+            if r.is_err() {
+                sibling.cancel();
+            }
+            r
+        };
+        let (history, prefix) = futures_util::future::join(
+            async {
+                match history_prompt {
+                    Some(prompt) => Some(stopping(
+                        compaction_call(
+                            provider,
+                            CallKind::History,
+                            prompt,
+                            history_max,
+                            reasoning.clone(),
+                        )
+                        .await,
+                    )),
+                    None => None,
+                }
+            },
+            async {
+                stopping(
+                    compaction_call(
+                        provider,
+                        CallKind::TurnPrefix,
+                        prefix_prompt,
+                        prefix_max,
+                        reasoning.clone(),
+                    )
+                    .await,
+                )
+            },
         )
-        .await?;
+        .await;
+        let (history, (prefix, prefix_usage)) = split_turn_results(history, prefix, aborted)?;
         let usage = match &history {
             Some((_, h)) => h.combine(&prefix_usage),
             None => prefix_usage,
@@ -371,7 +392,14 @@ async fn generate_llm(
             usage,
         )
     } else {
-        call(CallKind::History, history_text(), history_max).await?
+        compaction_call(
+            provider,
+            CallKind::History,
+            history_text(),
+            history_max,
+            reasoning,
+        )
+        .await?
     };
     let usage = Some(usage);
     let (read_files, modified_files) = prep.file_ops.file_lists();
@@ -383,6 +411,47 @@ async fn generate_llm(
         details: file_details(&read_files, &modified_files),
         from_hook: false,
     })
+}
+
+/// One compaction call: Pi's checks, then compactd's refusal of a blank summary.
+async fn compaction_call(
+    provider: Provider<'_>,
+    kind: CallKind,
+    prompt: String,
+    max_tokens: u64,
+    reasoning: Option<String>,
+) -> Result<(String, Usage), CompactError> {
+    let (text, usage) = provider.ask(kind, &prompt, max_tokens, reasoning).await?;
+    // Beyond Pi (proto-docs/gaps.md): a blank summary would replace the history with
+    // nothing, so it is refused (and falls back to extractive when configured).
+    if text.trim().is_empty() {
+        return Err(CompactError::Summarization(format!(
+            "{} failed: empty summary",
+            kind.label()
+        )));
+    }
+    Ok((text, usage))
+}
+
+/// The outcome of a split turn's two concurrent calls, as the sequential calls would have
+/// ended: an abort is `Cancelled`; otherwise the history call's failure comes first (Pi sends
+/// it first), then the turn prefix's. A call stopped only because its sibling failed
+/// (`Cancelled` while the abort token `cancel` itself is not) never hides that failure.
+#[allow(clippy::type_complexity)]
+fn split_turn_results(
+    history: Option<Result<(String, Usage), CompactError>>,
+    prefix: Result<(String, Usage), CompactError>,
+    cancel: &CancellationToken,
+) -> Result<(Option<(String, Usage)>, (String, Usage)), CompactError> {
+    if cancel.is_cancelled() {
+        return Err(CompactError::Cancelled);
+    }
+    match (history, prefix) {
+        (Some(Err(CompactError::Cancelled)), Err(e)) => Err(e),
+        (Some(Err(e)), _) | (_, Err(e)) => Err(e),
+        (Some(Ok(h)), Ok(p)) => Ok((Some(h), p)),
+        (None, Ok(p)) => Ok((None, p)),
+    }
 }
 
 /// The extractive engine's version of [`generate`]: the same history / split-turn layout and file
@@ -857,7 +926,11 @@ mod tests {
         assert_eq!(*events.lock(), one_retry());
         let prompts = client.prompts.lock();
         assert!(prompts.len() >= 2, "one failure, then the calls");
-        assert_eq!(prompts[0], prompts[1], "the retry resends the failed call");
+        // A split turn's other call may come between the failure and its retry.
+        assert!(
+            prompts[1..].contains(&prompts[0]),
+            "the retry resends the failed call"
+        );
     }
 
     #[tokio::test]
@@ -904,6 +977,258 @@ mod tests {
         assert_eq!(outcome.usage.map(|u| u.input), Some(200 * calls));
         assert_eq!(meter.total().input, 200 * calls + 100);
         assert_eq!(meter.total().output, 10 * calls);
+    }
+
+    /// How a [`SplitClient`] answers one of a split turn's two calls.
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum Answer {
+        /// With the call's name, once both calls are in flight (a sequential caller never
+        /// gets there: its first call fails with "not concurrent").
+        WhenBothStarted,
+        /// A failure no retry helps (HTTP 400).
+        Refuse,
+        /// Only when the call is cancelled (given up after 10 s).
+        Never,
+    }
+
+    /// A provider for a split turn's calls (told apart by their output caps) that records
+    /// which calls started, which saw their cancel, and answers as told.
+    struct SplitClient {
+        prefix_max_tokens: u64,
+        history: Answer,
+        prefix: Answer,
+        both: tokio::sync::Barrier,
+        started: Mutex<Vec<CallKind>>,
+        cancelled: Mutex<Vec<CallKind>>,
+        all_started: tokio::sync::Notify,
+    }
+
+    impl SplitClient {
+        fn new(prefix_max_tokens: u64, history: Answer, prefix: Answer) -> SplitClient {
+            SplitClient {
+                prefix_max_tokens,
+                history,
+                prefix,
+                both: tokio::sync::Barrier::new(2),
+                started: Mutex::new(Vec::new()),
+                cancelled: Mutex::new(Vec::new()),
+                all_started: tokio::sync::Notify::new(),
+            }
+        }
+    }
+
+    impl LlmClient for SplitClient {
+        fn complete<'a>(
+            &'a self,
+            request: &'a LlmRequest,
+            cancel: &'a CancellationToken,
+        ) -> BoxFuture<'a, AssistantReply> {
+            Box::pin(async move {
+                let kind = if request.max_tokens == self.prefix_max_tokens {
+                    CallKind::TurnPrefix
+                } else {
+                    CallKind::History
+                };
+                {
+                    let mut started = self.started.lock();
+                    started.push(kind);
+                    if started.len() == 2 {
+                        self.all_started.notify_one();
+                    }
+                }
+                let answer = match kind {
+                    CallKind::TurnPrefix => self.prefix,
+                    _ => self.history,
+                };
+                let text = match answer {
+                    Answer::Refuse => return AssistantReply::error("400 bad request", Some(400)),
+                    Answer::Never => {
+                        // Bounded, so a caller that never cancels fails the test, not hangs it.
+                        tokio::select! {
+                            _ = cancel.cancelled() => self.cancelled.lock().push(kind),
+                            _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {}
+                        }
+                        return AssistantReply::aborted();
+                    }
+                    Answer::WhenBothStarted => {
+                        let waited = tokio::select! {
+                            _ = self.both.wait() => true,
+                            _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => false,
+                        };
+                        if !waited {
+                            return AssistantReply::error("not concurrent", Some(400));
+                        }
+                        kind.label().to_owned()
+                    }
+                };
+                let mut reply = AssistantReply {
+                    text_blocks: vec![text],
+                    stop_reason: StopReason::Stop,
+                    error_message: None,
+                    ..AssistantReply::aborted()
+                };
+                reply.usage.input = if kind == CallKind::TurnPrefix { 7 } else { 200 };
+                reply.usage.output = 10;
+                reply
+            })
+        }
+    }
+
+    /// A split turn with history (case 004, keeping 2000 tokens), or `None` when the cases
+    /// are missing (skipped, or failed under CI).
+    fn split_turn_preparation(test: &str) -> Option<Preparation> {
+        let fixture =
+            crate::test_fixtures::case_file(test, "004-small-keep-recent-2k", "session.jsonl")?;
+        let bytes = std::fs::read(&fixture).expect("read fixture");
+        let crate::session::ReadOutcome::Session(parsed) = crate::session::read_session(&bytes)
+        else {
+            panic!("not a session");
+        };
+        let tree = SessionTree::from_parsed(parsed);
+        let branch = tree.branch();
+        let settings = CompactionSettings {
+            enabled: true,
+            reserve_tokens: 16384,
+            keep_recent_tokens: 2000,
+        };
+        let prep = crate::compaction::prepare_compaction(&tree.refs(&branch), &settings)
+            .expect("prepared");
+        assert!(
+            prep.is_split_turn
+                && !prep.turn_prefix_messages.is_empty()
+                && !prep.messages_to_summarize.is_empty(),
+            "case 004 no longer splits a turn with history before it"
+        );
+        Some(prep)
+    }
+
+    async fn generate_split(
+        prep: &Preparation,
+        history: Answer,
+        prefix: Answer,
+        cancel: &CancellationToken,
+    ) -> (
+        Result<CompactionOutcome, CompactError>,
+        Arc<SplitClient>,
+        Meter,
+    ) {
+        let client = Arc::new(SplitClient::new(
+            call_max_tokens(&prep.settings, 0.5, 0),
+            history,
+            prefix,
+        ));
+        let mut engine = flaky_engine(Arc::new(FlakyClient {
+            failures: 0,
+            prompts: Mutex::new(Vec::new()),
+        }));
+        if let SummaryEngine::Llm { client: c, .. } = &mut engine {
+            *c = client.clone();
+        }
+        let meter = Meter::default();
+        let outcome = generate(prep, &engine, None, None, cancel, &ignore_retries, &meter).await;
+        (outcome, client, meter)
+    }
+
+    /// A split turn's two calls are in flight at once (each answers only when the other has
+    /// started), and the summary joins their answers in Pi's order, as the sequential calls
+    /// did; Pi's usage and the meter count both calls.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_split_turns_calls_are_sent_at_once_and_joined_in_pis_order() {
+        let Some(prep) =
+            split_turn_preparation("a_split_turns_calls_are_sent_at_once_and_joined_in_pis_order")
+        else {
+            return;
+        };
+        let (outcome, client, meter) = generate_split(
+            &prep,
+            Answer::WhenBothStarted,
+            Answer::WhenBothStarted,
+            &CancellationToken::new(),
+        )
+        .await;
+        let outcome = outcome.expect("both calls answered");
+        let joined = join_split_turn(
+            Some(CallKind::History.label()),
+            CallKind::TurnPrefix.label(),
+        );
+        assert!(
+            outcome.summary.starts_with(&joined),
+            "{:?} does not start with {joined:?}",
+            outcome.summary
+        );
+        assert_eq!(client.started.lock().len(), 2);
+        assert_eq!(outcome.usage.map(|u| u.input), Some(207));
+        assert_eq!(meter.total().input, 207);
+    }
+
+    /// A call that fails stops its sibling at once (the summary fails either way) and its
+    /// failure is the one reported, whichever of the two it is.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_call_of_a_split_turn_stops_the_other_and_is_reported() {
+        let Some(prep) =
+            split_turn_preparation("a_failed_call_of_a_split_turn_stops_the_other_and_is_reported")
+        else {
+            return;
+        };
+        for (history, prefix, stopped) in [
+            (Answer::Refuse, Answer::Never, CallKind::TurnPrefix),
+            (Answer::Never, Answer::Refuse, CallKind::History),
+        ] {
+            let (outcome, client, _) =
+                generate_split(&prep, history, prefix, &CancellationToken::new()).await;
+            match outcome {
+                Err(CompactError::Summarization(m)) => assert!(m.contains("400"), "{m}"),
+                other => panic!("{history:?}/{prefix:?}: {other:?}"),
+            }
+            assert_eq!(*client.cancelled.lock(), vec![stopped]);
+        }
+    }
+
+    /// An abort reaches both calls of a split turn.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_abort_cancels_both_calls_of_a_split_turn() {
+        let Some(prep) = split_turn_preparation("an_abort_cancels_both_calls_of_a_split_turn")
+        else {
+            return;
+        };
+        let cancel = CancellationToken::new();
+        let client = Arc::new(SplitClient::new(
+            call_max_tokens(&prep.settings, 0.5, 0),
+            Answer::Never,
+            Answer::Never,
+        ));
+        let mut engine = flaky_engine(Arc::new(FlakyClient {
+            failures: 0,
+            prompts: Mutex::new(Vec::new()),
+        }));
+        if let SummaryEngine::Llm { client: c, .. } = &mut engine {
+            *c = client.clone();
+        }
+        let meter = Meter::default();
+        // Aborted once both calls are in flight (or after 10 s: a sequential caller never gets
+        // there, its first call waits for the abort).
+        let abort = async {
+            let both = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                client.all_started.notified(),
+            )
+            .await
+            .is_ok();
+            cancel.cancel();
+            both
+        };
+        let (outcome, both) = tokio::join!(
+            generate(&prep, &engine, None, None, &cancel, &ignore_retries, &meter),
+            abort
+        );
+        assert!(both, "the two calls were not in flight at once");
+        assert!(
+            matches!(outcome, Err(CompactError::Cancelled)),
+            "{outcome:?}"
+        );
+        let mut cancelled = client.cancelled.lock().clone();
+        cancelled.sort_by_key(|k| k.label());
+        assert_eq!(cancelled.len(), 2, "{cancelled:?}");
     }
 
     /// The extractive summarizer reads a span's entries one at a time (`Messages::Entries`)

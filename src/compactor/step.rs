@@ -65,6 +65,9 @@ pub struct Summarized {
     pub cost: Cost,
     /// The hooks asked for it (by registration `seq`).
     pub asked: Vec<u64>,
+    /// How long the engine took to write it (`None`: a hook's, or one made already): what
+    /// tells a speculation how early to start.
+    pub took: Option<std::time::Duration>,
 }
 
 /// Why no summary was made.
@@ -105,6 +108,7 @@ pub async fn summarize(step: Step<'_>) -> Result<Summarized, Stopped> {
             summarizer: summarizer_name(None, true),
             from_extension: true,
             asked,
+            took: None,
         }),
         Verdict::Proceed => match step.made {
             Some(mut made) => {
@@ -117,6 +121,7 @@ pub async fn summarize(step: Step<'_>) -> Result<Summarized, Stopped> {
                 }
                 let engine = (step.engine)().map_err(Stopped::NoEngine)?;
                 let meter = Meter::default();
+                let started = std::time::Instant::now();
                 let generated = generate(
                     step.prep,
                     &engine,
@@ -137,6 +142,7 @@ pub async fn summarize(step: Step<'_>) -> Result<Summarized, Stopped> {
                         from_extension: false,
                         cost,
                         asked,
+                        took: Some(started.elapsed()),
                     }),
                     Err(e) => Err(Stopped::Failed(e, cost)),
                 }

@@ -20,6 +20,7 @@ pub mod pins;
 pub mod session;
 pub mod settings;
 pub mod shared_store;
+pub mod speculation_lead;
 pub mod spend;
 pub mod thrash;
 pub mod undo;
@@ -119,6 +120,9 @@ pub struct Daemon {
     /// a key needs it and shared by every later compaction and branch summary. The keys are the
     /// distinct session models the engine follows, a handful in practice.
     engines: Mutex<HashMap<EngineKey, Arc<SummaryEngine>>>,
+    /// Per engine, how long its summaries take (a moving estimate), for speculations that
+    /// start early enough (`speculation_lead`).
+    latencies: Mutex<HashMap<EngineKey, speculation_lead::Latency>>,
     registry: Mutex<Registry>,
     /// Per-path opening locks: one open of a file at a time, outside the registry lock.
     opening: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
@@ -170,6 +174,7 @@ impl Daemon {
             config,
             http: reqwest::Client::new(),
             engines: Mutex::new(HashMap::new()),
+            latencies: Mutex::new(HashMap::new()),
             registry: Mutex::new(Registry::default()),
             opening: Mutex::new(HashMap::new()),
             connections: Mutex::new(HashMap::new()),
@@ -217,6 +222,16 @@ impl Daemon {
         let engine = Arc::new(engine);
         engines.insert(key, engine.clone());
         Ok(engine)
+    }
+
+    /// How long `key`'s engine takes to write a summary, once one was measured.
+    pub fn summary_latency(&self, key: &EngineKey) -> Option<std::time::Duration> {
+        self.latencies.lock().get(key).and_then(|l| l.estimate())
+    }
+
+    /// A summary of `key`'s engine took `took`.
+    pub fn observe_summary_latency(&self, key: EngineKey, took: std::time::Duration) {
+        self.latencies.lock().entry(key).or_default().observe(took);
     }
 
     /// The calibration learned for `model` so far.

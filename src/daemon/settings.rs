@@ -8,7 +8,9 @@ use serde_json::{json, Map, Value};
 
 use crate::compaction::tokens::CompactionSettings;
 use crate::rpc::results;
+use crate::rpc::types::SpeculativeAt;
 use crate::summarizer::RetrySettings;
+use serde::Deserialize;
 
 pub use crate::config::agent_dir;
 
@@ -117,8 +119,9 @@ pub struct EffectiveSettings {
     /// Beyond Pi: `compaction.speculativeAt`, the fraction of the threshold at which a session
     /// with an LLM summarizer starts a speculative compaction (`0`: off, Pi's behaviour).
     /// `None` when no settings file or override sets a valid value: the default applies (see
-    /// `lifecycle::speculation::fraction`).
-    pub speculative_at: Option<f64>,
+    /// `lifecycle::speculation::start_rule`). `"auto"` adapts the start to the summarizer's
+    /// latency and the context's growth (`daemon::speculation_lead`).
+    pub speculative_at: Option<SpeculativeAt>,
     /// Beyond Pi: `compaction.idleCompactAt`, the fraction of the threshold from which a
     /// `prePrompt` check compacts a session whose provider cache has expired anyway (`None`:
     /// off, Pi's behaviour).
@@ -226,8 +229,8 @@ pub fn from_merged(merged: Value, retry_default: &RetrySettings) -> EffectiveSet
             }),
         speculative_at: c
             .get("speculativeAt")
-            .and_then(Value::as_f64)
-            .filter(|f| valid_speculative_at(*f)),
+            .and_then(|v| SpeculativeAt::deserialize(v).ok())
+            .filter(valid_speculative_at),
         idle_compact_at: c
             .get("idleCompactAt")
             .and_then(Value::as_f64)
@@ -265,11 +268,14 @@ pub fn valid_idle_compact_at(f: f64) -> bool {
     (0.0..=1.0).contains(&f)
 }
 
-/// A `compaction.speculativeAt` compactd accepts: a fraction of the threshold in (0, 1), or 0
-/// for off. A settings file with anything else is read as if it did not set it (Pi's settings
-/// are tolerant); `setSettingsOverrides` refuses it.
-pub fn valid_speculative_at(f: f64) -> bool {
-    (0.0..1.0).contains(&f)
+/// A `compaction.speculativeAt` compactd accepts: a fraction of the threshold in (0, 1), 0 for
+/// off, or `"auto"`. A settings file with anything else is read as if it did not set it (Pi's
+/// settings are tolerant); `setSettingsOverrides` refuses it.
+pub fn valid_speculative_at(at: &SpeculativeAt) -> bool {
+    match at {
+        SpeculativeAt::Fraction(f) => (0.0..1.0).contains(f),
+        SpeculativeAt::Adaptive(_) => true,
+    }
 }
 
 /// The most ineffective compactions in a row `compaction.maxIneffectiveCompactions` may ask
@@ -334,9 +340,10 @@ pub fn invalid_override(p: &crate::rpc::types::CompactionSettingsPatch) -> Optio
             return Some(why);
         }
     }
-    if let Some(f) = p.speculative_at.filter(|f| !valid_speculative_at(*f)) {
+    if let Some(SpeculativeAt::Fraction(f)) = p.speculative_at.filter(|a| !valid_speculative_at(a))
+    {
         return Some(format!(
-            "compaction.speculativeAt must be a fraction of the threshold in (0, 1), or 0 for off (got {f})"
+            "compaction.speculativeAt must be a fraction of the threshold in (0, 1), 0 for off, or \"auto\" (got {f})"
         ));
     }
     None

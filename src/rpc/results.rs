@@ -348,11 +348,11 @@ pub struct CompactionSettingsView {
     #[schemars(with = "u32")]
     pub max_ineffective_compactions: Option<u32>,
     /// Beyond Pi: the fraction of the threshold at which this session starts a speculative
-    /// compaction, as it applies to the session's summarizer (0: never). Only in getSettings'
-    /// answer.
+    /// compaction, or `"auto"`, as it applies to the session's summarizer (0: never). Only in
+    /// getSettings' answer.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "f64")]
-    pub speculative_at: Option<f64>,
+    #[schemars(with = "crate::rpc::types::SpeculativeAt")]
+    pub speculative_at: Option<crate::rpc::types::SpeculativeAt>,
     /// Beyond Pi: the fraction of the threshold from which a `prePrompt` check compacts when
     /// the provider's cache has expired anyway (0: off). Only in getSettings' answer.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -232,6 +232,24 @@ pub struct GetContextParams {
     pub format: Option<ContextFormat>,
 }
 
+/// Beyond Pi: `compaction.speculativeAt`, when a session starts a speculative compaction.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum SpeculativeAt {
+    /// At this fraction of the threshold, in (0, 1); 0: never (Pi's behaviour).
+    Fraction(f64),
+    /// `"auto"`: early enough for the summary to be ready when the threshold comes, from the
+    /// summarizer's measured latency and the rate at which the context grows.
+    Adaptive(Adaptive),
+}
+
+/// The one word `speculativeAt` takes besides a fraction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Adaptive {
+    Auto,
+}
+
 /// A partial `compaction` settings block; missing fields take the defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -247,9 +265,11 @@ pub struct CompactionSettingsPatch {
     /// pauses for the session (default 2; 0 turns the thrash breaker off, Pi's behaviour).
     pub max_ineffective_compactions: Option<u32>,
     /// Beyond Pi: start a speculative compaction when the context reaches this fraction of
-    /// the threshold, in (0, 1); 0 turns speculation off (Pi's behaviour). Default 0.75 for
-    /// sessions with an LLM summarizer; the extractive summarizer never speculates.
-    pub speculative_at: Option<f64>,
+    /// the threshold, in (0, 1); 0 turns speculation off (Pi's behaviour); `"auto"` starts it
+    /// when the context, at the rate it grows, would reach the threshold within the time the
+    /// summarizer takes (measured), from half the threshold on. Default 0.75 for sessions with
+    /// an LLM summarizer; the extractive summarizer never speculates.
+    pub speculative_at: Option<SpeculativeAt>,
     /// Beyond Pi: at `checkCompaction {phase: "prePrompt"}`, compact now (reason "idle") when
     /// the last reply is older than `cacheTtlSeconds` and the context is at this fraction of
     /// the threshold, in (0, 1]; 0 or absent: off (Pi's behaviour).

@@ -68,7 +68,7 @@ use super::backend::{
     Address, Backend, Deliver, NewSession, Opened, Rebase, RemoteEvent, SessionStorage,
     StoredSummary,
 };
-use super::StoreError;
+use super::{Durability, StoreError};
 use crate::session::{read_session_bytes, Entry, ReadOutcome, SessionTree};
 
 /// How often a daemon reads other daemons' events even without a notification.
@@ -188,6 +188,8 @@ pub struct Database {
     outbox_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, String, String)>>>,
     /// Idle connections for exclusive appends (kept, so a lost race costs no new connection).
     spare: Mutex<Vec<Arc<Client>>>,
+    /// `[storage] durability`, mapped onto each write's commit (see [`Commit`]).
+    durability: Durability,
 }
 
 impl std::fmt::Debug for Database {
@@ -226,11 +228,24 @@ fn application_name(origin: &str) -> String {
 impl Database {
     /// A database at `url`. Nothing is connected yet: the first call connects and applies the
     /// migrations (see [`Database::check`] to do it at start-up).
-    pub fn open(url: &str, namespace: &str) -> Result<Arc<Database>, String> {
+    pub fn open(
+        url: &str,
+        namespace: &str,
+        durability: Durability,
+    ) -> Result<Arc<Database>, String> {
         let mut config = parse_url(url)?;
         let origin = uuid::Uuid::new_v4().to_string();
         if config.get_application_name().is_none() {
             config.application_name(application_name(&origin));
+        }
+        if Commit::asynchronous_by_default(durability) {
+            // Every commit of this daemon's connections returns before its WAL is flushed,
+            // unless the write's durability asks for the flush (`Commit::Flushed`).
+            let options = match config.get_options() {
+                Some(o) => format!("{o} -c synchronous_commit=off"),
+                None => "-c synchronous_commit=off".to_owned(),
+            };
+            config.options(&options);
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -263,6 +278,7 @@ impl Database {
             outbox,
             outbox_rx: Mutex::new(Some(outbox_rx)),
             spare: Mutex::new(Vec::new()),
+            durability,
         }))
     }
 
@@ -356,15 +372,23 @@ impl Database {
             let result: Result<(), tokio_postgres::Error> = async {
                 // Rolled back when dropped unfinished: only this connection's statements.
                 let tx = client.transaction().await?;
+                // A new session is as durable as a new file.
+                let commit = Commit::of(db.durability, db.durability.syncs_new_file());
+                if let Some(set) = commit.set_local() {
+                    tx.batch_execute(set).await?;
+                }
+                let insert = tx.prepare_cached(INSERT_ENTRY).await?;
                 tx.execute(
                     "INSERT INTO compactd_sessions (header_id, cwd, header, namespace)
                      VALUES ($1, $2, $3, $4)",
                     &[&header_id, &cwd, &header, &db.namespace],
                 )
                 .await?;
-                for (seq, row) in (1i64..).zip(&entries) {
-                    insert_entry(&*tx, &header_id, seq, row).await?;
-                }
+                // Pipelined: every entry's insert is sent without waiting for the one before.
+                let inserts = (1i64..)
+                    .zip(&entries)
+                    .map(|(seq, row)| insert_entry(&*tx, &insert, &header_id, seq, row));
+                futures_util::future::try_join_all(inserts).await?;
                 tx.commit().await
             }
             .await;
@@ -398,7 +422,11 @@ impl Database {
             let mut text: Vec<u8> = row.get(0);
             let cwd: String = row.get(1);
             text.push(b'\n');
-            let head = lines_after(&**client, &header_id, 0, &mut text).await?;
+            let statement = client
+                .prepare_cached(LINES_AFTER)
+                .await
+                .map_err(unavailable)?;
+            let head = lines_after(&**client, &statement, &header_id, 0, &mut text).await?;
             Ok(Stored { text, head, cwd })
         })
     }
@@ -638,38 +666,108 @@ impl EntryRow {
     }
 }
 
+/// How a write's commit meets `[storage] durability`, exactly as a file append does
+/// (`proto-docs/storage.md`): what the files backend `fdatasync`s before the reply is committed
+/// with `synchronous_commit = on` (the reply waits for the WAL flush); what it only hands to the
+/// OS is committed with `synchronous_commit = off` (the reply does not wait: the commit is in
+/// the server's memory, and a crash of the server or its machine may lose the newest ones, as
+/// a power loss loses a file's newest unsynced lines; a crash of compactd loses nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// The connection's default, `synchronous_commit = off`.
+    Unflushed,
+    /// `synchronous_commit = on` for this transaction.
+    Flushed,
+    /// The connection's default is the server's own (`durability = "always"`).
+    ServerDefault,
+}
+
+impl Commit {
+    /// Whether the daemon's connections commit without waiting for the flush unless told:
+    /// every durability but `always`.
+    fn asynchronous_by_default(durability: Durability) -> bool {
+        durability != Durability::Always
+    }
+
+    /// The commit of a write that `durability` syncs (`syncs`: the files backend would
+    /// `fdatasync` it) or not.
+    fn of(durability: Durability, syncs: bool) -> Commit {
+        match (Commit::asynchronous_by_default(durability), syncs) {
+            (false, _) => Commit::ServerDefault,
+            (true, true) => Commit::Flushed,
+            (true, false) => Commit::Unflushed,
+        }
+    }
+
+    /// The statement that makes a transaction's commit this one, if any.
+    fn set_local(self) -> Option<&'static str> {
+        (self == Commit::Flushed).then_some("SET LOCAL synchronous_commit = on")
+    }
+}
+
 /// Inserts one entry at `seq`. The statement first takes the session's append lock
 /// (`pg_advisory_xact_lock`, held to the end of its transaction), so it waits while another
 /// daemon holds the lock to catch up and append after losing a race (see
 /// [`StoredSession::exclusive`]): optimistic appends never starve that daemon.
+const INSERT_ENTRY: &str =
+    "WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0)))
+     INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
+     SELECT $1, $2, $3, $4, $5, $6 FROM lock";
+
+/// [`INSERT_ENTRY`] as an append at the head a daemon knows: when another daemon wrote that
+/// seq first, nothing is inserted and the lines from it on are returned instead (as the
+/// statement's snapshot sees them), so a lost race costs no extra round trip to learn what
+/// won. The first column says whether the row was inserted.
+const APPEND_ENTRY: &str =
+    "WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0))),
+     ins AS (INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
+             SELECT $1, $2, $3, $4, $5, $6 FROM lock
+             ON CONFLICT (header_id, seq) DO NOTHING
+             RETURNING seq)
+     SELECT true, seq, ''::bytea FROM ins
+     UNION ALL
+     SELECT false, e.seq, e.line FROM compactd_entries e
+      WHERE e.header_id = $1 AND e.seq >= $2 AND NOT EXISTS (SELECT 1 FROM ins)
+     ORDER BY 2";
+
+/// Every line of a session after a seq, in order.
+const LINES_AFTER: &str =
+    "SELECT seq, line FROM compactd_entries WHERE header_id = $1 AND seq > $2 ORDER BY seq";
+
+/// [`INSERT_ENTRY`] of `row` at `seq`, as prepared on the connection it runs on.
 async fn insert_entry(
     client: &impl tokio_postgres::GenericClient,
+    statement: &tokio_postgres::Statement,
     header_id: &str,
     seq: i64,
     row: &EntryRow,
 ) -> Result<u64, tokio_postgres::Error> {
     client
         .execute(
-            "WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0)))
-             INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
-             SELECT $1, $2, $3, $4, $5, $6 FROM lock",
-            &[&header_id, &seq, &row.id, &row.parent_id, &row.kind, &row.line],
+            statement,
+            &[
+                &header_id,
+                &seq,
+                &row.id,
+                &row.parent_id,
+                &row.kind,
+                &row.line,
+            ],
         )
         .await
 }
 
 /// Appends to `into` every line after `seq`, each ending in `\n`; returns the last seq.
+/// `statement` is [`LINES_AFTER`] as prepared on `client`.
 async fn lines_after(
     client: &impl tokio_postgres::GenericClient,
+    statement: &tokio_postgres::Statement,
     header_id: &str,
     seq: i64,
     into: &mut Vec<u8>,
 ) -> Result<i64, StoreError> {
     let rows = client
-        .query(
-            "SELECT seq, line FROM compactd_entries WHERE header_id = $1 AND seq > $2 ORDER BY seq",
-            &[&header_id, &seq],
-        )
+        .query(statement, &[&header_id, &seq])
         .await
         .map_err(unavailable)?;
     let mut head = seq;
@@ -779,6 +877,18 @@ enum Conn {
     Exclusive(Arc<Client>),
 }
 
+impl Conn {
+    /// `sql` prepared on this connection: once per pooled connection (the pool's statement
+    /// cache), each time on an exclusive one (the rare path after a lost race).
+    async fn prepare(&self, sql: &str) -> Result<tokio_postgres::Statement, StoreError> {
+        match self {
+            Conn::Pooled(c) => c.prepare_cached(sql).await,
+            Conn::Exclusive(c) => c.prepare(sql).await,
+        }
+        .map_err(unavailable)
+    }
+}
+
 impl std::ops::Deref for Conn {
     type Target = Client;
     fn deref(&self) -> &Client {
@@ -863,8 +973,9 @@ impl SessionStorage for StoredSession {
         let head = self.head;
         let (lines, new_head) = self.db.block_on(async move {
             let client = client.await?;
+            let statement = client.prepare(LINES_AFTER).await?;
             let mut lines = Vec::new();
-            let new_head = lines_after(&*client, &header_id, head, &mut lines).await?;
+            let new_head = lines_after(&*client, &statement, &header_id, head, &mut lines).await?;
             Ok::<_, StoreError>((lines, new_head))
         })?;
         into.extend_from_slice(&lines);
@@ -886,18 +997,33 @@ impl SessionStorage for StoredSession {
         entry: &Entry,
         rebase: &mut Rebase<'_>,
     ) -> Result<Option<Entry>, StoreError> {
-        match self.insert(entry) {
-            Ok(()) => return Ok(None),
-            Err(StoreError::Conflict(_)) => {}
-            Err(e) => return Err(e),
+        let mut lines = match self.insert(entry)? {
+            Insert::Done => return Ok(None),
+            Insert::Lost(lines) => lines,
+        };
+        // Another daemon appended since this one last read: its lines (most often read by the
+        // insert itself) are read in and the entry tried once more at the new head, on the
+        // pool, before taking the append lock.
+        if lines.is_empty() {
+            self.catch_up(&mut lines)?;
         }
+        let rebased = rebase(&lines)?;
+        // Lost again: what won this time is read in under the lock, with whatever came after.
+        let mut won = match self.insert(&rebased)? {
+            Insert::Done => return Ok(Some(rebased)),
+            Insert::Lost(lines) => lines,
+        };
         self.hold(true)?;
+        let location = self.location.clone();
         let mut retry = || {
-            let mut lines = Vec::new();
+            let mut lines = std::mem::take(&mut won);
             self.catch_up(&mut lines)?;
             let rebased = rebase(&lines)?;
-            self.insert(&rebased)?;
-            Ok::<_, StoreError>(rebased)
+            match self.insert(&rebased)? {
+                Insert::Done => Ok::<_, StoreError>(rebased),
+                // Nobody else appends while the lock is held.
+                Insert::Lost(_) => Err(StoreError::Conflict(location.clone())),
+            }
         };
         let retried = retry();
         let released = self.hold(false);
@@ -983,29 +1109,74 @@ impl StoredSession {
     }
 
     /// One insert at the head this session knows.
-    fn insert(&mut self, entry: &Entry) -> Result<(), StoreError> {
+    fn insert(&mut self, entry: &Entry) -> Result<Insert, StoreError> {
         let client = self.client_for();
         let header_id = self.header_id.clone();
         let seq = self.head + 1;
         let row = EntryRow::of(entry);
         row.storable()?;
-        let location = self.location.clone();
-        self.db.block_on(async move {
+        let commit = Commit::of(
+            self.db.durability,
+            self.db.durability.syncs_entry(entry.kind),
+        );
+        let rows = self.db.block_on(async move {
             let client = client.await?;
-            insert_entry(&*client, &header_id, seq, &row)
-                .await
-                .map(|_| ())
-                .map_err(|e| match e.code() {
-                    Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::Conflict(location),
-                    Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => {
-                        StoreError::NoSuchStored(header_id.clone())
-                    }
-                    _ => statement_error(e, "entry"),
-                })
+            let statement = client.prepare(APPEND_ENTRY).await?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+                &header_id,
+                &seq,
+                &row.id,
+                &row.parent_id,
+                &row.kind,
+                &row.line,
+            ];
+            let rows = match (commit.set_local(), &client) {
+                (None, _) => client.query(&statement, &params).await,
+                // In the exclusive transaction: its commit waits for the flush.
+                (Some(set), Conn::Exclusive(c)) => match c.batch_execute(set).await {
+                    Ok(()) => client.query(&statement, &params).await,
+                    Err(e) => Err(e),
+                },
+                // A transaction of its own, pipelined: one round trip as for any append. A
+                // failed insert makes the COMMIT a rollback.
+                (Some(set), Conn::Pooled(c)) => {
+                    let begin = format!("BEGIN; {set}");
+                    let (began, rows, committed) = tokio::join!(
+                        c.batch_execute(&begin),
+                        client.query(&statement, &params),
+                        c.batch_execute("COMMIT"),
+                    );
+                    began.and(rows).and_then(|rows| committed.map(|()| rows))
+                }
+            };
+            rows.map_err(|e| match e.code() {
+                Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => {
+                    StoreError::NoSuchStored(header_id.clone())
+                }
+                _ => statement_error(e, "entry"),
+            })
         })?;
-        self.head = seq;
-        Ok(())
+        if rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
+            self.head = seq;
+            return Ok(Insert::Done);
+        }
+        let mut lines = Vec::new();
+        for r in rows {
+            self.head = self.head.max(r.get(1));
+            let line: &[u8] = r.get(2);
+            lines.extend_from_slice(line);
+            lines.push(b'\n');
+        }
+        Ok(Insert::Lost(lines))
     }
+}
+
+/// What an append at the head a session knows came to.
+enum Insert {
+    Done,
+    /// Another daemon wrote that seq first: its lines from there on as the same statement saw
+    /// them (possibly none, when it committed while the statement waited: read them again).
+    Lost(Vec<u8>),
 }
 
 /// The header id a stored session's location names.
@@ -1044,8 +1215,9 @@ impl Postgres {
         url: &str,
         namespace: &str,
         roots: Option<super::files::Roots>,
+        durability: Durability,
     ) -> Result<Postgres, String> {
-        Database::open(url, namespace).map(|db| Postgres { db, roots })
+        Database::open(url, namespace, durability).map(|db| Postgres { db, roots })
     }
 
     /// Refuses a session whose working directory is outside the roots set for the daemon.
@@ -1155,5 +1327,41 @@ impl Backend for Postgres {
     fn import(&self, header_line: &[u8], tree: &SessionTree) -> Result<String, StoreError> {
         self.check_cwd(tree.header.get("cwd").and_then(Value::as_str).unwrap_or(""))?;
         self.db.import(header_line, tree)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::EntryKind;
+
+    /// Each durability commits exactly what the files backend fsyncs with the flush, and
+    /// nothing else: compactions and branch summaries under `compactions`, everything under
+    /// `always`, nothing under `flush`; new sessions as new files.
+    #[test]
+    fn commits_wait_for_the_flush_exactly_where_files_fsync() {
+        let flushed = |d: Durability, kind: EntryKind| {
+            let commit = Commit::of(d, d.syncs_entry(kind));
+            commit != Commit::Unflushed
+        };
+        for kind in [
+            EntryKind::Message,
+            EntryKind::Compaction,
+            EntryKind::BranchSummary,
+        ] {
+            assert!(!flushed(Durability::Flush, kind), "{kind:?}");
+            assert!(flushed(Durability::Always, kind), "{kind:?}");
+            assert_eq!(
+                flushed(Durability::Compactions, kind),
+                kind != EntryKind::Message,
+                "{kind:?}"
+            );
+        }
+        assert_eq!(Commit::of(Durability::Always, true), Commit::ServerDefault);
+        assert_eq!(
+            Commit::of(Durability::Compactions, true).set_local(),
+            Some("SET LOCAL synchronous_commit = on")
+        );
+        assert_eq!(Commit::of(Durability::Flush, false).set_local(), None);
     }
 }

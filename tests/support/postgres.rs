@@ -15,6 +15,8 @@ pub struct Postgres {
     server: Option<Child>,
     /// The user the server runs as (`postgres` when the test runs as root).
     as_user: Option<String>,
+    /// `fsync=off` (the tests), or the server's defaults (a benchmark's figures).
+    fast: bool,
 }
 
 fn bin_dir() -> Option<PathBuf> {
@@ -34,6 +36,16 @@ fn is_root() -> bool {
 impl Postgres {
     /// A fresh, running server, or `None` after [`super::skip_or_fail`] naming `test`.
     pub fn start(test: &str) -> Option<Postgres> {
+        Postgres::start_with(test, true)
+    }
+
+    /// [`Postgres::start`] with the server's settings at their defaults (`fsync` on), for
+    /// benchmarks that measure what a real deployment pays.
+    pub fn start_at_defaults(test: &str) -> Option<Postgres> {
+        Postgres::start_with(test, false)
+    }
+
+    fn start_with(test: &str, fast: bool) -> Option<Postgres> {
         let Some(bin) = bin_dir() else {
             super::skip_or_fail(
                 test,
@@ -69,6 +81,7 @@ impl Postgres {
             bin,
             server: None,
             as_user,
+            fast,
         };
         let data = pg.data_dir();
         let init = pg
@@ -116,14 +129,13 @@ impl Postgres {
             .arg(self.data_dir())
             .arg("-k")
             .arg(self.socket_dir())
-            .args([
-                "-c",
-                "listen_addresses=",
-                "-c",
-                "fsync=off",
-                "-c",
-                "max_connections=200",
-            ])
+            .args(["-c", "listen_addresses=", "-c", "max_connections=200"])
+            // Tests do not measure the disk: nothing they check needs a flush to survive.
+            .args(if self.fast {
+                &["-c", "fsync=off"][..]
+            } else {
+                &[]
+            })
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -192,7 +192,7 @@ class CompactionSettings(_CompactionSettingsRequired, total=False):
 
     fileListLimit: int
     maxIneffectiveCompactions: int
-    speculativeAt: float
+    speculativeAt: SpeculativeAt
     idleCompactAt: float
     cacheTtlSeconds: int
     calibratedEstimates: bool
@@ -208,7 +208,7 @@ class CompactionSettingsPatch(TypedDict, total=False):
     keepRecentTokens: Optional[int]
     fileListLimit: Optional[int]
     maxIneffectiveCompactions: Optional[int]
-    speculativeAt: Optional[float]
+    speculativeAt: Optional[SpeculativeAt]
     idleCompactAt: Optional[float]
     cacheTtlSeconds: Optional[int]
     calibratedEstimates: Optional[bool]
@@ -669,6 +669,7 @@ class Usd(TypedDict):
 
 
 # Plain aliases: enums, opaque Pi JSON, unions, and the named results of methods.
+Adaptive = Literal["auto"]
 AgentMessage = Dict[str, Any]
 AutoCompaction = Union[Literal["on"], Literal["off"], Literal["suppressed"], Literal["paused"]]
 AutoReason = Union[Literal["threshold", "overflow"], Literal["idle"]]
@@ -685,6 +686,7 @@ Reason = Union[Literal["manual", "threshold", "overflow"], Literal["idle"]]
 RetrySource = Literal["compaction"]
 SessionEntry = Dict[str, Any]
 SpeculationState = Union[Literal["running"], Literal["ready"]]
+SpeculativeAt = Union[float, Adaptive]
 Branch = List[SessionEntry]
 ContextUsage = Optional[UsageFigures]
 HistoryHits = List[HistoryHit]

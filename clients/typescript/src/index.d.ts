@@ -14,6 +14,9 @@ export interface AbortCompactionResult {
   speculationDiscarded: boolean;
 }
 
+/** The one word `speculativeAt` takes besides a fraction. */
+export type Adaptive = "auto";
+
 /** An AgentMessage (Pi field shapes). `getContext {format: "llm"}` returns the `convertToLlm` projection instead (roles user/assistant/toolResult only). */
 export interface AgentMessage {
   role: "user" | "assistant" | "toolResult" | "bashExecution" | "custom" | "branchSummary" | "compactionSummary";
@@ -228,8 +231,8 @@ export interface CompactionSettings {
   fileListLimit?: number;
   /** Beyond Pi: ineffective automatic compactions in a row before automatic compaction pauses (default 2; 0: no thrash breaker). Only in getSettings' answer. */
   maxIneffectiveCompactions?: number;
-  /** Beyond Pi: the fraction of the threshold at which this session starts a speculative compaction, as it applies to the session's summarizer (0: never). Only in getSettings' answer. */
-  speculativeAt?: number;
+  /** Beyond Pi: the fraction of the threshold at which this session starts a speculative compaction, or `"auto"`, as it applies to the session's summarizer (0: never). Only in getSettings' answer. */
+  speculativeAt?: SpeculativeAt;
   /** Beyond Pi: the fraction of the threshold from which a `prePrompt` check compacts when the provider's cache has expired anyway (0: off). Only in getSettings' answer. */
   idleCompactAt?: number;
   /** Beyond Pi: the agent's provider's prompt-cache lifetime. Only in getSettings' answer. */
@@ -251,8 +254,8 @@ export interface CompactionSettingsPatch {
   fileListLimit?: number | null;
   /** Beyond Pi: ineffective automatic compactions in a row before automatic compaction pauses for the session (default 2; 0 turns the thrash breaker off, Pi's behaviour). */
   maxIneffectiveCompactions?: number | null;
-  /** Beyond Pi: start a speculative compaction when the context reaches this fraction of the threshold, in (0, 1); 0 turns speculation off (Pi's behaviour). Default 0.75 for sessions with an LLM summarizer; the extractive summarizer never speculates. */
-  speculativeAt?: number | null;
+  /** Beyond Pi: start a speculative compaction when the context reaches this fraction of the threshold, in (0, 1); 0 turns speculation off (Pi's behaviour); `"auto"` starts it when the context, at the rate it grows, would reach the threshold within the time the summarizer takes (measured), from half the threshold on. Default 0.75 for sessions with an LLM summarizer; the extractive summarizer never speculates. */
+  speculativeAt?: SpeculativeAt | null;
   /** Beyond Pi: at `checkCompaction {phase: "prePrompt"}`, compact now (reason "idle") when the last reply is older than `cacheTtlSeconds` and the context is at this fraction of the threshold, in (0, 1]; 0 or absent: off (Pi's behaviour). */
   idleCompactAt?: number | null;
   /** Beyond Pi: the agent's provider's prompt-cache lifetime in seconds (default 300). */
@@ -652,6 +655,9 @@ export interface SpeculationView {
   /** A compaction due now (at the threshold, or a manual one without instructions) would install it (ready) or wait for it (running): it is still valid. */
   wouldInstall: boolean;
 }
+
+/** Beyond Pi: `compaction.speculativeAt`, when a session starts a speculative compaction. */
+export type SpeculativeAt = number | Adaptive;
 
 /** One session in the shared store (`listStoredSessions`). */
 export interface StoredSessionInfo {

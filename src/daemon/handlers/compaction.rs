@@ -179,13 +179,14 @@ pub fn get_settings(ctx: &Ctx, p: SessionParams) -> Result<EffectiveSettings, Rp
     let session = ctx.daemon.session(&p.session_id)?;
     let settings = ctx.daemon.session_settings(&session);
     let mut report = settings.report();
-    // The fraction as it applies to this session's summarizer (the default depends on it).
-    let fraction = ctx
+    // The rule as it applies to this session's summarizer (the default depends on it).
+    let rule = ctx
         .daemon
         .session_engine(&session, &settings)
         .ok()
-        .and_then(|engine| speculation::fraction(&settings, &engine));
-    report.compaction.speculative_at = Some(fraction.unwrap_or(0.0));
+        .and_then(|engine| speculation::start_rule(&settings, &engine));
+    report.compaction.speculative_at =
+        Some(rule.unwrap_or(crate::rpc::types::SpeculativeAt::Fraction(0.0)));
     Ok(report)
 }
 
@@ -227,7 +228,7 @@ pub fn set_settings_overrides(
         let off = ctx
             .daemon
             .session_engine(session, &settings)
-            .map_or(true, |e| speculation::fraction(&settings, &e).is_none());
+            .map_or(true, |e| speculation::start_rule(&settings, &e).is_none());
         if off {
             speculation::discard(&ctx.daemon, session, DiscardReason::SettingsChanged);
         } else {

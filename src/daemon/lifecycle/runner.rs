@@ -337,6 +337,7 @@ impl Run<'_> {
             summarizer: ready.summarizer.clone(),
             cost: ready.cost,
             asked: Vec::new(),
+            took: None,
         };
         let hooks = Hooks::Ask {
             asked: &ready.asked,

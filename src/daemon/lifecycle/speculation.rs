@@ -1,7 +1,8 @@
 //! Beyond Pi: speculative compaction. With an LLM summarizer a compaction takes seconds to
 //! minutes, and the agent waits for all of it. compactd owns the session, so once the context
-//! passes `compaction.speculativeAt` × the threshold it summarizes the old part in the
-//! background, exactly as a compaction at that moment would (Pi's `prepareCompaction` on the
+//! passes `compaction.speculativeAt` × the threshold (or, set to `"auto"`, once the threshold
+//! is nearer than the summarizer's measured time at the context's recent growth rate: the
+//! rule is [`speculation_lead`]'s) it summarizes the old part in the background, exactly as a compaction at that moment would (Pi's `prepareCompaction` on the
 //! branch as it is, the session's engine), while the agent goes on appending. When the
 //! compaction is due, the ready summary is installed at once ([`claim`], called by the runner);
 //! everything appended since sits in the kept tail. A compaction due while the speculation still
@@ -25,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::session::SessionState;
 use super::super::settings::EffectiveSettings;
+use super::super::speculation_lead::{self, Growth};
 use super::super::{Daemon, Session};
 use super::finish;
 use super::summarize::{self, Hooks, Request, Stopped};
@@ -37,21 +39,24 @@ use crate::config::EngineKey;
 pub use crate::rpc::events::DiscardReason;
 use crate::rpc::events::{self, Reason};
 use crate::rpc::results::{SpeculationState, SpeculationView};
-use crate::rpc::types::Model;
+use crate::rpc::types::{Model, SpeculativeAt};
 use crate::session::{ids, Entry, Role};
 use crate::summarizer::RetryEvent;
 
-/// `compaction.speculativeAt` when a session with an LLM summarizer does not set it.
-pub const DEFAULT_SPECULATIVE_AT: f64 = 0.75;
-
-/// The fraction of the threshold at which a session speculates, or `None` when it never does:
-/// speculation off (`0`), compaction disabled, or the extractive engine (which is instant).
-pub fn fraction(settings: &EffectiveSettings, engine: &SummaryEngine) -> Option<f64> {
+/// When a session speculates (`compaction.speculativeAt`, see [`speculation_lead`]), or `None`
+/// when it never does: speculation off (`0`), compaction disabled, or the extractive engine
+/// (which is instant).
+pub fn start_rule(settings: &EffectiveSettings, engine: &SummaryEngine) -> Option<SpeculativeAt> {
     if !settings.compaction.enabled || matches!(engine, SummaryEngine::Extractive { .. }) {
         return None;
     }
-    let f = settings.speculative_at.unwrap_or(DEFAULT_SPECULATIVE_AT);
-    (f > 0.0 && f < 1.0).then_some(f)
+    let at = settings
+        .speculative_at
+        .unwrap_or(SpeculativeAt::Fraction(speculation_lead::DEFAULT_FRACTION));
+    match at {
+        SpeculativeAt::Fraction(f) if !(f > 0.0 && f < 1.0) => None,
+        at => Some(at),
+    }
 }
 
 /// What a speculative summary depends on besides the branch: the same request needs the same
@@ -138,6 +143,8 @@ struct SlotState {
     last_turn: Option<usize>,
     next_id: u64,
     wasted: Wasted,
+    /// The context's recent growth, for a `speculativeAt` of `"auto"`.
+    growth: Growth,
 }
 
 impl Slot {
@@ -272,7 +279,7 @@ pub fn consider(daemon: &Arc<Daemon>, session: &Arc<Session>, settings: &Effecti
     let Ok(engine) = daemon.session_engine(session, settings) else {
         return;
     };
-    let Some(fraction) = fraction(settings, &engine) else {
+    let Some(rule) = start_rule(settings, &engine) else {
         return;
     };
     let mut stale = None;
@@ -288,7 +295,13 @@ pub fn consider(daemon: &Arc<Daemon>, session: &Arc<Session>, settings: &Effecti
         };
         let threshold = window as f64 - settings.compaction.reserve_tokens as f64;
         let tokens = daemon.context_tokens(&state, settings);
-        if tokens < fraction * threshold || state.thrash.holds() {
+        let rate = {
+            let mut slot = session.speculation.inner.lock();
+            slot.growth.observe(Instant::now(), tokens);
+            slot.growth.rate()
+        };
+        let latency = daemon.summary_latency(&daemon.config.engine_key(state.model.as_ref()));
+        if !speculation_lead::due(rule, tokens, threshold, rate, latency) || state.thrash.holds() {
             return;
         }
         // The turn: the last assistant reply of the context.

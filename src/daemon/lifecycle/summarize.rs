@@ -199,6 +199,16 @@ pub(super) async fn summarize(r: Request<'_>) -> Result<Summarized, Stopped> {
         made: r.made,
     })
     .await
+    .inspect(|made| {
+        // Every summary the engine wrote tells how long the next one will take.
+        if let Some(took) = made.took {
+            let key = r
+                .daemon
+                .config
+                .engine_key(r.session.lock_state().model.as_ref());
+            r.daemon.observe_summary_latency(key, took);
+        }
+    })
     .map(named)
     .map_err(|s| match s {
         step::Stopped::Vetoed => Stopped::Vetoed,
