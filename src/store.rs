@@ -560,6 +560,10 @@ fn read_held(
     Ok((reader::read_pieces(pieces), read, len))
 }
 
+/// What [`read_spans`] read: the outcome, the length read and where the lines are read back
+/// from; `Err(())` for a file of an older version.
+type Spans = Result<(ReadOutcome, u64, Arc<FileLines>), ()>;
+
 /// Reads and parses a file whose entries keep only their lines' spans, read back on demand
 /// through `f` (kept as the [`FileLines`] returned): the file is read through one buffer per
 /// thread, reused piece after piece, and never held. `Err(())` for a file of an older version,
@@ -569,16 +573,22 @@ fn read_spans(
     abs: &Path,
     meta: &fs::Metadata,
     limits: &Limits,
-) -> Result<Result<(ReadOutcome, u64, Arc<FileLines>), ()>, StoreError> {
+) -> Result<Spans, StoreError> {
     let lines = Arc::new(FileLines::new(f));
     let source: Arc<dyn crate::session::LineSource> = lines.clone();
-    let pieces = read_capped_with(lines.file(), abs, meta.len(), limits.max_bytes, |at, piece| {
-        let (parsed, buffer) = reader::parse_piece_spans(piece.into(), at, &source);
-        if let Some(buffer) = buffer {
-            SPARE_PIECE.set(Some(buffer));
-        }
-        parsed
-    })?;
+    let pieces = read_capped_with(
+        lines.file(),
+        abs,
+        meta.len(),
+        limits.max_bytes,
+        |at, piece| {
+            let (parsed, buffer) = reader::parse_piece_spans(piece.into(), at, &source);
+            if let Some(buffer) = buffer {
+                SPARE_PIECE.set(Some(buffer));
+            }
+            parsed
+        },
+    )?;
     let len = pieces.iter().map(|p| p.len() as u64).sum();
     Ok(reader::read_fact_pieces(pieces)
         .map(|outcome| (outcome, len, lines))

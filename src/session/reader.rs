@@ -158,7 +158,11 @@ fn parse_in_pieces<T: Send>(bytes: &Bytes, f: impl LineFn<T> + Sync) -> Vec<Piec
     let n = bytes.len().div_ceil(PIECE_BYTES);
     crate::cpu::par_map_ordered(n, |i| {
         let end = ((i + 1) * PIECE_BYTES).min(bytes.len());
-        parse_piece_with(bytes.slice(i * PIECE_BYTES..end), (i * PIECE_BYTES) as u64, &f)
+        parse_piece_with(
+            bytes.slice(i * PIECE_BYTES..end),
+            (i * PIECE_BYTES) as u64,
+            &f,
+        )
     })
 }
 
@@ -213,7 +217,10 @@ impl ParsedPiece {
 /// parsing overlap and each piece is parsed while its bytes are still in the cache. The
 /// entries keep slices of `bytes`.
 pub fn parse_piece(bytes: Bytes) -> ParsedPiece {
-    ParsedPiece(parse_piece_with(bytes, 0, &|l, at| Keep::Bytes.entry(l, at)), Keep::Bytes)
+    ParsedPiece(
+        parse_piece_with(bytes, 0, &|l, at| Keep::Bytes.entry(l, at)),
+        Keep::Bytes,
+    )
 }
 
 /// A piece whose entries keep none of its bytes (their edges copied), so nothing it returns
@@ -333,12 +340,16 @@ fn assemble(pieces: Vec<ParsedPiece>) -> Result<ReadOutcome, Older> {
     let mut entries = Vec::with_capacity(capacity);
     let mut skipped = 0usize;
     let pieces = pieces.into_iter().map(|p| p.0).collect();
-    join_pieces(pieces, |l, at| keep.entry(l, at), |line| match line {
-        Err(()) => skipped += 1,
-        Ok(e) if header.is_none() => header = Some(e),
-        Ok(e) if is_session_entry(&e) => {}
-        Ok(e) => entries.push(e),
-    });
+    join_pieces(
+        pieces,
+        |l, at| keep.entry(l, at),
+        |line| match line {
+            Err(()) => skipped += 1,
+            Ok(e) if header.is_none() => header = Some(e),
+            Ok(e) if is_session_entry(&e) => {}
+            Ok(e) => entries.push(e),
+        },
+    );
     // A `session` line keeps its bytes in every mode (see `Keep::entry`).
     let header = header
         .and_then(|h| h.raw().ok())

@@ -122,14 +122,23 @@ mod tests {
     fn reads_any_span_forwards_and_backwards_through_its_windows() {
         let text: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         let (_d, _p, lines) = file_of(&text);
-        let spans = [(0u64, 10usize), (5, 100), (70_000, 3), (200_000, 90_000), (299_990, 10)];
+        let spans = [
+            (0u64, 10usize),
+            (5, 100),
+            (70_000, 3),
+            (200_000, 90_000),
+            (299_990, 10),
+        ];
         for (at, len) in spans.iter().chain(spans.iter().rev()) {
             let got = lines.read(*at, *len).unwrap();
             assert_eq!(&got[..], &text[*at as usize..*at as usize + len]);
         }
         // Backwards, line by line: every read still gives its own bytes.
         for at in (0..1000u64).rev().map(|i| i * 97) {
-            assert_eq!(&lines.read(at, 50).unwrap()[..], &text[at as usize..at as usize + 50]);
+            assert_eq!(
+                &lines.read(at, 50).unwrap()[..],
+                &text[at as usize..at as usize + 50]
+            );
         }
         assert!(!lines.failed());
     }
