@@ -80,7 +80,10 @@ fn timings(d: &Daemon, path: &Path, runs: usize, steps: usize) -> Res<(f64, f64,
         let msg = json!({"role": "user", "content": format!("steady state request {i}"), "timestamp": 1_767_225_600_000u64 + i as u64});
         let t = Instant::now();
         c.call("appendMessage", json!({"sessionId": sid, "message": msg}))?;
-        c.call("checkCompaction", json!({"sessionId": sid}))?;
+        c.call(
+            "checkCompaction",
+            json!({"sessionId": sid, "phase": "prePrompt"}),
+        )?;
         if i >= 5 {
             steady.push(t.elapsed().as_secs_f64() * 1000.0);
         }
