@@ -8,8 +8,10 @@
 //!   a compaction due now, calibrated estimates (plain arithmetic, below the session model).
 //! - [`estimate`]: Pi's token estimate of one message and the usage a reply reports — the
 //!   primitives the session reader and the compaction core share.
-//! - [`session`]: Pi session files in memory — entries as line bytes plus facts read in one
-//!   borrowed pass, reader and migrations, tree and branch views, ids, stop reasons.
+//! - [`session`]: Pi session files in memory — entries as facts read in one borrowed pass plus
+//!   their line (held bytes, or a span of the file read back on demand through the
+//!   `LineSource` the storage shell provides), reader and migrations, tree and branch views,
+//!   ids, stop reasons.
 //! - [`context`]: projection of a path to model context (`buildSessionContext`, `convertToLlm`).
 //! - [`compaction`]: the pure core — tokens, the branch index (running totals along a path),
 //!   cut points, preparation as plans of ranges, file ops, serialization, prompts, the reply
@@ -24,7 +26,8 @@
 //! - [`store`]: the storage shell — `Backend`, where sessions live, chosen once at start-up
 //!   (locate, open, create, list, the compaction lease, events between daemons), and
 //!   `SessionStorage`, one open session's lines; files (regular files only, other writers'
-//!   appends, the shared lock, the allowed roots, repairs, durability) and PostgreSQL
+//!   appends, the shared lock, the allowed roots, repairs, durability, `FileLines`: entries'
+//!   lines read back with positioned reads on the descriptor they were indexed from) and PostgreSQL
 //!   (`store::postgres`, sessions shared by many daemons, on a connection pool).
 //! - [`confined`]: reads and writes confined to the checked path — no link followed on the way
 //!   (a held directory descriptor per component), appends checked against the file last seen

@@ -11,12 +11,14 @@
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::json::stringify;
 use crate::session::{reader, ReadOutcome, SessionTree};
 
 mod backend;
 pub mod files;
+mod lines;
 pub mod postgres;
 mod session_file;
 
@@ -25,6 +27,7 @@ pub use backend::{
     StoredSummary, Unfinished, Unusable,
 };
 pub use files::Files;
+pub use lines::FileLines;
 pub use session_file::SessionFile;
 
 /// Errors of the storage shell, with Pi's message where Pi has one.
@@ -52,6 +55,10 @@ pub enum StoreError {
     /// until the session is reopened.
     #[error("Session file was replaced or truncated by another process; reopen the session: {0}")]
     Changed(PathBuf),
+    /// An entry's line could no longer be read back from the file it was indexed from (a
+    /// truncation the stamp check had not seen yet): as [`StoreError::Changed`].
+    #[error(transparent)]
+    LineGone(#[from] crate::session::LineGone),
     /// Another writer extended the session's head first (a shared store): catch up, retry.
     #[error("Another writer appended to the session first: {0}")]
     Conflict(PathBuf),
@@ -115,6 +122,9 @@ pub struct LoadReport {
     pub original_version: f64,
     /// Where the original was kept when a migration rewrote the file.
     pub backup: Option<PathBuf>,
+    /// The file the entries read their lines back from (`None` when they hold their bytes):
+    /// the session's storage keeps it to learn of a line that could not be read.
+    pub lines: Option<Arc<FileLines>>,
 }
 
 /// When appended lines are forced to stable storage (`[storage] durability`).
@@ -261,7 +271,7 @@ fn read_capped(
     expected: u64,
     limit: u64,
 ) -> Result<Vec<u8>, StoreError> {
-    let mut pieces = read_capped_with(f, path, expected, limit, |piece| piece)?;
+    let mut pieces = read_capped_with(f, path, expected, limit, |_, piece| piece)?;
     if pieces.len() == 1 {
         return Ok(pieces.pop().unwrap_or_default());
     }
@@ -271,19 +281,20 @@ fn read_capped(
 }
 
 /// Reads at most `limit` bytes from `f`'s current position, as consecutive pieces, each handed
-/// to `then` by the thread that read it (one piece for a small file).
+/// to `then` with where it begins in the file by the thread that read it (one piece for a
+/// small file).
 fn read_capped_with<T: Send>(
-    f: &mut File,
+    mut f: &File,
     path: &Path,
     expected: u64,
     limit: u64,
-    then: impl Fn(Vec<u8>) -> T + Sync,
+    then: impl Fn(u64, Vec<u8>) -> T + Sync,
 ) -> Result<Vec<T>, StoreError> {
     let expected = expected.min(limit);
     let mut total = 0u64;
     let mut out = Vec::new();
+    let start = f.stream_position().map_err(io_err(path))?;
     if expected >= PARALLEL_READ_MIN {
-        let start = f.stream_position().map_err(io_err(path))?;
         for (len, piece) in read_pieces(f, start, expected as usize, &then).map_err(io_err(path))? {
             total += len as u64;
             out.push(piece);
@@ -305,7 +316,7 @@ fn read_capped_with<T: Send>(
         });
     }
     if !rest.is_empty() || out.is_empty() {
-        out.push(then(rest));
+        out.push(then(start + total - rest.len() as u64, rest));
     }
     Ok(out)
 }
@@ -328,7 +339,7 @@ fn read_pieces<T: Send>(
     f: &File,
     start: u64,
     len: usize,
-    then: &(impl Fn(Vec<u8>) -> T + Sync),
+    then: &(impl Fn(u64, Vec<u8>) -> T + Sync),
 ) -> std::io::Result<Vec<(usize, T)>> {
     use crate::session::reader::PIECE_BYTES;
     let n = len.div_ceil(PIECE_BYTES);
@@ -358,7 +369,7 @@ fn read_pieces<T: Send>(
             }
         }
         let filled = buf.len();
-        Ok((filled, filled < want, then(buf)))
+        Ok((filled, filled < want, then(start + at as u64, buf)))
     });
     // A buffer given back on this thread (when the pieces were read here) is not kept.
     SPARE_PIECE.take();
@@ -456,6 +467,7 @@ fn loaded(abs: &Path, outcome: ReadOutcome) -> Result<(SessionTree, LoadReport),
         migrated: parsed.migrated,
         original_version: parsed.original_version,
         backup: None,
+        lines: None,
     };
     Ok((SessionTree::from_parsed(parsed), report))
 }
@@ -469,8 +481,8 @@ fn loaded(abs: &Path, outcome: ReadOutcome) -> Result<(SessionTree, LoadReport),
 pub fn load_facts(path: &Path) -> Result<(SessionTree, LoadReport), StoreError> {
     let limits = Limits::default();
     let abs = resolved(path);
-    let (mut f, meta) = open_regular(&abs, &limits)?;
-    let pieces = read_capped_with(&mut f, &abs, meta.len(), limits.max_bytes, |piece| {
+    let (f, meta) = open_regular(&abs, &limits)?;
+    let pieces = read_capped_with(&f, &abs, meta.len(), limits.max_bytes, |_, piece| {
         let (parsed, buffer) = reader::parse_piece_facts(piece.into());
         if let Some(buffer) = buffer {
             SPARE_PIECE.set(Some(buffer));
@@ -497,14 +509,23 @@ pub fn load_with(
     limits: &Limits,
 ) -> Result<(SessionTree, LoadReport, FileStamp), StoreError> {
     let abs = absolute(path);
-    let (mut f, meta) = open_regular(&abs, limits)?;
-    // Each piece is parsed by the thread that read it (see `read_pieces`).
-    let pieces = read_capped_with(&mut f, &abs, meta.len(), limits.max_bytes, |piece| {
-        reader::parse_piece(piece.into())
-    })?;
-    let read: Vec<bytes::Bytes> = pieces.iter().filter_map(|p| p.bytes().cloned()).collect();
-    let len = pieces.iter().map(|p| p.len() as u64).sum();
-    let (tree, mut report) = loaded(&abs, reader::read_pieces(pieces))?;
+    let (f, meta) = open_regular(&abs, limits)?;
+    let (outcome, read, len, lines) = match hold_bytes() {
+        // The spans keep a descriptor of their own; `f` stays for the torn-line check below.
+        false => match read_spans(f.try_clone().map_err(io_err(&abs))?, &abs, &meta, limits)? {
+            Ok((outcome, len, lines)) => (outcome, Vec::new(), len, Some(lines)),
+            // An older version's migration needs every line's bytes: read it whole.
+            Err(()) => {
+                let (f, meta) = open_regular(&abs, limits)?;
+                read_held(&f, &abs, &meta, limits)
+                    .map(|(outcome, read, len)| (outcome, read, len, None))?
+            }
+        },
+        true => read_held(&f, &abs, &meta, limits)
+            .map(|(outcome, read, len)| (outcome, read, len, None))?,
+    };
+    let (tree, mut report) = loaded(&abs, outcome)?;
+    report.lines = lines;
     let mut stamp = FileStamp::of(&meta, len);
     if write {
         if report.migrated {
@@ -535,6 +556,65 @@ pub fn load_with(
         }
     }
     Ok((tree, report, stamp))
+}
+
+/// Whether sessions keep their files' bytes in memory, as compactd did before it read lines
+/// back on demand (`COMPACTD_HOLD_BYTES=1`): the memory bench's baseline, in the same run.
+fn hold_bytes() -> bool {
+    static HOLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HOLD.get_or_init(|| std::env::var_os("COMPACTD_HOLD_BYTES").is_some_and(|v| v == "1"))
+}
+
+/// Reads and parses a file whose entries keep slices of the pieces read (the whole file held):
+/// what it reads as, the pieces' bytes (a migration's backup copies them) and the length read.
+fn read_held(
+    f: &File,
+    abs: &Path,
+    meta: &fs::Metadata,
+    limits: &Limits,
+) -> Result<(ReadOutcome, Vec<bytes::Bytes>, u64), StoreError> {
+    // Each piece is parsed by the thread that read it (see `read_pieces`).
+    let pieces = read_capped_with(f, abs, meta.len(), limits.max_bytes, |_, piece| {
+        reader::parse_piece(piece.into())
+    })?;
+    let read: Vec<bytes::Bytes> = pieces.iter().filter_map(|p| p.bytes().cloned()).collect();
+    let len = pieces.iter().map(|p| p.len() as u64).sum();
+    Ok((reader::read_pieces(pieces), read, len))
+}
+
+/// What [`read_spans`] read: the outcome, the length read and where the lines are read back
+/// from; `Err(())` for a file of an older version.
+type Spans = Result<(ReadOutcome, u64, Arc<FileLines>), ()>;
+
+/// Reads and parses a file whose entries keep only their lines' spans, read back on demand
+/// through `f` (kept as the [`FileLines`] returned): the file is read through one buffer per
+/// thread, reused piece after piece, and never held. `Err(())` for a file of an older version,
+/// whose migration needs every line (read it with [`read_held`]).
+fn read_spans(
+    f: File,
+    abs: &Path,
+    meta: &fs::Metadata,
+    limits: &Limits,
+) -> Result<Spans, StoreError> {
+    let lines = Arc::new(FileLines::new(f));
+    let source: Arc<dyn crate::session::LineSource> = lines.clone();
+    let pieces = read_capped_with(
+        lines.file(),
+        abs,
+        meta.len(),
+        limits.max_bytes,
+        |at, piece| {
+            let (parsed, buffer) = reader::parse_piece_spans(piece.into(), at, &source);
+            if let Some(buffer) = buffer {
+                SPARE_PIECE.set(Some(buffer));
+            }
+            parsed
+        },
+    )?;
+    let len = pieces.iter().map(|p| p.len() as u64).sum();
+    Ok(reader::read_fact_pieces(pieces)
+        .map(|outcome| (outcome, len, lines))
+        .ok_or(()))
 }
 
 /// Writes the bytes a migration is about to rewrite (exactly what was read) to
@@ -613,7 +693,7 @@ pub fn rewrite(
     text.extend_from_slice(stringify(&tree.header).as_bytes());
     text.push(b'\n');
     for e in tree.entries() {
-        text.extend_from_slice(e.raw());
+        text.extend_from_slice(&e.raw()?);
         text.push(b'\n');
     }
     let mode = read.permissions().mode() & 0o7777;
@@ -693,12 +773,16 @@ mod tests {
     }
 
     /// [`read_pieces`]'s pieces, joined.
+    /// The pieces read in parallel, joined; each must say where in the file it begins.
     fn read_parallel(f: &File, start: u64, len: usize) -> std::io::Result<Vec<u8>> {
-        let pieces = read_pieces(f, start, len, &|piece| piece)?;
-        for (len, piece) in &pieces {
+        let pieces = read_pieces(f, start, len, &|at, piece| (at, piece))?;
+        let mut next = start;
+        for (len, (at, piece)) in &pieces {
             assert_eq!(*len, piece.len());
+            assert_eq!(*at, next, "where a piece begins");
+            next += *len as u64;
         }
-        Ok(pieces.into_iter().flat_map(|(_, p)| p).collect())
+        Ok(pieces.into_iter().flat_map(|(_, (_, p))| p).collect())
     }
 
     #[test]
@@ -728,7 +812,9 @@ mod tests {
     /// The overview `inspect` prints, from a full load and from a load of facts only.
     fn overviews(path: &Path) -> (String, String) {
         let settings = crate::compaction::tokens::CompactionSettings::default();
-        let show = |(tree, report): (SessionTree, LoadReport)| {
+        let show = |(tree, mut report): (SessionTree, LoadReport)| {
+            // Where the lines are read back from is not part of what a read found.
+            report.lines = None;
             let mut o = crate::report::overview(&tree, 200_000, &settings);
             if report.migrated {
                 // A migration gives fresh random ids.

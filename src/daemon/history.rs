@@ -248,7 +248,10 @@ pub fn search_history(ctx: &Ctx, p: SearchHistoryParams) -> Result<HistoryHits, 
                 break;
             }
             // One entry's text at a time, read from its bytes (no value tree unless it hits).
-            let text = match entry_text_streamed(e.raw()) {
+            // A line that can no longer be read is passed over; its source remembers the
+            // failure, and the search reports the file changed.
+            let Ok(line) = e.raw() else { continue };
+            let text = match entry_text_streamed(&line) {
                 Some(t) => t,
                 None => entry_text(&e.value()),
             };
@@ -268,6 +271,8 @@ pub fn search_history(ctx: &Ctx, p: SearchHistoryParams) -> Result<HistoryHits, 
         }
         hits
     });
+    // A line that could not be read was passed over: the search is incomplete, and says so.
+    session.lock_state().check_lines()?;
     Ok(hits)
 }
 
@@ -281,9 +286,11 @@ pub fn get_entry(ctx: &Ctx, p: GetEntryParams) -> Result<SessionEntry, RpcError>
             format!("Entry {} not found", p.entry_id),
         )
     })?;
-    Ok(SessionEntry(crate::cpu::blocking(|| {
-        state.tree.entry(idx).value()
-    })))
+    let entry = crate::cpu::blocking(|| state.tree.entry(idx).try_value());
+    entry.map(SessionEntry).map_err(|e| {
+        // The failure is remembered: the session reports its file changed from now on.
+        RpcError::new(ErrorKind::FileChanged, e.to_string())
+    })
 }
 
 #[cfg(test)]

@@ -291,6 +291,14 @@ impl SessionState {
         Ok(())
     }
 
+    /// `file_changed` when an entry's line could not be read back from the file since it was
+    /// opened (truncated behind compactd's back): a request that read entries' bytes calls this
+    /// after reading, so what it made of the missing bytes (a `null` entry, a message left out)
+    /// is never returned or written.
+    pub fn check_lines(&self) -> Result<(), RpcError> {
+        self.storage.lines_intact().map_err(store_error)
+    }
+
     /// Brings the tree up to date with the storage before a write (and when a client reopens
     /// the session): complete lines another writer added are indexed, so the next entry's
     /// parent is the session's true last entry. The storage decides what may not be written
@@ -319,8 +327,12 @@ impl SessionState {
                 continue;
             }
             if let Some(i) = e.id.as_deref().and_then(|id| self.tree.index_of(id)) {
-                if self.tree.entry(i).raw() == e.raw() {
-                    continue;
+                // The same bytes: compactd's own line read again. A kept line that can no longer
+                // be read is not indexed again either: its source remembers the failure and the
+                // session reports its file changed.
+                match (self.tree.entry(i).raw(), e.raw()) {
+                    (Ok(kept), Ok(read)) if kept != read => {}
+                    _ => continue,
                 }
             }
             let follows_leaf =
@@ -642,7 +654,9 @@ pub fn store_error(e: StoreError) -> RpcError {
         StoreError::NotRegular { .. } => RpcError::new(ErrorKind::NotRegularFile, e.to_string()),
         StoreError::TooLarge { .. } => RpcError::new(ErrorKind::TooLarge, e.to_string()),
         StoreError::Busy(_) => RpcError::new(ErrorKind::FileBusy, e.to_string()),
-        StoreError::Changed(_) => RpcError::new(ErrorKind::FileChanged, e.to_string()),
+        StoreError::Changed(_) | StoreError::LineGone(_) => {
+            RpcError::new(ErrorKind::FileChanged, e.to_string())
+        }
         StoreError::Conflict(_) => RpcError::new(ErrorKind::LeafMoved, e.to_string()),
         StoreError::Unavailable(_) => RpcError::new(ErrorKind::StorageUnavailable, e.to_string()),
         StoreError::Write(_) => RpcError::new(ErrorKind::Io, e.to_string()),

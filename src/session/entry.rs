@@ -1,14 +1,20 @@
-//! One line of a Pi session file: its bytes as read, plus the facts extracted from them once.
+//! One line of a Pi session file: where its bytes are, plus the facts extracted from them once.
 //!
 //! A long-lived daemon holds sessions of hundreds of megabytes, so entries are not kept as
-//! `serde_json::Value` trees (7-20x the file's size). Each entry keeps the line's bytes, shared
-//! with the buffer the file was read into (no copy), and the few facts every algorithm needs:
-//! type, id, parent, projected role, token estimate, usage, stop reason and file-operation
-//! paths (see [`super::facts`]). Message bodies are parsed from the bytes only when their content
-//! is needed (context output, serialization at compaction time) and dropped after. Metadata
-//! entries (compactions, labels, model changes, ...) are few and small; they also keep their
-//! parsed object, because the tree's algorithms read their fields. Lines written by others are
-//! never re-serialised, so Pi's bytes stay Pi's bytes.
+//! `serde_json::Value` trees (7-20x the file's size), nor, for a file read at open, as the
+//! line's bytes: a daemon serving many long sessions would hold all of their history, most of
+//! which is never read again. Each entry keeps the few facts every algorithm needs (type, id,
+//! parent, projected role, token estimate, usage, stop reason and file-operation paths, see
+//! [`super::facts`]) and its line as a [`Line`]: the bytes themselves (entries compactd builds,
+//! lines another writer appended, rows of a database), or the line's span in the session file,
+//! read back on demand through a [`LineSource`] the storage shell provides. Message bodies are
+//! parsed from the bytes only when their content is needed (context output, serialization at
+//! compaction time) and dropped after. Metadata entries (compactions, labels, model changes,
+//! ...) are few and small; they also keep their parsed object, because the tree's algorithms
+//! read their fields without a read of the file. Lines written by others are never
+//! re-serialised, so Pi's bytes stay Pi's bytes.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -24,11 +30,67 @@ pub use super::vocab::{tool_call_ops, EntryKind, FileOpKind, Role, StopReason};
 /// following a pointer per entry. Longer ids are kept on the heap.
 pub type EntryId = compact_str::CompactString;
 
-/// A session entry: the line's bytes plus the facts extracted from it at load.
+/// Where the lines of entries that keep no bytes are read back from: a session file's
+/// descriptor, held from the read the entries were made from (so a file replaced by a rename
+/// still reads as it was indexed). The core defines it and the storage shell implements it, so
+/// the session model does no I/O of its own. Implementations read with positioned reads, never
+/// through a memory map: another writer's truncation must be an error, not SIGBUS.
+pub trait LineSource: Send + Sync + std::fmt::Debug {
+    /// The `len` bytes at `offset`, or [`LineGone`] when they can no longer be read whole (the
+    /// file was truncated, or the read failed). A failure is remembered by the source, so the
+    /// session that owns it reports its file changed from then on.
+    fn read(&self, offset: u64, len: usize) -> Result<Bytes, LineGone>;
+}
+
+/// An entry's line could not be read back from its session file: the file is shorter than when
+/// it was read (another writer truncated it), or the read failed. The session reports
+/// `file_changed` (it must be reopened) rather than working from empty data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("an entry's line can no longer be read from the session file (truncated, or unreadable); reopen the session")]
+pub struct LineGone;
+
+/// An entry's line: its bytes, or where to read them.
+#[derive(Debug, Clone)]
+enum Line {
+    /// The line exactly as read (no trailing newline), or as compactd serialized it; empty for
+    /// a reader of facts only ([`Entry::without_bytes`]).
+    Held(Bytes),
+    /// `len` bytes at `offset` of the file `source` reads.
+    Stored {
+        source: Arc<dyn LineSource>,
+        offset: u64,
+        len: usize,
+    },
+}
+
+impl PartialEq for Line {
+    /// Held lines are equal by their bytes; stored ones by their place in the same source
+    /// (comparing them by bytes would read the file).
+    fn eq(&self, other: &Line) -> bool {
+        match (self, other) {
+            (Line::Held(a), Line::Held(b)) => a == b,
+            (
+                Line::Stored {
+                    source: s,
+                    offset: o,
+                    len: l,
+                },
+                Line::Stored {
+                    source: t,
+                    offset: p,
+                    len: m,
+                },
+            ) => std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(t)) && o == p && l == m,
+            _ => false,
+        }
+    }
+}
+
+/// A session entry: its line plus the facts extracted from it at load.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
-    /// The line exactly as read (no trailing newline), or as compactd serialized it.
-    raw: Bytes,
+    /// The line's bytes or its span in the session file (see module docs).
+    line: Line,
     /// The parsed object, kept only for metadata kinds (see module docs).
     meta: Option<Box<Value>>,
     pub kind: EntryKind,
@@ -111,7 +173,7 @@ impl Entry {
             _ => (None, Box::default()),
         };
         Entry {
-            raw,
+            line: Line::Held(raw),
             meta: keeps_object(kind).then(|| Box::new(value)),
             kind,
             id,
@@ -159,7 +221,7 @@ impl Entry {
             _ => (None, 0, None, None, Box::default()),
         };
         Some(Ok(Entry {
-            raw,
+            line: Line::Held(raw),
             meta: None,
             kind,
             id: f.id,
@@ -177,23 +239,59 @@ impl Entry {
     /// metadata entry's object stay; a message's body is gone (`raw` is empty, `message()` is
     /// `None`).
     pub fn without_bytes(mut self) -> Entry {
-        self.raw = Bytes::new();
+        self.line = Line::Held(Bytes::new());
         self
     }
 
-    /// The line's bytes (what compactd writes for its own entries; others' bytes untouched).
-    pub fn raw(&self) -> &[u8] {
-        &self.raw
+    /// This entry with its line left in the file: the `len` bytes it has now, found at `offset`
+    /// of what `source` reads (the storage shell read them there), read back when asked for.
+    pub fn stored_at(mut self, source: &Arc<dyn LineSource>, offset: u64) -> Entry {
+        let len = match &self.line {
+            Line::Held(b) => b.len(),
+            Line::Stored { len, .. } => *len,
+        };
+        self.line = Line::Stored {
+            source: Arc::clone(source),
+            offset,
+            len,
+        };
+        self
+    }
+
+    /// Whether the line is read back from the file when asked for (not held in memory).
+    pub fn is_stored(&self) -> bool {
+        matches!(self.line, Line::Stored { .. })
+    }
+
+    /// The line's bytes (what compactd writes for its own entries; others' bytes untouched):
+    /// shared when held, read from the file when stored ([`LineGone`] if it no longer can be).
+    pub fn raw(&self) -> Result<Bytes, LineGone> {
+        match &self.line {
+            Line::Held(b) => Ok(b.clone()),
+            Line::Stored {
+                source,
+                offset,
+                len,
+            } => source.read(*offset, *len),
+        }
     }
 
     /// The whole entry as a value: the kept object, or a parse of the bytes.
-    pub fn value(&self) -> Value {
-        match &self.meta {
+    pub fn try_value(&self) -> Result<Value, LineGone> {
+        Ok(match &self.meta {
             Some(v) => (**v).clone(),
-            None => parse_line_bytes(&self.raw)
+            None => parse_line_bytes(&self.raw()?)
                 .and_then(Result::ok)
                 .unwrap_or(Value::Null),
-        }
+        })
+    }
+
+    /// [`Entry::try_value`] for the pure core, which has no error to return: a line that can
+    /// no longer be read is `null` here, and its source remembers the failure, so the session
+    /// reports `file_changed` for the request (the daemon checks it after reading: see
+    /// `SessionState::check_lines`).
+    pub fn value(&self) -> Value {
+        self.try_value().unwrap_or(Value::Null)
     }
 
     /// The kept object of a metadata entry (`None` for message, custom and unknown entries,
@@ -213,17 +311,23 @@ impl Entry {
     }
 
     /// The stored message of a `message` entry, parsed from the bytes.
-    pub fn message(&self) -> Option<Map<String, Value>> {
+    pub fn try_message(&self) -> Result<Option<Map<String, Value>>, LineGone> {
         if self.kind != EntryKind::Message {
-            return None;
+            return Ok(None);
         }
-        match self.value() {
+        Ok(match self.try_value()? {
             Value::Object(mut o) => match o.shift_remove("message") {
                 Some(Value::Object(m)) => Some(m),
                 _ => None,
             },
             _ => None,
-        }
+        })
+    }
+
+    /// [`Entry::try_message`] for the pure core: `None` when the line can no longer be read
+    /// (remembered by its source, as for [`Entry::value`]).
+    pub fn message(&self) -> Option<Map<String, Value>> {
+        self.try_message().ok().flatten()
     }
 
     /// Whether this is a `message` entry whose message has `role`.

@@ -9,7 +9,7 @@ pub mod reader;
 pub mod tree;
 pub mod vocab;
 
-pub use entry::{Entry, EntryId, EntryKind, Role, StopReason};
+pub use entry::{Entry, EntryId, EntryKind, LineGone, LineSource, Role, StopReason};
 pub use reader::{read_session, read_session_bytes, ParsedSession, ReadOutcome};
 pub use tree::{BranchView, PathEntries, SessionTree};
 

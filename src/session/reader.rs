@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use bytes::Bytes;
 
-use super::entry::{parse_line_bytes, Entry};
+use super::entry::{parse_line_bytes, Entry, LineSource};
 use super::ids::new_entry_id_in;
 
 /// The current session format version.
@@ -56,6 +56,8 @@ pub const PIECE_BYTES: usize = 2 << 20;
 /// left out). The bytes before its first newline and after its last belong to lines it shares
 /// with its neighbours; [`join_pieces`] parses those.
 struct Piece<T> {
+    /// Where the piece begins in the file (0 for bytes not read from a file).
+    at: u64,
     /// The bytes before its first `\n`: all of them when it has none (it lies inside a line).
     head: Bytes,
     /// The bytes after its last `\n`; `None` when it has none.
@@ -63,7 +65,7 @@ struct Piece<T> {
     lines: Vec<Result<T, ()>>,
     len: usize,
     last_byte: Option<u8>,
-    /// The whole piece, unless only facts are kept ([`Piece::detach`]).
+    /// The whole piece, unless its entries keep no slices of it ([`Piece::detach`]).
     bytes: Option<Bytes>,
 }
 
@@ -75,21 +77,32 @@ impl<T> Piece<T> {
         let bytes = self.bytes.take();
         (self, bytes)
     }
+
+    /// Where the piece's tail begins in the file.
+    fn tail_at(&self) -> u64 {
+        self.at + (self.len - self.tail.as_ref().map_or(0, Bytes::len)) as u64
+    }
 }
 
-fn parse_piece_with<T>(bytes: Bytes, f: &impl Fn(Bytes) -> Option<Result<T, ()>>) -> Piece<T> {
+/// A line parser: the line's bytes and where the line begins in the file.
+trait LineFn<T>: Fn(Bytes, u64) -> Option<Result<T, ()>> {}
+impl<T, F: Fn(Bytes, u64) -> Option<Result<T, ()>>> LineFn<T> for F {}
+
+fn parse_piece_with<T>(bytes: Bytes, at: u64, f: &impl LineFn<T>) -> Piece<T> {
     let edges = memchr::memchr(b'\n', &bytes).zip(memchr::memrchr(b'\n', &bytes));
     let mut lines = Vec::new();
     let (head, tail) = match edges {
         Some((first, last)) => {
             let inner = bytes.slice(first + 1..last + 1);
+            let inner_at = at + first as u64 + 1;
             lines.reserve(inner.len() / 1024 + 1);
-            lines.extend(lines_of(&inner).filter_map(f));
+            lines.extend(lines_of(&inner).filter_map(|(o, l)| f(l, inner_at + o as u64)));
             (bytes.slice(..first), Some(bytes.slice(last + 1..)))
         }
         None => (bytes.clone(), None),
     };
     Piece {
+        at,
         head,
         tail,
         lines,
@@ -101,14 +114,11 @@ fn parse_piece_with<T>(bytes: Bytes, f: &impl Fn(Bytes) -> Option<Result<T, ()>>
 
 /// Every line of the pieces, in file order, to `take`: each piece's own lines as parsed, and
 /// the lines across their edges joined (copied, when a line spans pieces) and parsed with `f`.
-fn join_pieces<T>(
-    pieces: Vec<Piece<T>>,
-    f: impl Fn(Bytes) -> Option<Result<T, ()>>,
-    mut take: impl FnMut(Result<T, ()>),
-) {
-    // The parts of the line being joined, which began in an earlier piece.
+fn join_pieces<T>(pieces: Vec<Piece<T>>, f: impl LineFn<T>, mut take: impl FnMut(Result<T, ()>)) {
+    // The parts of the line being joined, which began in an earlier piece, and where it began.
     let mut open: Vec<Bytes> = Vec::new();
-    let joined = |open: &mut Vec<Bytes>| -> Option<Result<T, ()>> {
+    let mut open_at = 0u64;
+    let joined = |open: &mut Vec<Bytes>, at: u64| -> Option<Result<T, ()>> {
         let line = match open.len() {
             0 => return None,
             1 => open.pop().unwrap_or_default(),
@@ -119,42 +129,75 @@ fn join_pieces<T>(
                 Bytes::from(line)
             }
         };
-        f(line)
+        f(line, at)
     };
-    for piece in pieces {
-        open.push(piece.head);
+    for mut piece in pieces {
+        let tail_at = piece.tail_at();
+        if open.is_empty() {
+            open_at = piece.at;
+        }
+        open.push(std::mem::take(&mut piece.head));
         let Some(tail) = piece.tail else {
             continue;
         };
-        if let Some(r) = joined(&mut open) {
+        if let Some(r) = joined(&mut open, open_at) {
             take(r);
         }
         piece.lines.into_iter().for_each(&mut take);
         open.push(tail);
+        open_at = tail_at;
     }
-    if let Some(r) = joined(&mut open) {
+    if let Some(r) = joined(&mut open, open_at) {
         take(r);
     }
 }
 
 /// `bytes` in pieces of [`PIECE_BYTES`] (shared slices), each parsed with `f` on
 /// [`crate::cpu::par_map_ordered`]'s threads (one piece, a small file, on this thread).
-fn parse_in_pieces<T: Send>(
-    bytes: &Bytes,
-    f: impl Fn(Bytes) -> Option<Result<T, ()>> + Sync,
-) -> Vec<Piece<T>> {
+fn parse_in_pieces<T: Send>(bytes: &Bytes, f: impl LineFn<T> + Sync) -> Vec<Piece<T>> {
     let n = bytes.len().div_ceil(PIECE_BYTES);
     crate::cpu::par_map_ordered(n, |i| {
         let end = ((i + 1) * PIECE_BYTES).min(bytes.len());
-        parse_piece_with(bytes.slice(i * PIECE_BYTES..end), &f)
+        parse_piece_with(
+            bytes.slice(i * PIECE_BYTES..end),
+            (i * PIECE_BYTES) as u64,
+            &f,
+        )
     })
 }
 
+/// What the entries of a parsed piece keep of their lines.
+#[derive(Clone, Debug)]
+enum Keep {
+    /// Slices of the piece's buffer (the buffer is held as long as they are).
+    Bytes,
+    /// Nothing: facts only (`compactd inspect`'s overview).
+    Facts,
+    /// Their spans in the file `source` reads back (a session a daemon keeps open).
+    Spans(Arc<dyn LineSource>),
+}
+
+impl Keep {
+    /// An entry from a line beginning at `at`, shared (made on the parsing thread, kept as it
+    /// is by the tree). A `session` line keeps its bytes in every mode: the header check reads
+    /// it.
+    fn entry(&self, line: Bytes, at: u64) -> Option<Result<Arc<Entry>, ()>> {
+        Some(Entry::from_line(line)?.map(|e| {
+            Arc::new(match self {
+                _ if is_session_entry(&e) => e,
+                Keep::Bytes => e,
+                Keep::Facts => e.without_bytes(),
+                Keep::Spans(source) => e.stored_at(source, at),
+            })
+        }))
+    }
+}
+
 /// A piece of a session file read as a current-version session (see [`read_pieces`]).
-pub struct ParsedPiece(Piece<Arc<Entry>>);
+pub struct ParsedPiece(Piece<Arc<Entry>>, Keep);
 
 impl ParsedPiece {
-    /// The piece's bytes, exactly as read (`None` for a piece of facts only).
+    /// The piece's bytes, exactly as read (`None` for a piece whose entries keep none).
     pub fn bytes(&self) -> Option<&Bytes> {
         self.0.bytes.as_ref()
     }
@@ -168,59 +211,65 @@ impl ParsedPiece {
     }
 }
 
-/// An entry from a line, shared (made on the parsing thread, kept as it is by the tree).
-fn entry_of(line: Bytes) -> Option<Result<Arc<Entry>, ()>> {
-    Some(Entry::from_line(line)?.map(Arc::new))
-}
-
-/// [`entry_of`] keeping only the facts ([`Entry::without_bytes`]); a `session` line keeps its
-/// bytes, which the header check reads.
-fn facts_of(line: Bytes) -> Option<Result<Arc<Entry>, ()>> {
-    Some(Entry::from_line(line)?.map(|e| {
-        Arc::new(match is_session_entry(&e) {
-            true => e,
-            false => e.without_bytes(),
-        })
-    }))
-}
-
 /// Parses the lines of one piece of a session file (consecutive pieces, in any order and on
 /// any thread, then go to [`read_pieces`]). The storage shell reads a large file piece by
 /// piece on several threads and parses each piece right after reading it, so reading and
-/// parsing overlap and each piece is parsed while its bytes are still in the cache.
+/// parsing overlap and each piece is parsed while its bytes are still in the cache. The
+/// entries keep slices of `bytes`.
 pub fn parse_piece(bytes: Bytes) -> ParsedPiece {
-    ParsedPiece(parse_piece_with(bytes, &entry_of))
+    ParsedPiece(
+        parse_piece_with(bytes, 0, &|l, at| Keep::Bytes.entry(l, at)),
+        Keep::Bytes,
+    )
 }
 
-/// [`parse_piece`] for a reader of facts only: its entries keep no bytes and its edges are
-/// copied, so nothing it returns refers to `bytes`. The buffer comes back (when nothing else
-/// holds it) to be read into again: a large file is then read through one buffer per thread,
-/// and never held.
-pub fn parse_piece_facts(bytes: Bytes) -> (ParsedPiece, Option<Vec<u8>>) {
-    let (piece, bytes) = parse_piece_with(bytes, &facts_of).detach();
+/// A piece whose entries keep none of its bytes (their edges copied), so nothing it returns
+/// refers to `bytes`. The buffer comes back (when nothing else holds it) to be read into
+/// again: a large file is then read through one buffer per thread, and never held.
+fn detached(bytes: Bytes, at: u64, keep: Keep) -> (ParsedPiece, Option<Vec<u8>>) {
+    let (piece, bytes) = parse_piece_with(bytes, at, &|l, a| keep.entry(l, a)).detach();
     let buffer = bytes.and_then(|b| b.try_into_mut().ok()).map(Vec::from);
-    (ParsedPiece(piece), buffer)
+    (ParsedPiece(piece, keep), buffer)
+}
+
+/// [`parse_piece`] for a reader of facts only: its entries keep no bytes (see [`detached`]).
+pub fn parse_piece_facts(bytes: Bytes) -> (ParsedPiece, Option<Vec<u8>>) {
+    detached(bytes, 0, Keep::Facts)
+}
+
+/// [`parse_piece`] for a session kept open: each entry keeps its line's span in the file
+/// (the piece begins at `at`), read back through `source` when asked for, and the piece's
+/// buffer comes back as [`parse_piece_facts`]' does. Memory then holds the facts, not the file.
+pub fn parse_piece_spans(
+    bytes: Bytes,
+    at: u64,
+    source: &Arc<dyn LineSource>,
+) -> (ParsedPiece, Option<Vec<u8>>) {
+    detached(bytes, at, Keep::Spans(Arc::clone(source)))
 }
 
 fn is_session_line(v: &Value) -> bool {
     v.get("type").and_then(Value::as_str) == Some("session")
 }
 
-/// The lines of `bytes` as shared slices: every line, and what follows the last newline when
-/// `bytes` does not end with one (bytes that end with their newline yield no empty last line).
-fn lines_of(bytes: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
+/// The lines of `bytes` as shared slices, each with where it begins in `bytes`: every line,
+/// and what follows the last newline when `bytes` does not end with one (bytes that end with
+/// their newline yield no empty last line).
+fn lines_of(bytes: &Bytes) -> impl Iterator<Item = (usize, Bytes)> + '_ {
     let mut start = 0usize;
     let mut newlines = memchr::memchr_iter(b'\n', bytes);
     std::iter::from_fn(move || match newlines.next() {
         Some(nl) => {
             let line = bytes.slice(start..nl);
+            let at = start;
             start = nl + 1;
-            Some(line)
+            Some((at, line))
         }
         None if start < bytes.len() => {
             let rest = bytes.slice(start..);
+            let at = start;
             start = bytes.len();
-            Some(rest)
+            Some((at, rest))
         }
         None => None,
     })
@@ -236,9 +285,9 @@ pub fn read_session(bytes: &[u8]) -> ReadOutcome {
 /// file's bytes are held once and never copied.
 pub fn read_session_bytes(bytes: Bytes) -> ReadOutcome {
     read_pieces(
-        parse_in_pieces(&bytes, entry_of)
+        parse_in_pieces(&bytes, |l, at| Keep::Bytes.entry(l, at))
             .into_iter()
-            .map(ParsedPiece)
+            .map(|p| ParsedPiece(p, Keep::Bytes))
             .collect(),
     )
 }
@@ -260,8 +309,9 @@ pub fn read_pieces(pieces: Vec<ParsedPiece>) -> ReadOutcome {
     )
 }
 
-/// [`read_pieces`] over pieces of facts only ([`parse_piece_facts`]): `None` when the file is
-/// of an older version, whose migration needs every line's bytes (read it whole instead).
+/// [`read_pieces`] over pieces whose entries keep no bytes ([`parse_piece_facts`],
+/// [`parse_piece_spans`]): `None` when the file is of an older version, whose migration needs
+/// every line's bytes (read it whole instead).
 pub fn read_fact_pieces(pieces: Vec<ParsedPiece>) -> Option<ReadOutcome> {
     assemble(pieces).ok()
 }
@@ -283,23 +333,27 @@ fn assemble(pieces: Vec<ParsedPiece>) -> Result<ReadOutcome, Older> {
         .find_map(|p| p.0.last_byte)
         .is_some_and(|b| b != b'\n');
     let capacity = pieces.iter().map(|p| p.0.lines.len() + 1).sum();
-    // Lines across edges keep their bytes only when the pieces do.
-    let facts_only = pieces.iter().any(|p| p.0.bytes.is_none());
+    // Lines across edges keep what the pieces' lines keep.
+    let keep = pieces.first().map_or(Keep::Bytes, |p| p.1.clone());
     // The first line that parses must be the header; a later `session` line is skipped.
     let mut header: Option<Arc<Entry>> = None;
     let mut entries = Vec::with_capacity(capacity);
     let mut skipped = 0usize;
     let pieces = pieces.into_iter().map(|p| p.0).collect();
-    let of_line = if facts_only { facts_of } else { entry_of };
-    join_pieces(pieces, of_line, |line| match line {
-        Err(()) => skipped += 1,
-        Ok(e) if header.is_none() => header = Some(e),
-        Ok(e) if is_session_entry(&e) => {}
-        Ok(e) => entries.push(e),
-    });
-    // A `session` line keeps its bytes even among facts (see `facts_of`).
+    join_pieces(
+        pieces,
+        |l, at| keep.entry(l, at),
+        |line| match line {
+            Err(()) => skipped += 1,
+            Ok(e) if header.is_none() => header = Some(e),
+            Ok(e) if is_session_entry(&e) => {}
+            Ok(e) => entries.push(e),
+        },
+    );
+    // A `session` line keeps its bytes in every mode (see `Keep::entry`).
     let header = header
-        .and_then(|h| parse_line_bytes(h.raw()))
+        .and_then(|h| h.raw().ok())
+        .and_then(|h| parse_line_bytes(&h))
         .and_then(Result::ok)
         .filter(|h| is_session_line(h) && h.get("id").is_some_and(Value::is_string));
     let Some(header) = header else {
@@ -325,12 +379,12 @@ fn assemble(pieces: Vec<ParsedPiece>) -> Result<ReadOutcome, Older> {
 /// An older version's file: every line parsed as a value, migrated in memory (Pi then
 /// rewrites the file), entries made from the migrated values.
 fn read_migrating(bytes: Bytes, needs_newline_repair: bool) -> ReadOutcome {
-    let pieces = parse_in_pieces(&bytes, |line| parse_line_bytes(&line));
+    let pieces = parse_in_pieces(&bytes, |line, _| parse_line_bytes(&line));
     let mut values = Vec::new();
     let mut skipped = 0usize;
     join_pieces(
         pieces,
-        |line| parse_line_bytes(&line),
+        |line, _| parse_line_bytes(&line),
         |line| match line {
             Ok(v) => values.push(v),
             Err(()) => skipped += 1,
@@ -520,7 +574,7 @@ mod tests {
                     .map(|e| match (s.migrated, facts) {
                         // A migration gives fresh random ids: then only the kinds can be compared.
                         (true, _) => format!("{:?}", e.kind),
-                        (false, false) => String::from_utf8_lossy(e.raw()).into_owned(),
+                        (false, false) => String::from_utf8_lossy(&e.raw().unwrap()).into_owned(),
                         (false, true) => format!(
                             "{:?} {:?} {:?} {:?} {} {:?} {:?} {:?} {:?}",
                             e.kind,
@@ -545,6 +599,19 @@ mod tests {
                 )
             }
             other => format!("{other:?}"),
+        }
+    }
+
+    /// A file in memory, as a source of lines' bytes.
+    #[derive(Debug)]
+    struct Memory(Bytes);
+
+    impl LineSource for Memory {
+        fn read(&self, offset: u64, len: usize) -> Result<Bytes, super::super::LineGone> {
+            let at = offset as usize;
+            (at + len <= self.0.len())
+                .then(|| self.0.slice(at..at + len))
+                .ok_or(super::super::LineGone)
         }
     }
 
@@ -600,13 +667,27 @@ mod tests {
                 .collect();
             let whole = summary(read_pieces(vec![parse_piece(bytes.clone())]), false);
             proptest::prop_assert_eq!(summary(read_pieces(pieces), false), whole.clone());
-            proptest::prop_assert_eq!(summary(read_session_bytes(bytes.clone()), false), whole);
+            proptest::prop_assert_eq!(summary(read_session_bytes(bytes.clone()), false), whole.clone());
             // Pieces of facts only: the same facts, or `None` for an older version.
             let facts = cuts
                 .windows(2)
                 .map(|w| parse_piece_facts(Bytes::copy_from_slice(&bytes[w[0]..w[1]])).0)
                 .collect();
-            let full = read_session_bytes(bytes);
+            let full = read_session_bytes(bytes.clone());
+            // Pieces of spans: every entry reads back exactly its bytes, facts the same.
+            let source: Arc<dyn LineSource> = Arc::new(Memory(bytes.clone()));
+            let spans: Vec<ParsedPiece> = cuts
+                .windows(2)
+                .map(|w| parse_piece_spans(Bytes::copy_from_slice(&bytes[w[0]..w[1]]), w[0] as u64, &source).0)
+                .collect();
+            if let Some(spans) = read_fact_pieces(spans) {
+                if let ReadOutcome::Session(s) = &spans {
+                    proptest::prop_assert!(s.entries.iter().all(|e| e.is_stored()));
+                }
+                let facts_of_spans = summary(spans.clone(), true);
+                proptest::prop_assert_eq!(summary(spans, false), whole.clone());
+                proptest::prop_assert_eq!(facts_of_spans, summary(read_session_bytes(bytes.clone()), true));
+            }
             match read_fact_pieces(facts) {
                 Some(facts) => proptest::prop_assert_eq!(summary(facts, true), summary(full, true)),
                 None => proptest::prop_assert!(matches!(full, ReadOutcome::Session(s) if s.migrated)),
@@ -623,7 +704,7 @@ mod tests {
             panic!("not a session");
         };
         assert_eq!(s.entries.len(), 1);
-        assert!(s.entries[0].raw().is_empty());
+        assert!(s.entries[0].raw().unwrap().is_empty());
         assert_eq!(s.entries[0].tokens, 2);
         assert_eq!(s.skipped_lines, 1);
     }

@@ -174,6 +174,15 @@ pub trait SessionStorage: Send + std::fmt::Debug {
 
     /// Reads the whole session anew (after it was replaced behind compactd's back).
     fn reload(&mut self) -> Result<SessionTree, StoreError>;
+
+    /// Whether every entry line read back from the storage so far came whole. Entries of a file
+    /// keep only their spans and read their bytes on demand (`crate::store::FileLines`); a
+    /// truncation the stamp check has not seen yet shows there first, and a request that read
+    /// through it must report `file_changed` rather than what it made of the missing bytes.
+    /// Storages whose entries hold their bytes are always intact.
+    fn lines_intact(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// A backend that could not be set up (its database's runtime would not start, say): every

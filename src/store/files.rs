@@ -155,7 +155,8 @@ impl Backend for Files {
                 } else {
                     lock
                 };
-                let file = SessionFile::opened(path.to_owned(), self.limits, stamp, lock);
+                let file = SessionFile::opened(path.to_owned(), self.limits, stamp, lock)
+                    .with_lines(report.lines);
                 Ok(Opened::Loaded {
                     storage: Box::new(file),
                     tree,

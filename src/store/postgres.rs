@@ -452,7 +452,11 @@ impl Database {
         let header_id =
             field("id").ok_or_else(|| StoreError::NotASession(PathBuf::from("<import>")))?;
         let cwd = field("cwd").unwrap_or_default();
-        let rows = tree.entries().iter().map(|e| EntryRow::of(e)).collect();
+        let rows = tree
+            .entries()
+            .iter()
+            .map(|e| EntryRow::of(e))
+            .collect::<Result<_, _>>()?;
         self.create(header_id.clone(), cwd, header_line.to_vec(), rows)?;
         Ok(header_id)
     }
@@ -656,13 +660,15 @@ impl EntryRow {
         storable("entry parentId", self.parent_id.as_deref().unwrap_or(""))
     }
 
-    fn of(e: &Entry) -> EntryRow {
-        EntryRow {
+    /// The row of `e`; an entry imported from a file reads its line from there, which can
+    /// fail ([`StoreError::LineGone`]).
+    fn of(e: &Entry) -> Result<EntryRow, StoreError> {
+        Ok(EntryRow {
             id: e.id_owned(),
             parent_id: e.parent_id.as_deref().map(str::to_owned),
             kind: e.kind.type_name(),
-            line: e.raw().to_vec(),
-        }
+            line: e.raw()?.to_vec(),
+        })
     }
 }
 
@@ -1040,7 +1046,10 @@ impl SessionStorage for StoredSession {
                 .unwrap_or("")
                 .to_owned()
         };
-        let rows: Vec<EntryRow> = entries.iter().map(|e| EntryRow::of(e)).collect();
+        let rows: Vec<EntryRow> = entries
+            .iter()
+            .map(|e| EntryRow::of(e))
+            .collect::<Result<_, _>>()?;
         let n = rows.len() as i64;
         self.db.create(
             self.header_id.clone(),
@@ -1113,7 +1122,7 @@ impl StoredSession {
         let client = self.client_for();
         let header_id = self.header_id.clone();
         let seq = self.head + 1;
-        let row = EntryRow::of(entry);
+        let row = EntryRow::of(entry)?;
         row.storable()?;
         let commit = Commit::of(
             self.db.durability,

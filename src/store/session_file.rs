@@ -10,11 +10,13 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backend::{Rebase, SessionStorage};
 use super::{
-    io_err, load_with, read_tail, try_lock, FileStamp, Limits, StoreError, Tail, TORN_LINE_SETTLE,
+    io_err, load_with, read_tail, try_lock, FileLines, FileStamp, Limits, StoreError, Tail,
+    TORN_LINE_SETTLE,
 };
 use serde_json::Value;
 
@@ -34,6 +36,9 @@ pub struct SessionFile {
     changed: bool,
     /// The advisory lock compactd processes share on the file (proto-docs/storage.md).
     lock: Option<File>,
+    /// The file the session's entries read their lines back from (see [`FileLines`]): a line
+    /// it could not read means the file changed.
+    lines: Option<Arc<FileLines>>,
 }
 
 impl SessionFile {
@@ -45,6 +50,7 @@ impl SessionFile {
             stamp: None,
             changed: false,
             lock: None,
+            lines: None,
         }
     }
 
@@ -72,6 +78,22 @@ impl SessionFile {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Keeps the file the entries read their lines from (a [`super::LoadReport`]'s).
+    pub fn with_lines(mut self, lines: Option<Arc<FileLines>>) -> SessionFile {
+        self.lines = lines;
+        self
+    }
+
+    /// Whether an entry's line could not be read back: the file was truncated behind compactd's
+    /// back, which refuses every write until the session is reopened, as a truncation the stamp
+    /// check sees does.
+    fn lines_failed(&mut self) -> bool {
+        if self.lines.as_ref().is_some_and(|l| l.failed()) {
+            self.changed = true;
+        }
+        self.changed
     }
 }
 
@@ -107,7 +129,7 @@ impl SessionStorage for SessionFile {
         let Some(mut stamp) = self.stamp else {
             return Ok(());
         };
-        if self.changed {
+        if self.lines_failed() {
             return Err(StoreError::Changed(self.path.clone()));
         }
         let mut last_partial: Option<usize> = None;
@@ -166,7 +188,8 @@ impl SessionStorage for SessionFile {
         entry: &Entry,
         _rebase: &mut Rebase<'_>,
     ) -> Result<Option<Entry>, StoreError> {
-        let line = entry.raw();
+        let line = entry.raw()?;
+        let line = &line[..];
         let sync = self.limits.durability.syncs_entry(entry.kind);
         let before = self.stamp.map_or(0, |s| s.len);
         // Written through a descriptor checked against the stamp (same device and inode), found
@@ -191,11 +214,14 @@ impl SessionStorage for SessionFile {
     /// Exclusive create (never over an existing file), then the shared lock on the new file.
     fn create(&mut self, header: &Value, entries: &[&Entry]) -> Result<(), StoreError> {
         let header = crate::json::stringify(header);
-        let mut text = Vec::with_capacity(
-            header.len() + 1 + entries.iter().map(|e| e.raw().len() + 1).sum::<usize>(),
-        );
-        let lines = entries.iter().map(|e| e.raw());
-        for line in std::iter::once(header.as_bytes()).chain(lines) {
+        // Entries another file holds (a fork's branch) are read from there first.
+        let lines = entries
+            .iter()
+            .map(|e| e.raw())
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut text =
+            Vec::with_capacity(header.len() + 1 + lines.iter().map(|l| l.len() + 1).sum::<usize>());
+        for line in std::iter::once(header.as_bytes()).chain(lines.iter().map(|l| &l[..])) {
             text.extend_from_slice(line);
             text.push(b'\n');
         }
@@ -219,10 +245,19 @@ impl SessionStorage for SessionFile {
         Ok(())
     }
 
+    /// An entry whose line could not be read back is `file_changed` (see [`FileLines`]).
+    fn lines_intact(&self) -> Result<(), StoreError> {
+        match self.lines.as_ref().is_some_and(|l| l.failed()) {
+            true => Err(StoreError::Changed(self.path.clone())),
+            false => Ok(()),
+        }
+    }
+
     fn reload(&mut self) -> Result<SessionTree, StoreError> {
-        let (tree, _report, stamp) =
+        let (tree, report, stamp) =
             crate::cpu::blocking(|| load_with(&self.path, true, &self.limits))?;
         self.stamp = Some(stamp);
+        self.lines = report.lines;
         self.changed = false;
         self.lock = try_lock(&self.path)?;
         Ok(tree)

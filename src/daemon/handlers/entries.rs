@@ -233,13 +233,15 @@ pub fn get_branch(ctx: &Ctx, p: SessionParams) -> Result<Branch, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let state = session.lock_state();
     // Every entry is parsed from its bytes: off the async workers.
-    Ok(crate::cpu::blocking(|| {
+    let branch = crate::cpu::blocking(|| {
         state
             .branch
             .iter()
             .map(|&i| SessionEntry(state.tree.entry(i).value()))
             .collect()
-    }))
+    });
+    state.check_lines()?;
+    Ok(branch)
 }
 
 pub fn get_context(ctx: &Ctx, p: GetContextParams) -> Result<Context, RpcError> {
@@ -249,6 +251,7 @@ pub fn get_context(ctx: &Ctx, p: GetContextParams) -> Result<Context, RpcError> 
         ContextFormat::Agent => state.agent_messages(),
         ContextFormat::Llm => state.llm_messages(),
     });
+    state.check_lines()?;
     Ok(Context {
         messages: messages.into_iter().map(AgentMessage).collect(),
         leaf_id: state.tree.leaf_id().map(str::to_owned),
