@@ -188,6 +188,10 @@ pub struct FakeState {
     pub delay: Duration,
     /// Answer the next N replay requests with HTTP 500 (to test retries).
     pub fail_first: usize,
+    /// History and turn-prefix calls answered (not failed), to keep a split turn's calls in
+    /// Pi's order.
+    pub histories_answered: usize,
+    pub prefixes_answered: usize,
     /// Faults for the next requests, in order.
     pub faults: VecDeque<Fault>,
     /// How many requests the replay list has answered.
@@ -319,6 +323,22 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let raw_body = String::from_utf8_lossy(&body).into_owned();
+    let parsed: Value = serde_json::from_str(&raw_body).unwrap_or(Value::Null);
+    // compactd sends a split turn's two calls at once; a turn-prefix call waits (at most 3 s)
+    // until its sibling history call has been answered, so the suites' scripted and listed
+    // replies and failures are given in Pi's order, as when the calls were sequential (the
+    // concurrency itself is unit-tested in the compactor).
+    let prefix = request_kind(&parsed) == "turnPrefix";
+    if prefix {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while {
+            let s = state.lock();
+            s.histories_answered <= s.prefixes_answered
+        } && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
     let recorded = Recorded {
         method: method.to_string(),
         path: uri
@@ -334,7 +354,7 @@ async fn handle(
                 )
             })
             .collect(),
-        body: serde_json::from_str(&raw_body).unwrap_or(Value::Null),
+        body: parsed,
         raw_body,
         at: std::time::Instant::now(),
     };
@@ -342,6 +362,11 @@ async fn handle(
         let mut s = state.lock();
         s.received.push(recorded.clone());
         let answer = if let Some(f) = s.script.pop_front() {
+            if prefix {
+                s.prefixes_answered += 1;
+            } else {
+                s.histories_answered += 1;
+            }
             Answer::Scripted(f(&recorded))
         } else if let Some(fault) = s.faults.pop_front() {
             let next = s
@@ -371,6 +396,11 @@ async fn handle(
                 idx
             };
             s.served += 1;
+            if kind == "turnPrefix" {
+                s.prefixes_answered += 1;
+            } else {
+                s.histories_answered += 1;
+            }
             let (r, f) = s
                 .replies
                 .get(idx)
