@@ -83,7 +83,7 @@ fn human(
         count(o.leaves, "branch", "branches")
     ));
     let est = &o.estimate;
-    let threshold = window as f64 - settings.reserve_tokens as f64;
+    let threshold = crate::compaction::tokens::threshold(window, settings);
     if o.now.usage_known {
         s.push_str(&format!(
             "context   {} tokens ({} from usage + {} estimated), {}\n",

@@ -100,8 +100,13 @@ pub fn should_compact(
     context_window: i64,
     settings: &CompactionSettings,
 ) -> bool {
-    // In floating point, as Pi computes it: no overflow whatever the settings.
-    settings.enabled && context_tokens > context_window as f64 - settings.reserve_tokens as f64
+    settings.enabled && context_tokens > threshold(context_window, settings)
+}
+
+/// Pi's threshold, `contextWindow − reserveTokens`, in floating point as Pi computes it (no
+/// overflow whatever the settings); every decision measured against it uses this one.
+pub fn threshold(context_window: i64, settings: &CompactionSettings) -> f64 {
+    context_window as f64 - settings.reserve_tokens as f64
 }
 
 #[cfg(test)]

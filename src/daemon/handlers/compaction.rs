@@ -63,7 +63,7 @@ pub fn should_compact(ctx: &Ctx, p: ShouldCompactParams) -> Result<ShouldCompact
         should_compact: tokens::should_compact(tokens, window, &settings),
         context_tokens: tokens,
         context_window: window,
-        threshold: window as f64 - settings.reserve_tokens as f64,
+        threshold: crate::compaction::tokens::threshold(window, &settings),
         settings: CompactionSettingsView::from(&settings),
     })
 }

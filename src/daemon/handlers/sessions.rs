@@ -77,7 +77,7 @@ fn status(daemon: &Daemon, session: &Session) -> SessionInfo {
             .model
             .as_ref()
             .filter(|m| m.context_window > 0)
-            .map(|m| m.context_window as f64 - settings.compaction.reserve_tokens as f64);
+            .map(|m| crate::compaction::tokens::threshold(m.context_window, &settings.compaction));
         out.auto_compaction = Some(if !settings.compaction.enabled {
             AutoCompaction::Off
         } else if state.thrash.paused_under(&settings.merged) {
@@ -367,6 +367,6 @@ fn switch_model(
         leaf_id: id,
         should_compact: should,
         tokens,
-        threshold: window as f64 - settings.reserve_tokens as f64,
+        threshold: crate::compaction::tokens::threshold(window, settings),
     })
 }

@@ -227,7 +227,7 @@ fn observe_size(session: &Session, settings: &EffectiveSettings, tokens: f64, wi
     if settings.max_ineffective_compactions == 0 || window <= 0 {
         return;
     }
-    let threshold = window as f64 - settings.compaction.reserve_tokens as f64;
+    let threshold = crate::compaction::tokens::threshold(window, &settings.compaction);
     session.lock_state().thrash.observe(
         tokens,
         threshold,
@@ -377,6 +377,6 @@ fn idle(daemon: &Daemon, session: &Session, settings: &EffectiveSettings, reply:
     else {
         return false;
     };
-    let threshold = window as f64 - settings.compaction.reserve_tokens as f64;
+    let threshold = crate::compaction::tokens::threshold(window, &settings.compaction);
     daemon.context_tokens(&state, settings) >= fraction * threshold
 }

@@ -114,5 +114,8 @@ fn threshold(
     settings: &EffectiveSettings,
 ) -> Option<f64> {
     let window = state.model.as_ref()?.context_window;
-    (window > 0).then_some(window as f64 - settings.compaction.reserve_tokens as f64)
+    (window > 0).then_some(crate::compaction::tokens::threshold(
+        window,
+        &settings.compaction,
+    ))
 }

@@ -293,7 +293,7 @@ pub fn consider(daemon: &Arc<Daemon>, session: &Arc<Session>, settings: &Effecti
         else {
             return;
         };
-        let threshold = window as f64 - settings.compaction.reserve_tokens as f64;
+        let threshold = crate::compaction::tokens::threshold(window, &settings.compaction);
         let tokens = daemon.context_tokens(&state, settings);
         let rate = {
             let mut slot = session.speculation.inner.lock();
