@@ -143,18 +143,9 @@ pub fn pass_ids(entry: &Entry) -> Option<Vec<String>> {
     if v.get("customType").and_then(Value::as_str) != Some(CLEAR_TYPE) {
         return None;
     }
-    let ids = v
-        .get("data")
-        .and_then(|d| d.get("entryIds"))
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
-    Some(ids)
+    Some(crate::json::strings(
+        v.get("data").and_then(|d| d.get("entryIds")),
+    ))
 }
 
 /// The `data` of a pass entry.

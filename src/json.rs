@@ -379,6 +379,18 @@ fn carry_unrepresentable(line: &str) -> Option<String> {
     Some(out)
 }
 
+/// The strings of a JSON array (other members skipped; not an array: none).
+pub fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// JavaScript truthiness of a JSON value (`""`, `0`, `null`, `false` are falsy).
 pub fn truthy(v: Option<&Value>) -> bool {
     match v {

@@ -58,16 +58,7 @@ pub fn preview_lines(v: &Value) -> Vec<String> {
             .unwrap_or("?")
     ));
     let files = |k: &str| -> Vec<String> {
-        v.get("fileLists")
-            .and_then(|f| f.get(k))
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()
+        crate::json::strings(v.get("fileLists").and_then(|f| f.get(k)))
     };
     for (label, key) in [
         ("Files read", "readFiles"),
