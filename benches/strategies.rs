@@ -3,10 +3,13 @@
 //! daemon at the same time:
 //!
 //! - **(a) Pi's policy**: summarize at the threshold; no clearing, no speculation.
-//! - **(b) clearing then summarizing**: `clearToolResults {at: 0.5, keepRecentTokens: 20000,
-//!   clearAtLeast: 10000}`; no speculation.
-//! - **(c) clearing + speculation + idle gate**: (b) with `speculativeAt` 0.75 and
-//!   `idleCompactAt` 0.6.
+//! - **(b) clearing then summarizing**: `clearToolResults {at: 0.3, keepRecentTokens: 5000,
+//!   clearAtLeast: 10000, summarizeAt: 0.6}` (`cacheAware` on, its default); no speculation.
+//! - **(c) clearing + speculation + idle gate**: (b) with `speculativeAt` 0.75 (of the point
+//!   where the summary comes, 0.6 of the threshold) and `idleCompactAt` 0.4.
+//! - **(d) clearing with the setting's defaults**: `clearToolResults {}` (`at` 0.5,
+//!   `keepRecentTokens` 20000, `clearAtLeast` 10000, `cacheAware`, `summarizeAt` 1), to show
+//!   what the choices of (b) are worth.
 //!
 //! **The loop** is generated once from a seed, so every strategy sees the same messages: each
 //! turn is a user message, an assistant tool call (`read` 1–6k tokens, `grep` 0.3–2k, `bash`
@@ -73,6 +76,12 @@ const USD_INPUT: f64 = 3.0;
 const USD_CACHE_WRITE: f64 = 3.75;
 const USD_CACHE_READ: f64 = 0.30;
 const USD_OUTPUT: f64 = 15.0;
+
+/// (b)'s `clearToolResults`: clearing from 0.3 of the threshold, the newest 5000 tokens of
+/// output verbatim, passes batched for the cache (`cacheAware`, the default), and a summary
+/// once the conversation alone keeps the context at 0.6 of the threshold.
+const CLEARING: &str =
+    r#"{"at": 0.3, "keepRecentTokens": 5000, "clearAtLeast": 10000, "summarizeAt": 0.6}"#;
 
 /// Knobs of one run (the release benchmark or the smoke test).
 struct Plan {
@@ -352,7 +361,8 @@ fn summarize(body: &[u8]) -> String {
 #[derive(Clone, Copy)]
 struct Strategy {
     name: &'static str,
-    clear: bool,
+    /// `compaction.clearToolResults` as JSON text, `None`: off.
+    clear: Option<&'static str>,
     speculative_at: f64,
     idle_compact_at: f64,
 }
@@ -546,10 +556,9 @@ fn run(
         .as_str()
         .ok_or("createSession without sessionId")?
         .to_owned();
-    let clear = if s.clear {
-        json!({"at": 0.5, "keepRecentTokens": 20000, "clearAtLeast": 10000})
-    } else {
-        Value::Null
+    let clear: Value = match s.clear {
+        Some(text) => serde_json::from_str(text).map_err(|e| e.to_string())?,
+        None => Value::Null,
     };
     conn.call(
         "setSettingsOverrides",
@@ -666,21 +675,27 @@ fn bench() -> Res<()> {
     let strategies = [
         Strategy {
             name: "(a) Pi: summarize at the threshold",
-            clear: false,
+            clear: None,
             speculative_at: 0.0,
             idle_compact_at: 0.0,
         },
         Strategy {
             name: "(b) clearing, then summarizing",
-            clear: true,
+            clear: Some(CLEARING),
             speculative_at: 0.0,
             idle_compact_at: 0.0,
         },
         Strategy {
             name: "(c) clearing + speculation + idle gate",
-            clear: true,
+            clear: Some(CLEARING),
             speculative_at: 0.75,
-            idle_compact_at: 0.6,
+            idle_compact_at: 0.4,
+        },
+        Strategy {
+            name: "(d) clearing with the setting's defaults",
+            clear: Some("{}"),
+            speculative_at: 0.0,
+            idle_compact_at: 0.0,
         },
     ];
     let (turns, facts) = script(&plan);
@@ -763,9 +778,9 @@ fn bench() -> Res<()> {
     }
     let total = |o: &Outcome| o.tally.agent_usd + o.summarizer_usd;
     let ratio = |x: f64, y: f64| if y > 0.0 { x / y } else { f64::NAN };
-    let (a, b, c) = (&done[0], &done[1], &done[2]);
+    let (a, b, c, d) = (&done[0], &done[1], &done[2], &done[3]);
     println!();
-    for (name, o) in [("(b)/(a)", b), ("(c)/(a)", c)] {
+    for (name, o) in [("(b)/(a)", b), ("(c)/(a)", c), ("(d)/(a)", d)] {
         println!(
             "{name}: summarizing compactions {:.2}x, dollars {:.3}x, agent-visible wait {:.3}x",
             ratio(o.tally.compactions as f64, a.tally.compactions as f64),
@@ -801,8 +816,8 @@ fn bench() -> Res<()> {
         if a.tally.compactions == 0 {
             return Err("(a) never summarized".into());
         }
-        if b.tally.passes == 0 || c.tally.passes == 0 {
-            return Err("(b) or (c) never cleared".into());
+        if b.tally.passes == 0 || c.tally.passes == 0 || d.tally.passes == 0 {
+            return Err("(b), (c) or (d) never cleared".into());
         }
     }
     Ok(())

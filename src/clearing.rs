@@ -32,6 +32,11 @@ pub const DEFAULT_AT: f64 = 0.5;
 pub const DEFAULT_KEEP_RECENT_TOKENS: u64 = 20_000;
 /// `clearAtLeast` when a settings block does not say.
 pub const DEFAULT_CLEAR_AT_LEAST: u64 = 10_000;
+/// `summarizeAt` when a settings block does not say: Pi's threshold, no earlier summary.
+pub const DEFAULT_SUMMARIZE_AT: f64 = 1.0;
+/// The members of the setting, as errors name them.
+const MEMBERS: &str =
+    "`at`, `keepRecentTokens`, `clearAtLeast`, `excludeTools`, `cacheAware`, `summarizeAt`";
 
 /// `compaction.clearToolResults`, validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +49,12 @@ pub struct ClearSettings {
     pub clear_at_least: u64,
     /// Tool names never cleared.
     pub exclude_tools: Vec<String>,
+    /// While the provider's cache is warm and the context is below the threshold, a pass waits
+    /// until it pays for the cache rewrite it causes ([`pays_back`]).
+    pub cache_aware: bool,
+    /// With clearing on, a summarizing compaction once the context is still at this fraction
+    /// of the threshold after clearing, in (0, 1]; 1 is Pi's threshold.
+    pub summarize_at: f64,
 }
 
 impl ClearSettings {
@@ -57,18 +68,22 @@ impl ClearSettings {
             Some(Value::Object(o)) => o,
             Some(other) => {
                 return Err(format!(
-                    "{NAME} must be an object ({{at, keepRecentTokens, clearAtLeast, excludeTools}}) or null for off (got {other})"
+                    "{NAME} must be an object (members {MEMBERS}) or null for off (got {other})"
                 ))
             }
         };
         if let Some(k) = o.keys().find(|k| {
             !matches!(
                 k.as_str(),
-                "at" | "keepRecentTokens" | "clearAtLeast" | "excludeTools"
+                "at" | "keepRecentTokens"
+                    | "clearAtLeast"
+                    | "excludeTools"
+                    | "cacheAware"
+                    | "summarizeAt"
             )
         }) {
             return Err(format!(
-                "unknown field `{NAME}.{k}`, expected one of `at`, `keepRecentTokens`, `clearAtLeast`, `excludeTools`"
+                "unknown field `{NAME}.{k}`, expected one of {MEMBERS}"
             ));
         }
         let at = match o.get("at") {
@@ -115,11 +130,29 @@ impl ClearSettings {
                 ))
             }
         };
+        let cache_aware = match o.get("cacheAware") {
+            None => true,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => return Err(format!("{NAME}.cacheAware must be true or false (got {v})")),
+        };
+        let summarize_at = match o.get("summarizeAt") {
+            None => DEFAULT_SUMMARIZE_AT,
+            Some(v) => match v.as_f64() {
+                Some(f) if f > 0.0 && f <= 1.0 => f,
+                _ => {
+                    return Err(format!(
+                        "{NAME}.summarizeAt must be a fraction of the threshold in (0, 1] (got {v})"
+                    ))
+                }
+            },
+        };
         Ok(Some(ClearSettings {
             at,
             keep_recent_tokens,
             clear_at_least,
             exclude_tools,
+            cache_aware,
+            summarize_at,
         }))
     }
 
@@ -130,6 +163,8 @@ impl ClearSettings {
             "keepRecentTokens": self.keep_recent_tokens,
             "clearAtLeast": self.clear_at_least,
             "excludeTools": self.exclude_tools,
+            "cacheAware": self.cache_aware,
+            "summarizeAt": self.summarize_at,
         })
     }
 }
@@ -347,6 +382,73 @@ pub fn plan(candidates: &[Candidate], settings: &ClearSettings) -> Option<Pass> 
     (!pass.entry_ids.is_empty() && pass.tokens_freed >= settings.clear_at_least).then_some(pass)
 }
 
+/// The tokens the next request writes to the provider's cache because of `pass`: the context
+/// from the first entry it clears to the end, as projected after it. `context` is the
+/// context's entries in order.
+pub fn rewrite_tokens(context: &[&Entry], cleared: &Cleared, pass: &Pass) -> u64 {
+    let ids: HashSet<&str> = pass.entry_ids.iter().map(String::as_str).collect();
+    let clears = |e: &Entry| {
+        e.is_message(Role::ToolResult) && e.id.as_deref().is_some_and(|id| ids.contains(id))
+    };
+    let Some(first) = context.iter().position(|e| clears(e)) else {
+        return 0;
+    };
+    context[first..]
+        .iter()
+        .map(|e| match e.id.as_deref() {
+            Some(id) if clears(e) => projected_tokens(id, e.tokens),
+            _ => tokens_in_projection(e, cleared),
+        })
+        .sum()
+}
+
+/// Whether a pass pays for the cache break it causes, by the rule that balances a fixed cost
+/// against a carrying cost (the economic order quantity's): since the last pass, every request
+/// read the outputs a pass would clear at the cache-read price (`held_tokens` counts them, one
+/// per request); the pass makes the next request write `rewrite_tokens` at the cache-write
+/// price where it would have read them. Passing once the first has reached the second keeps the
+/// sum of both near its least: earlier passes break the cache for too little, later ones carry
+/// dead output too long. Prices per million tokens; a provider whose cache reads cost what
+/// writes do has nothing to wait for.
+pub fn pays_back(held_tokens: f64, rewrite_tokens: u64, cache_read: f64, cache_write: f64) -> bool {
+    held_tokens * cache_read >= rewrite_tokens as f64 * (cache_write - cache_read).max(0.0)
+}
+
+/// What the outputs a pass would clear have cost so far, in token-requests: the clearable
+/// tokens at each check, times the replies (one request each) since the check before.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CacheDebt {
+    /// The replies the last check saw (`None`: not yet observed, e.g. after a restart).
+    replies: Option<u64>,
+    held: f64,
+}
+
+impl CacheDebt {
+    /// A check that saw `replies` assistant replies in the context and `clearable` tokens a
+    /// pass would free now. The first check only sets the count (what was read before it is
+    /// unknown, so nothing is assumed); fewer replies than before means the context was rebuilt
+    /// (a compaction, another branch): the count starts again.
+    pub fn observe(&mut self, replies: u64, clearable: u64) {
+        match self.replies {
+            Some(seen) if replies >= seen => {
+                self.held += (replies - seen) as f64 * clearable as f64;
+            }
+            _ => self.held = 0.0,
+        }
+        self.replies = Some(replies);
+    }
+
+    /// After a pass: nothing is carried any more.
+    pub fn paid(&mut self) {
+        self.held = 0.0;
+    }
+
+    /// Token-requests carried since the last pass.
+    pub fn held(&self) -> f64 {
+        self.held
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,6 +482,8 @@ mod tests {
             keep_recent_tokens: keep,
             clear_at_least: least,
             exclude_tools: vec!["memory".into()],
+            cache_aware: true,
+            summarize_at: 1.0,
         }
     }
 
@@ -478,8 +582,15 @@ mod tests {
         .unwrap();
         assert_eq!(
             s.to_json(),
-            json!({"at": 0.6, "keepRecentTokens": 100, "clearAtLeast": 5, "excludeTools": ["a"]})
+            json!({"at": 0.6, "keepRecentTokens": 100, "clearAtLeast": 5, "excludeTools": ["a"],
+                "cacheAware": true, "summarizeAt": 1.0})
         );
+        let s =
+            ClearSettings::from_json(Some(&json!({"cacheAware": false, "summarizeAt": 0.6})), max)
+                .unwrap()
+                .unwrap();
+        assert!(!s.cache_aware);
+        assert_eq!(s.summarize_at, 0.6);
         for (bad, name) in [
             (json!({"at": 1.0}), "compaction.clearToolResults.at"),
             (json!({"at": 0}), "compaction.clearToolResults.at"),
@@ -496,10 +607,71 @@ mod tests {
                 "compaction.clearToolResults.excludeTools",
             ),
             (json!({"keep": 1}), "compaction.clearToolResults.keep"),
+            (
+                json!({"cacheAware": "yes"}),
+                "compaction.clearToolResults.cacheAware",
+            ),
+            (
+                json!({"summarizeAt": 1.5}),
+                "compaction.clearToolResults.summarizeAt",
+            ),
+            (
+                json!({"summarizeAt": 0}),
+                "compaction.clearToolResults.summarizeAt",
+            ),
             (json!(3), "compaction.clearToolResults"),
         ] {
             let e = ClearSettings::from_json(Some(&bad), max).unwrap_err();
             assert!(e.contains(name), "{e}");
         }
+    }
+
+    #[test]
+    fn rewrite_runs_from_the_first_cleared_output_to_the_end() {
+        let entries = session();
+        let refs: Vec<&Entry> = entries.iter().collect();
+        let none = Cleared::default();
+        let pass = Pass {
+            entry_ids: vec!["r2".into(), "r3".into()],
+            tokens_freed: 0,
+        };
+        // From r2 on: r2 and r3 as placeholders, then a3, a4, r4 (8000), a5, r5 (1000).
+        let calls: u64 = [4, 6, 8].iter().map(|i| entries[*i].tokens).sum();
+        let expected = projected_tokens("r2", entries[3].tokens)
+            + projected_tokens("r3", entries[5].tokens)
+            + calls
+            + entries[7].tokens
+            + entries[9].tokens;
+        assert_eq!(rewrite_tokens(&refs, &none, &pass), expected);
+        let nothing = Pass {
+            entry_ids: vec![],
+            tokens_freed: 0,
+        };
+        assert_eq!(rewrite_tokens(&refs, &none, &nothing), 0);
+    }
+
+    #[test]
+    fn a_pass_waits_until_it_pays_for_its_cache_break() {
+        // Sonnet 4.5: reads $0.30/M, writes $3.75/M: a rewrite of 20k tokens costs as much as
+        // 230k token-requests of reads.
+        assert!(!pays_back(229_999.0, 20_000, 0.30, 3.75));
+        assert!(pays_back(230_000.0, 20_000, 0.30, 3.75));
+        // A cache whose reads cost what writes do: nothing to wait for.
+        assert!(pays_back(0.0, 20_000, 3.0, 3.0));
+
+        let mut debt = CacheDebt::default();
+        debt.observe(2, 10_000);
+        assert_eq!(debt.held(), 0.0, "the first check only counts the replies");
+        debt.observe(4, 10_000);
+        debt.observe(6, 12_000);
+        assert_eq!(debt.held(), 2.0 * 10_000.0 + 2.0 * 12_000.0);
+        debt.observe(6, 50_000);
+        assert_eq!(debt.held(), 44_000.0, "no reply, no request");
+        debt.paid();
+        assert_eq!(debt.held(), 0.0);
+        debt.observe(8, 1_000);
+        assert_eq!(debt.held(), 2_000.0);
+        debt.observe(1, 1_000);
+        assert_eq!(debt.held(), 0.0, "a rebuilt context starts again");
     }
 }

@@ -40,17 +40,27 @@ struct Agent {
 
 impl Agent {
     fn start(env: &Env) -> Agent {
+        Agent::start_with(
+            env,
+            model(),
+            json!({"reserveTokens": 4000, "clearToolResults": {
+                "at": 0.3, "keepRecentTokens": 6000, "clearAtLeast": 4000, "excludeTools": ["memory"],
+                "cacheAware": false}}),
+        )
+    }
+
+    /// A session of `model` with the compaction settings `compaction`.
+    fn start_with(env: &Env, model: Value, compaction: Value) -> Agent {
         let mut c = env.stdio(&[], Framing::Ndjson);
         let info = c.ok(
             "createSession",
-            json!({"cwd": env.dir.path(), "sessionDir": env.dir.path(), "model": model()}),
+            json!({"cwd": env.dir.path(), "sessionDir": env.dir.path(), "model": model}),
         );
         let sid = info["sessionId"].as_str().unwrap().to_owned();
         let path = PathBuf::from(info["path"].as_str().unwrap());
         c.ok(
             "setSettingsOverrides",
-            json!({"sessionId": sid, "compaction": {"reserveTokens": 4000, "clearToolResults": {
-                "at": 0.3, "keepRecentTokens": 6000, "clearAtLeast": 4000, "excludeTools": ["memory"]}}}),
+            json!({"sessionId": sid, "compaction": compaction}),
         );
         Agent {
             c,
@@ -155,7 +165,8 @@ fn settings_are_reported_and_refused_by_name() {
     let s = a.c.ok("getSettings", json!({"sessionId": a.sid}));
     assert_eq!(
         s["compaction"]["clearToolResults"],
-        json!({"at": 0.3, "keepRecentTokens": 6000, "clearAtLeast": 4000, "excludeTools": ["memory"]})
+        json!({"at": 0.3, "keepRecentTokens": 6000, "clearAtLeast": 4000, "excludeTools": ["memory"],
+            "cacheAware": false, "summarizeAt": 1})
     );
     for (bad, name) in [
         (json!({"at": 1.5}), "compaction.clearToolResults.at"),
@@ -165,6 +176,14 @@ fn settings_are_reported_and_refused_by_name() {
         ),
         (json!({"clearAtLeast": "many"}), "clearAtLeast"),
         (json!({"keep": 1}), "compaction.clearToolResults.keep"),
+        (
+            json!({"cacheAware": 1}),
+            "compaction.clearToolResults.cacheAware",
+        ),
+        (
+            json!({"summarizeAt": 1.01}),
+            "compaction.clearToolResults.summarizeAt",
+        ),
     ] {
         let e =
             a.c.request(
@@ -198,7 +217,8 @@ fn settings_are_reported_and_refused_by_name() {
     let s = a.c.ok("getSettings", json!({"sessionId": a.sid}));
     assert_eq!(
         s["compaction"]["clearToolResults"],
-        json!({"at": 0.6, "keepRecentTokens": 20000, "clearAtLeast": 10000, "excludeTools": []})
+        json!({"at": 0.6, "keepRecentTokens": 20000, "clearAtLeast": 10000, "excludeTools": [],
+            "cacheAware": true, "summarizeAt": 1})
     );
 }
 
@@ -290,7 +310,8 @@ fn a_pass_clears_old_output_reversibly_and_the_prefix_stays_stable() {
     a.c.ok(
         "setSettingsOverrides",
         json!({"sessionId": a.sid, "compaction": {"reserveTokens": 4000, "clearToolResults": {
-            "at": 0.3, "keepRecentTokens": 6000, "clearAtLeast": 4000, "excludeTools": ["memory"]}}}),
+            "at": 0.3, "keepRecentTokens": 6000, "clearAtLeast": 4000, "excludeTools": ["memory"],
+                "cacheAware": false}}}),
     );
     assert_eq!(a.context(), ctx);
     assert_eq!(
@@ -433,6 +454,183 @@ fn summarizing_after_clearing_reads_the_originals_and_keeps_the_tail_projected()
     // The summary entry is Pi's: the file still loads as a Pi session with both tiers in it.
     let summary = out["result"]["summary"].as_str().unwrap();
     assert!(!summary.contains("Output cleared by compactd"), "{summary}");
+}
+
+/// claude-sonnet-4-5 (priced: cache reads $0.30/M, writes $3.75/M) with a window of 100000:
+/// threshold 96000.
+fn wide_model() -> Value {
+    json!({"provider": "anthropic", "id": "claude-sonnet-4-5", "contextWindow": 100000, "maxTokens": 4000})
+}
+
+#[test]
+fn a_pass_waits_while_the_cache_is_warm_until_it_pays_back() {
+    let env = Env::new();
+    let settings = |ttl: u64| {
+        json!({"reserveTokens": 4000, "cacheTtlSeconds": ttl, "clearToolResults": {
+            "at": 0.1, "keepRecentTokens": 6000, "clearAtLeast": 4000}})
+    };
+    let mut a = Agent::start_with(&env, wide_model(), settings(3600));
+    let preview = |a: &mut Agent| {
+        a.c.ok("previewCompaction", json!({"sessionId": a.sid}))["clearing"].clone()
+    };
+    // Up to `at` (9600 tokens): no pass.
+    let mut turns = 0;
+    while a.usage_now() < 9_600 {
+        a.turn("read", &format!("f{turns}"));
+        turns += 1;
+        assert!(a.check().get("cleared").is_none());
+    }
+    // Then a pass frees enough, but the cache is warm (the last reply is seconds old) and the
+    // outputs it would clear have been read by a few requests only: it waits.
+    let mut p = preview(&mut a);
+    while p["tokensFreed"].as_u64().unwrap() < 4000 {
+        a.turn("read", &format!("g{turns}"));
+        turns += 1;
+        let out = a.check();
+        assert!(out.get("cleared").is_none(), "{out}");
+        p = preview(&mut a);
+    }
+    assert!(p["tokensFreed"].as_u64().unwrap() >= 4000, "{p}");
+    assert_eq!(
+        (p["due"].clone(), p["waitsForCache"].clone()),
+        (json!(false), json!(true)),
+        "{p}"
+    );
+    // The same pass with cacheAware off is due at once (the decision is the cache's alone).
+    let mut plain = settings(3600);
+    plain["clearToolResults"]["cacheAware"] = json!(false);
+    a.c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": a.sid, "compaction": plain}),
+    );
+    let p = preview(&mut a);
+    assert_eq!(
+        (p["due"].clone(), p["waitsForCache"].clone()),
+        (json!(true), json!(false)),
+        "{p}"
+    );
+    a.c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": a.sid, "compaction": settings(3600)}),
+    );
+
+    // Turn after turn, the reads add up until the pass pays for its rewrite (about 11.5 ×
+    // the rewritten tokens, at these prices): it then clears a larger batch, well before the
+    // threshold.
+    let waited_from = p["tokensFreed"].as_u64().unwrap();
+    let mut waited = 0;
+    let pass = loop {
+        a.turn("read", &format!("h{waited}"));
+        waited += 1;
+        let out = a.check();
+        if let Some(pass) = out.get("cleared") {
+            break pass.clone();
+        }
+        assert!(
+            waited < 12,
+            "no pass after {waited} more turns: {}",
+            preview(&mut a)
+        );
+    };
+    assert!(waited >= 2, "the pass did not wait ({waited} turns)");
+    let freed = pass["tokensFreed"].as_u64().unwrap();
+    assert!(
+        freed > waited_from + 4000,
+        "a larger batch: {freed} vs {waited_from}"
+    );
+    assert!(pass["tokensBefore"].as_f64().unwrap() < 96_000.0, "{pass}");
+    assert_eq!(a.passes().len(), 1);
+
+    // A cold cache (its lifetime is over: the next request writes everything anyway) makes a
+    // pass free: it runs as soon as it frees enough.
+    let mut i = 0;
+    while preview(&mut a)["waitsForCache"] != json!(true) {
+        a.turn("read", &format!("k{i}"));
+        i += 1;
+        assert!(a.check().get("cleared").is_none(), "waits while warm");
+        assert!(i < 10, "never weighed again: {}", preview(&mut a));
+    }
+    a.c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": a.sid, "compaction": settings(0)}),
+    );
+    let p = preview(&mut a);
+    assert_eq!(
+        (p["due"].clone(), p["waitsForCache"].clone()),
+        (json!(true), json!(false)),
+        "{p}"
+    );
+    let out = a.check();
+    assert!(
+        out["cleared"]["tokensFreed"].as_u64().unwrap_or(0) >= 4000,
+        "{out} {p}"
+    );
+}
+
+#[test]
+fn with_summarize_at_a_summary_follows_once_clearing_is_not_enough() {
+    let env = Env::new();
+    // Threshold 36000; clearing from 0.3 (10800), a summary from 0.6 (21600).
+    let mut a = Agent::start_with(
+        &env,
+        model(),
+        json!({"reserveTokens": 4000, "keepRecentTokens": 4000, "clearToolResults": {
+            "at": 0.3, "keepRecentTokens": 3000, "clearAtLeast": 2000, "cacheAware": false,
+            "summarizeAt": 0.6}}),
+    );
+    // Long user messages: conversation that no pass can clear.
+    let mut passes = 0;
+    let out = loop {
+        let ts = support::daemon_env::now_ms();
+        let talk = json!({"role": "user", "content": "x ".repeat(2400), "timestamp": ts});
+        a.c.ok(
+            "appendMessage",
+            json!({"sessionId": a.sid, "message": talk}),
+        );
+        a.turn("read", &format!("f{}", a.turn));
+        let before = a.usage_now();
+        let out = a.check();
+        passes += usize::from(out.get("cleared").is_some());
+        if out["action"] == "compacted" {
+            assert!(
+                (21_600..36_000).contains(&before) || out.get("cleared").is_some(),
+                "compacted at {before}: {out}"
+            );
+            break out;
+        }
+        assert!(
+            before < 21_600 || out.get("cleared").is_some(),
+            "no summary at {before}: {out}"
+        );
+        assert!(a.turn < 20, "never summarized");
+    };
+    assert!(passes >= 1, "clearing ran first");
+    assert_eq!(out["reason"], "threshold", "{out}");
+    assert!(
+        a.usage_now() < 21_600,
+        "the summary brought the context under summarizeAt"
+    );
+    // Off (the default, 1): the same context waits for Pi's threshold.
+    let mut b = Agent::start_with(
+        &env,
+        model(),
+        json!({"reserveTokens": 4000, "keepRecentTokens": 4000, "clearToolResults": {
+            "at": 0.3, "keepRecentTokens": 3000, "clearAtLeast": 2000, "cacheAware": false}}),
+    );
+    while b.turn < a.turn {
+        let ts = support::daemon_env::now_ms();
+        let talk = json!({"role": "user", "content": "x ".repeat(2400), "timestamp": ts});
+        b.c.ok(
+            "appendMessage",
+            json!({"sessionId": b.sid, "message": talk}),
+        );
+        b.turn("read", &format!("f{}", b.turn));
+        let out = b.check();
+        assert_ne!(
+            out["action"], "compacted",
+            "compacted below the threshold: {out}"
+        );
+    }
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::clearing::{self, Cleared};
+use crate::clearing::{self, CacheDebt, Cleared};
 use crate::compaction::tokens::MessageFacts;
 use crate::compaction::BranchIndex;
 use crate::context::{context_positions, convert_to_llm, project_entry};
@@ -43,6 +43,9 @@ pub struct SessionState {
     /// Beyond Pi: the clearing passes on the current branch (which tool results the projection
     /// replaces), kept current with `branch`.
     pub cleared: Cleared,
+    /// Beyond Pi: what the outputs a clearing pass would clear have cost to re-read since the
+    /// last pass (`clearToolResults.cacheAware`); in memory only, so a restart waits longer.
+    pub cache_debt: CacheDebt,
     pub model: Option<Model>,
     pub thinking_level: String,
     /// Pi's `_overflowRecoveryAttempted`.
@@ -102,6 +105,7 @@ impl SessionState {
             agent: Vec::new(),
             live: LiveContext::default(),
             cleared: Cleared::default(),
+            cache_debt: CacheDebt::default(),
             model,
             thinking_level,
             overflow_recovery_attempted: false,
@@ -382,6 +386,9 @@ impl SessionState {
             }
         }
         self.live.forget_usage();
+        // Whoever appended it (this daemon, the Pi extension, another daemon), the outputs it
+        // cleared are no longer re-read.
+        self.cache_debt.paid();
     }
 
     /// Checks `expectedLeafId`.

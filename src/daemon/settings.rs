@@ -368,6 +368,8 @@ impl EffectiveSettings {
                         keep_recent_tokens: c.keep_recent_tokens,
                         clear_at_least: c.clear_at_least,
                         exclude_tools: c.exclude_tools.clone(),
+                        cache_aware: c.cache_aware,
+                        summarize_at: c.summarize_at,
                     }),
             );
         results::EffectiveSettings {

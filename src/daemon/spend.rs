@@ -44,7 +44,7 @@ pub fn cache_cold(state: &SessionState, settings: &EffectiveSettings) -> bool {
 }
 
 /// The price of the session's own model (its requests read and write the prompt cache).
-fn agent_price(daemon: &Daemon, state: &SessionState) -> Option<Price> {
+pub fn agent_price(daemon: &Daemon, state: &SessionState) -> Option<Price> {
     let m = state.model.as_ref()?;
     daemon.config.prices.lookup(Some(&m.provider), &m.id)
 }

@@ -387,6 +387,8 @@ pub struct ClearToolResultsView {
     pub keep_recent_tokens: u64,
     pub clear_at_least: u64,
     pub exclude_tools: Vec<String>,
+    pub cache_aware: bool,
+    pub summarize_at: f64,
 }
 
 impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettingsView {
@@ -601,6 +603,9 @@ pub struct ClearingPreview {
     #[serde(serialize_with = "crate::compaction::summary::js_number")]
     pub at_tokens: f64,
     pub due: bool,
+    /// The pass frees enough but waits: the provider's cache is warm and the reads of what it
+    /// would clear have not yet paid for the rewrite it would cause (`cacheAware`).
+    pub waits_for_cache: bool,
 }
 
 /// `navigateTree`'s answer.

@@ -309,6 +309,16 @@ pub struct ClearToolResultsPatch {
     /// Tool names never cleared (default none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exclude_tools: Option<Vec<String>>,
+    /// While the agent's prompt cache is warm (its last reply is within `cacheTtlSeconds`), the
+    /// context is below the point where a summary follows and the model's prices are known, a
+    /// pass that frees enough waits until the cache reads of what it would clear, since the last
+    /// pass, add up to what its cache rewrite costs (default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_aware: Option<bool>,
+    /// With clearing on, a summarizing compaction follows once the context is still at this
+    /// fraction of the threshold after clearing, in (0, 1] (default 1: Pi's threshold).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summarize_at: Option<f64>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

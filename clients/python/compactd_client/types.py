@@ -79,6 +79,8 @@ class ClearToolResultsPatch(TypedDict, total=False):
     keepRecentTokens: Optional[int]
     clearAtLeast: Optional[int]
     excludeTools: Optional[List[str]]
+    cacheAware: Optional[bool]
+    summarizeAt: Optional[float]
 
 
 class ClearToolResultsView(TypedDict):
@@ -88,6 +90,8 @@ class ClearToolResultsView(TypedDict):
     keepRecentTokens: int
     clearAtLeast: int
     excludeTools: List[str]
+    cacheAware: bool
+    summarizeAt: float
 
 
 class ClearingPass(TypedDict):
@@ -108,6 +112,7 @@ class ClearingPreview(TypedDict):
     tokensAfter: float
     atTokens: float
     due: bool
+    waitsForCache: bool
 
 
 class ClearingSpend(TypedDict):

@@ -110,6 +110,10 @@ export interface ClearToolResultsPatch {
   clearAtLeast?: number | null;
   /** Tool names never cleared (default none). */
   excludeTools?: string[] | null;
+  /** While the agent's prompt cache is warm (its last reply is within `cacheTtlSeconds`), the context is below the point where a summary follows and the model's prices are known, a pass that frees enough waits until the cache reads of what it would clear, since the last pass, add up to what its cache rewrite costs (default true). */
+  cacheAware?: boolean | null;
+  /** With clearing on, a summarizing compaction follows once the context is still at this fraction of the threshold after clearing, in (0, 1] (default 1: Pi's threshold). */
+  summarizeAt?: number | null;
 }
 
 /** `compaction.clearToolResults` in effect. */
@@ -118,6 +122,8 @@ export interface ClearToolResultsView {
   keepRecentTokens: number;
   clearAtLeast: number;
   excludeTools: string[];
+  cacheAware: boolean;
+  summarizeAt: number;
 }
 
 /** A clearing pass `checkCompaction` ran (beyond Pi, `compaction.clearToolResults`): the tool results it cleared from the projected context, what that freed, and the context before (as the check measured it) and after (the projection's estimate). */
@@ -137,6 +143,8 @@ export interface ClearingPreview {
   /** `at` × the threshold: the context size from which a pass is considered. */
   atTokens: number;
   due: boolean;
+  /** The pass frees enough but waits: the provider's cache is warm and the reads of what it would clear have not yet paid for the rewrite it would cause (`cacheAware`). */
+  waitsForCache: boolean;
 }
 
 /** What clearing passes saved (`getCostReport`): tokens each later request left out, priced as the cheapest input (cache reads) less the cache rewrites the passes caused, so a lower bound. */

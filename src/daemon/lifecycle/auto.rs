@@ -290,6 +290,13 @@ pub async fn check(
     // summarized; the decision below then measures the projection.
     let cleared = super::clearing::run(daemon, session, &settings);
     let mut out = check_phase(daemon, session, &settings, phase).await;
+    // Beyond Pi, with clearing on: a summary once clearing alone leaves the context at
+    // `summarizeAt` × the threshold (what remains is conversation, which only a summary
+    // shrinks).
+    if out.action == CheckAction::None && super::clearing::summary_due(daemon, session, &settings) {
+        out = run_auto(daemon, session, &settings, AutoReason::Threshold, false).await;
+        out.will_retry = false;
+    }
     if cleared.is_some() {
         out.context_changed = true;
         out.cleared = cleared;

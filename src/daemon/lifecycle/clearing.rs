@@ -4,43 +4,114 @@
 //! `context_cleared` announced. The plan is the pure [`crate::clearing`]'s; what the entry does
 //! to the context (the projection, the estimate) is the session's (`SessionState::apply_pass`),
 //! so a pass another writer appended reads the same.
+//!
+//! Every pass breaks the provider's prompt cache once, so with `cacheAware` (the default) a
+//! pass that frees enough still waits while the cache is warm until it pays for that break
+//! ([`clearing::pays_back`]), unless the context has reached the point where the alternative
+//! is a summary. With `summarizeAt` below 1, a summarizing compaction follows once the context
+//! is still at that fraction of the threshold after clearing ([`summary_due`]): clearing cannot
+//! shrink the conversation itself, only a summary can.
 
 use serde_json::json;
 
-use super::super::session::custom_entry;
+use super::super::session::{custom_entry, SessionState};
 use super::super::settings::EffectiveSettings;
+use super::super::spend;
 use super::super::{Daemon, Session};
-use crate::clearing::{self, ClearSettings, Pass, CLEAR_TYPE};
+use crate::clearing::{self, CacheDebt, ClearSettings, Pass, CLEAR_TYPE};
 use crate::rpc::events::ContextCleared;
 use crate::rpc::results::{ClearingPass, ClearingPreview};
+use crate::session::Role;
 
-/// What a pass would clear now and whether it is due (`previewCompaction`), or `None` when
-/// clearing is off or the session has no model window.
+/// What a pass would do now: the one decision of [`run`] and [`preview`].
+struct Decision {
+    /// Everything a pass would clear now, whether or not it runs.
+    pass: Pass,
+    tokens_before: f64,
+    at_tokens: f64,
+    /// The cache debt with this check counted in.
+    debt: CacheDebt,
+    /// It frees enough (`clearAtLeast`) at or above `at`.
+    enough: bool,
+    /// It frees enough but waits for the cache to pay back.
+    waits_for_cache: bool,
+}
+
+impl Decision {
+    fn due(&self) -> bool {
+        self.enough && !self.waits_for_cache
+    }
+}
+
+fn decide(
+    daemon: &Daemon,
+    state: &SessionState,
+    settings: &EffectiveSettings,
+    clear: &ClearSettings,
+) -> Option<Decision> {
+    let threshold = threshold(state, settings)?;
+    let tokens_before = daemon.context_tokens(state, settings);
+    let at_tokens = clear.at * threshold;
+    let context = state.context_entries();
+    let pass = clearing::clearable(&clearing::candidates(&context, &state.cleared), clear);
+    // Every check counts (below `at` too): the outputs were read whether or not a pass was
+    // considered yet.
+    let mut debt = state.cache_debt;
+    let replies = context
+        .iter()
+        .filter(|e| e.is_message(Role::Assistant))
+        .count();
+    debt.observe(replies as u64, pass.tokens_freed);
+    let enough = tokens_before >= at_tokens
+        && !pass.entry_ids.is_empty()
+        && pass.tokens_freed >= clear.clear_at_least;
+    // At the point where a summary would follow, a pass that avoids it is always worth it; so
+    // is one while the cache is cold (the next request writes everything anyway) or when the
+    // agent's prices are unknown (no cost to weigh).
+    let urgent = tokens_before >= summary_point(settings, threshold);
+    let waits_for_cache = enough
+        && clear.cache_aware
+        && !urgent
+        && !spend::cache_cold(state, settings)
+        && spend::agent_price(daemon, state).is_some_and(|p| {
+            let rewrite = clearing::rewrite_tokens(&context, &state.cleared, &pass);
+            !clearing::pays_back(debt.held(), rewrite, p.cache_read, p.cache_write)
+        });
+    Some(Decision {
+        pass,
+        tokens_before,
+        at_tokens,
+        debt,
+        enough,
+        waits_for_cache,
+    })
+}
+
+/// What a pass would clear now and whether it is due (`previewCompaction`, and the Pi
+/// extension before each request), or `None` when clearing is off or the session has no model
+/// window.
 pub fn preview(
     daemon: &Daemon,
     session: &Session,
     settings: &EffectiveSettings,
 ) -> Option<ClearingPreview> {
     let clear = settings.clear_tool_results.as_ref()?;
-    let state = session.lock_state();
-    let threshold = threshold(&state, settings)?;
-    let tokens = daemon.context_tokens(&state, settings);
-    let pass = clearing::clearable(
-        &clearing::candidates(&state.context_entries(), &state.cleared),
-        clear,
-    );
+    let mut state = session.lock_state();
+    let d = decide(daemon, &state, settings, clear)?;
+    // The reads are counted here too: the Pi extension asks before every request and never
+    // checks (a count only moves with new replies, so asking twice adds nothing).
+    state.cache_debt = d.debt;
     Some(ClearingPreview {
-        due: tokens >= clear.at * threshold
-            && !pass.entry_ids.is_empty()
-            && pass.tokens_freed >= clear.clear_at_least,
+        due: d.due(),
+        waits_for_cache: d.waits_for_cache,
         tokens_after: state
             .live
             .estimated_total()
-            .saturating_sub(pass.tokens_freed) as f64,
-        at_tokens: clear.at * threshold,
-        entry_ids: pass.entry_ids,
-        tokens_freed: pass.tokens_freed,
-        tokens_before: tokens,
+            .saturating_sub(d.pass.tokens_freed) as f64,
+        at_tokens: d.at_tokens,
+        entry_ids: d.pass.entry_ids,
+        tokens_freed: d.pass.tokens_freed,
+        tokens_before: d.tokens_before,
     })
 }
 
@@ -54,13 +125,12 @@ pub fn run(
     let clear = settings.clear_tool_results.as_ref()?;
     let (pass, before, after) = {
         let mut state = session.lock_state();
-        let threshold = threshold(&state, settings)?;
-        let before = daemon.context_tokens(&state, settings);
-        if before < clear.at * threshold {
+        let d = decide(daemon, &state, settings, clear)?;
+        state.cache_debt = d.debt;
+        if !d.due() {
             return None;
         }
-        let pass = due(&state, clear)?;
-        let data = clearing::pass_data(&pass);
+        let data = clearing::pass_data(&d.pass);
         let written = state.append_with(|id, parent, ts| {
             custom_entry(
                 "custom",
@@ -74,7 +144,11 @@ pub fn run(
             tracing::warn!(session = %session.id, error = %e.message, "could not write the clearing pass; nothing cleared");
             return None;
         }
-        (pass, before, daemon.context_tokens(&state, settings))
+        (
+            d.pass,
+            d.tokens_before,
+            daemon.context_tokens(&state, settings),
+        )
     };
     tracing::info!(
         session = %session.id,
@@ -100,19 +174,35 @@ pub fn run(
     })
 }
 
-/// The pass to run on `state`'s context, if it frees enough.
-fn due(state: &super::super::session::SessionState, clear: &ClearSettings) -> Option<Pass> {
-    clearing::plan(
-        &clearing::candidates(&state.context_entries(), &state.cleared),
-        clear,
-    )
+/// Where a summarizing compaction comes, of Pi's `threshold`: `summarizeAt` × it with clearing
+/// on, else the threshold itself. Speculation aims at this point too.
+pub fn summary_point(settings: &EffectiveSettings, threshold: f64) -> f64 {
+    settings
+        .clear_tool_results
+        .as_ref()
+        .map_or(threshold, |c| c.summarize_at * threshold)
+}
+
+/// Whether a summarizing compaction is due below Pi's threshold: clearing is on with
+/// `summarizeAt` below 1, compaction is enabled, and the context (projected, after any pass
+/// of this check) is at [`summary_point`].
+pub fn summary_due(daemon: &Daemon, session: &Session, settings: &EffectiveSettings) -> bool {
+    if !settings.compaction.enabled
+        || !settings
+            .clear_tool_results
+            .as_ref()
+            .is_some_and(|c| c.summarize_at < 1.0)
+    {
+        return false;
+    }
+    let state = session.lock_state();
+    threshold(&state, settings).is_some_and(|threshold| {
+        daemon.context_tokens(&state, settings) >= summary_point(settings, threshold)
+    })
 }
 
 /// `contextWindow − reserveTokens`, when the session has a model with a window.
-fn threshold(
-    state: &super::super::session::SessionState,
-    settings: &EffectiveSettings,
-) -> Option<f64> {
+fn threshold(state: &SessionState, settings: &EffectiveSettings) -> Option<f64> {
     let window = state.model.as_ref()?.context_window;
     (window > 0).then_some(crate::compaction::tokens::threshold(
         window,

@@ -293,7 +293,12 @@ pub fn consider(daemon: &Arc<Daemon>, session: &Arc<Session>, settings: &Effecti
         else {
             return;
         };
-        let threshold = crate::compaction::tokens::threshold(window, &settings.compaction);
+        // Aimed at where the summary will come (with clearing on, `summarizeAt` of the
+        // threshold).
+        let threshold = super::clearing::summary_point(
+            settings,
+            crate::compaction::tokens::threshold(window, &settings.compaction),
+        );
         let tokens = daemon.context_tokens(&state, settings);
         let rate = {
             let mut slot = session.speculation.inner.lock();
