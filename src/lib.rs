@@ -18,7 +18,8 @@
 //!   types a summarizer returns, summaries and `CompactionResult`.
 //! - [`clearing`]: beyond Pi, the second tier — old tool output cleared from the projected
 //!   context (reversibly: a `compactd.clear` custom entry names what a pass cleared), the
-//!   settings, the plan of a pass, the placeholder a cleared result projects to.
+//!   settings, the plan of a pass, the placeholder a cleared result projects to, and when a
+//!   pass pays for the prompt-cache break it causes (`pays_back`, `CacheDebt`).
 //! - [`live_context`]: incremental token facts of a live agent context (O(1) checks after appends).
 //! - [`report`]: the analysis `compactd inspect` prints (the fixtures' `expected.json` shape).
 //! - [`summarizer`]: who writes summaries — LLM providers (each only a streaming protocol),
