@@ -80,6 +80,7 @@ const USD_OUTPUT: f64 = 15.0;
 /// (b)'s `clearToolResults`: clearing from 0.3 of the threshold, the newest 5000 tokens of
 /// output verbatim, passes batched for the cache (`cacheAware`, the default), and a summary
 /// once the conversation alone keeps the context at 0.6 of the threshold.
+/// `COMPACTD_BENCH_CLEARING` (the JSON of a `clearToolResults`) replaces it.
 const CLEARING: &str =
     r#"{"at": 0.3, "keepRecentTokens": 5000, "clearAtLeast": 10000, "summarizeAt": 0.6}"#;
 
@@ -358,11 +359,11 @@ fn summarize(body: &[u8]) -> String {
 // ------------------------------------------------------------------ one strategy
 
 /// One strategy's settings.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Strategy {
     name: &'static str,
     /// `compaction.clearToolResults` as JSON text, `None`: off.
-    clear: Option<&'static str>,
+    clear: Option<String>,
     speculative_at: f64,
     idle_compact_at: f64,
 }
@@ -556,7 +557,7 @@ fn run(
         .as_str()
         .ok_or("createSession without sessionId")?
         .to_owned();
-    let clear: Value = match s.clear {
+    let clear: Value = match &s.clear {
         Some(text) => serde_json::from_str(text).map_err(|e| e.to_string())?,
         None => Value::Null,
     };
@@ -672,6 +673,8 @@ fn bench() -> Res<()> {
             pause_every: 30,
         }
     };
+    // (b)'s and (c)'s setting, or another one to compare.
+    let clearing = std::env::var("COMPACTD_BENCH_CLEARING").unwrap_or_else(|_| CLEARING.to_owned());
     let strategies = [
         Strategy {
             name: "(a) Pi: summarize at the threshold",
@@ -681,19 +684,19 @@ fn bench() -> Res<()> {
         },
         Strategy {
             name: "(b) clearing, then summarizing",
-            clear: Some(CLEARING),
+            clear: Some(clearing.clone()),
             speculative_at: 0.0,
             idle_compact_at: 0.0,
         },
         Strategy {
             name: "(c) clearing + speculation + idle gate",
-            clear: Some(CLEARING),
+            clear: Some(clearing.clone()),
             speculative_at: 0.75,
             idle_compact_at: 0.4,
         },
         Strategy {
             name: "(d) clearing with the setting's defaults",
-            clear: Some("{}"),
+            clear: Some("{}".to_owned()),
             speculative_at: 0.0,
             idle_compact_at: 0.0,
         },
@@ -717,7 +720,8 @@ fn bench() -> Res<()> {
         let handles: Vec<_> = strategies
             .iter()
             .enumerate()
-            .map(|(i, &s)| {
+            .map(|(i, s)| {
+                let s = s.clone();
                 let (bin, plan, turns, facts) = (&bin, &plan, &turns, &facts);
                 let root = tmp.path().join(format!("strategy-{i}"));
                 sc.spawn(move || run(bin, &root, plan, turns, facts, s))

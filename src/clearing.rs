@@ -232,10 +232,11 @@ impl Cleared {
     }
 }
 
-/// The text a cleared tool result projects to: what it was, and how to get it back.
+/// The text a cleared tool result projects to: what it was, and how to get it back. Short,
+/// because every cleared output leaves one in the context until a summary (about 27 tokens).
 pub fn placeholder(entry_id: &str, tokens: u64) -> String {
     format!(
-        "[Output cleared by compactd to save context (~{tokens} tokens). It is kept as entry {entry_id}: get_entry {{\"entryId\": \"{entry_id}\"}} (or getEntry) returns it in full.]"
+        "[Output cleared by compactd to save context (~{tokens} tokens); get_entry or getEntry returns entry {entry_id}.]"
     )
 }
 
