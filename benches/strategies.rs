@@ -4,9 +4,9 @@
 //!
 //! - **(a) Pi's policy**: summarize at the threshold; no clearing, no speculation.
 //! - **(b) clearing then summarizing**: `clearToolResults {at: 0.3, keepRecentTokens: 5000,
-//!   clearAtLeast: 10000, summarizeAt: 0.6}` (`cacheAware` on, its default); no speculation.
+//!   clearAtLeast: 10000, summarizeAt: 0.5}` (`cacheAware` on, its default); no speculation.
 //! - **(c) clearing + speculation + idle gate**: (b) with `speculativeAt` 0.75 (of the point
-//!   where the summary comes, 0.6 of the threshold) and `idleCompactAt` 0.4.
+//!   where the summary comes, half the threshold) and `idleCompactAt` 0.4.
 //! - **(d) clearing with the setting's defaults**: `clearToolResults {}` (`at` 0.5,
 //!   `keepRecentTokens` 20000, `clearAtLeast` 10000, `cacheAware`, `summarizeAt` 1), to show
 //!   what the choices of (b) are worth.
@@ -79,10 +79,10 @@ const USD_OUTPUT: f64 = 15.0;
 
 /// (b)'s `clearToolResults`: clearing from 0.3 of the threshold, the newest 5000 tokens of
 /// output verbatim, passes batched for the cache (`cacheAware`, the default), and a summary
-/// once the conversation alone keeps the context at 0.6 of the threshold.
+/// once the conversation alone keeps the context at half the threshold.
 /// `COMPACTD_BENCH_CLEARING` (the JSON of a `clearToolResults`) replaces it.
 const CLEARING: &str =
-    r#"{"at": 0.3, "keepRecentTokens": 5000, "clearAtLeast": 10000, "summarizeAt": 0.6}"#;
+    r#"{"at": 0.3, "keepRecentTokens": 5000, "clearAtLeast": 10000, "summarizeAt": 0.5}"#;
 
 /// Knobs of one run (the release benchmark or the smoke test).
 struct Plan {
