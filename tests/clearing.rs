@@ -114,6 +114,19 @@ impl Agent {
         );
     }
 
+    /// A long user message (about 1200 tokens of conversation no pass can clear), then a turn
+    /// reading the next file.
+    fn talk_then_read(&mut self) {
+        let ts = support::daemon_env::now_ms();
+        let talk = json!({"role": "user", "content": "x ".repeat(2400), "timestamp": ts});
+        self.c.ok(
+            "appendMessage",
+            json!({"sessionId": self.sid, "message": talk}),
+        );
+        let path = format!("f{}", self.turn);
+        self.turn("read", &path);
+    }
+
     fn check(&mut self) -> Value {
         self.c.ok(
             "checkCompaction",
@@ -581,13 +594,7 @@ fn with_summarize_at_a_summary_follows_once_clearing_is_not_enough() {
     // Long user messages: conversation that no pass can clear.
     let mut passes = 0;
     let out = loop {
-        let ts = support::daemon_env::now_ms();
-        let talk = json!({"role": "user", "content": "x ".repeat(2400), "timestamp": ts});
-        a.c.ok(
-            "appendMessage",
-            json!({"sessionId": a.sid, "message": talk}),
-        );
-        a.turn("read", &format!("f{}", a.turn));
+        a.talk_then_read();
         let before = a.usage_now();
         let out = a.check();
         passes += usize::from(out.get("cleared").is_some());
@@ -618,13 +625,7 @@ fn with_summarize_at_a_summary_follows_once_clearing_is_not_enough() {
             "at": 0.3, "keepRecentTokens": 3000, "clearAtLeast": 2000, "cacheAware": false}}),
     );
     while b.turn < a.turn {
-        let ts = support::daemon_env::now_ms();
-        let talk = json!({"role": "user", "content": "x ".repeat(2400), "timestamp": ts});
-        b.c.ok(
-            "appendMessage",
-            json!({"sessionId": b.sid, "message": talk}),
-        );
-        b.turn("read", &format!("f{}", b.turn));
+        b.talk_then_read();
         let out = b.check();
         assert_ne!(
             out["action"], "compacted",
