@@ -723,7 +723,10 @@ fn a_held_append_lock_holds_up_no_other_sessions_appends() {
     support::wait_until(
         Duration::from_secs(10),
         "the held session's append waits for the lock",
-        || pg.psql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") == "1",
+        || {
+            pg.psql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                == "1"
+        },
     );
     // Every other session's append goes through meanwhile.
     let others = std::thread::spawn(move || {

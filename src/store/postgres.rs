@@ -42,6 +42,9 @@
 //!   stays plain tokio-postgres. Connections that must outlive a call (the compaction lease,
 //!   whose advisory lock belongs to its connection; the LISTEN connection; an exclusive append
 //!   transaction) are made apart from the pool, so returning one can never hand a lock on.
+//!   The one exception to a connection per call is the [`Pipe`]: single statements in
+//!   autocommit (the appends that do not wait for the flush) of every session share it,
+//!   pipelined, never a transaction.
 //! - **Errors by meaning.** A value the database cannot store (a NUL in a text column, any
 //!   SQL data exception) is [`StoreError::Invalid`], naming the field (`invalid_params`); only a
 //!   database that cannot be reached is [`StoreError::Unavailable`].
@@ -378,7 +381,10 @@ impl Database {
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        let append = client.prepare(TRY_APPEND_ENTRY).await.map_err(unavailable)?;
+        let append = client
+            .prepare(TRY_APPEND_ENTRY)
+            .await
+            .map_err(unavailable)?;
         let pipe = Pipe {
             client: Arc::new(client),
             append,
