@@ -767,25 +767,34 @@ const INSERT_ENTRY: &str =
      INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
      SELECT $1, $2, $3, $4, $5, $6 FROM lock";
 
-/// [`INSERT_ENTRY`] as an append at the head a daemon knows: when another daemon wrote that
-/// seq first, nothing is inserted and no row comes back (the caller then reads what won with
-/// [`LINES_AFTER`]). Only the insert: an earlier form also returned the winner's lines from the
-/// same statement (a `UNION ALL` over the table under `NOT EXISTS`, sorted), which saved a
-/// round trip on a lost race but cost every append the executor set-up of those nodes, even
-/// never run: the server's CPU per append went from 88–100 µs to 58 µs without it (pgbench,
-/// four clients, prepared, 2 cores), and a lost race is the rare case.
+/// [`INSERT_ENTRY`] as an append at the head a daemon knows, on a connection of its own: when
+/// another daemon wrote that seq first, nothing is inserted and the lines from it on are
+/// returned instead (as the statement's snapshot sees them), so a lost race costs no extra
+/// round trip to learn what won. The first column says whether the row was inserted. The
+/// retries after a lost race and the appends that wait for the flush run it; the first try of
+/// every other append runs the leaner [`TRY_APPEND_ENTRY`].
 const APPEND_ENTRY: &str =
-    "WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0)))
-     INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
-     SELECT $1, $2, $3, $4, $5, $6 FROM lock
-     ON CONFLICT (header_id, seq) DO NOTHING
-     RETURNING seq";
+    "WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0))),
+     ins AS (INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
+             SELECT $1, $2, $3, $4, $5, $6 FROM lock
+             ON CONFLICT (header_id, seq) DO NOTHING
+             RETURNING seq)
+     SELECT true, seq, ''::bytea FROM ins
+     UNION ALL
+     SELECT false, e.seq, e.line FROM compactd_entries e
+      WHERE e.header_id = $1 AND e.seq >= $2 AND NOT EXISTS (SELECT 1 FROM ins)
+     ORDER BY 2";
 
-/// [`APPEND_ENTRY`] for the shared pipelined connection ([`Pipe`]): it never waits for the
-/// session's append lock (`pg_try_advisory_xact_lock`), so a daemon holding it to append after
-/// a lost race delays no other session's append queued behind this one on the connection.
-/// Held, nothing is inserted, as for a lost race, and the append is tried again on the pool,
-/// where it waits its turn.
+/// The first try of an append on the shared pipelined connection ([`Pipe`]): the insert alone,
+/// returning a row only when it inserted one. [`APPEND_ENTRY`]'s reading of the winner's lines
+/// (a `UNION ALL` over the table under `NOT EXISTS`, sorted) cost every append the executor
+/// set-up of those nodes, even never run: the server's CPU per statement went from 88–100 µs
+/// to 58 µs without it (pgbench, four clients, prepared, 2 cores), and a lost race is the rare
+/// case. It never waits for the session's append lock (`pg_try_advisory_xact_lock`), so a
+/// daemon holding the lock to append after a lost race delays no other session's append
+/// queued behind this one on the connection. Nothing inserted (the seq taken, or the lock
+/// held), the append is tried again with [`APPEND_ENTRY`] on a connection of its own, where it
+/// waits its turn.
 const TRY_APPEND_ENTRY: &str =
     "WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0)) AS got)
      INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
@@ -1060,29 +1069,38 @@ impl SessionStorage for StoredSession {
         entry: &Entry,
         rebase: &mut Rebase<'_>,
     ) -> Result<Option<Entry>, StoreError> {
-        if self.insert(entry, true)? {
+        if self.insert(entry, true)? == Insert::Done {
             return Ok(None);
         }
-        // Another daemon appended since this one last read (or holds the append lock): its
-        // lines are read in and the entry tried once more at the new head, on the pool, before
+        // Not inserted on the shared connection: the seq is taken, or another daemon holds the
+        // append lock. The same entry at the same head on a connection of its own, waiting
+        // for the lock: what won, if anything did, comes back with the answer.
+        let mut lines = match self.insert(entry, false)? {
+            Insert::Done => return Ok(None),
+            Insert::Lost(lines) => lines,
+        };
+        // Another daemon appended since this one last read: its lines (most often read by the
+        // insert itself) are read in and the entry tried once more at the new head, before
         // taking the append lock.
-        let mut lines = Vec::new();
-        self.catch_up(&mut lines)?;
-        let rebased = rebase(&lines)?;
-        if self.insert(&rebased, false)? {
-            return Ok(Some(rebased));
+        if lines.is_empty() {
+            self.catch_up(&mut lines)?;
         }
+        let rebased = rebase(&lines)?;
         // Lost again: what won this time is read in under the lock, with whatever came after.
+        let mut won = match self.insert(&rebased, false)? {
+            Insert::Done => return Ok(Some(rebased)),
+            Insert::Lost(lines) => lines,
+        };
         self.hold(true)?;
         let location = self.location.clone();
         let mut retry = || {
-            let mut lines = Vec::new();
+            let mut lines = std::mem::take(&mut won);
             self.catch_up(&mut lines)?;
             let rebased = rebase(&lines)?;
             match self.insert(&rebased, false)? {
-                true => Ok::<_, StoreError>(rebased),
+                Insert::Done => Ok::<_, StoreError>(rebased),
                 // Nobody else appends while the lock is held.
-                false => Err(StoreError::Conflict(location.clone())),
+                Insert::Lost(_) => Err(StoreError::Conflict(location.clone())),
             }
         };
         let retried = retry();
@@ -1171,11 +1189,11 @@ impl StoredSession {
         Ok(())
     }
 
-    /// One insert at the head this session knows; false when another daemon wrote that seq
-    /// first (or, on a `first` try, holds the session's append lock). A `first` try that
-    /// commits on the connection's default is pipelined with other sessions' appends
-    /// ([`Pipe`]); every other runs on a connection of its own.
-    fn insert(&mut self, entry: &Entry, first: bool) -> Result<bool, StoreError> {
+    /// One insert at the head this session knows. A `first` try that commits on the
+    /// connection's default is pipelined with other sessions' appends ([`Pipe`],
+    /// [`TRY_APPEND_ENTRY`]: lost without lines, also when another daemon holds the append
+    /// lock); every other runs [`APPEND_ENTRY`] on a connection of its own.
+    fn insert(&mut self, entry: &Entry, first: bool) -> Result<Insert, StoreError> {
         let client = self.client_for();
         let header_id = self.header_id.clone();
         let seq = self.head + 1;
@@ -1211,12 +1229,36 @@ impl StoredSession {
                 _ => statement_error(e, "entry"),
             })
         })?;
-        if rows.is_empty() {
-            return Ok(false);
+        if pipelined {
+            if rows.is_empty() {
+                return Ok(Insert::Lost(Vec::new()));
+            }
+            self.head = seq;
+            return Ok(Insert::Done);
         }
-        self.head = seq;
-        Ok(true)
+        if rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
+            self.head = seq;
+            return Ok(Insert::Done);
+        }
+        let mut lines = Vec::new();
+        for r in rows {
+            self.head = self.head.max(r.get(1));
+            let line: &[u8] = r.get(2);
+            lines.extend_from_slice(line);
+            lines.push(b'\n');
+        }
+        Ok(Insert::Lost(lines))
     }
+}
+
+/// What an append at the head a session knows came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Insert {
+    Done,
+    /// Not inserted: the lines from that seq on as the same statement saw them (none from the
+    /// shared connection's first try, nor when the winner committed while the statement
+    /// waited: read them again).
+    Lost(Vec<u8>),
 }
 
 /// [`APPEND_ENTRY`] (`statement`, prepared on `client`) with `params`, committed as `commit`
