@@ -42,9 +42,6 @@
 //!   stays plain tokio-postgres. Connections that must outlive a call (the compaction lease,
 //!   whose advisory lock belongs to its connection; the LISTEN connection; an exclusive append
 //!   transaction) are made apart from the pool, so returning one can never hand a lock on.
-//!   The one exception to a connection per call is the [`Pipe`]: single statements in
-//!   autocommit (the appends that do not wait for the flush) of every session share it,
-//!   pipelined, never a transaction.
 //! - **Errors by meaning.** A value the database cannot store (a NUL in a text column, any
 //!   SQL data exception) is [`StoreError::Invalid`], naming the field (`invalid_params`); only a
 //!   database that cannot be reached is [`StoreError::Unavailable`].
@@ -193,23 +190,6 @@ pub struct Database {
     spare: Mutex<Vec<Arc<Client>>>,
     /// `[storage] durability`, mapped onto each write's commit (see [`Commit`]).
     durability: Durability,
-    /// The connection every session's autocommit append is pipelined on (see [`Pipe`]).
-    pipe: tokio::sync::Mutex<Option<Pipe>>,
-}
-
-/// One connection, made apart from the pool, on which the appends of every session of this
-/// daemon that commit on their own (`synchronous_commit` as the connection has it) are
-/// pipelined: tokio-postgres sends a statement issued while others are in flight without
-/// waiting for their answers, so the server's backend reads several appends per wake-up and
-/// answers them in one write. Only single statements in autocommit ever run on it: a
-/// transaction on a pipelined client would take in other sessions' statements (the lost
-/// appends of an earlier design), so flushed commits and the exclusive append after a lost
-/// race keep connections of their own.
-#[derive(Clone)]
-struct Pipe {
-    client: Arc<Client>,
-    /// [`TRY_APPEND_ENTRY`] as prepared on `client`.
-    append: tokio_postgres::Statement,
 }
 
 impl std::fmt::Debug for Database {
@@ -299,7 +279,6 @@ impl Database {
             outbox_rx: Mutex::new(Some(outbox_rx)),
             spare: Mutex::new(Vec::new()),
             durability,
-            pipe: tokio::sync::Mutex::new(None),
         }))
     }
 
@@ -365,32 +344,6 @@ impl Database {
             self.migrated.store(true, Ordering::Release);
         }
         Ok(client)
-    }
-
-    /// The pipelined append connection, made (again) when there is none or it closed. The
-    /// schema is applied through the pool first, as for any statement.
-    async fn pipe(self: &Arc<Self>) -> Result<Pipe, StoreError> {
-        let mut held = self.pipe.lock().await;
-        if let Some(p) = held.as_ref().filter(|p| !p.client.is_closed()) {
-            return Ok(p.clone());
-        }
-        if !self.migrated.load(std::sync::atomic::Ordering::Acquire) {
-            drop(self.client().await?);
-        }
-        let (client, connection) = Database::connect_raw(&self.config).await?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        let append = client
-            .prepare(TRY_APPEND_ENTRY)
-            .await
-            .map_err(unavailable)?;
-        let pipe = Pipe {
-            client: Arc::new(client),
-            append,
-        };
-        *held = Some(pipe.clone());
-        Ok(pipe)
     }
 
     /// Connects and applies the migrations now (start-up), so a bad URL or a database that is
@@ -767,13 +720,25 @@ const INSERT_ENTRY: &str =
      INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
      SELECT $1, $2, $3, $4, $5, $6 FROM lock";
 
-/// [`INSERT_ENTRY`] as an append at the head a daemon knows, on a connection of its own: when
-/// another daemon wrote that seq first, nothing is inserted and the lines from it on are
-/// returned instead (as the statement's snapshot sees them), so a lost race costs no extra
-/// round trip to learn what won. The first column says whether the row was inserted. The
-/// retries after a lost race and the appends that wait for the flush run it; the first try of
-/// every other append runs the leaner [`TRY_APPEND_ENTRY`].
+/// [`INSERT_ENTRY`] as the first try of an append at the head a daemon knows: when another
+/// daemon wrote that seq first, nothing is inserted and no row comes back (the caller then
+/// reads what won). The insert alone: the retries' [`APPEND_OR_READ`] also returns the winner's
+/// lines, and that reading (a `UNION ALL` over the table under `NOT EXISTS`, sorted) cost
+/// every append the executor set-up of its nodes, even never run: the server's CPU per
+/// statement went from 88–100 µs to 58 µs without it (pgbench, four clients, prepared,
+/// 2 cores), and a lost race is the rare case.
 const APPEND_ENTRY: &str =
+    "WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0)))
+     INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
+     SELECT $1, $2, $3, $4, $5, $6 FROM lock
+     ON CONFLICT (header_id, seq) DO NOTHING
+     RETURNING seq";
+
+/// [`APPEND_ENTRY`] for the retries after a lost race, where races come in runs: when another
+/// daemon wrote that seq first, the lines from it on are returned instead (as the statement's
+/// snapshot sees them), so losing again costs no extra round trip to learn what won. The
+/// first column says whether the row was inserted.
+const APPEND_OR_READ: &str =
     "WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0))),
      ins AS (INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
              SELECT $1, $2, $3, $4, $5, $6 FROM lock
@@ -784,23 +749,6 @@ const APPEND_ENTRY: &str =
      SELECT false, e.seq, e.line FROM compactd_entries e
       WHERE e.header_id = $1 AND e.seq >= $2 AND NOT EXISTS (SELECT 1 FROM ins)
      ORDER BY 2";
-
-/// The first try of an append on the shared pipelined connection ([`Pipe`]): the insert alone,
-/// returning a row only when it inserted one. [`APPEND_ENTRY`]'s reading of the winner's lines
-/// (a `UNION ALL` over the table under `NOT EXISTS`, sorted) cost every append the executor
-/// set-up of those nodes, even never run: the server's CPU per statement went from 88–100 µs
-/// to 58 µs without it (pgbench, four clients, prepared, 2 cores), and a lost race is the rare
-/// case. It never waits for the session's append lock (`pg_try_advisory_xact_lock`), so a
-/// daemon holding the lock to append after a lost race delays no other session's append
-/// queued behind this one on the connection. Nothing inserted (the seq taken, or the lock
-/// held), the append is tried again with [`APPEND_ENTRY`] on a connection of its own, where it
-/// waits its turn.
-const TRY_APPEND_ENTRY: &str =
-    "WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0)) AS got)
-     INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
-     SELECT $1, $2, $3, $4, $5, $6 FROM lock WHERE got
-     ON CONFLICT (header_id, seq) DO NOTHING
-     RETURNING seq";
 
 /// Every line of a session after a seq, in order.
 const LINES_AFTER: &str =
@@ -1072,19 +1020,10 @@ impl SessionStorage for StoredSession {
         if self.insert(entry, true)? == Insert::Done {
             return Ok(None);
         }
-        // Not inserted on the shared connection: the seq is taken, or another daemon holds the
-        // append lock. The same entry at the same head on a connection of its own, waiting
-        // for the lock: what won, if anything did, comes back with the answer.
-        let mut lines = match self.insert(entry, false)? {
-            Insert::Done => return Ok(None),
-            Insert::Lost(lines) => lines,
-        };
-        // Another daemon appended since this one last read: its lines (most often read by the
-        // insert itself) are read in and the entry tried once more at the new head, before
-        // taking the append lock.
-        if lines.is_empty() {
-            self.catch_up(&mut lines)?;
-        }
+        // Another daemon appended since this one last read: its lines are read in and the
+        // entry tried once more at the new head, before taking the append lock.
+        let mut lines = Vec::new();
+        self.catch_up(&mut lines)?;
         let rebased = rebase(&lines)?;
         // Lost again: what won this time is read in under the lock, with whatever came after.
         let mut won = match self.insert(&rebased, false)? {
@@ -1189,10 +1128,8 @@ impl StoredSession {
         Ok(())
     }
 
-    /// One insert at the head this session knows. A `first` try that commits on the
-    /// connection's default is pipelined with other sessions' appends ([`Pipe`],
-    /// [`TRY_APPEND_ENTRY`]: lost without lines, also when another daemon holds the append
-    /// lock); every other runs [`APPEND_ENTRY`] on a connection of its own.
+    /// One insert at the head this session knows: the `first` try of an append runs
+    /// [`APPEND_ENTRY`] (lost without lines), every retry [`APPEND_OR_READ`].
     fn insert(&mut self, entry: &Entry, first: bool) -> Result<Insert, StoreError> {
         let client = self.client_for();
         let header_id = self.header_id.clone();
@@ -1203,8 +1140,7 @@ impl StoredSession {
             self.db.durability,
             self.db.durability.syncs_entry(entry.kind),
         );
-        let pipelined = first && self.exclusive.is_none() && commit.set_local().is_none();
-        let db = self.db.clone();
+        let sql = if first { APPEND_ENTRY } else { APPEND_OR_READ };
         let rows = self.db.block_on(async move {
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
                 &header_id,
@@ -1214,22 +1150,18 @@ impl StoredSession {
                 &row.kind,
                 &row.line,
             ];
-            let rows = if pipelined {
-                let pipe = db.pipe().await?;
-                pipe.client.query(&pipe.append, &params).await
-            } else {
-                let client = client.await?;
-                let statement = client.prepare(APPEND_ENTRY).await?;
-                insert_on(&client, &statement, commit, &params).await
-            };
-            rows.map_err(|e| match e.code() {
-                Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => {
-                    StoreError::NoSuchStored(header_id.clone())
-                }
-                _ => statement_error(e, "entry"),
-            })
+            let client = client.await?;
+            let statement = client.prepare(sql).await?;
+            insert_on(&client, &statement, commit, &params)
+                .await
+                .map_err(|e| match e.code() {
+                    Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => {
+                        StoreError::NoSuchStored(header_id.clone())
+                    }
+                    _ => statement_error(e, "entry"),
+                })
         })?;
-        if pipelined {
+        if first {
             if rows.is_empty() {
                 return Ok(Insert::Lost(Vec::new()));
             }
@@ -1255,13 +1187,12 @@ impl StoredSession {
 #[derive(Debug, PartialEq, Eq)]
 enum Insert {
     Done,
-    /// Not inserted: the lines from that seq on as the same statement saw them (none from the
-    /// shared connection's first try, nor when the winner committed while the statement
-    /// waited: read them again).
+    /// Not inserted: the lines from that seq on as the same statement saw them (none from a
+    /// first try, nor when the winner committed while the statement waited: read them again).
     Lost(Vec<u8>),
 }
 
-/// [`APPEND_ENTRY`] (`statement`, prepared on `client`) with `params`, committed as `commit`
+/// [`APPEND_ENTRY`] or [`APPEND_OR_READ`] (`statement`, prepared on `client`) with `params`, committed as `commit`
 /// says: on the connection's default in autocommit or in the exclusive transaction, else in a
 /// transaction of its own that sets the commit first.
 async fn insert_on(
