@@ -18,6 +18,8 @@
 //!
 //! Under `cargo test` (no `--bench`) a smoke version runs 50 appends per daemon and a 1 MB open
 //! and fails if anything is lost; the figures are printed by `cargo bench --bench storage`.
+//! `COMPACTD_BENCH_ONLY=targets` measures only the rows the targets name (files and PostgreSQL
+//! with one daemon and four clients, two daemons on one session), for repeated runs.
 
 mod common;
 
@@ -256,8 +258,14 @@ fn main() {
     }
 }
 
+/// Whether only the rows the targets name are measured (`COMPACTD_BENCH_ONLY=targets`).
+fn targets_only() -> bool {
+    std::env::var("COMPACTD_BENCH_ONLY").is_ok_and(|v| v == "targets")
+}
+
 fn run(pg: &pg::Postgres, bench: bool) -> Res<()> {
     let each = if bench { 2000 } else { 50 };
+    let all = !targets_only();
     println!("{}", common::machine_note());
     println!("appends: {each} per daemon, one client per daemon, back to back");
     println!(
@@ -272,7 +280,7 @@ fn run(pg: &pg::Postgres, bench: bool) -> Res<()> {
     };
     let base = file_appends(1, 1, each)?;
     line("files, 1 daemon (baseline)", &base);
-    for n in [2, 4] {
+    for n in [2, 4].into_iter().filter(|_| all) {
         line(
             &format!("files, {n} daemons, a file each"),
             &file_appends(n, 1, each)?,
@@ -288,7 +296,7 @@ fn run(pg: &pg::Postgres, bench: bool) -> Res<()> {
     }
     let mut missed = Vec::new();
     for (label, binary) in &binaries {
-        for n in [1, 2, 4] {
+        for n in [1, 2, 4].into_iter().filter(|&n| all || n == 2) {
             let a = postgres_appends(binary, pg, n, 1, true, each)?;
             line(&format!("{label}postgres, {n} daemon(s), one session"), &a);
             println!(
@@ -303,7 +311,7 @@ fn run(pg: &pg::Postgres, bench: bool) -> Res<()> {
                 ));
             }
         }
-        for n in [2, 4] {
+        for n in [2, 4].into_iter().filter(|_| all) {
             let a = postgres_appends(binary, pg, n, 1, false, each)?;
             line(&format!("{label}postgres, {n} daemons, a session each"), &a);
         }
@@ -319,6 +327,9 @@ fn run(pg: &pg::Postgres, bench: bool) -> Res<()> {
         }
     }
 
+    if !all {
+        return missed_targets(bench, &missed);
+    }
     // Cold open of a stored session against the same session as a file.
     let mb = if bench { 10 } else { 1 };
     let h = home()?;
@@ -349,6 +360,11 @@ fn run(pg: &pg::Postgres, bench: bool) -> Res<()> {
         "  postgres  {from_pg:>8.1} ms ({:.2}x the file)",
         from_pg / from_file
     );
+    missed_targets(bench, &missed)
+}
+
+/// A bench run fails when a target was missed.
+fn missed_targets(bench: bool, missed: &[String]) -> Res<()> {
     if bench && !missed.is_empty() {
         return Err(format!("targets missed: {}", missed.join("; ")));
     }

@@ -683,6 +683,80 @@ fn a_rejected_create_loses_no_other_sessions_appends() {
     }
 }
 
+/// Appends of many sessions share one pipelined connection; a session whose append lock is
+/// held elsewhere (another daemon appending after a lost race) must not hold up the others
+/// queued behind its append there: the held session's append waits for the lock on a
+/// connection of its own, then lands in order.
+#[test]
+fn a_held_append_lock_holds_up_no_other_sessions_appends() {
+    let test = "a_held_append_lock_holds_up_no_other_sessions_appends";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    let d = Daemon::start(&pg, "");
+    let mut held_client = d.client();
+    let (held_sid, held_header) = create(&mut held_client, d.env.dir.path());
+    let mut free = d.client();
+    let (free_sid, free_header) = create(&mut free, d.env.dir.path());
+    held_client.ok(
+        "appendMessage",
+        json!({"sessionId": held_sid, "message": user("before")}),
+    );
+    // The lock another daemon takes to append after a lost race (advisory locks of a session
+    // and of a transaction share one space).
+    let mut holder = pg.session();
+    holder.send(&format!(
+        "SELECT pg_advisory_lock(hashtextextended('compactd-append:{held_header}', 0));"
+    ));
+    let granted = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+           AND pid <> pg_backend_pid()";
+    support::wait_until(Duration::from_secs(10), "psql holds the lock", || {
+        pg.psql(granted) == "1"
+    });
+    let waiting = std::thread::spawn(move || {
+        held_client.ok(
+            "appendMessage",
+            json!({"sessionId": held_sid, "message": user("while held")}),
+        );
+        held_client
+    });
+    support::wait_until(
+        Duration::from_secs(10),
+        "the held session's append waits for the lock",
+        || {
+            pg.psql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                == "1"
+        },
+    );
+    // Every other session's append goes through meanwhile.
+    let others = std::thread::spawn(move || {
+        for i in 0..20 {
+            free.ok(
+                "appendMessage",
+                json!({"sessionId": free_sid, "message": user(&format!("free {i}"))}),
+            );
+        }
+    });
+    support::wait_until(
+        Duration::from_secs(10),
+        "the other session's appends are answered while the lock is held",
+        || others.is_finished(),
+    );
+    others.join().expect("the other session's writer");
+    assert!(!waiting.is_finished(), "the held session's append waits");
+    drop(holder);
+    waiting.join().expect("the held session's writer");
+    let texts = |header: &str| -> Vec<String> {
+        lines_of(&export(&d.env, header))
+            .iter()
+            .filter_map(|l| l["message"]["content"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert_eq!(texts(&held_header), ["before", "while held"]);
+    let want: Vec<String> = (0..20).map(|i| format!("free {i}")).collect();
+    assert_eq!(texts(&free_header), want);
+}
+
 /// A value the database cannot store is the request's fault, named: `invalid_params`, not
 /// `storage_unavailable`.
 #[test]

@@ -209,6 +209,47 @@ impl Postgres {
     }
 }
 
+/// A `psql` session kept open: what its statements take (a session-level advisory lock, say)
+/// is held until it is dropped, which ends the session.
+pub struct Session {
+    child: Child,
+}
+
+impl Session {
+    /// Sends one statement (ending in `;`); it runs in the background.
+    pub fn send(&mut self, sql: &str) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("psql's stdin");
+        writeln!(stdin, "{sql}").expect("write to psql");
+        stdin.flush().expect("flush psql's stdin");
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Postgres {
+    /// An open `psql` session on the server (see [`Session`]).
+    pub fn session(&self) -> Session {
+        let child = self
+            .command("psql")
+            .arg("-h")
+            .arg(self.socket_dir())
+            .args(["-U", "postgres", "-d", "postgres", "-Atq"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("psql");
+        Session { child }
+    }
+}
+
 impl Drop for Postgres {
     fn drop(&mut self) {
         if let Some(mut s) = self.server.take() {
