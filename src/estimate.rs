@@ -113,6 +113,38 @@ pub fn valid_usage_tokens(m: &Map<String, Value>) -> Option<f64> {
     (tokens > 0.0).then_some(tokens)
 }
 
+/// A valid usage or none, in the eight bytes of an `f64` (`Option<f64>` takes sixteen): kept
+/// once per entry and once per context message of every open session, where those eight bytes
+/// add up to megabytes. None is NaN, which no valid usage is ([`valid_usage_tokens`] keeps only
+/// values `> 0`), so every value it is given comes back bit for bit.
+#[derive(Clone, Copy)]
+pub struct PackedUsage(f64);
+
+impl PackedUsage {
+    pub const NONE: PackedUsage = PackedUsage(f64::NAN);
+
+    /// `Some(NaN)`, which is never a valid usage, reads back as none.
+    pub fn new(usage: Option<f64>) -> PackedUsage {
+        PackedUsage(usage.unwrap_or(f64::NAN))
+    }
+
+    pub fn get(self) -> Option<f64> {
+        (!self.0.is_nan()).then_some(self.0)
+    }
+}
+
+impl PartialEq for PackedUsage {
+    fn eq(&self, other: &PackedUsage) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl std::fmt::Debug for PackedUsage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
 /// Valid usage of any message value (only assistants qualify).
 pub fn message_usage_tokens(m: &Value) -> Option<f64> {
     let obj = m.as_object()?;

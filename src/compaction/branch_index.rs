@@ -121,7 +121,7 @@ impl BranchIndex {
         self.msg_count.push(mc + u32::from(summarizable));
         let prev = self.usage_before.last().copied().unwrap_or(NONE);
         self.usage_before
-            .push(if e.usage_tokens.is_some() && visible {
+            .push(if e.usage_tokens().is_some() && visible {
                 pos as u32
             } else {
                 prev
@@ -255,7 +255,7 @@ impl BranchIndex {
                 let u = u as usize;
                 let index = before + (self.ctx_count[u] - self.ctx_count[r.start]) as usize;
                 let after = self.ctx_tokens[r.end] - self.ctx_tokens[u + 1];
-                let usage = path.at(u).usage_tokens.unwrap_or(0.0);
+                let usage = path.at(u).usage_tokens().unwrap_or(0.0);
                 last = Some((index, usage, after));
             } else if let Some(l) = last.as_mut() {
                 l.2 += tokens;

@@ -189,16 +189,14 @@ impl SessionState {
             .map(|p| self.branch[p])
             .filter(|&i| self.tree.entry(i).role.is_some())
             .collect();
+        // Kept while the session is open: no room for what the filter dropped.
+        self.agent.shrink_to_fit();
         let mut cleared = Cleared::default();
         for &i in &self.branch {
             cleared.record(i, self.tree.entry(i));
         }
         self.cleared = cleared;
-        let mut live = LiveContext::default();
-        for &i in &self.agent {
-            live.push(self.message_facts(i));
-        }
-        self.live = live;
+        self.live = self.agent.iter().map(|&i| self.message_facts(i)).collect();
     }
 
     /// The token facts of the message at tree index `i` as the projection holds it: a cleared
@@ -208,7 +206,7 @@ impl SessionState {
         let e = self.tree.entry(i);
         MessageFacts {
             tokens: clearing::tokens_in_projection(e, &self.cleared),
-            usage_tokens: e.usage_tokens.filter(|_| !self.cleared.usage_stale(i)),
+            usage_tokens: e.usage_tokens().filter(|_| !self.cleared.usage_stale(i)),
         }
     }
 

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use crate::estimate as tokens;
+use crate::estimate::{self as tokens, PackedUsage};
 use crate::json::stringify;
 
 pub use super::vocab::{tool_call_ops, EntryKind, FileOpKind, Role, StopReason};
@@ -55,11 +55,13 @@ enum Line {
     /// The line exactly as read (no trailing newline), or as compactd serialized it; empty for
     /// a reader of facts only ([`Entry::without_bytes`]).
     Held(Bytes),
-    /// `len` bytes at `offset` of the file `source` reads.
+    /// `len` bytes at `offset` of the file `source` reads. The length is a `u32` so the span
+    /// fits in the 32 bytes held bytes take (a `usize` made every entry 8 bytes longer); a
+    /// line of 4 GiB or more stays held ([`Entry::stored_at`]).
     Stored {
         source: Arc<dyn LineSource>,
         offset: u64,
-        len: usize,
+        len: u32,
     },
 }
 
@@ -103,8 +105,8 @@ pub struct Entry {
     /// `estimateTokens` of the projected message (0 when none).
     pub tokens: u64,
     /// `calculateContextTokens(usage)` when this is an assistant message with valid usage
-    /// (compaction.md §3.3), else `None`.
-    pub usage_tokens: Option<f64>,
+    /// (compaction.md §3.3), else none: read through [`Entry::usage_tokens`].
+    usage: PackedUsage,
     /// `stopReason` of a `message` entry's message, when it is one of pi-ai's.
     pub stop_reason: Option<StopReason>,
     /// `read`/`write`/`edit` tool calls of an assistant message, in block order.
@@ -134,6 +136,12 @@ pub fn parse_line_bytes(piece: &[u8]) -> Option<Result<Value, ()>> {
 }
 
 impl Entry {
+    /// `calculateContextTokens(usage)` when this is an assistant message with valid usage
+    /// (compaction.md §3.3), else `None`.
+    pub fn usage_tokens(&self) -> Option<f64> {
+        self.usage.get()
+    }
+
     /// The id as an owned `String`, for results and events that outlive the entry.
     pub fn id_owned(&self) -> Option<String> {
         self.id.as_deref().map(str::to_owned)
@@ -180,7 +188,7 @@ impl Entry {
             parent_id,
             role,
             tokens,
-            usage_tokens,
+            usage: PackedUsage::new(usage_tokens),
             stop_reason,
             file_ops,
         }
@@ -228,7 +236,7 @@ impl Entry {
             parent_id: f.parent_id,
             role,
             tokens,
-            usage_tokens,
+            usage: PackedUsage::new(usage_tokens),
             stop_reason,
             file_ops,
         }))
@@ -247,7 +255,11 @@ impl Entry {
     /// of what `source` reads (the storage shell read them there), read back when asked for.
     pub fn stored_at(mut self, source: &Arc<dyn LineSource>, offset: u64) -> Entry {
         let len = match &self.line {
-            Line::Held(b) => b.len(),
+            Line::Held(b) => match u32::try_from(b.len()) {
+                Ok(len) => len,
+                // Too long for a span's length: it is in memory already, and stays there.
+                Err(_) => return self,
+            },
             Line::Stored { len, .. } => *len,
         };
         self.line = Line::Stored {
@@ -272,7 +284,7 @@ impl Entry {
                 source,
                 offset,
                 len,
-            } => source.read(*offset, *len),
+            } => source.read(*offset, *len as usize),
         }
     }
 
