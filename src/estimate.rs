@@ -153,3 +153,28 @@ pub fn message_usage_tokens(m: &Value) -> Option<f64> {
     }
     valid_usage_tokens(obj)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_usage_gives_back_every_valid_usage_bit_for_bit_and_none_as_none() {
+        for u in [
+            1.0,
+            0.5,
+            12_345.678,
+            f64::MIN_POSITIVE,
+            1e300,
+            f64::INFINITY,
+        ] {
+            let got = PackedUsage::new(Some(u)).get();
+            assert_eq!(got.map(f64::to_bits), Some(u.to_bits()));
+        }
+        assert_eq!(PackedUsage::new(None).get(), None);
+        assert_eq!(PackedUsage::NONE, PackedUsage::new(None));
+        assert_ne!(PackedUsage::new(Some(2.0)), PackedUsage::NONE);
+        // Half the size of the Option it stands for, which is why it exists.
+        assert_eq!(std::mem::size_of::<PackedUsage>(), 8);
+    }
+}

@@ -73,10 +73,13 @@ impl LiveContext {
     /// Adds one message at the end of the context (an append at the leaf). O(1).
     pub fn push(&mut self, f: MessageFacts) {
         let idx = self.facts.len();
-        self.facts.push(Kept {
-            tokens: f.tokens,
-            usage: PackedUsage::new(f.usage_tokens),
-        });
+        crate::session::room::push(
+            &mut self.facts,
+            Kept {
+                tokens: f.tokens,
+                usage: PackedUsage::new(f.usage_tokens),
+            },
+        );
         self.total += f.tokens;
         match f.usage_tokens {
             Some(u) => {
@@ -226,6 +229,25 @@ mod tests {
                 prop_assert_eq!(live.estimated_total(), reference.iter().map(|m| m.tokens).sum::<u64>());
             }
         }
+    }
+
+    /// A session keeps its context's facts for as long as it is open: built at the room they
+    /// take, 16 bytes a message, not a doubling vector's up to twice that of 24-byte facts.
+    #[test]
+    fn facts_are_kept_at_their_size() {
+        assert_eq!(std::mem::size_of::<Kept>(), 16);
+        let entries: Vec<Entry> = (0..1000)
+            .map(|i| {
+                Entry::from_value(serde_json::json!({
+                    "type": "message", "id": format!("{i:08x}"), "parentId": null,
+                    "message": {"role": "user", "content": "x", "timestamp": 1}
+                }))
+            })
+            .collect();
+        let path: Vec<&Entry> = entries.iter().collect();
+        let live = LiveContext::from_path(&path);
+        assert_eq!(live.len(), 1000);
+        assert_eq!(live.facts.capacity(), 1000);
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod entry;
 pub mod facts;
 pub mod ids;
 pub mod reader;
+pub mod room;
 pub mod tree;
 pub mod vocab;
 
