@@ -677,3 +677,63 @@ pub fn store_error(e: StoreError) -> RpcError {
         StoreError::Empty(_) | StoreError::Io { .. } => RpcError::new(ErrorKind::Io, e.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Storage that writes nothing: the append path without a file.
+    struct NoFile(std::path::PathBuf);
+
+    impl SessionStorage for NoFile {
+        fn location(&self) -> &Path {
+            &self.0
+        }
+        fn catch_up(&mut self, _into: &mut Vec<u8>) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn before_write(&mut self, _into: &mut Vec<u8>) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn append(
+            &mut self,
+            _entry: &Entry,
+            _rebase: &mut crate::store::Rebase<'_>,
+        ) -> Result<Option<Entry>, StoreError> {
+            Ok(None)
+        }
+        fn create(&mut self, _header: &Value, _entries: &[&Entry]) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn reload(&mut self) -> Result<SessionTree, StoreError> {
+            Err(StoreError::Unavailable("no file".into()))
+        }
+    }
+
+    /// An append may grow the session's per-entry vectors (`session::room`), leaving their old
+    /// blocks free in the heap: every append asks the reaper to hand free memory back.
+    #[test]
+    fn every_append_asks_for_freed_memory_to_be_handed_back() {
+        let mut s = SessionState::deferred(
+            Box::new(NoFile("s.jsonl".into())),
+            crate::session::new_header("/"),
+            None,
+            "off".into(),
+        );
+        for i in 0..3u64 {
+            let before = crate::cpu::releases_asked_here();
+            s.append_with(|id, parent, ts| {
+                message_entry(
+                    id,
+                    parent,
+                    ts,
+                    json!({"role": "user", "content": "hi", "timestamp": i}),
+                )
+            })
+            .expect("the append succeeds");
+            assert_eq!(crate::cpu::releases_asked_here(), before + 1);
+        }
+        assert_eq!(s.tree.len(), 3);
+    }
+}
