@@ -684,6 +684,7 @@ mod tests {
     use serde_json::json;
 
     /// Storage that writes nothing: the append path without a file.
+    #[derive(Debug)]
     struct NoFile(std::path::PathBuf);
 
     impl SessionStorage for NoFile {
