@@ -47,19 +47,33 @@ fn daemon(bin: &Path, root: &Path, hold: &str) -> Res<Daemon> {
     d
 }
 
-/// RSS (MB) of a daemon holding `paths` open, each session's usage asked once.
-fn resident(bin: &Path, root: &Path, hold: &str, paths: &[PathBuf]) -> Res<(f64, f64)> {
+/// RSS (MB) of a daemon holding `paths` open, each session's usage asked once: after the
+/// opens, its peak, and once every session had one append (an open session's vectors grow then).
+fn resident(bin: &Path, root: &Path, hold: &str, paths: &[PathBuf]) -> Res<(f64, f64, f64)> {
     let d = daemon(bin, root, hold)?;
     let mut c = d.connect()?;
+    let mut sids = Vec::new();
     for p in paths {
         let sid = c.open(p)?;
         c.call("getContextUsage", json!({"sessionId": sid}))?;
+        sids.push(sid);
     }
     // Freed piece buffers go back to the system once nothing was freed for five seconds (the
     // reaper's `malloc_trim`); both engines get the same wait.
     std::thread::sleep(Duration::from_secs(6));
     let (now, peak) = d.rss_kb();
-    Ok((now as f64 / 1024.0, peak as f64 / 1024.0))
+    for (i, sid) in sids.iter().enumerate() {
+        let msg = json!({"role": "user", "content": "one more request", "timestamp": 1_767_225_600_000u64 + i as u64});
+        c.call("appendMessage", json!({"sessionId": sid, "message": msg}))?;
+    }
+    // The same wait: what a grown vector left behind is handed back too.
+    std::thread::sleep(Duration::from_secs(6));
+    let (appended, _) = d.rss_kb();
+    Ok((
+        now as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        appended as f64 / 1024.0,
+    ))
 }
 
 /// Median ms of `getContext` of `path` over `runs` calls, and the median ms of one steady step
@@ -134,8 +148,8 @@ fn run() -> Res<()> {
         Ok((label, path, len))
     };
     println!("resident memory, sessions open (after 6 s idle):");
-    println!("| sessions | file | files MB | spans RSS MB | = files x | over files MB | held RSS MB | = files x | spans peak MB | held peak MB | target (15 % + 64 MB) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| sessions | file | files MB | spans RSS MB | = files x | over files MB | held RSS MB | = files x | spans peak MB | held peak MB | spans after an append each (6 s idle) MB | held after an append each MB | target (15 % + 64 MB) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, &(n, size)) in cases.iter().enumerate() {
         let (label, src, len) = file_of(size)?;
         let dir = root.join(format!("case{i}"));
@@ -145,13 +159,13 @@ fn run() -> Res<()> {
         for (name, hold) in ENGINES {
             got.push(resident(&bin, &dir.join(name), hold, &paths)?);
         }
-        let [(s, sp), (h, hp)] = [got[0], got[1]];
+        let [(s, sp, sa), (h, hp, ha)] = [got[0], got[1]];
         println!(
-            "| {n} | {label} | {files:.1} | {s:.1} | {:.2} | {:.1} | {h:.1} | {:.2} | {sp:.1} | {hp:.1} | {} |",
+            "| {n} | {label} | {files:.1} | {s:.1} | {:.2} | {:.1} | {h:.1} | {:.2} | {sp:.1} | {hp:.1} | {sa:.1} | {ha:.1} | {} |",
             s / files,
             s - files,
             h / files,
-            if s <= 0.15 * files + 64.0 { "met" } else { "missed" }
+            if s.max(sa) <= 0.15 * files + 64.0 { "met" } else { "missed" }
         );
         let _ = std::fs::remove_dir_all(&dir);
     }

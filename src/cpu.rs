@@ -94,7 +94,7 @@ pub fn discard<T: Send + 'static>(value: T) {
 /// thread (the extractive summary of a 100 MB session builds some 370 MB of message values and
 /// text); without this, a daemon holding the compacted session stayed at 513 MB resident, of
 /// which 133 MB was in use, until the session was closed.
-fn release_soon() {
+pub fn release_soon() {
     #[cfg(test)]
     ASKED_ON_THIS_THREAD.with(|n| n.set(n.get() + 1));
     // A unit box does not allocate; it only wakes the reaper.

@@ -113,6 +113,38 @@ pub fn valid_usage_tokens(m: &Map<String, Value>) -> Option<f64> {
     (tokens > 0.0).then_some(tokens)
 }
 
+/// A valid usage or none, in the eight bytes of an `f64` (`Option<f64>` takes sixteen): kept
+/// once per entry and once per context message of every open session, where those eight bytes
+/// add up to megabytes. None is NaN, which no valid usage is ([`valid_usage_tokens`] keeps only
+/// values `> 0`), so every value it is given comes back bit for bit.
+#[derive(Clone, Copy)]
+pub struct PackedUsage(f64);
+
+impl PackedUsage {
+    pub const NONE: PackedUsage = PackedUsage(f64::NAN);
+
+    /// `Some(NaN)`, which is never a valid usage, reads back as none.
+    pub fn new(usage: Option<f64>) -> PackedUsage {
+        PackedUsage(usage.unwrap_or(f64::NAN))
+    }
+
+    pub fn get(self) -> Option<f64> {
+        (!self.0.is_nan()).then_some(self.0)
+    }
+}
+
+impl PartialEq for PackedUsage {
+    fn eq(&self, other: &PackedUsage) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl std::fmt::Debug for PackedUsage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
 /// Valid usage of any message value (only assistants qualify).
 pub fn message_usage_tokens(m: &Value) -> Option<f64> {
     let obj = m.as_object()?;
@@ -120,4 +152,29 @@ pub fn message_usage_tokens(m: &Value) -> Option<f64> {
         return None;
     }
     valid_usage_tokens(obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_usage_gives_back_every_valid_usage_bit_for_bit_and_none_as_none() {
+        for u in [
+            1.0,
+            0.5,
+            12_345.678,
+            f64::MIN_POSITIVE,
+            1e300,
+            f64::INFINITY,
+        ] {
+            let got = PackedUsage::new(Some(u)).get();
+            assert_eq!(got.map(f64::to_bits), Some(u.to_bits()));
+        }
+        assert_eq!(PackedUsage::new(None).get(), None);
+        assert_eq!(PackedUsage::NONE, PackedUsage::new(None));
+        assert_ne!(PackedUsage::new(Some(2.0)), PackedUsage::NONE);
+        // Half the size of the Option it stands for, which is why it exists.
+        assert_eq!(std::mem::size_of::<PackedUsage>(), 8);
+    }
 }

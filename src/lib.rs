@@ -11,7 +11,7 @@
 //! - [`session`]: Pi session files in memory — entries as facts read in one borrowed pass plus
 //!   their line (held bytes, or a span of the file read back on demand through the
 //!   `LineSource` the storage shell provides), reader and migrations, tree and branch views,
-//!   ids, stop reasons.
+//!   ids, stop reasons, and how the per-entry vectors of an open session grow (`session::room`).
 //! - [`context`]: projection of a path to model context (`buildSessionContext`, `convertToLlm`).
 //! - [`compaction`]: the pure core — tokens, the branch index (running totals along a path),
 //!   cut points, preparation as plans of ranges, file ops, serialization, prompts, the reply

@@ -202,11 +202,11 @@ pub fn inspect(tree: &SessionTree, context_window: i64, settings: &CompactionSet
     let last_usage = path
         .iter()
         .rev()
-        .find(|e| e.usage_tokens.is_some())
+        .find(|e| e.usage_tokens().is_some())
         .map(|e| {
             (
                 e.message().and_then(|m| m.get("usage").cloned()),
-                e.usage_tokens,
+                e.usage_tokens(),
             )
         });
     out.insert(

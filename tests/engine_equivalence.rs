@@ -210,7 +210,7 @@ fn facts(e: &Entry) -> String {
         e.parent_id,
         e.role,
         e.tokens,
-        e.usage_tokens.map(f64::to_bits),
+        e.usage_tokens().map(f64::to_bits),
         e.stop_reason,
         e.file_ops
     )

@@ -1014,8 +1014,8 @@ fn session_line_facts_from_bytes_match_the_value_path() {
                     prop_assert_eq!(a.role, b.role, "{}", line);
                     prop_assert_eq!(a.tokens, b.tokens, "{}", line);
                     prop_assert_eq!(
-                        a.usage_tokens.map(f64::to_bits),
-                        b.usage_tokens.map(f64::to_bits),
+                        a.usage_tokens().map(f64::to_bits),
+                        b.usage_tokens().map(f64::to_bits),
                         "{}",
                         line
                     );

@@ -113,19 +113,27 @@ impl BranchIndex {
         let last32 = |v: &Vec<u32>| v.last().copied().unwrap_or(0);
         let (ct, cc) = (last(&self.ctx_tokens), last32(&self.ctx_count));
         let (mt, mc) = (last(&self.msg_tokens), last32(&self.msg_count));
-        self.ctx_tokens
-            .push(ct + if visible { e.tokens } else { 0 });
-        self.ctx_count.push(cc + u32::from(visible));
-        self.msg_tokens
-            .push(mt + if summarizable { e.tokens } else { 0 });
-        self.msg_count.push(mc + u32::from(summarizable));
+        // Kept while the session is open: grown gently (`session::room`).
+        use crate::session::room::push;
+        push(
+            &mut self.ctx_tokens,
+            ct + if visible { e.tokens } else { 0 },
+        );
+        push(&mut self.ctx_count, cc + u32::from(visible));
+        push(
+            &mut self.msg_tokens,
+            mt + if summarizable { e.tokens } else { 0 },
+        );
+        push(&mut self.msg_count, mc + u32::from(summarizable));
         let prev = self.usage_before.last().copied().unwrap_or(NONE);
-        self.usage_before
-            .push(if e.usage_tokens.is_some() && visible {
+        push(
+            &mut self.usage_before,
+            if e.usage_tokens().is_some() && visible {
                 pos as u32
             } else {
                 prev
-            });
+            },
+        );
         if e.kind == EntryKind::Compaction {
             self.compactions.push(pos);
         }
@@ -255,7 +263,7 @@ impl BranchIndex {
                 let u = u as usize;
                 let index = before + (self.ctx_count[u] - self.ctx_count[r.start]) as usize;
                 let after = self.ctx_tokens[r.end] - self.ctx_tokens[u + 1];
-                let usage = path.at(u).usage_tokens.unwrap_or(0.0);
+                let usage = path.at(u).usage_tokens().unwrap_or(0.0);
                 last = Some((index, usage, after));
             } else if let Some(l) = last.as_mut() {
                 l.2 += tokens;

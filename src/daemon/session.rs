@@ -189,16 +189,14 @@ impl SessionState {
             .map(|p| self.branch[p])
             .filter(|&i| self.tree.entry(i).role.is_some())
             .collect();
+        // Kept while the session is open: no room for what the filter dropped.
+        self.agent.shrink_to_fit();
         let mut cleared = Cleared::default();
         for &i in &self.branch {
             cleared.record(i, self.tree.entry(i));
         }
         self.cleared = cleared;
-        let mut live = LiveContext::default();
-        for &i in &self.agent {
-            live.push(self.message_facts(i));
-        }
-        self.live = live;
+        self.live = self.agent.iter().map(|&i| self.message_facts(i)).collect();
     }
 
     /// The token facts of the message at tree index `i` as the projection holds it: a cleared
@@ -208,7 +206,7 @@ impl SessionState {
         let e = self.tree.entry(i);
         MessageFacts {
             tokens: clearing::tokens_in_projection(e, &self.cleared),
-            usage_tokens: e.usage_tokens.filter(|_| !self.cleared.usage_stale(i)),
+            usage_tokens: e.usage_tokens().filter(|_| !self.cleared.usage_stale(i)),
         }
     }
 
@@ -362,7 +360,7 @@ impl SessionState {
 
     /// Adds `idx`, a child of the old leaf, to the end of the branch and its index. O(1).
     fn extend_branch(&mut self, idx: usize) {
-        self.branch.push(idx);
+        crate::session::room::push(&mut self.branch, idx);
         let view = BranchView {
             tree: &self.tree,
             positions: &self.branch,
@@ -464,6 +462,10 @@ impl SessionState {
         let idx = self.tree.push(e);
         // The new entry's parent is the old leaf: the branch grows by one.
         self.extend_branch(idx);
+        // A per-entry vector that grew (`session::room`) left its old block free in the heap,
+        // resident until the allocator hands it back: 11 MB over eight 100 MB sessions after
+        // one append each. Asked on every append, the reaper does so once appends pause.
+        crate::cpu::release_soon();
         Ok(idx)
     }
 
@@ -533,7 +535,7 @@ impl SessionState {
     pub fn push_agent(&mut self, idx: usize) {
         if self.tree.entry(idx).role.is_some() {
             self.live.push(self.message_facts(idx));
-            self.agent.push(idx);
+            crate::session::room::push(&mut self.agent, idx);
         }
     }
 }
@@ -673,5 +675,66 @@ pub fn store_error(e: StoreError) -> RpcError {
         StoreError::Locked(_) => RpcError::new(ErrorKind::Locked, e.to_string()),
         StoreError::Moved(m) => RpcError::new(ErrorKind::LeafMoved, m),
         StoreError::Empty(_) | StoreError::Io { .. } => RpcError::new(ErrorKind::Io, e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Storage that writes nothing: the append path without a file.
+    #[derive(Debug)]
+    struct NoFile(std::path::PathBuf);
+
+    impl SessionStorage for NoFile {
+        fn location(&self) -> &Path {
+            &self.0
+        }
+        fn catch_up(&mut self, _into: &mut Vec<u8>) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn before_write(&mut self, _into: &mut Vec<u8>) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn append(
+            &mut self,
+            _entry: &Entry,
+            _rebase: &mut crate::store::Rebase<'_>,
+        ) -> Result<Option<Entry>, StoreError> {
+            Ok(None)
+        }
+        fn create(&mut self, _header: &Value, _entries: &[&Entry]) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn reload(&mut self) -> Result<SessionTree, StoreError> {
+            Err(StoreError::Unavailable("no file".into()))
+        }
+    }
+
+    /// An append may grow the session's per-entry vectors (`session::room`), leaving their old
+    /// blocks free in the heap: every append asks the reaper to hand free memory back.
+    #[test]
+    fn every_append_asks_for_freed_memory_to_be_handed_back() {
+        let mut s = SessionState::deferred(
+            Box::new(NoFile("s.jsonl".into())),
+            crate::session::new_header("/"),
+            None,
+            "off".into(),
+        );
+        for i in 0..3u64 {
+            let before = crate::cpu::releases_asked_here();
+            s.append_with(|id, parent, ts| {
+                message_entry(
+                    id,
+                    parent,
+                    ts,
+                    json!({"role": "user", "content": "hi", "timestamp": i}),
+                )
+            })
+            .expect("the append succeeds");
+            assert_eq!(crate::cpu::releases_asked_here(), before + 1);
+        }
+        assert_eq!(s.tree.len(), 3);
     }
 }

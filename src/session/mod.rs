@@ -1,11 +1,13 @@
 //! Pi session files in memory: entries, reading and migration, the tree, ids and timestamps.
 //!
-//! Everything here is pure; `crate::store` is the shell that touches the disk.
+//! Everything here is pure; `crate::store` is the shell that touches the disk. `room`: how the
+//! vectors an open session keeps one slot per entry in grow.
 
 pub mod entry;
 pub mod facts;
 pub mod ids;
 pub mod reader;
+pub mod room;
 pub mod tree;
 pub mod vocab;
 

@@ -582,7 +582,7 @@ mod tests {
                             e.parent_id,
                             e.role,
                             e.tokens,
-                            e.usage_tokens,
+                            e.usage_tokens(),
                             e.stop_reason,
                             e.file_ops,
                             e.str_field("summary"),
