@@ -377,10 +377,11 @@ pub fn clearable(candidates: &[Candidate], settings: &ClearSettings) -> Pass {
     }
 }
 
-/// The pass to run now, if any: [`clearable`], when it frees at least `clearAtLeast`.
-pub fn plan(candidates: &[Candidate], settings: &ClearSettings) -> Option<Pass> {
-    let pass = clearable(candidates, settings);
-    (!pass.entry_ids.is_empty() && pass.tokens_freed >= settings.clear_at_least).then_some(pass)
+impl Pass {
+    /// Whether the pass clears something and frees at least `clearAtLeast`.
+    pub fn frees_enough(&self, settings: &ClearSettings) -> bool {
+        !self.entry_ids.is_empty() && self.tokens_freed >= settings.clear_at_least
+    }
 }
 
 /// The tokens the next request writes to the provider's cache because of `pass`: the context
@@ -521,8 +522,8 @@ mod tests {
         let freed = 4000 - projected_tokens("r1", 4000);
         assert_eq!(pass.tokens_freed, freed);
         // clearAtLeast: a pass that frees too little does not run.
-        assert_eq!(plan(&cands, &settings(1_000_000, freed + 1)), None);
-        assert!(plan(&cands, &settings(1_000_000, freed)).is_some());
+        assert!(!pass.frees_enough(&settings(1_000_000, freed + 1)));
+        assert!(pass.frees_enough(&settings(1_000_000, freed)));
         let none = clearable(&cands, &settings(0, 0));
         assert!(!none.entry_ids.contains(&"r4".to_owned()));
     }

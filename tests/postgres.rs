@@ -683,10 +683,10 @@ fn a_rejected_create_loses_no_other_sessions_appends() {
     }
 }
 
-/// Appends of many sessions share one pipelined connection; a session whose append lock is
-/// held elsewhere (another daemon appending after a lost race) must not hold up the others
-/// queued behind its append there: the held session's append waits for the lock on a
-/// connection of its own, then lands in order.
+/// A session whose append lock is held elsewhere (another daemon appending after a lost race)
+/// holds up no other session's appends (as it would if appends shared one connection and
+/// queued behind the waiting one): the held session's append waits for the lock, then lands in
+/// order.
 #[test]
 fn a_held_append_lock_holds_up_no_other_sessions_appends() {
     let test = "a_held_append_lock_holds_up_no_other_sessions_appends";

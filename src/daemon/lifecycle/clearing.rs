@@ -62,9 +62,7 @@ fn decide(
         .filter(|e| e.is_message(Role::Assistant))
         .count();
     debt.observe(replies as u64, pass.tokens_freed);
-    let enough = tokens_before >= at_tokens
-        && !pass.entry_ids.is_empty()
-        && pass.tokens_freed >= clear.clear_at_least;
+    let enough = tokens_before >= at_tokens && pass.frees_enough(clear);
     // At the point where a summary would follow, a pass that avoids it is always worth it; so
     // is one while the cache is cold (the next request writes everything anyway) or when the
     // agent's prices are unknown (no cost to weigh).
