@@ -3,8 +3,10 @@
 //! daemon at the same time:
 //!
 //! - **(a) Pi's policy**: summarize at the threshold; no clearing, no speculation.
-//! - **(b) clearing then summarizing**: `clearToolResults {at: 0.3, keepRecentTokens: 5000,
+//! - **(b) clearing then summarizing**: `clearToolResults {at: 0.3, keepRecentTokens: 3000,
 //!   clearAtLeast: 10000, summarizeAt: 0.5}` (`cacheAware` on, its default); no speculation.
+//!   The newest output stays verbatim until the reply that reads it (a pass runs at a check,
+//!   after the reply), and about one more after it.
 //! - **(c) clearing + speculation + idle gate**: (b) with `speculativeAt` 0.75 (of the point
 //!   where the summary comes, half the threshold) and `idleCompactAt` 0.4.
 //! - **(d) clearing with the setting's defaults**: `clearToolResults {}` (`at` 0.5,
@@ -77,12 +79,12 @@ const USD_CACHE_WRITE: f64 = 3.75;
 const USD_CACHE_READ: f64 = 0.30;
 const USD_OUTPUT: f64 = 15.0;
 
-/// (b)'s `clearToolResults`: clearing from 0.3 of the threshold, the newest 5000 tokens of
+/// (b)'s `clearToolResults`: clearing from 0.3 of the threshold, the newest 3000 tokens of
 /// output verbatim, passes batched for the cache (`cacheAware`, the default), and a summary
 /// once the conversation alone keeps the context at half the threshold.
 /// `COMPACTD_BENCH_CLEARING` (the JSON of a `clearToolResults`) replaces it.
 const CLEARING: &str =
-    r#"{"at": 0.3, "keepRecentTokens": 5000, "clearAtLeast": 10000, "summarizeAt": 0.5}"#;
+    r#"{"at": 0.3, "keepRecentTokens": 3000, "clearAtLeast": 10000, "summarizeAt": 0.5}"#;
 
 /// Knobs of one run (the release benchmark or the smoke test).
 struct Plan {
@@ -232,9 +234,9 @@ fn plant(rng: &mut Rng, text: &str, fact: &str) -> String {
     out
 }
 
-/// The loop and its planted facts, from the seed.
-fn script(plan: &Plan) -> (Vec<Turn>, Vec<String>) {
-    let mut rng = Rng(SEED);
+/// The loop and its planted facts, from `seed`.
+fn script(plan: &Plan, seed: u64) -> (Vec<Turn>, Vec<String>) {
+    let mut rng = Rng(seed);
     let facts: Vec<String> = (0..FACTS)
         .map(|k| {
             let subject = rng.pick(SUBJECTS);
@@ -701,11 +703,18 @@ fn bench() -> Res<()> {
             idle_compact_at: 0.0,
         },
     ];
-    let (turns, facts) = script(&plan);
+    // Another loop of the same kind, to see how much a figure owes to this one.
+    let seed = match std::env::var("COMPACTD_BENCH_SEED") {
+        Ok(v) => v
+            .parse::<u64>()
+            .map_err(|e| format!("COMPACTD_BENCH_SEED={v}: {e}"))?,
+        Err(_) => SEED,
+    };
+    let (turns, facts) = script(&plan, seed);
     let tool_tokens: usize = turns.iter().map(|t| t.output.len() / 4).sum();
     println!("{}", common::machine_note());
     println!(
-        "{} turns ({} tool-output tokens in all, {} planted facts), window {WINDOW}, reserve {RESERVE}; summarizer {:.2} s a call; cache lifetime {} s, a {:.0} s pause every {} turns",
+        "seed {seed}: {} turns ({} tool-output tokens in all, {} planted facts), window {WINDOW}, reserve {RESERVE}; summarizer {:.2} s a call; cache lifetime {} s, a {:.0} s pause every {} turns",
         plan.turns,
         tool_tokens,
         facts.len(),
