@@ -44,6 +44,14 @@ impl Kept {
     }
 }
 
+/// The facts of the message `e` projects to, if it is one.
+fn facts_of(e: &Entry) -> Option<MessageFacts> {
+    e.role.is_some().then(|| MessageFacts {
+        tokens: e.tokens,
+        usage_tokens: e.usage_tokens(),
+    })
+}
+
 /// The context of these messages, in order. Its memory is exactly what they take (a vector
 /// grown by doubling holds up to twice that, for as long as the session is open).
 impl FromIterator<MessageFacts> for LiveContext {
@@ -62,11 +70,7 @@ impl LiveContext {
     pub fn from_path(path: &[&Entry]) -> LiveContext {
         context_entries(path)
             .into_iter()
-            .filter(|e| e.role.is_some())
-            .map(|e| MessageFacts {
-                tokens: e.tokens,
-                usage_tokens: e.usage_tokens(),
-            })
+            .filter_map(facts_of)
             .collect()
     }
 
@@ -92,11 +96,8 @@ impl LiveContext {
 
     /// Adds the message an appended entry projects to, if any.
     pub fn push_entry(&mut self, e: &Entry) {
-        if e.role.is_some() {
-            self.push(MessageFacts {
-                tokens: e.tokens,
-                usage_tokens: e.usage_tokens(),
-            });
+        if let Some(f) = facts_of(e) {
+            self.push(f);
         }
     }
 
