@@ -23,8 +23,8 @@ pub mod postgres;
 mod session_file;
 
 pub use backend::{
-    Address, Backend, Deliver, Lease, NewSession, Opened, Rebase, RemoteEvent, SessionStorage,
-    StoredSummary, Unfinished, Unusable,
+    Address, Backend, Deliver, FirstTry, Lease, NewSession, Opened, Rebase, RemoteEvent,
+    SessionStorage, StoredSummary, Unfinished, Unusable,
 };
 pub use files::Files;
 pub use lines::FileLines;

@@ -757,6 +757,59 @@ fn a_held_append_lock_holds_up_no_other_sessions_appends() {
     assert_eq!(texts(&free_header), want);
 }
 
+/// Appends of many sessions at once, which one daemon gathers into shared statements: every
+/// append lands exactly once, in its session's order, under the entry before it, and its
+/// answer names the entry that was stored.
+#[test]
+fn many_sessions_appending_at_once_keep_each_sessions_order() {
+    let test = "many_sessions_appending_at_once_keep_each_sessions_order";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    let d = Daemon::start(&pg, "");
+    let writers: Vec<_> = (0..8)
+        .map(|k| {
+            let mut c = d.client();
+            let (sid, header) = create(&mut c, d.env.dir.path());
+            std::thread::spawn(move || {
+                let ids: Vec<String> = (0..100)
+                    .map(|i| {
+                        let r = c.ok(
+                            "appendMessage",
+                            json!({"sessionId": sid, "message": user(&format!("{k}:{i}"))}),
+                        );
+                        r["entryId"].as_str().expect("entryId").to_owned()
+                    })
+                    .collect();
+                (header, ids)
+            })
+        })
+        .collect();
+    for (k, w) in writers.into_iter().enumerate() {
+        let (header, ids) = w.join().expect("a writer");
+        let lines = lines_of(&export(&d.env, &header));
+        let entries = &lines[1..];
+        let texts: Vec<&str> = entries
+            .iter()
+            .filter_map(|l| l["message"]["content"].as_str())
+            .collect();
+        let want: Vec<String> = (0..100).map(|i| format!("{k}:{i}")).collect();
+        assert_eq!(texts, want, "session {k}");
+        let stored: Vec<&str> = entries
+            .iter()
+            .filter(|l| l["message"]["role"] == "user")
+            .filter_map(|l| l["id"].as_str())
+            .collect();
+        assert_eq!(
+            stored, ids,
+            "session {k}: the answers name the stored entries"
+        );
+        for pair in entries.windows(2) {
+            assert_eq!(pair[1]["parentId"], pair[0]["id"], "session {k}");
+        }
+    }
+}
+
 /// A value the database cannot store is the request's fault, named: `invalid_params`, not
 /// `storage_unavailable`.
 #[test]

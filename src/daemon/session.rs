@@ -428,6 +428,40 @@ impl SessionState {
         chosen: Option<&str>,
         build: impl FnOnce(&str, Option<&str>, &str) -> Value,
     ) -> Result<usize, RpcError> {
+        let (e, parent) = self.entry_to_append(chosen, build)?;
+        self.write_entry(e, parent.as_deref(), false)
+    }
+
+    /// [`SessionState::append_as`] for a caller that can await: where the storage's write
+    /// travels (the database), its first try is awaited rather than waited for on a thread,
+    /// so a request waiting on the database holds none of the daemon's workers. The rest
+    /// (after another writer won the first try, or a storage that writes at once) is
+    /// [`SessionState::append_as`]'s own.
+    pub async fn append_awaiting(
+        &mut self,
+        chosen: Option<&str>,
+        build: impl FnOnce(&str, Option<&str>, &str) -> Value,
+    ) -> Result<usize, RpcError> {
+        let (e, parent) = self.entry_to_append(chosen, build)?;
+        if self.persisted {
+            if let Some(first) = self.storage.first_try(&e).map_err(store_error)? {
+                let Some(head) = first.await.map_err(store_error)? else {
+                    return self.write_entry(e, parent.as_deref(), true);
+                };
+                self.storage.first_try_landed(head);
+                return Ok(self.record(e));
+            }
+        }
+        self.write_entry(e, parent.as_deref(), false)
+    }
+
+    /// The entry `build` makes under the current leaf (after the storage read what it must
+    /// before a write), with the id of the leaf it was built under.
+    fn entry_to_append(
+        &mut self,
+        chosen: Option<&str>,
+        build: impl FnOnce(&str, Option<&str>, &str) -> Value,
+    ) -> Result<(Entry, Option<String>), RpcError> {
         let mut lines = Vec::new();
         let read = self.storage.before_write(&mut lines);
         if !lines.is_empty() {
@@ -439,19 +473,33 @@ impl SessionState {
             None => self.new_id(),
         };
         let parent = self.tree.leaf_id().map(str::to_owned);
-        let mut e = Entry::from_value(build(
+        let e = Entry::from_value(build(
             &id,
             parent.as_deref(),
             &ids::iso_timestamp(ids::now_ms()),
         ));
+        Ok((e, parent))
+    }
+
+    /// Writes `e`, built under `parent`, and records it; `lost`: its first try was already
+    /// made, and another writer won it.
+    fn write_entry(
+        &mut self,
+        mut e: Entry,
+        parent: Option<&str>,
+        lost: bool,
+    ) -> Result<usize, RpcError> {
         if self.persisted {
             // The storage is taken out while it writes, so re-parenting after a lost race can
             // read the other writers' lines into this state.
             let location = self.storage.location().to_owned();
             let mut storage = std::mem::replace(&mut self.storage, Box::new(Writing(location)));
-            let written = storage.append(&e, &mut |lines| {
-                self.rebase(lines, parent.as_deref(), e.value())
-            });
+            let mut rebase = |lines: &[u8]| self.rebase(lines, parent, e.value());
+            let written = if lost {
+                storage.append_after_lost(&e, &mut rebase)
+            } else {
+                storage.append(&e, &mut rebase)
+            };
             self.storage = storage;
             if let Some(rebased) = written.map_err(store_error)? {
                 e = rebased;
@@ -459,6 +507,11 @@ impl SessionState {
         } else if e.is_message(Role::Assistant) {
             self.create_file(Some(&e))?;
         }
+        Ok(self.record(e))
+    }
+
+    /// Records a written entry as the new leaf.
+    fn record(&mut self, e: Entry) -> usize {
         let idx = self.tree.push(e);
         // The new entry's parent is the old leaf: the branch grows by one.
         self.extend_branch(idx);
@@ -466,7 +519,7 @@ impl SessionState {
         // resident until the allocator hands it back: 11 MB over eight 100 MB sessions after
         // one append each. Asked on every append, the reaper does so once appends pause.
         crate::cpu::release_soon();
-        Ok(idx)
+        idx
     }
 
     /// The retry of a lost append (the slow path, so the entry is re-read from its line rather

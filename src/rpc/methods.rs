@@ -24,6 +24,10 @@ use super::schemas::Schemas;
 pub enum Run {
     /// Answers at once; the connection runs it inline, in arrival order.
     Inline,
+    /// Inline, in arrival order, as [`Run::Inline`], but awaited: where it waits on the
+    /// storage (a database round trip), the connection's task waits without holding one of
+    /// the daemon's worker threads, which serve other connections meanwhile.
+    Awaited,
     /// May wait a long time (LLM calls, hooks): the connection runs it in its own task so it
     /// keeps reading (an abort, or the answer to a hook request, must get through).
     Task,
@@ -91,7 +95,7 @@ macro_rules! for_each_method {
             /// Appends an AgentMessage (user, assistant, toolResult, bashExecution) as a
             /// `message` entry under the current leaf.
             "appendMessage" => handlers::entries::append_message(AppendMessageParams) -> AppendResult,
-                Inline, Session, [InvalidParams, UnknownSession, Compacting, LeafMoved, FileChanged, FileBusy, Io];
+                Awaited, Session, [InvalidParams, UnknownSession, Compacting, LeafMoved, FileChanged, FileBusy, Io];
             /// Appends a thinking_level_change, label, custom, custom_message or session_info
             /// entry; the daemon fills id, parentId and timestamp.
             "appendEntry" => handlers::entries::append_entry(AppendEntryParams) -> AppendResult,

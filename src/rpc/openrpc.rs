@@ -148,9 +148,10 @@ pub fn document() -> Value {
                 "params": (m.params_schema)(&mut schemas),
                 "result": descriptor(m.result_name, (m.result_schema)(&mut schemas)),
                 "errors": errors,
-                // How the daemon runs it (`Run`): a client waits longer for a "task".
+                // How the daemon runs it (`Run`): a client waits longer for a "task". An
+                // awaited method is answered in order, as an inline one.
                 "x-run": match m.run {
-                    Run::Inline => "inline",
+                    Run::Inline | Run::Awaited => "inline",
                     Run::Task => "task",
                 },
             })

@@ -141,6 +141,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 /// write in its place, or why it may not be written.
 pub type Rebase<'a> = dyn FnMut(&[u8]) -> Result<Entry, StoreError> + 'a;
 
+/// The first try of an append, in flight ([`SessionStorage::first_try`]): the head it was
+/// written at, or `None` if another writer took its place.
+pub type FirstTry = BoxFuture<'static, Result<Option<i64>, StoreError>>;
+
 /// A session's lines, wherever they live. Every method may block (disk, network): the daemon
 /// calls them through `cpu::blocking`, so an async worker hands its other tasks on meanwhile.
 pub trait SessionStorage: Send + std::fmt::Debug {
@@ -167,6 +171,29 @@ pub trait SessionStorage: Send + std::fmt::Debug {
         entry: &Entry,
         rebase: &mut Rebase<'_>,
     ) -> Result<Option<Entry>, StoreError>;
+
+    /// The first try of `entry`'s append as a future that holds no thread while it waits (a
+    /// database round trip), for a storage whose writes travel; `None` where the caller should
+    /// call [`SessionStorage::append`] (a file, whose write is immediate; a write the storage
+    /// makes differently). The future answers the head the entry was written at (then record it
+    /// with [`SessionStorage::first_try_landed`]), or `None` when another writer took its place
+    /// (then [`SessionStorage::append_after_lost`] reads theirs and writes it after them).
+    fn first_try(&mut self, _entry: &Entry) -> Result<Option<FirstTry>, StoreError> {
+        Ok(None)
+    }
+
+    /// Records that the first try of [`SessionStorage::first_try`] wrote at `head`.
+    fn first_try_landed(&mut self, _head: i64) {}
+
+    /// [`SessionStorage::append`] after its first try was lost: reads the other writers'
+    /// lines and writes what `rebase` makes of them.
+    fn append_after_lost(
+        &mut self,
+        entry: &Entry,
+        rebase: &mut Rebase<'_>,
+    ) -> Result<Option<Entry>, StoreError> {
+        self.append(entry, rebase)
+    }
 
     /// Pi's deferred first write of a new session: the header and every entry so far, created
     /// exclusively (never over an existing session).

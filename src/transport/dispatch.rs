@@ -28,6 +28,9 @@ type BoxReply = Pin<Box<dyn Future<Output = Reply> + Send + 'static>>;
 pub enum Handler {
     /// Answers at once; the connection runs it inline, in arrival order.
     Sync(fn(&Ctx, Option<Value>) -> Reply),
+    /// Inline, in arrival order, but awaited: it may wait on the storage without holding a
+    /// worker thread ([`Run::Awaited`]).
+    Awaited(fn(Ctx, Option<Value>) -> BoxReply),
     /// May wait a long time (LLM calls, hooks): the connection runs it in its own task so it
     /// keeps reading (an abort, or the answer to a hook request, must get through).
     Slow(fn(Ctx, Option<Value>) -> BoxReply),
@@ -109,6 +112,14 @@ macro_rules! table {
         Handler::Sync(|ctx, $p| {
             let params = $decode;
             reply::<results::$result>(daemon::$($handler)::+(ctx, params))
+        })
+    };
+    (@run Awaited, $($handler:ident)::+, $p:ident, $decode:block, $result:ident) => {
+        Handler::Awaited(|ctx, $p| {
+            Box::pin(async move {
+                let params = $decode;
+                reply::<results::$result>(daemon::$($handler)::+(&ctx, params).await)
+            })
         })
     };
     (@run Task, $($handler:ident)::+, $p:ident, $decode:block, $result:ident) => {
@@ -196,7 +207,7 @@ impl Dispatcher {
         let reply = async {
             match handler {
                 Handler::Sync(f) => f(&self.ctx, params),
-                Handler::Slow(f) => f(self.ctx.clone(), params).await,
+                Handler::Awaited(f) | Handler::Slow(f) => f(self.ctx.clone(), params).await,
             }
         }
         .instrument(span.clone())

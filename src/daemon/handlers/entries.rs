@@ -57,7 +57,14 @@ fn already_appended(
     Ok(Some(appended(state, idx)))
 }
 
-pub fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendResult, RpcError> {
+/// Awaited ([`crate::rpc::methods::Run::Awaited`]): the session stays locked across the
+/// storage's write, as for any append, but a write that travels (the database) is awaited
+/// without holding a worker thread. Holding the lock across that await is the point (a
+/// session's appends are serialized), and safe: what is awaited runs on the database's own
+/// runtime and never takes a session's lock, and another request for this session waits for
+/// the lock as it waits for any append (`Session::lock_state`, off the async workers).
+#[allow(clippy::await_holding_lock)]
+pub async fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let Value::Object(mut message) = p.message else {
         return Err(RpcError::invalid_params("message must be an object"));
@@ -101,9 +108,11 @@ pub fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendResult,
         return Ok(done);
     }
     state.check_leaf(p.expected_leaf_id.as_deref())?;
-    let idx = state.append_as(p.entry_id.as_deref(), |id, parent, ts| {
-        message_entry(id, parent, ts, Value::Object(message))
-    })?;
+    let idx = state
+        .append_awaiting(p.entry_id.as_deref(), |id, parent, ts| {
+            message_entry(id, parent, ts, Value::Object(message))
+        })
+        .await?;
     if role == "assistant" {
         // Beyond Pi: what the reply reports against the context it was sent (the context
         // before it joins).
