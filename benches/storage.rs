@@ -20,9 +20,10 @@
 //! and fails if anything is lost; the figures are printed by `cargo bench --bench storage`.
 //! `COMPACTD_BENCH_ONLY=targets` measures only the rows the targets name (files and PostgreSQL
 //! with one daemon and four clients, two daemons on one session), for repeated runs;
-//! `COMPACTD_BENCH_APPENDS=N` makes every client append N messages instead of 2000. The
+//! `COMPACTD_BENCH_APPENDS=N` makes every client append N messages instead of 8000. The
 //! four-client comparison runs in rounds (files, then each binary, the order turning every
-//! round; `COMPACTD_BENCH_ROUNDS`, 5 by default) and is judged on the median ratio.
+//! round; `COMPACTD_BENCH_ROUNDS`, 9 by default: single rounds on a shared two-core machine
+//! range from 0.5x to 1.0x) and is judged on the median ratio.
 
 mod common;
 
@@ -261,24 +262,24 @@ fn main() {
     }
 }
 
-/// Appends per client in a run: 2000 when benchmarking, or `COMPACTD_BENCH_APPENDS` (longer
+/// Appends per client in a run: 8000 when benchmarking, or `COMPACTD_BENCH_APPENDS` (longer
 /// runs average out a noisy machine and leave time to profile); 50 as a test.
 fn appends_per_client(bench: bool) -> usize {
     let asked = std::env::var("COMPACTD_BENCH_APPENDS").ok();
     match asked.and_then(|n| n.parse().ok()) {
         Some(n) if bench => n,
-        _ if bench => 2000,
+        _ if bench => 8000,
         _ => 50,
     }
 }
 
-/// Rounds of the four-client comparison: 5 when benchmarking, or `COMPACTD_BENCH_ROUNDS`; 1
+/// Rounds of the four-client comparison: 9 when benchmarking, or `COMPACTD_BENCH_ROUNDS`; 1
 /// as a test.
 fn rounds(bench: bool) -> usize {
     let asked = std::env::var("COMPACTD_BENCH_ROUNDS").ok();
     match asked.and_then(|n| n.parse().ok()) {
         Some(n) if bench && n > 0 => n,
-        _ if bench => 5,
+        _ if bench => 9,
         _ => 1,
     }
 }
