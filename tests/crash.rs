@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use support::daemon_env::{keep_recent, now_ms, open, parsed_lines, Env};
+use support::daemon_env::{entry_lines, keep_recent, now_ms, open, parsed_lines, Env};
 use support::fake_llm;
 use support::oracle::Oracle;
 use support::rpc_client::{Client, Framing};
@@ -119,6 +119,16 @@ impl Ledger {
         ids
     }
 
+    /// Sends appends `from..to` and waits for every answer (the daemon is not killed
+    /// meanwhile), recording the acknowledgements.
+    fn appends_answered(&mut self, c: &mut Client, sid: &str, from: usize, to: usize) {
+        let appends = self.send_appends(c, sid, from, to);
+        for (id, _) in &appends {
+            c.wait(*id, LONG).expect("append");
+        }
+        self.record(&c.log.clone(), &appends, None);
+    }
+
     /// Records the acknowledgements among `responses`.
     fn record(&mut self, responses: &[Value], appends: &[(u64, String)], compact: Option<u64>) {
         let by_id: HashMap<u64, &String> = appends.iter().map(|(i, m)| (*i, m)).collect();
@@ -153,24 +163,8 @@ fn split_torn(bytes: &[u8]) -> (&[u8], &[u8]) {
 /// The entries of the complete lines `lines`; a line that is not JSON must be a torn line of
 /// an earlier kill that a daemon repaired (`torn`).
 fn entries_of(lines: &[u8], torn: &[Vec<u8>]) -> Result<Vec<Value>, String> {
-    let mut out = Vec::new();
-    for (i, line) in lines.split(|&b| b == b'\n').enumerate() {
-        if line.is_empty() {
-            continue;
-        }
-        match serde_json::from_slice::<Value>(line) {
-            Ok(v) => out.push(v),
-            Err(_) if torn.iter().any(|t| t.as_slice() == line) => {}
-            Err(e) => {
-                return Err(format!(
-                    "line {} is not JSON ({e}) and no kill tore it: {:?}",
-                    i + 1,
-                    String::from_utf8_lossy(&line[..line.len().min(200)])
-                ))
-            }
-        }
-    }
-    Ok(out)
+    entry_lines(lines, |line| torn.iter().any(|t| t.as_slice() == line))
+        .map_err(|e| format!("{e} (no kill tore it)"))
 }
 
 /// Everything a file must satisfy after a kill. A line the kill cut mid-write is recorded in
@@ -334,12 +328,8 @@ fn kill_9_during_appends_and_compactions_loses_nothing_acknowledged() {
             }
             _ => {
                 // An LLM compaction stuck on its provider: killed while it waits.
-                let appends = ledger.send_appends(&mut c, &sid, next, next + 20);
+                ledger.appends_answered(&mut c, &sid, next, next + 20);
                 next += 20;
-                for (id, _) in &appends {
-                    c.wait(*id, LONG).expect("append before the compaction");
-                }
-                ledger.record(&c.log.clone(), &appends, None);
                 c.ok("subscribe", json!({"sessionId": sid}));
                 let settled = std::fs::read(&file).expect("read");
                 let compact = c.send("compact", json!({"sessionId": sid}));
@@ -435,11 +425,7 @@ fn a_line_cut_by_a_kill_is_repaired_by_the_next_daemon_and_nothing_acknowledged_
     let mut ledger = Ledger::default();
     let mut c = env.stdio(&[], Framing::Ndjson);
     let sid = open(&mut c, &file);
-    let appends = ledger.send_appends(&mut c, &sid, 0, 3);
-    for (id, _) in &appends {
-        c.wait(*id, LONG).expect("append");
-    }
-    ledger.record(&c.log.clone(), &appends, None);
+    ledger.appends_answered(&mut c, &sid, 0, 3);
     c.kill();
     ledger.kills += 1;
     // The next line the daemon would have written, cut part-way.
@@ -458,11 +444,7 @@ fn a_line_cut_by_a_kill_is_repaired_by_the_next_daemon_and_nothing_acknowledged_
 
     let mut c = env.stdio(&[], Framing::Ndjson);
     let sid = open(&mut c, &file);
-    let appends = ledger.send_appends(&mut c, &sid, 3, 5);
-    for (id, _) in &appends {
-        c.wait(*id, LONG).expect("append after the repair");
-    }
-    ledger.record(&c.log.clone(), &appends, None);
+    ledger.appends_answered(&mut c, &sid, 3, 5);
     drop(c);
     let after = std::fs::read(&file).expect("read the session file");
     assert!(

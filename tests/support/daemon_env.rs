@@ -274,17 +274,23 @@ pub fn parsed_lines(path: &Path) -> Result<Vec<Value>, String> {
             path.display()
         ));
     }
+    entry_lines(&bytes, |_| false).map_err(|e| format!("{} {e}", path.display()))
+}
+
+/// The JSON value of every complete line of `lines`; a line that is not JSON is an error unless
+/// `allowed` accepts it (then it is left out).
+pub fn entry_lines(lines: &[u8], allowed: impl Fn(&[u8]) -> bool) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
-    for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+    for (i, line) in lines.split(|&b| b == b'\n').enumerate() {
         if line.is_empty() {
             continue;
         }
         match serde_json::from_slice::<Value>(line) {
             Ok(v) => out.push(v),
+            Err(_) if allowed(line) => {}
             Err(e) => {
                 return Err(format!(
-                    "{} line {}: not JSON ({e}): {:?}",
-                    path.display(),
+                    "line {}: not JSON ({e}): {:?}",
                     i + 1,
                     String::from_utf8_lossy(&line[..line.len().min(200)])
                 ))
