@@ -265,22 +265,23 @@ fn main() {
 /// Appends per client in a run: 8000 when benchmarking, or `COMPACTD_BENCH_APPENDS` (longer
 /// runs average out a noisy machine and leave time to profile); 50 as a test.
 fn appends_per_client(bench: bool) -> usize {
-    let asked = std::env::var("COMPACTD_BENCH_APPENDS").ok();
-    match asked.and_then(|n| n.parse().ok()) {
-        Some(n) if bench => n,
-        _ if bench => 8000,
-        _ => 50,
-    }
+    count("COMPACTD_BENCH_APPENDS", bench, 8000, 50)
 }
 
 /// Rounds of the four-client comparison: 9 when benchmarking, or `COMPACTD_BENCH_ROUNDS`; 1
 /// as a test.
 fn rounds(bench: bool) -> usize {
-    let asked = std::env::var("COMPACTD_BENCH_ROUNDS").ok();
-    match asked.and_then(|n| n.parse().ok()) {
-        Some(n) if bench && n > 0 => n,
-        _ if bench => 9,
-        _ => 1,
+    count("COMPACTD_BENCH_ROUNDS", bench, 9, 1)
+}
+
+/// A count a benchmark run may take from `var` (a positive whole number), else `in_bench`;
+/// `in_test` under `cargo test`, whatever `var` says.
+fn count(var: &str, bench: bool, in_bench: usize, in_test: usize) -> usize {
+    let asked = std::env::var(var).ok().and_then(|n| n.parse().ok());
+    match asked {
+        _ if !bench => in_test,
+        Some(n) if n > 0 => n,
+        _ => in_bench,
     }
 }
 

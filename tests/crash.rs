@@ -167,9 +167,10 @@ fn entries_of(lines: &[u8], torn: &[Vec<u8>]) -> Result<Vec<Value>, String> {
         .map_err(|e| format!("{e} (no kill tore it)"))
 }
 
-/// Everything a file must satisfy after a kill. A line the kill cut mid-write is recorded in
-/// the ledger (it must start like an entry and must not be an acknowledged append).
-fn verify(env: &Env, file: &Path, ledger: &mut Ledger, oracle: Option<&Oracle>) {
+/// Everything a file must satisfy after a kill; returns the file's entries. A line the kill
+/// cut mid-write is recorded in the ledger (it must start like an entry and must not be an
+/// acknowledged append).
+fn verify(env: &Env, file: &Path, ledger: &mut Ledger, oracle: Option<&Oracle>) -> Vec<Value> {
     let bytes = std::fs::read(file).expect("read the session file");
     let (lines, tail) = split_torn(&bytes);
     if !tail.is_empty() {
@@ -255,6 +256,7 @@ fn verify(env: &Env, file: &Path, ledger: &mut Ledger, oracle: Option<&Oracle>) 
     if let Some(o) = oracle {
         o.agrees(file, &ours).unwrap_or_else(|e| panic!("{e}"));
     }
+    entries
 }
 
 /// Kills the daemon after `delay`, from another thread while requests are still being written.
@@ -389,13 +391,11 @@ fn kill_9_during_appends_and_compactions_loses_nothing_acknowledged() {
         split_torn(&last).1.is_empty(),
         "the last daemon left a torn line unrepaired"
     );
-    verify(&env, &file, &mut ledger, oracle.as_ref());
-    ledger.pi_checks += usize::from(oracle.is_some());
-    let on_file = entries_of(&last, &ledger.torn)
-        .expect("parse")
+    let on_file = verify(&env, &file, &mut ledger, oracle.as_ref())
         .iter()
         .filter(|e| e["type"] == "compaction")
         .count();
+    ledger.pi_checks += usize::from(oracle.is_some());
     println!(
         "crash: {} kills survived ({} during extractive compaction, {} during a stalled LLM compaction); {} appends sent, {} acknowledged, all present; {} compactions acknowledged, {on_file} on file; {} unacknowledged lines cut mid-write and repaired; Pi loaded the file {} times",
         ledger.kills,
