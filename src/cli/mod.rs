@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod logging;
 pub mod preview;
 pub mod printable;
+pub mod runtime;
 pub mod service;
 pub mod stored;
 pub mod top;
@@ -25,7 +26,6 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::compaction::tokens::CompactionSettings;
-use crate::compactor::SummaryEngine;
 use crate::config::{Backend, Fallback, SummarizerProvider};
 
 /// The exit-code scheme, shown in `--help` and kept by every subcommand.
@@ -465,32 +465,25 @@ impl ModelArgs {
         .find_map(|(given, flag)| given.then_some(flag))
     }
 
-    /// The summarizer these flags select: `--provider` wins, else the configuration file's
-    /// `[summarizer]`, else the extractive default; `--no-redact` and `--fallback-extractive`
-    /// apply to either. Either way the engine comes from
-    /// [`crate::config::SummarizerConfig::engine_with_key`], so the flags' summarizer keeps the
-    /// configuration's call policy (`retry`, `idle_timeout_secs`).
-    pub fn engine(&self, config: &crate::config::Config) -> Result<SummaryEngine, String> {
-        // `--no-redact` and `--fallback-extractive` apply to whichever summarizer runs.
-        let redaction = crate::summarizer::redact::RedactionConfig {
-            enabled: !self.no_redact && config.redaction.enabled,
-            ..config.redaction.clone()
-        };
-        let Some(provider) = self.provider.as_deref() else {
-            let mut configured = config.summarizer.clone();
-            if self.fallback_extractive {
-                configured.fallback = Some(Fallback::Extractive);
+    /// Applies the flags to `config`, the configuration of this process's own daemon: the
+    /// summarizer they select (`--provider` wins, else the configuration file's `[summarizer]`,
+    /// else the extractive default, with the configuration's call policy: `retry`,
+    /// `idle_timeout_secs`), `--no-redact` and `--fallback-extractive` for whichever
+    /// summarizer runs. A key named but not set is refused here, before anything runs.
+    pub fn configure(&self, config: &mut crate::config::Config) -> Result<(), String> {
+        if self.no_redact {
+            config.redaction.enabled = false;
+        }
+        if let Some(provider) = self.provider.as_deref() {
+            let mut summarizer = self.summarizer(provider, &config.summarizer)?;
+            if let SummarizerProvider::Llm(_) = summarizer.provider {
+                summarizer.api_key = self.api_key()?.map(crate::config::GivenKey);
             }
-            return configured
-                .engine(&redaction, reqwest::Client::new())
-                .map_err(|e| e.to_string());
-        };
-        let summarizer = self.summarizer(provider, &config.summarizer)?;
-        let api_key = match summarizer.provider {
-            SummarizerProvider::Extractive => None,
-            SummarizerProvider::Llm(_) => self.api_key()?,
-        };
-        Ok(summarizer.engine_with_key(api_key, &redaction, reqwest::Client::new()))
+            config.summarizer = summarizer;
+        } else if self.fallback_extractive {
+            config.summarizer.fallback = Some(Fallback::Extractive);
+        }
+        Ok(())
     }
 
     /// The `[summarizer]` section the flags describe: the model from the flags, the call policy
@@ -718,34 +711,25 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             model,
             daemon,
         } => {
-            let socket = launch::socket_path(daemon.socket, &config);
-            if !daemon.no_daemon {
-                let given = settings.given().or_else(|| model.given());
-                let through = compact::through_daemon(
-                    &socket,
-                    &session,
-                    json,
-                    given,
-                    custom_instructions.as_deref(),
-                );
-                if let Some(code) = through {
-                    return code;
-                }
+            let socket = (!daemon.no_daemon).then(|| launch::socket_path(daemon.socket, &config));
+            let mut own = config;
+            if let Err(msg) = model.configure(&mut own) {
+                print_error(json, &msg);
+                return EXIT_USAGE;
             }
-            let engine = match model.engine(&config) {
-                Ok(e) => e,
-                Err(msg) => {
-                    print_error(json, &msg);
-                    return EXIT_USAGE;
-                }
+            let flags = via_daemon::Flags {
+                given: settings.given().or_else(|| model.given()),
+                compaction: settings.overrides(),
+                config: own,
             };
             compact::run(
-                &config,
-                &session,
-                json,
-                &settings.settings(),
-                &engine,
-                custom_instructions.as_deref(),
+                compact::Request {
+                    path: &session,
+                    json,
+                    custom_instructions: custom_instructions.as_deref(),
+                    socket: socket.as_deref(),
+                },
+                flags,
             )
         }
         Command::Preview {
@@ -756,7 +740,12 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             daemon,
         } => {
             let socket = (!daemon.no_daemon).then(|| launch::socket_path(daemon.socket, &config));
-            preview::run(config, socket.as_deref(), &session, json, full, &settings)
+            let flags = via_daemon::Flags {
+                given: settings.given(),
+                compaction: settings.overrides(),
+                config,
+            };
+            preview::run(socket.as_deref(), &session, json, full, flags)
         }
         Command::Export { header_id, output } => {
             stored::export(&config, &header_id, output.as_deref())

@@ -33,7 +33,7 @@ pub fn info(daemon: &Daemon, session: &Session) -> SessionInfo {
     let state = session.lock_state();
     SessionInfo {
         session_id: session.id.clone(),
-        path: session.path.to_string_lossy().into_owned(),
+        path: session.location.to_text(),
         header_id: state
             .tree
             .header
@@ -205,7 +205,7 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcE
                 seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
                 Ok(state)
             }
-            Opened::Missing { .. } => Err(store_error(StoreError::NotFound(location.clone()))),
+            Opened::Missing { .. } => Err(store_error(StoreError::not_found(&location))),
         }
     })?;
     if !created {
