@@ -347,9 +347,9 @@ impl RuntimeArgs {
             return self.worker_threads;
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        match backend {
-            Backend::Files => cores.saturating_sub(1).max(1),
-            Backend::Postgres => cores,
+        match backend.appends_wait_on_round_trips() {
+            false => cores.saturating_sub(1).max(1),
+            true => cores,
         }
     }
 }
@@ -798,20 +798,9 @@ fn mcp(
         crate::print_err!("{e}");
         return EXIT_FAILED;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
+    match runtime::block_on(runtime::Shape::Bridge, crate::mcp::serve(target, socket))
+        .and_then(|served| served)
     {
-        Ok(r) => r,
-        Err(e) => {
-            crate::print_err!("cannot start the async runtime: {e}");
-            return EXIT_FAILED;
-        }
-    };
-    let outcome = runtime.block_on(crate::mcp::serve(target, socket));
-    runtime.shutdown_timeout(std::time::Duration::from_millis(10));
-    match outcome {
         Ok(()) => EXIT_OK,
         Err(e) => {
             crate::print_err!("{e}");
@@ -820,27 +809,18 @@ fn mcp(
     }
 }
 
-/// How long an idle thread of the runtime's blocking pool is kept (tokio's default is 10 s):
-/// `cpu::blocking` hands a worker's tasks to one of them, and finding one ready is cheaper
-/// than creating one in the middle of a big open.
-const BLOCKING_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(600);
-
 /// Starts the runtime and the daemon, runs `body`, and maps its error to exit code 1.
 fn daemon_main<F, Fut>(config: crate::config::Config, runtime: RuntimeArgs, body: F) -> i32
 where
     F: FnOnce(std::sync::Arc<crate::daemon::Daemon>) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(runtime.workers(config.storage.backend))
-        .thread_keep_alive(BLOCKING_THREAD_KEEP_ALIVE)
-        .enable_all()
-        .build()
-    {
+    let workers = runtime.workers(config.storage.backend);
+    let runtime = match runtime::build(runtime::Shape::Daemon { workers }) {
         Ok(r) => r,
         Err(e) => {
-            crate::print_err!("cannot start the async runtime: {e}");
-            return 1;
+            crate::print_err!("{e}");
+            return EXIT_FAILED;
         }
     };
     // One thread made now, while nothing waits: the first `cpu::blocking` (a big open) hands

@@ -277,6 +277,21 @@ impl SessionState {
         true
     }
 
+    /// The context window of the session's model, when it has a model with one: the one place
+    /// it is looked up.
+    pub fn context_window(&self) -> Option<i64> {
+        self.model
+            .as_ref()
+            .map(|m| m.context_window)
+            .filter(|w| *w > 0)
+    }
+
+    /// Pi's threshold (`contextWindow − reserveTokens`), when the session's model has a window.
+    pub fn threshold(&self, settings: &crate::compaction::CompactionSettings) -> Option<f64> {
+        self.context_window()
+            .map(|w| crate::compaction::tokens::threshold(w, settings))
+    }
+
     /// The session's name in its backend.
     pub fn location(&self) -> &SessionRef {
         self.storage.location()

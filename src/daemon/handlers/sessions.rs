@@ -73,11 +73,7 @@ fn status(daemon: &Daemon, session: &Session) -> SessionInfo {
         // After a compaction, until a reply reports usage, Pi's estimate still counts the
         // pre-compaction usage of the kept messages: the messages' own estimates say more.
         out.context_tokens = Some(daemon.context_tokens(&state, &settings));
-        out.threshold = state
-            .model
-            .as_ref()
-            .filter(|m| m.context_window > 0)
-            .map(|m| crate::compaction::tokens::threshold(m.context_window, &settings.compaction));
+        out.threshold = state.threshold(&settings.compaction);
         out.auto_compaction = Some(if !settings.compaction.enabled {
             AutoCompaction::Off
         } else if state.thrash.paused_under(&settings.merged) {

@@ -25,6 +25,7 @@ mod auto;
 pub mod clearing;
 pub mod finish;
 mod hooks;
+mod prepare;
 mod runner;
 pub mod speculation;
 mod summarize;

@@ -23,15 +23,16 @@ use crate::session::SessionTree;
 
 pub mod confined;
 mod lines;
+mod open;
 mod read;
 mod session_file;
 mod write;
 
 pub use confined::FileStamp;
 pub use lines::FileLines;
+pub use open::open_regular;
 pub use read::{
-    absolute, load, load_facts, load_with, open_regular, read_tail, LoadReport, Tail,
-    TORN_LINE_SETTLE,
+    absolute, load, load_facts, load_with, read_tail, LoadReport, Tail, TORN_LINE_SETTLE,
 };
 pub use session_file::SessionFile;
 pub use write::{append_raw, rewrite, try_lock};

@@ -5,7 +5,7 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use super::confined::{self, FileStamp};
-use super::read::open_regular;
+use super::open::open_regular;
 use super::Limits;
 use crate::json::stringify;
 use crate::session::SessionTree;
