@@ -272,12 +272,8 @@ impl Config {
     /// The price of a summarizer's model (`None` for the extractive one: it costs nothing, and
     /// callers report it as free).
     pub fn summarizer_price(&self, engine: &SummaryEngine) -> Option<crate::accounting::Price> {
-        match engine {
-            SummaryEngine::Llm { model, .. } => {
-                self.prices.lookup(Some(&model.provider), &model.id)
-            }
-            SummaryEngine::Extractive { .. } => None,
-        }
+        let model = engine.model()?;
+        self.prices.lookup(Some(&model.provider), &model.id)
     }
 
     /// What a summarizer's calls cost: `usage` priced at its model's price; the extractive
@@ -287,9 +283,9 @@ impl Config {
         engine: &SummaryEngine,
         usage: &crate::summarizer::Usage,
     ) -> crate::accounting::Cost {
-        match engine {
-            SummaryEngine::Extractive { .. } => crate::accounting::Cost::FREE,
-            SummaryEngine::Llm { .. } => usage.cost(self.summarizer_price(engine)),
+        match engine.model() {
+            None => crate::accounting::Cost::FREE,
+            Some(_) => usage.cost(self.summarizer_price(engine)),
         }
     }
 }

@@ -96,6 +96,15 @@ impl SummaryEngine {
         }
     }
 
+    /// The model an LLM engine calls; `None` for an engine that calls none (extractive), which
+    /// costs nothing and takes no time worth speculating for.
+    pub fn model(&self) -> Option<&ModelSpec> {
+        match self {
+            SummaryEngine::Llm { model, .. } => Some(model),
+            SummaryEngine::Extractive { .. } => None,
+        }
+    }
+
     /// This engine with `retry` as its retry policy: itself when it already has it (or writes
     /// extractively), else a copy sharing its client.
     pub fn with_retry(self: &Arc<Self>, retry: &RetrySettings) -> Arc<SummaryEngine> {

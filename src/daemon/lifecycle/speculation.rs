@@ -48,7 +48,7 @@ use crate::summarizer::RetryEvent;
 /// when it never does: speculation off (`0`), compaction disabled, or the extractive engine
 /// (which is instant).
 pub fn start_rule(settings: &EffectiveSettings, engine: &SummaryEngine) -> Option<SpeculativeAt> {
-    if !settings.compaction.enabled || matches!(engine, SummaryEngine::Extractive { .. }) {
+    if !settings.compaction.enabled || engine.model().is_none() {
         return None;
     }
     let at = settings
