@@ -25,7 +25,7 @@ fn run_json(cmd: &mut Command) -> (i32, Value) {
 #[test]
 fn inspect_json_reproduces_every_fixture_analysis() {
     let mut failures = Vec::new();
-    for dir in support::case_dirs() {
+    for dir in support::case_dirs(support::PiVersion::V0_85) {
         let expected = support::read_json(&dir.join("expected.json"));
         let s = support::settings_of(&expected);
         let window = expected["inputs"]["contextWindow"]
@@ -81,7 +81,9 @@ fn copy_case(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("session.jsonl");
     std::fs::copy(
-        support::conformance_dir().join(name).join("session.jsonl"),
+        support::conformance_cases(support::PiVersion::V0_85)
+            .join(name)
+            .join("session.jsonl"),
         &file,
     )
     .expect("copy");
@@ -633,7 +635,8 @@ fn output_within(mut cmd: Command, limit: std::time::Duration) -> std::process::
 fn nonsense_settings_and_log_filters_are_refused_at_start_up() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.toml");
-    let session = support::conformance_dir().join("005-medium-basic/session.jsonl");
+    let session = support::conformance_cases(support::PiVersion::V0_85)
+        .join("005-medium-basic/session.jsonl");
     for (text, named) in [
         (
             "[prices.\"gpt-x\"]\ninput = -3.0\noutput = 1.0\ncache_read = 0.1\ncache_write = 1.0\n",
