@@ -8,6 +8,9 @@
 
 mod support;
 
+/// The oracle is Pi 0.85.0: compactd follows its rules here.
+const RULES: compactd::pi_version::PiVersion = compactd::pi_version::PiVersion::V0_85;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -160,14 +163,14 @@ fn run_case(
     // 1. The analysis of the generated session.
     let pi = oracle.analyse(&file, window, &settings)?;
     let tree = load(&file)?;
-    let ours = compactd::report::inspect(&tree, window, &settings);
+    let ours = compactd::report::inspect(&tree, window, &settings, RULES);
     compare_analysis(&pi, &ours, "original", &mut failures);
 
     // 2. compactd compacts a copy; Pi must load it as compactd does.
     let copy = dir.join(format!("{scenario}-{seed}.compacted.jsonl"));
     std::fs::copy(&file, &copy).map_err(|e| e.to_string())?;
     let branch = tree.branch();
-    let prepared = prepare_compaction(&tree.refs(&branch), &settings).is_ok();
+    let prepared = prepare_compaction(RULES, &tree.refs(&branch), &settings).is_ok();
     let res = rt.block_on(support::compact::compact_file(
         config.clone(),
         &copy,
@@ -241,7 +244,7 @@ fn run_case(
         ));
     }
     // The whole analysis of the compacted file agrees too.
-    let ours_after = compactd::report::inspect(&reloaded, window, &settings);
+    let ours_after = compactd::report::inspect(&reloaded, window, &settings, RULES);
     compare_analysis(&pi_after, &ours_after, "after", &mut failures);
     Ok(failures)
 }
@@ -263,7 +266,8 @@ fn oracle_roundtrip() {
         );
         1024
     ]));
-    let config = fake_llm::fake_config(Protocol::OpenAiCompletions, fake.port);
+    let mut config = fake_llm::fake_config(Protocol::OpenAiCompletions, fake.port);
+    config.compat.pi_version = compactd::config::PiVersionSetting(RULES);
     let tmp = tempfile::tempdir().expect("tempdir");
     let cases: Vec<(&str, u32)> = SCENARIOS
         .iter()
