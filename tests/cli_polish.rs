@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::json;
-use support::daemon_env::Env;
+use support::daemon_env::{Env, KillOnDrop};
 use support::rpc_client::{Client, Framing};
 
 fn bin() -> &'static str {
@@ -356,16 +356,17 @@ fn quiet_and_verbose_set_the_log_level_on_every_command() {
     let env = Env::new();
     let serve = |flag: &str| {
         let socket = env.path(&format!("run/{}.sock", flag.trim_start_matches('-')));
-        let child = env
-            .command("serve")
-            .arg("--socket")
-            .arg(&socket)
-            .arg(flag)
-            .env("COMPACTD_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve");
+        let child = KillOnDrop(
+            env.command("serve")
+                .arg("--socket")
+                .arg(&socket)
+                .arg(flag)
+                .env("COMPACTD_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("serve"),
+        );
         let mut c = Client::socket(&socket, Framing::Ndjson);
         c.ok("listSessions", json!({}));
         drop(c);

@@ -48,7 +48,7 @@ fn keys(v: &Value) -> Vec<String> {
 /// compaction small and subscribes to the sessions' events.
 fn daemon_holding(env: &Env, files: &[&Path]) -> (KillOnDrop, Client, Vec<String>) {
     let socket = env.path("run/compactd/compactd.sock");
-    let daemon = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let daemon = env.serve_ready(&socket, &[], Stdio::null());
     let mut agent = Client::socket(&socket, Framing::Ndjson);
     let mut ids = Vec::new();
     for f in files {

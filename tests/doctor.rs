@@ -8,7 +8,7 @@ mod support;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Output, Stdio};
 
-use support::daemon_env::{Env, KillOnDrop};
+use support::daemon_env::Env;
 use support::postgres::Postgres;
 
 fn doctor(env: &Env, extra: &[&str]) -> Output {
@@ -37,7 +37,7 @@ fn line<'a>(report: &'a str, verdict: &str, subject: &str) -> Option<&'a str> {
 fn a_healthy_installation_prints_its_paths_and_the_daemon_and_exits_0() {
     let env = Env::new();
     let socket = env.path("run/compactd/compactd.sock");
-    let child = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let child = env.serve_ready(&socket, &[], Stdio::null());
     let out = doctor(&env, &[]);
     let report = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{report}");

@@ -10,7 +10,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::daemon_env::Env;
+use support::daemon_env::{Env, KillOnDrop, Stopper};
 use support::postgres::Postgres;
 use support::rpc_client::{Client, Framing};
 
@@ -25,7 +25,7 @@ fn timestamped(line: &str) -> bool {
 }
 
 /// Stops a `serve` child with SIGTERM and returns all it wrote on stderr.
-fn stop_and_read(mut child: std::process::Child) -> String {
+fn stop_and_read(mut child: KillOnDrop) -> String {
     // SAFETY: kill(2) on the child this test spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let mut err = String::new();
@@ -79,6 +79,7 @@ fn serve_writes_each_event_once_with_a_timestamp_pid_and_socket() {
 fn daemons_started_on_demand_share_a_log_and_each_line_says_whose() {
     let env = Env::new();
     let sockets = [env.path("run/a/a.sock"), env.path("run/b/b.sock")];
+    let _stop = sockets.clone().map(Stopper);
     for s in &sockets {
         let out = env
             .command("start")
@@ -131,15 +132,17 @@ fn postgres_notices_of_an_existing_schema_stay_out_of_the_log() {
     // which the server answers with `already exists, skipping` notices.
     for name in ["one", "two"] {
         let socket = env.path(&format!("run/{name}.sock"));
-        let child = Command::new(env!("CARGO_BIN_EXE_compactd"))
-            .args(["-v", "serve", "--socket"])
-            .arg(&socket)
-            .envs(env.vars())
-            .env_remove("COMPACTD_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve");
+        let child = KillOnDrop(
+            Command::new(env!("CARGO_BIN_EXE_compactd"))
+                .args(["-v", "serve", "--socket"])
+                .arg(&socket)
+                .envs(env.vars())
+                .env_remove("COMPACTD_LOG")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("serve"),
+        );
         support::daemon_env::wait_for_socket(&socket);
         support::wait_until(Duration::from_secs(20), "the store is ready", || {
             pg.psql("SELECT count(*) FROM compactd_schema")

@@ -32,7 +32,7 @@ impl Daemon {
         let child = env.serve_ready(&socket, &[], Stdio::null());
         Daemon {
             env,
-            _child: KillOnDrop(child),
+            _child: child,
             socket,
         }
     }
@@ -519,7 +519,7 @@ fn a_missing_or_lost_database_is_storage_unavailable_and_loses_nothing() {
         nowhere.path().display()
     ));
     let socket = env.path("run/compactd.sock");
-    let _down = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let _down = env.serve_ready(&socket, &[], Stdio::null());
     let mut c = Client::socket(&socket, Framing::Ndjson);
     let err = c
         .request("createSession", json!({"cwd": env.dir.path()}))

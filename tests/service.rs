@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::daemon_env::Env;
+use support::daemon_env::{Env, KillOnDrop};
 use support::rpc_client::{Client, Framing};
 
 const BIN: &str = env!("CARGO_BIN_EXE_compactd");
@@ -114,7 +114,7 @@ fn activated(
     env: &Env,
     listener: &std::os::unix::net::UnixListener,
     listen_pid: &str,
-) -> std::process::Child {
+) -> KillOnDrop {
     let fd = listener.as_raw_fd();
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
@@ -143,10 +143,10 @@ fn activated(
             Ok(())
         });
     }
-    cmd.spawn().expect("spawn the activated daemon")
+    KillOnDrop(cmd.spawn().expect("spawn the activated daemon"))
 }
 
-fn stop(mut child: std::process::Child) -> std::process::ExitStatus {
+fn stop(mut child: KillOnDrop) -> std::process::ExitStatus {
     // SAFETY: plain kill(2) of the daemon this test started.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);

@@ -1245,10 +1245,14 @@ mod tests {
         // carry no entry id, so theirs only says how much is left. Everything else is equal.
         let unnamed = regex::Regex::new(r"\[(\d+) more chars in entry [^\]]+\]").expect("pattern");
         let mut compared = 0;
-        for case in crate::test_fixtures::cases_with(
+        let cases = crate::test_fixtures::cases_with(
             "summaries_read_from_entries_equal_summaries_read_from_parsed_messages",
             "session.jsonl",
-        ) {
+        );
+        if cases.is_empty() {
+            return; // skipped (the cases are missing), as cases_with said
+        }
+        for case in cases {
             let bytes = std::fs::read(case.join("session.jsonl")).expect("read session");
             let crate::session::ReadOutcome::Session(parsed) = crate::session::read_session(&bytes)
             else {
