@@ -19,6 +19,7 @@ use crate::session::{reader, ReadOutcome, SessionTree};
 mod backend;
 pub mod files;
 mod lines;
+pub mod lock_holder;
 pub mod postgres;
 mod session_file;
 
@@ -71,9 +72,10 @@ pub enum StoreError {
     /// A session path outside `[storage] allowed_roots` (`path_not_allowed`).
     #[error("{0}")]
     NotAllowed(String),
-    /// Another compactd process holds the session file's lock.
-    #[error("Session file is locked by another compactd process: {0}")]
-    Locked(PathBuf),
+    /// Another compactd process holds the session file's lock; the text after the path names
+    /// that process and its socket when they can be told (`lock_holder::describe`).
+    #[error("Session file is locked by another compactd process: {}{}", .0.display(), .1)]
+    Locked(PathBuf, String),
     /// An entry that cannot be written where the session now is (another writer moved the leaf
     /// elsewhere): `leaf_moved`.
     #[error("{0}")]

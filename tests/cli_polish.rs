@@ -201,7 +201,9 @@ fn serve_help_names_the_real_default_socket() {
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(
-        help.contains("$XDG_RUNTIME_DIR/compactd/compactd.sock"),
+        help.contains("RUNTIME/compactd/compactd.sock")
+            && help.contains("/run/user/$UID when it exists")
+            && help.contains("$XDG_RUNTIME_DIR"),
         "{help}"
     );
     assert!(help.contains("/tmp/compactd-$UID/compactd.sock"), "{help}");
@@ -294,6 +296,7 @@ fn daemon_logs_are_coloured_only_on_a_terminal_without_no_color() {
         ])
         .env("XDG_CONFIG_HOME", dir.path().join("config"))
         .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+        .env("COMPACTD_RUNTIME_DIR", dir.path().join("run"))
         .env_remove("COMPACTD_LOG")
         .env_remove("NO_COLOR")
         .stdin(Stdio::null());

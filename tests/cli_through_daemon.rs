@@ -66,15 +66,22 @@ fn compact_goes_through_the_daemon_that_holds_the_file() {
     let human = env.session_as("009-bash-executions", "human");
     let as_json = env.session_as("009-bash-executions", "json");
     let direct = env.session_as("009-bash-executions", "direct");
-    let (_daemon, mut agent, _) = daemon_holding(&env, &[&human, &as_json]);
+    let (daemon, mut agent, _) = daemon_holding(&env, &[&human, &as_json]);
     let before = lines(&human);
 
-    // Told not to use the daemon: the file's lock refuses, as before, and nothing is written.
+    // Told not to use the daemon: the file's lock refuses, as before, naming who holds it (the
+    // daemon's pid and socket, from the kernel's lock table), and nothing is written.
     let out = run(&env, "compact", &["--no-daemon"], &human);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let holder = format!(
+        "locked by another compactd process: {} (held by pid {}, the daemon on {})",
+        human.display(),
+        daemon.id(),
+        env.path("run/compactd/compactd.sock").display()
+    );
     assert!(
-        text(&out.stderr).contains("locked by another compactd process"),
-        "{}",
+        text(&out.stderr).contains(&holder),
+        "{}\nwanted: {holder}",
         text(&out.stderr)
     );
     // A flag the daemon's session would not honour is refused, saying what to do.

@@ -264,6 +264,96 @@ fn python_client_suite() {
     assert!(out.contains(" passed"), "unexpected pytest summary:\n{out}");
 }
 
+/// The daemon a pid file names (written by a scenario that starts it detached), stopped when
+/// the test ends, however it ends.
+struct StopPid(PathBuf);
+
+impl Drop for StopPid {
+    fn drop(&mut self) {
+        let pid = std::fs::read_to_string(&self.0)
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok());
+        if let Some(pid) = pid {
+            support::daemon_env::stop(&[pid]);
+        }
+    }
+}
+
+/// An MCP host passes its server a reduced environment (the official SDK's `stdio_client`:
+/// HOME, PATH, SHELL, TERM, USER, LOGNAME) and `compactd mcp` still reaches the daemon the user
+/// runs, because the socket is under `/run/user/<uid>` whether or not `XDG_RUNTIME_DIR` says
+/// so; the binary, the Python and the TypeScript clients agree on it. Runs
+/// `clients/python/tests/host_env.py` in a private mount namespace (`unshare`) where
+/// `/run/user/<uid>` exists and `/tmp` is private, so it never meets a real daemon.
+#[test]
+fn an_mcp_hosts_reduced_environment_reaches_the_users_daemon() {
+    let suite = "mcp host environment";
+    if conformance_missing(suite) {
+        return;
+    }
+    let venv = match test_venv() {
+        Ok(v) => v,
+        Err(why) => return unavailable(suite, &why),
+    };
+    if !works(Path::new("unshare"), &["--version"]) || !Path::new("/run/user").is_dir() {
+        return unavailable(suite, "no `unshare` or no /run/user to mount over");
+    }
+    // SAFETY: getuid(2) cannot fail and touches no memory.
+    let root = unsafe { libc::getuid() } == 0;
+    let mut args: Vec<&str> = Vec::new();
+    if !root {
+        // An unprivileged user gets the mount namespace inside a user namespace.
+        args.extend(["--user", "--map-root-user"]);
+    }
+    let probe = Command::new("unshare")
+        .args(&args)
+        .args(["--mount", "--propagation", "private", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        return unavailable(suite, "unshare cannot make a mount namespace here");
+    }
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir");
+    let pidfile = scratch.path().join("daemon.pid");
+    let _stop = StopPid(pidfile.clone());
+    let session = conformance_cases(PiVersion::V0_85).join("005-medium-basic/session.jsonl");
+    let python = venv.join("bin/python3");
+    let script = clients_dir().join("python/tests/host_env.py");
+    // Inside: a private /run/user with this user's directory, a private /tmp with a home, and
+    // only what a desktop login would have in the environment (no XDG_RUNTIME_DIR).
+    let inside = r#"set -e
+mount -t tmpfs -o mode=0755 tmpfs /run/user
+mkdir -m 0700 "/run/user/$(id -u)"
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mkdir -m 0700 /tmp/home
+exec env -i PATH="$PATH" HOME=/tmp/home USER="$(id -un)" LOGNAME="$(id -un)" SHELL=/bin/sh TERM=dumb \
+  COMPACTD_BIN="$1" COMPACTD_TEST_SESSION="$2" COMPACTD_TEST_PIDFILE="$3" "$4" "$5""#;
+    args.extend([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        inside,
+        "sh",
+    ]);
+    let owned: Vec<String> = [Path::new(BIN), &session, &pidfile, &python, &script]
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    args.extend(owned.iter().map(String::as_str));
+    let out = run_ok(Path::new(MANIFEST_DIR), Path::new("unshare"), &args, &[]);
+    println!("{out}");
+    for step in [
+        "ok: Python's default_socket_path()",
+        "ok: TypeScript's defaultSocketPath()",
+        "ok: search_history answered, not an error",
+        "ok: it answered from the session the daemon holds live",
+        "ok: no second daemon was started under /tmp",
+    ] {
+        assert!(out.contains(step), "missing {step:?}:\n{out}");
+    }
+}
+
 #[test]
 fn typescript_client_suite() {
     if conformance_missing("typescript") {

@@ -44,7 +44,7 @@ fn install_writes_units_that_systemd_accepts_and_uninstall_removes_them() {
     );
     let socket_unit = std::fs::read_to_string(units.join("compactd.socket")).unwrap();
     let service_unit = std::fs::read_to_string(units.join("compactd.service")).unwrap();
-    // The default socket is under $XDG_RUNTIME_DIR: written with systemd's %t.
+    // The default socket is under the runtime directory: written with systemd's %t.
     assert!(
         socket_unit.contains("\nListenStream=%t/compactd/compactd.sock\n"),
         "{socket_unit}"

@@ -441,15 +441,14 @@ fn the_socket_directory_is_never_chmodded_and_only_stale_sockets_are_removed() {
 #[test]
 fn the_default_socket_directory_is_created_private_or_verified() {
     let env = Env::new();
-    let tmp = env.path("tmp");
-    std::fs::create_dir(&tmp).unwrap();
+    let runtime = env.path("runtime");
+    std::fs::create_dir(&runtime).unwrap();
     let uid = std::fs::metadata("/proc/self").unwrap().uid();
-    let private = tmp.join(format!("compactd-{uid}"));
+    let private = runtime.join("compactd");
     let serve = || {
         KillOnDrop(
             env.command("serve")
-                .env_remove("XDG_RUNTIME_DIR")
-                .env("TMPDIR", &tmp)
+                .env("COMPACTD_RUNTIME_DIR", &runtime)
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()

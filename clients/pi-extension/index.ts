@@ -28,12 +28,14 @@
  * file, so after a compaction the model can fetch the exact text a summary condensed. Results
  * are bounded and tagged with entry id, timestamp and role; an unknown id is a tool error.
  *
- * Socket: `$COMPACTD_SOCKET`, else the daemon's default (`$XDG_RUNTIME_DIR/compactd/compactd.sock`,
- * else `$TMPDIR` or `/tmp` + `/compactd-<uid>/compactd.sock`). No dependencies: a small NDJSON
- * JSON-RPC client over `node:net` is built in.
+ * Socket: `$COMPACTD_SOCKET`, else the daemon's default by its own rule
+ * (`RUNTIME/compactd/compactd.sock`, RUNTIME being `$COMPACTD_RUNTIME_DIR`, else `/run/user/<uid>`
+ * when it exists, else `$XDG_RUNTIME_DIR`; else `/tmp/compactd-<uid>/compactd.sock`). No
+ * dependencies: a small NDJSON JSON-RPC client over `node:net` is built in.
  */
 
 import { execFile } from "node:child_process";
+import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
 
@@ -83,9 +85,22 @@ interface ExtensionApi {
 /** The socket this extension talks to (see the file comment). */
 export function socketPath(env: NodeJS.ProcessEnv = process.env): string {
 	if (env.COMPACTD_SOCKET) return env.COMPACTD_SOCKET;
-	if (env.XDG_RUNTIME_DIR) return path.join(env.XDG_RUNTIME_DIR, "compactd", "compactd.sock");
 	const uid = typeof process.getuid === "function" ? process.getuid() : 0;
-	return path.join(env.TMPDIR || "/tmp", `compactd-${uid}`, "compactd.sock");
+	const runtime = env.COMPACTD_RUNTIME_DIR || standardRuntimeDir(uid) || env.XDG_RUNTIME_DIR;
+	if (runtime) return path.join(runtime, "compactd", "compactd.sock");
+	return path.join("/tmp", `compactd-${uid}`, "compactd.sock");
+}
+
+/** `/run/user/<uid>` when it is a directory of this user (found without `$XDG_RUNTIME_DIR`,
+ * which a reduced environment drops). */
+function standardRuntimeDir(uid: number): string | undefined {
+	const dir = `/run/user/${uid}`;
+	try {
+		const st = fs.lstatSync(dir);
+		return st.isDirectory() && st.uid === uid ? dir : undefined;
+	} catch {
+		return undefined;
+	}
 }
 
 class Unreachable extends Error {}

@@ -70,9 +70,10 @@ pub enum Command {
     /// Run the daemon on a Unix socket (many clients).
     #[command(after_help = EXIT_CODES)]
     Serve {
-        /// Socket path (default: the config's `socket`, else
-        /// $XDG_RUNTIME_DIR/compactd/compactd.sock, else /tmp/compactd-$UID/compactd.sock when
-        /// XDG_RUNTIME_DIR is unset; the directory is created mode 0700 and must stay private).
+        /// Socket path (default: the config's `socket`, else RUNTIME/compactd/compactd.sock
+        /// where RUNTIME is $COMPACTD_RUNTIME_DIR, else /run/user/$UID when it exists, else
+        /// $XDG_RUNTIME_DIR; else /tmp/compactd-$UID/compactd.sock; the directory is created mode
+        /// 0700 and must stay private).
         #[arg(long)]
         socket: Option<PathBuf>,
         /// Most simultaneous connections; more are refused with an `overloaded` error.

@@ -51,10 +51,12 @@ fn systemd_path(p: &Path) -> String {
     }
 }
 
-/// The socket unit. `socket` is where the daemon listens; under `$XDG_RUNTIME_DIR` it is written
-/// with systemd's `%t` so the unit stays right if that directory moves.
+/// The socket unit. `socket` is where the daemon listens; under the directory a user unit's
+/// `%t` names (`/run/user/<uid>`, else `$XDG_RUNTIME_DIR`) it is written with `%t` so the unit
+/// stays right if that directory moves.
 pub fn socket_unit(socket: &Path) -> String {
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+    let runtime = crate::transport::unix::standard_runtime_dir()
+        .or_else(|| std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from));
     let listen = match runtime.as_deref().and_then(|r| socket.strip_prefix(r).ok()) {
         Some(rest) => format!("%t/{}", rest.display().to_string().replace('%', "%%")),
         None => systemd_path(socket),

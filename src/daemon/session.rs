@@ -725,7 +725,7 @@ pub fn store_error(e: StoreError) -> RpcError {
         StoreError::NoSuchStored(_) => RpcError::new(ErrorKind::NotFound, e.to_string()),
         StoreError::Invalid(m) => RpcError::invalid_params(m),
         StoreError::NotAllowed(m) => RpcError::new(ErrorKind::PathNotAllowed, m),
-        StoreError::Locked(_) => RpcError::new(ErrorKind::Locked, e.to_string()),
+        StoreError::Locked(..) => RpcError::new(ErrorKind::Locked, e.to_string()),
         StoreError::Moved(m) => RpcError::new(ErrorKind::LeafMoved, m),
         StoreError::Empty(_) | StoreError::Io { .. } => RpcError::new(ErrorKind::Io, e.to_string()),
     }

@@ -137,7 +137,10 @@ impl Backend for Files {
         // a file another compactd process holds is refused before anything is done with it.
         let lock = match try_lock(path) {
             Ok(Some(f)) => Some(f),
-            Ok(None) => return Err(StoreError::Locked(path.to_owned())),
+            Ok(None) => {
+                let holder = super::lock_holder::describe(path);
+                return Err(StoreError::Locked(path.to_owned(), holder));
+            }
             Err(StoreError::NotFound(_)) => None,
             Err(e) => return Err(e),
         };

@@ -34,6 +34,8 @@ impl Env {
             ("XDG_CONFIG_HOME", self.path("config")),
             ("PI_CODING_AGENT_DIR", self.path("agent")),
             ("XDG_RUNTIME_DIR", self.path("run")),
+            // Above `/run/user/<uid>` in the socket rule: the test's own daemons only.
+            ("COMPACTD_RUNTIME_DIR", self.path("run")),
             ("XDG_STATE_HOME", self.path("state")),
         ]
     }

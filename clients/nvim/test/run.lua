@@ -77,13 +77,14 @@ end
 
 local MODEL = { provider = 'compactd-test', id = 'test-model', contextWindow = 64000, maxTokens = 8192 }
 -- The default command: `compactd connect` ($COMPACTD_BIN), which starts the shared daemon on the
--- default socket under this XDG_RUNTIME_DIR and joins it. Everything below goes through it.
+-- default socket under this runtime directory and joins it. Everything below goes through it.
 vim.env.COMPACTD_BIN = bin
 vim.fn.mkdir(tmp .. '/run', 'p', tonumber('700', 8))
 local daemon_env = {
   XDG_CONFIG_HOME = tmp .. '/config',
   PI_CODING_AGENT_DIR = tmp .. '/agent',
   XDG_RUNTIME_DIR = tmp .. '/run',
+  COMPACTD_RUNTIME_DIR = tmp .. '/run',
   XDG_STATE_HOME = tmp .. '/state',
 }
 local daemon_log = tmp .. '/state/compactd/compactd.log'
