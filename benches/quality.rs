@@ -804,6 +804,7 @@ fn local_engine() -> Option<SummaryEngine> {
             .unwrap_or(256),
         reasoning: false,
         api_key: Some("local".into()),
+        key_env: None,
         headers: vec![],
     };
     Some(SummaryEngine::Llm {

@@ -651,6 +651,7 @@ impl Config {
             max_tokens: m.max_tokens.max(0) as u64,
             reasoning: m.reasoning.unwrap_or(false),
             api_key,
+            key_env: p.api_key_env.clone(),
             headers: Vec::new(),
         };
         Ok(self.summarizer.llm_engine(spec, &self.redaction, http))
@@ -714,6 +715,7 @@ impl SummarizerConfig {
             max_tokens: self.max_tokens,
             reasoning: self.reasoning,
             api_key,
+            key_env: self.api_key_env.clone(),
             headers: Vec::new(),
         };
         self.llm_engine(model, redaction, http)

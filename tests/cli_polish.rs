@@ -87,7 +87,7 @@ fn compact_shows_progress_on_a_terminal_and_nothing_extra_otherwise() {
     );
     if let Some(shown) = on_terminal(dir.path(), &refused, 3) {
         assert!(
-            shown.contains("attempt 1/3 failed") && shown.contains("retrying in"),
+            shown.contains("try 1 of 4 failed") && shown.contains("retrying in"),
             "{shown}"
         );
     }

@@ -357,6 +357,7 @@ fn smollm(api: Api, root: &str, max_tokens: u64) -> ModelSpec {
         max_tokens,
         reasoning: false,
         api_key: Some("local-test-key".into()),
+        key_env: None,
         headers: vec![],
     }
 }
