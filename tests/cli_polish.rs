@@ -437,3 +437,37 @@ fn each_error_that_names_an_option_says_all_it_needs() {
         "{shown}"
     );
 }
+
+/// Skipped malformed lines are named by their line numbers: in `inspect`'s summary line and in
+/// the daemon's log when it opens the file.
+#[test]
+fn skipped_malformed_lines_are_named_by_line() {
+    let env = Env::new();
+    let file = env.path("torn.jsonl");
+    std::fs::write(
+        &file,
+        "{\"type\":\"session\",\"version\":3,\"id\":\"torn\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/p\"}\n\
+         {not json\n\
+         \n\
+         {\"type\":\"message\",\"id\":\"a1\",\"parentId\":null,\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"message\":{\"role\":\"user\",\"content\":\"hi\",\"timestamp\":1}}\n\
+         also not json\n",
+    )
+    .unwrap();
+    let out = env.command("inspect").arg(&file).output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("2 malformed lines skipped (lines 2, 5)"),
+        "{shown}"
+    );
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    c.ok("openSession", json!({"path": file}));
+    drop(c);
+    support::wait_until(
+        std::time::Duration::from_secs(20),
+        "the daemon logs the skipped lines",
+        || {
+            env.log_text()
+                .contains("2 malformed lines skipped (lines 2, 5)")
+        },
+    );
+}

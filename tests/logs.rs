@@ -159,3 +159,55 @@ fn postgres_notices_of_an_existing_schema_stay_out_of_the_log() {
         );
     }
 }
+
+/// `compactd mcp`'s log has compactd's own lines, not the MCP library's bookkeeping (whole Rust
+/// structs of each handshake) at `info`; `-v` shows those too.
+#[test]
+fn the_mcp_librarys_lines_are_logged_at_debug_only() {
+    use std::io::Write;
+    let env = Env::new();
+    let file = env.session("005-medium-basic");
+    let socket = env.path("run/mcp.sock");
+    let _stop = Stopper(socket.clone());
+    let handshake = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"logs test","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    ];
+    let mut runs = Vec::new();
+    for verbose in [false, true] {
+        let before = env.log_text().len();
+        let mut cmd = env.command("mcp");
+        if verbose {
+            cmd.arg("-v");
+        }
+        let mut mcp = KillOnDrop(
+            cmd.arg("--session")
+                .arg(&file)
+                .arg("--socket")
+                .arg(&socket)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("mcp"),
+        );
+        let mut stdin = mcp.stdin.take().expect("stdin");
+        for line in handshake {
+            writeln!(stdin, "{line}").expect("write");
+        }
+        // The tools' list answers: the whole handshake went through.
+        let mut answers = std::io::BufReader::new(mcp.stdout.take().expect("stdout"));
+        let mut got = String::new();
+        for _ in 0..2 {
+            std::io::BufRead::read_line(&mut answers, &mut got).expect("read");
+        }
+        assert!(got.contains("search_history"), "{got}");
+        drop(stdin);
+        let _ = mcp.wait();
+        runs.push(env.log_text()[before..].to_owned());
+    }
+    let library = |log: &str| log.lines().filter(|l| l.contains(" rmcp::")).count();
+    assert_eq!(library(&runs[0]), 0, "rmcp at info:\n{}", runs[0]);
+    assert!(library(&runs[1]) > 0, "-v shows rmcp's lines:\n{}", runs[1]);
+}

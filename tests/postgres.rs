@@ -233,7 +233,13 @@ fn export_and_import_are_byte_for_byte_and_compact_alike() {
     // Importing it again is refused: one session per header id.
     let again = d.env.command("import").arg(&file).output().expect("import");
     assert!(!again.status.success());
-    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds"));
+    // The refusal names the session it collides with, and how to get it.
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        said.contains(&format!("the store already holds session {header_id}"))
+            && said.contains(&format!("compactd export {header_id}")),
+        "{said}"
+    );
 
     // The stored copy compacts as the file does (extractive, nothing written).
     let mut c = d.client();

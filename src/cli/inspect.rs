@@ -56,11 +56,8 @@ fn human(
 ) -> String {
     let mut s = String::new();
     let mut notes = vec![count(o.entry_count, "entry", "entries")];
-    if load.skipped_lines > 0 {
-        notes.push(format!(
-            "{} skipped",
-            count(load.skipped_lines, "malformed line", "malformed lines")
-        ));
+    if let Some(skipped) = load.skipped_text() {
+        notes.push(skipped);
     }
     let original = crate::json::js_number(load.original_version);
     let version = if load.migrated {

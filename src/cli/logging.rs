@@ -112,7 +112,22 @@ fn filter(config: &crate::config::Config, default: &str) -> EnvFilter {
         .or_else(|| std::env::var("COMPACTD_LOG").ok())
         .or_else(|| config.log.level.clone())
         .unwrap_or_else(|| default.into());
-    EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(default))
+    let filter = EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(default));
+    quieter_mcp_library(filter, &spec)
+}
+
+/// The MCP library (`rmcp`) logs its own bookkeeping at `info`: every handshake and
+/// notification with whole Rust structs. Those lines are for debugging the MCP server, so they
+/// appear from `debug` on: at the `info` level, `rmcp` logs warnings and errors only. A filter
+/// that names `rmcp` itself is left as it is.
+fn quieter_mcp_library(filter: EnvFilter, spec: &str) -> EnvFilter {
+    if spec.contains("rmcp") || filter.max_level_hint() != Some(LevelFilter::INFO) {
+        return filter;
+    }
+    match "rmcp=warn".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    }
 }
 
 /// The level `-v` (`count` times) or `-q` ask for: `-q` errors only, `-v` debug, `-vv` and more

@@ -712,7 +712,7 @@ pub fn store_error(e: StoreError) -> RpcError {
             ErrorKind::NotFound,
             format!("Session file not found: {}", p.display()),
         ),
-        StoreError::NotASession(_) => RpcError::new(ErrorKind::InvalidSessionFile, e.to_string()),
+        StoreError::NotASession(..) => RpcError::new(ErrorKind::InvalidSessionFile, e.to_string()),
         StoreError::NotRegular { .. } => RpcError::new(ErrorKind::NotRegularFile, e.to_string()),
         StoreError::TooLarge { .. } => RpcError::new(ErrorKind::TooLarge, e.to_string()),
         StoreError::Busy(_) => RpcError::new(ErrorKind::FileBusy, e.to_string()),

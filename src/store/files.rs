@@ -146,8 +146,8 @@ impl Backend for Files {
         };
         match load_with(path, true, &self.limits) {
             Ok((tree, report, stamp)) => {
-                if report.skipped_lines > 0 {
-                    tracing::warn!(path = %path.display(), skipped = report.skipped_lines, "malformed lines skipped");
+                if let Some(skipped) = report.skipped_text() {
+                    tracing::warn!(path = %path.display(), lines = ?report.skipped_line_numbers, "{skipped}");
                 }
                 if let Some(b) = &report.backup {
                     tracing::info!(path = %path.display(), backup = %b.display(), "migrated to v3; original kept");

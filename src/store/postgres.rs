@@ -134,9 +134,11 @@ impl Stored {
     fn into_tree(self, header_id: &str) -> Result<(SessionTree, i64), StoreError> {
         match read_session_bytes(self.text.into()) {
             ReadOutcome::Session(p) => Ok((SessionTree::from_parsed(p), self.head)),
-            ReadOutcome::NotASession | ReadOutcome::Empty => {
-                Err(StoreError::NotASession(location(header_id)))
-            }
+            ReadOutcome::NotASession(why) => Err(StoreError::NotASession(
+                location(header_id),
+                format!(": {why}"),
+            )),
+            ReadOutcome::Empty => Err(StoreError::NotASession(location(header_id), String::new())),
         }
     }
 }
@@ -487,8 +489,12 @@ impl Database {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         };
-        let header_id =
-            field("id").ok_or_else(|| StoreError::NotASession(PathBuf::from("<import>")))?;
+        let header_id = field("id").ok_or_else(|| {
+            StoreError::NotASession(
+                PathBuf::from("<import>"),
+                ": its `session` header has no string `id`".into(),
+            )
+        })?;
         let cwd = field("cwd").unwrap_or_default();
         let rows = tree
             .entries()
