@@ -461,13 +461,12 @@ fn skipped_malformed_lines_are_named_by_line() {
     );
     let mut c = env.stdio(&[], Framing::Ndjson);
     c.ok("openSession", json!({"path": file}));
-    drop(c);
-    support::wait_until(
-        std::time::Duration::from_secs(20),
-        "the daemon logs the skipped lines",
-        || {
-            env.log_text()
-                .contains("2 malformed lines skipped (lines 2, 5)")
-        },
+    // End of input: the daemon finishes and flushes its log before it exits.
+    let out = c.finish().expect("the daemon's exit");
+    assert!(out.status.success(), "{out:?}");
+    let log = env.log_text();
+    assert!(
+        log.contains("2 malformed lines skipped (lines 2, 5)"),
+        "{log}"
     );
 }
