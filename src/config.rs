@@ -449,6 +449,17 @@ pub fn file_in_use(explicit: Option<&Path>) -> Option<PathBuf> {
     }
 }
 
+/// The `socket` a configuration file names, read even when the file does not load as a whole
+/// (a bad value elsewhere): `status` and `stop` need only the socket, so a broken edit never
+/// leaves the running daemon unreachable. `None` when the file cannot be read, is not TOML, or
+/// names no socket.
+pub fn socket_despite_errors(explicit: Option<&Path>) -> Option<PathBuf> {
+    let path = file_in_use(explicit)?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let table: toml::Table = toml::from_str(&text).ok()?;
+    table.get("socket")?.as_str().map(PathBuf::from)
+}
+
 impl Config {
     /// Parses TOML text.
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {

@@ -64,6 +64,15 @@ pub fn default_log_file() -> PathBuf {
     }
 }
 
+/// The file this process's stderr is, when it is a regular file (a daemon started on demand
+/// has its stderr appended to the log file); `None` for a terminal, a pipe or a socket.
+pub fn stderr_file() -> Option<PathBuf> {
+    let path = std::fs::read_link("/proc/self/fd/2").ok()?;
+    std::fs::metadata(&path)
+        .is_ok_and(|m| m.is_file())
+        .then_some(path)
+}
+
 /// The log file a command of `mode` writes: the configured one, or for editors the default.
 pub fn log_file(config: &crate::config::Config, mode: LogMode) -> Option<PathBuf> {
     match (&config.log.file, mode) {

@@ -563,6 +563,12 @@ pub fn print_error(json: bool, message: &str) {
     }
 }
 
+/// Whether `command` needs nothing of the configuration but the socket (`status`, `stop`): it
+/// then runs even when the rest of the file does not load.
+pub fn needs_only_the_socket(command: &Command) -> bool {
+    matches!(command, Command::Status { .. } | Command::Stop { .. })
+}
+
 /// How `command` logs (see [`logging`]).
 pub fn log_mode(command: &Command) -> logging::LogMode {
     match command {
@@ -609,11 +615,11 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                     return EXIT_FAILED;
                 }
             };
-            let log_file = config
-                .log
-                .file
-                .clone()
-                .unwrap_or_else(logging::default_log_file);
+            // Where this daemon's log goes: the configured file, else its stderr when that is a
+            // file (a daemon started on demand appends there), else no file (a terminal, a pipe,
+            // the service manager's journal).
+            let log_file = config.log.file.clone().or_else(logging::stderr_file);
+            let config_file = crate::config::file_in_use(config_path);
             daemon_main(config, runtime, |daemon| async move {
                 let path = launch::socket_path(socket, &daemon.config);
                 let (listener, owned) = match inherited {
@@ -635,8 +641,8 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                 };
                 daemon.describe(crate::daemon::ProcessInfo {
                     socket: owned.clone(),
-                    config_file: config_path.map(std::path::Path::to_path_buf),
-                    log_file: Some(log_file.clone()),
+                    config_file: config_file.clone(),
+                    log_file: log_file.clone(),
                     idle_exit_seconds: exit_when_idle.filter(|s| *s > 0),
                 });
                 crate::transport::unix::serve_unix(
