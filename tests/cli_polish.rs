@@ -470,3 +470,34 @@ fn skipped_malformed_lines_are_named_by_line() {
         "{log}"
     );
 }
+
+/// Every argument of every command says what it is in `--help`: clap's command tree walked,
+/// positionals and flags alike (its own `--help` and `--version` aside).
+#[test]
+fn every_cli_argument_is_described() {
+    fn walk(cmd: &clap::Command, path: &str, bare: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            let described = arg
+                .get_help()
+                .or(arg.get_long_help())
+                .is_some_and(|h| !h.to_string().trim().is_empty());
+            if !described {
+                bare.push(format!("{path} {id}"));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), bare);
+        }
+    }
+    let cli = <compactd::cli::Cli as clap::CommandFactory>::command();
+    let mut bare = Vec::new();
+    walk(&cli, "compactd", &mut bare);
+    assert!(
+        bare.is_empty(),
+        "arguments without a description: {bare:#?}"
+    );
+}

@@ -161,6 +161,32 @@ fn preview_answers_as_the_daemon_that_holds_the_file_or_one_of_its_own() {
         shown.contains("Summarize: ") && shown.contains("Keep verbatim: "),
         "{shown}"
     );
+    // As complete as --json: what it would save and cost, and every file.
+    for part in [
+        "After: ~",
+        "fewer on every request",
+        "Summarizer input: ~",
+        "Prompt cache: ",
+        "Pays for itself: ",
+    ] {
+        assert!(shown.contains(part), "{part:?} in {shown}");
+    }
+    let json = run(&env, "preview", &["--json"], &held);
+    let answer: Value = serde_json::from_slice(&json.stdout).expect("preview --json");
+    for file in answer["fileLists"]["readFiles"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(
+            answer["fileLists"]["modifiedFiles"]
+                .as_array()
+                .into_iter()
+                .flatten(),
+        )
+    {
+        let file = file.as_str().unwrap_or_default();
+        assert!(shown.contains(file), "{file} in {shown}");
+    }
 
     let out = run(&env, "preview", &["--no-daemon"], &held);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));

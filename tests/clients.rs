@@ -233,6 +233,44 @@ fn client_bindings_are_generated_from_the_contract() {
     );
 }
 
+/// The TypeScript client has one style: every method of the protocol that takes a session's id
+/// takes it as its first argument, whether the id is required (`appendMessage(sessionId,
+/// message)`) or optional (`subscribe(sessionId?, { events })`), never inside an options object.
+#[test]
+fn every_typescript_method_takes_the_session_id_first() {
+    let doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(MANIFEST_DIR).join("proto-docs/openrpc.json"))
+            .expect("openrpc.json"),
+    )
+    .expect("openrpc.json parses");
+    let dts = std::fs::read_to_string(clients_dir().join("typescript/src/index.d.ts"))
+        .expect("index.d.ts");
+    let class = &dts[dts
+        .find("export declare class CompactdClient")
+        .expect("the client class")..];
+    let mut checked = 0;
+    for m in doc["methods"].as_array().expect("methods") {
+        let name = m["name"].as_str().unwrap_or_default();
+        let takes_session = m["params"]
+            .as_array()
+            .is_some_and(|ps| ps.iter().any(|p| p["name"] == "sessionId"));
+        let signature = class
+            .lines()
+            .find(|l| l.starts_with(&format!("  {name}(")))
+            .unwrap_or_else(|| panic!("{name} is not in index.d.ts"));
+        if takes_session {
+            checked += 1;
+            assert!(
+                signature.starts_with(&format!("  {name}(sessionId")),
+                "{name} takes the session's id first: {signature}"
+            );
+        } else {
+            assert!(!signature.contains("sessionId"), "{signature}");
+        }
+    }
+    assert!(checked > 20, "only {checked} methods take a session");
+}
+
 #[test]
 fn python_client_suite() {
     if conformance_missing("python") {

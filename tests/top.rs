@@ -325,7 +325,7 @@ fn the_live_view_in_a_real_terminal() {
     let p = percent(&mut holder, &n1);
     tmux.wait("the reconnection", START, |s| {
         s.contains("reconnected")
-            && s.contains("1 sessions · connected")
+            && s.contains("1 session · connected")
             && row(s, &n1).is_some_and(|l| l.contains("delta/") && l.contains(&p))
     });
 

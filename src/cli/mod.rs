@@ -116,7 +116,10 @@ pub enum Command {
     /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell) on stdout,
     /// e.g. `compactd completions bash > ~/.local/share/bash-completion/completions/compactd`.
     #[command(after_help = EXIT_CODES)]
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell the script is for.
+        shell: clap_complete::Shell,
+    },
     /// Show the daemon on the socket: pid, uptime, sessions, clients, version, and the config
     /// and log files it uses; exit 1 when none answers.
     #[command(after_help = EXIT_CODES)]
@@ -176,6 +179,7 @@ pub enum Command {
     /// Never writes the file.
     #[command(after_help = EXIT_CODES)]
     Inspect {
+        /// The Pi session file (`.jsonl`); only read.
         session: PathBuf,
         /// One JSON object in the conformance fixtures' `expected.json` shape.
         #[arg(long)]
@@ -191,7 +195,10 @@ pub enum Command {
     /// summarizer; its subscribers see the events) unless --no-daemon.
     #[command(after_help = EXIT_CODES)]
     Compact {
+        /// The Pi session file (`.jsonl`) to compact; the entry is appended to it.
         session: PathBuf,
+        /// Print the result (`CompactionResult`, or `{"error": …}`) as one JSON object, and no
+        /// progress.
         #[arg(long)]
         json: bool,
         /// Extra focus for the summary (Pi's `/compact <text>`).
@@ -209,6 +216,7 @@ pub enum Command {
     /// socket when it holds the file (unless --no-daemon), else a daemon of this process.
     #[command(after_help = EXIT_CODES)]
     Preview {
+        /// The Pi session file (`.jsonl`); only read.
         session: PathBuf,
         /// The `previewCompaction` answer as one JSON object.
         #[arg(long)]
@@ -233,7 +241,10 @@ pub enum Command {
     },
     /// Load a Pi session file into the shared store, byte for byte; prints its header id.
     #[command(after_help = EXIT_CODES)]
-    Import { file: PathBuf },
+    Import {
+        /// The Pi session file (`.jsonl`) to load; never written.
+        file: PathBuf,
+    },
     /// A live terminal view of every session open in the running daemon: context against the
     /// threshold, what is compacting, the last compaction, events as they arrive. Keys: c
     /// compact (after y), p preview, a abort, / filter, q quit.
@@ -421,6 +432,7 @@ pub struct ModelArgs {
     /// Base URL (OpenAI style: up to `/v1`; Anthropic: the host root).
     #[arg(long)]
     pub base_url: Option<String>,
+    /// The summarizing model's id, as the provider names it (`claude-sonnet-4-5`, `gpt-4.1`).
     #[arg(long)]
     pub model: Option<String>,
     /// The summarizing model's output cap (0: none) [default: 0].

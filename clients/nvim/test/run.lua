@@ -123,6 +123,12 @@ check(':CompactdStatus reports tokens, percent and threshold', function()
   local msg = notes[#notes].msg
   assert(msg:match('^compactd: %d+ tokens %(%d+%.%d%%%) of 64000, compacts above 47616$'), msg)
   assert(compactd.statusline():match('^compactd %d+%%$'), compactd.statusline())
+  -- Before any reply reported usage: the size is said to be unknown, then the window.
+  local unknown = compactd.format_status({ contextWindow = 200000, threshold = 183616 })
+  assert(
+    unknown == 'compactd: context size not known yet (the next reply tells it); window 200000 tokens, compacts above 183616',
+    unknown
+  )
 end)
 
 check(':CompactdPreview shows what is summarized and kept in a scratch buffer', function()

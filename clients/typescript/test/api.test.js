@@ -215,9 +215,9 @@ describe('compactd-client API', { skip: missing }, () => {
       const file = sessionCopy(s.tmp, '005-medium-basic', 'dry');
       const before = fs.readFileSync(file);
       const { sessionId } = await c.openSession({ path: file, model: MODEL });
-      await c.setSettingsOverrides({ sessionId, compaction: { keepRecentTokens: 2000 } });
+      await c.setSettingsOverrides(sessionId, { compaction: { keepRecentTokens: 2000 } });
       const events = c.events({ sessionId });
-      await c.subscribe({ sessionId });
+      await c.subscribe(sessionId);
       const dry = await c.compact(sessionId, { write: false });
       assert.deepEqual(fs.readFileSync(file), before, 'nothing appended');
       assert.match(dry.summary, /## Goal/);
