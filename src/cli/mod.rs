@@ -13,6 +13,7 @@ pub mod inspect;
 pub mod launch;
 pub mod lifecycle;
 pub mod logging;
+pub mod pi;
 pub mod preview;
 pub mod printable;
 pub mod runtime;
@@ -159,6 +160,20 @@ pub enum Command {
         #[arg(long, global = true)]
         socket: Option<PathBuf>,
     },
+    /// Put compactd into Pi (1.6 and later) in one step: install the compactd extension as a Pi
+    /// package (`pi install`) and register the recall tools' MCP server (`pi mcp add compactd
+    /// -- compactd mcp --cwd .`); or take both out again.
+    #[command(after_help = EXIT_CODES)]
+    Pi {
+        #[command(subcommand)]
+        action: PiAction,
+        /// The `pi` command to run (default: `pi` on PATH).
+        #[arg(long, global = true, default_value = "pi")]
+        pi: PathBuf,
+        /// Pi's project settings (`.pi/` of the current directory) instead of the user's.
+        #[arg(long, short, global = true)]
+        local: bool,
+    },
     /// An MCP server on stdin/stdout giving a model the recall tools of one Pi session
     /// (`search_history`, `get_entry`), backed by the daemon (started or joined as `connect`
     /// does).
@@ -277,6 +292,15 @@ pub enum ServiceAction {
     /// Show the files, the service manager's state (or why it cannot be asked here) and
     /// whether the daemon answers (exit 1 when it does not).
     Status,
+}
+
+/// What `compactd pi` does.
+#[derive(Debug, Clone, Copy, Subcommand)]
+pub enum PiAction {
+    /// Install the compactd extension as a Pi package and register the MCP server.
+    Install,
+    /// Remove both (and the package's files).
+    Uninstall,
 }
 
 /// Framing options shared by both transports.
@@ -704,6 +728,13 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                 ServiceAction::Install { files_only } => service::install(&setup, !files_only),
                 ServiceAction::Uninstall { files_only } => service::uninstall(&setup, !files_only),
                 ServiceAction::Status => service::status(&setup),
+            }
+        }
+        Command::Pi { action, pi, local } => {
+            let setup = pi::Setup { pi: &pi, local };
+            match action {
+                PiAction::Install => pi::install(&setup),
+                PiAction::Uninstall => pi::uninstall(&setup),
             }
         }
         Command::Mcp {
