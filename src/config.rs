@@ -431,13 +431,27 @@ pub fn agent_dir() -> PathBuf {
     }
 }
 
-/// `$XDG_CONFIG_HOME/compactd/config.toml`, else `~/.config/compactd/config.toml`.
-pub fn default_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
+/// An XDG base directory (the XDG Base Directory specification): `$var` when it is set and not
+/// empty, else `$HOME/<under_home>` (`.config`, `.local/state`, `.local/share`); `None` with
+/// neither.
+pub fn xdg_dir(var: &str, under_home: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("compactd").join("config.toml"))
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(under_home))
+        })
+}
+
+/// `$XDG_CONFIG_HOME/compactd/config.toml`, else `~/.config/compactd/config.toml`.
+pub fn default_path() -> Option<PathBuf> {
+    Some(
+        xdg_dir("XDG_CONFIG_HOME", ".config")?
+            .join("compactd")
+            .join("config.toml"),
+    )
 }
 
 /// The file [`Config::load`] reads: `explicit`, else the default path when a file is there;

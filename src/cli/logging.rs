@@ -50,14 +50,7 @@ impl LogMode {
 /// `$XDG_STATE_HOME/compactd/compactd.log`, else `~/.local/state/compactd/compactd.log` (the
 /// XDG base directory default), else `<tmp>/compactd-<uid>/compactd.log` without a home.
 pub fn default_log_file() -> PathBuf {
-    let state = std::env::var_os("XDG_STATE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| PathBuf::from(h).join(".local/state"))
-        });
+    let state = crate::config::xdg_dir("XDG_STATE_HOME", ".local/state");
     match state {
         Some(dir) => dir.join("compactd").join("compactd.log"),
         None => crate::transport::unix::default_socket_dir().join("compactd.log"),

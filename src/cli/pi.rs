@@ -42,14 +42,7 @@ pub struct Setup<'a> {
 /// Where the extension's package is written: `$XDG_DATA_HOME/compactd/pi-extension`, else
 /// `~/.local/share/compactd/pi-extension`.
 pub fn package_dir() -> Result<PathBuf, String> {
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| PathBuf::from(h).join(".local/share"))
-        })
+    let data = crate::config::xdg_dir("XDG_DATA_HOME", ".local/share")
         .ok_or("neither XDG_DATA_HOME nor HOME is set: nowhere to put the extension")?;
     Ok(data.join("compactd").join("pi-extension"))
 }

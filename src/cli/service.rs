@@ -154,10 +154,7 @@ pub fn launchd_plist(binary: &Path, socket: &Path, log: &Path, config: Option<&P
 
 /// `$XDG_CONFIG_HOME/systemd/user` (default `~/.config/systemd/user`).
 pub fn systemd_dir() -> Result<PathBuf, String> {
-    std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+    crate::config::xdg_dir("XDG_CONFIG_HOME", ".config")
         .map(|c| c.join("systemd").join("user"))
         .ok_or_else(|| "neither XDG_CONFIG_HOME nor HOME is set".to_owned())
 }
