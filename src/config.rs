@@ -461,13 +461,27 @@ pub fn agent_dir() -> PathBuf {
     }
 }
 
-/// `$XDG_CONFIG_HOME/compactd/config.toml`, else `~/.config/compactd/config.toml`.
-pub fn default_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
+/// An XDG base directory (the XDG Base Directory specification): `$var` when it is set and not
+/// empty, else `$HOME/<under_home>` (`.config`, `.local/state`, `.local/share`); `None` with
+/// neither.
+pub fn xdg_dir(var: &str, under_home: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("compactd").join("config.toml"))
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(under_home))
+        })
+}
+
+/// `$XDG_CONFIG_HOME/compactd/config.toml`, else `~/.config/compactd/config.toml`.
+pub fn default_path() -> Option<PathBuf> {
+    Some(
+        xdg_dir("XDG_CONFIG_HOME", ".config")?
+            .join("compactd")
+            .join("config.toml"),
+    )
 }
 
 /// The file [`Config::load`] reads: `explicit`, else the default path when a file is there;
@@ -477,6 +491,17 @@ pub fn file_in_use(explicit: Option<&Path>) -> Option<PathBuf> {
         Some(p) => Some(p.to_owned()),
         None => default_path().filter(|p| p.exists()),
     }
+}
+
+/// The `socket` a configuration file names, read even when the file does not load as a whole
+/// (a bad value elsewhere): `status` and `stop` need only the socket, so a broken edit never
+/// leaves the running daemon unreachable. `None` when the file cannot be read, is not TOML, or
+/// names no socket.
+pub fn socket_despite_errors(explicit: Option<&Path>) -> Option<PathBuf> {
+    let path = file_in_use(explicit)?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let table: toml::Table = toml::from_str(&text).ok()?;
+    table.get("socket")?.as_str().map(PathBuf::from)
 }
 
 impl Config {
@@ -671,6 +696,7 @@ impl Config {
             max_tokens: m.max_tokens.max(0) as u64,
             reasoning: m.reasoning.unwrap_or(false),
             api_key,
+            key_env: p.api_key_env.clone(),
             headers: Vec::new(),
         };
         Ok(self.summarizer.llm_engine(spec, &self.redaction, http))
@@ -737,6 +763,7 @@ impl SummarizerConfig {
             max_tokens: self.max_tokens,
             reasoning: self.reasoning,
             api_key,
+            key_env: self.api_key_env.clone(),
             headers: Vec::new(),
         };
         self.llm_engine(model, redaction, http)

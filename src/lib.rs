@@ -53,7 +53,8 @@
 //! - [`transport`]: framing, typed wire messages, the per-connection loop, the dispatch table
 //!   generated from the method list, stdio and Unix-socket listeners.
 //! - [`cli`]: the command-line front end (`serve`, `stdio`, `connect`, `start`, `status`,
-//!   `stop`, `doctor`, `service`, `mcp`, `inspect`, `compact`, `preview` (these two always
+//!   `stop`, `doctor`, `service`, `pi` (the Pi extension and the MCP server put into Pi),
+//!   `mcp`, `inspect`, `compact`, `preview` (these two always
 //!   through a daemon: the one that holds the file, else one of their own process), and `top`, a live terminal view that is a client of the
 //!   daemon's socket: a pure view model, the connection shell, ratatui and plain-text
 //!   renderers), logging, and starting or joining the one daemon of a socket.

@@ -29,6 +29,7 @@ fn fake_claude(base: &str) -> ModelSpec {
         max_tokens: 64_000,
         reasoning: true,
         api_key: Some("oracle-fake-key".into()),
+        key_env: None,
         headers: vec![],
     }
 }

@@ -144,8 +144,10 @@ fn small_sessions_and_bad_files_get_pi_errors_and_stay_untouched() {
         let (code, err) = run_json(compactd().arg(sub).arg(&bad).arg("--json"));
         assert_eq!(code, 1);
         let msg = err["error"].as_str().unwrap_or("");
+        // Why, too: the first JSON line is an entry, not the header.
         assert!(
-            msg.starts_with("Session file is not a valid pi session: /"),
+            msg.starts_with("Session file is not a valid pi session: /")
+                && msg.ends_with(": its first JSON line is a `message` entry, where Pi expects the `session` header"),
             "{msg}"
         );
     }

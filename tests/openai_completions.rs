@@ -28,6 +28,7 @@ fn fake_gpt(base: &str) -> ModelSpec {
         max_tokens: 32_000,
         reasoning: false,
         api_key: Some("oracle-fake-key".into()),
+        key_env: None,
         headers: vec![],
     }
 }

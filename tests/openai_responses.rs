@@ -28,6 +28,7 @@ fn model(base: &str) -> ModelSpec {
         max_tokens: 32_000,
         reasoning: true,
         api_key: Some("sk-test".into()),
+        key_env: None,
         headers: vec![],
     }
 }

@@ -1,18 +1,17 @@
-//! Differential round trip against the real Pi 0.85.0 (the oracle in `$COMPACTD_ORACLE`):
+//! Differential round trip against the real Pi 0.85.0 (`support::oracle`):
 //! generate sessions with `gen.mjs`, compare compactd's analysis with `harness.mjs --no-compact`
 //! field by field, then compact a copy with compactd and check that Pi loads the result the way
 //! compactd does (leaf, context entries, context messages, "Already compacted").
 //!
-//! Skips (with a printed message) when `COMPACTD_ORACLE` is unset or its node binary is missing,
-//! and fails instead when `CI=true` (CI installs the oracle).
+//! Skips (with a printed message) when the oracle cannot be installed, and fails instead when
+//! `CI=true`.
 
 mod support;
 
 /// The oracle is Pi 0.85.0: compactd follows its rules here.
 const RULES: compactd::pi_version::PiVersion = compactd::pi_version::PiVersion::V0_85;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
@@ -25,6 +24,7 @@ use compactd::session::{read_session, ReadOutcome, SessionTree};
 
 use support::fake_llm::{self, Protocol};
 use support::first_diff;
+use support::oracle::Oracle;
 
 const SCENARIOS: [&str; 8] = [
     "medium-basic",
@@ -39,80 +39,24 @@ const SCENARIOS: [&str; 8] = [
 /// Not the fixtures' seeds (1000–1050).
 const SEEDS: [u32; 3] = [7101, 7202, 7303];
 
-struct Oracle {
-    node: PathBuf,
-    dir: PathBuf,
-}
-
-fn oracle() -> Option<Oracle> {
-    let Some(dir) = std::env::var_os("COMPACTD_ORACLE").map(PathBuf::from) else {
-        support::skip_or_fail("oracle roundtrip", "COMPACTD_ORACLE is not set");
-        return None;
-    };
-    let node = dir.join("node");
-    if !node.is_file() {
-        support::skip_or_fail(
-            "oracle roundtrip",
-            &format!("no node binary at {}", node.display()),
-        );
-        return None;
-    }
-    Some(Oracle { node, dir })
-}
-
-impl Oracle {
-    fn run(&self, script: &str, args: &[String]) -> Result<String, String> {
-        let out = Command::new(&self.node)
-            .arg(self.dir.join(script))
-            .args(args)
-            .output()
-            .map_err(|e| format!("{script}: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{script} {args:?} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// `gen.mjs`: writes the session and returns the scenario's harness options.
-    fn generate(&self, scenario: &str, seed: u32, out: &Path) -> Result<Value, String> {
-        let stdout = self.run(
-            "gen.mjs",
-            &[
-                "--scenario".into(),
-                scenario.into(),
-                "--seed".into(),
-                seed.to_string(),
-                "--out".into(),
-                out.display().to_string(),
-            ],
-        )?;
-        serde_json::from_str(stdout.trim()).map_err(|e| format!("gen options: {e}: {stdout}"))
-    }
-
-    /// `harness.mjs FILE --no-compact` with the given settings.
-    fn analyse(&self, file: &Path, window: i64, s: &CompactionSettings) -> Result<Value, String> {
-        let out = file.with_extension("pi.json");
-        self.run(
-            "harness.mjs",
-            &[
-                file.display().to_string(),
-                "--no-compact".into(),
-                "--context-window".into(),
-                window.to_string(),
-                "--reserve-tokens".into(),
-                s.reserve_tokens.to_string(),
-                "--keep-recent-tokens".into(),
-                s.keep_recent_tokens.to_string(),
-                "--out".into(),
-                out.display().to_string(),
-            ],
-        )?;
-        let text = std::fs::read_to_string(&out).map_err(|e| format!("harness out: {e}"))?;
-        serde_json::from_str(&text).map_err(|e| format!("harness out: {e}"))
-    }
+/// `harness.mjs --no-compact` on `file` with these settings.
+fn analyse(
+    oracle: &Oracle,
+    file: &Path,
+    window: i64,
+    s: &CompactionSettings,
+) -> Result<Value, String> {
+    oracle.analyse_with(
+        file,
+        &[
+            "--context-window".into(),
+            window.to_string(),
+            "--reserve-tokens".into(),
+            s.reserve_tokens.to_string(),
+            "--keep-recent-tokens".into(),
+            s.keep_recent_tokens.to_string(),
+        ],
+    )
 }
 
 fn load(file: &Path) -> Result<SessionTree, String> {
@@ -161,7 +105,7 @@ fn run_case(
     let window = opts["contextWindow"].as_i64().unwrap_or(200_000);
 
     // 1. The analysis of the generated session.
-    let pi = oracle.analyse(&file, window, &settings)?;
+    let pi = analyse(oracle, &file, window, &settings)?;
     let tree = load(&file)?;
     let ours = compactd::report::inspect(&tree, window, &settings, RULES);
     compare_analysis(&pi, &ours, "original", &mut failures);
@@ -196,7 +140,7 @@ fn run_case(
     };
     compacted.fetch_add(1, Ordering::SeqCst);
     let new_id = done.entry["id"].as_str().unwrap_or_default().to_owned();
-    let pi_after = oracle.analyse(&copy, window, &settings)?;
+    let pi_after = analyse(oracle, &copy, window, &settings)?;
     let reloaded = load(&copy)?;
     let rb = reloaded.branch();
     let path = reloaded.refs(&rb);
@@ -251,7 +195,7 @@ fn run_case(
 
 #[test]
 fn oracle_roundtrip() {
-    let Some(oracle) = oracle() else {
+    let Some(oracle) = Oracle::find("oracle roundtrip") else {
         return;
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -50,7 +50,7 @@ pub fn run(
     };
     // Under Pi 0.85's rules, a file that shows what only Pi 1.6 writes is probably misread.
     if !version.is_1_6() {
-        if let Some(sign) = crate::session::signs_of_1_6(tree.entries()) {
+        if let Some(sign) = crate::session::signs_of_1_6(tree.entries().iter().map(|e| &**e)) {
             crate::print_err!("warning: {}", crate::session::misread_message(sign));
         }
     }
@@ -77,11 +77,8 @@ fn human(
 ) -> String {
     let mut s = String::new();
     let mut notes = vec![count(o.entry_count, "entry", "entries")];
-    if load.skipped_lines > 0 {
-        notes.push(format!(
-            "{} skipped",
-            count(load.skipped_lines, "malformed line", "malformed lines")
-        ));
+    if let Some(skipped) = load.skipped_text() {
+        notes.push(skipped);
     }
     let original = crate::json::js_number(load.original_version);
     let version = if load.migrated {

@@ -834,7 +834,7 @@ pub fn store_error(e: StoreError) -> RpcError {
             ErrorKind::NotFound,
             format!("Session file not found: {}", p.display()),
         ),
-        StoreError::NotASession(_) => RpcError::new(ErrorKind::InvalidSessionFile, e.to_string()),
+        StoreError::NotASession(..) => RpcError::new(ErrorKind::InvalidSessionFile, e.to_string()),
         StoreError::NotRegular { .. } => RpcError::new(ErrorKind::NotRegularFile, e.to_string()),
         StoreError::TooLarge { .. } => RpcError::new(ErrorKind::TooLarge, e.to_string()),
         StoreError::Busy(_) => RpcError::new(ErrorKind::FileBusy, e.to_string()),
@@ -847,7 +847,7 @@ pub fn store_error(e: StoreError) -> RpcError {
         StoreError::NoSuchStored(_) => RpcError::new(ErrorKind::NotFound, e.to_string()),
         StoreError::Invalid(m) => RpcError::invalid_params(m),
         StoreError::NotAllowed(m) => RpcError::new(ErrorKind::PathNotAllowed, m),
-        StoreError::Locked(_) => RpcError::new(ErrorKind::Locked, e.to_string()),
+        StoreError::Locked(..) => RpcError::new(ErrorKind::Locked, e.to_string()),
         StoreError::Moved(m) => RpcError::new(ErrorKind::LeafMoved, m),
         StoreError::Empty(_) | StoreError::Io { .. } => RpcError::new(ErrorKind::Io, e.to_string()),
     }

@@ -366,6 +366,7 @@ mod tests {
             max_tokens,
             reasoning: true,
             api_key: None,
+            key_env: None,
             headers: vec![],
         }
     }

@@ -379,6 +379,7 @@ mod tests {
             max_tokens: 32_000,
             reasoning,
             api_key: None,
+            key_env: None,
             headers: vec![],
         }
     }

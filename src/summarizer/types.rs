@@ -60,6 +60,9 @@ pub struct ModelSpec {
     pub reasoning: bool,
     /// API key, if any. Never logged.
     pub api_key: Option<String>,
+    /// The environment variable the key was read from, if it came from one: named when the
+    /// provider refuses the key (401/403), since that is where the user fixes it.
+    pub key_env: Option<String>,
     /// Extra request headers.
     pub headers: Vec<(String, String)>,
 }
@@ -75,6 +78,7 @@ impl std::fmt::Debug for ModelSpec {
             .field("max_tokens", &self.max_tokens)
             .field("reasoning", &self.reasoning)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("key_env", &self.key_env)
             .finish()
     }
 }

@@ -519,13 +519,16 @@ fn error_response(status: u16, retry_after: Option<&str>) -> Response {
     if let Some(v) = retry_after {
         b = b.header("retry-after", v);
     }
-    let message = match status {
-        429 => "rate limited, slow down",
-        503 => "service unavailable",
-        _ => "internal server error",
+    let (message, kind) = match status {
+        429 => ("rate limited, slow down", "server_error"),
+        503 => ("service unavailable", "server_error"),
+        // What OpenAI says to a wrong key: nothing a retry can fix.
+        401 => ("Incorrect API key provided.", "invalid_request_error"),
+        403 => ("You are not allowed to use this model.", "permission_error"),
+        _ => ("internal server error", "server_error"),
     };
     b.body(Body::from(
-        json!({"error": {"message": message, "type": "server_error"}}).to_string(),
+        json!({"error": {"message": message, "type": kind}}).to_string(),
     ))
     .unwrap_or_default()
 }
@@ -631,6 +634,7 @@ pub fn fake_model(protocol: Protocol, port: u16) -> ModelSpec {
             max_tokens: 32000,
             reasoning: false,
             api_key: Some("oracle-fake-key".into()),
+            key_env: None,
             headers: Vec::new(),
         },
         Protocol::AnthropicMessages => ModelSpec {
@@ -642,6 +646,7 @@ pub fn fake_model(protocol: Protocol, port: u16) -> ModelSpec {
             max_tokens: 64000,
             reasoning: true,
             api_key: Some("oracle-fake-key".into()),
+            key_env: None,
             headers: Vec::new(),
         },
     }
@@ -713,7 +718,7 @@ fn prompt_interface(text: &str) -> String {
 }
 
 /// Which compaction call a request is: `turnPrefix` or `history`.
-fn request_kind(body: &Value) -> &'static str {
+pub fn request_kind(body: &Value) -> &'static str {
     let text = user_text(body);
     if text.contains(TURN_PREFIX_PROMPT) || text.contains(TURN_PREFIX_PROMPT_1_6) {
         "turnPrefix"
@@ -1184,6 +1189,9 @@ pub async fn check_compaction(
     }
     f
 }
+
+/// The variable a CLI run reads the fake's key from.
+const FAKE_KEY_ENV: &str = "COMPACTD_FAKE_KEY";
 
 /// A daemon configuration whose summarizer is the fixtures' model for `protocol` on the fake at
 /// `port`, sent as Pi sends it: no retries (the fake's replies are a script), no redaction

@@ -990,7 +990,8 @@ export interface HookReplies {
 }
 
 /** A connection to the daemon with one method per protocol method (see `ClientCore` for
- * connecting, events and hooks). Required params are arguments; optional ones an options object. */
+ * connecting, events and hooks). A session's id comes first, then the other required params;
+ * optional ones in an options object. */
 export declare class CompactdClient extends ClientCore {
   /** Signals the running compaction or branch summary and returns at once. */
   abortCompaction(sessionId: string): Promise<AbortCompactionResult>;
@@ -1086,8 +1087,7 @@ export declare class CompactdClient extends ClientCore {
     detail?: PreviewDetail | null;
   }): Promise<PreviewCompactionResult>;
   /** Registers this connection for hook requests/notifications (x-hooks), for one session or all. */
-  registerHooks(hooks: string[], options?: {
-    sessionId?: string | null;
+  registerHooks(sessionId: string | null | undefined, hooks: string[], options?: {
     /** How long each hook request waits for this client (default 60000 ms), at most `[limits] max_hook_timeout_ms` (default 120000 ms; a larger value is lowered to it). */
     timeoutMs?: number | null;
     /** Which large members a hook request carries: any of `preparation` and `branchEntries`. Omitted: Pi's full payload. `["preparation"]` drops the whole branch (the bulk of it). */
@@ -1102,23 +1102,18 @@ export declare class CompactdClient extends ClientCore {
   /** The agent switched model: sets the current model and appends a model_change; reports whether the context already exceeds the new model's threshold (then the next checkCompaction compacts). */
   setModel(sessionId: string, model: Model): Promise<SetModelResult>;
   /** In-memory compaction overrides for one session, or for every session when sessionId is omitted; null clears. */
-  setSettingsOverrides(options?: {
-    /** Omitted: every session, present and future. */
-    sessionId?: string | null;
+  setSettingsOverrides(sessionId?: string | null, options?: {
     /** A partial compaction block; `null` clears the overrides. */
     compaction?: any;
   }): Promise<SetSettingsOverridesResult>;
   /** Pi's shouldCompact, for a session (agent-context estimate, current model's window) or for given numbers. */
-  shouldCompact(options?: {
-    sessionId?: string | null;
+  shouldCompact(sessionId?: string | null, options?: {
     contextTokens?: number | null;
     contextWindow?: number | null;
     settings?: CompactionSettingsPatch | null;
   }): Promise<ShouldCompactResult>;
   /** Adds an event filter for this connection (no sessionId: every session; no events: all). */
-  subscribe(options?: {
-    /** Omitted: every session, present and future. */
-    sessionId?: string | null;
+  subscribe(sessionId?: string | null, options?: {
     /** Event names to receive; omitted: all. */
     events?: string[] | null;
   }): Promise<SubscribeResult>;
