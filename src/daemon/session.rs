@@ -355,6 +355,51 @@ impl SessionState {
                 .is_some_and(|&i| self.cleared.usage_stale(i))
     }
 
+    /// Pi 1.6's `_omitRecoveryAttempt`: the failed reply being recovered from, and the tool
+    /// results answering its calls, are left out of the context from now on by one omitting
+    /// `context_edit` each (persisted, so Pi and every reader of the file agree). Returns
+    /// whether anything was omitted.
+    pub fn omit_recovery_attempt(&mut self) -> Result<bool, RpcError> {
+        let Some(pos) = self
+            .agent
+            .iter()
+            .rposition(|&i| self.tree.entry(i).is_message(Role::Assistant))
+        else {
+            return Ok(false);
+        };
+        let assistant = self.tree.entry(self.agent[pos]);
+        let calls: std::collections::HashSet<String> = assistant
+            .message()
+            .and_then(|m| m.get("content").and_then(Value::as_array).cloned())
+            .into_iter()
+            .flatten()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("toolCall"))
+            .filter_map(|b| b.get("id").and_then(Value::as_str).map(str::to_owned))
+            .collect();
+        let mut targets: Vec<String> = assistant.id_owned().into_iter().collect();
+        for &i in &self.agent[pos + 1..] {
+            let e = self.tree.entry(i);
+            if e.is_message(Role::Assistant) {
+                break;
+            }
+            let answers = e.is_message(Role::ToolResult)
+                && e.message()
+                    .and_then(|m| {
+                        m.get("toolCallId")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned)
+                    })
+                    .is_some_and(|id| calls.contains(&id));
+            if answers {
+                targets.extend(e.id_owned());
+            }
+        }
+        for target in &targets {
+            self.append_with(|id, parent, ts| context_edit_entry(id, parent, ts, target, None))?;
+        }
+        Ok(!targets.is_empty())
+    }
+
     /// Removes the last agent-context message if it is an assistant (overflow recovery); the
     /// file keeps it, as Pi's does.
     pub fn drop_trailing_assistant(&mut self, only_error_or_length: bool) -> bool {
@@ -759,6 +804,27 @@ impl Writing {
 /// Builds a `message` entry in Pi's key order.
 pub fn message_entry(id: &str, parent: Option<&str>, ts: &str, message: Value) -> Value {
     simple_entry("message", id, parent, ts, vec![("message", message)])
+}
+
+/// A Pi 1.6 `context_edit` entry: from here on, `target`'s message is left out of the context
+/// (`replacement: None`) or has its content replaced.
+pub fn context_edit_entry(
+    id: &str,
+    parent: Option<&str>,
+    ts: &str,
+    target: &str,
+    replacement: Option<Value>,
+) -> Value {
+    simple_entry(
+        "context_edit",
+        id,
+        parent,
+        ts,
+        vec![
+            ("targetId", Value::from(target)),
+            ("replacement", replacement.unwrap_or(Value::Null)),
+        ],
+    )
 }
 
 /// The `id, parentId, timestamp` every entry carries.
