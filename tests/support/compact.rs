@@ -35,6 +35,10 @@ pub async fn compact_file(
         )
         .await?;
     let entry = last_line(&std::fs::read(file).unwrap_or_default());
+    // The daemon lets the file go before this returns: dropping the connection would close the
+    // session only when the connection's task next runs, and a compaction right after (a new
+    // daemon of this process) would find the file still locked.
+    open.call("closeSession", json!({})).await?;
     Ok(Compacted { result, entry })
 }
 
