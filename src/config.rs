@@ -257,6 +257,36 @@ pub struct Config {
     /// million tokens (`input`, `output`, `cache_read`, `cache_write`), over the built-in table
     /// (`accounting::prices`).
     pub prices: crate::accounting::PriceTable,
+    /// `[compat]`: which Pi's rules sessions follow unless a client says otherwise.
+    pub compat: CompatConfig,
+}
+
+/// `[compat]`: compatibility with the Pi the user runs.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompatConfig {
+    /// `"1.6"` (the default: the Pi people run) or `"0.85"`: whose rules sessions follow (the
+    /// context projection, estimates, cut points, summary requests, compaction entries). A
+    /// session's `piVersion` (`setSettingsOverrides`, which the Pi extension sets to the Pi it
+    /// runs in) and `--pi-version` win over it.
+    pub pi_version: PiVersionSetting,
+}
+
+/// A Pi version as the configuration spells it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PiVersionSetting(pub crate::pi_version::PiVersion);
+
+impl<'de> Deserialize<'de> for PiVersionSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        crate::pi_version::PiVersion::parse(&text)
+            .map(PiVersionSetting)
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "unknown Pi version '{text}' (expected \"1.6\" or \"0.85\")"
+                ))
+            })
+    }
 }
 
 /// `idle_exit_seconds` unless set.

@@ -6,6 +6,8 @@
 //!   parts of a line nested past 100 levels kept as their `JSON.stringify` text, `json::deep`).
 //! - [`accounting`]: beyond Pi, what compactions cost and save — prices, costs, the economics of
 //!   a compaction due now, calibrated estimates (plain arithmetic, below the session model).
+//! - [`pi_version`]: which Pi's rules apply to a session (0.85.0 or 1.6.0; a setting, since
+//!   the files of both say `version: 3`).
 //! - [`estimate`]: Pi's token estimate of one message and the usage a reply reports — the
 //!   primitives the session reader and the compaction core share.
 //! - [`session`]: Pi session files in memory — entries as facts read in one borrowed pass plus
@@ -71,6 +73,7 @@ pub mod estimate;
 pub mod json;
 pub mod live_context;
 pub mod mcp;
+pub mod pi_version;
 pub mod report;
 pub mod rpc;
 pub mod session;

@@ -370,6 +370,7 @@ fn request(system: &str, prompt: &str, max_tokens: u64) -> LlmRequest {
         reasoning: None,
         session_id: None,
         timestamp_ms: 1_767_600_000_000,
+        pi_version: compactd::pi_version::PiVersion::V0_85,
     }
 }
 

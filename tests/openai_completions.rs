@@ -41,6 +41,7 @@ fn request(prompt: &str, max_tokens: u64) -> LlmRequest {
         reasoning: None,
         session_id: None,
         timestamp_ms: 0,
+        pi_version: compactd::pi_version::PiVersion::V0_85,
     }
 }
 
@@ -98,6 +99,7 @@ async fn replays_every_recorded_conformance_request_exactly() {
             reasoning: None,
             session_id: None,
             timestamp_ms: 0,
+            pi_version: compactd::pi_version::PiVersion::V0_85,
         };
         let reply_text = rec["reply"].as_str().expect("reply").to_string();
         let finish = rec["finish"].as_str().expect("finish").to_string();

@@ -41,6 +41,7 @@ fn request(max_tokens: u64, reasoning: Option<&str>) -> LlmRequest {
         reasoning: reasoning.map(str::to_string),
         session_id: None,
         timestamp_ms: 0,
+        pi_version: compactd::pi_version::PiVersion::V0_85,
     }
 }
 

@@ -88,6 +88,8 @@ pub enum Command {
         transport: TransportArgs,
         #[command(flatten)]
         runtime: RuntimeArgs,
+        #[command(flatten)]
+        compat: CompatArgs,
     },
     /// Serve one client on stdin/stdout with a daemon of its own. Logs go to the log file
     /// (default $XDG_STATE_HOME/compactd/compactd.log); stderr carries only errors.
@@ -97,6 +99,8 @@ pub enum Command {
         transport: TransportArgs,
         #[command(flatten)]
         runtime: RuntimeArgs,
+        #[command(flatten)]
+        compat: CompatArgs,
     },
     /// Join the daemon on the socket, or start one in the background and join it, and bridge
     /// stdin/stdout to it unchanged (what an editor spawns: editors and agents share one
@@ -204,6 +208,8 @@ pub enum Command {
         context_window: i64,
         #[command(flatten)]
         settings: SettingsArgs,
+        #[command(flatten)]
+        compat: CompatArgs,
     },
     /// Run Pi's manual compaction on a session file and append the compaction entry. When the
     /// daemon on the socket holds the file, it compacts it (with the session's settings and
@@ -225,6 +231,8 @@ pub enum Command {
         model: ModelArgs,
         #[command(flatten)]
         daemon: DaemonArgs,
+        #[command(flatten)]
+        compat: CompatArgs,
     },
     /// What a compaction would do now (`previewCompaction`: what would be summarized and what
     /// kept, the cost), without calling a model or writing anything. Asks the daemon on the
@@ -243,6 +251,8 @@ pub enum Command {
         settings: SettingsArgs,
         #[command(flatten)]
         daemon: DaemonArgs,
+        #[command(flatten)]
+        compat: CompatArgs,
     },
     /// Write a session of the shared store (`[storage] backend = "postgres"`) as Pi JSONL, byte
     /// for byte.
@@ -388,6 +398,34 @@ impl RuntimeArgs {
             true => cores,
         }
     }
+}
+
+/// Whose rules apply: the Pi the sessions were written by.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct CompatArgs {
+    /// Follow Pi 0.85 or Pi 1.6 (its context projection, estimates, cut points, summary
+    /// requests and compaction entries) [default: the config's [compat] pi_version, else 1.6].
+    #[arg(long, value_name = "VERSION", value_parser = parse_pi_version)]
+    pub pi_version: Option<crate::session::PiVersion>,
+}
+
+impl CompatArgs {
+    /// `config` with the flag applied (`[compat] pi_version`).
+    pub fn apply(&self, config: &mut crate::config::Config) {
+        if let Some(v) = self.pi_version {
+            config.compat.pi_version = crate::config::PiVersionSetting(v);
+        }
+    }
+
+    /// The flag's name when it was given (a running daemon's session keeps its own rules).
+    pub fn given(&self) -> Option<&'static str> {
+        self.pi_version.map(|_| "--pi-version")
+    }
+}
+
+fn parse_pi_version(s: &str) -> Result<crate::session::PiVersion, String> {
+    crate::session::PiVersion::parse(s)
+        .ok_or_else(|| format!("unknown Pi version '{s}' (expected 1.6 or 0.85)"))
 }
 
 /// Which daemon a command on one session file goes through.
@@ -631,7 +669,7 @@ pub fn log_tag(command: &Command, config: &crate::config::Config) -> Option<logg
 }
 
 /// Runs the parsed command line with the loaded configuration; returns the exit code.
-pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
+pub fn run(cli: Cli, mut config: crate::config::Config) -> i32 {
     let config_path = cli.config.as_deref();
     match cli.command {
         Command::Serve {
@@ -640,7 +678,9 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             exit_when_idle,
             transport,
             runtime,
+            compat,
         } => {
+            compat.apply(&mut config);
             // Socket activation: systemd passed the listening socket (read before the runtime).
             // A daemon reports through its log only (its stderr is a log: a terminal, the
             // service manager's journal, or the file an on-demand daemon's stderr goes to).
@@ -742,7 +782,12 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             cwd,
             socket,
         } => mcp(session, cwd, socket, config_path, &config),
-        Command::Stdio { transport, runtime } => {
+        Command::Stdio {
+            transport,
+            runtime,
+            compat,
+        } => {
+            compat.apply(&mut config);
             daemon_main(config, runtime, |daemon| async move {
                 crate::transport::stdio::serve_stdio(daemon, transport.options()).await
             })
@@ -752,7 +797,17 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             json,
             context_window,
             settings,
-        } => inspect::run(&session, json, context_window, &settings.settings()),
+            compat,
+        } => {
+            compat.apply(&mut config);
+            inspect::run(
+                &session,
+                json,
+                context_window,
+                &settings.settings(),
+                config.compat.pi_version.0,
+            )
+        }
         Command::Compact {
             session,
             json,
@@ -760,15 +815,20 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             settings,
             model,
             daemon,
+            compat,
         } => {
             let socket = (!daemon.no_daemon).then(|| launch::socket_path(daemon.socket, &config));
             let mut own = config;
+            compat.apply(&mut own);
             if let Err(msg) = model.configure(&mut own) {
                 print_error(json, &msg);
                 return EXIT_USAGE;
             }
             let flags = via_daemon::Flags {
-                given: settings.given().or_else(|| model.given()),
+                given: settings
+                    .given()
+                    .or_else(|| model.given())
+                    .or_else(|| compat.given()),
                 compaction: settings.overrides(),
                 config: own,
             };
@@ -788,10 +848,12 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             full,
             settings,
             daemon,
+            compat,
         } => {
             let socket = (!daemon.no_daemon).then(|| launch::socket_path(daemon.socket, &config));
+            compat.apply(&mut config);
             let flags = via_daemon::Flags {
-                given: settings.given(),
+                given: settings.given().or_else(|| compat.given()),
                 compaction: settings.overrides(),
                 config,
             };

@@ -28,7 +28,7 @@ use crate::compaction::summary::{
 };
 use crate::compaction::tokens::CompactionSettings;
 use crate::context::convert_to_llm;
-use crate::session::ids;
+use crate::session::{ids, PiVersion};
 use crate::summarizer::extractive::{
     summarize_history, summarize_turn_prefix, ExtractiveInput, ExtractiveSettings, Messages,
 };
@@ -140,6 +140,35 @@ pub enum CompactError {
     Summarization(String),
 }
 
+/// What a summarization call asks for: its output cap before pi-ai fits it into the window, and
+/// whose pi-ai fits it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cap {
+    pub max_tokens: u64,
+    pub version: PiVersion,
+}
+
+impl Cap {
+    /// A compaction call's cap: Pi 0.85's `floor(factor × reserveTokens)` under the model's cap;
+    /// Pi 1.6 asks for none of its own, so pi-ai uses the model's output limit (#9512: the old
+    /// cap is why reasoning models ran out of tokens mid-summary).
+    pub fn compaction(
+        version: PiVersion,
+        settings: &CompactionSettings,
+        factor: f64,
+        model: &ModelSpec,
+    ) -> Cap {
+        let max_tokens = match version {
+            PiVersion::V0_85 => call_max_tokens(settings, factor, model.max_tokens),
+            PiVersion::V1_6 => model.max_tokens,
+        };
+        Cap {
+            max_tokens,
+            version,
+        }
+    }
+}
+
 /// `maxTokens` of a call: `min(floor(factor × reserve), model.maxTokens > 0 ? model.maxTokens : ∞)`.
 pub fn call_max_tokens(settings: &CompactionSettings, factor: f64, model_max_tokens: u64) -> u64 {
     let base = (factor * settings.reserve_tokens as f64).floor().max(0.0) as u64;
@@ -179,16 +208,17 @@ impl Provider<'_> {
         &self,
         kind: CallKind,
         prompt_text: &str,
-        max_tokens: u64,
+        cap: Cap,
         reasoning: Option<String>,
     ) -> Result<(String, Usage), CompactError> {
         let request = LlmRequest {
             system_prompt: SYSTEM_PROMPT.to_owned(),
             prompt_text: self.redaction.apply(prompt_text).into_owned(),
-            max_tokens,
+            max_tokens: cap.max_tokens,
             reasoning,
             session_id: Some(ids::new_session_id()),
             timestamp_ms: ids::now_ms(),
+            pi_version: cap.version,
         };
         let reply = retry_call(
             || async {
@@ -361,11 +391,12 @@ async fn generate_llm(
     thinking_level: Option<&str>,
 ) -> Result<CompactionOutcome, CompactError> {
     let model = provider.model;
-    let history_max = call_max_tokens(&prep.settings, 0.8, model.max_tokens);
-    let prefix_max = call_max_tokens(&prep.settings, 0.5, model.max_tokens);
+    let version = prep.edits.version;
+    let history_max = Cap::compaction(version, &prep.settings, 0.8, model);
+    let prefix_max = Cap::compaction(version, &prep.settings, 0.5, model);
     let history_text = || {
         let conversation =
-            crate::cpu::blocking(|| serialize_agent_messages(prep.history_messages()));
+            crate::cpu::blocking(|| serialize_agent_messages(version, prep.history_messages()));
         history_prompt_text(
             &conversation,
             prep.previous_summary.as_deref(),
@@ -380,13 +411,15 @@ async fn generate_llm(
         // ones Pi sends one after the other, and the answers are joined in Pi's order.
         let history_prompt = (!prep.messages_to_summarize.is_empty()).then(history_text);
         let conversation =
-            crate::cpu::blocking(|| serialize_agent_messages(prep.prefix_messages()));
-        let prefix_prompt = turn_prefix_prompt_text(&conversation);
-        // A failed call stops its sibling (the summary fails either way); an abort reaches
-        // both through the parent token.
+            crate::cpu::blocking(|| serialize_agent_messages(version, prep.prefix_messages()));
+        let prefix_prompt = turn_prefix_prompt_text(version, &conversation, custom_instructions);
+        // A failed history call stops the turn prefix's (the summary fails with its error, as
+        // Pi's sequential calls fail on the first); a failed turn-prefix call waits for the
+        // history call, whose failure Pi would have met first. An abort reaches both through
+        // the parent token.
         let aborted = provider.cancel;
         let sibling = aborted.child_token();
-        let provider = Provider {
+        let prefix_provider = Provider {
             cancel: &sibling,
             ..provider
         };
@@ -412,18 +445,13 @@ async fn generate_llm(
                     None => None,
                 }
             },
-            async {
-                stopping(
-                    compaction_call(
-                        provider,
-                        CallKind::TurnPrefix,
-                        prefix_prompt,
-                        prefix_max,
-                        reasoning.clone(),
-                    )
-                    .await,
-                )
-            },
+            compaction_call(
+                prefix_provider,
+                CallKind::TurnPrefix,
+                prefix_prompt,
+                prefix_max,
+                reasoning.clone(),
+            ),
         )
         .await;
         let (history, (prefix, prefix_usage)) = split_turn_results(history, prefix, aborted)?;
@@ -431,10 +459,13 @@ async fn generate_llm(
             Some((_, h)) => h.combine(&prefix_usage),
             None => prefix_usage,
         };
-        (
-            join_split_turn(history.as_ref().map(|(t, _)| t.as_str()), &prefix),
-            usage,
-        )
+        // Pi 1.6 carries the previous summary on when the split turn is all that is new.
+        let carried = match version {
+            PiVersion::V1_6 => prep.previous_summary.as_deref(),
+            PiVersion::V0_85 => None,
+        };
+        let history = history.as_ref().map(|(t, _)| t.as_str()).or(carried);
+        (join_split_turn(history, &prefix), usage)
     } else {
         compaction_call(
             provider,
@@ -462,10 +493,10 @@ async fn compaction_call(
     provider: Provider<'_>,
     kind: CallKind,
     prompt: String,
-    max_tokens: u64,
+    cap: Cap,
     reasoning: Option<String>,
 ) -> Result<(String, Usage), CompactError> {
-    let (text, usage) = provider.ask(kind, &prompt, max_tokens, reasoning).await?;
+    let (text, usage) = provider.ask(kind, &prompt, cap, reasoning).await?;
     // Beyond Pi (proto-docs/gaps.md): a blank summary would replace the history with
     // nothing, so it is refused (and falls back to extractive when configured).
     if text.trim().is_empty() {
@@ -479,8 +510,9 @@ async fn compaction_call(
 
 /// The outcome of a split turn's two concurrent calls, as the sequential calls would have
 /// ended: an abort is `Cancelled`; otherwise the history call's failure comes first (Pi sends
-/// it first), then the turn prefix's. A call stopped only because its sibling failed
-/// (`Cancelled` while the abort token `cancel` itself is not) never hides that failure.
+/// it first), then the turn prefix's. Only the history call's failure stops the other, so the
+/// history call always ends on its own and its failure is the one reported, whatever the
+/// timing.
 #[allow(clippy::type_complexity)]
 fn split_turn_results(
     history: Option<Result<(String, Usage), CompactError>>,
@@ -491,7 +523,6 @@ fn split_turn_results(
         return Err(CompactError::Cancelled);
     }
     match (history, prefix) {
-        (Some(Err(CompactError::Cancelled)), Err(e)) => Err(e),
         (Some(Err(e)), _) | (_, Err(e)) => Err(e),
         (Some(Ok(h)), Ok(p)) => Ok((Some(h), p)),
         (None, Ok(p)) => Ok((None, p)),
@@ -529,7 +560,12 @@ pub fn generate_extractive(
             call_max_tokens(&prep.settings, 0.5, 0),
             settings,
         );
-        join_split_turn(hist.as_deref(), &prefix)
+        // Pi 1.6 carries the previous summary on when the split turn is all that is new.
+        let carried = match prep.edits.version {
+            PiVersion::V1_6 => prep.previous_summary.as_deref(),
+            PiVersion::V0_85 => None,
+        };
+        join_split_turn(hist.as_deref().or(carried), &prefix)
     } else {
         history()
     };
@@ -561,6 +597,10 @@ pub struct BranchInputs<'a> {
     pub custom_instructions: Option<&'a str>,
     /// The custom instructions replace Pi's branch prompt instead of adding a focus to it.
     pub replace_instructions: bool,
+    /// Whose rules write it: Pi 1.6 sends the session's thinking level and no output cap of
+    /// its own (0.85: none, and at most 4096 tokens).
+    pub version: PiVersion,
+    pub thinking_level: Option<&'a str>,
 }
 
 /// A summary body as an engine wrote it, before the caller frames it.
@@ -613,23 +653,36 @@ fn extractive_branch(
     }
 }
 
-/// The LLM half of [`summarize_branch`]: one call with Pi's branch prompt, no reasoning.
+/// The LLM half of [`summarize_branch`]: one call with Pi's branch prompt (reasoning as the version sends it).
 async fn llm_branch(
     inputs: &BranchInputs<'_>,
     provider: Provider<'_>,
 ) -> Result<SummaryOutcome, CompactError> {
-    let conversation = serialize_conversation(&convert_to_llm(inputs.messages));
+    let conversation = serialize_conversation(inputs.version, &convert_to_llm(inputs.messages));
     let prompt = branch_prompt_text(
         &conversation,
         inputs.custom_instructions,
         inputs.replace_instructions,
     );
-    let max_tokens = match provider.model.max_tokens {
-        0 => BRANCH_MAX_TOKENS,
-        cap => cap.min(BRANCH_MAX_TOKENS),
+    let (max_tokens, reasoning) = match inputs.version {
+        PiVersion::V0_85 => (
+            match provider.model.max_tokens {
+                0 => BRANCH_MAX_TOKENS,
+                cap => cap.min(BRANCH_MAX_TOKENS),
+            },
+            None,
+        ),
+        PiVersion::V1_6 => (
+            provider.model.max_tokens,
+            reasoning_for(provider.model, inputs.thinking_level),
+        ),
+    };
+    let cap = Cap {
+        max_tokens,
+        version: inputs.version,
     };
     let (text, usage) = provider
-        .ask(CallKind::Branch, &prompt, max_tokens, None)
+        .ask(CallKind::Branch, &prompt, cap, reasoning)
         .await?;
     Ok(SummaryOutcome {
         text,
@@ -762,6 +815,8 @@ mod tests {
             modified_files: &[],
             custom_instructions: None,
             replace_instructions: false,
+            version: PiVersion::V0_85,
+            thinking_level: None,
         }
     }
 
@@ -805,7 +860,8 @@ mod tests {
             reserve_tokens: 16384,
             keep_recent_tokens,
         };
-        crate::compaction::prepare_compaction(&tree.refs(&branch), &settings).expect("prepared")
+        crate::compaction::prepare_compaction(PiVersion::V0_85, &tree.refs(&branch), &settings)
+            .expect("prepared")
     }
 
     #[tokio::test]
@@ -889,6 +945,8 @@ mod tests {
         Refuse,
         /// Only when the call is cancelled (given up after 10 s).
         Never,
+        /// A failure (HTTP 400, "refused late") 200 ms in, unless cancelled first.
+        RefuseLate,
     }
 
     /// A provider for a split turn's calls (told apart by their output caps) that records
@@ -942,6 +1000,17 @@ mod tests {
                 };
                 let text = match answer {
                     Answer::Refuse => return AssistantReply::error("400 bad request", Some(400)),
+                    Answer::RefuseLate => {
+                        tokio::select! {
+                            _ = cancel.cancelled() => {
+                                self.cancelled.lock().push(kind);
+                                return AssistantReply::aborted();
+                            }
+                            _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {
+                                return AssistantReply::error("400 refused late", Some(400));
+                            }
+                        }
+                    }
                     Answer::Never => {
                         // Bounded, so a caller that never cancels fails the test, not hangs it.
                         tokio::select! {
@@ -991,8 +1060,9 @@ mod tests {
             reserve_tokens: 16384,
             keep_recent_tokens: 2000,
         };
-        let prep = crate::compaction::prepare_compaction(&tree.refs(&branch), &settings)
-            .expect("prepared");
+        let prep =
+            crate::compaction::prepare_compaction(PiVersion::V0_85, &tree.refs(&branch), &settings)
+                .expect("prepared");
         assert!(
             prep.is_split_turn
                 && !prep.turn_prefix_messages.is_empty()
@@ -1070,17 +1140,31 @@ mod tests {
         else {
             return;
         };
-        for (history, prefix, stopped) in [
-            (Answer::Refuse, Answer::Never, CallKind::TurnPrefix),
-            (Answer::Never, Answer::Refuse, CallKind::History),
+        // A failed history call stops the turn prefix's; a failed turn-prefix call stops
+        // nothing, and the history call's own failure, found later, is the one reported (Pi
+        // sends the history call first and fails on it).
+        for (history, prefix, reported, stopped) in [
+            (
+                Answer::Refuse,
+                Answer::Never,
+                "bad request",
+                vec![CallKind::TurnPrefix],
+            ),
+            (Answer::RefuseLate, Answer::Refuse, "refused late", vec![]),
+            (
+                Answer::WhenBothStarted,
+                Answer::Refuse,
+                "bad request",
+                vec![],
+            ),
         ] {
             let (outcome, client, _) =
                 generate_split(&prep, history, prefix, &CancellationToken::new()).await;
             match outcome {
-                Err(CompactError::Summarization(m)) => assert!(m.contains("400"), "{m}"),
+                Err(CompactError::Summarization(m)) => assert!(m.contains(reported), "{m}"),
                 other => panic!("{history:?}/{prefix:?}: {other:?}"),
             }
-            assert_eq!(*client.cancelled.lock(), vec![stopped]);
+            assert_eq!(*client.cancelled.lock(), stopped, "{history:?}/{prefix:?}");
         }
     }
 
@@ -1161,7 +1245,9 @@ mod tests {
             let tree = SessionTree::from_parsed(parsed);
             let branch = tree.branch();
             let path = tree.refs(&branch);
-            let Ok(prep) = crate::compaction::prepare_compaction(&path, &settings) else {
+            let Ok(prep) =
+                crate::compaction::prepare_compaction(PiVersion::V0_85, &path, &settings)
+            else {
                 continue;
             };
             let values = |m: &[crate::compaction::prepare::PreparedMessage]| -> Vec<Value> {

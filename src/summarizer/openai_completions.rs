@@ -403,6 +403,7 @@ mod tests {
             reasoning: reasoning.map(str::to_string),
             session_id: None,
             timestamp_ms: 0,
+            pi_version: crate::pi_version::PiVersion::V0_85,
         }
     }
 

@@ -80,9 +80,11 @@ fn locate(pi: PiVersion) -> Result<PathBuf, String> {
 }
 
 impl Oracle {
-    /// The Pi 0.85.0 oracle, or `None` after [`super::skip_or_fail`] naming `test`.
+    /// The oracle of the Pi whose rules compactd follows by default (Pi 1.6.0): what a suite
+    /// that checks "Pi loads what compactd wrote" asks, or `None` after
+    /// [`super::skip_or_fail`] naming `test`.
     pub fn find(test: &str) -> Option<Oracle> {
-        Self::of(PiVersion::V0_85, test)
+        Self::of(PiVersion::V1_6, test)
     }
 
     /// The oracle of `pi`, or `None` after [`super::skip_or_fail`] naming `test` and the reason.

@@ -83,6 +83,10 @@ export interface Capabilities {
   events: string[];
   /** The configured summarizer provider (`extractive` when none). */
   summarizer: string;
+  /** The Pi versions whose rules sessions can follow (`piVersion`): `"0.85"` and `"1.6"`. */
+  piVersions: string[];
+  /** The version a session follows unless it sets its own (`[compat] pi_version`). */
+  piVersion: string;
 }
 
 /** What an automatic check did. */
@@ -258,6 +262,8 @@ export interface CompactionSettingsPatch {
   enabled?: boolean | null;
   reserveTokens?: number | null;
   keepRecentTokens?: number | null;
+  /** Pi 1.6: per-model `reserveTokens` / `keepRecentTokens`, keyed by exact `"provider/modelId"`; under 0.85 ignored (as Pi 0.85 ignores it). */
+  modelOverrides?: { [key: string]: ModelOverride } | null;
   /** Beyond Pi: list at most this many paths in each of the summary's `<read-files>` / `<modified-files>` blocks (the most recently touched, then `(+K more)`); `details` keeps the full lists. Absent: unlimited, Pi's behaviour. Ignored by `shouldCompact`. */
   fileListLimit?: number | null;
   /** Beyond Pi: ineffective automatic compactions in a row before automatic compaction pauses for the session (default 2; 0 turns the thrash breaker off, Pi's behaviour). */
@@ -372,6 +378,8 @@ export interface EffectiveSettings {
   /** Pi's `settings.retry`: how the session's summarization calls retry transient errors. */
   retry: RetryView;
   defaultThinkingLevel: string;
+  /** Whose rules the session follows: `"1.6"` (Pi 1.6.0) or `"0.85"` (Pi 0.85.0). */
+  piVersion: string;
 }
 
 /** The file lists a summary would carry. */
@@ -466,6 +474,12 @@ export interface Model {
   contextWindow: number;
   maxTokens: number;
   reasoning?: boolean | null;
+}
+
+/** One model's compaction token settings (`compaction.modelOverrides[...]`, Pi 1.6). */
+export interface ModelOverride {
+  reserveTokens?: number | null;
+  keepRecentTokens?: number | null;
 }
 
 /** `navigateTree`'s answer. */
@@ -1103,8 +1117,10 @@ export declare class CompactdClient extends ClientCore {
   setModel(sessionId: string, model: Model): Promise<SetModelResult>;
   /** In-memory compaction overrides for one session, or for every session when sessionId is omitted; null clears. */
   setSettingsOverrides(sessionId?: string | null, options?: {
-    /** A partial compaction block; `null` clears the overrides. */
+    /** A partial compaction block; `null` clears the overrides. Omitted while `piVersion` is given: the compaction overrides stay as they are (omitted with nothing else: cleared). */
     compaction?: any;
+    /** Whose rules the session follows: `"1.6"` (Pi 1.6.0) or `"0.85"` (Pi 0.85.0); `null` goes back to the daemon's (`[compat] pi_version`, default 1.6). The Pi extension sets it to the Pi it runs in. Omitted: unchanged. */
+    piVersion?: string | null;
   }): Promise<SetSettingsOverridesResult>;
   /** Pi's shouldCompact, for a session (agent-context estimate, current model's window) or for given numbers. */
   shouldCompact(sessionId?: string | null, options?: {

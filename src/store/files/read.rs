@@ -560,7 +560,12 @@ mod tests {
         let show = |(tree, mut report): (SessionTree, LoadReport)| {
             // Where the lines are read back from is not part of what a read found.
             report.lines = None;
-            let mut o = crate::report::overview(&tree, 200_000, &settings);
+            let mut o = crate::report::overview(
+                &tree,
+                200_000,
+                &settings,
+                crate::session::PiVersion::V0_85,
+            );
             if report.migrated {
                 // A migration gives fresh random ids.
                 o.leaf_id = None;
