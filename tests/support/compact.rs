@@ -36,13 +36,10 @@ pub async fn compact_file(
         .await?;
     // Closed before the daemon goes: the file's lock is released when the reply comes, not
     // when a runtime gets round to the dropped connection (a caller's next compaction of the
-    // same file, on a current-thread runtime, would find it still locked).
+    // same file, a new daemon of this process on a current-thread runtime, would find it still
+    // locked). Closed once: a second close is refused (the session is unknown by then).
     open.call("closeSession", json!({})).await?;
     let entry = last_line(&std::fs::read(file).unwrap_or_default());
-    // The daemon lets the file go before this returns: dropping the connection would close the
-    // session only when the connection's task next runs, and a compaction right after (a new
-    // daemon of this process) would find the file still locked.
-    open.call("closeSession", json!({})).await?;
     Ok(Compacted { result, entry })
 }
 
