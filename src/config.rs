@@ -243,6 +243,17 @@ pub struct Config {
     /// million tokens (`input`, `output`, `cache_read`, `cache_write`), over the built-in table
     /// (`accounting::prices`).
     pub prices: crate::accounting::PriceTable,
+    /// `[compaction]`: compactd's defaults under Pi's settings files.
+    pub compaction: CompactionConfig,
+}
+
+/// `[compaction]`: what a session's compactions do unless Pi's settings files (or
+/// `setSettingsOverrides`) say otherwise. Beyond Pi only; Pi's own keys live in its files.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompactionConfig {
+    /// `compaction.handoff`: `off`, `report` (default), `repair` or `retry`.
+    pub handoff: crate::handoff::Mode,
 }
 
 /// `idle_exit_seconds` unless set.

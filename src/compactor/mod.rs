@@ -19,7 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::compaction::prepare::{prepare_branch, Preparation};
 use crate::compaction::prompts::{
-    branch_prompt_text, history_prompt_text, turn_prefix_prompt_text, SYSTEM_PROMPT,
+    branch_prompt_text, history_prompt_text, turn_prefix_prompt_text, SPLIT_TURN_JOINER,
+    SYSTEM_PROMPT,
 };
 use crate::compaction::serialize::{serialize_agent_messages, serialize_conversation};
 use crate::compaction::summary::{
@@ -319,15 +320,7 @@ async fn generate_llm(
     let model = provider.model;
     let history_max = call_max_tokens(&prep.settings, 0.8, model.max_tokens);
     let prefix_max = call_max_tokens(&prep.settings, 0.5, model.max_tokens);
-    let history_text = || {
-        let conversation =
-            crate::cpu::blocking(|| serialize_agent_messages(prep.history_messages()));
-        history_prompt_text(
-            &conversation,
-            prep.previous_summary.as_deref(),
-            custom_instructions,
-        )
-    };
+    let history_text = || history_prompt(prep, custom_instructions);
     let reasoning = reasoning_for(model, thinking_level);
     let (summary, usage) = if prep.is_split_turn && !prep.turn_prefix_messages.is_empty() {
         // The two requests of a split turn are independent (neither prompt holds the other's
@@ -411,6 +404,80 @@ async fn generate_llm(
         details: file_details(&read_files, &modified_files),
         from_hook: false,
     })
+}
+
+/// The user message of a compaction's history call (Pi's prompt over the serialized span).
+fn history_prompt(prep: &Preparation, custom_instructions: Option<&str>) -> String {
+    let conversation = crate::cpu::blocking(|| serialize_agent_messages(prep.history_messages()));
+    history_prompt_text(
+        &conversation,
+        prep.previous_summary.as_deref(),
+        custom_instructions,
+    )
+}
+
+/// Beyond Pi (`compaction.handoff: "retry"`): one more history call for a summary an LLM engine
+/// wrote, its prompt Pi's with `instructions` (what the first summary missed) added to the
+/// user's focus; the answer replaces the first summary's history part (a split turn keeps its
+/// turn-prefix part and its file blocks stay). Its usage is added to the outcome's and to
+/// `meter`. `Ok(None)`: no such call can be made (the extractive engine, a split turn with no
+/// history before it).
+#[allow(clippy::too_many_arguments)]
+pub async fn retry_history(
+    prep: &Preparation,
+    engine: &SummaryEngine,
+    first: &CompactionOutcome,
+    custom_instructions: Option<&str>,
+    instructions: &str,
+    thinking_level: Option<&str>,
+    cancel: &CancellationToken,
+    on_retry: &OnRetry<'_>,
+    meter: &Meter,
+) -> Result<Option<CompactionOutcome>, CompactError> {
+    let SummaryEngine::Llm {
+        client,
+        model,
+        retry,
+        redaction,
+        ..
+    } = engine
+    else {
+        return Ok(None);
+    };
+    if prep.messages_to_summarize.is_empty() {
+        return Ok(None);
+    }
+    let provider = Provider {
+        client: client.as_ref(),
+        model,
+        retry,
+        redaction,
+        cancel,
+        on_retry,
+        meter,
+    };
+    let focus = match custom_instructions.filter(|c| !c.is_empty()) {
+        Some(c) => format!("{c}\n\n{instructions}"),
+        None => instructions.to_owned(),
+    };
+    let (text, usage) = compaction_call(
+        provider,
+        CallKind::History,
+        history_prompt(prep, Some(&focus)),
+        call_max_tokens(&prep.settings, 0.8, model.max_tokens),
+        reasoning_for(model, thinking_level),
+    )
+    .await?;
+    let (read_files, modified_files) = prep.file_ops.file_lists();
+    let summary = match first.summary.split_once(SPLIT_TURN_JOINER) {
+        Some((_, prefix)) if prep.is_split_turn => format!("{text}{SPLIT_TURN_JOINER}{prefix}"),
+        _ => with_file_lists(text, &read_files, &modified_files),
+    };
+    Ok(Some(CompactionOutcome {
+        summary,
+        usage: Some(first.usage.map_or(usage, |u| u.combine(&usage))),
+        ..first.clone()
+    }))
 }
 
 /// One compaction call: Pi's checks, then compactd's refusal of a blank summary.
@@ -672,6 +739,9 @@ pub async fn compact_in(
         on_retry,
         cancel,
         made: None,
+        // The daemon's path checks handoffs; `compactd compact` goes through it (issue 45).
+        handoff: crate::handoff::Mode::Off,
+        previous_id: None,
     })
     .await
     .map_err(|s| match s {

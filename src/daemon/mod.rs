@@ -377,7 +377,10 @@ impl Daemon {
             cwd.as_deref(),
             global.as_ref(),
             overrides.as_ref(),
-            &self.config.summarizer.retry,
+            &settings::Defaults {
+                retry: self.config.summarizer.retry,
+                handoff: self.config.compaction.handoff,
+            },
         )
     }
 

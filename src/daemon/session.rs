@@ -60,6 +60,10 @@ pub struct SessionState {
     /// How many times another writer's lines moved the leaf off the branch (a fork): a
     /// speculation that no longer applies can then say why.
     pub foreign_moves: u64,
+    /// Beyond Pi: the handoff check of each compaction entry this daemon wrote for the session,
+    /// by entry id (`getCostReport`'s rows); a repaired entry also records its score in
+    /// `details.handoff`, which outlives the daemon.
+    pub handoffs: std::collections::BTreeMap<String, crate::handoff::Report>,
 }
 
 /// A session's entries and what is derived from them are freed on the reaper thread
@@ -113,6 +117,7 @@ impl SessionState {
             thrash: Default::default(),
             overrides: None,
             foreign_moves: 0,
+            handoffs: Default::default(),
         }
     }
 

@@ -158,3 +158,33 @@ impl Mode {
         matches!(self, Mode::Repair | Mode::Retry)
     }
 }
+
+/// A summary's obligations as the summarization step leaves them for finishing: what it owes,
+/// the mode it is checked in, and (after a retry) the first summary's score.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Owed {
+    pub mode: Mode,
+    pub obligations: Vec<Obligation>,
+    /// The score of the summary before a `retry` call (`None`: no call was made).
+    pub first_score: Option<f64>,
+}
+
+impl Owed {
+    /// The check of `summary` against these obligations.
+    pub fn report(&self, summary: &str) -> Report {
+        let mut report = check(summary, &self.obligations, self.mode);
+        report.first_score = self.first_score;
+        report
+    }
+
+    /// The check of `summary` and, when the mode repairs, `summary` with what it missed
+    /// appended (`repair::repaired`); unchanged otherwise.
+    pub fn finish(&self, summary: String) -> (String, Report) {
+        let mut report = self.report(&summary);
+        if !self.mode.repairs() || report.missing.is_empty() {
+            return (summary, report);
+        }
+        report.repaired = report.missing.len();
+        (repair::repaired(&summary, &report.missing), report)
+    }
+}

@@ -377,6 +377,11 @@ pub struct CompactionSettingsView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<ClearToolResultsView>")]
     pub clear_tool_results: Option<Option<ClearToolResultsView>>,
+    /// Beyond Pi: what is done with each summary's handoff check (`off`, `report`, `repair`,
+    /// `retry`). Only in getSettings' answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "crate::handoff::Mode")]
+    pub handoff: Option<crate::handoff::Mode>,
 }
 
 /// `compaction.clearToolResults` in effect.
@@ -405,6 +410,7 @@ impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettings
             calibrated_estimates: None,
             recall_footer: None,
             clear_tool_results: None,
+            handoff: None,
         }
     }
 }
@@ -681,6 +687,10 @@ pub struct SpeculationView {
     /// The ready summary's estimated tokens.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary_tokens: Option<u64>,
+    /// The ready summary's handoff score (`compaction.handoff` not `off`): the share of what
+    /// it owes that it carries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff_score: Option<f64>,
     /// A compaction due now (at the threshold, or a manual one without instructions) would
     /// install it (ready) or wait for it (running): it is still valid.
     pub would_install: bool,

@@ -18,7 +18,6 @@ use crate::rpc::types::*;
 use crate::rpc::PROTOCOL_VERSION;
 use crate::session::ids;
 use crate::store::{Address, Opened, StoreError};
-use crate::summarizer::RetrySettings;
 
 fn absolute(p: &str, what: &str) -> Result<PathBuf, RpcError> {
     crate::store::absolute_param(p, what).map_err(store_error)
@@ -156,7 +155,7 @@ pub fn initialize(ctx: &Ctx, p: InitializeParams) -> Result<InitializeResult, Rp
 }
 
 fn default_thinking(cwd: Option<&str>) -> String {
-    effective(cwd.map(Path::new), None, None, &RetrySettings::default()).default_thinking_level
+    effective(cwd.map(Path::new), None, None, &Default::default()).default_thinking_level
 }
 
 /// The backend's error for a request that names a session it cannot take, as the protocol

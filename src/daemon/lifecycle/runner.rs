@@ -299,6 +299,7 @@ impl Run<'_> {
                 file_list_limit: self.settings.file_list_limit,
                 recall_footer: self.settings.recall_footer,
                 write: self.job.write,
+                handoff: made.handoff,
             },
         )?;
         written.result.cost = Some(made.cost);
@@ -338,6 +339,7 @@ impl Run<'_> {
             cost: ready.cost,
             asked: Vec::new(),
             took: None,
+            handoff: ready.handoff.clone(),
         };
         let hooks = Hooks::Ask {
             asked: &ready.asked,
@@ -364,7 +366,7 @@ impl Run<'_> {
         } else {
             None
         };
-        let (outcome, prep) = match on_top {
+        let (outcome, prep, handoff) = match on_top {
             Some(mut prep) => {
                 strip_pins(&mut prep);
                 tracing::info!(
@@ -379,14 +381,14 @@ impl Run<'_> {
                 // The context it replaces is the session's now, not the virtual path's.
                 outcome.tokens_before = ready.outcome.tokens_before;
                 speculation::mark(&mut outcome, &ready.origin, true);
-                (outcome, Arc::new(prep))
+                (outcome, Arc::new(prep), made.handoff)
             }
             None => {
                 let mut outcome = vetted.outcome;
                 if !replaced {
                     speculation::mark(&mut outcome, &ready.origin, false);
                 }
-                (outcome, ready.prep.clone())
+                (outcome, ready.prep.clone(), vetted.handoff)
             }
         };
         if self.cancel.is_cancelled() {
@@ -404,6 +406,7 @@ impl Run<'_> {
                 file_list_limit: self.settings.file_list_limit,
                 recall_footer: self.settings.recall_footer,
                 write: self.job.write,
+                handoff,
             },
         )?;
         written.result.cost = Some(cost);

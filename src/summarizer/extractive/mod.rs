@@ -41,6 +41,7 @@
 
 mod consolidate;
 mod facts;
+mod handoff;
 mod layout;
 mod merge;
 mod noise;
@@ -50,6 +51,8 @@ mod tests;
 mod text;
 
 use serde_json::Value;
+
+pub use handoff::{handoff_facts, HandoffInput};
 
 use facts::*;
 use layout::*;

@@ -43,6 +43,8 @@ struct Step {
     done: bool,
     /// A todo tool marked it in progress.
     in_progress: bool,
+    /// The message that stated it (`None`: an earlier summary's step).
+    from: Option<usize>,
 }
 
 /// A step still to do, in plan order.
@@ -50,6 +52,8 @@ pub(super) struct LeftStep {
     pub(super) number: Option<u32>,
     pub(super) text: String,
     pub(super) in_progress: bool,
+    /// The message that stated it (`None`: an earlier summary's step).
+    pub(super) from: Option<usize>,
 }
 
 /// What the plans of a span come to.
@@ -152,6 +156,7 @@ fn statements_in(idx: usize, text: &str, by_user: bool) -> Vec<Statement> {
                         text: text.clone(),
                         done: checked.unwrap_or(false),
                         in_progress: false,
+                        from: Some(idx),
                     })
                     .collect();
                 out.push(Statement {
@@ -365,6 +370,7 @@ pub(super) fn track(a: &Analysis, carried: &[(Option<u32>, String)]) -> Plans {
                 done: is_done_status(status),
                 in_progress: status.eq_ignore_ascii_case("in_progress")
                     || status.eq_ignore_ascii_case("in progress"),
+                from: Some(*idx),
             })
             .collect();
         events.push(Evidence::Plan(Statement {
@@ -407,6 +413,7 @@ pub(super) fn track(a: &Analysis, carried: &[(Option<u32>, String)]) -> Plans {
             text: text.clone(),
             done: false,
             in_progress: false,
+            from: None,
         })
         .collect();
     // Index of the statement the current plan comes from (`None`: the earlier summary).
@@ -519,6 +526,7 @@ pub(super) fn track(a: &Analysis, carried: &[(Option<u32>, String)]) -> Plans {
             number: s.number,
             text: s.text,
             in_progress: s.in_progress,
+            from: s.from,
         })
         .collect();
     plans

@@ -108,6 +108,7 @@ impl Analysis {
             };
             out.push(FailedAction {
                 idx: act.idx,
+                kind: &act.kind,
                 at: act.done_idx,
                 label: act.label(),
                 code,
