@@ -177,13 +177,18 @@ pub async fn summarize(mut step: Step<'_>) -> Result<Summarized, Stopped> {
     }
 }
 
-/// What the handoff of `step`'s preparation owes (`None` when `compaction.handoff` is off),
-/// read on a thread of its own like the extractive summary (it is the same pass).
+/// What the handoff of `step`'s preparation owes (see [`owed_by`]).
 fn owed(step: &Step<'_>) -> Option<Owed> {
-    if !step.handoff.checks() {
+    owed_by(step.prep, step.handoff, step.previous_id)
+}
+
+/// What the handoff of `prep` owes (`None` when `mode` is off): the obligations of its span and
+/// of the summary it updates (the compaction `previous_id`), read on a thread of its own like
+/// the extractive summary (it is the same pass). `previewCompaction` shows the same list.
+pub fn owed_by(prep: &Preparation, mode: Mode, previous_id: Option<&str>) -> Option<Owed> {
+    if !mode.checks() {
         return None;
     }
-    let prep = step.prep;
     let written: Vec<String> = prep.file_ops.written.iter().cloned().collect();
     let edited: Vec<String> = prep.file_ops.edited.iter().cloned().collect();
     let split = prep.is_split_turn && !prep.turn_prefix_messages.is_empty();
@@ -195,13 +200,13 @@ fn owed(step: &Step<'_>) -> Option<Owed> {
                 false => Messages::Parsed(&[]),
             },
             previous_summary: prep.previous_summary.as_deref().filter(|s| !s.is_empty()),
-            previous_id: step.previous_id,
+            previous_id,
             written: &written,
             edited: &edited,
         }))
     });
     Some(Owed {
-        mode: step.handoff,
+        mode,
         obligations,
         first_score: None,
     })

@@ -121,6 +121,20 @@ impl SessionState {
         }
     }
 
+    /// The handoff score of compaction entry `id`: this daemon's check of it, else what a
+    /// repaired entry records (`details.handoff.score`).
+    pub fn handoff_score(&self, id: &str) -> Option<f64> {
+        if let Some(r) = self.handoffs.get(id) {
+            return Some(r.score);
+        }
+        let entry = self.tree.entry(self.tree.index_of(id)?);
+        entry
+            .get("details")
+            .and_then(|d| d.get("handoff"))
+            .and_then(|h| h.get("score"))
+            .and_then(Value::as_f64)
+    }
+
     /// A loaded (persisted) session.
     pub fn loaded(
         storage: Box<dyn SessionStorage>,

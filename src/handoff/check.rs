@@ -24,15 +24,25 @@ pub struct KindScore {
     pub score: f64,
 }
 
-/// An obligation a summary did not carry.
+/// One obligation as the protocol states it (what a summary missed, what a preview owes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct Missing {
+pub struct Item {
     pub kind: Kind,
     /// What is owed, on one line.
     pub text: String,
     /// The entry it came from (`getEntry` returns it whole).
     pub entry_id: Option<String>,
+}
+
+impl From<&Obligation> for Item {
+    fn from(o: &Obligation) -> Item {
+        Item {
+            kind: o.kind,
+            text: o.text.clone(),
+            entry_id: o.entry_id.clone(),
+        }
+    }
 }
 
 /// A summary's handoff check, as `compact`, `compaction_end`, `session_compact` and the cost
@@ -47,7 +57,7 @@ pub struct Report {
     /// `identifier`, `command`).
     pub by_kind: BTreeMap<String, KindScore>,
     /// What the summary did not carry, in the order owed.
-    pub missing: Vec<Missing>,
+    pub missing: Vec<Item>,
     /// `compaction.handoff` when the summary was checked.
     pub mode: Mode,
     /// With `retry`: the score before the extra call (present only when one was made; `score`
@@ -140,11 +150,7 @@ pub fn check(summary: &str, owed: &[Obligation], mode: Mode) -> Report {
         if carried {
             entry.1 += 1;
         } else {
-            missing.push(Missing {
-                kind: o.kind,
-                text: o.text.clone(),
-                entry_id: o.entry_id.clone(),
-            });
+            missing.push(Item::from(o));
         }
     }
     let total = owed.len();

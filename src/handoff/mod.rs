@@ -22,7 +22,7 @@ pub mod owed;
 pub mod repair;
 pub mod words;
 
-pub use check::{check, KindScore, Missing, Report};
+pub use check::{check, Item, KindScore, Report};
 pub use owed::{owed, Facts, Failure, FileChange, Said};
 
 use schemars::JsonSchema;

@@ -6,7 +6,7 @@
 //! The section sits at the end of the summary, before the recall footer: after Pi's file blocks,
 //! so Pi reads the summary, the blocks and the section alike as the summary's text.
 
-use super::check::Missing;
+use super::check::Item;
 use super::owed::one_line;
 use super::Kind;
 
@@ -25,7 +25,7 @@ fn entry_note(entry_id: Option<&str>) -> String {
 }
 
 /// One line of the section.
-fn line(m: &Missing) -> String {
+fn line(m: &Item) -> String {
     let text = one_line(&m.text, LINE_MAX);
     let text = match m.kind {
         Kind::File | Kind::Identifier | Kind::Command => format!("`{}`", text.replace('`', "'")),
@@ -40,7 +40,7 @@ fn line(m: &Missing) -> String {
 
 /// The section listing `missing` (empty for nothing missing), starting with a blank line, to
 /// append to a summary's text.
-pub fn section(missing: &[Missing]) -> String {
+pub fn section(missing: &[Item]) -> String {
     if missing.is_empty() {
         return String::new();
     }
@@ -57,7 +57,7 @@ pub fn section(missing: &[Missing]) -> String {
 
 /// `summary` with the section of `missing` appended (a section an earlier repair left at its
 /// end is replaced, never repeated).
-pub fn repaired(summary: &str, missing: &[Missing]) -> String {
+pub fn repaired(summary: &str, missing: &[Item]) -> String {
     let body = strip_section(summary);
     format!("{body}{}", section(missing))
 }
@@ -76,7 +76,7 @@ fn is_section_line(l: &str) -> bool {
 
 /// The extra instructions of a retried summarization call: what the first summary missed,
 /// which the new one must carry (verbatim where exactness matters).
-pub fn instructions(missing: &[Missing]) -> String {
+pub fn instructions(missing: &[Item]) -> String {
     let mut out = String::from(
         "The previous attempt at this summary left out the items below. Rewrite the summary so \
          that it carries every one of them in the right section, keeping file paths, commands, \
@@ -95,7 +95,7 @@ pub fn instructions(missing: &[Missing]) -> String {
 
 /// The items of a repair section an earlier summary ends with (before its recall footer), by
 /// kind, with the entries they name.
-pub fn read_section(summary: &str) -> Vec<Missing> {
+pub fn read_section(summary: &str) -> Vec<Item> {
     let Some(at) = summary.rfind(&format!("\n\n{HEADING}\n")) else {
         return Vec::new();
     };
@@ -121,7 +121,7 @@ pub fn read_section(summary: &str) -> Vec<Missing> {
             Kind::File | Kind::Identifier | Kind::Command => text.trim_matches('`'),
             _ => text,
         };
-        out.push(Missing {
+        out.push(Item {
             kind,
             text: text.to_owned(),
             entry_id,
@@ -134,19 +134,19 @@ pub fn read_section(summary: &str) -> Vec<Missing> {
 mod tests {
     use super::*;
 
-    fn missing() -> Vec<Missing> {
+    fn missing() -> Vec<Item> {
         vec![
-            Missing {
+            Item {
                 kind: Kind::Constraint,
                 text: "Never commit to main.".into(),
                 entry_id: Some("a1b2c3d4".into()),
             },
-            Missing {
+            Item {
                 kind: Kind::Identifier,
                 text: "8080".into(),
                 entry_id: Some("e5f6a7b8".into()),
             },
-            Missing {
+            Item {
                 kind: Kind::OpenTask,
                 text: "Document the flag".into(),
                 entry_id: None,

@@ -831,6 +831,17 @@ mod tests {
                         cache_write: 4,
                         usd: Some(0.0125),
                     }),
+                    handoff: Some(crate::handoff::check(
+                        "port 8080",
+                        &crate::handoff::owed(&crate::handoff::Facts {
+                            user_words: vec![crate::handoff::Said::new(
+                                "Serve on port 8080 with --json",
+                                Some("e1"),
+                            )],
+                            ..Default::default()
+                        }),
+                        crate::handoff::Mode::Repair,
+                    )),
                 })),
                 aborted: false,
                 will_retry: true,
@@ -846,6 +857,7 @@ mod tests {
                 covers_through_entry_id: Some("e7"),
                 summary_tokens: 2_100,
                 ms: 830,
+                handoff_score: Some(0.75),
             }),
             EventKind::SpeculationDiscarded => Event::SpeculationDiscarded(SpeculationDiscarded {
                 session_id: "s1",

@@ -174,6 +174,9 @@ fn last_cell(r: &model::Row) -> String {
     if let Some(d) = l.duration_ms {
         parts.push(model::duration(d));
     }
+    if let Some(h) = l.handoff {
+        parts.push(format!("handoff {}", model::handoff(h)));
+    }
     parts.join(" ")
 }
 

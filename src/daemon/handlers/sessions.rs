@@ -107,6 +107,7 @@ fn status(daemon: &Daemon, session: &Session) -> SessionInfo {
                 wrote_last = Some(state.model.clone());
             }
             Some(LastCompaction {
+                handoff_score: state.handoff_score(&entry_id),
                 entry_id,
                 timestamp: entry.get("timestamp").cloned().unwrap_or(Value::Null),
                 tokens_before,

@@ -30,6 +30,7 @@ pub mod speculation;
 mod summarize;
 
 pub use auto::check;
+pub(crate) use runner::strip_pins;
 pub use runner::{abort, compact};
 
 use crate::compaction::prepare::{NothingToCompact, NothingToCompactDetail};

@@ -70,7 +70,7 @@ pub(super) fn prepare(snap: &Snapshot) -> Result<Preparation, CompactionFailure>
 /// Takes compactd's own additions out of a preparation's previous summary: the `## Pinned`
 /// section and the recall footer, which compactd puts back itself afterwards, so the model
 /// never sees or rewrites them and footers never pile up.
-pub(super) fn strip_pins(prep: &mut Preparation) {
+pub(crate) fn strip_pins(prep: &mut Preparation) {
     if let Some(prev) = prep.plan.previous_summary.as_mut() {
         if prev.contains(super::super::pins::HEADING) {
             *prev = super::super::pins::strip_section(prev);

@@ -68,10 +68,9 @@ pub fn handoff_facts(input: &HandoffInput<'_>) -> Facts {
             .map(|(_, text, _)| strip_labels(text.trim()))
     };
     let prev = |text: &str| Said::new(text, input.previous_id);
-    let mut f = Facts::default();
 
     // The latest request: the split turn's, the span's, else the one the earlier summary named.
-    f.request = parts
+    let request = parts
         .iter()
         .rev()
         .find_map(|p| p.a.requests.last().map(|(i, t)| p.said(*i, t)))
@@ -88,6 +87,10 @@ pub fn handoff_facts(input: &HandoffInput<'_>) -> Facts {
                 .or(goals.last())
                 .map(|(_, t)| prev(t))
         });
+    let mut f = Facts {
+        request,
+        ..Facts::default()
+    };
     for p in &parts {
         f.user_words
             .extend(p.a.requests.iter().map(|(i, t)| p.said(*i, t)));
