@@ -199,21 +199,24 @@ pub fn owed(facts: &Facts) -> Vec<Obligation> {
             exact(&f.path),
         );
     }
-    let mut ids: Vec<(String, Option<String>)> = Vec::new();
+    // The latest texts' identifiers (each under the latest text that gave it), in reading order.
+    let mut seen: Vec<String> = Vec::new();
+    let mut blocks: Vec<Vec<(String, &Option<String>)>> = Vec::new();
     for said in facts.user_words.iter().rev() {
+        let mut block = Vec::new();
         for id in identifiers(&said.text)
             .into_iter()
             .take(CAP_IDENTIFIERS_PER_TEXT)
         {
-            if !ids.iter().any(|(i, _)| *i == id) {
-                ids.push((id, said.entry_id.clone()));
+            if seen.len() < CAP_IDENTIFIERS && !seen.contains(&id) {
+                seen.push(id.clone());
+                block.push((id, &said.entry_id));
             }
         }
+        blocks.push(block);
     }
-    ids.truncate(CAP_IDENTIFIERS);
-    ids.reverse();
-    for (id, entry_id) in &ids {
-        push(Kind::Identifier, id.clone(), entry_id, exact(id));
+    for (id, entry_id) in blocks.into_iter().rev().flatten() {
+        push(Kind::Identifier, id.clone(), entry_id, exact(&id));
     }
     for c in latest(&facts.commands, CAP_COMMANDS) {
         push(
