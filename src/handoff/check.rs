@@ -2,9 +2,9 @@
 //! overall, and which it misses. Any summary is scored the same way (an LLM's, a hook's, the
 //! extractive summarizer's, a speculation's), from its text alone.
 //!
-//! The text is read once: whitespace collapsed (for exact needles) and its content words as a
-//! set (for sentences), so a check is linear in the summary plus the obligations, whatever
-//! span they came from.
+//! The text is read once: whitespace collapsed (for exact needles) and the content words of
+//! each item as a set (for sentences, which must be said in one item), so a check is linear in
+//! the summary times the obligations, whatever span they came from.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -84,23 +84,40 @@ fn rounded(x: f64) -> f64 {
 struct Said {
     /// The text with whitespace runs as one space.
     flat: String,
-    stems: HashSet<String>,
+    /// The content words of each item: a line with the lines indented under it.
+    items: Vec<HashSet<String>>,
 }
 
 impl Said {
     fn of(summary: &str) -> Said {
+        let mut items: Vec<String> = Vec::new();
+        for line in summary.lines() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            match items.last_mut() {
+                Some(item) if line.starts_with([' ', '\t']) => {
+                    item.push('\n');
+                    item.push_str(line);
+                }
+                _ => items.push(line.to_owned()),
+            }
+        }
         Said {
             flat: collapse(summary),
-            stems: stem_set(summary),
+            items: items.iter().map(|i| stem_set(i)).collect(),
         }
     }
 
+    /// An exact needle anywhere; a sentence's words within one item (a bullet, a paragraph
+    /// line): its words scattered over the summary do not say it.
     fn holds(&self, needle: &Needle) -> bool {
         match needle {
             Needle::Exact(text) => contains_exactly(&self.flat, &collapse(text)),
-            Needle::Words { stems, need } => {
-                stems.iter().filter(|s| self.stems.contains(*s)).count() >= *need
-            }
+            Needle::Words { stems, need } => self
+                .items
+                .iter()
+                .any(|item| stems.iter().filter(|s| item.contains(*s)).count() >= *need),
         }
     }
 }

@@ -91,9 +91,20 @@ const STEMS_CHECKED: usize = 24;
 /// The longest line the repair section states an obligation in, in characters.
 const TEXT_MAX: usize = 200;
 
-/// The last `cap` of `items`.
-fn latest<T>(items: &[T], cap: usize) -> &[T] {
-    &items[items.len().saturating_sub(cap)..]
+/// The last `cap` distinct statements of `items` (a text said again counts once, where it was
+/// said last), oldest first.
+fn latest(items: &[Said], cap: usize) -> Vec<&Said> {
+    let mut out: Vec<&Said> = Vec::new();
+    for said in items.iter().rev() {
+        if out.len() == cap {
+            break;
+        }
+        if !out.iter().any(|o| o.text == said.text) {
+            out.push(said);
+        }
+    }
+    out.reverse();
+    out
 }
 
 /// `text` on one line of at most `cap` characters, cut at a word with `…`.
@@ -110,16 +121,17 @@ pub(super) fn one_line(text: &str, cap: usize) -> String {
     format!("{}…", cut.trim_end())
 }
 
-/// The needle of a sentence: its first content words, most of which must be there (three in
-/// five; one in two past ten words). `None` for a text with no content word.
+/// The needle of a sentence: its first content words, most of which must be said in one item
+/// (seven in ten; three in five past ten words, where a summary shortens more). `None` for a
+/// text with no content word.
 pub(super) fn words_needle(text: &str) -> Option<Needle> {
     let mut st = stems(text);
     st.truncate(STEMS_CHECKED);
     let n = st.len();
     let need = if n <= 10 {
-        (n * 3).div_ceil(5)
+        (n * 7).div_ceil(10)
     } else {
-        n.div_ceil(2)
+        (n * 3).div_ceil(5)
     };
     (n > 0).then_some(Needle::Words { stems: st, need })
 }
@@ -127,7 +139,11 @@ pub(super) fn words_needle(text: &str) -> Option<Needle> {
 /// What a handoff of `facts` owes (see the module doc), in kind order, each once.
 pub fn owed(facts: &Facts) -> Vec<Obligation> {
     let mut out: Vec<Obligation> = Vec::new();
-    let mut push = |kind: Kind, text: String, entry_id: &Option<String>, needles: Vec<Needle>| {
+    let push = |out: &mut Vec<Obligation>,
+                kind: Kind,
+                text: String,
+                entry_id: &Option<String>,
+                needles: Vec<Needle>| {
         if needles.is_empty() {
             return;
         }
@@ -144,10 +160,17 @@ pub fn owed(facts: &Facts) -> Vec<Obligation> {
             needles,
         });
     };
-    let sentence = |s: &str| words_needle(s).into_iter().collect::<Vec<_>>();
+    // A sentence is carried when most of its words are there and every identifier in it is,
+    // exactly: "Never retry a 403" said as "never retry some errors" lost what mattered.
+    let sentence = |s: &str| {
+        let mut needles: Vec<Needle> = words_needle(s).into_iter().collect();
+        needles.extend(identifiers(s).into_iter().map(Needle::Exact));
+        needles
+    };
     let exact = |s: &str| vec![Needle::Exact(s.trim().to_owned())];
     if let Some(r) = &facts.request {
         push(
+            &mut out,
             Kind::Request,
             one_line(&r.text, TEXT_MAX),
             &r.entry_id,
@@ -156,6 +179,7 @@ pub fn owed(facts: &Facts) -> Vec<Obligation> {
     }
     for c in latest(&facts.constraints, CAP_CONSTRAINTS) {
         push(
+            &mut out,
             Kind::Constraint,
             one_line(&c.text, TEXT_MAX),
             &c.entry_id,
@@ -164,13 +188,14 @@ pub fn owed(facts: &Facts) -> Vec<Obligation> {
     }
     for t in latest(&facts.open_tasks, CAP_OPEN_TASKS) {
         push(
+            &mut out,
             Kind::OpenTask,
             one_line(&t.text, TEXT_MAX),
             &t.entry_id,
             sentence(&t.text),
         );
     }
-    for f in latest(&facts.failures, CAP_FAILURES) {
+    for f in &facts.failures[facts.failures.len().saturating_sub(CAP_FAILURES)..] {
         let mut needles: Vec<Needle> = f.key.iter().map(|k| Needle::Exact(k.clone())).collect();
         // The error's words say which failure it is; a one-word error says little more.
         if let Some(Needle::Words { stems, .. }) = words_needle(&f.headline) {
@@ -185,23 +210,27 @@ pub fn owed(facts: &Facts) -> Vec<Obligation> {
             format!("{} failed: {}", f.label, f.headline.trim())
         };
         push(
+            &mut out,
             Kind::Failure,
             one_line(&text, TEXT_MAX),
             &f.entry_id,
             needles,
         );
     }
-    for f in latest(&facts.files, CAP_FILES) {
+    for f in &facts.files[facts.files.len().saturating_sub(CAP_FILES)..] {
         push(
+            &mut out,
             Kind::File,
             format!("{} ({})", f.path, f.change),
             &f.entry_id,
             exact(&f.path),
         );
     }
-    // The latest texts' identifiers (each under the latest text that gave it), in reading order.
+    // The latest texts' identifiers (each under the latest text that gave it), in reading order,
+    // each stated with the words around it (`16` alone tells the next model nothing; "to
+    // Postgres 16" does).
     let mut seen: Vec<String> = Vec::new();
-    let mut blocks: Vec<Vec<(String, &Option<String>)>> = Vec::new();
+    let mut blocks: Vec<Vec<(String, String, &Option<String>)>> = Vec::new();
     for said in facts.user_words.iter().rev() {
         let mut block = Vec::new();
         for id in identifiers(&said.text)
@@ -210,16 +239,25 @@ pub fn owed(facts: &Facts) -> Vec<Obligation> {
         {
             if seen.len() < CAP_IDENTIFIERS && !seen.contains(&id) {
                 seen.push(id.clone());
-                block.push((id, &said.entry_id));
+                let text = in_context(&said.text, &id);
+                block.push((id, text, &said.entry_id));
             }
         }
         blocks.push(block);
     }
-    for (id, entry_id) in blocks.into_iter().rev().flatten() {
-        push(Kind::Identifier, id.clone(), entry_id, exact(&id));
+    for (id, text, entry_id) in blocks.into_iter().rev().flatten() {
+        // One owed by a request or a rule is owed there (the repair states the sentence).
+        let in_sentence = out.iter().any(|o| {
+            matches!(o.kind, Kind::Request | Kind::Constraint | Kind::OpenTask)
+                && o.needles.contains(&Needle::Exact(id.clone()))
+        });
+        if !in_sentence {
+            push(&mut out, Kind::Identifier, text, entry_id, exact(&id));
+        }
     }
     for c in latest(&facts.commands, CAP_COMMANDS) {
         push(
+            &mut out,
             Kind::Command,
             c.text.trim().to_owned(),
             &c.entry_id,
@@ -228,10 +266,12 @@ pub fn owed(facts: &Facts) -> Vec<Obligation> {
     }
     for (kind, said) in &facts.carried {
         let needles = match kind {
-            Kind::File | Kind::Identifier | Kind::Command => exact(&said.text),
+            Kind::Identifier => exact(identifier_of(&said.text)),
+            Kind::File | Kind::Command => exact(&said.text),
             _ => sentence(&said.text),
         };
         push(
+            &mut out,
             *kind,
             one_line(&said.text, TEXT_MAX),
             &said.entry_id,
@@ -242,18 +282,19 @@ pub fn owed(facts: &Facts) -> Vec<Obligation> {
     out
 }
 
-/// The exact identifiers in a user's text: URLs, paths, UUIDs, dates, versions, ticket ids,
-/// environment variable names, hex ids, flags and numbers (two digits or more, or with a
-/// unit), in order, each once. Fenced code and lines of pasted output are not the user's words.
+/// The exact identifiers in a user's text: inline code of one word, URLs, paths (and
+/// `owner/repo` names), UUIDs, dates, versions, ticket and issue ids, environment variable
+/// names, hex ids, flags and numbers (two digits or more, or with a unit), in order, each once. Fenced code and lines of pasted output are not the user's words.
 pub fn identifiers(text: &str) -> Vec<String> {
     static ID_RE: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(concat!(
-            r"(?P<url>https?://[^\s<>()`'\x22]+)",
+            r"`(?P<code>[^`\s]{2,60})`",
+            r"|(?P<url>https?://[^\s<>()`'\x22]+)",
             r"|(?P<uuid>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b)",
             r"|(?P<path>(?:~|\.{1,2})?/?[\w.@-]+(?:/[\w.@-]+)+/?)",
             r"|(?P<date>\b\d{4}-\d{2}-\d{2}\b)",
             r"|(?P<version>\bv\d+(?:\.\d+)+(?:-[0-9A-Za-z.]+)?\b|\b\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?\b)",
-            r"|(?P<ticket>\b[A-Z][A-Z0-9]+-\d+\b)",
+            r"|(?P<ticket>\b[A-Z][A-Z0-9]+-\d+\b|#\d+\b)",
             r"|(?P<env>\$?\b[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9]\b)",
             r"|(?P<hex>\b[0-9a-f]{7,40}\b)",
             r"|(?P<flag>--[a-z][a-z0-9][a-z0-9-]*)",
@@ -276,13 +317,20 @@ pub fn identifiers(text: &str) -> Vec<String> {
         for caps in ID_RE.captures_iter(line) {
             let Some(m) = caps.get(0) else { continue };
             let raw = m.as_str();
-            let id = if caps.name("url").is_some() {
+            let id = if let Some(code) = caps.name("code") {
+                code.as_str()
+            } else if caps.name("url").is_some() {
                 raw.trim_end_matches(['.', ',', ';', ':', '!', '?'])
             } else if caps.name("path").is_some() {
                 let p = raw.trim_end_matches(['.', ',']);
                 let last = p.trim_end_matches('/').rsplit('/').next().unwrap_or("");
                 let rooted = p.starts_with(['/', '~', '.']);
-                if !(rooted || last.contains('.')) || p.split('/').all(|s| s.len() <= 2) {
+                let segments: Vec<&str> = p.split('/').filter(|s| !s.is_empty()).collect();
+                // `owner/repo`: names, not a pair of words such as "and/or".
+                let named =
+                    segments.iter().all(|s| s.len() >= 2) && segments.iter().any(|s| s.len() >= 4);
+                if !(rooted || last.contains('.') || named) || segments.iter().all(|s| s.len() <= 2)
+                {
                     continue;
                 }
                 p
@@ -318,6 +366,57 @@ pub fn identifiers(text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// How an identifier is stated: itself, then the words around it where the user gave it
+/// (`` 16 (in "… schema to Postgres 16. The data …") ``); read back by [`identifier_of`].
+fn in_context(text: &str, id: &str) -> String {
+    const AROUND: usize = 40;
+    let Some(at) = text.find(id) else {
+        return id.to_owned();
+    };
+    let head = &text[..at];
+    let tail = &text[at + id.len()..];
+    let cut_head = head.chars().count() > AROUND;
+    let cut_tail = tail.chars().count() > AROUND;
+    let mut before: String = head
+        .chars()
+        .rev()
+        .take(AROUND)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let mut after: String = tail.chars().take(AROUND).collect();
+    // A cut side starts (ends) at a word.
+    if cut_head {
+        before = before
+            .split_once(' ')
+            .map_or(before.clone(), |(_, b)| b.to_owned());
+    }
+    if cut_tail {
+        after = after
+            .rsplit_once(' ')
+            .map_or(after.clone(), |(a, _)| a.to_owned());
+    }
+    let quote = format!("{before}{id}{after}")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('"', "'");
+    if quote == id {
+        return id.to_owned();
+    }
+    let (open, close) = (
+        if cut_head { "…" } else { "" },
+        if cut_tail { "…" } else { "" },
+    );
+    format!("{id} (in \"{open}{quote}{close}\")")
+}
+
+/// The identifier an identifier obligation's text states (see [`in_context`]).
+pub fn identifier_of(text: &str) -> &str {
+    text.split_once(" (in \"").map_or(text, |(id, _)| id)
 }
 
 /// A line that reads as pasted output rather than prose: a log line's timestamp or level, a
@@ -373,10 +472,10 @@ mod tests {
                 "Add a --json flag to the report command",
                 Some("u1"),
             )),
-            user_words: vec![Said::new(
-                "Add a --json flag to the report command",
-                Some("u1"),
-            )],
+            user_words: vec![
+                Said::new("The database listens on 5432.", Some("u0")),
+                Said::new("Add a --json flag to the report command", Some("u1")),
+            ],
             constraints: vec![
                 Said::new("Never commit to main.", Some("u0")),
                 Said::new("Never commit to main.", Some("u1")),
@@ -414,8 +513,11 @@ mod tests {
             "`cargo test` failed: error[E0599]: no method named `render` found"
         );
         assert_eq!(failure.needles[0], Needle::Exact("cargo test".into()));
-        assert_eq!(owed[4].text, "--json");
-        assert_eq!(owed[4].entry_id.as_deref(), Some("u1"));
+        // The request owes its flag exactly; the earlier text's port is owed on its own.
+        assert!(owed[0].needles.contains(&Needle::Exact("--json".into())));
+        assert_eq!(owed[4].text, "5432 (in \"The database listens on 5432.\")");
+        assert_eq!(owed[4].needles, vec![Needle::Exact("5432".into())]);
+        assert_eq!(owed[4].entry_id.as_deref(), Some("u0"));
         let many = Facts {
             constraints: (0..30)
                 .map(|n| Said::new(format!("Keep src/mod{n}.rs stable"), None))

@@ -28,7 +28,11 @@ fn entry_note(entry_id: Option<&str>) -> String {
 fn line(m: &Item) -> String {
     let text = one_line(&m.text, LINE_MAX);
     let text = match m.kind {
-        Kind::File | Kind::Identifier | Kind::Command => format!("`{}`", text.replace('`', "'")),
+        Kind::File | Kind::Command => format!("`{}`", text.replace('`', "'")),
+        Kind::Identifier => {
+            let id = super::owed::identifier_of(&text);
+            format!("`{}`{}", id.replace('`', "'"), &text[id.len()..])
+        }
         _ => text,
     };
     format!(
@@ -118,12 +122,13 @@ pub fn read_section(summary: &str) -> Vec<Item> {
             _ => (rest.trim_end_matches(" (earlier summary)"), None),
         };
         let text = match kind {
-            Kind::File | Kind::Identifier | Kind::Command => text.trim_matches('`'),
-            _ => text,
+            Kind::File | Kind::Command => text.trim_matches('`').to_owned(),
+            Kind::Identifier => text.replacen('`', "", 2),
+            _ => text.to_owned(),
         };
         out.push(Item {
             kind,
-            text: text.to_owned(),
+            text,
             entry_id,
         });
     }

@@ -122,6 +122,14 @@ pub fn handoff_facts(input: &HandoffInput<'_>) -> Facts {
         }
     }
 
+    // The turn in progress: what the last assistant message says comes next.
+    if let Some(p) = parts.iter().rev().find(|p| !p.a.assistant_texts.is_empty()) {
+        let at = p.a.assistant_texts.last().map_or(0, |(i, _)| *i);
+        for clause in p.a.said_next() {
+            f.open_tasks.push(p.said(at, &clause));
+        }
+    }
+
     // Failures nothing answered: the earlier summary's open blockers, then the span's.
     let [history, prefix] = &parts;
     let open = |item: &str| {
@@ -131,7 +139,7 @@ pub fn handoff_facts(input: &HandoffInput<'_>) -> Facts {
         f.carried.push((Kind::Failure, prev(item)));
     }
     for (k, p) in parts.iter().enumerate() {
-        for fail in p.a.failures().into_iter().filter(|x| !x.resolved) {
+        for fail in p.a.open_failures() {
             // A history failure the split turn's start settled is no longer open.
             if k == 0 && prefix.a.resolves(&fail.label) != Resolution::Open {
                 continue;
@@ -151,9 +159,15 @@ pub fn handoff_facts(input: &HandoffInput<'_>) -> Facts {
         }
     }
 
-    // Modified files, the ones the span touched last in the order it last touched them.
+    // Modified files (Pi's lists, and what other harnesses' file tools changed), the ones the
+    // span touched last in the order it last touched them.
+    let other_tools: Vec<String> = parts
+        .iter()
+        .flat_map(|p| p.a.file_lists().1)
+        .filter(|p| !input.written.contains(p) && !input.edited.contains(p))
+        .collect();
     let mut files: Vec<(Option<usize>, FileChange)> = Vec::new();
-    for path in input.written.iter().chain(input.edited) {
+    for path in input.written.iter().chain(input.edited).chain(&other_tools) {
         if files.iter().any(|(_, c)| c.path == *path) {
             continue;
         }

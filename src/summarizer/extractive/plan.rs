@@ -103,11 +103,12 @@ static REMAINING_LEAD_RE: LazyLock<Regex> = LazyLock::new(|| {
     .expect("remaining lead pattern is valid")
 });
 
-/// The lead line of a list of something else (steps to reproduce, findings, options): not a
-/// plan, unless the lead also says it is one or says what is left ("remaining issues").
+/// The lead line of a list of something else (steps to reproduce, findings, options, an
+/// explanation of how something works): not a plan, unless the lead also says it is one or
+/// says what is left ("remaining issues").
 static NOT_A_PLAN_LEAD_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)\b(reproduce|repro|found|findings|errors?|failures?|warnings?|issues|problems|results?|output|options|alternatives|causes?|reasons?)\b",
+        r"(?i)\b(reproduce|repro|found|findings|errors?|failures?|warnings?|issues|problems|results?|output|options|alternatives|causes?|reasons?|how (?:[\w`'.-]+ ){0,5}(?:works?|behaves|is (?:built|done|structured|handled))|works like this|what happens|the flow|explanation|in short)\b",
     )
     .expect("not-a-plan lead pattern is valid")
 });

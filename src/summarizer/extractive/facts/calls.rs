@@ -256,3 +256,27 @@ pub(in super::super) fn is_verification(command: &str) -> bool {
     });
     VERIFY_RE.is_match(command.trim())
 }
+
+/// Whether a command that exited 0 hid a failure: a pipeline ending in a filter (`… 2>&1 |
+/// tail -20`) reports the filter's status, so tests that failed look like a success. Its
+/// output then shows the failure (`--- FAIL:`, `test result: FAILED`, `3 failed`, `error:`,
+/// a traceback).
+pub(in super::super) fn hidden_failure(command: &str, output: &str) -> bool {
+    static FAILED_RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?m)^\s*(?:--- FAIL:|FAIL\b|FAILED\b|test result: FAILED|error(?:\[\w+\])?:|npm ERR!|Traceback \(most recent call last\)|\d+ (?:failed|failing)\b|=+ \d+ failed)",
+        )
+        .expect("failure output pattern is valid")
+    });
+    const FILTERS: [&str; 9] = [
+        "tail", "head", "grep", "less", "tee", "cat", "sed", "awk", "cut",
+    ];
+    let Some((_, last)) = command.rsplit_once('|') else {
+        return false;
+    };
+    let filter = last
+        .split_whitespace()
+        .next()
+        .is_some_and(|w| FILTERS.contains(&w));
+    filter && !last.contains("||") && FAILED_RE.is_match(output)
+}
