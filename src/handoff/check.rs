@@ -17,6 +17,7 @@ use super::{Kind, Mode, Needle, Obligation};
 /// One kind's share of a check.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(rename = "HandoffKindScore")]
 pub struct KindScore {
     pub owed: usize,
     pub carried: usize,
@@ -27,6 +28,7 @@ pub struct KindScore {
 /// One obligation as the protocol states it (what a summary missed, what a preview owes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(rename = "HandoffItem")]
 pub struct Item {
     pub kind: Kind,
     /// What is owed, on one line.
@@ -49,6 +51,7 @@ impl From<&Obligation> for Item {
 /// report carry it (`handoff`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(rename = "HandoffReport")]
 pub struct Report {
     /// The share of the obligations the summary carried as its summarizer (or hook) wrote it,
     /// before any repair; 1 when nothing was owed. Three decimals.

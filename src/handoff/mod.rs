@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(rename = "HandoffKind")]
 pub enum Kind {
     /// The latest thing the user asked for.
     Request,
@@ -114,6 +115,7 @@ pub struct Obligation {
 /// `compaction.handoff`: what compactd does with a summary's check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(rename = "HandoffMode")]
 pub enum Mode {
     /// No check.
     Off,
