@@ -28,6 +28,8 @@
 //! across sessions whose probes and obligations differ, is printed beside it).
 //! `COMPACTD_HANDOFF_TIMING=1` runs the timing alone (for a profiler).
 
+#[path = "../tests/support/compact.rs"]
+mod compact;
 mod corpus;
 mod generated;
 
@@ -38,14 +40,13 @@ use compactd::compaction::file_ops::format_file_operations;
 use compactd::compaction::prepare::{prepare_branch, Preparation};
 use compactd::compaction::tokens::CompactionSettings;
 use compactd::compaction::BranchIndex;
-use compactd::compactor::{compact_file, generate_extractive, ignore_retries, step, SummaryEngine};
+use compactd::compactor::{generate_extractive, step};
 use compactd::handoff::{self, Mode, Owed};
 use compactd::session::BranchView;
 use compactd::summarizer::extractive::ExtractiveSettings;
 use compactd::summarizer::redact::RedactionConfig;
 use regex::Regex;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 use corpus::*;
 
@@ -183,10 +184,6 @@ async fn case(script: &Script, dir: &Path) -> Result<Case, String> {
         reserve_tokens: script.reserve_tokens,
         keep_recent_tokens: script.keep_recent_tokens,
     };
-    let engine = SummaryEngine::Extractive {
-        redaction: RedactionConfig::default(),
-        settings: ExtractiveSettings::DEFAULT,
-    };
     write_session(&path, &script.segments[0])?;
     let mut base = script.segments[0].len() + 10;
     for (k, segment) in script.segments.iter().enumerate() {
@@ -203,19 +200,19 @@ async fn case(script: &Script, dir: &Path) -> Result<Case, String> {
             std::fs::write(&path, text + &(lines.join("\n") + "\n")).map_err(|e| e.to_string())?;
         }
         if k + 1 < script.segments.len() {
-            compact_file(
+            // The earlier compactions as `compactd compact` makes them (the daemon's path, the
+            // extractive summarizer).
+            compact::compact_file(
+                compactd::config::Config::default(),
                 &path,
                 &settings,
-                &engine,
                 script.focus.as_deref(),
-                &CancellationToken::new(),
-                &ignore_retries,
             )
             .await
-            .map_err(|e| format!("{}: {e}", script.name))?;
+            .map_err(|e| format!("{}: {}", script.name, e.message))?;
         }
     }
-    let (tree, _) = compactd::store::load(&path, false).map_err(|e| e.to_string())?;
+    let (tree, _) = compactd::store::files::load(&path, false).map_err(|e| e.to_string())?;
     let branch = tree.branch();
     let view = BranchView {
         tree: &tree,

@@ -25,7 +25,7 @@ fn run_json(cmd: &mut Command) -> (i32, Value) {
 #[test]
 fn inspect_json_reproduces_every_fixture_analysis() {
     let mut failures = Vec::new();
-    for dir in support::case_dirs() {
+    for dir in support::case_dirs(support::PiVersion::V0_85) {
         let expected = support::read_json(&dir.join("expected.json"));
         let s = support::settings_of(&expected);
         let window = expected["inputs"]["contextWindow"]
@@ -81,7 +81,9 @@ fn copy_case(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("session.jsonl");
     std::fs::copy(
-        support::conformance_dir().join(name).join("session.jsonl"),
+        support::conformance_cases(support::PiVersion::V0_85)
+            .join(name)
+            .join("session.jsonl"),
         &file,
     )
     .expect("copy");
@@ -259,9 +261,20 @@ fn the_config_file_selects_the_summarizer() {
         .as_str()
         .unwrap_or("")
         .starts_with("LLM SUMMARY"));
+    // The same entry the daemon writes: the summarizer named beside Pi's file lists, and the
+    // recall footer last.
+    assert_eq!(
+        v["details"]["summarizer"], "openai-completions/fake-gpt",
+        "{v}"
+    );
     assert!(
-        v["details"].get("summarizer").is_none(),
-        "LLM details stay Pi's exact shape"
+        v["summary"]
+            .as_str()
+            .unwrap_or("")
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("[compactd recall] ")),
+        "{v}"
     );
     assert!(String::from_utf8_lossy(&after).contains("LLM SUMMARY"));
     let bad = "[summarizer]\nprovider = \"nope\"\n";
@@ -415,8 +428,13 @@ fn the_extractive_summary_tells_a_resumed_model_what_it_needs() {
         constraints.contains("unsafe"),
         "the constraint is under Constraints & Preferences:\n{constraints}"
     );
+    let body = compactd::compaction::recall::strip_recall_footer(summary);
     assert!(
-        summary.ends_with("<modified-files>\nsrc/cli.rs\n</modified-files>"),
+        body.len() < summary.len(),
+        "the recall footer ends it:\n{summary}"
+    );
+    assert!(
+        body.ends_with("<modified-files>\nsrc/cli.rs\n</modified-files>"),
         "{summary}"
     );
 }
@@ -617,7 +635,8 @@ fn output_within(mut cmd: Command, limit: std::time::Duration) -> std::process::
 fn nonsense_settings_and_log_filters_are_refused_at_start_up() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.toml");
-    let session = support::conformance_dir().join("005-medium-basic/session.jsonl");
+    let session = support::conformance_cases(support::PiVersion::V0_85)
+        .join("005-medium-basic/session.jsonl");
     for (text, named) in [
         (
             "[prices.\"gpt-x\"]\ninput = -3.0\noutput = 1.0\ncache_read = 0.1\ncache_write = 1.0\n",

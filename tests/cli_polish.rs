@@ -17,7 +17,9 @@ fn bin() -> &'static str {
 }
 
 fn case(name: &str) -> PathBuf {
-    support::conformance_dir().join(name).join("session.jsonl")
+    support::conformance_cases(support::PiVersion::V0_85)
+        .join(name)
+        .join("session.jsonl")
 }
 
 /// A writable copy of a fixture in `dir`.

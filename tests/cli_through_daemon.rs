@@ -203,3 +203,61 @@ fn inspect_reads_a_file_a_daemon_holds_as_it_reads_it_free() {
         text(&run(&env, "inspect", &[], &file).stdout)
     );
 }
+
+/// One path for every compaction (issue 45): `compact --no-daemon` compacts in a daemon of its
+/// own process, so it writes the entry the running daemon writes for the same session and
+/// settings — the recall footer and `details.summarizer` included — byte for byte but for the
+/// new entry's id and timestamp.
+#[test]
+fn compact_without_a_daemon_writes_the_entry_the_daemon_writes() {
+    let env = Env::new();
+    let by_cli = env.session_as("005-medium-basic", "cli");
+    let by_daemon = env.session_as("005-medium-basic", "daemon");
+    let out = run(
+        &env,
+        "compact",
+        &["--no-daemon", "--json", "--keep-recent-tokens", "2000"],
+        &by_cli,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    let socket = env.path("run/compactd/compactd.sock");
+    let _daemon = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let mut agent = Client::socket(&socket, Framing::Ndjson);
+    let sid = open(&mut agent, &by_daemon);
+    keep_recent(&mut agent, &sid, 2000);
+    agent.ok("compact", json!({"sessionId": sid}));
+
+    let last = |f: &Path| {
+        let mut entry = parsed_lines(f)
+            .expect("session lines")
+            .pop()
+            .expect("an entry");
+        let o = entry.as_object_mut().expect("an object");
+        o.remove("id");
+        o.remove("timestamp");
+        entry
+    };
+    let (cli, daemon) = (last(&by_cli), last(&by_daemon));
+    assert_eq!(cli["type"], "compaction", "{cli}");
+    assert!(
+        cli["summary"]
+            .as_str()
+            .unwrap_or("")
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("[compactd recall] ")),
+        "the CLI's summary ends with the recall footer: {cli}"
+    );
+    assert_eq!(
+        cli, daemon,
+        "the CLI and the daemon wrote different entries"
+    );
+    let (cli_lines, daemon_lines) = (parsed_lines(&by_cli), parsed_lines(&by_daemon));
+    let (cli_lines, daemon_lines) = (cli_lines.expect("lines"), daemon_lines.expect("lines"));
+    assert_eq!(
+        cli_lines[..cli_lines.len() - 1],
+        daemon_lines[..daemon_lines.len() - 1],
+        "everything before the entry is unchanged in both"
+    );
+}

@@ -35,15 +35,9 @@ fn target_dir() -> PathBuf {
     tmp.parent().unwrap_or(tmp).to_path_buf()
 }
 
-fn conformance_dir() -> PathBuf {
-    std::env::var_os("COMPACTD_CONFORMANCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(MANIFEST_DIR).join("../shared/conformance/cases"))
-}
-
 mod support;
 /// The one skip rule of every suite (`CI` = `true` or `1`, any case).
-use support::in_ci;
+use support::{conformance_cases, in_ci, PiVersion};
 
 /// A suite cannot run: a skip on a developer machine, a failure in CI.
 fn unavailable(suite: &str, why: &str) {
@@ -72,7 +66,10 @@ fn run(dir: &Path, program: &Path, args: &[&str], extra_env: &[(&str, &Path)]) -
     cmd.args(args)
         .current_dir(dir)
         .env("COMPACTD_BIN", BIN)
-        .env("COMPACTD_CONFORMANCE_DIR", conformance_dir())
+        .env(
+            PiVersion::V0_85.env_var(),
+            conformance_cases(PiVersion::V0_85),
+        )
         .env("NO_UPDATE_NOTIFIER", "1")
         .env("npm_config_update_notifier", "false")
         .env("npm_config_fund", "false")
@@ -150,12 +147,17 @@ fn run_ok(dir: &Path, program: &Path, args: &[&str], extra_env: &[(&str, &Path)]
 }
 
 fn conformance_missing(suite: &str) -> bool {
-    if conformance_dir().is_dir() {
+    let cases = conformance_cases(PiVersion::V0_85);
+    if cases.is_dir() {
         return false;
     }
     unavailable(
         suite,
-        "conformance cases not found (set COMPACTD_CONFORMANCE_DIR)",
+        &format!(
+            "conformance cases not found at {} (is {} right?)",
+            cases.display(),
+            PiVersion::V0_85.env_var()
+        ),
     );
     true
 }

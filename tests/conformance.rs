@@ -1,5 +1,5 @@
-//! Runs every Pi 0.85.0 conformance case (`../shared/conformance/cases`, or
-//! `$COMPACTD_CONFORMANCE_DIR`) through compactd and compares every field the fixture README
+//! Runs every Pi 0.85.0 conformance case (`tests/fixtures/conformance/pi-0.85/cases`, or
+//! `$COMPACTD_CONFORMANCE_DIR`: `support::conformance_cases`) through compactd and compares every field the fixture README
 //! marks exact: the analysis (`inspect`), and the full compaction against an in-process fake
 //! OpenAI-compatible server that replays each case's recorded replies.
 
@@ -11,7 +11,7 @@ use compactd::report;
 use serde_json::Value;
 
 use support::{
-    case_dirs, fake_llm, first_diff, load_case, read_json, rename_strings, settings_of,
+    case_dirs, fake_llm, first_diff, load_case, read_json, rename_strings, settings_of, PiVersion,
     ANALYSIS_FIELDS,
 };
 
@@ -33,7 +33,16 @@ fn check_analysis(dir: &Path, expected: &Value) -> Vec<String> {
 
 /// A plain `main` (the test is `harness = false`) so the closing line is always printed.
 fn main() {
-    let cases = case_dirs();
+    // Pi's settings as the fixtures' harness had them: no settings files, so a session that
+    // never set a thinking level summarizes with it off. Set before any thread starts.
+    let agent = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        agent.path().join("settings.json"),
+        r#"{"defaultThinkingLevel":"off"}"#,
+    )
+    .expect("settings.json");
+    std::env::set_var("PI_CODING_AGENT_DIR", agent.path());
+    let cases = case_dirs(PiVersion::V0_85);
     assert!(!cases.is_empty(), "no conformance cases found");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

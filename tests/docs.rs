@@ -234,3 +234,49 @@ fn the_readme_synopsis_matches_the_cli() {
         );
     }
 }
+
+/// ARCHITECTURE.md's "Adding things" names the files each change touches: each path it names
+/// exists (but the new files it tells you to write, `NAME.rs` and `redis.rs`), and each method
+/// of the protocol is one line of `src/rpc/methods.rs`, the one place the guide says to add it.
+#[test]
+fn the_architecture_guide_names_files_that_exist_and_every_method_once() {
+    let arch = read("ARCHITECTURE.md");
+    let guide = arch
+        .split("## Adding things")
+        .nth(1)
+        .expect("ARCHITECTURE.md has an \"Adding things\" section");
+    let named: Vec<&str> = guide
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| {
+            (w.starts_with("src/")
+                || w.starts_with("tests/")
+                || w.starts_with("clients/")
+                || w.starts_with("proto-docs/"))
+                && !w.contains("NAME")
+                && !w.contains("redis")
+                && !w.ends_with('/')
+        })
+        .collect();
+    assert!(named.len() >= 15, "the guide names its files: {named:?}");
+    let missing: Vec<&&str> = named
+        .iter()
+        .filter(|p| !Path::new(ROOT).join(p).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names missing files: {missing:?}"
+    );
+    let methods_rs = read("src/rpc/methods.rs");
+    for method in protocol_methods() {
+        let lines = methods_rs
+            .lines()
+            .filter(|l| l.trim_start().starts_with(&format!("\"{method}\" =>")))
+            .count();
+        assert_eq!(
+            lines, 1,
+            "{method} is declared {lines} times in src/rpc/methods.rs"
+        );
+    }
+}

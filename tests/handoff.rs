@@ -717,7 +717,7 @@ fn compact_cases(mode: &str) -> Vec<(String, Value, bool)> {
     env.use_fake_summarizer(fake.port, "{ enabled = false }");
     let mut c = env.stdio(&[], Framing::Ndjson);
     let mut out = Vec::new();
-    for dir in support::case_dirs() {
+    for dir in support::case_dirs(support::PiVersion::V0_85) {
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
         let expected = support::read_json(&dir.join("expected.json"));
         let exp = &expected["compaction"];
@@ -794,9 +794,6 @@ fn compact_cases(mode: &str) -> Vec<(String, Value, bool)> {
 /// two modes are the same, while only `report` carries a check.
 #[test]
 fn conformance_is_unchanged_in_report_mode() {
-    if support::conformance_cases().is_none() {
-        return;
-    }
     let off = compact_cases("off");
     let report = compact_cases("report");
     assert!(off.len() >= 20, "{} cases compacted", off.len());

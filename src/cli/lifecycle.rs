@@ -20,18 +20,14 @@ pub(super) fn ask(socket: &Path, client: &str) -> Result<Option<Value>, String> 
     let Some(stream) = unix::connect_own(socket)? else {
         return Ok(None);
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(async {
+    super::runtime::block_on(super::runtime::Shape::Client, async {
         let c = DaemonClient::over(unix::into_async(stream)?);
         let answer = c
             .call("initialize", json!({ "clientName": client }))
             .await
             .map_err(|r| format!("the daemon refused: {r}"))?;
         Ok(Some(answer))
-    })
+    })?
 }
 
 fn duration(ms: u64) -> String {

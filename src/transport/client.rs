@@ -1,7 +1,8 @@
 //! A small client of the daemon's socket, for compactd's own front ends that call the daemon on
-//! behalf of someone else (`compactd mcp`): NDJSON requests, replies matched by id, events and
-//! other notifications ignored, and any server→client request (a hook nobody registered)
-//! answered "no result" so the daemon never waits on it.
+//! behalf of someone else (`compactd mcp`, `compact`, `preview`): NDJSON requests, replies
+//! matched by id, events and other notifications handed to whoever asked for them
+//! ([`DaemonClient::notifications`], else dropped), and any server→client request (a hook nobody
+//! registered) answered "no result" so the daemon never waits on it.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -50,10 +51,17 @@ async fn write_line(
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, Refusal>>>>>;
 
+/// A notification the daemon sent: its method (an event's name) and params.
+pub type Notification = (String, Value);
+
+/// Where notifications go, once someone asked for them.
+type Listener = Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<Notification>>>>;
+
 /// One connection to the daemon.
 pub struct DaemonClient {
     writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
     pending: Pending,
+    listener: Listener,
     next: AtomicU64,
 }
 
@@ -78,10 +86,12 @@ impl DaemonClient {
     pub fn over(stream: tokio::net::UnixStream) -> DaemonClient {
         let (read, write) = stream.into_split();
         let pending: Pending = Arc::default();
+        let listener: Listener = Arc::default();
         let writer = Arc::new(tokio::sync::Mutex::new(write));
         let client = DaemonClient {
             writer: writer.clone(),
             pending: pending.clone(),
+            listener: listener.clone(),
             next: AtomicU64::new(1),
         };
         let (answers_tx, mut answers_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -96,6 +106,12 @@ impl DaemonClient {
                     Ok(Message::Request { id, .. }) => {
                         // A request to us: no hook is registered, so "no result".
                         let _ = answers_tx.send(response(&id, &Ok(Value::Null)));
+                        continue;
+                    }
+                    Ok(Message::Notification { method, params }) => {
+                        if let Some(tx) = listener.lock().as_ref() {
+                            let _ = tx.send((method, params.unwrap_or(Value::Null)));
+                        }
                         continue;
                     }
                     _ => continue,
@@ -126,6 +142,14 @@ impl DaemonClient {
             }
         });
         client
+    }
+
+    /// The notifications (events) the daemon sends from now on, in order; a second call takes
+    /// them over from the first.
+    pub fn notifications(&self) -> tokio::sync::mpsc::UnboundedReceiver<Notification> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        *self.listener.lock() = Some(tx);
+        rx
     }
 
     /// Calls `method` with `params`; the result, or the daemon's error reply.

@@ -57,7 +57,9 @@ impl Env {
     pub fn session_as(&self, case: &str, name: &str) -> PathBuf {
         let p = self.path(&format!("{name}.jsonl"));
         std::fs::copy(
-            super::conformance_dir().join(case).join("session.jsonl"),
+            super::conformance_cases(super::PiVersion::V0_85)
+                .join(case)
+                .join("session.jsonl"),
             &p,
         )
         .expect("copy fixture");

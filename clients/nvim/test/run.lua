@@ -17,7 +17,7 @@ local function finish(code)
 end
 
 local bin = vim.env.COMPACTD_BIN or (repo .. '/target/debug/compactd')
-local cases = vim.env.COMPACTD_CONFORMANCE_DIR or (repo .. '/../shared/conformance/cases')
+local cases = vim.env.COMPACTD_CONFORMANCE_DIR or (repo .. '/tests/fixtures/conformance/pi-0.85/cases')
 local missing = (vim.fn.executable(bin) == 0 and ('compactd binary not found: ' .. bin))
   or (vim.fn.isdirectory(cases) == 0 and ('conformance cases not found: ' .. cases))
   or (vim.fn.has('nvim-0.10') == 0 and ('Neovim >= 0.10 needed, this is ' .. tostring(vim.version())))

@@ -25,7 +25,7 @@ const extDir = path.resolve(here, "..");
 const repoDir = path.resolve(extDir, "../..");
 const ORACLE = process.env.COMPACTD_ORACLE || path.join(repoDir, "target/pi-oracle");
 const BIN = process.env.COMPACTD_BIN || path.join(repoDir, "target/debug/compactd");
-const CASES = process.env.COMPACTD_CONFORMANCE_DIR || path.resolve(repoDir, "../shared/conformance/cases");
+const CASES = process.env.COMPACTD_CONFORMANCE_DIR || path.join(repoDir, "tests/fixtures/conformance/pi-0.85/cases");
 const PI_DIST = path.join(ORACLE, "node_modules/@earendil-works/pi-coding-agent/dist");
 
 const why = !fs.existsSync(path.join(PI_DIST, "bundle/index.js"))

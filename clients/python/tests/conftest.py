@@ -3,7 +3,8 @@ missing input skips on a developer machine but fails when ``CI=true``.
 
 The binary comes from ``$COMPACTD_BIN`` (tests/clients.rs sets it to the build under test), else
 ``compactd`` on ``PATH``, else ``<repo>/target/{debug,release}/compactd``. The sessions come from
-``$COMPACTD_CONFORMANCE_DIR``, else ``<repo>/../shared/conformance/cases``.
+``$COMPACTD_CONFORMANCE_DIR``, else the copy the repository carries,
+``<repo>/tests/fixtures/conformance/pi-0.85/cases``.
 """
 
 import json
@@ -39,7 +40,9 @@ def _binary():
 
 
 BIN = _binary()
-CASES = Path(os.environ.get("COMPACTD_CONFORMANCE_DIR") or REPO.parent / "shared" / "conformance" / "cases")
+CASES = Path(
+    os.environ.get("COMPACTD_CONFORMANCE_DIR") or REPO / "tests" / "fixtures" / "conformance" / "pi-0.85" / "cases"
+)
 
 
 def missing(what):

@@ -30,7 +30,7 @@ function findBinary() {
 
 export const BIN = findBinary();
 export const CASES =
-  process.env.COMPACTD_CONFORMANCE_DIR || path.resolve(repoDir, '../shared/conformance/cases');
+  process.env.COMPACTD_CONFORMANCE_DIR || path.join(repoDir, 'tests/fixtures/conformance/pi-0.85/cases');
 
 const why = !BIN
   ? `compactd binary not found (COMPACTD_BIN=${process.env.COMPACTD_BIN ?? ''}, PATH, target/)`
