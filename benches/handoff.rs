@@ -188,16 +188,8 @@ async fn case(script: &Script, dir: &Path) -> Result<Case, String> {
     let mut base = script.segments[0].len() + 10;
     for (k, segment) in script.segments.iter().enumerate() {
         if k > 0 {
-            let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
-            let leaf = text
-                .lines()
-                .last()
-                .and_then(|l| serde_json::from_str::<Value>(l).ok())
-                .and_then(|v| v["id"].as_str().map(str::to_owned));
-            let mut lines = Vec::new();
-            append_lines(&mut lines, segment, leaf, base);
+            append_segment(&path, segment, base)?;
             base += segment.len() + 10;
-            std::fs::write(&path, text + &(lines.join("\n") + "\n")).map_err(|e| e.to_string())?;
         }
         if k + 1 < script.segments.len() {
             // The earlier compactions as `compactd compact` makes them (the daemon's path, the
@@ -231,16 +223,8 @@ async fn case(script: &Script, dir: &Path) -> Result<Case, String> {
         &RedactionConfig::default(),
         ExtractiveSettings::DEFAULT,
     );
-    let list = |k: &str| -> Vec<String> {
-        full.details[k]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect()
-    };
-    let blocks = format_file_operations(&list("readFiles"), &list("modifiedFiles"));
+    let (read, modified) = prep.file_ops.file_lists();
+    let blocks = format_file_operations(&read, &modified);
     let body = full
         .summary
         .strip_suffix(blocks.as_str())

@@ -217,21 +217,11 @@ async fn run_script(script: &Script, config: &Config, dir: &Path) -> Run {
     let mut base = script.segments[0].len() + 10;
     for (k, segment) in script.segments.iter().enumerate() {
         if k > 0 {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            let leaf = text
-                .lines()
-                .last()
-                .and_then(|l| serde_json::from_str::<Value>(l).ok())
-                .and_then(|v| v["id"].as_str().map(str::to_owned));
-            let mut lines = Vec::new();
-            append_lines(&mut lines, segment, leaf, base);
-            base += segment.len() + 10;
-            let mut f = text;
-            f.push_str(&(lines.join("\n") + "\n"));
-            if let Err(e) = std::fs::write(&path, f) {
-                run.failed = Some(e.to_string());
+            if let Err(e) = append_segment(&path, segment, base) {
+                run.failed = Some(e);
                 return run;
             }
+            base += segment.len() + 10;
         }
         let started = Instant::now();
         let result =

@@ -188,9 +188,10 @@ impl Session {
             json!({"role": "user", "timestamp": t + 8, "content":
                 "Now update the README with the new flag and an example of its JSON output, please."}),
         );
-        let mut overrides = json!({"keepRecentTokens": 10});
-        if let (Some(o), Some(extra)) = (overrides.as_object_mut(), compaction.as_object()) {
-            o.extend(extra.clone());
+        // A keep-recent that cuts right before the last request, unless the test says.
+        let mut overrides = compaction;
+        if overrides.get("keepRecentTokens").is_none() {
+            overrides["keepRecentTokens"] = json!(10);
         }
         c.ok(
             "setSettingsOverrides",
@@ -258,18 +259,7 @@ fn the_preview_lists_what_the_handoff_owes_with_each_entry() {
     let preview = s.c.ok("previewCompaction", json!({"sessionId": s.sid}));
     let handoff = &preview["handoff"];
     assert_eq!(handoff["mode"], "report", "{preview}");
-    let owed: Vec<(String, String, String)> = handoff["owed"]
-        .as_array()
-        .expect("owed")
-        .iter()
-        .map(|o| {
-            (
-                o["kind"].as_str().unwrap().to_owned(),
-                o["text"].as_str().unwrap().to_owned(),
-                o["entryId"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect();
+    let owed = items(&handoff["owed"]);
     let want = |kind: &str, text: &str, id: &str| (kind.to_owned(), text.to_owned(), id.to_owned());
     // The flag, the path and the port the request gave are owed by the request itself (a
     // summary carries it only with them, exactly), not on lines of their own.
@@ -295,11 +285,10 @@ fn the_preview_lists_what_the_handoff_owes_with_each_entry() {
     );
 }
 
-/// The missing obligations of a result's handoff: (kind, text, entry id).
-fn missing(result: &Value) -> Vec<(String, String, String)> {
-    result["handoff"]["missing"]
-        .as_array()
-        .expect("handoff.missing")
+/// A list of `HandoffItem`s as (kind, text, entry id).
+fn items(list: &Value) -> Vec<(String, String, String)> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("a list of obligations: {list}"))
         .iter()
         .map(|m| {
             (
@@ -309,6 +298,11 @@ fn missing(result: &Value) -> Vec<(String, String, String)> {
             )
         })
         .collect()
+}
+
+/// The missing obligations of a result's handoff.
+fn missing(result: &Value) -> Vec<(String, String, String)> {
+    items(&result["handoff"]["missing"])
 }
 
 /// The line the repair section states an obligation in.

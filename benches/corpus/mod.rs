@@ -294,3 +294,18 @@ pub fn load_corpus() -> Vec<Script> {
         })
         .collect()
 }
+
+/// Appends `segment` to the session file at `path`, chained under its last line, with ids from
+/// `base` on (what a script's `compact` marker continues with).
+pub fn append_segment(path: &Path, segment: &[Value], base: usize) -> Result<(), String> {
+    let mut text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let leaf = text
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str::<Value>(l).ok())
+        .and_then(|v| v["id"].as_str().map(str::to_owned));
+    let mut lines = Vec::new();
+    append_lines(&mut lines, segment, leaf, base);
+    text.push_str(&(lines.join("\n") + "\n"));
+    std::fs::write(path, text).map_err(|e| e.to_string())
+}

@@ -177,23 +177,19 @@ pub fn owed(facts: &Facts) -> Vec<Obligation> {
             sentence(&r.text),
         );
     }
-    for c in latest(&facts.constraints, CAP_CONSTRAINTS) {
-        push(
-            &mut out,
-            Kind::Constraint,
-            one_line(&c.text, TEXT_MAX),
-            &c.entry_id,
-            sentence(&c.text),
-        );
-    }
-    for t in latest(&facts.open_tasks, CAP_OPEN_TASKS) {
-        push(
-            &mut out,
-            Kind::OpenTask,
-            one_line(&t.text, TEXT_MAX),
-            &t.entry_id,
-            sentence(&t.text),
-        );
+    for (kind, said, cap) in [
+        (Kind::Constraint, &facts.constraints, CAP_CONSTRAINTS),
+        (Kind::OpenTask, &facts.open_tasks, CAP_OPEN_TASKS),
+    ] {
+        for c in latest(said, cap) {
+            push(
+                &mut out,
+                kind,
+                one_line(&c.text, TEXT_MAX),
+                &c.entry_id,
+                sentence(&c.text),
+            );
+        }
     }
     for f in &facts.failures[facts.failures.len().saturating_sub(CAP_FAILURES)..] {
         let mut needles: Vec<Needle> = f.key.iter().map(|k| Needle::Exact(k.clone())).collect();

@@ -1675,3 +1675,35 @@ mod props {
         }
     }
 }
+
+/// An earlier summary that compactd repaired (its handoff check's section after Pi's file
+/// blocks) is updated with the section's items in their own sections: the rule under
+/// Constraints, the failure under Blocked, the identifier and the command in Critical Context,
+/// each still naming its entry; the heading is no item.
+#[test]
+fn a_repair_section_of_the_previous_summary_is_merged_into_the_sections() {
+    let previous = "## Goal\n- Port the parser to nom\n\n## Constraints & Preferences\n(none)\n\n## Progress\n### Done\n(none)\n\n### In Progress\n(none)\n\n### Blocked\n(none)\n\n## Key Decisions\n(none)\n\n## Next Steps\n(none)\n\n## Critical Context\n(none)\n\n<modified-files>\nsrc/parse.rs\n</modified-files>\n\n## Handoff check: also carried over\n(The summary above did not carry these; each names the entry holding it: getEntry / get_entry returns it whole.)\n- Constraint: Never change the public API. (entry a1b2c3d4)\n- Unresolved failure: `cargo test -p parser` failed: error[E0308]: mismatched types (entry e5f6a7b8)\n- Identifier: `8080` (in \"…serve the docs on port 8080.\") (entry a1b2c3d4)\n- Verification command: `cargo build --release` (entry 99aa88bb)\n- Modified file: `src/parse.rs` (edited) (entry 77cc66dd)";
+    let messages = vec![
+        json!({"role": "user", "content": "Also handle comments in the grammar.", "timestamp": 0}),
+    ];
+    let mut inp = input(&messages, &[], &[], 4000);
+    inp.previous_summary = Some(previous);
+    let s = summarize_history(&inp);
+    assert!(
+        section(&s, "## Constraints & Preferences")
+            .contains("Never change the public API. (entry a1b2c3d4)"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "### Blocked").contains("`cargo test -p parser` failed: error[E0308]"),
+        "{s}"
+    );
+    let critical = section(&s, "## Critical Context");
+    assert!(critical.contains("Identifier the user gave: `8080`"), "{s}");
+    assert!(
+        critical.contains("Verification command: `cargo build --release` (entry 99aa88bb)"),
+        "{s}"
+    );
+    assert!(!s.contains("Handoff check"), "{s}");
+    assert!(!s.contains("Modified file:"), "{s}");
+}
