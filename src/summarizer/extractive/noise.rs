@@ -101,7 +101,9 @@ pub(super) fn split_injected(text: &str) -> (String, Vec<(String, String)>) {
 /// is: a note, boilerplate or a request).
 pub(super) fn split_preamble(text: &str) -> (String, Vec<(String, String)>) {
     static LABEL_RE: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?i)^[\w ()./-]{0,60}\b(metadata|context|info|information|envelope)\b[^\n:]{0,30}:\s*$")
+        // The gateway says what the block is: a user's own "Here's the context:" before a
+        // pasted log is part of the request.
+        Regex::new(r"(?i)^[\w ()./-]{0,60}\b(?:untrusted|metadata)\b[^\n:]{0,30}:\s*$")
             .expect("metadata label pattern")
     });
     static SYSTEM_RE: LazyLock<Regex> = LazyLock::new(|| {
