@@ -42,7 +42,7 @@ use compactd::compaction::tokens::CompactionSettings;
 use compactd::compaction::BranchIndex;
 use compactd::compactor::{generate_extractive, step};
 use compactd::handoff::{self, Mode, Owed};
-use compactd::session::BranchView;
+use compactd::session::{BranchView, PiVersion};
 use compactd::summarizer::extractive::ExtractiveSettings;
 use compactd::summarizer::redact::RedactionConfig;
 use regex::Regex;
@@ -211,7 +211,9 @@ async fn case(script: &Script, dir: &Path) -> Result<Case, String> {
         positions: &branch,
     };
     let index = BranchIndex::build(&view);
-    let prep = prepare_branch(&view, &index, &settings).map_err(|e| e.message().to_owned())?;
+    // The rules the daemon follows by default (Pi 1.6), as the earlier compactions did.
+    let prep = prepare_branch(PiVersion::default(), &view, &index, &settings)
+        .map_err(|e| e.message().to_owned())?;
     let previous = prep
         .boundaries
         .prev_compaction_index

@@ -257,6 +257,8 @@ pub struct Config {
     /// million tokens (`input`, `output`, `cache_read`, `cache_write`), over the built-in table
     /// (`accounting::prices`).
     pub prices: crate::accounting::PriceTable,
+    /// `[compat]`: which Pi's rules sessions follow unless a client says otherwise.
+    pub compat: CompatConfig,
     /// `[compaction]`: compactd's defaults under Pi's settings files.
     pub compaction: CompactionConfig,
 }
@@ -268,6 +270,34 @@ pub struct Config {
 pub struct CompactionConfig {
     /// `compaction.handoff`: `off`, `report` (default), `repair` or `retry`.
     pub handoff: crate::handoff::Mode,
+}
+
+/// `[compat]`: compatibility with the Pi the user runs.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompatConfig {
+    /// `"1.6"` (the default: the Pi people run) or `"0.85"`: whose rules sessions follow (the
+    /// context projection, estimates, cut points, summary requests, compaction entries). A
+    /// session's `piVersion` (`setSettingsOverrides`, which the Pi extension sets to the Pi it
+    /// runs in) and `--pi-version` win over it.
+    pub pi_version: PiVersionSetting,
+}
+
+/// A Pi version as the configuration spells it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PiVersionSetting(pub crate::pi_version::PiVersion);
+
+impl<'de> Deserialize<'de> for PiVersionSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        crate::pi_version::PiVersion::parse(&text)
+            .map(PiVersionSetting)
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "unknown Pi version '{text}' (expected \"1.6\" or \"0.85\")"
+                ))
+            })
+    }
 }
 
 /// `idle_exit_seconds` unless set.
@@ -442,13 +472,27 @@ pub fn agent_dir() -> PathBuf {
     }
 }
 
-/// `$XDG_CONFIG_HOME/compactd/config.toml`, else `~/.config/compactd/config.toml`.
-pub fn default_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
+/// An XDG base directory (the XDG Base Directory specification): `$var` when it is set and not
+/// empty, else `$HOME/<under_home>` (`.config`, `.local/state`, `.local/share`); `None` with
+/// neither.
+pub fn xdg_dir(var: &str, under_home: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("compactd").join("config.toml"))
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(under_home))
+        })
+}
+
+/// `$XDG_CONFIG_HOME/compactd/config.toml`, else `~/.config/compactd/config.toml`.
+pub fn default_path() -> Option<PathBuf> {
+    Some(
+        xdg_dir("XDG_CONFIG_HOME", ".config")?
+            .join("compactd")
+            .join("config.toml"),
+    )
 }
 
 /// The file [`Config::load`] reads: `explicit`, else the default path when a file is there;
@@ -458,6 +502,17 @@ pub fn file_in_use(explicit: Option<&Path>) -> Option<PathBuf> {
         Some(p) => Some(p.to_owned()),
         None => default_path().filter(|p| p.exists()),
     }
+}
+
+/// The `socket` a configuration file names, read even when the file does not load as a whole
+/// (a bad value elsewhere): `status` and `stop` need only the socket, so a broken edit never
+/// leaves the running daemon unreachable. `None` when the file cannot be read, is not TOML, or
+/// names no socket.
+pub fn socket_despite_errors(explicit: Option<&Path>) -> Option<PathBuf> {
+    let path = file_in_use(explicit)?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let table: toml::Table = toml::from_str(&text).ok()?;
+    table.get("socket")?.as_str().map(PathBuf::from)
 }
 
 impl Config {
@@ -652,6 +707,7 @@ impl Config {
             max_tokens: m.max_tokens.max(0) as u64,
             reasoning: m.reasoning.unwrap_or(false),
             api_key,
+            key_env: p.api_key_env.clone(),
             headers: Vec::new(),
         };
         Ok(self.summarizer.llm_engine(spec, &self.redaction, http))
@@ -718,6 +774,7 @@ impl SummarizerConfig {
             max_tokens: self.max_tokens,
             reasoning: self.reasoning,
             api_key,
+            key_env: self.api_key_env.clone(),
             headers: Vec::new(),
         };
         self.llm_engine(model, redaction, http)

@@ -10,6 +10,8 @@
 //!   the work (obligations, each with its source entry, from the facts the extractive
 //!   summarizer reads), the check that scores any summary against them, and the repair section
 //!   of what it missed (pure text; below the session model, like `accounting`).
+//! - [`pi_version`]: which Pi's rules apply to a session (0.85.0 or 1.6.0; a setting, since
+//!   the files of both say `version: 3`).
 //! - [`estimate`]: Pi's token estimate of one message and the usage a reply reports — the
 //!   primitives the session reader and the compaction core share.
 //! - [`session`]: Pi session files in memory — entries as facts read in one borrowed pass plus
@@ -55,7 +57,8 @@
 //! - [`transport`]: framing, typed wire messages, the per-connection loop, the dispatch table
 //!   generated from the method list, stdio and Unix-socket listeners.
 //! - [`cli`]: the command-line front end (`serve`, `stdio`, `connect`, `start`, `status`,
-//!   `stop`, `doctor`, `service`, `mcp`, `inspect`, `compact`, `preview` (these two always
+//!   `stop`, `doctor`, `service`, `pi` (the Pi extension and the MCP server put into Pi),
+//!   `mcp`, `inspect`, `compact`, `preview` (these two always
 //!   through a daemon: the one that holds the file, else one of their own process), and `top`, a live terminal view that is a client of the
 //!   daemon's socket: a pure view model, the connection shell, ratatui and plain-text
 //!   renderers), logging, and starting or joining the one daemon of a socket.
@@ -75,6 +78,7 @@ pub mod handoff;
 pub mod json;
 pub mod live_context;
 pub mod mcp;
+pub mod pi_version;
 pub mod report;
 pub mod rpc;
 pub mod session;

@@ -48,7 +48,7 @@ fn keys(v: &Value) -> Vec<String> {
 /// compaction small and subscribes to the sessions' events.
 fn daemon_holding(env: &Env, files: &[&Path]) -> (KillOnDrop, Client, Vec<String>) {
     let socket = env.path("run/compactd/compactd.sock");
-    let daemon = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let daemon = env.serve_ready(&socket, &[], Stdio::null());
     let mut agent = Client::socket(&socket, Framing::Ndjson);
     let mut ids = Vec::new();
     for f in files {
@@ -66,15 +66,22 @@ fn compact_goes_through_the_daemon_that_holds_the_file() {
     let human = env.session_as("009-bash-executions", "human");
     let as_json = env.session_as("009-bash-executions", "json");
     let direct = env.session_as("009-bash-executions", "direct");
-    let (_daemon, mut agent, _) = daemon_holding(&env, &[&human, &as_json]);
+    let (daemon, mut agent, _) = daemon_holding(&env, &[&human, &as_json]);
     let before = lines(&human);
 
-    // Told not to use the daemon: the file's lock refuses, as before, and nothing is written.
+    // Told not to use the daemon: the file's lock refuses, as before, naming who holds it (the
+    // daemon's pid and socket, from the kernel's lock table), and nothing is written.
     let out = run(&env, "compact", &["--no-daemon"], &human);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let holder = format!(
+        "locked by another compactd process: {} (held by pid {}, the daemon on {})",
+        human.display(),
+        daemon.id(),
+        env.path("run/compactd/compactd.sock").display()
+    );
     assert!(
-        text(&out.stderr).contains("locked by another compactd process"),
-        "{}",
+        text(&out.stderr).contains(&holder),
+        "{}\nwanted: {holder}",
         text(&out.stderr)
     );
     // A flag the daemon's session would not honour is refused, saying what to do.
@@ -154,6 +161,32 @@ fn preview_answers_as_the_daemon_that_holds_the_file_or_one_of_its_own() {
         shown.contains("Summarize: ") && shown.contains("Keep verbatim: "),
         "{shown}"
     );
+    // As complete as --json: what it would save and cost, and every file.
+    for part in [
+        "After: ~",
+        "fewer on every request",
+        "Summarizer input: ~",
+        "Prompt cache: ",
+        "Pays for itself: ",
+    ] {
+        assert!(shown.contains(part), "{part:?} in {shown}");
+    }
+    let json = run(&env, "preview", &["--json"], &held);
+    let answer: Value = serde_json::from_slice(&json.stdout).expect("preview --json");
+    for file in answer["fileLists"]["readFiles"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(
+            answer["fileLists"]["modifiedFiles"]
+                .as_array()
+                .into_iter()
+                .flatten(),
+        )
+    {
+        let file = file.as_str().unwrap_or_default();
+        assert!(shown.contains(file), "{file} in {shown}");
+    }
 
     let out = run(&env, "preview", &["--no-daemon"], &held);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
@@ -222,7 +255,7 @@ fn compact_without_a_daemon_writes_the_entry_the_daemon_writes() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
     let socket = env.path("run/compactd/compactd.sock");
-    let _daemon = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let _daemon = env.serve_ready(&socket, &[], Stdio::null());
     let mut agent = Client::socket(&socket, Framing::Ndjson);
     let sid = open(&mut agent, &by_daemon);
     keep_recent(&mut agent, &sid, 2000);

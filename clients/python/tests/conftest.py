@@ -71,6 +71,8 @@ def env(tmp_path):
     e["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     e["PI_CODING_AGENT_DIR"] = str(tmp_path / "agent")
     e["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
+    # Above /run/user/<uid> in the socket rule: this test's daemons only, never the user's.
+    e["COMPACTD_RUNTIME_DIR"] = str(tmp_path / "run")
     # `compactd stdio` / `connect` log here (the daemon's log file), not under the real home.
     e["XDG_STATE_HOME"] = str(tmp_path / "state")
     e.setdefault("RUST_LOG", "warn")

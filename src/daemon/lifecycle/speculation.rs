@@ -592,7 +592,7 @@ pub(super) fn on_top(
         &c.outcome,
     ));
     let refs: Vec<&Entry> = path.iter().map(|e| &**e).collect();
-    super::prepare::on_top(&refs, at, &virtual_entry, settings)
+    super::prepare::on_top(c.prep.edits.version, &refs, at, &virtual_entry, settings)
 }
 
 /// The speculation a compaction due now installs: the ready one when it is still valid, after
@@ -622,9 +622,13 @@ pub(super) async fn claim(
             if spec.ready.is_some() {
                 let spec = slot.current.take()?;
                 let ready = spec.ready?;
-                let tokens_before =
-                    plan_compaction(&state.view(), &state.index, &settings.compaction)
-                        .map_or(ready.outcome.tokens_before, |p| p.tokens_before);
+                let tokens_before = plan_compaction(
+                    state.rules,
+                    &state.view(),
+                    &state.index,
+                    &settings.compaction,
+                )
+                .map_or(ready.outcome.tokens_before, |p| p.tokens_before);
                 let mut outcome = ready.outcome;
                 outcome.tokens_before = tokens_before;
                 return Some(Claimed {

@@ -23,6 +23,7 @@ use crate::session::SessionTree;
 
 pub mod confined;
 mod lines;
+pub mod lock_holder;
 mod open;
 mod read;
 mod session_file;
@@ -191,14 +192,17 @@ impl Backend for Files {
         // a file another compactd process holds is refused before anything is done with it.
         let lock = match try_lock(path) {
             Ok(Some(f)) => Some(f),
-            Ok(None) => return Err(StoreError::Locked(path.to_owned())),
+            Ok(None) => {
+                let holder = lock_holder::describe(path);
+                return Err(StoreError::Locked(path.to_owned(), holder));
+            }
             Err(StoreError::NotFound(_)) => None,
             Err(e) => return Err(e),
         };
         match load_with(path, true, &self.limits) {
             Ok((tree, report, stamp)) => {
-                if report.skipped_lines > 0 {
-                    tracing::warn!(path = %path.display(), skipped = report.skipped_lines, "malformed lines skipped");
+                if let Some(skipped) = report.skipped_text() {
+                    tracing::warn!(path = %path.display(), lines = ?report.skipped_line_numbers, "{skipped}");
                 }
                 if let Some(b) = &report.backup {
                     tracing::info!(path = %path.display(), backup = %b.display(), "migrated to v3; original kept");
