@@ -709,17 +709,18 @@ fn the_mode_comes_from_the_config_pi_settings_and_overrides() {
     }
 }
 
-/// Compacts every conformance case that Pi compacted (its recorded replies replayed by the fake
-/// LLM) through the daemon, in `mode`, and returns each case's name, the entry written (its id,
-/// parent and timestamp left out) and whether the result carried a handoff check.
-fn compact_cases(mode: &str) -> Vec<(String, Value, bool)> {
+/// Compacts every conformance case of Pi `pi` that Pi compacted (its recorded replies replayed
+/// by the fake LLM) through the daemon under that Pi's rules, in `mode`, and returns each
+/// case's name, the entry written (its id, parent and timestamp left out) and whether the result
+/// carried a handoff check.
+fn compact_cases(pi: support::PiVersion, mode: &str) -> Vec<(String, Value, bool)> {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let fake = runtime.block_on(support::fake_llm::start(Vec::new()));
     let env = Env::new();
     env.use_fake_summarizer(fake.port, "{ enabled = false }");
     let mut c = env.stdio(&[], Framing::Ndjson);
     let mut out = Vec::new();
-    for dir in support::case_dirs(support::PiVersion::V0_85) {
+    for dir in support::case_dirs(pi) {
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
         let expected = support::read_json(&dir.join("expected.json"));
         let exp = &expected["compaction"];
@@ -745,7 +746,10 @@ fn compact_cases(mode: &str) -> Vec<(String, Value, bool)> {
                 .map(|r| r["kind"].as_str().unwrap_or("history").to_owned())
                 .collect();
         }
-        let file = env.session_as(&name, &format!("{name}-{mode}"));
+        let file = env.path(&format!("{}-{name}-{mode}.jsonl", pi.as_str()));
+        std::fs::copy(dir.join("session.jsonl"), &file).expect("copy the case");
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .expect("make the copy writable");
         let sid = c.ok("openSession", json!({"path": file}))["sessionId"]
             .as_str()
             .unwrap()
@@ -753,7 +757,7 @@ fn compact_cases(mode: &str) -> Vec<(String, Value, bool)> {
         let settings = support::settings_of(&expected);
         c.ok(
             "setSettingsOverrides",
-            json!({"sessionId": sid, "compaction": {
+            json!({"sessionId": sid, "piVersion": pi.as_str(), "compaction": {
                 "enabled": settings.enabled,
                 "reserveTokens": settings.reserve_tokens,
                 "keepRecentTokens": settings.keep_recent_tokens,
@@ -766,8 +770,10 @@ fn compact_cases(mode: &str) -> Vec<(String, Value, bool)> {
         }
         let result = c.ok("compact", params);
         assert_eq!(
-            result["summary"], exp["result"]["summary"],
-            "{name} ({mode}): the summary is Pi's"
+            result["summary"],
+            exp["result"]["summary"],
+            "{name} (Pi {}, {mode}): the summary is Pi's",
+            pi.as_str()
         );
         c.ok("closeSession", json!({"sessionId": sid}));
         // The entry is the file's last line (a case may hold lines Pi skips as malformed).
@@ -785,6 +791,10 @@ fn compact_cases(mode: &str) -> Vec<(String, Value, bool)> {
             for k in ["id", "parentId", "timestamp"] {
                 o.remove(k);
             }
+            // Pi 1.6's checkpoint is stamped with the time of writing too.
+            if let Some(system) = o.get_mut("systemMessage").and_then(Value::as_object_mut) {
+                system.remove("timestamp");
+            }
         }
         out.push((name, entry, result.get("handoff").is_some()));
     }
@@ -792,16 +802,29 @@ fn compact_cases(mode: &str) -> Vec<(String, Value, bool)> {
 }
 
 /// `report` mode writes exactly what `off` writes (what Pi writes, beyond compactd's own
-/// `details.summarizer`): on every conformance case, the summary is Pi's and the entries of the
-/// two modes are the same, while only `report` carries a check.
+/// `details.summarizer`): on every conformance case of both Pis, under that Pi's rules, the
+/// summary is Pi's and the entries of the two modes are the same, while only `report` carries
+/// a check.
 #[test]
 fn conformance_is_unchanged_in_report_mode() {
-    let off = compact_cases("off");
-    let report = compact_cases("report");
-    assert!(off.len() >= 20, "{} cases compacted", off.len());
-    assert_eq!(off.len(), report.len());
-    for ((name, a, checked_off), (_, b, checked)) in off.iter().zip(&report) {
-        assert_eq!(a, b, "{name}: the entry report mode writes");
-        assert!(!checked_off && *checked, "{name}: only report mode checks");
+    for pi in support::PiVersion::ALL {
+        let off = compact_cases(pi, "off");
+        let report = compact_cases(pi, "report");
+        assert!(
+            off.len() >= 20,
+            "{} cases of Pi {} compacted",
+            off.len(),
+            pi.as_str()
+        );
+        assert_eq!(off.len(), report.len());
+        for ((name, a, checked_off), (_, b, checked)) in off.iter().zip(&report) {
+            assert_eq!(
+                a,
+                b,
+                "{name} (Pi {}): the entry report mode writes",
+                pi.as_str()
+            );
+            assert!(!checked_off && *checked, "{name}: only report mode checks");
+        }
     }
 }
