@@ -134,7 +134,8 @@ pub fn preview_compaction(
         .boundaries
         .prev_compaction_index
         .and_then(|i| state.tree.entry(state.branch[i]).id_owned());
-    let prep = Preparation::from_plan(plan, &view, |i| state.tree.shared(state.branch[i]));
+    let mut prep = Preparation::from_plan(plan, &view, |i| state.tree.shared(state.branch[i]));
+    lifecycle::summary_input(&mut prep, &all_settings, &state.cleared);
     drop(state);
     // What the handoff would owe: the span read as a compaction reads it (no lock held), its
     // previous summary without compactd's own additions.
