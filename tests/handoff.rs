@@ -110,12 +110,7 @@ impl Session {
         let mut c = env.stdio(&[], Framing::Ndjson);
         let dir = env.path("project");
         std::fs::create_dir_all(&dir).unwrap();
-        let info = c.ok(
-            "createSession",
-            json!({"cwd": dir, "sessionDir": dir, "model": support::daemon_env::model()}),
-        );
-        let sid = info["sessionId"].as_str().unwrap().to_owned();
-        let path = PathBuf::from(info["path"].as_str().unwrap());
+        let (sid, path) = support::daemon_env::new_session(&mut c, &dir);
         let t = now_ms() - 100_000;
         let request = append(
             &mut c,

@@ -201,7 +201,41 @@ struct Provider<'a> {
     meter: &'a Meter,
 }
 
-impl Provider<'_> {
+impl<'a> Provider<'a> {
+    /// The provider an LLM engine calls through, with whether it falls back to the extractive
+    /// summarizer; for the extractive engine, which calls none, its redaction and settings.
+    fn of(
+        engine: &'a SummaryEngine,
+        cancel: &'a CancellationToken,
+        on_retry: &'a OnRetry<'a>,
+        meter: &'a Meter,
+    ) -> Result<(Self, bool), (&'a RedactionConfig, ExtractiveSettings)> {
+        match engine {
+            SummaryEngine::Extractive {
+                redaction,
+                settings,
+            } => Err((redaction, *settings)),
+            SummaryEngine::Llm {
+                client,
+                model,
+                retry,
+                redaction,
+                fallback_extractive,
+            } => Ok((
+                Provider {
+                    client: client.as_ref(),
+                    model,
+                    retry,
+                    redaction,
+                    cancel,
+                    on_retry,
+                    meter,
+                },
+                *fallback_extractive,
+            )),
+        }
+    }
+
     /// One summarization call: the prompt redacted, sent with Pi's retries (each retry logged
     /// and reported to `on_retry`), an abort noticed, and Pi's reply checks for `kind` applied.
     /// Returns the summary text and the call's usage.
@@ -317,29 +351,11 @@ where
     // However the summary ends (written, failed, cancelled), its temporaries (message values,
     // serialized text) were freed on other threads: the allocator gets them back once idle.
     let _release = crate::cpu::ReleaseWhenDone;
-    let (provider, fallback_extractive) = match engine {
-        SummaryEngine::Extractive {
-            redaction,
-            settings,
-        } => return Ok(crate::cpu::background(|| extractive(redaction, *settings))),
-        SummaryEngine::Llm {
-            client,
-            model,
-            retry,
-            redaction,
-            fallback_extractive,
-        } => (
-            Provider {
-                client: client.as_ref(),
-                model,
-                retry,
-                redaction,
-                cancel,
-                on_retry,
-                meter,
-            },
-            *fallback_extractive,
-        ),
+    let (provider, fallback_extractive) = match Provider::of(engine, cancel, on_retry, meter) {
+        Ok(llm) => llm,
+        Err((redaction, settings)) => {
+            return Ok(crate::cpu::background(|| extractive(redaction, settings)))
+        }
     };
     let redaction = provider.redaction;
     match (
@@ -511,28 +527,13 @@ pub async fn retry_history(
     on_retry: &OnRetry<'_>,
     meter: &Meter,
 ) -> Result<Option<CompactionOutcome>, CompactError> {
-    let SummaryEngine::Llm {
-        client,
-        model,
-        retry,
-        redaction,
-        ..
-    } = engine
-    else {
+    let Ok((provider, _)) = Provider::of(engine, cancel, on_retry, meter) else {
         return Ok(None);
     };
     if prep.messages_to_summarize.is_empty() {
         return Ok(None);
     }
-    let provider = Provider {
-        client: client.as_ref(),
-        model,
-        retry,
-        redaction,
-        cancel,
-        on_retry,
-        meter,
-    };
+    let model = provider.model;
     let focus = match custom_instructions.filter(|c| !c.is_empty()) {
         Some(c) => format!("{c}\n\n{instructions}"),
         None => instructions.to_owned(),

@@ -21,6 +21,7 @@ use regex::Regex;
 
 use super::words::stems;
 use super::{Kind, Needle, Obligation};
+use crate::summarizer::extractive::lines_outside_fences;
 
 /// A statement with the entry it came from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -299,15 +300,10 @@ pub fn identifiers(text: &str) -> Vec<String> {
         .expect("identifier pattern is valid")
     });
     let mut out: Vec<String> = Vec::new();
-    let mut in_fence = false;
-    for line in text.lines() {
+    for line in lines_outside_fences(text) {
         let t = line.trim();
-        if t.starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
         // A line of a pasted log or listing is output, not something the user gave.
-        if in_fence || t.chars().count() > 300 || looks_like_output(t) {
+        if t.chars().count() > 300 || looks_like_output(t) {
             continue;
         }
         for caps in ID_RE.captures_iter(line) {

@@ -132,7 +132,6 @@ fn statements_in(idx: usize, text: &str, by_user: bool) -> Vec<Statement> {
     let mut out = Vec::new();
     let mut lead = String::new();
     let mut run: Vec<(Option<u32>, Option<bool>, String, bool)> = Vec::new();
-    let mut in_fence = false;
     let mut flush = |lead: &str, run: &mut Vec<(Option<u32>, Option<bool>, String, bool)>| {
         if run.len() >= 2 {
             let numbered = run.iter().all(|r| r.0.is_some());
@@ -170,13 +169,9 @@ fn statements_in(idx: usize, text: &str, by_user: bool) -> Vec<Statement> {
         }
         run.clear();
     };
-    for line in text.lines() {
+    for line in lines_outside_fences(text) {
         let trimmed = line.trim();
-        if trimmed.starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if in_fence || trimmed.is_empty() {
+        if trimmed.is_empty() {
             continue;
         }
         let indented = line.starts_with("  ") || line.starts_with('\t');

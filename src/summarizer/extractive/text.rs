@@ -107,20 +107,25 @@ pub(super) fn code(s: &str, cap: usize) -> String {
     format!("`{}`", text.replace('`', "'"))
 }
 
+/// The lines of `text` outside fenced code blocks, the fences left out too: what a block holds
+/// is code or output, not what someone said.
+pub(crate) fn lines_outside_fences(text: &str) -> impl Iterator<Item = &str> {
+    let mut in_fence = false;
+    text.lines().filter(move |line| {
+        if line.trim().starts_with("```") {
+            in_fence = !in_fence;
+            return false;
+        }
+        !in_fence
+    })
+}
+
 /// Splits prose into sentences: line breaks and `.`/`!`/`?`/`;` followed by whitespace end a
 /// sentence; fenced code blocks are skipped (they are not statements of intent).
 pub(super) fn sentences(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut in_fence = false;
-    for line in text.lines() {
+    for line in lines_outside_fences(text) {
         let trimmed = line.trim();
-        if trimmed.starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if in_fence {
-            continue;
-        }
         let mut current = String::new();
         let mut chars = trimmed.chars().peekable();
         while let Some(ch) = chars.next() {
