@@ -6,6 +6,8 @@
 //!   parts of a line nested past 100 levels kept as their `JSON.stringify` text, `json::deep`).
 //! - [`accounting`]: beyond Pi, what compactions cost and save — prices, costs, the economics of
 //!   a compaction due now, calibrated estimates (plain arithmetic, below the session model).
+//! - [`prose`]: what people wrote in a message — its lines outside fenced code blocks (shared
+//!   by the extractive summarizer and the handoff check).
 //! - [`handoff`]: beyond Pi, a verified handoff — what a summary owes the agent that resumes
 //!   the work (obligations, each with its source entry, from the facts the extractive
 //!   summarizer reads), the check that scores any summary against them, and the repair section
@@ -79,6 +81,7 @@ pub mod json;
 pub mod live_context;
 pub mod mcp;
 pub mod pi_version;
+pub mod prose;
 pub mod report;
 pub mod rpc;
 pub mod session;

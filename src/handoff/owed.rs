@@ -21,7 +21,7 @@ use regex::Regex;
 
 use super::words::stems;
 use super::{Kind, Needle, Obligation};
-use crate::summarizer::extractive::lines_outside_fences;
+use crate::prose::lines_outside_fences;
 
 /// A statement with the entry it came from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

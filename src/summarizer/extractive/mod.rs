@@ -53,7 +53,6 @@ mod text;
 use serde_json::Value;
 
 pub use handoff::{handoff_facts, HandoffInput};
-pub(crate) use text::lines_outside_fences;
 
 use facts::*;
 use layout::*;

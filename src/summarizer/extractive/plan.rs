@@ -15,6 +15,7 @@ use regex::Regex;
 
 use super::facts::{ActionKind, Analysis, Outcome};
 use super::text::*;
+use crate::prose::lines_outside_fences;
 
 /// The label of a step left in Next Steps, read back by the next update.
 pub(super) fn step_label(number: Option<u32>) -> String {

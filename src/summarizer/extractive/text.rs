@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use crate::json::{utf16_len, utf16_prefix};
+use crate::prose::lines_outside_fences;
 
 /// Keeps at most the first `cap` UTF-16 units, ending at a word boundary, and says how much
 /// was cut. A cut word reads as a different word to the model resuming the work, so the clip
@@ -105,19 +106,6 @@ pub(super) fn code(s: &str, cap: usize) -> String {
         text.push_str(" …");
     }
     format!("`{}`", text.replace('`', "'"))
-}
-
-/// The lines of `text` outside fenced code blocks, the fences left out too: what a block holds
-/// is code or output, not what someone said.
-pub(crate) fn lines_outside_fences(text: &str) -> impl Iterator<Item = &str> {
-    let mut in_fence = false;
-    text.lines().filter(move |line| {
-        if line.trim().starts_with("```") {
-            in_fence = !in_fence;
-            return false;
-        }
-        !in_fence
-    })
 }
 
 /// Splits prose into sentences: line breaks and `.`/`!`/`?`/`;` followed by whitespace end a
