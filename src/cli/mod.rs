@@ -293,6 +293,10 @@ pub struct TransportArgs {
     /// (0: never).
     #[arg(long, default_value_t = crate::transport::DEFAULT_FRAME_IDLE_TIMEOUT.as_millis() as u64)]
     pub frame_idle_timeout_ms: u64,
+    /// Milliseconds one request may take to arrive, from its first byte to its last, before
+    /// the connection is closed (0: no limit).
+    #[arg(long, default_value_t = crate::transport::DEFAULT_FRAME_DEADLINE.as_millis() as u64)]
+    pub frame_timeout_ms: u64,
 }
 
 impl TransportArgs {
@@ -310,6 +314,8 @@ impl TransportArgs {
             budget: crate::transport::FrameBudget::new(self.max_buffered_bytes),
             frame_idle_timeout: (self.frame_idle_timeout_ms > 0)
                 .then(|| std::time::Duration::from_millis(self.frame_idle_timeout_ms)),
+            frame_deadline: (self.frame_timeout_ms > 0)
+                .then(|| std::time::Duration::from_millis(self.frame_timeout_ms)),
             slot: None,
         }
     }

@@ -395,6 +395,7 @@ where
         opts.budget.clone(),
     )
     .with_idle_timeout(opts.frame_idle_timeout)
+    .with_deadline(opts.frame_deadline)
     .with_progress(opts.slot.as_ref().map(|s| s.progress.clone()));
     let shutdown = daemon.shutdown.clone();
     let evict = opts
@@ -438,7 +439,7 @@ where
             f = frames.next() => f,
             _ = shutdown.cancelled() => break,
             _ = evict.cancelled() => {
-                tracing::warn!("half a frame and then nothing, with every connection slot taken; closed to serve a new client");
+                tracing::warn!("the oldest partial request with every connection slot taken; closed to serve a new client");
                 break;
             }
         };
@@ -446,7 +447,7 @@ where
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                tracing::warn!(error = %e, "half a frame and then nothing; closing the connection");
+                tracing::warn!(error = %e, "a request that does not arrive in time; closing the connection");
                 break;
             }
             Err(e) => {
