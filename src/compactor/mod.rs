@@ -611,7 +611,7 @@ pub fn append_outcome(
     outcome: &CompactionOutcome,
     now_ms: i64,
 ) -> (Value, u64) {
-    let id = ids::new_entry_id(|c| tree.contains_id(c));
+    let id = ids::new_entry_id(|c| tree.uses_id(c));
     let parent = tree.leaf_id().map(str::to_owned);
     let entry = compaction_entry(&id, parent.as_deref(), &ids::iso_timestamp(now_ms), outcome);
     tree.push(Entry::from_value(entry.clone()));

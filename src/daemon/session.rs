@@ -404,7 +404,7 @@ impl SessionState {
     }
 
     fn new_id(&self) -> String {
-        ids::new_entry_id(|c| self.tree.contains_id(c))
+        ids::new_entry_id(|c| self.tree.uses_id(c))
     }
 
     /// Writes and records one entry under the current leaf. `build` receives the new id, the
