@@ -8,8 +8,9 @@
 //!
 //! The corpus lives in `benches/quality/*.session` (a compact script format described in
 //! `benches/README.md`); each script is turned into a Pi-format JSONL session in a temporary
-//! directory and compacted through the public `compact_file` path, exactly as a user's session
-//! would be. A script with `compact` markers is compacted after each segment (repeated
+//! directory and compacted through the daemon's own path (`compact` in a daemon of the bench's
+//! process, as `compactd compact` runs it), as a user's session would be, with the recall
+//! footer off (a fixed line that says nothing about the summary). A script with `compact` markers is compacted after each segment (repeated
 //! compactions): its probes are checked against the last summary, and every summary's size is
 //! checked against the output budget.
 //!
@@ -31,6 +32,8 @@
 //! noise item per summary on average and none with more than five, and bounded sizes over
 //! repeated compactions. `COMPACTD_QUALITY_LINT=<name part>` lists the noise items found.
 
+#[path = "../tests/support/compact.rs"]
+mod compact;
 mod generated;
 mod precision;
 
@@ -39,12 +42,9 @@ use std::time::{Duration, Instant};
 
 use compactd::compaction::file_ops::format_file_operations;
 use compactd::compaction::tokens::CompactionSettings;
-use compactd::compactor::{compact_file, ignore_retries, SummaryEngine};
-use compactd::summarizer::extractive::ExtractiveSettings;
-use compactd::summarizer::redact::RedactionConfig;
-use compactd::summarizer::{client_for, Api, ModelSpec, RetrySettings};
+use compactd::config::Config;
+use compactd::summarizer::{Api, ModelSpec};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 /// The sections a probe can name, and the headings (history and turn-prefix layouts) that
 /// count as that section.
@@ -452,7 +452,7 @@ struct Run {
     lints: Vec<Vec<precision::Finding>>,
 }
 
-async fn run_script(script: &Script, engine: &SummaryEngine, dir: &Path) -> Run {
+async fn run_script(script: &Script, config: &Config, dir: &Path) -> Run {
     let path = dir.join(format!("{}.jsonl", script.name));
     let settings = CompactionSettings {
         enabled: true,
@@ -493,26 +493,19 @@ async fn run_script(script: &Script, engine: &SummaryEngine, dir: &Path) -> Run 
             }
         }
         let started = Instant::now();
-        let result = compact_file(
-            &path,
-            &settings,
-            engine,
-            script.focus.as_deref(),
-            &CancellationToken::new(),
-            &ignore_retries,
-        )
-        .await;
+        let result =
+            compact::compact_file(config.clone(), &path, &settings, script.focus.as_deref()).await;
         run.elapsed += started.elapsed();
         match result {
             Ok(c) => {
-                let summary = c.result.summary.clone();
+                let summary = c.result["summary"].as_str().unwrap_or_default().to_owned();
                 if std::env::var("COMPACTD_QUALITY_SHOW_ROUNDS")
                     .is_ok_and(|v| script.name.contains(v.as_str()))
                 {
                     println!("[{}] round {}:\n{summary}\n", script.name, k + 1);
                 }
                 run.sizes
-                    .push(Size::of(&summary, c.result.details.as_ref()));
+                    .push(Size::of(&summary, Some(&c.result["details"])));
                 run.lints.push(precision::lint(&summary));
                 run.summary = summary;
             }
@@ -626,11 +619,11 @@ fn ratio(a: usize, b: usize) -> f64 {
     }
 }
 
-async fn evaluate(label: &str, engine: &SummaryEngine, corpus: &[Script], verbose: bool) -> Totals {
+async fn evaluate(label: &str, config: &Config, corpus: &[Script], verbose: bool) -> Totals {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut t = Totals::default();
     for script in corpus {
-        let run = run_script(script, engine, dir.path()).await;
+        let run = run_script(script, config, dir.path()).await;
         t.elapsed += run.elapsed;
         if let Some(f) = &run.failed {
             t.failures.push(format!("{}: {f}", script.name));
@@ -787,7 +780,8 @@ fn print_table(label: &str, corpus: &[Script], t: &Totals, timed: bool) {
     }
 }
 
-fn local_engine() -> Option<SummaryEngine> {
+/// The local SmolLM2 through llama.cpp, when `COMPACTD_LOCAL_LLM` names its server root.
+fn local_summarizer() -> Option<Config> {
     let root = std::env::var("COMPACTD_LOCAL_LLM")
         .ok()
         .filter(|v| !v.trim().is_empty())?;
@@ -806,30 +800,16 @@ fn local_engine() -> Option<SummaryEngine> {
         api_key: Some("local".into()),
         headers: vec![],
     };
-    Some(SummaryEngine::Llm {
-        client: client_for(model.clone(), reqwest::Client::new()),
-        model,
-        retry: RetrySettings {
-            enabled: false,
-            ..RetrySettings::default()
-        },
-        redaction: RedactionConfig::default(),
-        fallback_extractive: false,
-    })
+    Some(compact::config_for(&model, true))
 }
 
-fn configured_engine() -> Option<(String, SummaryEngine)> {
+/// The configured provider (compactd's config file), when it names an LLM whose key is present.
+fn configured_summarizer() -> Option<(String, Config)> {
     let explicit = std::env::var_os("COMPACTD_CONFIG").map(PathBuf::from);
-    let config = compactd::config::Config::load(explicit.as_deref()).ok()?;
+    let config = Config::load(explicit.as_deref()).ok()?;
     match config.engine(reqwest::Client::new()) {
-        Ok(engine @ SummaryEngine::Llm { .. }) => {
-            let label = match &engine {
-                SummaryEngine::Llm { model, .. } => {
-                    format!("configured provider {} ({})", model.provider, model.id)
-                }
-                SummaryEngine::Extractive { .. } => String::new(),
-            };
-            Some((label, engine))
+        Ok(engine) if engine.label() != "extractive" => {
+            Some((format!("configured provider {}", engine.label()), config))
         }
         _ => None,
     }
@@ -849,10 +829,7 @@ fn main() {
         .build()
         .expect("runtime");
 
-    let extractive = SummaryEngine::Extractive {
-        redaction: RedactionConfig::default(),
-        settings: ExtractiveSettings::DEFAULT,
-    };
+    let extractive = Config::default();
     let t = runtime.block_on(evaluate("extractive", &extractive, &corpus, verbose));
     print_table("extractive", &corpus, &t, bench);
     // Sessions generated in code, shaped like published ones (see `generated`): where noise
@@ -867,16 +844,16 @@ fn main() {
     print_table("extractive, generated sessions", &generated, &g, bench);
 
     if bench {
-        if let Some(engine) = local_engine() {
-            let t = runtime.block_on(evaluate("smollm2", &engine, &corpus, verbose));
+        if let Some(config) = local_summarizer() {
+            let t = runtime.block_on(evaluate("smollm2", &config, &corpus, verbose));
             print_table("local SmolLM2 (llama.cpp)", &corpus, &t, true);
         } else {
             println!(
                 "\n(local SmolLM2 skipped: set COMPACTD_LOCAL_LLM to the llama.cpp server root)"
             );
         }
-        if let Some((label, engine)) = configured_engine() {
-            let t = runtime.block_on(evaluate(&label, &engine, &corpus, verbose));
+        if let Some((label, config)) = configured_summarizer() {
+            let t = runtime.block_on(evaluate(&label, &config, &corpus, verbose));
             print_table(&label, &corpus, &t, true);
         } else {
             println!("(configured provider skipped: no LLM summarizer with a key in the config)");
@@ -946,7 +923,8 @@ fn main() {
             r.sizes,
             r.budget
         );
-        let target = ExtractiveSettings::DEFAULT.target_tokens as usize;
+        let target =
+            compactd::summarizer::extractive::ExtractiveSettings::DEFAULT.target_tokens as usize;
         assert!(
             r.sizes.iter().all(|s| s.body <= target),
             "{name}: bodies {:?} exceed the extractive target of {target} tokens",

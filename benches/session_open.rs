@@ -66,7 +66,7 @@ fn compactd_open(bytes: &Bytes, settings: &CompactionSettings) -> Result<(Opened
 /// Wall ms of each phase of one open (file read from the page cache, the reader, the tree, the
 /// branch, the index, the agent context of `SessionState::loaded`, the plan, the estimate):
 /// where the time over the floor goes. The daemon reads and parses in one step, each piece
-/// parsed by the thread that read it (`store::load`, timed first); the phases after it are
+/// parsed by the thread that read it (`store::files::load`, timed first); the phases after it are
 /// the daemon's.
 fn phases(
     path: &std::path::Path,
@@ -78,8 +78,11 @@ fn phases(
         out.push((name, ms(t.elapsed())));
         t = Instant::now();
     };
-    let loaded = compactd::store::load(path, false).map_err(|e| e.to_string())?;
-    lap("store::load (read + parse + tree, as the daemon)", &mut out);
+    let loaded = compactd::store::files::load(path, false).map_err(|e| e.to_string())?;
+    lap(
+        "store::files::load (read + parse + tree, as the daemon)",
+        &mut out,
+    );
     drop(loaded);
     lap("its drop", &mut out);
     let bytes = Bytes::from(std::fs::read(path).map_err(|e| e.to_string())?);

@@ -181,6 +181,9 @@ pub struct SummarizerConfig {
     pub reasoning: bool,
     /// Environment variable holding the API key.
     pub api_key_env: Option<String>,
+    /// A key given on the command line (`compactd compact --api-key`); never read from a file.
+    #[serde(skip)]
+    pub api_key: Option<GivenKey>,
     /// `"extractive"`: when the LLM summarizer fails, summarize extractively instead.
     pub fallback: Option<Fallback>,
     /// Seconds without stream progress before a call fails.
@@ -202,11 +205,22 @@ impl Default for SummarizerConfig {
             context_window: 200_000,
             reasoning: false,
             api_key_env: None,
+            api_key: None,
             fallback: None,
             idle_timeout_secs: 120,
             retry: RetrySettings::default(),
             extractive_target_tokens: ExtractiveSettings::DEFAULT.target_tokens,
         }
+    }
+}
+
+/// An API key given on the command line: kept out of `Debug` output (configurations are logged).
+#[derive(Clone, PartialEq)]
+pub struct GivenKey(pub String);
+
+impl std::fmt::Debug for GivenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GivenKey(…)")
     }
 }
 
@@ -323,17 +337,9 @@ pub struct StorageConfig {
     pub namespace: Option<String>,
 }
 
-/// `[storage] backend`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    #[default]
-    Files,
-    Postgres,
-}
-
-/// The environment variable that names the `postgres` backend's database.
-pub const POSTGRES_URL_ENV: &str = "COMPACTD_POSTGRES_URL";
+/// `[storage] backend`: the kinds of backend `store` has.
+pub use crate::store::Kind as Backend;
+pub use crate::store::POSTGRES_URL_ENV;
 
 impl Default for StorageConfig {
     fn default() -> Self {
@@ -362,35 +368,20 @@ impl StorageConfig {
         })
     }
 
-    /// The storage backend this configuration names, set up once (nothing is connected yet:
-    /// see [`crate::store::Backend::check`]). An error says why it cannot even be set up.
+    /// The storage backend this configuration names, set up once by the one choice of a
+    /// backend ([`crate::store::choose`]; nothing is connected yet: see
+    /// [`crate::store::Backend::check`]). An error says why it cannot even be set up.
     pub fn backend(&self) -> Result<std::sync::Arc<dyn crate::store::Backend>, String> {
-        match self.backend {
-            Backend::Files => Ok(std::sync::Arc::new(crate::store::Files::new(
-                self.limits(),
-                self.roots_as_set_up(),
-                agent_dir().join("sessions"),
-            ))),
-            Backend::Postgres => {
-                let url = self.postgres_url().ok_or_else(|| {
-                    format!("storage.backend = 'postgres' needs storage.postgres_url or {POSTGRES_URL_ENV}")
-                })?;
-                let roots = self.allowed_roots.is_some().then(|| self.roots_as_set_up());
-                crate::store::postgres::Postgres::open(
-                    &url,
-                    self.namespace(),
-                    roots,
-                    self.durability,
-                )
-                .map(|p| std::sync::Arc::new(p) as std::sync::Arc<dyn crate::store::Backend>)
-            }
-        }
-    }
-
-    /// [`StorageConfig::roots`] for a backend, resolved at each check (a root made later counts).
-    fn roots_as_set_up(&self) -> crate::store::files::Roots {
         let config = self.clone();
-        Box::new(move || config.roots())
+        crate::store::choose(crate::store::Choice {
+            kind: self.backend,
+            limits: self.limits(),
+            roots: Box::new(move || config.roots()),
+            roots_configured: self.allowed_roots.is_some(),
+            sessions_dir: agent_dir().join("sessions"),
+            postgres_url: self.postgres_url(),
+            namespace: self.namespace().to_owned(),
+        })
     }
 
     /// `[storage] namespace`, `default` unless set.
@@ -553,13 +544,16 @@ impl Config {
                 )));
             }
         }
+        if !self.storage.backend.built_in() {
+            return Err(ConfigError::Invalid(crate::store::NO_POSTGRES.to_owned()));
+        }
         if self.storage.backend == Backend::Postgres {
             let Some(url) = self.storage.postgres_url() else {
                 return Err(ConfigError::Invalid(format!(
                     "storage.backend = 'postgres' needs storage.postgres_url or {POSTGRES_URL_ENV}"
                 )));
             };
-            crate::store::postgres::parse_url(&url)
+            crate::store::check_postgres_url(&url)
                 .map_err(|e| ConfigError::Invalid(format!("storage.postgres_url: {e}")))?;
         }
         let namespace = self.storage.namespace();
@@ -677,6 +671,9 @@ impl SummarizerConfig {
 
     /// The key `api_key_env` names; unset or empty is Pi's `No API key found`.
     fn api_key(&self) -> Result<Option<String>, ConfigError> {
+        if let Some(GivenKey(key)) = &self.api_key {
+            return Ok(Some(key.clone()));
+        }
         let Some(var) = &self.api_key_env else {
             return Ok(None);
         };

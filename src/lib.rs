@@ -63,7 +63,6 @@ pub mod cli;
 pub mod compaction;
 pub mod compactor;
 pub mod config;
-pub mod confined;
 pub mod context;
 pub mod cpu;
 pub mod daemon;

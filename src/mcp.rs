@@ -183,7 +183,7 @@ pub fn latest_session(cwd: &Path) -> Result<PathBuf, String> {
         Some(d) => PathBuf::from(d),
         None => crate::config::agent_dir()
             .join("sessions")
-            .join(crate::store::files::encoded_cwd(&cwd.to_string_lossy())),
+            .join(crate::session::dir_name_of_cwd(&cwd.to_string_lossy())),
     };
     latest_in(&dir).map_err(|e| format!("no Pi session for {}: {e}", cwd.display()))
 }

@@ -259,9 +259,20 @@ fn the_config_file_selects_the_summarizer() {
         .as_str()
         .unwrap_or("")
         .starts_with("LLM SUMMARY"));
+    // The same entry the daemon writes: the summarizer named beside Pi's file lists, and the
+    // recall footer last.
+    assert_eq!(
+        v["details"]["summarizer"], "openai-completions/fake-gpt",
+        "{v}"
+    );
     assert!(
-        v["details"].get("summarizer").is_none(),
-        "LLM details stay Pi's exact shape"
+        v["summary"]
+            .as_str()
+            .unwrap_or("")
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("[compactd recall] ")),
+        "{v}"
     );
     assert!(String::from_utf8_lossy(&after).contains("LLM SUMMARY"));
     let bad = "[summarizer]\nprovider = \"nope\"\n";
@@ -415,8 +426,13 @@ fn the_extractive_summary_tells_a_resumed_model_what_it_needs() {
         constraints.contains("unsafe"),
         "the constraint is under Constraints & Preferences:\n{constraints}"
     );
+    let body = compactd::compaction::recall::strip_recall_footer(summary);
     assert!(
-        summary.ends_with("<modified-files>\nsrc/cli.rs\n</modified-files>"),
+        body.len() < summary.len(),
+        "the recall footer ends it:\n{summary}"
+    );
+    assert!(
+        body.ends_with("<modified-files>\nsrc/cli.rs\n</modified-files>"),
         "{summary}"
     );
 }

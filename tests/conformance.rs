@@ -33,6 +33,15 @@ fn check_analysis(dir: &Path, expected: &Value) -> Vec<String> {
 
 /// A plain `main` (the test is `harness = false`) so the closing line is always printed.
 fn main() {
+    // Pi's settings as the fixtures' harness had them: no settings files, so a session that
+    // never set a thinking level summarizes with it off. Set before any thread starts.
+    let agent = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        agent.path().join("settings.json"),
+        r#"{"defaultThinkingLevel":"off"}"#,
+    )
+    .expect("settings.json");
+    std::env::set_var("PI_CODING_AGENT_DIR", agent.path());
     let cases = case_dirs();
     assert!(!cases.is_empty(), "no conformance cases found");
     let runtime = tokio::runtime::Builder::new_multi_thread()

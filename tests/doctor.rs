@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Output, Stdio};
 
 use support::daemon_env::{Env, KillOnDrop};
+#[cfg(feature = "postgres")]
 use support::postgres::Postgres;
 
 fn doctor(env: &Env, extra: &[&str]) -> Output {
@@ -115,6 +116,7 @@ fn each_broken_check_fails_with_what_to_do() {
     assert!(report.contains("no_such_setting"), "{report}");
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn postgresql_is_reached_and_its_schema_checked_or_the_failure_says_what_to_do() {
     let Some(mut pg) = Postgres::start("doctor_postgres") else {

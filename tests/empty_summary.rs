@@ -6,12 +6,10 @@
 mod support;
 
 use compactd::compaction::tokens::CompactionSettings;
-use compactd::compactor::{compact_file, ignore_retries, CompactError, SummaryEngine};
-use compactd::summarizer::redact::RedactionConfig;
-use compactd::summarizer::{client_for, RetrySettings};
+use compactd::transport::client::Refusal;
 use serde_json::json;
-use support::fake_llm::{fake_model, start, Protocol};
-use tokio_util::sync::CancellationToken;
+use support::compact::compact_file;
+use support::fake_llm::{fake_config, start, Protocol};
 
 /// A small session with enough history before the kept tail to compact.
 fn session_text() -> String {
@@ -33,22 +31,12 @@ fn session_text() -> String {
 async fn compact_with_reply(
     reply: &str,
     fallback_extractive: bool,
-) -> (Result<serde_json::Value, CompactError>, bool) {
+) -> (Result<serde_json::Value, Refusal>, bool) {
     let fake = start(vec![(reply.to_string(), "stop".to_string())]).await;
-    let model = fake_model(Protocol::OpenAiCompletions, fake.port);
-    let engine = SummaryEngine::Llm {
-        client: client_for(model.clone(), reqwest::Client::new()),
-        model,
-        retry: RetrySettings {
-            enabled: false,
-            ..RetrySettings::default()
-        },
-        redaction: RedactionConfig {
-            enabled: false,
-            ..RedactionConfig::default()
-        },
-        fallback_extractive,
-    };
+    let mut config = fake_config(Protocol::OpenAiCompletions, fake.port);
+    if fallback_extractive {
+        config.summarizer.fallback = Some(compactd::config::Fallback::Extractive);
+    }
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("s.jsonl");
     let before = session_text();
@@ -58,25 +46,14 @@ async fn compact_with_reply(
         reserve_tokens: 16384,
         keep_recent_tokens: 50,
     };
-    let result = compact_file(
-        &path,
-        &settings,
-        &engine,
-        None,
-        &CancellationToken::new(),
-        &ignore_retries,
-    )
-    .await;
+    let result = compact_file(config, &path, &settings, None).await;
     let after = std::fs::read_to_string(&path).expect("read session");
     assert_eq!(
         fake.state.lock().received.len(),
         1,
         "one summarization call"
     );
-    (
-        result.map(|c| serde_json::to_value(c.result).expect("result serializes")),
-        after == before,
-    )
+    (result.map(|c| c.result), after == before)
 }
 
 #[tokio::test]
@@ -84,8 +61,11 @@ async fn an_empty_or_blank_reply_fails_and_writes_nothing() {
     for reply in ["", "  \n\t "] {
         let (result, untouched) = compact_with_reply(reply, false).await;
         match result {
-            Err(CompactError::Summarization(m)) => {
-                assert_eq!(m, "Summarization failed: empty summary", "reply {reply:?}")
+            Err(r) if r.kind() == Some("summarization_failed") => {
+                assert_eq!(
+                    r.message, "Summarization failed: empty summary",
+                    "reply {reply:?}"
+                )
             }
             other => panic!("reply {reply:?}: expected a summarization failure, got {other:?}"),
         }

@@ -2,7 +2,7 @@
 //! (`../shared/tools/local-llm`). They drive both streaming protocols compactd speaks to
 //! that server, `openai-completions` and `anthropic-messages`, over real HTTP: a plain call
 //! (streaming, usage, stop reason), a `length` stop, cancellation mid-stream, and a full
-//! `compact_file` on a copy of a conformance session.
+//! a compaction through the daemon's path on a copy of a conformance session.
 //!
 //! The server is found through `COMPACTD_LOCAL_LLM` (e.g. `http://127.0.0.1:8091`, no `/v1`),
 //! which `scripts/test-all` exports. When it is unset or `/health` does not answer, every test
@@ -24,10 +24,9 @@ use std::time::{Duration, Instant};
 
 use compactd::compaction::summary::{check_reply, CallKind};
 use compactd::compaction::tokens::CompactionSettings;
-use compactd::compactor::{compact_file, ignore_retries, CompactError, SummaryEngine};
 use compactd::summarizer::types::Api;
 use compactd::summarizer::{
-    client_for, AssistantReply, LlmClient, LlmRequest, ModelSpec, RetrySettings, StopReason,
+    client_for, AssistantReply, LlmClient, LlmRequest, ModelSpec, StopReason,
 };
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -600,18 +599,9 @@ async fn compact_session(
     let (_dir, path) = session_copy(case)?;
     let proxy = Proxy::start_with(root, rewrite.map(|f| (api, f))).await;
     let model = smollm(api, &proxy.root(), model_cap);
-    let engine = SummaryEngine::Llm {
-        client: client_for(model.clone(), reqwest::Client::new()),
-        model,
-        retry: RetrySettings {
-            enabled: false,
-            ..RetrySettings::default()
-        },
-        redaction: compactd::summarizer::redact::RedactionConfig::default(),
-        fallback_extractive: false,
-    };
+    let config = support::compact::config_for(&model, true);
     // The baseline is the file as loading leaves it (Pi's load-time repairs are allowed).
-    let (tree, _) = compactd::store::load(&path, true).expect("load session");
+    let (tree, _) = compactd::store::files::load(&path, true).expect("load session");
     let old_leaf = tree.leaf_id().map(str::to_owned);
     let baseline = std::fs::read(&path).expect("read session");
     let baseline_lines = lines_of(&path);
@@ -620,14 +610,7 @@ async fn compact_session(
     let started = Instant::now();
     let result = tokio::time::timeout(
         CALL_TIMEOUT,
-        compact_file(
-            &path,
-            &settings,
-            &engine,
-            custom_instructions,
-            &CancellationToken::new(),
-            &ignore_retries,
-        ),
+        support::compact::compact_file(config, &path, &settings, custom_instructions),
     )
     .await
     .expect("compact_file did not finish within 120 s");
@@ -719,22 +702,14 @@ async fn compact_session(
                 summary.len() > tail.len(),
                 "{what}: summary has no generated text"
             );
+            assert_eq!(done.result["summary"], stored["summary"], "{what}");
             assert_eq!(
-                done.result.summary,
-                stored["summary"].as_str().unwrap_or_default(),
+                done.result["firstKeptEntryId"], stored["firstKeptEntryId"],
                 "{what}"
             );
-            assert_eq!(
-                done.result.first_kept_entry_id,
-                stored["firstKeptEntryId"].as_str().unwrap_or_default(),
-                "{what}"
-            );
-            assert_eq!(done.tree.leaf_id(), stored["id"].as_str(), "{what}");
             Some(Outcome::Compacted)
         }
-        Err(CompactError::Summarization(msg))
-            if msg == LENGTH_ERROR || msg == PREFIX_LENGTH_ERROR =>
-        {
+        Err(r) if r.message == LENGTH_ERROR || r.message == PREFIX_LENGTH_ERROR => {
             eprintln!("{what}: length stop after {elapsed:.2?}");
             assert_eq!(
                 std::fs::read(&path).expect("read"),

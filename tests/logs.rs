@@ -7,10 +7,10 @@
 mod support;
 
 use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Stdio;
 
 use support::daemon_env::Env;
+#[cfg(feature = "postgres")]
 use support::postgres::Postgres;
 use support::rpc_client::{Client, Framing};
 
@@ -120,8 +120,11 @@ fn daemons_started_on_demand_share_a_log_and_each_line_says_whose() {
     assert!(log.lines().all(|l| l.contains(" pid=")), "{log}");
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn postgres_notices_of_an_existing_schema_stay_out_of_the_log() {
+    use std::process::Command;
+    use std::time::Duration;
     let Some(pg) = Postgres::start("logs_postgres_notices") else {
         return;
     };

@@ -14,11 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 use compactd::compaction::prepare_compaction;
 use compactd::compaction::tokens::CompactionSettings;
-use compactd::compactor::{compact_file, ignore_retries, CompactError, SummaryEngine};
 use compactd::context::{build_session_context, context_entries};
 use compactd::session::{read_session, ReadOutcome, SessionTree};
 
@@ -130,20 +128,6 @@ fn compare_analysis(pi: &Value, ours: &Value, what: &str, failures: &mut Vec<Str
     }
 }
 
-fn engine(port: u16) -> SummaryEngine {
-    let model = fake_llm::fake_model(Protocol::OpenAiCompletions, port);
-    SummaryEngine::Llm {
-        client: compactd::summarizer::client_for(model.clone(), reqwest::Client::new()),
-        model,
-        retry: compactd::summarizer::RetrySettings {
-            enabled: false,
-            ..Default::default()
-        },
-        redaction: compactd::summarizer::redact::RedactionConfig::disabled(),
-        fallback_extractive: false,
-    }
-}
-
 /// A case's failures (empty when it passed), or the error that stopped it.
 type CaseResult = Result<Vec<String>, String>;
 
@@ -152,7 +136,7 @@ type CaseResult = Result<Vec<String>, String>;
 fn run_case(
     oracle: &Oracle,
     rt: &tokio::runtime::Runtime,
-    engine: &SummaryEngine,
+    config: &compactd::config::Config,
     dir: &Path,
     scenario: &str,
     seed: u32,
@@ -184,17 +168,19 @@ fn run_case(
     std::fs::copy(&file, &copy).map_err(|e| e.to_string())?;
     let branch = tree.branch();
     let prepared = prepare_compaction(&tree.refs(&branch), &settings).is_ok();
-    let res = rt.block_on(compact_file(
+    let res = rt.block_on(support::compact::compact_file(
+        config.clone(),
         &copy,
         &settings,
-        engine,
         None,
-        &CancellationToken::new(),
-        &ignore_retries,
     ));
     let done = match res {
         Ok(done) => done,
-        Err(CompactError::NothingToCompact(m)) if !prepared => {
+        Err(r)
+            if !prepared
+                && matches!(r.kind(), Some("nothing_to_compact" | "already_compacted")) =>
+        {
+            let m = r.message.as_str();
             if pi["preparationNullReason"].as_str() != Some(m) {
                 failures.push(format!(
                     "refusal {m:?} but Pi says {}",
@@ -203,7 +189,7 @@ fn run_case(
             }
             return Ok(failures);
         }
-        Err(e) => return Err(format!("compact_file: {e}")),
+        Err(e) => return Err(format!("compact: {e}")),
     };
     compacted.fetch_add(1, Ordering::SeqCst);
     let new_id = done.entry["id"].as_str().unwrap_or_default().to_owned();
@@ -277,7 +263,7 @@ fn oracle_roundtrip() {
         );
         1024
     ]));
-    let engine = engine(fake.port);
+    let config = fake_llm::fake_config(Protocol::OpenAiCompletions, fake.port);
     let tmp = tempfile::tempdir().expect("tempdir");
     let cases: Vec<(&str, u32)> = SCENARIOS
         .iter()
@@ -296,7 +282,7 @@ fn oracle_roundtrip() {
                 let r = run_case(
                     &oracle,
                     &rt,
-                    &engine,
+                    &config,
                     tmp.path(),
                     scenario,
                     seed,

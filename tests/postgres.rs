@@ -5,6 +5,7 @@
 //! its lease, events reach subscribers on the other daemon, export and import are byte for byte,
 //! and a database that is missing or goes away is a clear `storage_unavailable` that loses
 //! nothing acknowledged.
+#![cfg(feature = "postgres")]
 
 mod support;
 

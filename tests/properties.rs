@@ -1,6 +1,6 @@
 //! Property tests over randomly generated Pi session trees: cut points never start at a tool
 //! result, a compaction never orphans a tool result, the preparation covers the context exactly,
-//! `compact_file` only ever appends, and the reader / `inspect` never panic on arbitrary input.
+//! a compaction of a file only ever appends, and the reader / `inspect` never panic on arbitrary input.
 
 mod support;
 
@@ -13,18 +13,15 @@ use proptest::prelude::*;
 use proptest::sample::{select, Index};
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 use compactd::compaction::cut_point::find_cut_point;
 use compactd::compaction::prepare::{compaction_boundaries, prepare_compaction, NothingToCompact};
-use compactd::compaction::summary::CompactionOutcome;
+use compactd::compaction::summary::{compaction_entry, CompactionOutcome};
 use compactd::compaction::tokens::CompactionSettings;
-use compactd::compactor::{
-    append_outcome, compact_file, ignore_retries, CompactError, SummaryEngine,
-};
 use compactd::context::{build_session_context, context_entries};
 use compactd::session::{read_session, Entry, EntryKind, ReadOutcome, Role, SessionTree};
 
+use support::compact::compact_file;
 use support::fake_llm::{self, Protocol};
 
 // ------------------------------------------------------------------------------------------------
@@ -454,7 +451,13 @@ fn check_tree(tree: &SessionTree, extra_keep: i64) -> Result<(), TestCaseError> 
             details: json!({"readFiles": [], "modifiedFiles": []}),
             from_hook: false,
         };
-        let (entry, _est) = append_outcome(&mut after, &outcome, 1_800_000_000_000);
+        let entry = compaction_entry(
+            "c0ffee00",
+            tree.leaf_id(),
+            "2027-01-15T08:00:00.000Z",
+            &outcome,
+        );
+        after.push(Entry::from_value(entry.clone()));
         prop_assert_eq!(
             entry["parentId"].as_str(),
             tree.leaf_id(),
@@ -499,7 +502,7 @@ fn cut_points_preparation_and_context_invariants() {
 }
 
 // ------------------------------------------------------------------------------------------------
-// File safety of compact_file
+// File safety of a compaction through the daemon
 // ------------------------------------------------------------------------------------------------
 
 #[derive(Debug, Clone, Copy)]
@@ -519,20 +522,6 @@ fn tail() -> impl Strategy<Value = Tail> {
     ]
 }
 
-fn engine(port: u16) -> SummaryEngine {
-    let model = fake_llm::fake_model(Protocol::OpenAiCompletions, port);
-    SummaryEngine::Llm {
-        client: compactd::summarizer::client_for(model.clone(), reqwest::Client::new()),
-        model,
-        retry: compactd::summarizer::RetrySettings {
-            enabled: false,
-            ..Default::default()
-        },
-        redaction: compactd::summarizer::redact::RedactionConfig::disabled(),
-        fallback_extractive: false,
-    }
-}
-
 /// The bytes Pi's load leaves on disk for a v3 file: one `\n` appended when the last piece is
 /// not blank.
 fn loaded_baseline(bytes: &[u8]) -> Vec<u8> {
@@ -548,7 +537,7 @@ fn write_file(path: &Path, bytes: &[u8]) {
 }
 
 #[test]
-fn compact_file_only_appends() {
+fn compacting_a_file_only_appends() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -559,8 +548,9 @@ fn compact_file_only_appends() {
         let len = fake_llm::start(vec![("TRUNCATED".into(), "length".into()); 4096]).await;
         (ok, len)
     });
-    let ok_engine = engine(ok_fake.port);
-    let len_engine = engine(len_fake.port);
+    let ok_config = fake_llm::fake_config(Protocol::OpenAiCompletions, ok_fake.port);
+    let len_config = fake_llm::fake_config(Protocol::OpenAiCompletions, len_fake.port);
+    let case = std::sync::atomic::AtomicUsize::new(0);
     let dir = tempfile::tempdir().expect("tempdir");
     let stats = Arc::new(parking_lot::Mutex::new((0usize, 0usize)));
     let mut runner = TestRunner::new(Config {
@@ -598,17 +588,13 @@ fn compact_file_only_appends() {
             let expect_ok = prepare_compaction(&tree.refs(&branch), &settings).is_ok();
             let baseline = loaded_baseline(&bytes);
 
+            // Each case's files are new: a daemon of an earlier case may still be letting go of
+            // its file's lock.
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             // 1. A good summary: a pure append.
-            let file = dir.path().join("ok.jsonl");
+            let file = dir.path().join(format!("ok{n}.jsonl"));
             write_file(&file, &bytes);
-            let res = rt.block_on(compact_file(
-                &file,
-                &settings,
-                &ok_engine,
-                None,
-                &CancellationToken::new(),
-                &ignore_retries,
-            ));
+            let res = rt.block_on(compact_file(ok_config.clone(), &file, &settings, None));
             let after = std::fs::read(&file).expect("read");
             match res {
                 Ok(done) => {
@@ -628,8 +614,12 @@ fn compact_file_only_appends() {
                         .map_err(|e| TestCaseError::fail(format!("appended line: {e}")))?;
                     prop_assert!(
                         support::json_eq(&entry, &done.entry),
-                        "appended line differs from the returned entry: {:?}",
+                        "appended line differs from the file's last entry: {:?}",
                         support::first_diff(&entry, &done.entry, "entry")
+                    );
+                    prop_assert_eq!(
+                        done.result["firstKeptEntryId"].as_str(),
+                        entry["firstKeptEntryId"].as_str()
                     );
                     prop_assert_eq!(entry["type"].as_str(), Some("compaction"));
                     prop_assert_eq!(entry["parentId"].as_str(), old_leaf.as_deref());
@@ -650,29 +640,22 @@ fn compact_file_only_appends() {
                     prop_assert!(orphan_tool_results(&ctx.messages).is_empty());
                     stats.lock().0 += 1;
                 }
-                Err(CompactError::NothingToCompact(_)) => {
+                Err(r) if matches!(r.kind(), Some("nothing_to_compact" | "already_compacted")) => {
                     prop_assert!(!expect_ok, "refused although prepare succeeded");
                     prop_assert!(after == baseline, "refusal changed the file");
                     stats.lock().1 += 1;
                 }
-                Err(e) => return Err(TestCaseError::fail(format!("compact_file failed: {e}"))),
+                Err(e) => return Err(TestCaseError::fail(format!("compact failed: {e}"))),
             }
 
             // 2. A summary cut off by the length limit: nothing but the load repair.
-            let file = dir.path().join("len.jsonl");
+            let file = dir.path().join(format!("len{n}.jsonl"));
             write_file(&file, &bytes);
-            let res = rt.block_on(compact_file(
-                &file,
-                &settings,
-                &len_engine,
-                None,
-                &CancellationToken::new(),
-                &ignore_retries,
-            ));
+            let res = rt.block_on(compact_file(len_config.clone(), &file, &settings, None));
             prop_assert!(res.is_err(), "a length-stopped summary must fail");
             if expect_ok {
                 prop_assert!(
-                    matches!(res, Err(CompactError::Summarization(_))),
+                    res.as_ref().err().and_then(|r| r.kind()) == Some("summarization_failed"),
                     "{:?}",
                     res.err()
                 );
@@ -683,7 +666,7 @@ fn compact_file_only_appends() {
         })
         .unwrap();
     let (ok, refused) = *stats.lock();
-    println!("compact_file_only_appends: {ok} compacted, {refused} refused");
+    println!("compacting_a_file_only_appends: {ok} compacted, {refused} refused");
     assert!(
         ok > 0,
         "no case compacted: the property was never exercised"

@@ -12,11 +12,6 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use parking_lot::Mutex;
-use tokio_util::sync::CancellationToken;
-
-use crate::compaction::tokens::CompactionSettings;
-use crate::compactor::{compact_in, SummaryEngine};
-use crate::summarizer::RetryEvent;
 
 /// What the progress line says; the ticker re-renders it (the countdown moves).
 struct Status {
@@ -45,10 +40,32 @@ impl Status {
     }
 }
 
-fn summarizer_name(engine: &SummaryEngine) -> String {
-    match engine {
-        SummaryEngine::Extractive { .. } => "the extractive summarizer".to_owned(),
-        SummaryEngine::Llm { model, .. } => format!("{}/{}", model.provider, model.id),
+impl Status {
+    /// Follows one of [`PROGRESS_EVENTS`]: a scheduled retry shows its countdown until the next
+    /// attempt starts.
+    fn observe(&mut self, name: &str, params: &serde_json::Value) {
+        use crate::rpc::events::Event;
+        match Event::parse(name, params) {
+            Ok(Event::RetryScheduled(e)) => {
+                self.retry = Some((
+                    e.attempt,
+                    e.max_attempts,
+                    Instant::now() + Duration::from_millis(e.delay_ms),
+                    e.error_message.to_owned(),
+                ))
+            }
+            Ok(Event::RetryAttemptStart(_) | Event::RetryFinished(_)) => self.retry = None,
+            _ => {}
+        }
+    }
+}
+
+/// How the progress line names the summarizer of `session_id` in this process's daemon.
+fn summarizer_name(daemon: &crate::daemon::Daemon, session_id: &str) -> String {
+    match daemon.engine_label(session_id) {
+        Some(label) if label == "extractive" => "the extractive summarizer".to_owned(),
+        Some(label) => label,
+        None => "the session's summarizer".to_owned(),
     }
 }
 
@@ -65,114 +82,136 @@ fn progress_bar(json: bool) -> ProgressBar {
     pb
 }
 
-/// Runs `compact`; returns the process exit code. On failure the file is left as loading left
-/// it (Pi's own load-time repairs only) and the error is Pi's original message.
-pub fn run(
-    config: &crate::config::Config,
-    path: &Path,
-    json: bool,
-    settings: &CompactionSettings,
-    engine: &SummaryEngine,
-    custom_instructions: Option<&str>,
-) -> i32 {
-    // The daemon's storage, as configured: the same backend opens and writes the file.
-    let backend = match config.storage.backend() {
-        Ok(b) => b,
+/// What `compact` was asked to do.
+pub struct Request<'a> {
+    pub path: &'a Path,
+    pub json: bool,
+    pub custom_instructions: Option<&'a str>,
+    /// The daemon to go through when it holds the file (`None`: `--no-daemon`).
+    pub socket: Option<&'a Path>,
+}
+
+/// Runs `compact`; returns the process exit code. The compaction is the protocol's `compact`
+/// of the session, in the daemon that holds the file or else in one of this process
+/// (`super::via_daemon`): one path for every compaction compactd writes. On failure the file
+/// is left as loading left it (Pi's own load-time repairs only) and the error is Pi's original
+/// message; a refusal says why, with the numbers and the setting to change.
+pub fn run(request: Request<'_>, flags: super::via_daemon::Flags) -> i32 {
+    let json = request.json;
+    let file = match std::fs::canonicalize(request.path) {
+        Ok(f) => f,
         Err(e) => {
-            super::print_error(json, &e);
-            return super::EXIT_USAGE;
-        }
-    };
-    let price = |engine: &SummaryEngine, usage: &crate::summarizer::Usage| {
-        config.summarizer_cost(engine, usage)
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            super::print_error(json, &format!("cannot start the async runtime: {e}"));
+            super::print_error(
+                json,
+                &format!("session file {}: {e}", request.path.display()),
+            );
             return super::EXIT_FAILED;
         }
     };
+    let work = async {
+        let open = match super::via_daemon::session(request.socket, &file, flags).await {
+            Ok(open) => open,
+            Err((message, code)) => {
+                super::print_error(json, &message);
+                return code;
+            }
+        };
+        compact_open(&open, json, request.custom_instructions).await
+    };
+    match super::runtime::block_on(super::runtime::Shape::Client, work) {
+        Ok(code) => code,
+        Err(e) => {
+            super::print_error(json, &e);
+            super::EXIT_FAILED
+        }
+    }
+}
+
+/// The events that move the progress line: a retry being waited for, and the next attempt.
+const PROGRESS_EVENTS: [&str; 3] = [
+    "summarization_retry_scheduled",
+    "summarization_retry_attempt_start",
+    "summarization_retry_finished",
+];
+
+/// Calls `compact` on `open`'s session and prints its answer; on a terminal, a progress line
+/// follows the daemon's retry events meanwhile. Ctrl-C asks the daemon to abort.
+async fn compact_open(open: &super::via_daemon::Open, json: bool, custom: Option<&str>) -> i32 {
+    use super::via_daemon::Which;
     let pb = progress_bar(json);
+    let summarizer = match &open.daemon {
+        Which::Own(daemon) => summarizer_name(daemon, &open.session_id),
+        Which::Running { pid, socket } => format!(
+            "through the daemon (pid {}) on {}",
+            pid.unwrap_or_default(),
+            socket.display()
+        ),
+    };
     let status = Arc::new(Mutex::new(Status {
-        summarizer: summarizer_name(engine),
+        summarizer,
         retry: None,
     }));
     pb.set_message(status.lock().render());
     pb.tick();
-    let cancel = CancellationToken::new();
-    let ctrl_c = cancel.clone();
-    // The countdown of a retry being waited for, shown until the next attempt starts.
-    let on_retry = |e: &RetryEvent| {
-        let mut s = status.lock();
-        match e {
-            RetryEvent::Scheduled {
-                attempt,
-                max_attempts,
-                delay_ms,
-                error_message,
-            } => {
-                s.retry = Some((
-                    *attempt,
-                    *max_attempts,
-                    Instant::now() + Duration::from_millis(*delay_ms),
-                    error_message.clone(),
-                ))
-            }
-            RetryEvent::AttemptStart | RetryEvent::Finished { .. } => s.retry = None,
-        }
-        pb.set_message(s.render());
-    };
-    let outcome = runtime.block_on(async {
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                ctrl_c.cancel();
-            }
-        });
-        let ticker = {
-            let status = status.clone();
-            let pb = pb.clone();
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                    pb.set_message(status.lock().render());
-                }
-            })
-        };
-        let r = compact_in(
-            &*backend,
-            path,
-            settings,
-            Arc::new(engine.clone()),
-            &price,
-            custom_instructions,
-            &cancel,
-            &on_retry,
+    let mut events = open.client.notifications();
+    let subscribed = open
+        .call(
+            "subscribe",
+            serde_json::json!({ "events": PROGRESS_EVENTS }),
         )
         .await;
-        ticker.abort();
-        r
-    });
-    pb.finish_and_clear();
-    match outcome {
-        Ok(done) => print_compacted(
-            json,
-            &serde_json::to_value(&done.result).unwrap_or_default(),
-        ),
-        Err(e @ crate::compactor::CompactError::NothingToCompact(_)) => {
-            let detail = refusal_detail(path, settings)
-                .and_then(|d| serde_json::to_value(&d).ok())
-                .and_then(|d| match d {
-                    serde_json::Value::Object(m) => Some(m),
-                    _ => None,
-                });
-            print_refused(json, &e.to_string(), detail)
+    if let Err(r) = subscribed {
+        tracing::debug!("no progress events: {r}");
+    }
+    let progress = {
+        let status = status.clone();
+        let pb = pb.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tokio::select! {
+                    event = events.recv() => match event {
+                        Some((name, params)) => status.lock().observe(&name, &params),
+                        None => std::future::pending::<()>().await,
+                    },
+                    _ = tick.tick() => {}
+                }
+                pb.set_message(status.lock().render());
+            }
         }
-        Err(e) => {
-            super::print_error(json, &e.to_string());
+    };
+    let compact = open.call(
+        "compact",
+        serde_json::json!({ "customInstructions": custom }),
+    );
+    let reply = tokio::select! {
+        reply = compact => reply,
+        () = progress => unreachable!("the progress loop never ends"),
+        _ = tokio::signal::ctrl_c() => {
+            // The daemon ends the compaction with Pi's "Compaction cancelled".
+            let _ = open.call("abortCompaction", serde_json::json!({})).await;
+            Err(crate::transport::client::Refusal {
+                code: crate::rpc::ErrorKind::Cancelled.code() as i64,
+                message: crate::compactor::CANCELLED.to_owned(),
+                data: serde_json::json!({"kind": "cancelled"}),
+            })
+        }
+    };
+    pb.finish_and_clear();
+    match reply {
+        Ok(result) => print_compacted(json, &result),
+        Err(r) if matches!(r.kind(), Some("nothing_to_compact" | "already_compacted")) => {
+            let detail = match r.data {
+                serde_json::Value::Object(mut m) => {
+                    m.remove("kind");
+                    Some(m)
+                }
+                _ => None,
+            };
+            print_refused(json, &r.message, detail)
+        }
+        Err(r) => {
+            super::print_error(json, &r.message);
             super::EXIT_FAILED
         }
     }
@@ -220,78 +259,4 @@ fn print_refused(
         None => super::print_error(json, message),
     }
     super::EXIT_FAILED
-}
-
-/// `compact` through the daemon on `socket` when it holds `path` (see `super::via_daemon`):
-/// `Some(exit code)` when it did, `None` when the direct path should run (no daemon there, or
-/// it does not hold the file). `given`: a settings or summarizer flag on the command line,
-/// which the daemon's session would not honour (refused, exit 2).
-pub fn through_daemon(
-    socket: &Path,
-    path: &Path,
-    json: bool,
-    given: Option<&str>,
-    custom_instructions: Option<&str>,
-) -> Option<i32> {
-    let file = std::fs::canonicalize(path).ok()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .ok()?;
-    runtime.block_on(async {
-        let open = match super::via_daemon::holding(socket, &file).await {
-            Ok(Some(open)) => open,
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::warn!("{e}; compacting the file directly");
-                return None;
-            }
-        };
-        if let Err(e) = super::via_daemon::refuse_flags(given, path, socket) {
-            super::print_error(json, &e);
-            return Some(super::EXIT_USAGE);
-        }
-        let pb = progress_bar(json);
-        pb.set_message(format!(
-            "through the daemon (pid {}) on {}",
-            open.daemon_pid.unwrap_or_default(),
-            socket.display()
-        ));
-        // Interrupted (Ctrl-C), this process ends and its connection with it: the daemon
-        // aborts the compaction that connection asked for.
-        let reply = open
-            .call(
-                "compact",
-                serde_json::json!({ "customInstructions": custom_instructions }),
-            )
-            .await;
-        pb.finish_and_clear();
-        Some(match reply {
-            Ok(result) => print_compacted(json, &result),
-            Err(r) if matches!(r.kind(), Some("nothing_to_compact" | "already_compacted")) => {
-                let detail = match r.data {
-                    serde_json::Value::Object(mut m) => {
-                        m.remove("kind");
-                        Some(m)
-                    }
-                    _ => None,
-                };
-                print_refused(json, &r.message, detail)
-            }
-            Err(r) => {
-                super::print_error(json, &r.message);
-                super::EXIT_FAILED
-            }
-        })
-    })
-}
-
-/// Why Pi refused, with the numbers and the setting to change (beyond Pi's exact message): the
-/// file is read again, without writing, only on this error path.
-fn refusal_detail(
-    path: &Path,
-    settings: &CompactionSettings,
-) -> Option<crate::compaction::prepare::NothingToCompactDetail> {
-    let (tree, _) = crate::store::load(path, false).ok()?;
-    crate::report::overview(&tree, 0, settings).nothing
 }

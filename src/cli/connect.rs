@@ -95,17 +95,8 @@ pub fn connect(
         crate::print_err!("{e}");
         return EXIT_FAILED;
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            crate::print_err!("cannot start the async runtime: {e}");
-            return EXIT_FAILED;
-        }
-    };
-    let outcome = runtime.block_on(async {
+    // The blocking thread reading stdin never returns on its own: `block_on` does not wait for it.
+    let outcome = super::runtime::block_on(super::runtime::Shape::Client, async {
         let stream = crate::transport::unix::connect_own_async(&socket).await?;
         tracing::info!(socket = %socket.display(), "bridging stdio to the daemon");
         let watch = watch_over(&socket);
@@ -115,9 +106,8 @@ pub fn connect(
                 std::io::ErrorKind::TimedOut => e.to_string(),
                 _ => format!("connection to {} failed: {e}", socket.display()),
             })
-    });
-    // The blocking thread reading stdin never returns on its own: do not wait for it.
-    runtime.shutdown_timeout(std::time::Duration::from_millis(10));
+    })
+    .and_then(|o| o);
     match outcome {
         Ok(pumped) if pumped.input_ended && launch::answers(&socket) == Ok(true) => {
             tracing::info!(

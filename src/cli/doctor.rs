@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{Backend, Config, SummarizerProvider, POSTGRES_URL_ENV};
+use crate::config::{Config, SummarizerProvider};
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,47 +252,30 @@ fn key_checks(config: &Config) -> Vec<Finding> {
     out
 }
 
-/// The session store: PostgreSQL is reached and its schema applied by the backend's own
-/// start-up check; files need nothing reached.
-fn storage_check(config: &Config) -> Finding {
-    match config.storage.backend {
-        Backend::Files => {
-            let text = format!(
-                "session files (allowed roots: {})",
-                config
-                    .storage
-                    .roots()
-                    .iter()
-                    .map(|r| r.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            if std::env::var(POSTGRES_URL_ENV).is_ok_and(|v| !v.is_empty()) {
-                Finding::note(
-                    "storage",
-                    format!("{text}; {POSTGRES_URL_ENV} is set but unused: PostgreSQL also needs [storage] backend = \"postgres\""),
-                )
-            } else {
-                Finding::ok("storage", text)
-            }
+/// The session store, as the configured backend checks and describes itself (PostgreSQL is
+/// reached and its schema applied by its own start-up check; files need nothing reached).
+fn storage_check(backend: &Result<std::sync::Arc<dyn crate::store::Backend>, String>) -> Finding {
+    use crate::store::Verdict as Health;
+    let backend = match backend {
+        Ok(b) => b,
+        Err(e) => {
+            return Finding::fail(
+                "storage",
+                e.clone(),
+                "fix [storage] in the config file (compactd doctor shows which one is in use)",
+            )
         }
-        Backend::Postgres => {
-            let fix = format!("check storage.postgres_url (or {POSTGRES_URL_ENV}) and that the server accepts this user: psql \"<url>\" -c 'select 1'");
-            let backend = match config.storage.backend() {
-                Ok(b) => b,
-                Err(e) => return Finding::fail("storage", e, fix),
-            };
-            match backend.check() {
-                Ok(()) => Finding::ok(
-                    "storage",
-                    format!(
-                        "PostgreSQL reached, schema in place (namespace {})",
-                        config.storage.namespace()
-                    ),
-                ),
-                Err(e) => Finding::fail("storage", format!("PostgreSQL: {e}"), fix),
-            }
-        }
+    };
+    let health = backend.health();
+    Finding {
+        verdict: match health.verdict {
+            Health::Ok => Verdict::Ok,
+            Health::Note => Verdict::Note,
+            Health::Fail => Verdict::Fail,
+        },
+        subject: "storage",
+        text: health.text,
+        fix: health.fix,
     }
 }
 
@@ -307,14 +290,11 @@ fn log_path(config: &Config) -> String {
     }
 }
 
-/// Where sessions are.
-fn sessions_path(config: &Config) -> String {
-    match config.storage.backend {
-        Backend::Files => crate::config::agent_dir()
-            .join("sessions")
-            .display()
-            .to_string(),
-        Backend::Postgres => format!("PostgreSQL, namespace {}", config.storage.namespace()),
+/// Where sessions are, as the backend says.
+fn sessions_path(backend: &Result<std::sync::Arc<dyn crate::store::Backend>, String>) -> String {
+    match backend {
+        Ok(b) => b.describe(),
+        Err(e) => format!("(none: {e})"),
     }
 }
 
@@ -325,12 +305,13 @@ pub fn run(config_flag: Option<&Path>, socket_flag: Option<PathBuf>) -> i32 {
     let mut findings = vec![config_finding, socket_dir_check(&socket)];
     findings.push(daemon_check(&socket));
     findings.extend(key_checks(&config));
-    findings.push(storage_check(&config));
+    let backend = config.storage.backend();
+    findings.push(storage_check(&backend));
     let paths = [
         ("config", config_shown),
         ("socket", socket.display().to_string()),
         ("log", log_path(&config)),
-        ("sessions", sessions_path(&config)),
+        ("sessions", sessions_path(&backend)),
     ];
     let text = render(&paths, &findings);
     let code = super::write_stdout(&super::printable::text(&text));

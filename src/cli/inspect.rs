@@ -21,12 +21,7 @@ fn count(n: usize, one: &str, many: &str) -> String {
 /// Runs `inspect`; returns the process exit code.
 pub fn run(path: &Path, json: bool, context_window: i64, settings: &CompactionSettings) -> i32 {
     // The overview needs only the facts; the full analysis needs the messages.
-    let loaded = if json {
-        store::load(path, false)
-    } else {
-        store::load_facts(path)
-    };
-    let (tree, load) = match loaded {
+    let (tree, load) = match store::read_session_file(path, !json) {
         Ok(t) => t,
         Err(e) => {
             super::print_error(json, &e.to_string());

@@ -26,11 +26,7 @@ pub fn ask(socket: &Path, client: &str) -> Result<Option<Value>, String> {
     let Some(stream) = unix::connect_own(socket)? else {
         return Ok(None);
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(async {
+    super::runtime::block_on(super::runtime::Shape::Client, async {
         let c = DaemonClient::over(unix::into_async(stream)?)
             .on_socket(socket)
             .with_deadline(ASK_DEADLINE);
@@ -42,7 +38,7 @@ pub fn ask(socket: &Path, client: &str) -> Result<Option<Value>, String> {
                 _ => format!("the daemon refused: {r}"),
             })?;
         Ok(Some(answer))
-    })
+    })?
 }
 
 fn duration(ms: u64) -> String {

@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod logging;
 pub mod preview;
 pub mod printable;
+pub mod runtime;
 pub mod service;
 pub mod stored;
 pub mod top;
@@ -25,7 +26,6 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::compaction::tokens::CompactionSettings;
-use crate::compactor::SummaryEngine;
 use crate::config::{Backend, Fallback, SummarizerProvider};
 
 /// The exit-code scheme, shown in `--help` and kept by every subcommand.
@@ -353,9 +353,9 @@ impl RuntimeArgs {
             return self.worker_threads;
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        match backend {
-            Backend::Files => cores.saturating_sub(1).max(1),
-            Backend::Postgres => cores,
+        match backend.appends_wait_on_round_trips() {
+            false => cores.saturating_sub(1).max(1),
+            true => cores,
         }
     }
 }
@@ -471,32 +471,25 @@ impl ModelArgs {
         .find_map(|(given, flag)| given.then_some(flag))
     }
 
-    /// The summarizer these flags select: `--provider` wins, else the configuration file's
-    /// `[summarizer]`, else the extractive default; `--no-redact` and `--fallback-extractive`
-    /// apply to either. Either way the engine comes from
-    /// [`crate::config::SummarizerConfig::engine_with_key`], so the flags' summarizer keeps the
-    /// configuration's call policy (`retry`, `idle_timeout_secs`).
-    pub fn engine(&self, config: &crate::config::Config) -> Result<SummaryEngine, String> {
-        // `--no-redact` and `--fallback-extractive` apply to whichever summarizer runs.
-        let redaction = crate::summarizer::redact::RedactionConfig {
-            enabled: !self.no_redact && config.redaction.enabled,
-            ..config.redaction.clone()
-        };
-        let Some(provider) = self.provider.as_deref() else {
-            let mut configured = config.summarizer.clone();
-            if self.fallback_extractive {
-                configured.fallback = Some(Fallback::Extractive);
+    /// Applies the flags to `config`, the configuration of this process's own daemon: the
+    /// summarizer they select (`--provider` wins, else the configuration file's `[summarizer]`,
+    /// else the extractive default, with the configuration's call policy: `retry`,
+    /// `idle_timeout_secs`), `--no-redact` and `--fallback-extractive` for whichever
+    /// summarizer runs. A key named but not set is refused here, before anything runs.
+    pub fn configure(&self, config: &mut crate::config::Config) -> Result<(), String> {
+        if self.no_redact {
+            config.redaction.enabled = false;
+        }
+        if let Some(provider) = self.provider.as_deref() {
+            let mut summarizer = self.summarizer(provider, &config.summarizer)?;
+            if let SummarizerProvider::Llm(_) = summarizer.provider {
+                summarizer.api_key = self.api_key()?.map(crate::config::GivenKey);
             }
-            return configured
-                .engine(&redaction, reqwest::Client::new())
-                .map_err(|e| e.to_string());
-        };
-        let summarizer = self.summarizer(provider, &config.summarizer)?;
-        let api_key = match summarizer.provider {
-            SummarizerProvider::Extractive => None,
-            SummarizerProvider::Llm(_) => self.api_key()?,
-        };
-        Ok(summarizer.engine_with_key(api_key, &redaction, reqwest::Client::new()))
+            config.summarizer = summarizer;
+        } else if self.fallback_extractive {
+            config.summarizer.fallback = Some(Fallback::Extractive);
+        }
+        Ok(())
     }
 
     /// The `[summarizer]` section the flags describe: the model from the flags, the call policy
@@ -724,34 +717,25 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             model,
             daemon,
         } => {
-            let socket = launch::socket_path(daemon.socket, &config);
-            if !daemon.no_daemon {
-                let given = settings.given().or_else(|| model.given());
-                let through = compact::through_daemon(
-                    &socket,
-                    &session,
-                    json,
-                    given,
-                    custom_instructions.as_deref(),
-                );
-                if let Some(code) = through {
-                    return code;
-                }
+            let socket = (!daemon.no_daemon).then(|| launch::socket_path(daemon.socket, &config));
+            let mut own = config;
+            if let Err(msg) = model.configure(&mut own) {
+                print_error(json, &msg);
+                return EXIT_USAGE;
             }
-            let engine = match model.engine(&config) {
-                Ok(e) => e,
-                Err(msg) => {
-                    print_error(json, &msg);
-                    return EXIT_USAGE;
-                }
+            let flags = via_daemon::Flags {
+                given: settings.given().or_else(|| model.given()),
+                compaction: settings.overrides(),
+                config: own,
             };
             compact::run(
-                &config,
-                &session,
-                json,
-                &settings.settings(),
-                &engine,
-                custom_instructions.as_deref(),
+                compact::Request {
+                    path: &session,
+                    json,
+                    custom_instructions: custom_instructions.as_deref(),
+                    socket: socket.as_deref(),
+                },
+                flags,
             )
         }
         Command::Preview {
@@ -762,7 +746,12 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             daemon,
         } => {
             let socket = (!daemon.no_daemon).then(|| launch::socket_path(daemon.socket, &config));
-            preview::run(config, socket.as_deref(), &session, json, full, &settings)
+            let flags = via_daemon::Flags {
+                given: settings.given(),
+                compaction: settings.overrides(),
+                config,
+            };
+            preview::run(socket.as_deref(), &session, json, full, flags)
         }
         Command::Export { header_id, output } => {
             stored::export(&config, &header_id, output.as_deref())
@@ -815,20 +804,9 @@ fn mcp(
         crate::print_err!("{e}");
         return EXIT_FAILED;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
+    match runtime::block_on(runtime::Shape::Bridge, crate::mcp::serve(target, socket))
+        .and_then(|served| served)
     {
-        Ok(r) => r,
-        Err(e) => {
-            crate::print_err!("cannot start the async runtime: {e}");
-            return EXIT_FAILED;
-        }
-    };
-    let outcome = runtime.block_on(crate::mcp::serve(target, socket));
-    runtime.shutdown_timeout(std::time::Duration::from_millis(10));
-    match outcome {
         Ok(()) => EXIT_OK,
         Err(e) => {
             crate::print_err!("{e}");
@@ -837,27 +815,18 @@ fn mcp(
     }
 }
 
-/// How long an idle thread of the runtime's blocking pool is kept (tokio's default is 10 s):
-/// `cpu::blocking` hands a worker's tasks to one of them, and finding one ready is cheaper
-/// than creating one in the middle of a big open.
-const BLOCKING_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(600);
-
 /// Starts the runtime and the daemon, runs `body`, and maps its error to exit code 1.
 fn daemon_main<F, Fut>(config: crate::config::Config, runtime: RuntimeArgs, body: F) -> i32
 where
     F: FnOnce(std::sync::Arc<crate::daemon::Daemon>) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(runtime.workers(config.storage.backend))
-        .thread_keep_alive(BLOCKING_THREAD_KEEP_ALIVE)
-        .enable_all()
-        .build()
-    {
+    let workers = runtime.workers(config.storage.backend);
+    let runtime = match runtime::build(runtime::Shape::Daemon { workers }) {
         Ok(r) => r,
         Err(e) => {
-            crate::print_err!("cannot start the async runtime: {e}");
-            return 1;
+            crate::print_err!("{e}");
+            return EXIT_FAILED;
         }
     };
     // One thread made now, while nothing waits: the first `cpu::blocking` (a big open) hands

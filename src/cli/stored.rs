@@ -73,7 +73,7 @@ pub fn import(config: &Config, file: &Path) -> i32 {
         Ok(b) => b,
         Err(code) => return code,
     };
-    let (tree, report) = match crate::store::load(file, false) {
+    let (tree, report) = match crate::store::read_session_file(file, false) {
         Ok(t) => t,
         Err(e) => {
             crate::print_err!("{e}");

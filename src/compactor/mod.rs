@@ -1,36 +1,34 @@
-//! Runs one compaction end to end: preparation → summarizer call(s) in Pi's order → the
-//! `CompactionResult` → (for the file-level entry point) the appended `compaction` entry.
+//! Who writes a summary, and the one place that asks them: the engine dispatch (an LLM behind a
+//! provider, or the extractive summarizer) and the summarizer calls of a compaction in Pi's
+//! order ([`generate`]), and [`step`], the one summarization step every compaction takes
+//! (hooks, engine, retries, cost).
 //!
 //! It also writes the branch summaries of tree navigation ([`summarize_branch`]): both kinds of
 //! summary share one engine dispatch and one provider call (redaction, retries reported to the
 //! caller's [`OnRetry`], Pi's reply checks), so there is one place that calls providers.
 //!
-//! This is the imperative shell around the pure core: it owns the async calls, cancellation and
-//! the single file write, and nothing else. The daemon and the CLI both drive it.
+//! This is a shell around the pure core that owns the async calls and cancellation, and
+//! nothing else: it reads and writes no session (the daemon's lifecycle does, through `store`).
 
 pub mod step;
 
 use std::future::Future;
-use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::compaction::prepare::{prepare_branch, Preparation};
+use crate::compaction::prepare::Preparation;
 use crate::compaction::prompts::{
     branch_prompt_text, history_prompt_text, turn_prefix_prompt_text, SYSTEM_PROMPT,
 };
 use crate::compaction::serialize::{serialize_agent_messages, serialize_conversation};
 use crate::compaction::summary::{
-    check_reply, compaction_entry, file_details, join_split_turn, with_file_lists, CallKind,
-    CompactionOutcome, CompactionResult,
+    check_reply, file_details, join_split_turn, with_file_lists, CallKind, CompactionOutcome,
 };
 use crate::compaction::tokens::CompactionSettings;
-use crate::compaction::BranchIndex;
-use crate::context::{context_settings, convert_to_llm};
-use crate::session::{ids, BranchView, Entry, SessionTree};
-use crate::store;
+use crate::context::convert_to_llm;
+use crate::session::ids;
 use crate::summarizer::extractive::{
     summarize_history, summarize_turn_prefix, ExtractiveInput, ExtractiveSettings, Messages,
 };
@@ -130,11 +128,6 @@ pub enum CompactError {
     Cancelled,
     #[error("{0}")]
     Summarization(String),
-    /// Reading or writing the session file failed (the storage error, with its source).
-    #[error(transparent)]
-    Store(#[from] store::StoreError),
-    #[error("Session file changed during compaction (another process wrote to it); nothing was written: {}", .0.display())]
-    ChangedMeanwhile(std::path::PathBuf),
 }
 
 /// `maxTokens` of a call: `min(floor(factor × reserve), model.maxTokens > 0 ? model.maxTokens : ∞)`.
@@ -593,152 +586,10 @@ async fn llm_branch(
     })
 }
 
-/// What a successful manual compaction of a file produced.
-#[derive(Debug, Clone)]
-pub struct Compacted {
-    /// The `CompactionResult` (with `estimatedTokensAfter`).
-    pub result: CompactionResult,
-    /// The appended entry.
-    pub entry: Value,
-    /// The tree after the append.
-    pub tree: SessionTree,
-}
-
-/// Appends a compaction outcome as a new entry under the current leaf of `tree` (in memory),
-/// returning the entry JSON and `estimatedTokensAfter`.
-pub fn append_outcome(
-    tree: &mut SessionTree,
-    outcome: &CompactionOutcome,
-    now_ms: i64,
-) -> (Value, u64) {
-    let id = ids::new_entry_id(|c| tree.uses_id(c));
-    let parent = tree.leaf_id().map(str::to_owned);
-    let entry = compaction_entry(&id, parent.as_deref(), &ids::iso_timestamp(now_ms), outcome);
-    tree.push(Entry::from_value(entry.clone()));
-    let branch = tree.branch();
-    let view = BranchView {
-        tree,
-        positions: &branch,
-    };
-    (entry, BranchIndex::build(&view).context_total())
-}
-
-/// Pi's manual compaction of a session file (`AgentSession.compact()`), as `compactd compact`
-/// runs it: opened through the configured storage `backend` as the daemon opens it (Pi's
-/// load-time repairs, the shared lock: a file a daemon holds is refused, the allowed roots),
-/// prepared, summarized by the one summarization step ([`step::summarize`], with no hooks: no
-/// client is there to ask), and the entry appended through the session's storage. On any
-/// failure the file is left exactly as loading left it, and a file another process wrote to
-/// during the summarizer call is not written. The summarizer's retries are reported to
-/// `on_retry`.
-#[allow(clippy::too_many_arguments)]
-pub async fn compact_in(
-    backend: &dyn store::Backend,
-    path: &Path,
-    settings: &CompactionSettings,
-    engine: Arc<SummaryEngine>,
-    price: &(dyn Fn(&SummaryEngine, &crate::summarizer::Usage) -> crate::accounting::Cost + Sync),
-    custom_instructions: Option<&str>,
-    cancel: &CancellationToken,
-    on_retry: &OnRetry<'_>,
-) -> Result<Compacted, CompactError> {
-    let abs = store::absolute(path);
-    let text = abs.to_string_lossy();
-    let location = backend.locate(store::Address {
-        path: Some(&text),
-        header_id: None,
-    })?;
-    let (mut tree, mut storage) = match backend.open(&location, None)? {
-        store::Opened::Loaded { storage, tree } => (tree, storage),
-        store::Opened::Missing { .. } => return Err(store::StoreError::NotFound(location).into()),
-    };
-    let branch = tree.branch();
-    let view = BranchView {
-        tree: &tree,
-        positions: &branch,
-    };
-    let index = BranchIndex::build(&view);
-    let prep = prepare_branch(&view, &index, settings)
-        .map_err(|reason| CompactError::NothingToCompact(reason.message()))?;
-    let (thinking, _model) = context_settings(&view);
-    let engine = move || Ok(engine.clone());
-    let made = step::summarize(step::Step {
-        prep: &prep,
-        hooks: None,
-        engine: &engine,
-        price,
-        custom: custom_instructions,
-        thinking_level: thinking.as_str(),
-        on_retry,
-        cancel,
-        made: None,
-    })
-    .await
-    .map_err(|s| match s {
-        step::Stopped::Vetoed => CompactError::Cancelled,
-        step::Stopped::NoEngine(m) => CompactError::Summarization(m),
-        step::Stopped::Failed(e, _) => e,
-    })?;
-    if cancel.is_cancelled() {
-        return Err(CompactError::Cancelled);
-    }
-    // Nothing is written after another process's write: its lines are not this compaction's.
-    let mut lines = Vec::new();
-    match storage.before_write(&mut lines) {
-        Ok(()) if lines.is_empty() => {}
-        Ok(()) | Err(store::StoreError::Changed(_) | store::StoreError::Busy(_)) => {
-            return Err(CompactError::ChangedMeanwhile(location))
-        }
-        Err(e) => return Err(e.into()),
-    }
-    let (entry, estimated) = append_outcome(&mut tree, &made.outcome, ids::now_ms());
-    let Some(leaf) = tree.leaf() else {
-        return Err(CompactError::ChangedMeanwhile(location));
-    };
-    let written = storage.append(tree.entry(leaf), &mut |_| {
-        Err(store::StoreError::Moved(
-            "another writer extended the session during compaction".into(),
-        ))
-    })?;
-    debug_assert!(written.is_none(), "a file never re-parents");
-    let mut result = CompactionResult::new(&made.outcome, estimated);
-    // What the summary cost, as the daemon's runner reports it: `compactd compact` prints the
-    // same result whether it compacted the file itself or through the daemon.
-    result.cost = Some(made.cost);
-    Ok(Compacted {
-        result,
-        entry,
-        tree,
-    })
-}
-
-/// [`compact_in`] on session files anywhere ([`store::Files::unconfined`]), its calls unpriced:
-/// the library's form, for a caller with no configuration.
-pub async fn compact_file(
-    path: &Path,
-    settings: &CompactionSettings,
-    engine: &SummaryEngine,
-    custom_instructions: Option<&str>,
-    cancel: &CancellationToken,
-    on_retry: &OnRetry<'_>,
-) -> Result<Compacted, CompactError> {
-    let unpriced = |_: &SummaryEngine, usage: &crate::summarizer::Usage| usage.cost(None);
-    compact_in(
-        &store::Files::unconfined(),
-        path,
-        settings,
-        Arc::new(engine.clone()),
-        &unpriced,
-        custom_instructions,
-        cancel,
-        on_retry,
-    )
-    .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::SessionTree;
     use crate::summarizer::{Api, AssistantReply, BoxFuture, StopReason};
     use parking_lot::Mutex;
     use serde_json::json;
@@ -889,6 +740,22 @@ mod tests {
         }
     }
 
+    /// Pi's preparation of the session `bytes`, keeping `keep_recent_tokens`.
+    fn prepared(bytes: &[u8], keep_recent_tokens: i64) -> Preparation {
+        let crate::session::ReadOutcome::Session(parsed) = crate::session::read_session(bytes)
+        else {
+            panic!("not a session");
+        };
+        let tree = SessionTree::from_parsed(parsed);
+        let branch = tree.branch();
+        let settings = CompactionSettings {
+            enabled: true,
+            reserve_tokens: 16384,
+            keep_recent_tokens,
+        };
+        crate::compaction::prepare_compaction(&tree.refs(&branch), &settings).expect("prepared")
+    }
+
     #[tokio::test]
     async fn compactions_report_retries_to_the_callback() {
         let Some(fixture) = crate::test_fixtures::case_file(
@@ -898,31 +765,25 @@ mod tests {
         ) else {
             return;
         };
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("session.jsonl");
-        std::fs::write(&path, std::fs::read(&fixture).expect("read fixture")).expect("copy");
+        let prep = prepared(&std::fs::read(&fixture).expect("read fixture"), 2000);
         let client = Arc::new(FlakyClient {
             failures: 1,
             prompts: Mutex::new(Vec::new()),
         });
         let engine = flaky_engine(client.clone());
-        let settings = CompactionSettings {
-            enabled: true,
-            reserve_tokens: 16384,
-            keep_recent_tokens: 2000,
-        };
         let events = Mutex::new(Vec::new());
-        let done = compact_file(
-            &path,
-            &settings,
+        let done = generate(
+            &prep,
             &engine,
+            None,
             None,
             &CancellationToken::new(),
             &|e| events.lock().push(e.clone()),
+            &Meter::default(),
         )
         .await
         .expect("compacted after one retry");
-        assert!(done.result.summary.starts_with("summary"));
+        assert!(done.summary.starts_with("summary"));
         assert_eq!(*events.lock(), one_retry());
         let prompts = client.prompts.lock();
         assert!(prompts.len() >= 2, "one failure, then the calls");
@@ -942,20 +803,7 @@ mod tests {
         ) else {
             return;
         };
-        let bytes = std::fs::read(&fixture).expect("read fixture");
-        let crate::session::ReadOutcome::Session(parsed) = crate::session::read_session(&bytes)
-        else {
-            panic!("not a session");
-        };
-        let tree = SessionTree::from_parsed(parsed);
-        let branch = tree.branch();
-        let path = tree.refs(&branch);
-        let settings = CompactionSettings {
-            enabled: true,
-            reserve_tokens: 16384,
-            keep_recent_tokens: 2000,
-        };
-        let prep = crate::compaction::prepare_compaction(&path, &settings).expect("prepared");
+        let prep = prepared(&std::fs::read(&fixture).expect("read fixture"), 2000);
         let calls = if prep.is_split_turn { 2 } else { 1 };
         let client = Arc::new(FlakyClient {
             failures: 1,
@@ -1335,31 +1183,25 @@ mod tests {
 
     #[tokio::test]
     async fn the_extractive_engine_aims_at_its_configured_size() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let settings = CompactionSettings {
-            enabled: true,
-            reserve_tokens: 16384,
-            keep_recent_tokens: 1,
-        };
+        let prep = prepared(many_runs_session(200).as_bytes(), 1);
         let mut sizes = Vec::new();
         for target_tokens in [250, 4000] {
-            let path = dir.path().join(format!("s{target_tokens}.jsonl"));
-            std::fs::write(&path, many_runs_session(200)).expect("write session");
             let engine = SummaryEngine::Extractive {
                 redaction: RedactionConfig::default(),
                 settings: ExtractiveSettings { target_tokens },
             };
-            let done = compact_file(
-                &path,
-                &settings,
+            let done = generate(
+                &prep,
                 &engine,
+                None,
                 None,
                 &CancellationToken::new(),
                 &ignore_retries,
+                &Meter::default(),
             )
             .await
             .expect("compacted");
-            let summary = done.result.summary;
+            let summary = done.summary;
             assert!(
                 summary.contains("Make every module's tests pass."),
                 "{summary}"

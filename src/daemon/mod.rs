@@ -26,7 +26,7 @@ pub mod thrash;
 pub mod undo;
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -41,13 +41,14 @@ use crate::config::{Config, EngineKey};
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::events::{HookRequest, Message};
 use crate::rpc::types::Model;
+use crate::store::SessionRef;
 use connections::{ConnId, Connection, PeerError};
 use session::SessionState;
 
 /// One open session, shared by every connection that holds it.
 pub struct Session {
     pub id: String,
-    pub path: PathBuf,
+    pub location: SessionRef,
     pub state: Mutex<SessionState>,
     /// The running compaction or branch summary, if any (Pi's abort controllers).
     pub running: Mutex<Option<CancellationToken>>,
@@ -107,7 +108,7 @@ impl Session {
 
 #[derive(Default)]
 struct Registry {
-    by_path: HashMap<PathBuf, String>,
+    by_location: HashMap<SessionRef, String>,
     by_id: HashMap<String, Arc<Session>>,
 }
 
@@ -124,8 +125,8 @@ pub struct Daemon {
     /// start early enough (`speculation_lead`).
     latencies: Mutex<HashMap<EngineKey, speculation_lead::Latency>>,
     registry: Mutex<Registry>,
-    /// Per-path opening locks: one open of a file at a time, outside the registry lock.
-    opening: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+    /// Per-session opening locks: one open of a session at a time, outside the registry lock.
+    opening: Mutex<HashMap<SessionRef, Arc<Mutex<()>>>>,
     connections: Mutex<HashMap<ConnId, Arc<Connection>>>,
     next_conn: AtomicU64,
     next_session: AtomicU64,
@@ -205,6 +206,14 @@ impl Daemon {
         let model = session.lock_state().model.clone();
         let engine = self.engine_for(model.as_ref())?;
         Ok(engine.with_retry(&settings.retry))
+    }
+
+    /// How logs and progress lines name the summarizer of the open session `session_id`
+    /// (`provider/model` or `extractive`); `None` for an unknown session or a missing key.
+    pub fn engine_label(&self, session_id: &str) -> Option<String> {
+        let session = self.session(session_id).ok()?;
+        let model = session.lock_state().model.clone();
+        self.engine_for(model.as_ref()).ok().map(|e| e.label())
     }
 
     /// The engine for sessions on `model`, built once per key and cached. A failure (a missing
@@ -397,44 +406,44 @@ impl Daemon {
         v
     }
 
-    /// The open session for `path` joined by `conn`, if there is one.
-    fn join_open(&self, path: &Path, conn: &Connection) -> Option<Arc<Session>> {
+    /// The open session `location` joined by `conn`, if there is one.
+    fn join_open(&self, location: &SessionRef, conn: &Connection) -> Option<Arc<Session>> {
         let reg = self.registry.lock();
-        let id = reg.by_path.get(path)?;
+        let id = reg.by_location.get(location)?;
         let s = reg.by_id.get(id)?.clone();
         s.holders.lock().insert(conn.id);
         conn.holds.lock().insert(id.clone());
         Some(s)
     }
 
-    /// The open session for `path`, or one made by `make`. `make` (reading and parsing the
-    /// file) runs outside the registry lock, so a big open never stalls other clients; openers
-    /// of the same path queue on that path's opening lock and then join the one session.
+    /// The open session `location`, or one made by `make`. `make` (reading and parsing the
+    /// session) runs outside the registry lock, so a big open never stalls other clients;
+    /// openers of the same session queue on its opening lock and then join the one session.
     pub fn open_or_insert(
         &self,
-        path: &Path,
+        location: &SessionRef,
         conn: &Connection,
         make: impl FnOnce() -> Result<SessionState, RpcError>,
     ) -> Result<(Arc<Session>, bool), RpcError> {
-        if let Some(s) = self.join_open(path, conn) {
+        if let Some(s) = self.join_open(location, conn) {
             return Ok((s, false));
         }
         let opening = self
             .opening
             .lock()
-            .entry(path.to_owned())
+            .entry(location.clone())
             .or_default()
             .clone();
         let result = crate::cpu::blocking(|| {
             let _turn = opening.lock();
-            if let Some(s) = self.join_open(path, conn) {
+            if let Some(s) = self.join_open(location, conn) {
                 return Ok((s, false));
             }
-            self.insert_new(path, conn, make)
+            self.insert_new(location, conn, make)
         });
         let mut table = self.opening.lock();
         if Arc::strong_count(&opening) <= 2 {
-            table.remove(path);
+            table.remove(location);
         }
         result
     }
@@ -443,7 +452,7 @@ impl Daemon {
     /// registers the new session.
     fn insert_new(
         &self,
-        path: &Path,
+        location: &SessionRef,
         conn: &Connection,
         make: impl FnOnce() -> Result<SessionState, RpcError>,
     ) -> Result<(Arc<Session>, bool), RpcError> {
@@ -452,7 +461,7 @@ impl Daemon {
         let id = format!("s{}", self.next_session.fetch_add(1, Ordering::SeqCst));
         let session = Arc::new(Session {
             id: id.clone(),
-            path: path.to_owned(),
+            location: location.clone(),
             state: Mutex::new(state),
             running: Mutex::new(None),
             slot: tokio::sync::Mutex::new(()),
@@ -461,9 +470,9 @@ impl Daemon {
             activity: Mutex::new(activity::Activity::default()),
             holders: Mutex::new(HashSet::from([conn.id])),
         });
-        reg.by_path.insert(path.to_owned(), id.clone());
+        reg.by_location.insert(location.clone(), id.clone());
         reg.by_id.insert(id.clone(), session.clone());
-        tracing::info!(session = %id, path = %path.display(), connection = conn.id, "session opened");
+        tracing::info!(session = %id, path = %location, connection = conn.id, "session opened");
         conn.holds.lock().insert(id);
         Ok((session, true))
     }
@@ -482,8 +491,8 @@ impl Daemon {
                 token.cancel();
             }
             reg.by_id.remove(session_id);
-            reg.by_path.remove(&s.path);
-            tracing::info!(session = session_id, path = %s.path.display(), "session closed");
+            reg.by_location.remove(&s.location);
+            tracing::info!(session = session_id, path = %s.location, "session closed");
         }
         let closed = holders.is_empty();
         drop(holders);
@@ -505,7 +514,7 @@ impl Daemon {
         let params = crate::rpc::events::payload(event);
         let session = self.session(session_id).ok();
         if let Some(session) = &session {
-            self.storage.publish(&session.path, E::NAME, &params);
+            self.storage.publish(&session.location, E::NAME, &params);
         }
         self.emit_raw(session_id, session.as_deref(), E::NAME, &params);
     }
@@ -539,10 +548,10 @@ impl Daemon {
         self.session(session_id).is_ok_and(|s| lifecycle::abort(&s))
     }
 
-    /// The open session at `location` (a path, or a stored session's location).
-    pub fn open_at(&self, location: &Path) -> Option<Arc<Session>> {
+    /// The open session `location`.
+    pub fn open_at(&self, location: &SessionRef) -> Option<Arc<Session>> {
         let reg = self.registry.lock();
-        let id = reg.by_path.get(location)?;
+        let id = reg.by_location.get(location)?;
         reg.by_id.get(id).cloned()
     }
 
@@ -657,6 +666,7 @@ impl Daemon {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn model(provider: &str, id: &str) -> Model {
         Model {

@@ -260,7 +260,7 @@ fn plan(
         target_id: target_id.map(str::to_owned),
         common_ancestor: common.and_then(|c| state.tree.entry(c).id_owned()),
         entries,
-        context_window: state.model.as_ref().map_or(0, |m| m.context_window),
+        context_window: state.context_window().unwrap_or(0),
     }))
 }
 

@@ -7,8 +7,6 @@
 //! takes handles on what it needs and comes back to append). The branch and its index are
 //! rebuilt only when the leaf moves elsewhere than a child of the old leaf.
 
-use std::path::Path;
-
 use serde_json::{Map, Value};
 
 use crate::clearing::{self, CacheDebt, Cleared};
@@ -20,7 +18,7 @@ use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::types::Model;
 use crate::session::entry::StopReason;
 use crate::session::{ids, BranchView, Entry, EntryKind, Role, SessionTree};
-use crate::store::{SessionStorage, StoreError};
+use crate::store::{SessionRef, SessionStorage, StoreError};
 
 /// A session's in-memory state.
 #[derive(Debug)]
@@ -279,8 +277,23 @@ impl SessionState {
         true
     }
 
-    /// Where the session lives: its file's path, or `postgres:<header id>`.
-    pub fn path(&self) -> &Path {
+    /// The context window of the session's model, when it has a model with one: the one place
+    /// it is looked up.
+    pub fn context_window(&self) -> Option<i64> {
+        self.model
+            .as_ref()
+            .map(|m| m.context_window)
+            .filter(|w| *w > 0)
+    }
+
+    /// Pi's threshold (`contextWindow − reserveTokens`), when the session's model has a window.
+    pub fn threshold(&self, settings: &crate::compaction::CompactionSettings) -> Option<f64> {
+        self.context_window()
+            .map(|w| crate::compaction::tokens::threshold(w, settings))
+    }
+
+    /// The session's name in its backend.
+    pub fn location(&self) -> &SessionRef {
         self.storage.location()
     }
 
@@ -289,7 +302,7 @@ impl SessionState {
     pub fn reload(&mut self) -> Result<(), StoreError> {
         self.tree = self.storage.reload()?;
         self.refresh_branch();
-        tracing::info!(path = %self.path().display(), "session file was replaced; reloaded");
+        tracing::info!(path = %self.location(), "session file was replaced; reloaded");
         Ok(())
     }
 
@@ -350,7 +363,7 @@ impl SessionState {
             }
         }
         if added > 0 {
-            tracing::info!(path = %self.path().display(), entries = added, "indexed entries written by another process");
+            tracing::info!(path = %self.location(), entries = added, "indexed entries written by another process");
         }
         if !incremental {
             self.foreign_moves += 1;
@@ -492,7 +505,7 @@ impl SessionState {
         if self.persisted {
             // The storage is taken out while it writes, so re-parenting after a lost race can
             // read the other writers' lines into this state.
-            let location = self.storage.location().to_owned();
+            let location = self.storage.location().clone();
             let mut storage = std::mem::replace(&mut self.storage, Box::new(Writing(location)));
             let mut rebase = |lines: &[u8]| self.rebase(lines, parent, e.value());
             let written = if lost {
@@ -596,10 +609,10 @@ impl SessionState {
 /// Stands in for a session's storage while that storage writes (see
 /// [`SessionState::append_with`]): nothing reaches it but the location, for log lines.
 #[derive(Debug)]
-struct Writing(std::path::PathBuf);
+struct Writing(SessionRef);
 
 impl SessionStorage for Writing {
-    fn location(&self) -> &Path {
+    fn location(&self) -> &SessionRef {
         &self.0
     }
 
@@ -630,7 +643,7 @@ impl SessionStorage for Writing {
 
 impl Writing {
     fn busy(&self) -> StoreError {
-        StoreError::Unavailable(format!("{} is being written", self.0.display()))
+        StoreError::Unavailable(format!("{} is being written", self.0))
     }
 }
 
@@ -738,10 +751,10 @@ mod tests {
 
     /// Storage that writes nothing: the append path without a file.
     #[derive(Debug)]
-    struct NoFile(std::path::PathBuf);
+    struct NoFile(SessionRef);
 
     impl SessionStorage for NoFile {
-        fn location(&self) -> &Path {
+        fn location(&self) -> &SessionRef {
             &self.0
         }
         fn catch_up(&mut self, _into: &mut Vec<u8>) -> Result<(), StoreError> {
@@ -770,7 +783,7 @@ mod tests {
     #[test]
     fn every_append_asks_for_freed_memory_to_be_handed_back() {
         let mut s = SessionState::deferred(
-            Box::new(NoFile("s.jsonl".into())),
+            Box::new(NoFile(SessionRef::for_tests("s.jsonl"))),
             crate::session::new_header("/"),
             None,
             "off".into(),

@@ -61,7 +61,7 @@ pub async fn lease(daemon: &Daemon, session: &Session) -> Result<Option<Lease>, 
     };
     let mut lease = daemon
         .storage
-        .lease(&session.path, daemon.shutdown.child_token(), unfinished)
+        .lease(&session.location, daemon.shutdown.child_token(), unfinished)
         .await
         .map_err(super::session::store_error)?;
     if let Some(start) = lease.as_mut().and_then(|l| l.orphaned.take()) {

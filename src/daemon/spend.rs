@@ -8,6 +8,23 @@ use super::handlers::Ctx;
 use super::session::SessionState;
 use super::settings::EffectiveSettings;
 use super::{Daemon, Session};
+
+/// The summarization spend of speculations that were discarded (beyond Pi: reported so the cost
+/// of speculating is visible).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Wasted {
+    pub speculations: u64,
+    pub cost: Cost,
+}
+
+impl Default for Wasted {
+    fn default() -> Self {
+        Wasted {
+            speculations: 0,
+            cost: Cost::FREE,
+        }
+    }
+}
 use crate::accounting::economics::{Economics, Inputs};
 use crate::accounting::{Cost, Price};
 use crate::compaction::prepare::Plan;
@@ -155,7 +172,7 @@ fn report(
     session: &Session,
     settings: &EffectiveSettings,
     engine: Option<&SummaryEngine>,
-    wasted: super::lifecycle::speculation::Wasted,
+    wasted: Wasted,
 ) -> CostReport {
     let state = session.lock_state();
     let mut agent = SessionSpend::default();

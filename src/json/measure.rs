@@ -4,19 +4,6 @@
 
 use super::scan::{Cursor, Declined, Literal, Scan};
 
-/// UTF-16 units of a literal's bytes taken as they are: one per scalar's leading byte, two for
-/// 4-byte sequences (surrogate pairs in UTF-16). Escapes count by their written bytes; the
-/// cursor subtracts what they shorten (see [`super::scan::Literal`]).
-pub(crate) fn written_units(inner: &[u8]) -> u64 {
-    if inner.is_ascii() {
-        return inner.len() as u64;
-    }
-    inner
-        .iter()
-        .map(|&b| u64::from((b & 0xC0) != 0x80) + u64::from(b >= 0xF0))
-        .sum()
-}
-
 /// A number's text as serde_json reads it (`-0` is `-0.0`, integers beyond 64 bits are
 /// floats); `Declined` beyond `f64`'s range, which the general path carries.
 pub(crate) fn number_value(text: &str) -> Scan<serde_json::Number> {

@@ -74,7 +74,7 @@ impl<'a> Literal<'a> {
     /// UTF-16 units of the bytes as written.
     fn written_units(&self) -> u64 {
         match self.first_non_ascii {
-            Some(at) => at as u64 + super::measure::written_units(&self.inner()[at..]),
+            Some(at) => at as u64 + written_units(&self.inner()[at..]),
             None => self.inner().len() as u64,
         }
     }
@@ -477,6 +477,19 @@ fn escape(b: &[u8], i: usize, lit: &mut Literal) -> Scan<usize> {
         }
         _ => Err(Declined),
     }
+}
+
+/// UTF-16 units of a literal's bytes taken as they are: one per scalar's leading byte, two for
+/// 4-byte sequences (surrogate pairs in UTF-16). Escapes count by their written bytes; the
+/// cursor subtracts what they shorten (see [`Literal`]).
+fn written_units(inner: &[u8]) -> u64 {
+    if inner.is_ascii() {
+        return inner.len() as u64;
+    }
+    inner
+        .iter()
+        .map(|&b| u64::from((b & 0xC0) != 0x80) + u64::from(b >= 0xF0))
+        .sum()
 }
 
 #[cfg(test)]

@@ -24,11 +24,7 @@ use crate::json::stringify;
 
 pub use super::vocab::{tool_call_ops, EntryKind, FileOpKind, Role, StopReason};
 
-/// An entry's `id` or `parentId`. Pi's ids are 8 hex digits (a session's header id is a
-/// UUID), so they are kept inline, within the 24 bytes a `String` takes, and reading a 72k-entry
-/// session allocates nothing for them; the tree's id index then compares ids without
-/// following a pointer per entry. Longer ids are kept on the heap.
-pub type EntryId = compact_str::CompactString;
+pub use super::ids::EntryId;
 
 /// Where the lines of entries that keep no bytes are read back from: a session file's
 /// descriptor, held from the read the entries were made from (so a file replaced by a rename

@@ -28,8 +28,8 @@ pub struct LineFacts {
     /// The line is a JSON object (anything else becomes an `Unknown` entry without id).
     pub is_object: bool,
     pub kind: EntryKind,
-    pub id: Option<super::entry::EntryId>,
-    pub parent_id: Option<super::entry::EntryId>,
+    pub id: Option<super::ids::EntryId>,
+    pub parent_id: Option<super::ids::EntryId>,
     /// The `message` field, when it is an object.
     pub message: Option<MessageFacts>,
     /// The top-level `content` field (custom messages), counted as user content.
@@ -222,7 +222,7 @@ fn tag<T>(c: &mut Cursor, of: impl FnOnce(&str) -> T) -> Scan<Option<T>> {
 }
 
 /// A string field (`None` for any other type).
-fn opt_string(c: &mut Cursor) -> Scan<Option<super::entry::EntryId>> {
+fn opt_string(c: &mut Cursor) -> Scan<Option<super::ids::EntryId>> {
     Ok(c.string_or_skip()?.map(|lit| lit.decoded().as_ref().into()))
 }
 

@@ -2,6 +2,12 @@
 
 use std::collections::HashSet;
 
+/// An entry's `id` or `parentId`. Pi's ids are 8 hex digits (a session's header id is a
+/// UUID), so they are kept inline, within the 24 bytes a `String` takes, and reading a 72k-entry
+/// session allocates nothing for them; the tree's id index then compares ids without
+/// following a pointer per entry. Longer ids are kept on the heap.
+pub type EntryId = compact_str::CompactString;
+
 /// A new entry id: the first 8 hex characters of a random UUIDv4, redrawn (up to 100 times) until
 /// it is not in `taken`, then a full 36-character UUIDv4 as Pi falls back to.
 pub fn new_entry_id<F>(is_taken: F) -> String

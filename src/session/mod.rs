@@ -25,3 +25,11 @@ pub fn new_header(cwd: &str) -> serde_json::Value {
         "cwd": cwd,
     })
 }
+
+/// The name Pi gives the directory of `cwd`'s sessions under its session directory
+/// (`--<cwd with separators as dashes>--`): where new session files go by default, and where a
+/// client looks for a working directory's newest session.
+pub fn dir_name_of_cwd(cwd: &str) -> String {
+    let trimmed = cwd.strip_prefix(['/', '\\']).unwrap_or(cwd);
+    format!("--{}--", trimmed.replace(['/', '\\', ':'], "-"))
+}

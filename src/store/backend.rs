@@ -7,17 +7,17 @@
 //! only: the complete lines other writers added since it last looked, one more line after the
 //! head it knows, and the first write of a deferred session. Everything else (Pi's tree, the
 //! branch, the context) stays in the pure core, so every backend behaves the same by
-//! construction. No handler, no event path and no daemon method names a backend: a new one is
-//! a module here and one arm in `config::StorageConfig::backend`.
+//! construction. No handler, no event path and no daemon method names a backend, and the layers
+//! above name a session only by its opaque [`SessionRef`]: a new backend is a module under
+//! `store` and one arm in [`super::choose`].
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::StoreError;
+use super::{SessionRef, StoreError};
 use crate::session::{Entry, SessionTree};
 
 /// How a client names a session to open: a file's path, or a stored session's header id.
@@ -42,8 +42,8 @@ pub enum Opened {
 
 /// A new session: where it lives and the storage that will write it.
 pub struct NewSession {
-    /// Its registry key (a canonical path, or a stored session's location).
-    pub location: PathBuf,
+    /// Its name (the registry key).
+    pub location: SessionRef,
     pub storage: Box<dyn SessionStorage>,
     /// Whether it is written at once (a shared store: other daemons can open it by header id
     /// from the moment it is created) rather than at its first reply, as Pi writes a file.
@@ -62,8 +62,8 @@ pub struct StoredSummary {
 /// An event another daemon published, to be delivered to this daemon's subscribers.
 #[derive(Debug, Clone)]
 pub struct RemoteEvent {
-    /// The session's location (the registry key of the session it is about).
-    pub location: PathBuf,
+    /// The session it is about.
+    pub location: SessionRef,
     pub name: String,
     pub payload: Value,
 }
@@ -88,6 +88,24 @@ pub struct Unfinished {
     pub end: &'static str,
 }
 
+/// How a backend came out of `compactd doctor`'s check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    /// Works, but worth knowing.
+    Note,
+    Fail,
+}
+
+/// A backend's own report on itself (`compactd doctor`): what it found, and for a failure what
+/// to do about it.
+#[derive(Debug, Clone)]
+pub struct Health {
+    pub verdict: Verdict,
+    pub text: String,
+    pub fix: Option<String>,
+}
+
 /// Where sessions live, chosen once at start-up (`[storage] backend`). Methods that may block
 /// (disk, network) are called through `cpu::blocking`.
 pub trait Backend: Send + Sync + std::fmt::Debug {
@@ -95,14 +113,21 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// daemon reports it at start-up rather than at its first client's call.
     fn check(&self) -> Result<(), StoreError>;
 
+    /// Where the sessions are, in a few words (`compactd doctor`'s paths).
+    fn describe(&self) -> String;
+
+    /// [`Backend::check`] as `compactd doctor` reports it: what was reached, and what to do
+    /// when it was not.
+    fn health(&self) -> Health;
+
     /// The location of the session `address` names (its registry key), checked before anything
     /// is read: an address this backend does not take, or a path outside the allowed roots, is
     /// refused here.
-    fn locate(&self, address: Address<'_>) -> Result<PathBuf, StoreError>;
+    fn locate(&self, address: Address<'_>) -> Result<SessionRef, StoreError>;
 
     /// Opens the session at `location` (from [`Backend::locate`]). An empty file is given a
     /// header as Pi gives it one, under `cwd` (else the file's directory).
-    fn open(&self, location: &Path, cwd: Option<&str>) -> Result<Opened, StoreError>;
+    fn open(&self, location: &SessionRef, cwd: Option<&str>) -> Result<Opened, StoreError>;
 
     /// Where a new session with `header` lives (`session_dir`: a client's directory for
     /// files), and its storage; nothing is written yet.
@@ -117,14 +142,14 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// which died holding it never ended.
     fn lease(
         &self,
-        location: &Path,
+        location: &SessionRef,
         cancel: CancellationToken,
         unfinished: Unfinished,
     ) -> BoxFuture<'static, Result<Option<Lease>, StoreError>>;
 
     /// Hands an event of the session at `location` to the other daemons sharing it (in order,
     /// never blocking); nothing where no other daemon can see the session.
-    fn publish(&self, location: &Path, name: &str, payload: &Value);
+    fn publish(&self, location: &SessionRef, name: &str, payload: &Value);
 
     /// Starts delivering other daemons' events to `deliver`.
     fn start_events(&self, deliver: Deliver);
@@ -148,9 +173,8 @@ pub type FirstTry = BoxFuture<'static, Result<Option<i64>, StoreError>>;
 /// A session's lines, wherever they live. Every method may block (disk, network): the daemon
 /// calls them through `cpu::blocking`, so an async worker hands its other tasks on meanwhile.
 pub trait SessionStorage: Send + std::fmt::Debug {
-    /// Where the session lives, for logs, errors and the registry: the file's path, or
-    /// `postgres:<header id>` for a stored session.
-    fn location(&self) -> &Path;
+    /// The session's name, for logs, errors and the registry.
+    fn location(&self) -> &SessionRef;
 
     /// Appends to `into` the complete lines (each ending in `\n`) that other writers added
     /// since the last call, in order. Lines already put in `into` stay there even when an
@@ -228,11 +252,26 @@ impl Backend for Unusable {
         Err(self.error())
     }
 
-    fn locate(&self, _address: Address<'_>) -> Result<PathBuf, StoreError> {
+    fn describe(&self) -> String {
+        format!("unusable ({})", self.0)
+    }
+
+    fn health(&self) -> Health {
+        Health {
+            verdict: Verdict::Fail,
+            text: self.error().to_string(),
+            fix: Some(
+                "check [storage] in the config file (compactd doctor shows which one is in use)"
+                    .into(),
+            ),
+        }
+    }
+
+    fn locate(&self, _address: Address<'_>) -> Result<SessionRef, StoreError> {
         Err(self.error())
     }
 
-    fn open(&self, _location: &Path, _cwd: Option<&str>) -> Result<Opened, StoreError> {
+    fn open(&self, _location: &SessionRef, _cwd: Option<&str>) -> Result<Opened, StoreError> {
         Err(self.error())
     }
 
@@ -246,7 +285,7 @@ impl Backend for Unusable {
 
     fn lease(
         &self,
-        _location: &Path,
+        _location: &SessionRef,
         _cancel: CancellationToken,
         _unfinished: Unfinished,
     ) -> BoxFuture<'static, Result<Option<Lease>, StoreError>> {
@@ -254,7 +293,7 @@ impl Backend for Unusable {
         Box::pin(async move { Err(e) })
     }
 
-    fn publish(&self, _location: &Path, _name: &str, _payload: &Value) {}
+    fn publish(&self, _location: &SessionRef, _name: &str, _payload: &Value) {}
 
     fn start_events(&self, _deliver: Deliver) {}
 

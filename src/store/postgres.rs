@@ -70,10 +70,10 @@ type Pooled = deadpool_postgres::Object;
 const POOL_SIZE: usize = 16;
 
 use super::backend::{
-    Address, Backend, Deliver, FirstTry, NewSession, Opened, Rebase, RemoteEvent, SessionStorage,
-    StoredSummary,
+    Address, Backend, Deliver, FirstTry, Health, NewSession, Opened, Rebase, RemoteEvent,
+    SessionStorage, StoredSummary, Verdict,
 };
-use super::{Durability, StoreError};
+use super::{Durability, SessionRef, StoreError};
 use crate::session::{read_session_bytes, Entry, ReadOutcome, SessionTree};
 
 /// How often a daemon reads other daemons' events even without a notification.
@@ -141,9 +141,14 @@ impl Stored {
     }
 }
 
-/// The location of the stored session `header_id`.
+/// The location of the stored session `header_id` (for messages).
 pub fn location(header_id: &str) -> PathBuf {
     PathBuf::from(format!("{LOCATION_PREFIX}{header_id}"))
+}
+
+/// The name of the stored session `header_id` (`postgres:<id>`).
+fn name(header_id: &str) -> SessionRef {
+    SessionRef::at(&location(header_id))
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -240,6 +245,11 @@ fn application_name(origin: &str) -> String {
 }
 
 impl Database {
+    /// The deployment whose sessions this database handle shows.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// A database at `url`. Nothing is connected yet: the first call connects and applies the
     /// migrations (see [`Database::check`] to do it at start-up).
     pub fn open(
@@ -1196,7 +1206,7 @@ async fn catch_up_events(
         let header_id: String = r.get(1);
         if let Ok(payload) = serde_json::from_str(&payload) {
             out.push(RemoteEvent {
-                location: location(&header_id),
+                location: self::name(&header_id),
                 name,
                 payload,
             });
@@ -1239,7 +1249,7 @@ impl std::ops::Deref for Conn {
 pub struct StoredSession {
     db: Arc<Database>,
     header_id: String,
-    location: PathBuf,
+    location: SessionRef,
     /// The seq of the last entry this daemon has (0: none yet).
     head: i64,
     /// False until the session row exists (a new session before its first write).
@@ -1255,7 +1265,7 @@ impl StoredSession {
         StoredSession {
             db,
             header_id: header_id.to_owned(),
-            location: location(header_id),
+            location: name(header_id),
             head: 0,
             exists: false,
             exclusive: None,
@@ -1295,7 +1305,7 @@ impl StoredSession {
 }
 
 impl SessionStorage for StoredSession {
-    fn location(&self) -> &Path {
+    fn location(&self) -> &SessionRef {
         &self.location
     }
 
@@ -1354,7 +1364,7 @@ impl SessionStorage for StoredSession {
             Insert::Lost(lines) => lines,
         };
         self.hold(true)?;
-        let location = self.location.clone();
+        let location = location(&self.header_id);
         let mut retry = || {
             let mut lines = std::mem::take(&mut won);
             self.catch_up(&mut lines)?;
@@ -1580,8 +1590,8 @@ async fn insert_on(
 }
 
 /// The header id a stored session's location names.
-fn header_id_of(location: &Path) -> Option<&str> {
-    location.to_str()?.strip_prefix(LOCATION_PREFIX)
+fn header_id_of(location: &SessionRef) -> Option<&str> {
+    location.as_path().to_str()?.strip_prefix(LOCATION_PREFIX)
 }
 
 const STORED_NOT_FILES: &str = "this daemon keeps sessions in PostgreSQL ([storage] backend = \"postgres\"): open one by headerId (`compactd import FILE` loads a session file into the store)";
@@ -1634,11 +1644,33 @@ impl Backend for Postgres {
         self.db.check()
     }
 
-    fn locate(&self, address: Address<'_>) -> Result<PathBuf, StoreError> {
+    fn describe(&self) -> String {
+        format!("PostgreSQL, namespace {}", self.db.namespace())
+    }
+
+    fn health(&self) -> Health {
+        match self.check() {
+            Ok(()) => Health {
+                verdict: Verdict::Ok,
+                text: format!(
+                    "PostgreSQL reached, schema in place (namespace {})",
+                    self.db.namespace()
+                ),
+                fix: None,
+            },
+            Err(e) => Health {
+                verdict: Verdict::Fail,
+                text: format!("PostgreSQL: {e}"),
+                fix: Some(format!("check storage.postgres_url (or {}) and that the server accepts this user: psql \"<url>\" -c 'select 1'", super::POSTGRES_URL_ENV)),
+            },
+        }
+    }
+
+    fn locate(&self, address: Address<'_>) -> Result<SessionRef, StoreError> {
         match (address.path, address.header_id) {
             (None, Some(header_id)) => {
                 storable("headerId", header_id)?;
-                Ok(location(header_id))
+                Ok(name(header_id))
             }
             (Some(_), _) => Err(StoreError::Invalid(STORED_NOT_FILES.into())),
             (None, None) => Err(StoreError::Invalid(
@@ -1647,9 +1679,9 @@ impl Backend for Postgres {
         }
     }
 
-    fn open(&self, location: &Path, _cwd: Option<&str>) -> Result<Opened, StoreError> {
-        let header_id = header_id_of(location)
-            .ok_or_else(|| StoreError::NoSuchStored(location.display().to_string()))?;
+    fn open(&self, location: &SessionRef, _cwd: Option<&str>) -> Result<Opened, StoreError> {
+        let header_id =
+            header_id_of(location).ok_or_else(|| StoreError::NoSuchStored(location.to_text()))?;
         // Read once: its cwd is checked before anything of it is used.
         let stored = self.db.read_all(header_id)?;
         self.check_cwd(&stored.cwd)?;
@@ -1669,7 +1701,7 @@ impl Backend for Postgres {
         let header_id = header.get("id").and_then(Value::as_str).unwrap_or("");
         self.check_cwd(header.get("cwd").and_then(Value::as_str).unwrap_or(""))?;
         Ok(NewSession {
-            location: location(header_id),
+            location: name(header_id),
             storage: Box::new(StoredSession::new(self.db.clone(), header_id)),
             write_now: true,
         })
@@ -1689,7 +1721,7 @@ impl Backend for Postgres {
 
     fn lease(
         &self,
-        location: &Path,
+        location: &SessionRef,
         cancel: tokio_util::sync::CancellationToken,
         unfinished: super::Unfinished,
     ) -> futures_util::future::BoxFuture<'static, Result<Option<super::Lease>, StoreError>> {
@@ -1707,7 +1739,7 @@ impl Backend for Postgres {
         })
     }
 
-    fn publish(&self, location: &Path, name: &str, payload: &Value) {
+    fn publish(&self, location: &SessionRef, name: &str, payload: &Value) {
         if let Some(header_id) = header_id_of(location) {
             self.db.publish(header_id, name, payload);
         }

@@ -1,8 +1,8 @@
 //! A small client of the daemon's socket, for compactd's own front ends that call the daemon on
-//! behalf of someone else (`compactd mcp`, `status`, `stop`, `doctor`, the CLI through the
-//! daemon): NDJSON requests, replies matched by id, events and other notifications ignored, and
-//! any server→client request (a hook nobody registered) answered "no result" so the daemon
-//! never waits on it.
+//! behalf of someone else (`compactd mcp`, `compact`, `preview`, `status`, `stop`, `doctor`):
+//! NDJSON requests, replies matched by id, events and other notifications handed to whoever
+//! asked for them ([`DaemonClient::notifications`], else dropped), and any server→client request
+//! (a hook nobody registered) answered "no result" so the daemon never waits on it.
 //!
 //! Every call has a deadline. A daemon that accepted the connection but does not answer (a
 //! stopped process: the kernel still queues connections for it; or a wedged one) must not hang
@@ -152,15 +152,32 @@ impl std::fmt::Display for Peer {
     }
 }
 
+/// A notification the daemon sent: its method (an event's name) and params.
+pub type Notification = (String, Value);
+
+/// Where notifications go, once someone asked for them.
+type Listener = Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<Notification>>>>;
+
+/// How long a client's calls wait for their answers.
+#[derive(Debug, Clone, Copy)]
+enum Deadline {
+    /// [`deadline_for`] each call's method.
+    ByMethod,
+    /// This long, every call.
+    Every(Duration),
+    /// As long as it takes.
+    None,
+}
+
 /// One connection to the daemon.
 pub struct DaemonClient {
     writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
     pending: Pending,
+    listener: Listener,
     next: AtomicU64,
     peer: Peer,
-    /// Every call's deadline, when set ([`DaemonClient::with_deadline`]); otherwise
-    /// [`deadline_for`] the method.
-    deadline: Option<Duration>,
+    /// How long each call may wait for its answer.
+    deadline: Deadline,
 }
 
 fn closed() -> Refusal {
@@ -211,7 +228,15 @@ impl DaemonClient {
 
     /// Gives every call this deadline instead of the one of its method's run mode.
     pub fn with_deadline(mut self, deadline: Duration) -> DaemonClient {
-        self.deadline = Some(deadline);
+        self.deadline = Deadline::Every(deadline);
+        self
+    }
+
+    /// Lets every call wait as long as it takes: for a daemon of this very process (a socket
+    /// pair), which cannot be stopped or wedged apart from its caller, and whose opens of a
+    /// huge file may take what they take.
+    pub fn without_deadline(mut self) -> DaemonClient {
+        self.deadline = Deadline::None;
         self
     }
 
@@ -226,13 +251,15 @@ impl DaemonClient {
         let peer = Peer::of(&stream, None);
         let (read, write) = stream.into_split();
         let pending: Pending = Arc::default();
+        let listener: Listener = Arc::default();
         let writer = Arc::new(tokio::sync::Mutex::new(write));
         let client = DaemonClient {
             writer: writer.clone(),
             pending: pending.clone(),
+            listener: listener.clone(),
             next: AtomicU64::new(1),
             peer,
-            deadline: None,
+            deadline: Deadline::ByMethod,
         };
         let (answers_tx, mut answers_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         tokio::spawn(async move {
@@ -246,6 +273,12 @@ impl DaemonClient {
                     Ok(Message::Request { id, .. }) => {
                         // A request to us: no hook is registered, so "no result".
                         let _ = answers_tx.send(response(&id, &Ok(Value::Null)));
+                        continue;
+                    }
+                    Ok(Message::Notification { method, params }) => {
+                        if let Some(tx) = listener.lock().as_ref() {
+                            let _ = tx.send((method, params.unwrap_or(Value::Null)));
+                        }
                         continue;
                     }
                     _ => continue,
@@ -280,10 +313,23 @@ impl DaemonClient {
         client
     }
 
+    /// The notifications (events) the daemon sends from now on, in order; a second call takes
+    /// them over from the first.
+    pub fn notifications(&self) -> tokio::sync::mpsc::UnboundedReceiver<Notification> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        *self.listener.lock() = Some(tx);
+        rx
+    }
+
     /// Calls `method` with `params`; the result, or the daemon's error reply, or a
     /// [`TIMEOUT_KIND`] error once the call's deadline passed with no answer.
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, Refusal> {
-        let deadline = self.deadline.unwrap_or_else(|| deadline_for(method));
+        let deadline = match self.deadline {
+            Deadline::ByMethod => deadline_for(method),
+            Deadline::Every(d) => d,
+            // Far enough that it never comes (tokio saturates a deadline past its clock).
+            Deadline::None => Duration::MAX,
+        };
         let id = self.next.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = oneshot::channel();
         let line = Outgoing::Request {

@@ -32,7 +32,6 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use compactd::compaction::prepare_compaction;
 use compactd::compaction::prompts::TURN_PREFIX_PROMPT;
 use compactd::compaction::tokens::{estimate_context_tokens, should_compact, MessageFacts};
-use compactd::compactor::{compact_file, ignore_retries, SummaryEngine};
 use compactd::context::{build_session_context, context_entries, convert_to_llm};
 use compactd::report::estimate_json;
 use compactd::summarizer::{Api, LlmClient, ModelSpec};
@@ -739,38 +738,31 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
         .iter()
         .map(|r| r["kind"].as_str().unwrap_or("history").to_owned())
         .collect();
-    let model = fake_model(protocol, fake.port);
-    let engine = SummaryEngine::Llm {
-        client: client_for(&model),
-        model,
-        retry: compactd::summarizer::RetrySettings {
-            enabled: false,
-            ..Default::default()
-        },
-        // Pi parity: Pi sends the transcript as is (redaction is compactd's own addition).
-        redaction: compactd::summarizer::redact::RedactionConfig::disabled(),
-        fallback_extractive: false,
-    };
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("session.jsonl");
     std::fs::copy(dir.join("session.jsonl"), &file).expect("copy");
     let settings = settings_of(expected);
     let custom = expected["inputs"]["customInstructions"].as_str();
+    // The daemon's own path, in this process: `compact` on the session, summarized by the
+    // fixtures' model on the fake, with every addition beyond Pi that would change what is
+    // written turned off (the recall footer, speculation, redaction).
+    let config = fake_config(protocol, fake.port);
+    let open = match compactd::cli::via_daemon::in_process(config, &file).await {
+        Ok(open) => open,
+        Err(r) => return vec![format!("openSession: {r}")],
+    };
     // What Pi's own load leaves on disk (newline repair, migration rewrite): the baseline a
     // failed compaction must leave untouched.
-    let baseline = {
-        compactd::store::load(&file, true).expect("load");
-        std::fs::read(&file).expect("read")
-    };
-    let outcome = compact_file(
-        &file,
-        &settings,
-        &engine,
-        custom,
-        &CancellationToken::new(),
-        &ignore_retries,
-    )
-    .await;
+    let baseline = std::fs::read(&file).expect("read");
+    if let Err(r) = open
+        .call("setSettingsOverrides", super::compact::pi_exact(&settings))
+        .await
+    {
+        return vec![format!("setSettingsOverrides: {r}")];
+    }
+    let outcome = open
+        .call("compact", json!({ "customInstructions": custom }))
+        .await;
     let mut f = Vec::new();
     // A split turn's two calls are sent at once and arrive in either order: each recorded
     // request is compared with the first received one of its kind.
@@ -890,8 +882,8 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     };
     match (&outcome, exp_error) {
         (Err(e), Some(want)) => {
-            if e.to_string() != want {
-                f.push(format!("error: got {e} expected {want}"));
+            if e.message != want {
+                f.push(format!("error: got {} expected {want}", e.message));
             }
             if std::fs::read(&file).ok() != Some(baseline) {
                 f.push("a failed compaction changed the session file".into());
@@ -909,6 +901,7 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
         (Ok(_), None) => {}
     }
     let Ok(done) = outcome else { return f };
+    let mut entry_written = super::compact::last_line(&std::fs::read(&file).expect("read back"));
     // Reload from disk, as Pi would, and map migrated ids back to the oracle's.
     let bytes = std::fs::read(&file).expect("read back");
     let compactd::session::ReadOutcome::Session(parsed) = compactd::session::read_session(&bytes)
@@ -926,9 +919,8 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
             }
         }
     }
-    let mut result = serde_json::to_value(&done.result).expect("result serializes");
+    let mut result = done;
     rename_strings(&mut result, &ids);
-    let result = &result;
     let want_summary = if primary {
         &exp["result"]["summary"]
     } else {
@@ -940,6 +932,14 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     if !primary {
         return f;
     }
+    // Beyond Pi, the daemon names the summarizer in `details.summarizer` (Pi reads only the
+    // file lists of `details`); everything else is Pi's.
+    for v in [&mut result, &mut entry_written] {
+        if let Some(d) = v["details"].as_object_mut() {
+            d.remove("summarizer");
+        }
+    }
+    let result = &result;
     for k in ["firstKeptEntryId", "tokensBefore", "details"] {
         if let Some(d) = first_diff(&result[k], &exp["result"][k], &format!("result.{k}")) {
             f.push(d);
@@ -968,7 +968,7 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
         ));
     }
     // --- the entry, as written ---
-    let mut entry = done.entry.clone();
+    let mut entry = entry_written.clone();
     let mut want_entry = exp["entry"].clone();
     for e in [&mut entry, &mut want_entry] {
         if let Some(o) = e.as_object_mut() {
@@ -986,8 +986,7 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
         .last()
         .and_then(|e| e.id_owned())
         .unwrap_or_default();
-    let keys: Vec<&String> = done
-        .entry
+    let keys: Vec<&String> = entry_written
         .as_object()
         .map(|o| o.keys().collect())
         .unwrap_or_default();
@@ -1079,4 +1078,11 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
         f.push("prepareAfterIsNull differs".into());
     }
     f
+}
+
+/// A daemon configuration whose summarizer is the fixtures' model for `protocol` on the fake at
+/// `port`, sent as Pi sends it: no retries (the fake's replies are a script), no redaction
+/// (Pi sends the transcript as is; redaction is compactd's own addition).
+pub fn fake_config(protocol: Protocol, port: u16) -> compactd::config::Config {
+    super::compact::config_for(&fake_model(protocol, port), false)
 }

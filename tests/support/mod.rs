@@ -2,6 +2,7 @@
 //! missing), comparing JSON with useful diffs, the fake provider and the RPC client.
 #![allow(dead_code)]
 
+pub mod compact;
 pub mod daemon_env;
 pub mod fake_llm;
 pub mod oracle;

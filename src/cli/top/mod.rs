@@ -53,24 +53,19 @@ pub fn run(socket: &Path, once: bool) -> i32 {
     run_live(socket.to_owned())
 }
 
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-}
-
 /// `--once`: one snapshot, printed as plain columns.
 fn run_once(socket: &Path) -> i32 {
-    let rt = match runtime() {
-        Ok(rt) => rt,
+    let snapshot = super::runtime::block_on(
+        super::runtime::Shape::Client,
+        client::snapshot(socket, ONCE_TIMEOUT),
+    );
+    let list = match snapshot {
+        Ok(Ok(v)) => v,
         Err(e) => {
-            crate::print_err!("cannot start the async runtime: {e}");
+            crate::print_err!("{e}");
             return EXIT_FAILED;
         }
-    };
-    let list = match rt.block_on(client::snapshot(socket, ONCE_TIMEOUT)) {
-        Ok(v) => v,
-        Err(e) => {
+        Ok(Err(e)) => {
             crate::print_err!(
                 "cannot reach the daemon at {}: {e} (is `compactd serve` running?)",
                 socket.display()
@@ -94,10 +89,10 @@ fn run_live(socket: PathBuf) -> i32 {
     let (commands, receiver) = tokio::sync::mpsc::channel(client::COMMAND_QUEUE);
     let stop = CancellationToken::new();
     let label = socket.display().to_string();
-    let rt = match runtime() {
+    let rt = match super::runtime::build(super::runtime::Shape::Client) {
         Ok(rt) => rt,
         Err(e) => {
-            crate::print_err!("cannot start the async runtime: {e}");
+            crate::print_err!("{e}");
             return EXIT_FAILED;
         }
     };

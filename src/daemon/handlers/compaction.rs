@@ -32,13 +32,13 @@ pub fn should_compact(ctx: &Ctx, p: ShouldCompactParams) -> Result<ShouldCompact
             let all = ctx.daemon.session_settings(&session);
             let s = all.compaction;
             let state = session.lock_state();
-            let window = state
-                .model
-                .as_ref()
-                .map(|m| m.context_window)
-                .ok_or_else(|| {
-                    RpcError::new(ErrorKind::NoModel, "No model selected for this session")
-                })?;
+            if state.model.is_none() {
+                return Err(RpcError::new(
+                    ErrorKind::NoModel,
+                    "No model selected for this session",
+                ));
+            }
+            let window = state.context_window().unwrap_or(0);
             (
                 ctx.daemon.estimate(&state, &all).tokens,
                 p.context_window.unwrap_or(window),

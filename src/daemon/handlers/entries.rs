@@ -285,12 +285,7 @@ pub fn get_context_usage(ctx: &Ctx, p: SessionParams) -> Result<ContextUsage, Rp
         applied: settings.calibrated_estimates
             && learned.samples >= crate::accounting::calibration::MIN_SAMPLES,
     });
-    let Some(window) = state
-        .model
-        .as_ref()
-        .map(|m| m.context_window)
-        .filter(|w| *w > 0)
-    else {
+    let Some(window) = state.context_window() else {
         return Ok(None);
     };
     // After a compaction, the size is unknown until a valid post-compaction usage exists.

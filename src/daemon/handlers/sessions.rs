@@ -33,7 +33,7 @@ pub fn info(daemon: &Daemon, session: &Session) -> SessionInfo {
     let state = session.lock_state();
     SessionInfo {
         session_id: session.id.clone(),
-        path: session.path.to_string_lossy().into_owned(),
+        path: session.location.to_text(),
         header_id: state
             .tree
             .header
@@ -73,11 +73,7 @@ fn status(daemon: &Daemon, session: &Session) -> SessionInfo {
         // After a compaction, until a reply reports usage, Pi's estimate still counts the
         // pre-compaction usage of the kept messages: the messages' own estimates say more.
         out.context_tokens = Some(daemon.context_tokens(&state, &settings));
-        out.threshold = state
-            .model
-            .as_ref()
-            .filter(|m| m.context_window > 0)
-            .map(|m| crate::compaction::tokens::threshold(m.context_window, &settings.compaction));
+        out.threshold = state.threshold(&settings.compaction);
         out.auto_compaction = Some(if !settings.compaction.enabled {
             AutoCompaction::Off
         } else if state.thrash.paused_under(&settings.merged) {
@@ -205,7 +201,7 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcE
                 seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
                 Ok(state)
             }
-            Opened::Missing { .. } => Err(store_error(StoreError::NotFound(location.clone()))),
+            Opened::Missing { .. } => Err(store_error(StoreError::not_found(&location))),
         }
     })?;
     if !created {

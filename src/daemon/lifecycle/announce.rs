@@ -181,7 +181,7 @@ pub(super) fn log_compaction(
     match outcome {
         Ok((r, speculative)) => tracing::info!(
             session = %session.id,
-            path = %session.path.display(),
+            path = %session.location,
             reason,
             tokens_before = r.tokens_before.round() as u64,
             tokens_after = r.estimated_tokens_after,
@@ -192,7 +192,7 @@ pub(super) fn log_compaction(
         ),
         Err(f) if f.is_refusal() => tracing::info!(
             session = %session.id,
-            path = %session.path.display(),
+            path = %session.location,
             reason,
             summarizer,
             duration_ms = ms,
@@ -205,7 +205,7 @@ pub(super) fn log_compaction(
         ),
         Err(f) => tracing::warn!(
             session = %session.id,
-            path = %session.path.display(),
+            path = %session.location,
             reason,
             summarizer,
             duration_ms = ms,

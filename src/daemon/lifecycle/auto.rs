@@ -153,7 +153,7 @@ async fn check_message(
                 msg.get("provider").and_then(Value::as_str) == Some(m.provider.as_str())
                     && msg.get("model").and_then(Value::as_str) == Some(m.id.as_str())
             }),
-            window: model.map_or(0, |m| m.context_window),
+            window: state.context_window().unwrap_or(0),
             model_max_tokens: model.map_or(0, |m| m.max_tokens),
             overflow_recovery_attempted: state.overflow_recovery_attempted,
             // Beyond Pi: usage reported before a clearing pass counted outputs the projection
@@ -250,7 +250,7 @@ async fn check_model_switch(
             return None;
         }
         (
-            state.model.as_ref().map_or(0, |m| m.context_window),
+            state.context_window().unwrap_or(0),
             daemon.estimate(&state, settings).tokens,
         )
     };
@@ -320,12 +320,9 @@ async fn check_phase(
         Phase::MidRun => {
             let (model_window, estimate) = {
                 let state = session.lock_state();
-                (
-                    state.model.as_ref().map(|m| m.context_window),
-                    daemon.estimate(&state, settings),
-                )
+                (state.context_window(), daemon.estimate(&state, settings))
             };
-            let Some(window) = model_window.filter(|w| *w > 0) else {
+            let Some(window) = model_window else {
                 return CheckCompactionResult::default();
             };
             if crate::compaction::tokens::should_compact(
@@ -376,12 +373,7 @@ fn idle(daemon: &Daemon, session: &Session, settings: &EffectiveSettings, reply:
         return false;
     }
     let state = session.lock_state();
-    let Some(window) = state
-        .model
-        .as_ref()
-        .map(|m| m.context_window)
-        .filter(|w| *w > 0)
-    else {
+    let Some(window) = state.context_window() else {
         return false;
     };
     let threshold = crate::compaction::tokens::threshold(window, &settings.compaction);

@@ -201,9 +201,5 @@ pub fn summary_due(daemon: &Daemon, session: &Session, settings: &EffectiveSetti
 
 /// `contextWindow − reserveTokens`, when the session has a model with a window.
 fn threshold(state: &SessionState, settings: &EffectiveSettings) -> Option<f64> {
-    let window = state.model.as_ref()?.context_window;
-    (window > 0).then_some(crate::compaction::tokens::threshold(
-        window,
-        &settings.compaction,
-    ))
+    state.threshold(&settings.compaction)
 }

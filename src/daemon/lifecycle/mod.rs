@@ -25,6 +25,7 @@ mod auto;
 pub mod clearing;
 pub mod finish;
 mod hooks;
+mod prepare;
 mod runner;
 pub mod speculation;
 mod summarize;
@@ -95,11 +96,18 @@ mod tests {
         *daemon.global_overrides.lock() =
             Some(json!({"enabled": true, "reserveTokens": 16384, "keepRecentTokens": 20000}));
         let (conn, _events) = daemon.connect();
+        let location = daemon
+            .storage
+            .locate(crate::store::Address {
+                path: path.to_str(),
+                header_id: None,
+            })
+            .expect("a temporary file is allowed");
         let (session, _) = daemon
-            .open_or_insert(&path, &conn, || {
+            .open_or_insert(&location, &conn, || {
                 let crate::store::Opened::Loaded { storage, tree } = daemon
                     .storage
-                    .open(&path, None)
+                    .open(&location, None)
                     .map_err(super::super::session::store_error)?
                 else {
                     panic!("the copy exists");

@@ -18,12 +18,11 @@ use super::super::settings::EffectiveSettings;
 use super::super::{Daemon, Session};
 use super::announce::{self, Ended, RetryEvents};
 use super::finish::{self, Anchor, Finished, Written};
+use super::prepare;
 use super::speculation::{self, DiscardReason};
 use super::summarize::{self, Hooks, Request, Summarized};
 use super::CompactionFailure;
-use crate::compaction::prepare::{
-    prepare_branch, NothingToCompact, NothingToCompactDetail, Preparation,
-};
+use crate::compaction::prepare::Preparation;
 use crate::rpc::errors::RpcError;
 use crate::rpc::events::Reason;
 use crate::rpc::results::CompactionResult;
@@ -35,18 +34,14 @@ use crate::session::Entry;
 pub(super) struct Snapshot {
     pub path: Vec<Arc<Entry>>,
     /// The preparation, or Pi's refusal with (beyond Pi) its explanation.
-    pub prep: Result<Preparation, (NothingToCompact, Box<NothingToCompactDetail>)>,
+    pub prep: Result<Preparation, prepare::Refusal>,
     pub thinking_level: String,
     pub leaf_id: Option<String>,
 }
 
 pub(super) fn snapshot(session: &Session, settings: &EffectiveSettings) -> Snapshot {
     let state = session.lock_state();
-    let view = state.view();
-    let prep = prepare_branch(&view, &state.index, &settings.compaction).map_err(|n| {
-        let detail = n.detail(&view, &state.index, &settings.compaction);
-        (n, Box::new(detail))
-    });
+    let prep = prepare::of_branch(&state, &settings.compaction);
     Snapshot {
         path: state.branch.iter().map(|&i| state.tree.shared(i)).collect(),
         prep,
@@ -55,31 +50,11 @@ pub(super) fn snapshot(session: &Session, settings: &EffectiveSettings) -> Snaps
     }
 }
 
-/// The preparation to summarize from. Beyond Pi: a previous summary goes to the summarizer (and
-/// hooks) without compactd's `## Pinned` section, which compactd puts back itself afterwards, so
-/// the model never sees or rewrites the pins.
-pub(super) fn prepare(snap: &Snapshot) -> Result<Preparation, CompactionFailure> {
-    let mut prep = snap
-        .prep
+/// The snapshot's preparation to summarize from, or Pi's refusal.
+fn prepared(snap: &Snapshot) -> Result<Preparation, CompactionFailure> {
+    snap.prep
         .clone()
-        .map_err(|(n, detail)| CompactionFailure::Nothing(n, detail))?;
-    strip_pins(&mut prep);
-    Ok(prep)
-}
-
-/// Takes compactd's own additions out of a preparation's previous summary: the `## Pinned`
-/// section and the recall footer, which compactd puts back itself afterwards, so the model
-/// never sees or rewrites them and footers never pile up.
-pub(super) fn strip_pins(prep: &mut Preparation) {
-    if let Some(prev) = prep.plan.previous_summary.as_mut() {
-        if prev.contains(super::super::pins::HEADING) {
-            *prev = super::super::pins::strip_section(prev);
-        }
-        let body = crate::compaction::recall::strip_recall_footer(prev);
-        if body.len() != prev.len() {
-            *prev = body.to_owned();
-        }
-    }
+        .map_err(|(n, detail)| CompactionFailure::Nothing(n, detail))
 }
 
 /// Why and how a compaction runs.
@@ -206,14 +181,9 @@ async fn run_job(
 impl Run<'_> {
     /// The session's threshold (`contextWindow − reserveTokens`), when it has a model.
     fn threshold(&self) -> Option<f64> {
-        let window = self
-            .session
-            .state
-            .lock()
-            .model
-            .as_ref()
-            .map_or(0, |m| m.context_window);
-        (window > 0).then_some(window as f64 - self.settings.compaction.reserve_tokens as f64)
+        self.session
+            .lock_state()
+            .threshold(&self.settings.compaction)
     }
 
     /// The one summarization step for `prep` (see `summarize`), with the job's instructions
@@ -279,7 +249,7 @@ impl Run<'_> {
             Some(s) => s,
             None => snapshot(self.session, self.settings),
         };
-        let prep = prepare(&snap)?;
+        let prep = prepared(&snap)?;
         let hooks = Hooks::Ask {
             asked: &[],
             speculative: false,
@@ -365,8 +335,7 @@ impl Run<'_> {
             None
         };
         let (outcome, prep) = match on_top {
-            Some(mut prep) => {
-                strip_pins(&mut prep);
+            Some(prep) => {
                 tracing::info!(
                     session = %self.session.id,
                     "the speculative summary alone would leave the context over the threshold; updating it on top"

@@ -27,12 +27,13 @@ use tokio_util::sync::CancellationToken;
 use super::super::session::SessionState;
 use super::super::settings::EffectiveSettings;
 use super::super::speculation_lead::{self, Growth};
+use super::super::spend::Wasted;
 use super::super::{Daemon, Session};
 use super::finish;
 use super::summarize::{self, Hooks, Request, Stopped};
 use super::CompactionFailure;
 use crate::accounting::Cost;
-use crate::compaction::prepare::{plan_compaction, prepare_branch, prepare_on_top, Preparation};
+use crate::compaction::prepare::{plan_compaction, Preparation};
 use crate::compaction::summary::{compaction_entry, CompactionOutcome};
 use crate::compactor::SummaryEngine;
 use crate::config::EngineKey;
@@ -111,23 +112,6 @@ struct Speculation {
     /// Cancelled when it is ready or discarded (what a waiting compaction waits on).
     done: CancellationToken,
     ready: Option<Ready>,
-}
-
-/// The summarization spend of speculations that were discarded (beyond Pi: reported so the cost
-/// of speculating is visible).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Wasted {
-    pub speculations: u64,
-    pub cost: Cost,
-}
-
-impl Default for Wasted {
-    fn default() -> Self {
-        Wasted {
-            speculations: 0,
-            cost: Cost::FREE,
-        }
-    }
 }
 
 /// A session's speculation slot.
@@ -285,12 +269,7 @@ pub fn consider(daemon: &Arc<Daemon>, session: &Arc<Session>, settings: &Effecti
     let mut stale = None;
     let started = {
         let state = session.lock_state();
-        let Some(window) = state
-            .model
-            .as_ref()
-            .map(|m| m.context_window)
-            .filter(|w| *w > 0)
-        else {
+        let Some(window) = state.context_window() else {
             return;
         };
         // Aimed at where the summary will come (with clearing on, `summarizeAt` of the
@@ -392,9 +371,7 @@ fn start_locked(
     settings: &EffectiveSettings,
     turn: usize,
 ) -> Option<Started> {
-    let view = state.view();
-    let mut prep = prepare_branch(&view, &state.index, &settings.compaction).ok()?;
-    super::runner::strip_pins(&mut prep);
+    let prep = super::prepare::of_branch(state, &settings.compaction).ok()?;
     let first_kept = prep.first_kept_entry_id.clone();
     let covers_through = state
         .branch
@@ -601,7 +578,7 @@ pub(super) fn on_top(
         &c.outcome,
     ));
     let refs: Vec<&Entry> = path.iter().map(|e| &**e).collect();
-    prepare_on_top(&refs, at, &virtual_entry, settings).ok()
+    super::prepare::on_top(&refs, at, &virtual_entry, settings)
 }
 
 /// The speculation a compaction due now installs: the ready one when it is still valid, after

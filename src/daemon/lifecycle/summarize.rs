@@ -93,9 +93,6 @@ fn summarizer_failure(e: CompactError) -> CompactionFailure {
         CompactError::Summarization(m) => {
             CompactionFailure::Error(ErrorKind::SummarizationFailed, m)
         }
-        e @ (CompactError::Store(_) | CompactError::ChangedMeanwhile(_)) => {
-            CompactionFailure::Error(ErrorKind::Io, e.to_string())
-        }
     }
 }
 

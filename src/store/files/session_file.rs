@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::backend::{Rebase, SessionStorage};
 use super::{
-    io_err, load_with, read_tail, try_lock, FileLines, FileStamp, Limits, StoreError, Tail,
-    TORN_LINE_SETTLE,
+    confined, load_with, read_tail, try_lock, FileLines, FileStamp, Limits, Tail, TORN_LINE_SETTLE,
 };
+use crate::store::backend::{Rebase, SessionStorage};
+use crate::store::{io_err, SessionRef, StoreError};
 use serde_json::Value;
 
 use crate::session::{Entry, SessionTree};
@@ -29,6 +29,8 @@ const BUSY_AFTER: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct SessionFile {
     path: PathBuf,
+    /// `path` as the session's name.
+    name: SessionRef,
     limits: Limits,
     /// What compactd last read or wrote of the file (`None` until it exists).
     stamp: Option<FileStamp>,
@@ -45,6 +47,7 @@ impl SessionFile {
     /// A file that does not exist yet (a deferred session), or one about to be adopted.
     pub fn new(path: PathBuf, limits: Limits) -> SessionFile {
         SessionFile {
+            name: SessionRef::at(&path),
             path,
             limits,
             stamp: None,
@@ -101,24 +104,24 @@ impl SessionFile {
     /// The storage error of a refused append: the file at the path is no longer the one last
     /// seen (`file_changed`, and later writes are refused until a reopen), or the write failed
     /// and was taken back (`io`, naming the errno, e.g. ENOSPC).
-    fn append_error(&mut self, e: crate::confined::AppendError) -> StoreError {
+    fn append_error(&mut self, e: confined::AppendError) -> StoreError {
         match e {
-            crate::confined::AppendError::Replaced => {
+            confined::AppendError::Replaced => {
                 self.changed = true;
                 StoreError::Changed(self.path.clone())
             }
-            crate::confined::AppendError::Io(e) => StoreError::Write(format!(
+            confined::AppendError::Io(e) => StoreError::Write(format!(
                 "Could not append to {}: {}; nothing was written",
                 self.path.display(),
-                crate::confined::describe(&e)
+                confined::describe(&e)
             )),
         }
     }
 }
 
 impl SessionStorage for SessionFile {
-    fn location(&self) -> &Path {
-        &self.path
+    fn location(&self) -> &SessionRef {
+        &self.name
     }
 
     /// Complete lines another writer appended are handed over at once. A partial last line may
@@ -156,7 +159,7 @@ impl SessionStorage for SessionFile {
                 return Ok(());
             }
             if last_partial == Some(partial) {
-                let after = crate::confined::append_line(&self.path, b"", false, Some(&stamp))
+                let after = confined::append_line(&self.path, b"", false, Some(&stamp))
                     .map_err(|e| self.append_error(e))?;
                 stamp.len += partial as u64 + 1;
                 if (after.dev, after.ino, after.len) != (stamp.dev, stamp.ino, stamp.len) {
@@ -193,12 +196,11 @@ impl SessionStorage for SessionFile {
         let sync = self.limits.durability.syncs_entry(entry.kind);
         let before = self.stamp.map_or(0, |s| s.len);
         // Written through a descriptor checked against the stamp (same device and inode), found
-        // without following a link: see `crate::confined`.
+        // without following a link: see `super::confined`.
         let stamp = self.stamp;
-        let after = crate::cpu::blocking(|| {
-            crate::confined::append_line(&self.path, line, sync, stamp.as_ref())
-        })
-        .map_err(|e| self.append_error(e))?;
+        let after =
+            crate::cpu::blocking(|| confined::append_line(&self.path, line, sync, stamp.as_ref()))
+                .map_err(|e| self.append_error(e))?;
         let expected = before + line.len() as u64 + 1;
         self.stamp = Some(FileStamp {
             len: if after.len == expected {
@@ -229,14 +231,15 @@ impl SessionStorage for SessionFile {
         let sync = self.limits.durability.syncs_new_file();
         // Directories made and the file created without following a link (the checked path may
         // have been redirected since `createSession`); a file not written whole is removed.
-        let f = crate::cpu::blocking(|| crate::confined::create_new(&path, &text, sync, 0o666))
-            .map_err(|e| {
+        let f = crate::cpu::blocking(|| confined::create_new(&path, &text, sync, 0o666)).map_err(
+            |e| {
                 StoreError::Write(format!(
                     "cannot create {}: {}; nothing was written",
                     path.display(),
-                    crate::confined::describe(&e)
+                    confined::describe(&e)
                 ))
-            })?;
+            },
+        )?;
         self.stamp = Some(FileStamp {
             len: text.len() as u64,
             ..FileStamp::of_file(&f).map_err(io_err(&self.path))?

@@ -58,7 +58,7 @@ impl FileLines {
             let Some(at) = start.checked_add(buf.len() as u64) else {
                 break;
             };
-            match super::read_at_into(&self.file, &mut buf, want, at) {
+            match super::read::read_at_into(&self.file, &mut buf, want, at) {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}

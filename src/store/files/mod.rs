@@ -2,6 +2,12 @@
 //! addressed by path, confined to the allowed roots, each held under the shared lock while a
 //! daemon has it open. No other daemon shares a file session, so there is no lease to take and
 //! no event to carry between daemons.
+//!
+//! Its parts: [`read`] (regular files only, up to a size limit, large files read in parallel
+//! pieces, other writers' appends read incrementally), [`write`] (the migration rewrite, appended
+//! lines, the shared lock), [`confined`] (no walk follows a link; what compactd last saw of a file,
+//! [`FileStamp`]), [`SessionFile`] (one open session's file) and [`FileLines`] (entries' lines read
+//! back on demand).
 
 use std::path::{Path, PathBuf};
 
@@ -9,12 +15,49 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::backend::{Address, Backend, Deliver, Lease, NewSession, Opened, StoredSummary};
-use super::{absolute_param as absolute, load_with, try_lock, Limits, SessionFile, StoreError};
+use super::backend::{
+    Address, Backend, Deliver, Health, Lease, NewSession, Opened, StoredSummary, Verdict,
+};
+use super::{absolute_param, SessionRef, StoreError};
 use crate::session::SessionTree;
+
+pub mod confined;
+mod lines;
+mod open;
+mod read;
+mod session_file;
+mod write;
+
+pub use confined::FileStamp;
+pub use lines::FileLines;
+pub use open::open_regular;
+pub use read::{
+    absolute, load, load_facts, load_with, read_tail, LoadReport, Tail, TORN_LINE_SETTLE,
+};
+pub use session_file::SessionFile;
+pub use write::{append_raw, rewrite, try_lock};
 
 const FILES_NOT_STORED: &str = "headerId addresses a session in a shared store, and this daemon keeps sessions in files ([storage] backend = \"files\"): open one by path";
 const NOT_A_STORE: &str = "sessions are kept in files ([storage] backend = \"files\"); listing, exporting and importing stored sessions need a shared store: set [storage] backend = \"postgres\" in the config file, with the database in storage.postgres_url or COMPACTD_POSTGRES_URL (the variable alone does not select PostgreSQL)";
+
+/// The storage limits and guarantees in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_bytes: u64,
+    pub durability: super::Durability,
+}
+
+/// Default largest session file compactd reads (2 GiB).
+pub const DEFAULT_MAX_BYTES: u64 = 2 << 30;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bytes: DEFAULT_MAX_BYTES,
+            durability: super::Durability::default(),
+        }
+    }
+}
 
 /// The allowed roots, resolved at each check (a root made after start-up counts).
 pub type Roots = Box<dyn Fn() -> Vec<PathBuf> + Send + Sync>;
@@ -45,16 +88,6 @@ impl Files {
         }
     }
 
-    /// Session files anywhere, at the default limits, new sessions in Pi's default directory:
-    /// for a caller without a configuration (the library's `compactor::compact_file`).
-    pub fn unconfined() -> Files {
-        Files::new(
-            Limits::default(),
-            Box::new(|| vec![PathBuf::from("/")]),
-            PathBuf::from("/"),
-        )
-    }
-
     /// Refuses a session path outside the configured roots, before anything is read or
     /// created. The nearest existing ancestor is resolved (links cannot lead outside the
     /// roots), and `..` through directories that do not exist yet is taken as the kernel will
@@ -77,7 +110,7 @@ impl Files {
         });
         let header = crate::session::new_header(&cwd);
         let line = crate::json::stringify(&header);
-        let stamp = super::append_raw(
+        let stamp = append_raw(
             path,
             line.as_bytes(),
             self.limits.durability.syncs_new_file(),
@@ -94,7 +127,7 @@ impl Files {
 /// nearest existing ancestor resolved (links cannot lead outside the roots), and `..` through
 /// directories that do not exist yet taken as the kernel will once they do.
 pub fn check_roots(roots: &[PathBuf], path: &Path, what: &str) -> Result<(), StoreError> {
-    let resolved = crate::confined::resolve(path);
+    let resolved = confined::resolve(path);
     if path.is_absolute() && roots.iter().any(|r| resolved.starts_with(r)) {
         return Ok(());
     }
@@ -106,18 +139,38 @@ pub fn check_roots(roots: &[PathBuf], path: &Path, what: &str) -> Result<(), Sto
     )))
 }
 
-/// `--<cwd>--`: the directory name of Pi's default session directory for `cwd`.
-pub fn encoded_cwd(cwd: &str) -> String {
-    let trimmed = cwd.strip_prefix(['/', '\\']).unwrap_or(cwd);
-    format!("--{}--", trimmed.replace(['/', '\\', ':'], "-"))
-}
-
 impl Backend for Files {
     fn check(&self) -> Result<(), StoreError> {
         Ok(())
     }
 
-    fn locate(&self, address: Address<'_>) -> Result<PathBuf, StoreError> {
+    fn describe(&self) -> String {
+        self.sessions_dir.display().to_string()
+    }
+
+    fn health(&self) -> Health {
+        let roots: Vec<String> = (self.roots)()
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect();
+        let text = format!("session files (allowed roots: {})", roots.join(", "));
+        let env = super::POSTGRES_URL_ENV;
+        match std::env::var(env).is_ok_and(|v| !v.is_empty()) {
+            // Set for a shared store, but the configuration still names files.
+            true => Health {
+                verdict: Verdict::Note,
+                text: format!("{text}; {env} is set but unused: PostgreSQL also needs [storage] backend = \"postgres\""),
+                fix: None,
+            },
+            false => Health {
+                verdict: Verdict::Ok,
+                text,
+                fix: None,
+            },
+        }
+    }
+
+    fn locate(&self, address: Address<'_>) -> Result<SessionRef, StoreError> {
         let path = match (address.path, address.header_id) {
             (Some(path), None) => path,
             (_, Some(_)) => return Err(StoreError::Invalid(FILES_NOT_STORED.into())),
@@ -127,12 +180,13 @@ impl Backend for Files {
                 ))
             }
         };
-        let path = crate::confined::resolve(&absolute(path, "path")?);
+        let path = confined::resolve(&absolute_param(path, "path")?);
         self.check_allowed(&path)?;
-        Ok(path)
+        Ok(SessionRef::at(&path))
     }
 
-    fn open(&self, path: &Path, cwd: Option<&str>) -> Result<Opened, StoreError> {
+    fn open(&self, location: &SessionRef, cwd: Option<&str>) -> Result<Opened, StoreError> {
+        let path = location.as_path();
         // The shared lock convention (proto-docs/storage.md): taken before the file is read, so
         // a file another compactd process holds is refused before anything is done with it.
         let lock = match try_lock(path) {
@@ -173,15 +227,17 @@ impl Backend for Files {
     fn create(&self, header: &Value, session_dir: Option<&str>) -> Result<NewSession, StoreError> {
         let field = |key: &str| header.get(key).and_then(Value::as_str).unwrap_or("");
         let dir = match session_dir {
-            Some(d) => absolute(d, "sessionDir")?,
-            None => self.sessions_dir.join(encoded_cwd(field("cwd"))),
+            Some(d) => absolute_param(d, "sessionDir")?,
+            None => self
+                .sessions_dir
+                .join(crate::session::dir_name_of_cwd(field("cwd"))),
         };
         let ts = field("timestamp").replace([':', '.'], "-");
-        let path = crate::confined::resolve(&dir.join(format!("{ts}_{}.jsonl", field("id"))));
+        let path = confined::resolve(&dir.join(format!("{ts}_{}.jsonl", field("id"))));
         self.check_allowed(&path)?;
         Ok(NewSession {
             storage: Box::new(SessionFile::new(path.clone(), self.limits)),
-            location: path,
+            location: SessionRef::at(&path),
             write_now: false,
         })
     }
@@ -192,7 +248,7 @@ impl Backend for Files {
 
     fn lease(
         &self,
-        _location: &Path,
+        _location: &SessionRef,
         _cancel: CancellationToken,
         _unfinished: super::backend::Unfinished,
     ) -> BoxFuture<'static, Result<Option<Lease>, StoreError>> {
@@ -200,7 +256,7 @@ impl Backend for Files {
         Box::pin(async { Ok(None) })
     }
 
-    fn publish(&self, _location: &Path, _name: &str, _payload: &Value) {}
+    fn publish(&self, _location: &SessionRef, _name: &str, _payload: &Value) {}
 
     fn start_events(&self, _deliver: Deliver) {}
 

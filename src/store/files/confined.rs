@@ -19,13 +19,36 @@
 //! writer's next line to be glued onto; a new file that cannot be written whole is removed.
 
 use std::ffi::{CString, OsStr};
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::store::FileStamp;
+/// What compactd last saw of a file: its identity and the length it has read or written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub len: u64,
+}
+
+impl FileStamp {
+    /// The stamp of an open file as it is now.
+    pub fn of_file(f: &File) -> std::io::Result<FileStamp> {
+        let meta = f.metadata()?;
+        Ok(FileStamp::of(&meta, meta.len()))
+    }
+
+    pub(super) fn of(meta: &fs::Metadata, len: u64) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len,
+        }
+    }
+}
 
 /// The absolute form of `path` the daemon checks and stores: the longest existing prefix is
 /// canonicalized (its links resolved), and the components after it, which do not exist yet, are
