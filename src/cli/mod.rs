@@ -821,6 +821,9 @@ where
     F: FnOnce(std::sync::Arc<crate::daemon::Daemon>) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
+    // Every open session holds a descriptor: the common soft limit of 1024 would stop the
+    // daemon at about a thousand sessions where its hard limit allows far more.
+    let raised = crate::descriptors::raise_soft_limit();
     let workers = runtime.workers(config.storage.backend);
     let runtime = match runtime::build(runtime::Shape::Daemon { workers }) {
         Ok(r) => r,
@@ -835,6 +838,13 @@ where
     // worker, another client's worst wait during a 100 MB open and compaction was 5.4–15.9 ms
     // in six runs without it, 4.4–7.9 ms in six with it.
     drop(runtime.spawn_blocking(|| {}));
+    if let Some((before, after)) = raised {
+        tracing::debug!(
+            before,
+            after,
+            "raised the soft limit on open files to the hard limit"
+        );
+    }
     let daemon = crate::daemon::Daemon::new(config);
     // Reported once, through the log (which shows errors on stderr when it is a file; see
     // `logging::init`), with a timestamp like every other line.

@@ -1,0 +1,449 @@
+//! One daemon holding many sessions: the release `compactd serve`, started with a soft limit of
+//! 1024 open files (a desktop session's or a systemd service's default), opens small sessions
+//! (a header and two turns each) until 100, 1,000 and 10,000 are open, and at each step reports
+//! the daemon's resident memory, its open descriptors (and its soft limit, which it raises to the
+//! hard one) and the latency of `shouldCompact {sessionId}` from closed-loop clients. The
+//! 100-session figures are the baseline of the same run. Then open/close churn: the same sessions
+//! closed and opened again, round after round, with the daemon's memory and descriptors after
+//! each.
+//!
+//! Targets (issue 48): 10,000 sessions open under a soft limit of 1024, RSS at most 150 MB,
+//! `shouldCompact` p99 with all of them open within 1.5x of its p99 with 100 open, and churn
+//! without growth. Under `cargo test` (no `--bench`) a smoke version opens 60 sessions under a
+//! soft limit of 32 and fails if any request fails.
+//!
+//! `COMPACTD_BENCH_SESSIONS=100,1000,10000` sets the steps; `COMPACTD_BENCH_CHURN=N` the churn
+//! rounds (default 5).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use common::daemon::{env_dirs, model};
+use common::{ms, percentile};
+
+type Res<T> = Result<T, String>;
+
+/// The release daemon started with a soft limit of `soft` open files (the hard limit as this
+/// process has it).
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(bin: &Path, root: &Path, soft: u64) -> Res<Daemon> {
+        let env = env_dirs(root)?;
+        let socket = root.join("run/bench.sock");
+        let log = std::fs::File::create(root.join("daemon.log")).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
+            .arg("--socket")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .env("COMPACTD_LOG", "warn");
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        // SAFETY: getrlimit/setrlimit are async-signal-safe and touch no memory of the parent.
+        unsafe {
+            cmd.pre_exec(move || {
+                let mut lim = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                lim.rlim_cur = (soft as libc::rlim_t).min(lim.rlim_max);
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
+        let mut d = Daemon { child, socket };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while UnixStream::connect(&d.socket).is_err() {
+            if Instant::now() > deadline {
+                return Err("daemon did not listen within 30 s".into());
+            }
+            if let Ok(Some(status)) = d.child.try_wait() {
+                return Err(format!("daemon exited ({status})"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(d)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn rss_mb(&self) -> f64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
+    }
+
+    /// The resident size once it has settled (the reaper hands freed memory back after 5 s
+    /// without frees): three readings 500 ms apart within 1 MB, at most 15 s.
+    fn settled_rss_mb(&self) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut last = self.rss_mb();
+        let mut steady = 0;
+        while steady < 3 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            let now = self.rss_mb();
+            steady = if (now - last).abs() < 1.0 {
+                steady + 1
+            } else {
+                0
+            };
+            last = now;
+        }
+        last
+    }
+
+    fn descriptors(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map_or(0, |d| d.count())
+    }
+
+    fn soft_limit(&self) -> String {
+        let limits =
+            std::fs::read_to_string(format!("/proc/{}/limits", self.pid())).unwrap_or_default();
+        limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
+            .unwrap_or_else(|| "?".into())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One NDJSON connection that pipelines requests.
+struct Conn {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next: u64,
+    line: Vec<u8>,
+}
+
+impl Conn {
+    fn new(socket: &Path) -> Res<Conn> {
+        let s = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(120)))
+            .map_err(|e| e.to_string())?;
+        let writer = s.try_clone().map_err(|e| e.to_string())?;
+        Ok(Conn {
+            reader: BufReader::with_capacity(1 << 16, s),
+            writer,
+            next: 1,
+            line: Vec::new(),
+        })
+    }
+
+    /// Sends every request of `calls` (at most 64 unanswered at once) and returns the results
+    /// in order, or the first error.
+    fn calls(&mut self, calls: &[(&str, Value)]) -> Res<Vec<Value>> {
+        let mut out = Vec::with_capacity(calls.len());
+        for chunk in calls.chunks(64) {
+            let mut text = Vec::new();
+            for (method, params) in chunk {
+                let id = self.next;
+                self.next += 1;
+                serde_json::to_writer(
+                    &mut text,
+                    &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+                )
+                .map_err(|e| e.to_string())?;
+                text.push(b'\n');
+            }
+            self.writer
+                .write_all(&text)
+                .map_err(|e| format!("write: {e}"))?;
+            for _ in chunk {
+                let v = self.response()?;
+                if let Some(e) = v.get("error") {
+                    return Err(format!("{e}"));
+                }
+                out.push(v.get("result").cloned().unwrap_or(Value::Null));
+            }
+        }
+        Ok(out)
+    }
+
+    fn response(&mut self) -> Res<Value> {
+        loop {
+            self.line.clear();
+            let n = self
+                .reader
+                .read_until(b'\n', &mut self.line)
+                .map_err(|e| format!("read: {e}"))?;
+            if n == 0 {
+                return Err("the daemon closed the connection".into());
+            }
+            let v: Value = serde_json::from_slice(&self.line).map_err(|e| e.to_string())?;
+            if v.get("method").is_none() {
+                return Ok(v);
+            }
+        }
+    }
+}
+
+/// `n` small session files (a header and two user/assistant turns, about 1.5 KB each).
+fn write_sessions(dir: &Path, n: usize) -> Res<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let usage = json!({"input": 1200, "output": 40, "cacheRead": 0, "cacheWrite": 0,
+        "totalTokens": 1240, "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}});
+    (0..n)
+        .map(|i| {
+            let path = dir.join(format!("s{i:05}.jsonl"));
+            let mut text = json!({"type": "session", "version": 3, "id": format!("bench-{i:05}"),
+                "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"})
+            .to_string();
+            text.push('\n');
+            let mut parent = Value::Null;
+            for k in 0..4 {
+                let id = format!("{i:05}{k:03}");
+                let message = if k % 2 == 0 {
+                    json!({"role": "user", "content": format!("turn {k}: rename the config loader and add tests for it"), "timestamp": 1})
+                } else {
+                    json!({"role": "assistant", "content": [{"type": "text", "text": "Renamed load_config to Config::load; tests added in tests/config.rs."}],
+                        "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5",
+                        "usage": usage, "stopReason": "stop", "timestamp": 2})
+                };
+                text.push_str(
+                    &json!({"type": "message", "id": id, "parentId": parent,
+                        "timestamp": "2026-01-01T00:00:01.000Z", "message": message})
+                    .to_string(),
+                );
+                text.push('\n');
+                parent = Value::String(id);
+            }
+            std::fs::write(&path, text).map_err(|e| e.to_string())?;
+            Ok(path)
+        })
+        .collect()
+}
+
+/// A session a connection holds open: its file and its id.
+type Held = (PathBuf, String);
+
+/// Opens `files` spread over `conns` (their sessions stay open while the connection holds them);
+/// returns what each connection now holds.
+fn open_all(conns: &mut [Conn], files: &[PathBuf]) -> Res<Vec<Vec<Held>>> {
+    let per = files.len().div_ceil(conns.len()).max(1);
+    let mut held = Vec::new();
+    for (conn, chunk) in conns.iter_mut().zip(files.chunks(per)) {
+        let calls: Vec<(&str, Value)> = chunk
+            .iter()
+            .map(|f| ("openSession", json!({"path": f, "model": model()})))
+            .collect();
+        let opened = conn.calls(&calls)?;
+        held.push(
+            chunk
+                .iter()
+                .zip(&opened)
+                .map(|(f, o)| {
+                    let sid = o["sessionId"].as_str().unwrap_or_default().to_owned();
+                    (f.clone(), sid)
+                })
+                .collect(),
+        );
+    }
+    Ok(held)
+}
+
+/// p50 and p99 (ms) of `shouldCompact {sessionId}` from `clients` closed-loop connections, each
+/// asking about open sessions in turn, for `time`; and the rate.
+fn latency(socket: &Path, ids: &[String], clients: usize, time: Duration) -> Res<(f64, f64, f64)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let ids = Arc::new(ids.to_vec());
+    let mut threads = Vec::new();
+    for c in 0..clients {
+        let mut conn = Conn::new(socket)?;
+        let (stop, ids) = (stop.clone(), ids.clone());
+        threads.push(std::thread::spawn(move || -> Res<Vec<f64>> {
+            let mut times = Vec::new();
+            let mut i = c * 7919;
+            while !stop.load(Ordering::Relaxed) {
+                let sid = &ids[i % ids.len()];
+                i += 104_729;
+                let t = Instant::now();
+                conn.calls(&[("shouldCompact", json!({"sessionId": sid}))])?;
+                times.push(ms(t.elapsed()));
+            }
+            Ok(times)
+        }));
+    }
+    std::thread::sleep(time);
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for t in threads {
+        all.extend(t.join().map_err(|_| "a client panicked")??);
+    }
+    let n = all.len() as f64;
+    Ok((
+        percentile(&mut all, 50.0),
+        percentile(&mut all, 99.0),
+        n / time.as_secs_f64(),
+    ))
+}
+
+fn run() -> Res<()> {
+    let bench = common::is_bench();
+    let steps: Vec<usize> = if bench {
+        std::env::var("COMPACTD_BENCH_SESSIONS")
+            .ok()
+            .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+            .unwrap_or_else(|| vec![100, 1_000, 10_000])
+    } else {
+        vec![20, 60]
+    };
+    let soft = if bench { 1024 } else { 32 };
+    let rounds: usize = if bench {
+        std::env::var("COMPACTD_BENCH_CHURN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5)
+    } else {
+        2
+    };
+    let (clients, time) = if bench {
+        (8, Duration::from_secs(3))
+    } else {
+        (2, Duration::from_millis(200))
+    };
+    let bin = common::target_dir()
+        .join(if bench { "release" } else { "debug" })
+        .join("compactd");
+    let root = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let most = steps.iter().copied().max().unwrap_or(0);
+    // Under the daemon's home: its allowed roots.
+    let files = write_sessions(&root.path().join("home/sessions"), most)?;
+    let d = Daemon::start(&bin, root.path(), soft)?;
+    println!("{}", common::machine_note());
+    println!(
+        "daemon started with a soft limit of {soft} open files; its limit now: {} (pid {})",
+        d.soft_limit(),
+        d.pid()
+    );
+    let idle_rss = d.settled_rss_mb();
+    let idle_fds = d.descriptors();
+    println!("idle: RSS {idle_rss:.1} MB, {idle_fds} descriptors");
+    let mut conns: Vec<Conn> = (0..8).map(|_| Conn::new(&d.socket)).collect::<Res<_>>()?;
+    let mut open: Vec<Vec<Held>> = Vec::new();
+    let mut opened = 0usize;
+    let mut base_p99 = None;
+    println!(
+        "| sessions | open rate | RSS | per session | descriptors | per session | shouldCompact p50 | p99 | p99 ÷ at {} | rate |",
+        steps[0]
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut last = (0.0, 0.0);
+    for &n in &steps {
+        let t = Instant::now();
+        let more = open_all(&mut conns, &files[opened..n])?;
+        let open_rate = (n - opened) as f64 / t.elapsed().as_secs_f64();
+        for (i, held) in more.into_iter().enumerate() {
+            if open.len() <= i {
+                open.push(Vec::new());
+            }
+            open[i].extend(held);
+        }
+        opened = n;
+        let rss = d.settled_rss_mb();
+        let fds = d.descriptors();
+        let all: Vec<String> = open.iter().flatten().map(|(_, s)| s.clone()).collect();
+        let (p50, p99, rate) = latency(&d.socket, &all, clients, time)?;
+        let base = *base_p99.get_or_insert(p99);
+        println!(
+            "| {n} | {open_rate:.0}/s | {rss:.1} MB | {:.1} KB | {fds} | {:.2} | {p50:.3} ms | {p99:.3} ms | {:.2}x | {rate:.0}/s |",
+            (rss - idle_rss) * 1024.0 / n as f64,
+            (fds - idle_fds) as f64 / n as f64,
+            p99 / base
+        );
+        last = (rss, p99 / base);
+    }
+    println!(
+        "targets: {opened} sessions open under a soft limit of {soft} (raised to {}); RSS {:.1} MB (target <= 150 MB); p99 {:.2}x the {}-session p99 (target <= 1.5x)",
+        d.soft_limit(),
+        last.0,
+        last.1,
+        steps[0]
+    );
+
+    // Churn: a tenth of the sessions (at least one connection's worth) closed and opened again.
+    let churned = open.len().div_ceil(10).max(1);
+    let before = (d.settled_rss_mb(), d.descriptors());
+    println!(
+        "churn: {rounds} rounds of closing and reopening the sessions of {churned} of {} connections; before: RSS {:.1} MB, {} descriptors",
+        open.len(),
+        before.0,
+        before.1
+    );
+    for round in 1..=rounds {
+        for (conn, held) in conns.iter_mut().zip(open.iter_mut()).take(churned) {
+            let close: Vec<(&str, Value)> = held
+                .iter()
+                .map(|(_, s)| ("closeSession", json!({"sessionId": s})))
+                .collect();
+            conn.calls(&close)?;
+            let files: Vec<PathBuf> = held.iter().map(|(f, _)| f.clone()).collect();
+            *held = open_all(std::slice::from_mut(conn), &files)?
+                .into_iter()
+                .flatten()
+                .collect();
+        }
+        println!(
+            "  round {round}: RSS {:.1} MB, {} descriptors",
+            d.settled_rss_mb(),
+            d.descriptors()
+        );
+    }
+    let after = (d.settled_rss_mb(), d.descriptors());
+    println!(
+        "churn growth: RSS {:+.1} MB, descriptors {:+}",
+        after.0 - before.0,
+        after.1 as i64 - before.1 as i64
+    );
+    Ok(())
+}
+
+fn main() {
+    let t = Instant::now();
+    match run() {
+        Ok(()) => println!("sessions finished in {:.1} s", t.elapsed().as_secs_f64()),
+        Err(e) => {
+            eprintln!("sessions failed: {e}");
+            std::process::exit(1);
+        }
+    }
+}
