@@ -10,8 +10,8 @@
 //!
 //! A vector that grows moves to a new block and leaves the old one free in the heap, resident
 //! until the allocator hands it back. [`push`] counts those bytes (per thread: the pushes of one
-//! append happen on the thread that appends), and [`take_left_free`] tells the caller when
-//! enough are free for handing memory back to be worth waking anyone: most appends grow
+//! append happen on the thread that appends), and [`take_left_free`] hands the count to the
+//! caller, which decides when enough is free for handing memory back to be worth waking anyone: most appends grow
 //! nothing, and a small session's growth frees a few hundred bytes.
 
 use std::cell::Cell;
@@ -36,16 +36,10 @@ pub fn push<T>(v: &mut Vec<T>, x: T) {
     v.push(x);
 }
 
-/// Whether growing vectors left at least `at_least` bytes free on this thread since this last
-/// answered yes (the count then starts again).
-pub fn take_left_free(at_least: usize) -> bool {
-    LEFT_FREE.with(|n| {
-        let worth = n.get() >= at_least;
-        if worth {
-            n.set(0);
-        }
-        worth
-    })
+/// The bytes of old blocks growing vectors left free on this thread since the last call (the
+/// count then starts again).
+pub fn take_left_free() -> usize {
+    LEFT_FREE.with(|n| n.replace(0))
 }
 
 #[cfg(test)]
@@ -71,20 +65,20 @@ mod tests {
 
     #[test]
     fn the_blocks_growth_leaves_free_are_counted_until_taken() {
-        assert!(super::take_left_free(0), "nothing counted yet is 0 >= 0");
+        super::take_left_free();
         let mut small: Vec<u64> = Vec::new();
         for i in 0..64 {
             super::push(&mut small, i);
         }
-        assert!(!super::take_left_free(1), "a first block frees nothing");
+        assert_eq!(super::take_left_free(), 0, "a first block frees nothing");
         let mut big: Vec<u64> = (0..100_000).collect();
         big.shrink_to_fit();
         let before = big.as_ptr();
         super::push(&mut big, 1);
+        let freed = super::take_left_free();
         if big.as_ptr() != before {
-            assert!(!super::take_left_free(800_001), "not that many");
-            assert!(super::take_left_free(800_000), "the old block's 800 KB");
-            assert!(!super::take_left_free(1), "taken");
+            assert_eq!(freed, 800_000, "the old block's bytes");
         }
+        assert_eq!(super::take_left_free(), 0, "taken");
     }
 }
