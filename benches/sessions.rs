@@ -19,96 +19,36 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::daemon::{env_dirs, model};
+use common::daemon::{model, Daemon};
 use common::{ms, percentile};
 
 type Res<T> = Result<T, String>;
 
-/// The release daemon started with a soft limit of `soft` open files (the hard limit as this
-/// process has it).
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
+/// What the table reports of the daemon: its memory, its descriptors and its limit.
+trait Measured {
+    fn rss_mb(&self) -> f64;
+    fn settled_rss_mb(&self, idle: Duration) -> f64;
+    fn descriptors(&self) -> usize;
+    fn soft_limit(&self) -> String;
 }
 
-impl Daemon {
-    fn start(bin: &Path, root: &Path, soft: u64) -> Res<Daemon> {
-        let env = env_dirs(root)?;
-        let socket = root.join("run/bench.sock");
-        let log = std::fs::File::create(root.join("daemon.log")).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(bin);
-        cmd.arg("serve")
-            .arg("--socket")
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .env("COMPACTD_LOG", "warn");
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        // SAFETY: getrlimit/setrlimit are async-signal-safe and touch no memory of the parent.
-        unsafe {
-            cmd.pre_exec(move || {
-                let mut lim = libc::rlimit {
-                    rlim_cur: 0,
-                    rlim_max: 0,
-                };
-                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                lim.rlim_cur = (soft as libc::rlim_t).min(lim.rlim_max);
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
-        let mut d = Daemon { child, socket };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while UnixStream::connect(&d.socket).is_err() {
-            if Instant::now() > deadline {
-                return Err("daemon did not listen within 30 s".into());
-            }
-            if let Ok(Some(status)) = d.child.try_wait() {
-                return Err(format!("daemon exited ({status})"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(d)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
+impl Measured for Daemon {
     fn rss_mb(&self) -> f64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
+        self.rss_kb().0 as f64 / 1024.0
     }
 
-    /// The resident size once it has settled (the reaper hands freed memory back after 5 s
-    /// without frees): three readings 500 ms apart within 1 MB, at most 15 s.
-    fn settled_rss_mb(&self) -> f64 {
+    /// The resident size once it has settled: after `idle` (the reaper hands freed memory
+    /// back once nothing was freed for 5 s), three readings 500 ms apart within 1 MB, at most
+    /// 15 s more.
+    fn settled_rss_mb(&self, idle: Duration) -> f64 {
+        std::thread::sleep(idle);
         let deadline = Instant::now() + Duration::from_secs(15);
         let mut last = self.rss_mb();
         let mut steady = 0;
@@ -126,24 +66,17 @@ impl Daemon {
     }
 
     fn descriptors(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map_or(0, |d| d.count())
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id())).map_or(0, |d| d.count())
     }
 
     fn soft_limit(&self) -> String {
-        let limits =
-            std::fs::read_to_string(format!("/proc/{}/limits", self.pid())).unwrap_or_default();
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.child.id()))
+            .unwrap_or_default();
         limits
             .lines()
             .find(|l| l.starts_with("Max open files"))
             .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
             .unwrap_or_else(|| "?".into())
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -341,6 +274,12 @@ fn run() -> Res<()> {
     } else {
         (2, Duration::from_millis(200))
     };
+    // The daemon's reaper hands freed memory back 5 s after the last free.
+    let release_wait = if bench {
+        Duration::from_secs(6)
+    } else {
+        Duration::ZERO
+    };
     let bin = common::target_dir()
         .join(if bench { "release" } else { "debug" })
         .join("compactd");
@@ -348,14 +287,14 @@ fn run() -> Res<()> {
     let most = steps.iter().copied().max().unwrap_or(0);
     // Under the daemon's home: its allowed roots.
     let files = write_sessions(&root.path().join("home/sessions"), most)?;
-    let d = Daemon::start(&bin, root.path(), soft)?;
+    let d = Daemon::start_limited(&bin, root.path(), None, Some(soft))?;
     println!("{}", common::machine_note());
     println!(
         "daemon started with a soft limit of {soft} open files; its limit now: {} (pid {})",
         d.soft_limit(),
-        d.pid()
+        d.child.id()
     );
-    let idle_rss = d.settled_rss_mb();
+    let idle_rss = d.settled_rss_mb(release_wait);
     let idle_fds = d.descriptors();
     println!("idle: RSS {idle_rss:.1} MB, {idle_fds} descriptors");
     let mut conns: Vec<Conn> = (0..8).map(|_| Conn::new(&d.socket)).collect::<Res<_>>()?;
@@ -379,7 +318,7 @@ fn run() -> Res<()> {
             open[i].extend(held);
         }
         opened = n;
-        let rss = d.settled_rss_mb();
+        let rss = d.settled_rss_mb(release_wait);
         let fds = d.descriptors();
         let all: Vec<String> = open.iter().flatten().map(|(_, s)| s.clone()).collect();
         let (p50, p99, rate) = latency(&d.socket, &all, clients, time)?;
@@ -402,7 +341,7 @@ fn run() -> Res<()> {
 
     // Churn: a tenth of the sessions (at least one connection's worth) closed and opened again.
     let churned = open.len().div_ceil(10).max(1);
-    let before = (d.settled_rss_mb(), d.descriptors());
+    let before = (d.settled_rss_mb(release_wait), d.descriptors());
     println!(
         "churn: {rounds} rounds of closing and reopening the sessions of {churned} of {} connections; before: RSS {:.1} MB, {} descriptors",
         open.len(),
@@ -424,11 +363,11 @@ fn run() -> Res<()> {
         }
         println!(
             "  round {round}: RSS {:.1} MB, {} descriptors",
-            d.settled_rss_mb(),
+            d.settled_rss_mb(release_wait),
             d.descriptors()
         );
     }
-    let after = (d.settled_rss_mb(), d.descriptors());
+    let after = (d.settled_rss_mb(release_wait), d.descriptors());
     println!(
         "churn growth: RSS {:+.1} MB, descriptors {:+}",
         after.0 - before.0,

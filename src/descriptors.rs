@@ -24,23 +24,18 @@ pub fn limits() -> Option<(u64, u64)> {
 /// Raises the soft limit on open files to the hard one. Returns the soft limit before and after
 /// when it changed. On macOS the kernel also caps it at `OPEN_MAX`, as Go does.
 pub fn raise_soft_limit() -> Option<(u64, u64)> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid `rlimit` for getrlimit(2) to write.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return None;
-    }
-    let before = lim.rlim_cur;
+    let (before, hard) = limits()?;
     #[cfg(target_os = "macos")]
-    let want = lim.rlim_max.min(libc::OPEN_MAX as libc::rlim_t);
+    let want = hard.min(libc::OPEN_MAX as libc::rlim_t);
     #[cfg(not(target_os = "macos"))]
-    let want = lim.rlim_max;
+    let want = hard;
     if want <= before {
         return None;
     }
-    lim.rlim_cur = want;
+    let lim = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: hard,
+    };
     // SAFETY: setrlimit(2) with a soft limit no higher than the hard limit just read.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
         return None;

@@ -179,80 +179,93 @@ fn connect_start_and_mcp_never_join_a_stopped_daemon() {
     }
 }
 
+/// `compactd connect` to the daemon on `socket`, its input kept open as an editor keeps it.
+struct Bridge {
+    child: Child,
+    input: std::process::ChildStdin,
+    replies: BufReader<std::process::ChildStdout>,
+}
+
+impl Bridge {
+    fn start(env: &Env, socket: &Path) -> Bridge {
+        let mut child = env
+            .command("connect")
+            .arg("--socket")
+            .arg(socket)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn connect");
+        let input = child.stdin.take().expect("stdin");
+        let replies = BufReader::new(child.stdout.take().expect("stdout"));
+        Bridge {
+            child,
+            input,
+            replies,
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        self.input.write_all(line.as_bytes()).unwrap();
+        self.input.write_all(b"\n").unwrap();
+    }
+
+    /// Sends `initialize` and asserts the daemon answered through the bridge.
+    fn initialize(&mut self, id: u64) {
+        self.send(&format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"initialize\",\"params\":{{}}}}"
+        ));
+        let mut line = String::new();
+        self.replies.read_line(&mut line).unwrap();
+        assert!(line.contains("serverName"), "bridged and answered: {line}");
+    }
+
+    /// Ends the input and waits for the bridge to exit.
+    fn finish(self, what: &str) -> Output {
+        let Bridge { child, input, .. } = self;
+        drop(input);
+        finish_within(child, GIVE_UP_WITHIN, what).0
+    }
+}
+
 #[test]
 fn connect_ends_its_bridge_when_the_daemon_it_joined_stops_answering() {
     let env = Env::new();
     let socket = env.path("run/d.sock");
     let daemon = Daemon::running(&env, &socket);
-    let mut bridge = env
-        .command("connect")
-        .arg("--socket")
-        .arg(&socket)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn connect");
-    let mut input = bridge.stdin.take().expect("stdin");
-    let mut replies = BufReader::new(bridge.stdout.take().expect("stdout"));
-    input
-        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{}}\n")
-        .unwrap();
-    let mut line = String::new();
-    replies.read_line(&mut line).unwrap();
-    assert!(line.contains("serverName"), "joined and answered: {line}");
-
+    let mut bridge = Bridge::start(&env, &socket);
+    bridge.initialize(1);
     daemon.stop();
-    input
-        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"listSessions\",\"params\":{}}\n")
-        .unwrap();
-    let (out, _) = finish_within(bridge, GIVE_UP_WITHIN, "connect's bridge");
+    bridge.send("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"listSessions\",\"params\":{}}");
+    // The input stays open: the bridge must end on its own.
+    let (out, _) = finish_within(bridge.child, GIVE_UP_WITHIN, "connect's bridge");
     names_socket_and_pid("connect's bridge", &out, &socket, daemon.pid());
-    drop(input);
 }
 
-/// A live daemon is never mistaken for a stopped one: a request that takes longer than the
-/// bridge's watch period (a compaction held by a hook) keeps the bridge open, because the
+/// A live daemon is never mistaken for a stopped one: a client that sent something and heard
+/// nothing back for longer than the bridge's watch period (here a notification nobody
+/// answers; a compaction with a slow model is the same silence) keeps its bridge, because the
 /// daemon answers the watch's probe meanwhile.
 #[test]
 fn a_slow_answer_from_a_live_daemon_keeps_the_bridge() {
     let env = Env::new();
     let socket = env.path("run/d.sock");
-    let daemon = Daemon::running(&env, &socket);
-    let mut bridge = env
-        .command("connect")
-        .arg("--socket")
-        .arg(&socket)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn connect");
-    let mut input = bridge.stdin.take().expect("stdin");
-    let mut replies = BufReader::new(bridge.stdout.take().expect("stdout"));
-    // Sends a request and then nothing for 8 s (longer than the bridge's 5 s watch): a
-    // notification nobody answers stands for a slow request.
-    input
-        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"initialized\",\"params\":{}}\n")
-        .unwrap();
+    let _daemon = Daemon::running(&env, &socket);
+    let mut bridge = Bridge::start(&env, &socket);
+    bridge.send("{\"jsonrpc\":\"2.0\",\"method\":\"initialized\",\"params\":{}}");
+    // Silence for 8 s, longer than the bridge's 5 s watch.
     std::thread::sleep(Duration::from_secs(8));
     assert!(
-        bridge.try_wait().unwrap().is_none(),
+        bridge.child.try_wait().unwrap().is_none(),
         "the bridge stays while the daemon answers its probe"
     );
-    input
-        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{}}\n")
-        .unwrap();
-    let mut line = String::new();
-    replies.read_line(&mut line).unwrap();
-    assert!(line.contains("serverName"), "still bridged: {line}");
-    drop(input);
-    let (out, _) = finish_within(bridge, GIVE_UP_WITHIN, "connect after its input ended");
+    bridge.initialize(1);
+    let out = bridge.finish("connect after its input ended");
     assert_eq!(
         out.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    drop(daemon);
 }

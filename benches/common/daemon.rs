@@ -48,6 +48,17 @@ pub fn env_dirs(root: &Path) -> Res<Vec<(&'static str, PathBuf)>> {
 
 impl Daemon {
     pub fn start(bin: &Path, root: &Path, config: Option<&str>) -> Res<Daemon> {
+        Daemon::start_limited(bin, root, config, None)
+    }
+
+    /// [`Daemon::start`] with a soft limit of `soft_open_files` open files (the hard limit as
+    /// this process has it), as a desktop session or a systemd service would start it.
+    pub fn start_limited(
+        bin: &Path,
+        root: &Path,
+        config: Option<&str>,
+        soft_open_files: Option<u64>,
+    ) -> Res<Daemon> {
         let env = env_dirs(root)?;
         if let Some(text) = config {
             let dir = root.join("config/compactd");
@@ -70,6 +81,27 @@ impl Daemon {
         }
         for (k, v) in &env {
             cmd.env(k, v);
+        }
+        if let Some(soft) = soft_open_files {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: getrlimit/setrlimit are async-signal-safe and touch no memory of the
+            // parent.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut lim = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    lim.rlim_cur = (soft as libc::rlim_t).min(lim.rlim_max);
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let child = cmd
             .spawn()

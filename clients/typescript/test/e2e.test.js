@@ -27,6 +27,17 @@ async function openSmallKeep(client, file) {
   return info;
 }
 
+/** `compactd serve --socket sock [extra]`, once its socket exists. */
+async function serve(sock, extra = []) {
+  const daemon = spawn(BIN, ['serve', '--socket', sock, ...extra], { env, stdio: ['ignore', 'ignore', 'ignore'] });
+  const deadline = Date.now() + 60000;
+  while (!fs.existsSync(sock)) {
+    if (Date.now() > deadline || daemon.exitCode !== null) throw new Error('daemon did not start');
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  return daemon;
+}
+
 describe('compactd-client', { skip: missing }, () => {
   before(() => {
     ({ tmp, env, cleanup } = scratch());
@@ -214,12 +225,7 @@ describe('compactd-client', { skip: missing }, () => {
     let sock;
     before(async () => {
       sock = path.join(tmp, 'run', 'test.sock');
-      daemon = spawn(BIN, ['serve', '--socket', sock], { env, stdio: ['ignore', 'ignore', 'ignore'] });
-      const deadline = Date.now() + 60000;
-      while (!fs.existsSync(sock)) {
-        if (Date.now() > deadline || daemon.exitCode !== null) throw new Error('daemon did not start');
-        await new Promise((r) => setTimeout(r, 25));
-      }
+      daemon = await serve(sock);
     });
     after(async () => {
       if (daemon && daemon.exitCode === null) {
@@ -269,12 +275,7 @@ describe('compactd-client', { skip: missing }, () => {
     let sock;
     before(async () => {
       sock = path.join(tmp, 'run', 'stopped.sock');
-      daemon = spawn(BIN, ['serve', '--socket', sock, '--max-frame', '300'], { env, stdio: ['ignore', 'ignore', 'ignore'] });
-      const deadline = Date.now() + 60000;
-      while (!fs.existsSync(sock)) {
-        if (Date.now() > deadline || daemon.exitCode !== null) throw new Error('daemon did not start');
-        await new Promise((r) => setTimeout(r, 25));
-      }
+      daemon = await serve(sock, ['--max-frame', '300']);
     });
     after(async () => {
       if (daemon && daemon.exitCode === null) {
