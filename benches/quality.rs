@@ -798,6 +798,7 @@ fn local_summarizer() -> Option<Config> {
             .unwrap_or(256),
         reasoning: false,
         api_key: Some("local".into()),
+        key_env: None,
         headers: vec![],
     };
     Some(compact::config_for(&model, true))

@@ -50,7 +50,12 @@ fn compactd_open(bytes: &Bytes, settings: &CompactionSettings) -> Result<(Opened
         positions: &branch,
     };
     let index = BranchIndex::build(&view);
-    let plan = plan_compaction(&view, &index, settings);
+    let plan = plan_compaction(
+        compactd::pi_version::PiVersion::V0_85,
+        &view,
+        &index,
+        settings,
+    );
     std::hint::black_box(&plan);
     let tokens = index.context_estimate(&view).tokens;
     Ok((
@@ -112,7 +117,15 @@ fn phases(
     }
     std::hint::black_box(&live);
     lap("agent context (context_positions + LiveContext)", &mut out);
-    std::hint::black_box(plan_compaction(&view, &index, settings).ok());
+    std::hint::black_box(
+        plan_compaction(
+            compactd::pi_version::PiVersion::V0_85,
+            &view,
+            &index,
+            settings,
+        )
+        .ok(),
+    );
     lap("plan_compaction", &mut out);
     std::hint::black_box(index.context_estimate(&view));
     lap("context_estimate", &mut out);
@@ -171,7 +184,15 @@ fn steady_state(
             positions: &opened.branch,
         };
         opened.index.push(&view);
-        std::hint::black_box(plan_compaction(&view, &opened.index, settings).ok());
+        std::hint::black_box(
+            plan_compaction(
+                compactd::pi_version::PiVersion::V0_85,
+                &view,
+                &opened.index,
+                settings,
+            )
+            .ok(),
+        );
         std::hint::black_box(opened.index.context_estimate(&view).tokens);
         samples.push(t.elapsed().as_secs_f64() * 1e6);
     }

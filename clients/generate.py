@@ -23,9 +23,11 @@ How a method looks in each language (one rule, so no method needs a hand-made si
 - Python: snake_case name and arguments; the required params first (in the document's order),
   then the optional ones defaulting to ``None`` (omitted from the request), then ``timeout``
   (seconds; a method the daemon runs as a task, `x-run: "task"`, waits `COMPACT_TIMEOUT`).
-- TypeScript: the required params as positional arguments (in the document's order), the
-  optional ones in one trailing options object; a method with no required param takes that
-  object alone. `undefined` values are omitted from the request.
+- TypeScript: one style for every method: a session's id always comes first (`sessionId`,
+  required or not: `subscribe()` is every session, `subscribe('s1', { events })` one), then
+  the other required params as positional arguments (in the document's order), then the
+  optional ones in one trailing options object; a method with neither takes that object
+  alone. `undefined` values are omitted from the request.
 
 The tests compare the committed files with what this prints (`tests/clients.rs` and the Python
 suite run ``--check``), so a stale binding fails the build with this command in its message.
@@ -402,10 +404,22 @@ def ts_protocol_js(p):
     )
 
 
+def ts_positional(p, m):
+    """The params a TypeScript method takes as arguments: the session's id first (whether the
+    method requires it or not), then the other required ones."""
+    session = [prm for prm in m["params"] if prm["name"] == "sessionId"]
+    return session + [prm for prm in p.required(m) if prm["name"] != "sessionId"]
+
+
+def ts_options(p, m):
+    """The params of a TypeScript method's trailing options object."""
+    return [prm for prm in p.optional(m) if prm["name"] != "sessionId"]
+
+
 def js_signature(p, m):
     """The JS argument list and the params expression of one method."""
-    req = [prm["name"] for prm in p.required(m)]
-    opt = [prm["name"] for prm in p.optional(m)]
+    req = [prm["name"] for prm in ts_positional(p, m)]
+    opt = [prm["name"] for prm in ts_options(p, m)]
     if not m["params"]:
         return "", "{}"
     if not req:
@@ -442,7 +456,7 @@ def ts_index_js(p):
             "export { ErrorCodes, EVENTS, HOOKS, NOTICES } from './protocol.js';",
             "",
             "/** A connection to the daemon with one method per protocol method (see `ClientCore` for",
-            " * connecting, events and hooks). Required params are arguments; optional ones an options object. */",
+            " * connecting, events and hooks). A session's id comes first, then the other required params;\n * optional ones in an options object. */",
             "export class CompactdClient extends ClientCore {",
             *methods[:-1],
             "}",
@@ -505,12 +519,23 @@ def ts_index_dts(p):
     out += ["}", ""]
     out += [
         "/** A connection to the daemon with one method per protocol method (see `ClientCore` for",
-        " * connecting, events and hooks). Required params are arguments; optional ones an options object. */",
+        " * connecting, events and hooks). A session's id comes first, then the other required params;\n * optional ones in an options object. */",
         "export declare class CompactdClient extends ClientCore {",
     ]
     for m in p.methods:
-        req, opt = p.required(m), p.optional(m)
-        args = [f"{prm['name']}: {ts_type(prm['schema'], '  ')}" for prm in req]
+        req, opt = ts_positional(p, m), ts_options(p, m)
+        args = []
+        for i, prm in enumerate(req):
+            t = ts_type(prm["schema"], "  ")
+            if not prm.get("required") and "null" not in t.split(" | "):
+                t += " | null"
+            if prm.get("required"):
+                args.append(f"{prm['name']}: {t}")
+            elif i == len(req) - 1:
+                args.append(f"{prm['name']}?: {t}")
+            else:
+                # An optional session id before a required param: pass null for every session.
+                args.append(f"{prm['name']}: {t} | undefined")
         if opt:
             args.append(f"options?: {ts_params_object(opt, '  ')}")
         out += ts_doc(m.get("summary"), "  ")

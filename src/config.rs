@@ -257,6 +257,36 @@ pub struct Config {
     /// million tokens (`input`, `output`, `cache_read`, `cache_write`), over the built-in table
     /// (`accounting::prices`).
     pub prices: crate::accounting::PriceTable,
+    /// `[compat]`: which Pi's rules sessions follow unless a client says otherwise.
+    pub compat: CompatConfig,
+}
+
+/// `[compat]`: compatibility with the Pi the user runs.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompatConfig {
+    /// `"1.6"` (the default: the Pi people run) or `"0.85"`: whose rules sessions follow (the
+    /// context projection, estimates, cut points, summary requests, compaction entries). A
+    /// session's `piVersion` (`setSettingsOverrides`, which the Pi extension sets to the Pi it
+    /// runs in) and `--pi-version` win over it.
+    pub pi_version: PiVersionSetting,
+}
+
+/// A Pi version as the configuration spells it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PiVersionSetting(pub crate::pi_version::PiVersion);
+
+impl<'de> Deserialize<'de> for PiVersionSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        crate::pi_version::PiVersion::parse(&text)
+            .map(PiVersionSetting)
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "unknown Pi version '{text}' (expected \"1.6\" or \"0.85\")"
+                ))
+            })
+    }
 }
 
 /// `idle_exit_seconds` unless set.
@@ -272,12 +302,8 @@ impl Config {
     /// The price of a summarizer's model (`None` for the extractive one: it costs nothing, and
     /// callers report it as free).
     pub fn summarizer_price(&self, engine: &SummaryEngine) -> Option<crate::accounting::Price> {
-        match engine {
-            SummaryEngine::Llm { model, .. } => {
-                self.prices.lookup(Some(&model.provider), &model.id)
-            }
-            SummaryEngine::Extractive { .. } => None,
-        }
+        let model = engine.model()?;
+        self.prices.lookup(Some(&model.provider), &model.id)
     }
 
     /// What a summarizer's calls cost: `usage` priced at its model's price; the extractive
@@ -287,9 +313,9 @@ impl Config {
         engine: &SummaryEngine,
         usage: &crate::summarizer::Usage,
     ) -> crate::accounting::Cost {
-        match engine {
-            SummaryEngine::Extractive { .. } => crate::accounting::Cost::FREE,
-            SummaryEngine::Llm { .. } => usage.cost(self.summarizer_price(engine)),
+        match engine.model() {
+            None => crate::accounting::Cost::FREE,
+            Some(_) => usage.cost(self.summarizer_price(engine)),
         }
     }
 }
@@ -435,13 +461,27 @@ pub fn agent_dir() -> PathBuf {
     }
 }
 
-/// `$XDG_CONFIG_HOME/compactd/config.toml`, else `~/.config/compactd/config.toml`.
-pub fn default_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
+/// An XDG base directory (the XDG Base Directory specification): `$var` when it is set and not
+/// empty, else `$HOME/<under_home>` (`.config`, `.local/state`, `.local/share`); `None` with
+/// neither.
+pub fn xdg_dir(var: &str, under_home: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("compactd").join("config.toml"))
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(under_home))
+        })
+}
+
+/// `$XDG_CONFIG_HOME/compactd/config.toml`, else `~/.config/compactd/config.toml`.
+pub fn default_path() -> Option<PathBuf> {
+    Some(
+        xdg_dir("XDG_CONFIG_HOME", ".config")?
+            .join("compactd")
+            .join("config.toml"),
+    )
 }
 
 /// The file [`Config::load`] reads: `explicit`, else the default path when a file is there;
@@ -451,6 +491,17 @@ pub fn file_in_use(explicit: Option<&Path>) -> Option<PathBuf> {
         Some(p) => Some(p.to_owned()),
         None => default_path().filter(|p| p.exists()),
     }
+}
+
+/// The `socket` a configuration file names, read even when the file does not load as a whole
+/// (a bad value elsewhere): `status` and `stop` need only the socket, so a broken edit never
+/// leaves the running daemon unreachable. `None` when the file cannot be read, is not TOML, or
+/// names no socket.
+pub fn socket_despite_errors(explicit: Option<&Path>) -> Option<PathBuf> {
+    let path = file_in_use(explicit)?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let table: toml::Table = toml::from_str(&text).ok()?;
+    table.get("socket")?.as_str().map(PathBuf::from)
 }
 
 impl Config {
@@ -645,6 +696,7 @@ impl Config {
             max_tokens: m.max_tokens.max(0) as u64,
             reasoning: m.reasoning.unwrap_or(false),
             api_key,
+            key_env: p.api_key_env.clone(),
             headers: Vec::new(),
         };
         Ok(self.summarizer.llm_engine(spec, &self.redaction, http))
@@ -711,6 +763,7 @@ impl SummarizerConfig {
             max_tokens: self.max_tokens,
             reasoning: self.reasoning,
             api_key,
+            key_env: self.api_key_env.clone(),
             headers: Vec::new(),
         };
         self.llm_engine(model, redaction, http)

@@ -227,6 +227,18 @@ pub fn convert_to_llm(messages: &[Value]) -> Vec<Value> {
     messages.iter().filter_map(convert_message).collect()
 }
 
+/// `convertToLlm` under `version`'s rules: Pi 1.6 passes system messages through (the request
+/// replays them), 0.85 drops them as unknown.
+pub fn convert_to_llm_in(version: crate::pi_version::PiVersion, messages: &[Value]) -> Vec<Value> {
+    messages
+        .iter()
+        .filter_map(|m| match m.get("role").and_then(Value::as_str) {
+            Some("system") if version.is_1_6() => Some(m.clone()),
+            _ => convert_message(m),
+        })
+        .collect()
+}
+
 /// `convertToLlm` of one AgentMessage (`None` for messages the model never sees).
 pub fn convert_message(msg: &Value) -> Option<Value> {
     let m = msg.as_object()?;

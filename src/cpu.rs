@@ -236,30 +236,50 @@ mod tests {
     #[test]
     fn the_reaper_releases_free_memory_once_it_has_been_idle() {
         use std::sync::atomic::{AtomicUsize, Ordering};
-        use std::time::Duration;
+        use std::time::{Duration, Instant};
+        const IDLE: Duration = Duration::from_millis(50);
         let releases = std::sync::Arc::new(AtomicUsize::new(0));
         let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
         let counted = releases.clone();
         let reaper = std::thread::spawn(move || {
-            reap(rx, Duration::from_millis(500), || {
+            reap(rx, IDLE, || {
                 counted.fetch_add(1, Ordering::SeqCst);
             })
         });
-        // Without a value freed, no quiet spell counts.
-        std::thread::sleep(Duration::from_millis(700));
-        assert_eq!(releases.load(Ordering::SeqCst), 0, "nothing was freed yet");
+        let wait_for = |n: usize| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while releases.load(Ordering::SeqCst) < n {
+                assert!(Instant::now() < deadline, "release {n} never came");
+                std::thread::yield_now();
+            }
+        };
         for _ in 0..5 {
             tx.send(vec![0; 1024]).unwrap();
         }
-        assert_eq!(releases.load(Ordering::SeqCst), 0, "values just came");
-        std::thread::sleep(Duration::from_millis(2000));
+        wait_for(1);
+        // Values keep coming, each well within the quiet spell: no release meanwhile.
+        let burst = Instant::now();
+        while burst.elapsed() < 8 * IDLE {
+            tx.send(vec![0; 1024]).unwrap();
+            let paced = Instant::now();
+            while paced.elapsed() < IDLE / 10 {
+                std::thread::yield_now();
+            }
+        }
         assert_eq!(
             releases.load(Ordering::SeqCst),
             1,
-            "one release after the quiet spell"
+            "none while values kept coming"
         );
+        wait_for(2);
+        // Nothing more is freed: the reaper waits for the next value, never releasing again.
         drop(tx);
         reaper.join().unwrap();
+        assert_eq!(
+            releases.load(Ordering::SeqCst),
+            2,
+            "no release without a value freed"
+        );
     }
 
     #[test]

@@ -76,6 +76,33 @@ pub fn estimate_message(m: &Map<String, Value>) -> u64 {
     chars.div_ceil(4)
 }
 
+/// Pi 1.6's `estimateTokens` of a system message (0.85 counts it as 0): its content (text and
+/// images) plus the text of each non-empty section plus `JSON.stringify(toolsAdded)`.
+pub fn system_message_tokens(m: &Map<String, Value>) -> u64 {
+    let mut chars = content_chars(m.get("content"));
+    if let Some(Value::Object(sections)) = m.get("sections") {
+        for section in sections.values() {
+            chars += match section {
+                Value::String(s) => utf16_len(s) as u64,
+                Value::Array(a) => a.len() as u64,
+                _ => 0,
+            };
+        }
+    }
+    if let Some(tools) = m.get("toolsAdded").filter(|t| crate::json::truthy(Some(t))) {
+        chars += stringify_len(tools) as u64;
+    }
+    chars.div_ceil(4)
+}
+
+/// `estimateTokens(message)` under `version`'s rules: 1.6 counts system messages.
+pub fn estimate_message_in(m: &Map<String, Value>, version: crate::pi_version::PiVersion) -> u64 {
+    match m.get("role").and_then(Value::as_str) {
+        Some("system") if version.is_1_6() => system_message_tokens(m),
+        _ => estimate_message(m),
+    }
+}
+
 /// `estimateTokens` of a message value (0 for non-objects).
 pub fn estimate_value(m: &Value) -> u64 {
     m.as_object().map_or(0, estimate_message)

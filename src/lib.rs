@@ -6,6 +6,8 @@
 //!   parts of a line nested past 100 levels kept as their `JSON.stringify` text, `json::deep`).
 //! - [`accounting`]: beyond Pi, what compactions cost and save — prices, costs, the economics of
 //!   a compaction due now, calibrated estimates (plain arithmetic, below the session model).
+//! - [`pi_version`]: which Pi's rules apply to a session (0.85.0 or 1.6.0; a setting, since
+//!   the files of both say `version: 3`).
 //! - [`estimate`]: Pi's token estimate of one message and the usage a reply reports — the
 //!   primitives the session reader and the compaction core share.
 //! - [`session`]: Pi session files in memory — entries as facts read in one borrowed pass plus
@@ -24,20 +26,20 @@
 //! - [`report`]: the analysis `compactd inspect` prints (the fixtures' `expected.json` shape).
 //! - [`summarizer`]: who writes summaries — LLM providers (each only a streaming protocol),
 //!   retries, overflow classifiers, redaction, the extractive default.
-//! - [`store`]: the storage shell — `Backend`, where sessions live, chosen once at start-up
-//!   (locate, open, create, list, the compaction lease, events between daemons), and
-//!   `SessionStorage`, one open session's lines; files (regular files only, other writers'
-//!   appends, the shared lock, the allowed roots, repairs, durability, `FileLines`: entries'
-//!   lines read back with positioned reads on the descriptor they were indexed from) and PostgreSQL
-//!   (`store::postgres`, sessions shared by many daemons, on a connection pool).
-//! - [`confined`]: reads and writes confined to the checked path — no link followed on the way
-//!   (a held directory descriptor per component), appends checked against the file last seen
-//!   through the descriptor written to, failed writes taken back (disk full leaves no half line).
-//! - [`compactor`]: the engine dispatch and the one provider call (a split turn's two calls
-//!   in flight at once); `compactor::step`, the one
-//!   summarization step every compaction summary takes (hooks, engine, retries, cost);
-//!   `compactd compact`'s compaction through a backend; branch summaries through the same
-//!   dispatch.
+//! - [`store`]: the storage shell, the only module that knows where lines live — `Backend`,
+//!   chosen once at start-up by `store::choose` (locate, open, create, list, the compaction
+//!   lease, events between daemons, its own health for `doctor`), `SessionStorage`, one open
+//!   session's lines, and `SessionRef`, the opaque name the layers above hold; the files backend
+//!   (`store::files`: regular files only, other writers' appends, the shared lock, the allowed
+//!   roots, repairs, durability, `FileLines`: entries' lines read back with positioned reads on
+//!   the descriptor they were indexed from, and `store::files::confined`: no link followed on
+//!   the way, appends checked on the descriptor written to, failed writes taken back) and
+//!   PostgreSQL (`store::postgres`, the Cargo feature `postgres`: sessions shared by many
+//!   daemons, on a connection pool).
+//! - [`compactor`]: who writes summaries and the one place that asks them — the engine dispatch
+//!   and the one provider call (a split turn's two calls in flight at once); `compactor::step`,
+//!   the one summarization step every compaction summary takes (hooks, engine, retries, cost);
+//!   branch summaries through the same dispatch. It reads and writes no session.
 //! - [`rpc`]: the protocol surface — the one list of methods, params, results, event payloads,
 //!   error codes, and the OpenRPC document generated from them.
 //! - [`config`]: the one configuration struct (TOML, typed at parse time), engine selection and
@@ -51,8 +53,9 @@
 //! - [`transport`]: framing, typed wire messages, the per-connection loop, the dispatch table
 //!   generated from the method list, stdio and Unix-socket listeners.
 //! - [`cli`]: the command-line front end (`serve`, `stdio`, `connect`, `start`, `status`,
-//!   `stop`, `doctor`, `service`, `mcp`, `inspect`, `compact`, `preview` (these two through
-//!   the daemon that holds the file), and `top`, a live terminal view that is a client of the
+//!   `stop`, `doctor`, `service`, `pi` (the Pi extension and the MCP server put into Pi),
+//!   `mcp`, `inspect`, `compact`, `preview` (these two always
+//!   through a daemon: the one that holds the file, else one of their own process), and `top`, a live terminal view that is a client of the
 //!   daemon's socket: a pure view model, the connection shell, ratatui and plain-text
 //!   renderers), logging, and starting or joining the one daemon of a socket.
 //! - [`mcp`]: the MCP server of `compactd mcp`, the recall tools backed by the daemon.
@@ -73,6 +76,7 @@ pub mod estimate;
 pub mod json;
 pub mod live_context;
 pub mod mcp;
+pub mod pi_version;
 pub mod report;
 pub mod rpc;
 pub mod session;

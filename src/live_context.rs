@@ -24,6 +24,9 @@ pub struct LiveContext {
     last_usage: Option<(usize, f64)>,
     /// Sum of estimates after `last_usage` (or of everything when there is none).
     trailing: u64,
+    /// What the estimate without usage adds to the sum of the messages (Pi 1.6 counts the
+    /// replayed system message once rather than each system message: their difference).
+    no_usage_adjust: i64,
 }
 
 /// One message's [`MessageFacts`] as kept: 16 bytes where `MessageFacts` takes 24 (its
@@ -147,6 +150,11 @@ impl LiveContext {
         self.trailing = self.total;
     }
 
+    /// Sets what the estimate without usage adds to the messages' sum (see the field).
+    pub fn set_no_usage_adjustment(&mut self, adjust: i64) {
+        self.no_usage_adjust = adjust;
+    }
+
     pub fn len(&self) -> usize {
         self.facts.len()
     }
@@ -169,12 +177,15 @@ impl LiveContext {
                 trailing_tokens: self.trailing,
                 last_usage_index: Some(idx),
             },
-            None => ContextEstimate {
-                tokens: self.total as f64,
-                usage_tokens: 0.0,
-                trailing_tokens: self.total,
-                last_usage_index: None,
-            },
+            None => {
+                let tokens = (self.total as i64 + self.no_usage_adjust).max(0) as u64;
+                ContextEstimate {
+                    tokens: tokens as f64,
+                    usage_tokens: 0.0,
+                    trailing_tokens: tokens,
+                    last_usage_index: None,
+                }
+            }
         }
     }
 

@@ -16,6 +16,17 @@ fn main() {
         Err(_) if matches!(cli.command, compactd::cli::Command::Doctor { .. }) => {
             compactd::config::Config::default()
         }
+        // `status` and `stop` need only the socket: a broken edit must not leave the running
+        // daemon (started with the config that worked) unreachable.
+        Err(e) if compactd::cli::needs_only_the_socket(&cli.command) => {
+            compactd::print_err!(
+                "{e}\n(the rest of the configuration is not needed here: going on with its socket)"
+            );
+            compactd::config::Config {
+                socket: compactd::config::socket_despite_errors(cli.config.as_deref()),
+                ..Default::default()
+            }
+        }
         Err(e) => {
             compactd::print_err!("{e}");
             std::process::exit(compactd::cli::EXIT_USAGE);

@@ -10,14 +10,15 @@ use std::sync::Arc;
 use crate::compaction::prepare::{
     indexed_boundaries, plan_compaction, NothingToCompactDetail, Plan, Preparation,
 };
+use crate::compaction::projection::{system_tokens, Projection};
 use crate::compaction::summary::number;
 use crate::compaction::tokens::{
     estimate_context_tokens, should_compact, CompactionSettings, ContextEstimate, MessageFacts,
 };
 use crate::compaction::BranchIndex;
 use crate::compaction::{file_ops::format_file_operations, NothingToCompact};
-use crate::context::{build_session_context, context_entries};
-use crate::session::{BranchView, Entry, SessionTree};
+use crate::context::{build_session_context, context_entries, context_settings};
+use crate::session::{BranchView, Entry, PiVersion, SessionTree};
 
 /// Context windows the fixtures evaluate `shouldCompact` against.
 pub const WINDOWS: [i64; 7] = [8192, 32000, 128000, 200000, 272000, 400000, 1000000];
@@ -109,6 +110,7 @@ pub fn overview(
     tree: &SessionTree,
     context_window: i64,
     settings: &CompactionSettings,
+    version: PiVersion,
 ) -> Overview {
     let branch = tree.branch();
     let view = BranchView {
@@ -116,14 +118,31 @@ pub fn overview(
         positions: &branch,
     };
     let index = BranchIndex::build(&view);
-    let estimate = index.context_estimate(&view);
-    let now = context_now(&index, &estimate);
-    let context_messages = index
-        .context_ranges()
-        .into_iter()
-        .filter(|r| r.start < r.end)
-        .map(|r| index.range_sums(r).1)
-        .sum();
+    let (estimate, now, context_messages) = match version {
+        PiVersion::V0_85 => {
+            let estimate = index.context_estimate(&view);
+            let messages = index
+                .context_ranges()
+                .into_iter()
+                .filter(|r| r.start < r.end)
+                .map(|r| index.range_sums(r).1)
+                .sum();
+            (estimate, context_now(&index, &estimate), messages)
+        }
+        PiVersion::V1_6 => {
+            // Pi 1.6's estimate already leaves out usage the latest edit or compaction made
+            // stale: what it says is what Pi reports.
+            let proj = Projection::build(&view);
+            let system = proj.current_system_message(&view);
+            let estimate = proj.estimate(&view, system_tokens(system.as_ref()));
+            let now = ContextNow {
+                tokens: estimate.tokens,
+                usage_known: estimate.last_usage_index.is_some(),
+            };
+            (estimate, now, proj.message_tokens().len())
+        }
+    };
+    let plan = plan_compaction(version, &view, &index, settings);
     let leaves = tree.leaf_count().max(usize::from(!tree.is_empty()));
     Overview {
         session_id: tree
@@ -147,10 +166,11 @@ pub fn overview(
             .filter(|e| e.kind == crate::session::EntryKind::Compaction)
             .count(),
         leaves,
-        nothing: plan_compaction(&view, &index, settings)
+        nothing: plan
+            .as_ref()
             .err()
             .map(|n| n.detail(&view, &index, settings)),
-        plan: plan_compaction(&view, &index, settings),
+        plan,
         now,
     }
 }
@@ -169,36 +189,29 @@ fn context_now(index: &BranchIndex, estimate: &ContextEstimate) -> ContextNow {
     }
 }
 
-/// Builds the full analysis of the tree's current branch.
-pub fn inspect(tree: &SessionTree, context_window: i64, settings: &CompactionSettings) -> Value {
-    let branch = tree.branch();
-    let path: Vec<&Entry> = tree.refs(&branch);
-    let ctx = build_session_context(&path);
+/// The `session` object of the analysis: the header, the branch and the context's entries.
+fn session_json(tree: &SessionTree, path: &[&Entry], context: &[&Entry]) -> Value {
     let header = &tree.header;
-    let mut out = Map::new();
-    out.insert(
-        "session".into(),
-        json!({
-            "id": header.get("id").cloned().unwrap_or(Value::Null),
-            "version": header.get("version").cloned().unwrap_or(Value::Null),
-            "cwd": header.get("cwd").cloned().unwrap_or(Value::Null),
-            "entryCount": tree.len(),
-            "leafId": tree.leaf_id(),
-            "branchEntryIds": path.iter().map(|e| id_value(e)).collect::<Vec<_>>(),
-            "contextEntryIds": context_entries(&path).iter().map(|e| id_value(e)).collect::<Vec<_>>(),
-        }),
-    );
-    let facts: Vec<MessageFacts> = ctx.messages.iter().map(MessageFacts::of).collect();
-    let estimate = estimate_context_tokens(facts.iter().copied());
-    out.insert(
-        "context".into(),
-        json!({"thinkingLevel": ctx.thinking_level, "model": ctx.model, "messages": ctx.messages}),
-    );
-    out.insert(
-        "messageTokenEstimates".into(),
-        Value::Array(facts.iter().map(|f| Value::from(f.tokens)).collect()),
-    );
-    out.insert("estimate".into(), estimate_json(&estimate));
+    json!({
+        "id": header.get("id").cloned().unwrap_or(Value::Null),
+        "version": header.get("version").cloned().unwrap_or(Value::Null),
+        "cwd": header.get("cwd").cloned().unwrap_or(Value::Null),
+        "entryCount": tree.len(),
+        "leafId": tree.leaf_id(),
+        "branchEntryIds": path.iter().map(|e| id_value(e)).collect::<Vec<_>>(),
+        "contextEntryIds": context.iter().map(|e| id_value(e)).collect::<Vec<_>>(),
+    })
+}
+
+/// The members every analysis has after the estimate: the last usage on the branch and
+/// `shouldCompact` against `context_window` and the fixtures' windows.
+fn usage_and_thresholds(
+    out: &mut Map<String, Value>,
+    path: &[&Entry],
+    estimate: &ContextEstimate,
+    context_window: i64,
+    settings: &CompactionSettings,
+) {
     let last_usage = path
         .iter()
         .rev()
@@ -234,6 +247,151 @@ pub fn inspect(tree: &SessionTree, context_window: i64, settings: &CompactionSet
         })
         .collect();
     out.insert("shouldCompactByWindow".into(), Value::Object(by_window));
+}
+
+/// The `preparation`, `preparationNullReason` and `serialized` members for a prepared plan.
+fn preparation_members(
+    out: &mut Map<String, Value>,
+    prepared: Result<Preparation, NothingToCompact>,
+) {
+    match prepared {
+        Ok(prep) => {
+            out.insert("preparation".into(), preparation_json(&prep));
+            out.insert("preparationNullReason".into(), Value::Null);
+            let (history, prefix) = prep.serialized_inputs();
+            out.insert(
+                "serialized".into(),
+                json!({"messagesToSummarize": history, "turnPrefixMessages": prefix}),
+            );
+        }
+        Err(reason) => {
+            out.insert("preparation".into(), Value::Null);
+            out.insert(
+                "preparationNullReason".into(),
+                Value::from(NothingToCompact::message(reason)),
+            );
+            out.insert("serialized".into(), Value::Null);
+        }
+    }
+}
+
+/// Builds the full analysis of the tree's current branch under `version`'s rules.
+pub fn inspect(
+    tree: &SessionTree,
+    context_window: i64,
+    settings: &CompactionSettings,
+    version: PiVersion,
+) -> Value {
+    match version {
+        PiVersion::V0_85 => inspect_0_85(tree, context_window, settings),
+        PiVersion::V1_6 => inspect_1_6(tree, context_window, settings),
+    }
+}
+
+/// Pi 1.6's analysis: everything computed on the session's projection (the fixtures' 1.6
+/// fields: `messageEntryIds`, `systemMessage`, `contextEdits`, `estimateUnprojected`,
+/// `cutPoint.projected`).
+fn inspect_1_6(tree: &SessionTree, context_window: i64, settings: &CompactionSettings) -> Value {
+    let branch = tree.branch();
+    let path: Vec<&Entry> = tree.refs(&branch);
+    let proj = Projection::build(&path);
+    let context: Vec<&Entry> = proj.entries.iter().map(|e| path[e.pos]).collect();
+    let mut out = Map::new();
+    out.insert("session".into(), session_json(tree, &path, &context));
+    let (thinking_level, model) = context_settings(&path);
+    let system = proj.current_system_message(&path);
+    let edits: Vec<Value> = proj
+        .edits
+        .iter()
+        .map(|e| {
+            json!({
+                "editId": id_value(path[e.edit_pos]),
+                "targetId": e.target_id,
+                "kind": if e.omit { "omit" } else { "replace" },
+                "targetInContext": e.target_in_context,
+            })
+        })
+        .collect();
+    out.insert(
+        "context".into(),
+        json!({
+            "thinkingLevel": thinking_level,
+            "model": model,
+            "messages": proj.messages(&path),
+            "messageEntryIds": proj.message_entry_ids(&path),
+            "systemMessage": system,
+            "contextEdits": edits,
+        }),
+    );
+    out.insert(
+        "messageTokenEstimates".into(),
+        Value::Array(proj.message_tokens().into_iter().map(Value::from).collect()),
+    );
+    let estimate = proj.estimate(&path, system_tokens(system.as_ref()));
+    out.insert("estimate".into(), estimate_json(&estimate));
+    out.insert(
+        "estimateUnprojected".into(),
+        estimate_json(&proj.unprojected_estimate()),
+    );
+    usage_and_thresholds(&mut out, &path, &estimate, context_window, settings);
+    let n = path.len();
+    let len = proj.entries.len();
+    let newest = proj.newest_compaction();
+    let start = newest.map_or(0, |p| p + 1);
+    let cut = proj.cut_point(&path, start, len, settings.keep_recent_tokens);
+    let to_branch = |i: usize| proj.entries.get(i).map_or(n, |e| e.pos);
+    let id_at = |i: usize| {
+        proj.entries
+            .get(i)
+            .map_or(Value::Null, |e| id_value(path[e.pos]))
+    };
+    out.insert(
+        "cutPoint".into(),
+        json!({
+            "prevCompactionIndex": opt_index(newest.map(to_branch)),
+            "boundaryStart": to_branch(start),
+            "boundaryEnd": n,
+            "firstKeptEntryIndex": to_branch(cut.first_kept_entry_index),
+            "firstKeptEntryId": id_at(cut.first_kept_entry_index),
+            "turnStartIndex": opt_index(cut.turn_start_index.map(to_branch)),
+            "turnStartEntryId": cut.turn_start_index.map_or(Value::Null, id_at),
+            "isSplitTurn": cut.is_split_turn,
+            "projected": {
+                "boundaryStart": start,
+                "boundaryEnd": len,
+                "firstKeptEntryIndex": cut.first_kept_entry_index,
+                "turnStartIndex": opt_index(cut.turn_start_index),
+            },
+        }),
+    );
+    let prepared = crate::compaction::prepare::plan_projected(&path, &proj, settings)
+        .map(|plan| Preparation::from_plan(plan, &path, |i| Arc::new(path[i].clone())));
+    preparation_members(&mut out, prepared);
+    Value::Object(out)
+}
+
+/// Pi 0.85's analysis.
+fn inspect_0_85(tree: &SessionTree, context_window: i64, settings: &CompactionSettings) -> Value {
+    let branch = tree.branch();
+    let path: Vec<&Entry> = tree.refs(&branch);
+    let ctx = build_session_context(&path);
+    let mut out = Map::new();
+    out.insert(
+        "session".into(),
+        session_json(tree, &path, &context_entries(&path)),
+    );
+    let facts: Vec<MessageFacts> = ctx.messages.iter().map(MessageFacts::of).collect();
+    let estimate = estimate_context_tokens(facts.iter().copied());
+    out.insert(
+        "context".into(),
+        json!({"thinkingLevel": ctx.thinking_level, "model": ctx.model, "messages": ctx.messages}),
+    );
+    out.insert(
+        "messageTokenEstimates".into(),
+        Value::Array(facts.iter().map(|f| Value::from(f.tokens)).collect()),
+    );
+    out.insert("estimate".into(), estimate_json(&estimate));
+    usage_and_thresholds(&mut out, &path, &estimate, context_window, settings);
     let index = BranchIndex::build(&path);
     // Beyond the fixtures' fields: the context Pi would build now (stale usage after a
     // compaction is not counted; `usageKnown: false` is Pi's `getContextUsage` "unknown").
@@ -256,26 +414,8 @@ pub fn inspect(tree: &SessionTree, context_window: i64, settings: &CompactionSet
             "isSplitTurn": b.cut.is_split_turn,
         }),
     );
-    let prepared = plan_compaction(&path, &index, settings)
+    let prepared = plan_compaction(PiVersion::V0_85, &path, &index, settings)
         .map(|plan| Preparation::from_plan(plan, &path, |i| Arc::new(path[i].clone())));
-    match prepared {
-        Ok(prep) => {
-            out.insert("preparation".into(), preparation_json(&prep));
-            out.insert("preparationNullReason".into(), Value::Null);
-            let (history, prefix) = prep.serialized_inputs();
-            out.insert(
-                "serialized".into(),
-                json!({"messagesToSummarize": history, "turnPrefixMessages": prefix}),
-            );
-        }
-        Err(reason) => {
-            out.insert("preparation".into(), Value::Null);
-            out.insert(
-                "preparationNullReason".into(),
-                Value::from(NothingToCompact::message(reason)),
-            );
-            out.insert("serialized".into(), Value::Null);
-        }
-    }
+    preparation_members(&mut out, prepared);
     Value::Object(out)
 }

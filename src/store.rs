@@ -188,8 +188,9 @@ pub fn read_session_file(
 pub enum StoreError {
     #[error("Session file not found: {0}")]
     NotFound(PathBuf),
-    #[error("Session file is not a valid pi session: {0}")]
-    NotASession(PathBuf),
+    /// The file is no Pi session; the text says why (`reader::ReadOutcome::NotASession`).
+    #[error("Session file is not a valid pi session: {}{}", .0.display(), .1)]
+    NotASession(PathBuf, String),
     #[error("Session file is empty: {0}")]
     Empty(PathBuf),
     #[error("Not a regular file ({kind}): {path}")]
@@ -224,9 +225,10 @@ pub enum StoreError {
     /// A session path outside `[storage] allowed_roots` (`path_not_allowed`).
     #[error("{0}")]
     NotAllowed(String),
-    /// Another compactd process holds the session file's lock.
-    #[error("Session file is locked by another compactd process: {0}")]
-    Locked(PathBuf),
+    /// Another compactd process holds the session file's lock; the text after the path names
+    /// that process and its socket when they can be told (`files::lock_holder::describe`).
+    #[error("Session file is locked by another compactd process: {}{}", .0.display(), .1)]
+    Locked(PathBuf, String),
     /// An entry that cannot be written where the session now is (another writer moved the leaf
     /// elsewhere): `leaf_moved`.
     #[error("{0}")]

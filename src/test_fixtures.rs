@@ -22,33 +22,87 @@ pub fn skip_or_fail(test: &str, what: &str) {
     eprintln!("SKIPPED {test}: {what}");
 }
 
-/// The conformance cases: `$COMPACTD_CONFORMANCE_DIR`, else `../shared/conformance/cases` beside
-/// the crate (found from `CARGO_MANIFEST_DIR`, never from an absolute path).
-pub fn conformance_dir() -> PathBuf {
-    match std::env::var_os("COMPACTD_CONFORMANCE_DIR").filter(|d| !d.is_empty()) {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/cases"),
+/// The Pi release a set of recorded conformance cases comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PiVersion {
+    /// Pi 0.85.0: `tests/fixtures/conformance/pi-0.85`.
+    V0_85,
+    /// Pi 1.6.0: `tests/fixtures/conformance/pi-1.6`.
+    V1_6,
+}
+
+impl PiVersion {
+    /// Both versions, oldest first.
+    pub const ALL: [PiVersion; 2] = [PiVersion::V0_85, PiVersion::V1_6];
+
+    /// The version as the protocol and the fixture folders spell it: `"0.85"` or `"1.6"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PiVersion::V0_85 => "0.85",
+            PiVersion::V1_6 => "1.6",
+        }
+    }
+
+    /// The version spelled `"0.85"` or `"1.6"` (as [`PiVersion::as_str`] gives it).
+    pub fn parse(s: &str) -> Option<PiVersion> {
+        PiVersion::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+
+    /// The environment variable that points this version's lookup at other cases (newer
+    /// recordings, held-out cases): `COMPACTD_CONFORMANCE_DIR` for 0.85 (its name from before
+    /// there were two sets), `COMPACTD_CONFORMANCE_1_6_DIR` for 1.6.
+    pub fn env_var(self) -> &'static str {
+        match self {
+            PiVersion::V0_85 => "COMPACTD_CONFORMANCE_DIR",
+            PiVersion::V1_6 => "COMPACTD_CONFORMANCE_1_6_DIR",
+        }
     }
 }
 
-/// A file of one case (`case/name`), or `None` after [`skip_or_fail`] when it is absent.
+/// The conformance cases recorded from Pi `pi`: the directory named by [`PiVersion::env_var`]
+/// when it is set, else the copy the repository carries,
+/// `tests/fixtures/conformance/pi-<version>/cases` (found from `CARGO_MANIFEST_DIR`, never from
+/// an absolute path). The one place every suite, the library's unit tests and the client suites
+/// (through the environment `tests/clients.rs` passes them) learn where the cases are.
+pub fn conformance_cases(pi: PiVersion) -> PathBuf {
+    match std::env::var_os(pi.env_var()).filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/conformance")
+            .join(format!("pi-{}", pi.as_str()))
+            .join("cases"),
+    }
+}
+
+/// A file of one Pi 0.85.0 case (`case/name`), or `None` after [`skip_or_fail`] when it is
+/// absent.
 pub fn case_file(test: &str, case: &str, name: &str) -> Option<PathBuf> {
-    let p = conformance_dir().join(case).join(name);
+    let p = conformance_cases(PiVersion::V0_85).join(case).join(name);
     if p.is_file() {
         Some(p)
     } else {
         skip_or_fail(
             test,
-            &format!("{} not found (set COMPACTD_CONFORMANCE_DIR)", p.display()),
+            &format!(
+                "{} not found (is {} right?)",
+                p.display(),
+                PiVersion::V0_85.env_var()
+            ),
         );
         None
     }
 }
 
-/// Every case directory holding `marker`, sorted; empty only after [`skip_or_fail`] (the cases
-/// are missing altogether), so a caller iterating over them never silently checks nothing.
+/// Every Pi 0.85.0 case directory holding `marker` (see [`cases_of`]).
 pub fn cases_with(test: &str, marker: &str) -> Vec<PathBuf> {
-    let dir = conformance_dir();
+    cases_of(PiVersion::V0_85, test, marker)
+}
+
+/// Every case directory of Pi `pi`'s set holding `marker`, sorted; empty only after
+/// [`skip_or_fail`] (the cases are missing altogether), so a caller iterating over them never
+/// silently checks nothing.
+pub fn cases_of(pi: PiVersion, test: &str, marker: &str) -> Vec<PathBuf> {
+    let dir = conformance_cases(pi);
     let mut cases: Vec<PathBuf> = match std::fs::read_dir(&dir) {
         Ok(rd) => rd
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -57,7 +111,12 @@ pub fn cases_with(test: &str, marker: &str) -> Vec<PathBuf> {
         Err(e) => {
             skip_or_fail(
                 test,
-                &format!("no conformance cases at {}: {e}", dir.display()),
+                &format!(
+                    "no Pi {} conformance cases at {}: {e} (is {} right?)",
+                    pi.as_str(),
+                    dir.display(),
+                    pi.env_var()
+                ),
             );
             return Vec::new();
         }

@@ -29,6 +29,7 @@ fn fake_claude(base: &str) -> ModelSpec {
         max_tokens: 64_000,
         reasoning: true,
         api_key: Some("oracle-fake-key".into()),
+        key_env: None,
         headers: vec![],
     }
 }
@@ -41,6 +42,7 @@ fn request(prompt: &str, max_tokens: u64, reasoning: Option<&str>) -> LlmRequest
         reasoning: reasoning.map(str::to_string),
         session_id: None,
         timestamp_ms: 0,
+        pi_version: compactd::pi_version::PiVersion::V0_85,
     }
 }
 
@@ -143,6 +145,7 @@ async fn replays_every_recorded_conformance_request_exactly() {
             reasoning: reasoning.map(str::to_string),
             session_id: None,
             timestamp_ms: 0,
+            pi_version: compactd::pi_version::PiVersion::V0_85,
         };
         let reply_text = rec["reply"].as_str().expect("reply").to_string();
         let finish = rec["finish"].as_str().expect("finish").to_string();

@@ -22,10 +22,15 @@ fn run_json(cmd: &mut Command) -> (i32, Value) {
     (out.status.code().unwrap_or(-1), v)
 }
 
+/// `compactd inspect --json --pi-version V` gives Pi V's analysis of every case of V's set.
 #[test]
 fn inspect_json_reproduces_every_fixture_analysis() {
     let mut failures = Vec::new();
-    for dir in support::case_dirs() {
+    let sets = support::PiVersion::ALL.map(|pi| (pi, support::case_dirs(pi)));
+    for (pi, dir) in sets
+        .iter()
+        .flat_map(|(pi, dirs)| dirs.iter().map(move |d| (*pi, d.clone())))
+    {
         let expected = support::read_json(&dir.join("expected.json"));
         let s = support::settings_of(&expected);
         let window = expected["inputs"]["contextWindow"]
@@ -36,6 +41,7 @@ fn inspect_json_reproduces_every_fixture_analysis() {
                 .arg("inspect")
                 .arg(dir.join("session.jsonl"))
                 .arg("--json")
+                .args(["--pi-version", pi.as_str()])
                 .args(["--context-window", &window.to_string()])
                 .args(["--reserve-tokens", &s.reserve_tokens.to_string()])
                 .args(["--keep-recent-tokens", &s.keep_recent_tokens.to_string()]),
@@ -81,7 +87,9 @@ fn copy_case(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("session.jsonl");
     std::fs::copy(
-        support::conformance_dir().join(name).join("session.jsonl"),
+        support::conformance_cases(support::PiVersion::V0_85)
+            .join(name)
+            .join("session.jsonl"),
         &file,
     )
     .expect("copy");
@@ -142,8 +150,10 @@ fn small_sessions_and_bad_files_get_pi_errors_and_stay_untouched() {
         let (code, err) = run_json(compactd().arg(sub).arg(&bad).arg("--json"));
         assert_eq!(code, 1);
         let msg = err["error"].as_str().unwrap_or("");
+        // Why, too: the first JSON line is an entry, not the header.
         assert!(
-            msg.starts_with("Session file is not a valid pi session: /"),
+            msg.starts_with("Session file is not a valid pi session: /")
+                && msg.ends_with(": its first JSON line is a `message` entry, where Pi expects the `session` header"),
             "{msg}"
         );
     }
@@ -633,7 +643,8 @@ fn output_within(mut cmd: Command, limit: std::time::Duration) -> std::process::
 fn nonsense_settings_and_log_filters_are_refused_at_start_up() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.toml");
-    let session = support::conformance_dir().join("005-medium-basic/session.jsonl");
+    let session = support::conformance_cases(support::PiVersion::V0_85)
+        .join("005-medium-basic/session.jsonl");
     for (text, named) in [
         (
             "[prices.\"gpt-x\"]\ninput = -3.0\noutput = 1.0\ncache_read = 0.1\ncache_write = 1.0\n",

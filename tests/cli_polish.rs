@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::json;
-use support::daemon_env::Env;
+use support::daemon_env::{Env, KillOnDrop};
 use support::rpc_client::{Client, Framing};
 
 fn bin() -> &'static str {
@@ -17,7 +17,9 @@ fn bin() -> &'static str {
 }
 
 fn case(name: &str) -> PathBuf {
-    support::conformance_dir().join(name).join("session.jsonl")
+    support::conformance_cases(support::PiVersion::V0_85)
+        .join(name)
+        .join("session.jsonl")
 }
 
 /// A writable copy of a fixture in `dir`.
@@ -85,7 +87,7 @@ fn compact_shows_progress_on_a_terminal_and_nothing_extra_otherwise() {
     );
     if let Some(shown) = on_terminal(dir.path(), &refused, 3) {
         assert!(
-            shown.contains("attempt 1/3 failed") && shown.contains("retrying in"),
+            shown.contains("try 1 of 4 failed") && shown.contains("retrying in"),
             "{shown}"
         );
     }
@@ -199,7 +201,9 @@ fn serve_help_names_the_real_default_socket() {
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(
-        help.contains("$XDG_RUNTIME_DIR/compactd/compactd.sock"),
+        help.contains("RUNTIME/compactd/compactd.sock")
+            && help.contains("/run/user/$UID when it exists")
+            && help.contains("$XDG_RUNTIME_DIR"),
         "{help}"
     );
     assert!(help.contains("/tmp/compactd-$UID/compactd.sock"), "{help}");
@@ -292,6 +296,7 @@ fn daemon_logs_are_coloured_only_on_a_terminal_without_no_color() {
         ])
         .env("XDG_CONFIG_HOME", dir.path().join("config"))
         .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+        .env("COMPACTD_RUNTIME_DIR", dir.path().join("run"))
         .env_remove("COMPACTD_LOG")
         .env_remove("NO_COLOR")
         .stdin(Stdio::null());
@@ -354,16 +359,17 @@ fn quiet_and_verbose_set_the_log_level_on_every_command() {
     let env = Env::new();
     let serve = |flag: &str| {
         let socket = env.path(&format!("run/{}.sock", flag.trim_start_matches('-')));
-        let child = env
-            .command("serve")
-            .arg("--socket")
-            .arg(&socket)
-            .arg(flag)
-            .env("COMPACTD_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve");
+        let child = KillOnDrop(
+            env.command("serve")
+                .arg("--socket")
+                .arg(&socket)
+                .arg(flag)
+                .env("COMPACTD_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("serve"),
+        );
         let mut c = Client::socket(&socket, Framing::Ndjson);
         c.ok("listSessions", json!({}));
         drop(c);
@@ -429,5 +435,69 @@ fn each_error_that_names_an_option_says_all_it_needs() {
     assert!(
         shown.contains("systemd: state unknown (`systemctl --user` does not work here"),
         "{shown}"
+    );
+}
+
+/// Skipped malformed lines are named by their line numbers: in `inspect`'s summary line and in
+/// the daemon's log when it opens the file.
+#[test]
+fn skipped_malformed_lines_are_named_by_line() {
+    let env = Env::new();
+    let file = env.path("torn.jsonl");
+    std::fs::write(
+        &file,
+        "{\"type\":\"session\",\"version\":3,\"id\":\"torn\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/p\"}\n\
+         {not json\n\
+         \n\
+         {\"type\":\"message\",\"id\":\"a1\",\"parentId\":null,\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"message\":{\"role\":\"user\",\"content\":\"hi\",\"timestamp\":1}}\n\
+         also not json\n",
+    )
+    .unwrap();
+    let out = env.command("inspect").arg(&file).output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("2 malformed lines skipped (lines 2, 5)"),
+        "{shown}"
+    );
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    c.ok("openSession", json!({"path": file}));
+    // End of input: the daemon finishes and flushes its log before it exits.
+    let out = c.finish().expect("the daemon's exit");
+    assert!(out.status.success(), "{out:?}");
+    let log = env.log_text();
+    assert!(
+        log.contains("2 malformed lines skipped (lines 2, 5)"),
+        "{log}"
+    );
+}
+
+/// Every argument of every command says what it is in `--help`: clap's command tree walked,
+/// positionals and flags alike (its own `--help` and `--version` aside).
+#[test]
+fn every_cli_argument_is_described() {
+    fn walk(cmd: &clap::Command, path: &str, bare: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            let described = arg
+                .get_help()
+                .or(arg.get_long_help())
+                .is_some_and(|h| !h.to_string().trim().is_empty());
+            if !described {
+                bare.push(format!("{path} {id}"));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), bare);
+        }
+    }
+    let cli = <compactd::cli::Cli as clap::CommandFactory>::command();
+    let mut bare = Vec::new();
+    walk(&cli, "compactd", &mut bare);
+    assert!(
+        bare.is_empty(),
+        "arguments without a description: {bare:#?}"
     );
 }

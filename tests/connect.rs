@@ -9,12 +9,12 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::daemon_env::Env;
+use support::daemon_env::{daemons_on, stop, Env, Stopper};
 use support::rpc_client::{Client, Framing};
 
 fn socket(env: &Env) -> PathBuf {
@@ -27,66 +27,11 @@ fn connect(env: &Env) -> Command {
     cmd
 }
 
-/// Pids of the `compactd serve` processes listening on `socket` (from /proc).
-fn daemons_on(socket: &Path) -> Vec<u32> {
-    let want = socket.to_string_lossy().into_owned();
-    let mut pids = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let is_daemon = args.iter().any(|a| a == "serve") && args.contains(&want);
-        // A zombie (exited, not yet reaped) has an empty cmdline and is skipped.
-        if is_daemon {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
 /// The session id of a process (field 6 of /proc/PID/stat).
 fn session_of(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = &stat[stat.rfind(')')? + 2..];
     after.split(' ').nth(3)?.parse().ok()
-}
-
-/// Stops the daemons this test started and waits until they are gone.
-fn stop(pids: &[u32]) {
-    for &pid in pids {
-        // SAFETY: plain kill(2) of a process this test started.
-        unsafe {
-            libc::kill(pid as i32, libc::SIGTERM);
-        }
-    }
-    // Gone, or a zombie nobody reaps (a container's init may not).
-    let running = |pid: &u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with(|c| c != 'Z')))
-            .unwrap_or(false)
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pids.iter().any(running) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Stops every daemon on its socket (the test's own temporary path) when dropped, so a failing
-/// assertion leaves no daemon behind.
-struct Stopper(PathBuf);
-
-impl Drop for Stopper {
-    fn drop(&mut self) {
-        stop(&daemons_on(&self.0));
-    }
 }
 
 /// Pids the log says were started by a starter.
@@ -557,7 +502,7 @@ fn an_on_demand_daemon_leaves_when_idle_and_status_and_stop_work() {
 
     // One started by hand has no idle exit, and `stop` ends it.
     let hand = env.path("run/hand.sock");
-    let _serve = support::daemon_env::KillOnDrop(env.serve_ready(&hand, &[], Stdio::null()));
+    let _serve = env.serve_ready(&hand, &[], Stdio::null());
     let status = env
         .command("status")
         .arg("--socket")

@@ -501,8 +501,7 @@ fn hup_and_usr_signals_never_kill_the_daemon() {
         assert!(r.is_ok(), "stdio daemon answers after SIG{name}: {r:?}");
     }
     let socket = env.path("run/signals.sock");
-    let mut daemon =
-        support::daemon_env::KillOnDrop(env.serve_ready(&socket, &[], std::process::Stdio::null()));
+    let mut daemon = env.serve_ready(&socket, &[], std::process::Stdio::null());
     let mut s = Client::socket(&socket, Framing::Ndjson);
     s.ok("listSessions", json!({}));
     for name in ["HUP", "USR1", "USR2"] {

@@ -230,7 +230,7 @@ fn error_paths_answer_with_json_rpc_errors_and_keep_serving() {
     assert_eq!(
         e["message"],
         format!(
-            "Session file is not a valid pi session: {}",
+            "Session file is not a valid pi session: {}: none of its 1 non-blank line(s) is JSON (is it a Pi session file?)",
             std::fs::canonicalize(&bad).unwrap().display()
         )
     );

@@ -283,7 +283,7 @@ impl RawPeer {
             }
         });
         RawPeer {
-            child: support::daemon_env::KillOnDrop(child),
+            child,
             stdin,
             lines,
         }

@@ -234,3 +234,132 @@ fn the_readme_synopsis_matches_the_cli() {
         );
     }
 }
+
+/// ARCHITECTURE.md's "Adding things" names the files each change touches: each path it names
+/// exists (but the new files it tells you to write, `NAME.rs` and `redis.rs`), and each method
+/// of the protocol is one line of `src/rpc/methods.rs`, the one place the guide says to add it.
+#[test]
+fn the_architecture_guide_names_files_that_exist_and_every_method_once() {
+    let arch = read("ARCHITECTURE.md");
+    let guide = arch
+        .split("## Adding things")
+        .nth(1)
+        .expect("ARCHITECTURE.md has an \"Adding things\" section");
+    let named: Vec<&str> = guide
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| {
+            (w.starts_with("src/")
+                || w.starts_with("tests/")
+                || w.starts_with("clients/")
+                || w.starts_with("proto-docs/"))
+                && !w.contains("NAME")
+                && !w.contains("redis")
+                && !w.ends_with('/')
+        })
+        .collect();
+    assert!(named.len() >= 15, "the guide names its files: {named:?}");
+    let missing: Vec<&&str> = named
+        .iter()
+        .filter(|p| !Path::new(ROOT).join(p).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names missing files: {missing:?}"
+    );
+    let methods_rs = read("src/rpc/methods.rs");
+    for method in protocol_methods() {
+        let lines = methods_rs
+            .lines()
+            .filter(|l| l.trim_start().starts_with(&format!("\"{method}\" =>")))
+            .count();
+        assert_eq!(
+            lines, 1,
+            "{method} is declared {lines} times in src/rpc/methods.rs"
+        );
+    }
+}
+
+/// Every key of the configuration (the `Config` struct's fields, nested ones included, traced
+/// through serde) appears in the README's configuration sample, and the sample loads: a setting
+/// added to the struct fails here until the README shows it.
+#[test]
+fn the_readmes_config_sample_names_every_setting_and_loads() {
+    use serde_reflection::{ContainerFormat, Format, Registry, Samples, Tracer, TracerConfig};
+    let readme = read("README.md");
+    let section = &readme[readme
+        .find("## Configuration")
+        .expect("a Configuration section")..];
+    let sample = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a toml block in the Configuration section");
+    compactd::config::Config::from_toml(sample, Path::new("README.md"))
+        .unwrap_or_else(|e| panic!("the README's sample does not load: {e}"));
+
+    // The summarizer's provider is a string checked while it is read: trace with one it takes.
+    let mut tracer = Tracer::new(
+        TracerConfig::default()
+            .default_string_value("extractive".into())
+            .default_borrowed_str_value("extractive"),
+    );
+    tracer
+        .trace_type::<compactd::config::Config>(&Samples::new())
+        .expect("trace Config");
+    // Unit enums (`durability`, `backend`, `format`) need no variant of theirs traced here.
+    let registry: Registry = tracer.registry_unchecked();
+    // Every key path the struct accepts; a map's entries are `*`.
+    fn paths(format: &Format, registry: &Registry, at: &str, out: &mut Vec<String>) {
+        match format {
+            Format::TypeName(name) => {
+                if let Some(ContainerFormat::Struct(fields)) = registry.get(name) {
+                    for f in fields {
+                        let path = if at.is_empty() {
+                            f.name.clone()
+                        } else {
+                            format!("{at}.{}", f.name)
+                        };
+                        out.push(path.clone());
+                        paths(&f.value, registry, &path, out);
+                    }
+                }
+            }
+            Format::Option(inner) => paths(inner, registry, at, out),
+            Format::Map { value, .. } => paths(value, registry, &format!("{at}.*"), out),
+            _ => {}
+        }
+    }
+    let mut wanted = Vec::new();
+    paths(
+        &Format::TypeName("Config".into()),
+        &registry,
+        "",
+        &mut wanted,
+    );
+    assert!(wanted.len() > 20, "traced too little: {wanted:?}");
+    // The sample's key paths, its maps' keys as `*`.
+    let value: toml::Value = toml::from_str(sample).expect("the sample is TOML");
+    fn keys(v: &toml::Value, at: &str, maps: &[&str], out: &mut Vec<String>) {
+        if let toml::Value::Table(t) = v {
+            for (k, v) in t {
+                let name = if maps.contains(&at) { "*" } else { k.as_str() };
+                let path = if at.is_empty() {
+                    name.to_owned()
+                } else {
+                    format!("{at}.{name}")
+                };
+                out.push(path.clone());
+                keys(v, &path, maps, out);
+            }
+        }
+    }
+    let mut shown = Vec::new();
+    keys(&value, "", &["providers", "prices"], &mut shown);
+    let missing: Vec<&String> = wanted.iter().filter(|p| !shown.contains(p)).collect();
+    assert!(
+        missing.is_empty(),
+        "README.md's configuration sample does not show {missing:?}"
+    );
+}

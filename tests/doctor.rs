@@ -8,7 +8,7 @@ mod support;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Output, Stdio};
 
-use support::daemon_env::{Env, KillOnDrop};
+use support::daemon_env::Env;
 #[cfg(feature = "postgres")]
 use support::postgres::Postgres;
 
@@ -38,7 +38,7 @@ fn line<'a>(report: &'a str, verdict: &str, subject: &str) -> Option<&'a str> {
 fn a_healthy_installation_prints_its_paths_and_the_daemon_and_exits_0() {
     let env = Env::new();
     let socket = env.path("run/compactd/compactd.sock");
-    let child = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let child = env.serve_ready(&socket, &[], Stdio::null());
     let out = doctor(&env, &[]);
     let report = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{report}");
@@ -133,9 +133,8 @@ fn postgresql_is_reached_and_its_schema_checked_or_the_failure_says_what_to_do()
         "{storage}"
     );
     assert!(
-        pg.psql("SELECT max(version) FROM compactd_schema")
-            .contains('2'),
-        "the schema is in place"
+        pg.psql("SELECT max(version) FROM compactd_schema") == "3",
+        "the schema is in place, at its latest version"
     );
     pg.kill_server();
     let out = doctor(&env, &[]);
@@ -146,4 +145,72 @@ fn postgresql_is_reached_and_its_schema_checked_or_the_failure_says_what_to_do()
         report.contains("fix: check storage.postgres_url"),
         "{report}"
     );
+}
+
+/// `status` reports the config file and the log the daemon actually uses: the default lookup's
+/// file by its path, an on-demand daemon's log file, a hand-started daemon's stderr as no file.
+/// With the configuration broken afterwards (a bad value), `status` and `stop` still reach the
+/// daemon through the socket the file names, and `doctor` reports the daemon's own files.
+#[test]
+fn status_stop_and_doctor_report_what_is_in_use_and_work_with_a_broken_config() {
+    let env = Env::new();
+    let socket = env.path("run/custom/compactd.sock");
+    let _stop = support::daemon_env::Stopper(socket.clone());
+    env.write_config(&format!("socket = \"{}\"\n", socket.display()));
+    let config = env.path("config/compactd/config.toml");
+    let started = env.command("start").output().expect("start");
+    assert!(started.status.success(), "{started:?}");
+    let status = env.command("status").output().expect("status");
+    let said = stdout(&status);
+    assert_eq!(status.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&format!("config: {}", config.display())),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("log: {}", env.log_file().display())) && env.log_file().is_file(),
+        "{said}"
+    );
+
+    // A bad edit: the file no longer loads, but its socket is still there to read.
+    env.write_config(&format!(
+        "socket = \"{}\"\nidle_exit_seconds = \"soon\"\n",
+        socket.display()
+    ));
+    let doctor_out = doctor(&env, &[]);
+    let report = stdout(&doctor_out);
+    assert_eq!(doctor_out.status.code(), Some(1), "{report}");
+    assert!(line(&report, "FAIL", "config").is_some(), "{report}");
+    let daemon = line(&report, "ok", "daemon").unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        daemon.contains(&format!("it uses config {}", config.display()))
+            && daemon.contains(&format!("logs to {}", env.log_file().display())),
+        "{daemon}"
+    );
+    let status = env.command("status").output().expect("status");
+    let said = stdout(&status);
+    assert_eq!(status.status.code(), Some(0), "{said}\n{status:?}");
+    assert!(said.contains(&socket.display().to_string()), "{said}");
+    assert!(
+        String::from_utf8_lossy(&status.stderr).contains("idle_exit_seconds"),
+        "the broken setting is still named: {status:?}"
+    );
+    let stop = env.command("stop").output().expect("stop");
+    assert_eq!(stop.status.code(), Some(0), "{stop:?}");
+    assert!(stdout(&stop).contains("stopped the daemon"), "{stop:?}");
+    assert!(support::daemon_env::daemons_on(&socket).is_empty());
+
+    // A daemon started by hand logs to its stderr (here a pipe): no log file is claimed.
+    env.remove_config();
+    let hand = env.path("run/hand.sock");
+    let _daemon = env.serve_ready(&hand, &[], Stdio::null());
+    let status = env
+        .command("status")
+        .arg("--socket")
+        .arg(&hand)
+        .output()
+        .expect("status");
+    let said = stdout(&status);
+    assert!(said.contains("config: none (the defaults)"), "{said}");
+    assert!(said.contains("log: its stderr, which is no file"), "{said}");
 }

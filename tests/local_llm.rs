@@ -1,8 +1,9 @@
 //! End-to-end tests against a real model: SmolLM2-135M behind llama.cpp's HTTP server
-//! (`../shared/tools/local-llm`). They drive both streaming protocols compactd speaks to
-//! that server, `openai-completions` and `anthropic-messages`, over real HTTP: a plain call
-//! (streaming, usage, stop reason), a `length` stop, cancellation mid-stream, and a full
-//! a compaction through the daemon's path on a copy of a conformance session.
+//! (`scripts/local_llm_server.py`, installed and started by `scripts/local-llm.sh`). They drive
+//! both streaming protocols compactd speaks to that server, `openai-completions` and
+//! `anthropic-messages`, over real HTTP: a plain call (streaming, usage, stop reason), a `length`
+//! stop, cancellation mid-stream, and a compaction through the daemon's path on a copy of a
+//! conformance session.
 //!
 //! The server is found through `COMPACTD_LOCAL_LLM` (e.g. `http://127.0.0.1:8091`, no `/v1`),
 //! which `scripts/test-all` exports. When it is unset or `/health` does not answer, every test
@@ -356,6 +357,7 @@ fn smollm(api: Api, root: &str, max_tokens: u64) -> ModelSpec {
         max_tokens,
         reasoning: false,
         api_key: Some("local-test-key".into()),
+        key_env: None,
         headers: vec![],
     }
 }
@@ -368,6 +370,7 @@ fn request(system: &str, prompt: &str, max_tokens: u64) -> LlmRequest {
         reasoning: None,
         session_id: None,
         timestamp_ms: 1_767_600_000_000,
+        pi_version: compactd::pi_version::PiVersion::V0_85,
     }
 }
 

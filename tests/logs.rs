@@ -9,7 +9,7 @@ mod support;
 use std::io::Read;
 use std::process::Stdio;
 
-use support::daemon_env::Env;
+use support::daemon_env::{Env, KillOnDrop, Stopper};
 #[cfg(feature = "postgres")]
 use support::postgres::Postgres;
 use support::rpc_client::{Client, Framing};
@@ -25,7 +25,7 @@ fn timestamped(line: &str) -> bool {
 }
 
 /// Stops a `serve` child with SIGTERM and returns all it wrote on stderr.
-fn stop_and_read(mut child: std::process::Child) -> String {
+fn stop_and_read(mut child: KillOnDrop) -> String {
     // SAFETY: kill(2) on the child this test spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let mut err = String::new();
@@ -79,6 +79,7 @@ fn serve_writes_each_event_once_with_a_timestamp_pid_and_socket() {
 fn daemons_started_on_demand_share_a_log_and_each_line_says_whose() {
     let env = Env::new();
     let sockets = [env.path("run/a/a.sock"), env.path("run/b/b.sock")];
+    let _stop = sockets.clone().map(Stopper);
     for s in &sockets {
         let out = env
             .command("start")
@@ -134,15 +135,17 @@ fn postgres_notices_of_an_existing_schema_stay_out_of_the_log() {
     // which the server answers with `already exists, skipping` notices.
     for name in ["one", "two"] {
         let socket = env.path(&format!("run/{name}.sock"));
-        let child = Command::new(env!("CARGO_BIN_EXE_compactd"))
-            .args(["-v", "serve", "--socket"])
-            .arg(&socket)
-            .envs(env.vars())
-            .env_remove("COMPACTD_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve");
+        let child = KillOnDrop(
+            Command::new(env!("CARGO_BIN_EXE_compactd"))
+                .args(["-v", "serve", "--socket"])
+                .arg(&socket)
+                .envs(env.vars())
+                .env_remove("COMPACTD_LOG")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("serve"),
+        );
         support::daemon_env::wait_for_socket(&socket);
         support::wait_until(Duration::from_secs(20), "the store is ready", || {
             pg.psql("SELECT count(*) FROM compactd_schema")
@@ -158,4 +161,56 @@ fn postgres_notices_of_an_existing_schema_stay_out_of_the_log() {
             "a notice in the log:\n{err}"
         );
     }
+}
+
+/// `compactd mcp`'s log has compactd's own lines, not the MCP library's bookkeeping (whole Rust
+/// structs of each handshake) at `info`; `-v` shows those too.
+#[test]
+fn the_mcp_librarys_lines_are_logged_at_debug_only() {
+    use std::io::Write;
+    let env = Env::new();
+    let file = env.session("005-medium-basic");
+    let socket = env.path("run/mcp.sock");
+    let _stop = Stopper(socket.clone());
+    let handshake = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"logs test","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    ];
+    let mut runs = Vec::new();
+    for verbose in [false, true] {
+        let before = env.log_text().len();
+        let mut cmd = env.command("mcp");
+        if verbose {
+            cmd.arg("-v");
+        }
+        let mut mcp = KillOnDrop(
+            cmd.arg("--session")
+                .arg(&file)
+                .arg("--socket")
+                .arg(&socket)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("mcp"),
+        );
+        let mut stdin = mcp.stdin.take().expect("stdin");
+        for line in handshake {
+            writeln!(stdin, "{line}").expect("write");
+        }
+        // The tools' list answers: the whole handshake went through.
+        let mut answers = std::io::BufReader::new(mcp.stdout.take().expect("stdout"));
+        let mut got = String::new();
+        for _ in 0..2 {
+            std::io::BufRead::read_line(&mut answers, &mut got).expect("read");
+        }
+        assert!(got.contains("search_history"), "{got}");
+        drop(stdin);
+        let _ = mcp.wait();
+        runs.push(env.log_text()[before..].to_owned());
+    }
+    let library = |log: &str| log.lines().filter(|l| l.contains(" rmcp::")).count();
+    assert_eq!(library(&runs[0]), 0, "rmcp at info:\n{}", runs[0]);
+    assert!(library(&runs[1]) > 0, "-v shows rmcp's lines:\n{}", runs[1]);
 }

@@ -28,6 +28,7 @@ fn fake_gpt(base: &str) -> ModelSpec {
         max_tokens: 32_000,
         reasoning: false,
         api_key: Some("oracle-fake-key".into()),
+        key_env: None,
         headers: vec![],
     }
 }
@@ -40,6 +41,7 @@ fn request(prompt: &str, max_tokens: u64) -> LlmRequest {
         reasoning: None,
         session_id: None,
         timestamp_ms: 0,
+        pi_version: compactd::pi_version::PiVersion::V0_85,
     }
 }
 
@@ -97,6 +99,7 @@ async fn replays_every_recorded_conformance_request_exactly() {
             reasoning: None,
             session_id: None,
             timestamp_ms: 0,
+            pi_version: compactd::pi_version::PiVersion::V0_85,
         };
         let reply_text = rec["reply"].as_str().expect("reply").to_string();
         let finish = rec["finish"].as_str().expect("finish").to_string();

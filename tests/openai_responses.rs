@@ -28,6 +28,7 @@ fn model(base: &str) -> ModelSpec {
         max_tokens: 32_000,
         reasoning: true,
         api_key: Some("sk-test".into()),
+        key_env: None,
         headers: vec![],
     }
 }
@@ -40,6 +41,7 @@ fn request(max_tokens: u64, reasoning: Option<&str>) -> LlmRequest {
         reasoning: reasoning.map(str::to_string),
         session_id: None,
         timestamp_ms: 0,
+        pi_version: compactd::pi_version::PiVersion::V0_85,
     }
 }
 

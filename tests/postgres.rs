@@ -33,7 +33,7 @@ impl Daemon {
         let child = env.serve_ready(&socket, &[], Stdio::null());
         Daemon {
             env,
-            _child: KillOnDrop(child),
+            _child: child,
             socket,
         }
     }
@@ -234,7 +234,13 @@ fn export_and_import_are_byte_for_byte_and_compact_alike() {
     // Importing it again is refused: one session per header id.
     let again = d.env.command("import").arg(&file).output().expect("import");
     assert!(!again.status.success());
-    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds"));
+    // The refusal names the session it collides with, and how to get it.
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        said.contains(&format!("the store already holds session {header_id}"))
+            && said.contains(&format!("compactd export {header_id}")),
+        "{said}"
+    );
 
     // The stored copy compacts as the file does (extractive, nothing written).
     let mut c = d.client();
@@ -490,6 +496,53 @@ fn events_reach_subscribers_on_every_daemon() {
     }
 }
 
+/// A server that refuses the connection says why in the error (its own `FATAL`), and the error
+/// says what to change: a role that does not exist, a wrong password, a missing database.
+#[test]
+fn a_refused_connection_says_the_servers_reason_and_the_fix() {
+    let test = "a_refused_connection_says_the_servers_reason_and_the_fix";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    pg.require_password("compactd_pw", "right");
+    let host = pg.socket_dir().display().to_string();
+    for (url, cause, fix) in [
+        (
+            format!("host={host} user=nobody dbname=postgres"),
+            "role \"nobody\" does not exist",
+            "Fix: create the role (`createuser NAME`",
+        ),
+        (
+            format!("host={host} user=compactd_pw password=wrong dbname=postgres"),
+            "password authentication failed for user \"compactd_pw\"",
+            "Fix: check the password in [storage] postgres_url",
+        ),
+        (
+            format!("host={host} user=postgres dbname=nowhere"),
+            "database \"nowhere\" does not exist",
+            "Fix: create the database (`createdb NAME`)",
+        ),
+    ] {
+        let env = Env::new();
+        env.write_config(&format!(
+            "[storage]\nbackend = \"postgres\"\npostgres_url = \"{url}\"\n"
+        ));
+        let socket = env.path("run/compactd.sock");
+        let _daemon = env.serve_ready(&socket, &[], Stdio::null());
+        let mut c = Client::socket(&socket, Framing::Ndjson);
+        let err = c
+            .request("createSession", json!({"cwd": env.dir.path()}))
+            .expect_err("refused");
+        assert_eq!(err["data"]["kind"], "storage_unavailable", "{err}");
+        let said = err["message"].as_str().unwrap_or_default();
+        assert!(
+            said.contains(cause) && said.contains(fix) && said.contains(&format!("host {host}")),
+            "{url}: {said}"
+        );
+        assert!(!said.ends_with("db error"), "{said}");
+    }
+}
+
 #[test]
 fn a_missing_or_lost_database_is_storage_unavailable_and_loses_nothing() {
     let test = "a_missing_or_lost_database_is_storage_unavailable_and_loses_nothing";
@@ -520,12 +573,24 @@ fn a_missing_or_lost_database_is_storage_unavailable_and_loses_nothing() {
         nowhere.path().display()
     ));
     let socket = env.path("run/compactd.sock");
-    let _down = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let _down = env.serve_ready(&socket, &[], Stdio::null());
     let mut c = Client::socket(&socket, Framing::Ndjson);
     let err = c
         .request("createSession", json!({"cwd": env.dir.path()}))
         .expect_err("no database");
     assert_eq!(err["data"]["kind"], "storage_unavailable", "{err}");
+    // The system's reason, where compactd tried, and what to do: not only "error connecting".
+    let said = err["message"].as_str().unwrap_or_default();
+    for part in [
+        format!(
+            "host {} user postgres database postgres",
+            nowhere.path().display()
+        ),
+        "No such file or directory".into(),
+        "Fix: start the PostgreSQL server".into(),
+    ] {
+        assert!(said.contains(&part), "{part:?} missing from {said:?}");
+    }
 
     // A database that goes away mid-run: the write fails clearly, and everything acknowledged
     // before is still there when it is back; the next write works. A crash of the server is

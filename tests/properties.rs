@@ -19,6 +19,7 @@ use compactd::compaction::prepare::{compaction_boundaries, prepare_compaction, N
 use compactd::compaction::summary::{compaction_entry, CompactionOutcome};
 use compactd::compaction::tokens::CompactionSettings;
 use compactd::context::{build_session_context, context_entries};
+use compactd::pi_version::PiVersion;
 use compactd::session::{read_session, Entry, EntryKind, ReadOutcome, Role, SessionTree};
 
 use support::compact::compact_file;
@@ -397,7 +398,7 @@ fn check_tree(tree: &SessionTree, extra_keep: i64) -> Result<(), TestCaseError> 
             }
         }
 
-        let prep = match prepare_compaction(&path, &settings) {
+        let prep = match prepare_compaction(PiVersion::V0_85, &path, &settings) {
             Ok(p) => p,
             Err(NothingToCompact::AlreadyCompacted) => {
                 prop_assert_eq!(path.last().map(|e| e.kind), Some(EntryKind::Compaction));
@@ -479,7 +480,8 @@ fn check_tree(tree: &SessionTree, extra_keep: i64) -> Result<(), TestCaseError> 
             orphans
         );
         prop_assert!(
-            prepare_compaction(&new_path, &settings) == Err(NothingToCompact::AlreadyCompacted)
+            prepare_compaction(PiVersion::V0_85, &new_path, &settings)
+                == Err(NothingToCompact::AlreadyCompacted)
         );
     }
     Ok(())
@@ -548,8 +550,12 @@ fn compacting_a_file_only_appends() {
         let len = fake_llm::start(vec![("TRUNCATED".into(), "length".into()); 4096]).await;
         (ok, len)
     });
-    let ok_config = fake_llm::fake_config(Protocol::OpenAiCompletions, ok_fake.port);
-    let len_config = fake_llm::fake_config(Protocol::OpenAiCompletions, len_fake.port);
+    // The daemon's default rules, Pi 1.6's, as `expect_ok` below asks them.
+    let mut ok_config = fake_llm::fake_config(Protocol::OpenAiCompletions, ok_fake.port);
+    let mut len_config = fake_llm::fake_config(Protocol::OpenAiCompletions, len_fake.port);
+    for c in [&mut ok_config, &mut len_config] {
+        c.compat.pi_version = compactd::config::PiVersionSetting(PiVersion::V1_6);
+    }
     let case = std::sync::atomic::AtomicUsize::new(0);
     let dir = tempfile::tempdir().expect("tempdir");
     let stats = Arc::new(parking_lot::Mutex::new((0usize, 0usize)));
@@ -585,7 +591,8 @@ fn compacting_a_file_only_appends() {
             let tree = parse_tree(&bytes)?;
             let old_leaf = tree.leaf_id().map(str::to_owned);
             let branch = tree.branch();
-            let expect_ok = prepare_compaction(&tree.refs(&branch), &settings).is_ok();
+            let expect_ok =
+                prepare_compaction(PiVersion::V1_6, &tree.refs(&branch), &settings).is_ok();
             let baseline = loaded_baseline(&bytes);
 
             // Each case's files are new: a daemon of an earlier case may still be letting go of
@@ -685,8 +692,10 @@ fn inspect_all(bytes: &[u8], window: i64, keep: i64, reserve: i64) {
             reserve_tokens: reserve,
             keep_recent_tokens: keep,
         };
-        let report = compactd::report::inspect(&tree, window, &settings);
-        assert!(report.get("session").is_some());
+        for version in PiVersion::ALL {
+            let report = compactd::report::inspect(&tree, window, &settings, version);
+            assert!(report.get("session").is_some());
+        }
     }
 }
 

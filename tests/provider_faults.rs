@@ -475,3 +475,102 @@ fn the_settings_retry_policy_governs_summarization_retries() {
     // The unused fault is the configuration's second retry, never made.
     rig.fake.state.lock().faults.clear();
 }
+
+/// A split turn's two calls run at once, and a provider that fails fails both: the daemon's
+/// log has one warning per failed try, each naming its call and counting tries out of all there
+/// can be (the first and `maxRetries` retries), never two lines nobody can tell apart, never
+/// "3/3" before a fourth try.
+#[test]
+fn each_retry_is_logged_once_named_by_its_call_and_counted() {
+    let mut rig = Rig::new(None);
+    let file = rig.env.session_as("017-split-turn-with-history", "split");
+    let sid = open(&mut rig.c, &file);
+    // The recorded case's setting: a split turn with history, so two calls.
+    keep_recent(&mut rig.c, &sid, 6000);
+    let unavailable = || Fault::Status {
+        status: 503,
+        retry_after: None,
+    };
+    // Two failed tries, whichever calls they hit (each call may retry twice).
+    rig.fake.inject([unavailable(), unavailable()]);
+    let before = rig.fake.requests().len();
+    rig.c.ok("compact", json!({"sessionId": sid}));
+    let requests = rig.fake.requests();
+    let kinds: Vec<String> = requests[before..]
+        .iter()
+        .map(|r| fake_llm::request_kind(&r.body).to_owned())
+        .collect();
+    assert_eq!(kinds.len(), 4, "two calls, two retries: {kinds:?}");
+    assert!(
+        kinds.iter().any(|k| k == "turnPrefix") && kinds.iter().any(|k| k == "history"),
+        "a split turn: {kinds:?}"
+    );
+    let log = rig.env.log_text();
+    let retries: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("call failed (try"))
+        .collect();
+    assert_eq!(retries.len(), 2, "one warning per failed try:\n{log}");
+    let mut seen = Vec::new();
+    for line in &retries {
+        let (label, call) = if line.contains("Turn prefix summarization call failed") {
+            ("Turn prefix summarization", "call=turnPrefix")
+        } else {
+            ("Summarization", "call=history")
+        };
+        assert!(line.contains(call), "{label} names its call: {line}");
+        let try_no = line
+            .split("(try ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            line.contains(&format!("(try {try_no} of 3); retrying in ")),
+            "counted out of all three tries: {line}"
+        );
+        assert!(
+            !seen.contains(&(call, try_no.clone())),
+            "the same try logged twice:\n{log}"
+        );
+        seen.push((call, try_no));
+    }
+}
+
+/// A provider that refuses the key answers 401 with a JSON body that never says "key": the
+/// error says the authentication failed and names the variable the key came from, then what the
+/// provider said.
+#[test]
+fn a_refused_key_names_the_variable_it_came_from() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let fake = rt.block_on(fake_llm::start(vec![(REPLY.into(), "stop".into()); 4]));
+    let env = Env::new();
+    env.write_config(&format!(
+        "[summarizer]\nprovider = \"openai-completions\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nmodel = \"fake-model\"\napi_key_env = \"COMPACTD_FAULTS_KEY\"\n",
+        fake.port
+    ));
+    let vars = env.vars();
+    let mut pairs: Vec<(&str, &std::path::Path)> =
+        vars.iter().map(|(k, v)| (*k, v.as_path())).collect();
+    pairs.push(("COMPACTD_FAULTS_KEY", std::path::Path::new("sk-wrong")));
+    let mut c = Client::stdio(&[], &pairs, Framing::Ndjson);
+    let file = env.session_as("009-bash-executions", "refused");
+    let sid = open(&mut c, &file);
+    keep_recent(&mut c, &sid, 1000);
+    for status in [401, 403] {
+        fake.inject([Fault::Status {
+            status,
+            retry_after: None,
+        }]);
+        let e = c
+            .request("compact", json!({"sessionId": sid}))
+            .expect_err("refused");
+        let message = e["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!(
+                "Summarization failed: authentication failed ({status}) — check the key in `COMPACTD_FAULTS_KEY`; the provider said: {status}"
+            )),
+            "{message}"
+        );
+    }
+}

@@ -888,8 +888,7 @@ fn an_unreadable_file_is_io_on_every_method() {
 fn a_retried_append_with_its_entry_id_is_written_once() {
     let env = Env::new();
     let socket = env.path("run/compactd.sock");
-    let _daemon =
-        support::daemon_env::KillOnDrop(env.serve_ready(&socket, &[], std::process::Stdio::null()));
+    let _daemon = env.serve_ready(&socket, &[], std::process::Stdio::null());
     let path = env.session("005-medium-basic");
     let before = lines(&path).len();
     let message = json!({"role": "user", "content": "run the migration"});

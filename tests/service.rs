@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::daemon_env::Env;
+use support::daemon_env::{Env, KillOnDrop};
 use support::rpc_client::{Client, Framing};
 
 const BIN: &str = env!("CARGO_BIN_EXE_compactd");
@@ -44,7 +44,7 @@ fn install_writes_units_that_systemd_accepts_and_uninstall_removes_them() {
     );
     let socket_unit = std::fs::read_to_string(units.join("compactd.socket")).unwrap();
     let service_unit = std::fs::read_to_string(units.join("compactd.service")).unwrap();
-    // The default socket is under $XDG_RUNTIME_DIR: written with systemd's %t.
+    // The default socket is under the runtime directory: written with systemd's %t.
     assert!(
         socket_unit.contains("\nListenStream=%t/compactd/compactd.sock\n"),
         "{socket_unit}"
@@ -114,7 +114,7 @@ fn activated(
     env: &Env,
     listener: &std::os::unix::net::UnixListener,
     listen_pid: &str,
-) -> std::process::Child {
+) -> KillOnDrop {
     let fd = listener.as_raw_fd();
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
@@ -143,10 +143,10 @@ fn activated(
             Ok(())
         });
     }
-    cmd.spawn().expect("spawn the activated daemon")
+    KillOnDrop(cmd.spawn().expect("spawn the activated daemon"))
 }
 
-fn stop(mut child: std::process::Child) -> std::process::ExitStatus {
+fn stop(mut child: KillOnDrop) -> std::process::ExitStatus {
     // SAFETY: plain kill(2) of the daemon this test started.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);

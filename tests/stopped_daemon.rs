@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::daemon_env::Env;
+use support::daemon_env::{Env, KillOnDrop};
 use support::wait_until;
 
 /// The longest any client may take to give up (their deadlines are 5 to 10 s; the rest is
@@ -21,7 +21,7 @@ const GIVE_UP_WITHIN: Duration = Duration::from_secs(30);
 
 /// A daemon on a socket; resumed (it may have been stopped) and killed when dropped.
 struct Daemon {
-    child: Child,
+    child: KillOnDrop,
 }
 
 impl Daemon {
@@ -57,7 +57,7 @@ impl Daemon {
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.0.id()
     }
 
     fn signal(&self, signo: i32) {
@@ -67,10 +67,9 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// Resumed, so that `KillOnDrop` then kills a running process.
     fn drop(&mut self) {
         self.signal(libc::SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::daemon_env::{tool_session, Env, KillOnDrop};
+use support::daemon_env::{tool_session, Env};
 use support::rpc_client::{Client, Framing};
 
 const BIN: &str = env!("CARGO_BIN_EXE_compactd");
@@ -203,7 +203,7 @@ fn the_live_view_in_a_real_terminal() {
     ]);
     env.use_fake_summarizer(fake.port, "{ enabled = false }");
     let socket = env.path("run/top.sock");
-    let daemon = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let daemon = env.serve_ready(&socket, &[], Stdio::null());
     let mut holder = Client::socket(&socket, Framing::Ndjson);
     small_settings(&mut holder);
     let (s1, _) = session(&env, &mut holder, "alpha", 8, 10_000);
@@ -319,13 +319,13 @@ fn the_live_view_in_a_real_terminal() {
     tmux.wait("the disconnection", Duration::from_secs(10), |s| {
         s.contains("daemon disconnected — reconnecting…")
     });
-    let _daemon = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let _daemon = env.serve_ready(&socket, &[], Stdio::null());
     let mut holder = Client::socket(&socket, Framing::Ndjson);
     let (n1, _) = session(&env, &mut holder, "delta", 4, 10_000);
     let p = percent(&mut holder, &n1);
     tmux.wait("the reconnection", START, |s| {
         s.contains("reconnected")
-            && s.contains("1 sessions · connected")
+            && s.contains("1 session · connected")
             && row(s, &n1).is_some_and(|l| l.contains("delta/") && l.contains(&p))
     });
 
@@ -373,7 +373,7 @@ fn no_color_is_honoured_in_a_real_terminal() {
     }
     let env = Env::new();
     let socket = env.path("run/top.sock");
-    let _daemon = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let _daemon = env.serve_ready(&socket, &[], Stdio::null());
     let mut holder = Client::socket(&socket, Framing::Ndjson);
     small_settings(&mut holder);
     let (sid, _) = session(&env, &mut holder, "alpha", 8, 10_000);
@@ -425,7 +425,7 @@ fn starts(line: &str) -> Vec<usize> {
 fn once_prints_a_plain_snapshot_of_a_known_state() {
     let env = Env::new();
     let socket = env.path("run/top.sock");
-    let _daemon = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let _daemon = env.serve_ready(&socket, &[], Stdio::null());
     let mut c = Client::socket(&socket, Framing::Ndjson);
     small_settings(&mut c);
     let (s1, p1) = session(&env, &mut c, "alpha", 8, 10_000);
@@ -582,7 +582,7 @@ fn list_sessions_reports_the_running_and_the_last_compaction() {
     fake.state.lock().delay = Duration::from_secs(2);
     env.use_fake_summarizer(fake.port, "{ enabled = false }");
     let socket = env.path("run/top.sock");
-    let _daemon = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let _daemon = env.serve_ready(&socket, &[], Stdio::null());
     let mut c = Client::socket(&socket, Framing::Ndjson);
     small_settings(&mut c);
     let (sid, _) = session(&env, &mut c, "alpha", 8, 10_000);
@@ -642,7 +642,7 @@ fn the_connection_applies_every_event_of_a_burst_without_a_screen() {
     use std::sync::Arc;
     let env = Env::new();
     let socket = env.path("run/top.sock");
-    let _daemon = KillOnDrop(env.serve_ready(&socket, &[], Stdio::null()));
+    let _daemon = env.serve_ready(&socket, &[], Stdio::null());
     let mut c = Client::socket(&socket, Framing::Ndjson);
     small_settings(&mut c);
     // Too small to compact: every `compact` is a start and a failed end.
@@ -722,11 +722,11 @@ fn once_and_the_daemons_log_print_session_strings_only_as_printable_text() {
     let env = Env::new();
     let socket = env.path("run/top.sock");
     let log = env.path("serve.log");
-    let daemon = KillOnDrop(env.serve_ready(
+    let daemon = env.serve_ready(
         &socket,
         &[],
         Stdio::from(std::fs::File::create(&log).expect("log file")),
-    ));
+    );
     let file = env.path(&format!("hostile{}.jsonl", support::HOSTILE));
     support::write_hostile_session(&file);
     let mut c = Client::socket(&socket, Framing::Ndjson);

@@ -10,26 +10,25 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::daemon_env::{keep_recent, park_compactions, wait_for_socket, Env};
+use support::daemon_env::{keep_recent, park_compactions, wait_for_socket, Env, KillOnDrop};
 use support::rpc_client::{Client, Framing};
 use support::{settled_rss_kib, unread_by_peer, wait_until};
 
 const LONG: Duration = Duration::from_secs(60);
 
 /// `compactd serve` on `socket` with `extra` flags, its stderr in `log`, once it listens.
-fn serve(env: &Env, socket: &Path, extra: &[&str], log: &Path) -> Child {
+fn serve(env: &Env, socket: &Path, extra: &[&str], log: &Path) -> KillOnDrop {
     let log = File::create(log).expect("log file");
     env.serve_ready(socket, extra, Stdio::from(log))
 }
 
-fn stop(mut child: Child) {
-    let _ = child.kill();
-    let _ = child.wait();
+fn stop(child: KillOnDrop) {
+    drop(child);
 }
 
 fn lsp(body: &str) -> Vec<u8> {
@@ -64,14 +63,15 @@ fn read_lsp_all(r: impl Read) -> Vec<Value> {
 #[test]
 fn a_content_length_over_the_limit_is_refused_and_the_connection_closed() {
     let env = Env::new();
-    let mut child = env
-        .command("stdio")
-        .args(["--max-frame", "100000"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        env.command("stdio")
+            .args(["--max-frame", "100000"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let mut stdin = child.stdin.take().unwrap();
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#;
     stdin.write_all(&lsp(init)).unwrap();
@@ -358,7 +358,7 @@ fn running_out_of_file_descriptors_backs_off_instead_of_spinning() {
         .env("PI_CODING_AGENT_DIR", env.path("agent"))
         .stdout(Stdio::null())
         .stderr(File::create(&log).unwrap());
-    let daemon = cmd.spawn().unwrap();
+    let daemon = KillOnDrop(cmd.spawn().unwrap());
     wait_for_socket(&socket);
     // Hold more connections than the daemon has descriptors for.
     let held: Vec<UnixStream> = (0..100)
@@ -441,18 +441,19 @@ fn the_socket_directory_is_never_chmodded_and_only_stale_sockets_are_removed() {
 #[test]
 fn the_default_socket_directory_is_created_private_or_verified() {
     let env = Env::new();
-    let tmp = env.path("tmp");
-    std::fs::create_dir(&tmp).unwrap();
+    let runtime = env.path("runtime");
+    std::fs::create_dir(&runtime).unwrap();
     let uid = std::fs::metadata("/proc/self").unwrap().uid();
-    let private = tmp.join(format!("compactd-{uid}"));
+    let private = runtime.join("compactd");
     let serve = || {
-        env.command("serve")
-            .env_remove("XDG_RUNTIME_DIR")
-            .env("TMPDIR", &tmp)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        KillOnDrop(
+            env.command("serve")
+                .env("COMPACTD_RUNTIME_DIR", &runtime)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
     };
     // Missing: created 0700.
     let daemon = serve();

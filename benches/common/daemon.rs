@@ -35,6 +35,8 @@ pub fn env_dirs(root: &Path) -> Res<Vec<(&'static str, PathBuf)>> {
         ("XDG_STATE_HOME", "state"),
         ("XDG_CACHE_HOME", "cache"),
         ("XDG_RUNTIME_DIR", "run"),
+        // Above /run/user/<uid> in the socket rule: the bench's own daemons only.
+        ("COMPACTD_RUNTIME_DIR", "run"),
         ("PI_CODING_AGENT_DIR", "agent"),
     ];
     let mut out = Vec::new();

@@ -1,6 +1,11 @@
 /**
- * compactd for Pi 0.85.0: Pi delegates compaction to the compactd daemon, and Pi's model gets
- * the recall tools `search_history` and `get_entry` over the session's full history.
+ * compactd for Pi (0.85.0 and 1.6.0): Pi delegates compaction to the compactd daemon, and Pi's
+ * model gets the recall tools `search_history` and `get_entry` over the session's full history.
+ *
+ * Which Pi: the daemon reproduces Pi 0.85's and Pi 1.6's compaction rules, and a session file
+ * cannot tell which Pi wrote it. The extension reads the version of the Pi it runs in and tells
+ * the daemon, for each session it opens (`setSettingsOverrides {piVersion}`): "0.85" for Pi
+ * 0.85.x, "1.6" for anything newer, so a user of either Pi gets that Pi's rules unconfigured.
  *
  * Why: the daemon brings its summarizer (extractive by default, or a dedicated summarizer model,
  * with secret redaction) to a Pi user without changing their workflow. On
@@ -28,12 +33,15 @@
  * file, so after a compaction the model can fetch the exact text a summary condensed. Results
  * are bounded and tagged with entry id, timestamp and role; an unknown id is a tool error.
  *
- * Socket: `$COMPACTD_SOCKET`, else the daemon's default (`$XDG_RUNTIME_DIR/compactd/compactd.sock`,
- * else `$TMPDIR` or `/tmp` + `/compactd-<uid>/compactd.sock`). No dependencies: a small NDJSON
- * JSON-RPC client over `node:net` is built in.
+ * Socket: `$COMPACTD_SOCKET`, else the daemon's default by its own rule
+ * (`RUNTIME/compactd/compactd.sock`, RUNTIME being `$COMPACTD_RUNTIME_DIR`, else `/run/user/<uid>`
+ * when it exists, else `$XDG_RUNTIME_DIR`; else `/tmp/compactd-<uid>/compactd.sock`). No
+ * dependencies: a small NDJSON JSON-RPC client over `node:net` is built in.
  */
 
+import { VERSION as PI_VERSION } from "@earendil-works/pi-coding-agent";
 import { execFile } from "node:child_process";
+import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
 
@@ -80,12 +88,38 @@ interface ExtensionApi {
 	registerTool(tool: ToolDefinition): void;
 }
 
+/**
+ * The compaction rules of the Pi `version` (Pi's own package version): "0.85" for Pi 0.85.x and
+ * older, "1.6" for the releases since (0.86 brought the changes 1.6 has: system messages,
+ * context edits, the new cut fallback, …).
+ */
+export function rulesOf(version: string): "0.85" | "1.6" {
+	const [major, minor] = version.split(".").map((n) => Number.parseInt(n, 10));
+	return major === 0 && (Number.isNaN(minor) || minor <= 85) ? "0.85" : "1.6";
+}
+
+/** Why the daemon refused to be told this Pi's rules (an older compactd), until Pi is told. */
+let rulesRefused: string | undefined;
+
 /** The socket this extension talks to (see the file comment). */
 export function socketPath(env: NodeJS.ProcessEnv = process.env): string {
 	if (env.COMPACTD_SOCKET) return env.COMPACTD_SOCKET;
-	if (env.XDG_RUNTIME_DIR) return path.join(env.XDG_RUNTIME_DIR, "compactd", "compactd.sock");
 	const uid = typeof process.getuid === "function" ? process.getuid() : 0;
-	return path.join(env.TMPDIR || "/tmp", `compactd-${uid}`, "compactd.sock");
+	const runtime = env.COMPACTD_RUNTIME_DIR || standardRuntimeDir(uid) || env.XDG_RUNTIME_DIR;
+	if (runtime) return path.join(runtime, "compactd", "compactd.sock");
+	return path.join("/tmp", `compactd-${uid}`, "compactd.sock");
+}
+
+/** `/run/user/<uid>` when it is a directory of this user (found without `$XDG_RUNTIME_DIR`,
+ * which a reduced environment drops). */
+function standardRuntimeDir(uid: number): string | undefined {
+	const dir = `/run/user/${uid}`;
+	try {
+		const st = fs.lstatSync(dir);
+		return st.isDirectory() && st.uid === uid ? dir : undefined;
+	} catch {
+		return undefined;
+	}
 }
 
 class Unreachable extends Error {}
@@ -191,6 +225,14 @@ class HeldSession {
 		const conn = await openDaemon(sock);
 		try {
 			const info = await conn.request("openSession", model ? { path: file, model } : { path: file });
+			// This Pi's rules for this session (the daemon's default may be another Pi's). A daemon
+			// older than the setting refuses it: it compacts by its own rules, and Pi is told once.
+			await conn
+				.request("setSettingsOverrides", { sessionId: info.sessionId, piVersion: rulesOf(PI_VERSION) })
+				.catch((e) => {
+					if (!(e instanceof DaemonError && e.kind === "invalid_params")) throw e;
+					rulesRefused ??= e.message;
+				});
 			return new HeldSession(conn, file, info.sessionId, JSON.stringify(model ?? null));
 		} catch (e) {
 			conn.close();
@@ -485,10 +527,16 @@ export default function compactd(pi: ExtensionApi): void {
 	pi.on("turn_end", (_event, ctx) => holder.afterTurn(ctx, socketPath()));
 	pi.on("session_shutdown", () => holder.close());
 	pi.on("context", async (event, ctx) => holder.project(event, ctx, socketPath(), pi).catch(() => undefined));
+	let toldRules = false;
 	pi.on("session_before_compact", async (event, ctx) => {
 		const sock = socketPath();
 		try {
-			return await compactWithDaemon(event, ctx, sock, holder);
+			const compaction = await compactWithDaemon(event, ctx, sock, holder);
+			if (rulesRefused && !toldRules) {
+				toldRules = true;
+				ctx.ui.notify(`compactd does not take this Pi's version (${rulesRefused}); it compacts by its own default rules: update compactd.`, "warning");
+			}
+			return compaction;
 		} catch (e) {
 			if (event.signal?.aborted) return { cancel: true };
 			if (e instanceof Unreachable) {

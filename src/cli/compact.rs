@@ -31,9 +31,11 @@ impl Status {
             None => format!("summarizing with {}", self.summarizer),
             Some((attempt, max, at, error)) => {
                 let left = at.saturating_duration_since(Instant::now()).as_secs_f32();
+                // `attempt` tries failed so far, of the first and `max` retries.
                 format!(
-                    "{}: attempt {attempt}/{max} failed ({error}); retrying in {left:.0}s",
-                    self.summarizer
+                    "{}: try {attempt} of {} failed ({error}); retrying in {left:.0}s",
+                    self.summarizer,
+                    max + 1
                 )
             }
         }

@@ -113,11 +113,16 @@ fn config_check(explicit: Option<&Path>) -> (Config, Finding, String) {
             (config, Finding::ok("config", text), shown)
         }
         Err(e) => (
-            Config::default(),
+            // The rest is checked with the defaults, and the daemon looked for on the socket
+            // the file names (it started with the config that worked).
+            Config {
+                socket: crate::config::socket_despite_errors(explicit),
+                ..Config::default()
+            },
             Finding::fail(
                 "config",
                 e.to_string(),
-                "correct the setting named (the remaining checks use the defaults meanwhile)",
+                "correct the setting named (the remaining checks use the defaults and the file's socket meanwhile)",
             ),
             shown,
         ),
@@ -158,11 +163,21 @@ fn daemon_check(socket: &Path) -> Finding {
     match super::lifecycle::ask(socket, "compactd doctor") {
         Ok(Some(init)) => {
             let version = init["version"].as_str().unwrap_or("?");
-            let pid = &init["daemon"]["pid"];
+            let d = &init["daemon"];
+            let pid = &d["pid"];
+            // What the running daemon uses, which may differ from what this command reads
+            // (it started with another environment, or before an edit).
+            let uses = |key: &str, none: &str| {
+                d[key]
+                    .as_str()
+                    .map_or_else(|| none.to_owned(), |s| super::printable::line(s).into_owned())
+            };
             let text = format!(
-                "pid {pid}, compactd {}, answers on {}",
+                "pid {pid}, compactd {}, answers on {}; it uses config {} and logs to {}",
                 super::printable::line(version),
-                socket.display()
+                socket.display(),
+                uses("configFile", "none (the defaults)"),
+                uses("logFile", "its stderr (no file)")
             );
             if version == env!("CARGO_PKG_VERSION") {
                 Finding::ok("daemon", text)

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use crate::compaction::tokens::CompactionSettings;
 use crate::report::{self, Overview};
+use crate::session::PiVersion;
 use crate::store;
 
 /// `1 entry`, `2 entries`.
@@ -19,22 +20,47 @@ fn count(n: usize, one: &str, many: &str) -> String {
 }
 
 /// Runs `inspect`; returns the process exit code.
-pub fn run(path: &Path, json: bool, context_window: i64, settings: &CompactionSettings) -> i32 {
+pub fn run(
+    path: &Path,
+    json: bool,
+    context_window: i64,
+    settings: &CompactionSettings,
+    version: PiVersion,
+) -> i32 {
     // The overview needs only the facts; the full analysis needs the messages.
-    let (tree, load) = match store::read_session_file(path, !json) {
+    // Pi 1.6 replays system messages into the context's estimate: a file that has any is read
+    // whole, so their text is there to replay.
+    let loaded = store::read_session_file(path, !json).and_then(|(tree, load)| {
+        let system = |t: &crate::session::SessionTree| {
+            t.entries()
+                .iter()
+                .any(|e| e.role == Some(crate::session::Role::System))
+        };
+        match !json && version.is_1_6() && system(&tree) {
+            true => store::read_session_file(path, false),
+            false => Ok((tree, load)),
+        }
+    });
+    let (tree, load) = match loaded {
         Ok(t) => t,
         Err(e) => {
             super::print_error(json, &e.to_string());
             return super::EXIT_FAILED;
         }
     };
+    // Under Pi 0.85's rules, a file that shows what only Pi 1.6 writes is probably misread.
+    if !version.is_1_6() {
+        if let Some(sign) = crate::session::signs_of_1_6(tree.entries().iter().map(|e| &**e)) {
+            crate::print_err!("warning: {}", crate::session::misread_message(sign));
+        }
+    }
     // The session's own strings (its id, entry ids, a reason quoting them) are made printable.
     let text = if json {
-        let out = report::inspect(&tree, context_window, settings);
+        let out = report::inspect(&tree, context_window, settings, version);
         let text = crate::json::stringify(&out);
         format!("{}\n", super::printable::json(&text))
     } else {
-        let o = report::overview(&tree, context_window, settings);
+        let o = report::overview(&tree, context_window, settings, version);
         super::printable::text(&human(&o, &load, context_window, settings)).into_owned()
     };
     // The process ends after this: the system takes the session's memory back at once, without
@@ -51,11 +77,8 @@ fn human(
 ) -> String {
     let mut s = String::new();
     let mut notes = vec![count(o.entry_count, "entry", "entries")];
-    if load.skipped_lines > 0 {
-        notes.push(format!(
-            "{} skipped",
-            count(load.skipped_lines, "malformed line", "malformed lines")
-        ));
+    if let Some(skipped) = load.skipped_text() {
+        notes.push(skipped);
     }
     let original = crate::json::js_number(load.original_version);
     let version = if load.migrated {

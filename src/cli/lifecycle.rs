@@ -72,11 +72,14 @@ fn describe(socket: &Path, init: &Value) -> String {
     out += &format!("clients: {}\n", connections.saturating_sub(1));
     out += &format!(
         "config: {}\n",
-        text(&d["configFile"]).unwrap_or_else(|| "the default lookup".into())
+        text(&d["configFile"]).unwrap_or_else(|| "none (the defaults)".into())
     );
     out += &format!(
         "log: {}\n",
-        text(&d["logFile"]).unwrap_or_else(|| "-".into())
+        text(&d["logFile"]).unwrap_or_else(|| {
+            "its stderr, which is no file (a terminal, a pipe or the service manager's journal)"
+                .into()
+        })
     );
     out += &match d["idleExitSeconds"].as_u64() {
         Some(s) => format!("started on demand: exits after {s}s with no client and no session\n"),
@@ -187,7 +190,7 @@ mod tests {
             "uptime: 2m 5s",
             "sessions open: 2",
             "clients: 2",
-            "config: the default lookup",
+            "config: none (the defaults)",
             "log: /l/compactd.log",
             "exits after 300s",
         ] {

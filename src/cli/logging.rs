@@ -50,18 +50,20 @@ impl LogMode {
 /// `$XDG_STATE_HOME/compactd/compactd.log`, else `~/.local/state/compactd/compactd.log` (the
 /// XDG base directory default), else `<tmp>/compactd-<uid>/compactd.log` without a home.
 pub fn default_log_file() -> PathBuf {
-    let state = std::env::var_os("XDG_STATE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| PathBuf::from(h).join(".local/state"))
-        });
+    let state = crate::config::xdg_dir("XDG_STATE_HOME", ".local/state");
     match state {
         Some(dir) => dir.join("compactd").join("compactd.log"),
         None => crate::transport::unix::default_socket_dir().join("compactd.log"),
     }
+}
+
+/// The file this process's stderr is, when it is a regular file (a daemon started on demand
+/// has its stderr appended to the log file); `None` for a terminal, a pipe or a socket.
+pub fn stderr_file() -> Option<PathBuf> {
+    let path = std::fs::read_link("/proc/self/fd/2").ok()?;
+    std::fs::metadata(&path)
+        .is_ok_and(|m| m.is_file())
+        .then_some(path)
 }
 
 /// The log file a command of `mode` writes: the configured one, or for editors the default.
@@ -112,7 +114,22 @@ fn filter(config: &crate::config::Config, default: &str) -> EnvFilter {
         .or_else(|| std::env::var("COMPACTD_LOG").ok())
         .or_else(|| config.log.level.clone())
         .unwrap_or_else(|| default.into());
-    EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(default))
+    let filter = EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(default));
+    quieter_mcp_library(filter, &spec)
+}
+
+/// The MCP library (`rmcp`) logs its own bookkeeping at `info`: every handshake and
+/// notification with whole Rust structs. Those lines are for debugging the MCP server, so they
+/// appear from `debug` on: at the `info` level, `rmcp` logs warnings and errors only. A filter
+/// that names `rmcp` itself is left as it is.
+fn quieter_mcp_library(filter: EnvFilter, spec: &str) -> EnvFilter {
+    if spec.contains("rmcp") || filter.max_level_hint() != Some(LevelFilter::INFO) {
+        return filter;
+    }
+    match "rmcp=warn".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    }
 }
 
 /// The level `-v` (`count` times) or `-q` ask for: `-q` errors only, `-v` debug, `-vv` and more

@@ -13,6 +13,7 @@ pub mod inspect;
 pub mod launch;
 pub mod lifecycle;
 pub mod logging;
+pub mod pi;
 pub mod preview;
 pub mod printable;
 pub mod runtime;
@@ -70,9 +71,10 @@ pub enum Command {
     /// Run the daemon on a Unix socket (many clients).
     #[command(after_help = EXIT_CODES)]
     Serve {
-        /// Socket path (default: the config's `socket`, else
-        /// $XDG_RUNTIME_DIR/compactd/compactd.sock, else /tmp/compactd-$UID/compactd.sock when
-        /// XDG_RUNTIME_DIR is unset; the directory is created mode 0700 and must stay private).
+        /// Socket path (default: the config's `socket`, else RUNTIME/compactd/compactd.sock
+        /// where RUNTIME is $COMPACTD_RUNTIME_DIR, else /run/user/$UID when it exists, else
+        /// $XDG_RUNTIME_DIR; else /tmp/compactd-$UID/compactd.sock; the directory is created mode
+        /// 0700 and must stay private).
         #[arg(long)]
         socket: Option<PathBuf>,
         /// Most simultaneous connections; more are refused with an `overloaded` error.
@@ -86,6 +88,8 @@ pub enum Command {
         transport: TransportArgs,
         #[command(flatten)]
         runtime: RuntimeArgs,
+        #[command(flatten)]
+        compat: CompatArgs,
     },
     /// Serve one client on stdin/stdout with a daemon of its own. Logs go to the log file
     /// (default $XDG_STATE_HOME/compactd/compactd.log); stderr carries only errors.
@@ -95,6 +99,8 @@ pub enum Command {
         transport: TransportArgs,
         #[command(flatten)]
         runtime: RuntimeArgs,
+        #[command(flatten)]
+        compat: CompatArgs,
     },
     /// Join the daemon on the socket, or start one in the background and join it, and bridge
     /// stdin/stdout to it unchanged (what an editor spawns: editors and agents share one
@@ -115,7 +121,10 @@ pub enum Command {
     /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell) on stdout,
     /// e.g. `compactd completions bash > ~/.local/share/bash-completion/completions/compactd`.
     #[command(after_help = EXIT_CODES)]
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell the script is for.
+        shell: clap_complete::Shell,
+    },
     /// Show the daemon on the socket: pid, uptime, sessions, clients, version, and the config
     /// and log files it uses; exit 1 when none answers.
     #[command(after_help = EXIT_CODES)]
@@ -155,6 +164,20 @@ pub enum Command {
         #[arg(long, global = true)]
         socket: Option<PathBuf>,
     },
+    /// Put compactd into Pi (1.6 and later) in one step: install the compactd extension as a Pi
+    /// package (`pi install`) and register the recall tools' MCP server (`pi mcp add compactd
+    /// -- compactd mcp --cwd .`); or take both out again.
+    #[command(after_help = EXIT_CODES)]
+    Pi {
+        #[command(subcommand)]
+        action: PiAction,
+        /// The `pi` command to run (default: `pi` on PATH).
+        #[arg(long, global = true, default_value = "pi")]
+        pi: PathBuf,
+        /// Pi's project settings (`.pi/` of the current directory) instead of the user's.
+        #[arg(long, short, global = true)]
+        local: bool,
+    },
     /// An MCP server on stdin/stdout giving a model the recall tools of one Pi session
     /// (`search_history`, `get_entry`), backed by the daemon (started or joined as `connect`
     /// does).
@@ -175,6 +198,7 @@ pub enum Command {
     /// Never writes the file.
     #[command(after_help = EXIT_CODES)]
     Inspect {
+        /// The Pi session file (`.jsonl`); only read.
         session: PathBuf,
         /// One JSON object in the conformance fixtures' `expected.json` shape.
         #[arg(long)]
@@ -184,13 +208,18 @@ pub enum Command {
         context_window: i64,
         #[command(flatten)]
         settings: SettingsArgs,
+        #[command(flatten)]
+        compat: CompatArgs,
     },
     /// Run Pi's manual compaction on a session file and append the compaction entry. When the
     /// daemon on the socket holds the file, it compacts it (with the session's settings and
     /// summarizer; its subscribers see the events) unless --no-daemon.
     #[command(after_help = EXIT_CODES)]
     Compact {
+        /// The Pi session file (`.jsonl`) to compact; the entry is appended to it.
         session: PathBuf,
+        /// Print the result (`CompactionResult`, or `{"error": …}`) as one JSON object, and no
+        /// progress.
         #[arg(long)]
         json: bool,
         /// Extra focus for the summary (Pi's `/compact <text>`).
@@ -202,12 +231,15 @@ pub enum Command {
         model: ModelArgs,
         #[command(flatten)]
         daemon: DaemonArgs,
+        #[command(flatten)]
+        compat: CompatArgs,
     },
     /// What a compaction would do now (`previewCompaction`: what would be summarized and what
     /// kept, the cost), without calling a model or writing anything. Asks the daemon on the
     /// socket when it holds the file (unless --no-daemon), else a daemon of this process.
     #[command(after_help = EXIT_CODES)]
     Preview {
+        /// The Pi session file (`.jsonl`); only read.
         session: PathBuf,
         /// The `previewCompaction` answer as one JSON object.
         #[arg(long)]
@@ -219,6 +251,8 @@ pub enum Command {
         settings: SettingsArgs,
         #[command(flatten)]
         daemon: DaemonArgs,
+        #[command(flatten)]
+        compat: CompatArgs,
     },
     /// Write a session of the shared store (`[storage] backend = "postgres"`) as Pi JSONL, byte
     /// for byte.
@@ -232,7 +266,10 @@ pub enum Command {
     },
     /// Load a Pi session file into the shared store, byte for byte; prints its header id.
     #[command(after_help = EXIT_CODES)]
-    Import { file: PathBuf },
+    Import {
+        /// The Pi session file (`.jsonl`) to load; never written.
+        file: PathBuf,
+    },
     /// A live terminal view of every session open in the running daemon: context against the
     /// threshold, what is compacting, the last compaction, events as they arrive. Keys: c
     /// compact (after y), p preview, a abort, / filter, q quit.
@@ -265,6 +302,15 @@ pub enum ServiceAction {
     /// Show the files, the service manager's state (or why it cannot be asked here) and
     /// whether the daemon answers (exit 1 when it does not).
     Status,
+}
+
+/// What `compactd pi` does.
+#[derive(Debug, Clone, Copy, Subcommand)]
+pub enum PiAction {
+    /// Install the compactd extension as a Pi package and register the MCP server.
+    Install,
+    /// Remove both (and the package's files).
+    Uninstall,
 }
 
 /// Framing options shared by both transports.
@@ -360,6 +406,34 @@ impl RuntimeArgs {
     }
 }
 
+/// Whose rules apply: the Pi the sessions were written by.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct CompatArgs {
+    /// Follow Pi 0.85 or Pi 1.6 (its context projection, estimates, cut points, summary
+    /// requests and compaction entries) [default: the config's [compat] pi_version, else 1.6].
+    #[arg(long, value_name = "VERSION", value_parser = parse_pi_version)]
+    pub pi_version: Option<crate::session::PiVersion>,
+}
+
+impl CompatArgs {
+    /// `config` with the flag applied (`[compat] pi_version`).
+    pub fn apply(&self, config: &mut crate::config::Config) {
+        if let Some(v) = self.pi_version {
+            config.compat.pi_version = crate::config::PiVersionSetting(v);
+        }
+    }
+
+    /// The flag's name when it was given (a running daemon's session keeps its own rules).
+    pub fn given(&self) -> Option<&'static str> {
+        self.pi_version.map(|_| "--pi-version")
+    }
+}
+
+fn parse_pi_version(s: &str) -> Result<crate::session::PiVersion, String> {
+    crate::session::PiVersion::parse(s)
+        .ok_or_else(|| format!("unknown Pi version '{s}' (expected 1.6 or 0.85)"))
+}
+
 /// Which daemon a command on one session file goes through.
 #[derive(Debug, Clone, Args)]
 pub struct DaemonArgs {
@@ -426,6 +500,7 @@ pub struct ModelArgs {
     /// Base URL (OpenAI style: up to `/v1`; Anthropic: the host root).
     #[arg(long)]
     pub base_url: Option<String>,
+    /// The summarizing model's id, as the provider names it (`claude-sonnet-4-5`, `gpt-4.1`).
     #[arg(long)]
     pub model: Option<String>,
     /// The summarizing model's output cap (0: none) [default: 0].
@@ -568,6 +643,12 @@ pub fn print_error(json: bool, message: &str) {
     }
 }
 
+/// Whether `command` needs nothing of the configuration but the socket (`status`, `stop`): it
+/// then runs even when the rest of the file does not load.
+pub fn needs_only_the_socket(command: &Command) -> bool {
+    matches!(command, Command::Status { .. } | Command::Stop { .. })
+}
+
 /// How `command` logs (see [`logging`]).
 pub fn log_mode(command: &Command) -> logging::LogMode {
     match command {
@@ -594,7 +675,7 @@ pub fn log_tag(command: &Command, config: &crate::config::Config) -> Option<logg
 }
 
 /// Runs the parsed command line with the loaded configuration; returns the exit code.
-pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
+pub fn run(cli: Cli, mut config: crate::config::Config) -> i32 {
     let config_path = cli.config.as_deref();
     match cli.command {
         Command::Serve {
@@ -603,7 +684,9 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             exit_when_idle,
             transport,
             runtime,
+            compat,
         } => {
+            compat.apply(&mut config);
             // Socket activation: systemd passed the listening socket (read before the runtime).
             // A daemon reports through its log only (its stderr is a log: a terminal, the
             // service manager's journal, or the file an on-demand daemon's stderr goes to).
@@ -614,11 +697,11 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                     return EXIT_FAILED;
                 }
             };
-            let log_file = config
-                .log
-                .file
-                .clone()
-                .unwrap_or_else(logging::default_log_file);
+            // Where this daemon's log goes: the configured file, else its stderr when that is a
+            // file (a daemon started on demand appends there), else no file (a terminal, a pipe,
+            // the service manager's journal).
+            let log_file = config.log.file.clone().or_else(logging::stderr_file);
+            let config_file = crate::config::file_in_use(config_path);
             daemon_main(config, runtime, |daemon| async move {
                 let path = launch::socket_path(socket, &daemon.config);
                 let (listener, owned) = match inherited {
@@ -640,8 +723,8 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                 };
                 daemon.describe(crate::daemon::ProcessInfo {
                     socket: owned.clone(),
-                    config_file: config_path.map(std::path::Path::to_path_buf),
-                    log_file: Some(log_file.clone()),
+                    config_file: config_file.clone(),
+                    log_file: log_file.clone(),
                     idle_exit_seconds: exit_when_idle.filter(|s| *s > 0),
                 });
                 crate::transport::unix::serve_unix(
@@ -693,12 +776,24 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
                 ServiceAction::Status => service::status(&setup),
             }
         }
+        Command::Pi { action, pi, local } => {
+            let setup = pi::Setup { pi: &pi, local };
+            match action {
+                PiAction::Install => pi::install(&setup),
+                PiAction::Uninstall => pi::uninstall(&setup),
+            }
+        }
         Command::Mcp {
             session,
             cwd,
             socket,
         } => mcp(session, cwd, socket, config_path, &config),
-        Command::Stdio { transport, runtime } => {
+        Command::Stdio {
+            transport,
+            runtime,
+            compat,
+        } => {
+            compat.apply(&mut config);
             daemon_main(config, runtime, |daemon| async move {
                 crate::transport::stdio::serve_stdio(daemon, transport.options()).await
             })
@@ -708,7 +803,17 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             json,
             context_window,
             settings,
-        } => inspect::run(&session, json, context_window, &settings.settings()),
+            compat,
+        } => {
+            compat.apply(&mut config);
+            inspect::run(
+                &session,
+                json,
+                context_window,
+                &settings.settings(),
+                config.compat.pi_version.0,
+            )
+        }
         Command::Compact {
             session,
             json,
@@ -716,15 +821,20 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             settings,
             model,
             daemon,
+            compat,
         } => {
             let socket = (!daemon.no_daemon).then(|| launch::socket_path(daemon.socket, &config));
             let mut own = config;
+            compat.apply(&mut own);
             if let Err(msg) = model.configure(&mut own) {
                 print_error(json, &msg);
                 return EXIT_USAGE;
             }
             let flags = via_daemon::Flags {
-                given: settings.given().or_else(|| model.given()),
+                given: settings
+                    .given()
+                    .or_else(|| model.given())
+                    .or_else(|| compat.given()),
                 compaction: settings.overrides(),
                 config: own,
             };
@@ -744,10 +854,12 @@ pub fn run(cli: Cli, config: crate::config::Config) -> i32 {
             full,
             settings,
             daemon,
+            compat,
         } => {
             let socket = (!daemon.no_daemon).then(|| launch::socket_path(daemon.socket, &config));
+            compat.apply(&mut config);
             let flags = via_daemon::Flags {
-                given: settings.given(),
+                given: settings.given().or_else(|| compat.given()),
                 compaction: settings.overrides(),
                 config,
             };

@@ -58,11 +58,34 @@ pub fn run(
     }
 }
 
-/// The lines `top` shows for a preview, and the hint when there is nothing to compact.
+/// The lines `top` shows for a preview with every file listed, the hint when there is nothing
+/// to compact, and with `--full` what the JSON adds: the previous summary, the messages and the
+/// summarizer's serialized input.
 fn human(answer: &Value) -> String {
-    let mut lines = super::top::model::preview_lines(answer);
+    let mut lines = super::top::model::preview_lines(answer, None);
     if let Some(hint) = answer["hint"].as_str() {
         lines.push(hint.to_owned());
+    }
+    if let Some(previous) = answer["previousSummary"].as_str() {
+        lines.push(format!("\nPrevious summary:\n{previous}"));
+    }
+    for (key, title) in [
+        ("messagesToSummarize", "Messages to summarize"),
+        ("turnPrefixMessages", "Turn prefix messages"),
+    ] {
+        if let Some(messages) = answer[key].as_array().filter(|m| !m.is_empty()) {
+            lines.push(format!("\n{title}:"));
+            lines.extend(messages.iter().map(|m| {
+                format!(
+                    "  {} {}",
+                    m["entryId"].as_str().unwrap_or("?"),
+                    m["role"].as_str().unwrap_or("?")
+                )
+            }));
+        }
+        if let Some(text) = answer["serialized"][key].as_str().filter(|t| !t.is_empty()) {
+            lines.push(format!("\n{title}, as the summarizer reads them:\n{text}"));
+        }
     }
     lines.join("\n") + "\n"
 }

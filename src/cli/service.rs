@@ -51,10 +51,12 @@ fn systemd_path(p: &Path) -> String {
     }
 }
 
-/// The socket unit. `socket` is where the daemon listens; under `$XDG_RUNTIME_DIR` it is written
-/// with systemd's `%t` so the unit stays right if that directory moves.
+/// The socket unit. `socket` is where the daemon listens; under the directory a user unit's
+/// `%t` names (`/run/user/<uid>`, else `$XDG_RUNTIME_DIR`) it is written with `%t` so the unit
+/// stays right if that directory moves.
 pub fn socket_unit(socket: &Path) -> String {
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+    let runtime = crate::transport::unix::standard_runtime_dir()
+        .or_else(|| std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from));
     let listen = match runtime.as_deref().and_then(|r| socket.strip_prefix(r).ok()) {
         Some(rest) => format!("%t/{}", rest.display().to_string().replace('%', "%%")),
         None => systemd_path(socket),
@@ -152,10 +154,7 @@ pub fn launchd_plist(binary: &Path, socket: &Path, log: &Path, config: Option<&P
 
 /// `$XDG_CONFIG_HOME/systemd/user` (default `~/.config/systemd/user`).
 pub fn systemd_dir() -> Result<PathBuf, String> {
-    std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+    crate::config::xdg_dir("XDG_CONFIG_HOME", ".config")
         .map(|c| c.join("systemd").join("user"))
         .ok_or_else(|| "neither XDG_CONFIG_HOME nor HOME is set".to_owned())
 }

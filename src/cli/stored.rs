@@ -91,11 +91,8 @@ pub fn import(config: &Config, file: &Path) -> i32 {
             }
         }
     };
-    if report.skipped_lines > 0 {
-        crate::print_err!(
-            "{} malformed line(s) skipped, as Pi skips them",
-            report.skipped_lines
-        );
+    if let Some(skipped) = report.skipped_text() {
+        crate::print_err!("{skipped}, as Pi skips them");
     }
     match store.import(&header_line, &tree) {
         Ok(header_id) => {
@@ -103,7 +100,10 @@ pub fn import(config: &Config, file: &Path) -> i32 {
             EXIT_OK
         }
         Err(crate::store::StoreError::Conflict(_)) => {
-            crate::print_err!("the store already holds a session with this header id");
+            let id = tree.header["id"].as_str().unwrap_or_default();
+            crate::print_err!(
+                "the store already holds session {id} (this file's header id): `compactd export {id}` writes it out; nothing was imported",
+            );
             EXIT_FAILED
         }
         Err(e) => failed(&e),

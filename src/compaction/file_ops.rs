@@ -24,6 +24,35 @@ impl FileOps {
         }
     }
 
+    /// Pi 1.6's `extractFileOpsFromMessage`: an assistant message's tool calls, or the calls a
+    /// codemode script made, recorded on its tool result (`nestedCalls.calls[].{name,
+    /// arguments.path}`).
+    pub fn add_from_message_1_6(&mut self, m: &Value) {
+        if m.get("role").and_then(Value::as_str) != Some("toolResult") {
+            return self.add_from_message(m);
+        }
+        let calls = m
+            .get("nestedCalls")
+            .and_then(|n| n.get("calls"))
+            .and_then(Value::as_array);
+        for call in calls.into_iter().flatten() {
+            let path = call
+                .get("arguments")
+                .and_then(|a| a.get("path"))
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty());
+            let kind = match call.get("name").and_then(Value::as_str) {
+                Some("read") => FileOpKind::Read,
+                Some("write") => FileOpKind::Write,
+                Some("edit") => FileOpKind::Edit,
+                _ => continue,
+            };
+            if let Some(path) = path {
+                self.add(kind, path);
+            }
+        }
+    }
+
     /// Records one operation.
     pub fn add(&mut self, kind: FileOpKind, path: &str) {
         let set = match kind {

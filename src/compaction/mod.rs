@@ -8,6 +8,7 @@ pub mod branch_index;
 pub mod cut_point;
 pub mod file_ops;
 pub mod prepare;
+pub mod projection;
 pub mod prompts;
 pub mod recall;
 pub mod reply;

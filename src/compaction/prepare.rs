@@ -15,11 +15,12 @@ use serde_json::Value;
 use super::branch_index::BranchIndex;
 use super::cut_point::{find_cut_point, CutPoint};
 use super::file_ops::FileOps;
+use super::projection::{Part, Projection};
 use super::serialize::serialize_agent_messages;
 use super::tokens::CompactionSettings;
 use crate::context::project_entry;
 use crate::json::truthy;
-use crate::session::{BranchView, Entry, EntryKind, PathEntries, Role};
+use crate::session::{BranchView, Entry, EntryKind, PathEntries, PiVersion, Role};
 
 /// Pi's exact refusal texts for a manual compaction with nothing to do.
 pub const ALREADY_COMPACTED: &str = "Already compacted";
@@ -158,24 +159,55 @@ impl Span {
         self.count == 0
     }
 
-    /// Path positions of the span's messages.
+    /// Path positions of the span's messages under `edits`' rules.
     pub fn positions<'a, P: PathEntries + ?Sized>(
         &self,
         path: &'a P,
+        edits: &'a Edits,
     ) -> impl Iterator<Item = usize> + 'a {
         self.range
             .clone()
-            .filter(move |&i| is_summarizable(path.at(i)))
+            .filter(move |&i| edits.summarizes(i, path.at(i)))
     }
 }
 
-fn is_summarizable(e: &Entry) -> bool {
-    e.kind != EntryKind::Compaction && e.role.is_some()
+/// Pi 1.6's edits of the messages a plan summarizes, and which rules pick them: under 0.85
+/// every message but a compaction's summary is summarized as stored; under 1.6 system messages
+/// are not (they are prompt state), an omitted message is not, and an edited one is summarized
+/// as the edit left it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Edits {
+    pub version: PiVersion,
+    /// Path position of an edited message → the message as projected (`None`: omitted).
+    pub messages: std::collections::BTreeMap<usize, Option<Value>>,
+}
+
+impl Edits {
+    /// No edit, under `version`'s rules.
+    pub fn none(version: PiVersion) -> Edits {
+        Edits {
+            version,
+            messages: Default::default(),
+        }
+    }
+
+    /// Whether the entry at path position `i` contributes a message to summarize.
+    fn summarizes(&self, i: usize, e: &Entry) -> bool {
+        let base = e.kind != EntryKind::Compaction && e.role.is_some();
+        match self.version {
+            PiVersion::V0_85 => base,
+            PiVersion::V1_6 => {
+                base && e.role != Some(Role::System) && !matches!(self.messages.get(&i), Some(None))
+            }
+        }
+    }
 }
 
 /// The decision half of `prepareCompaction`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
+    /// Whose rules made it, and (1.6) the edits of the messages it summarizes.
+    pub edits: Arc<Edits>,
     pub first_kept_entry_id: String,
     /// `messagesToSummarize`.
     pub history: Span,
@@ -222,8 +254,22 @@ pub fn indexed_boundaries<P: PathEntries + ?Sized>(
     }
 }
 
-/// `prepareCompaction` as a plan over an indexed path. O(kept tail + files).
+/// `prepareCompaction` as a plan, under `version`'s rules: Pi 0.85's over the indexed path
+/// (O(kept tail + files)), or Pi 1.6's over the path's projection (O(context)).
 pub fn plan_compaction<P: PathEntries + ?Sized>(
+    version: PiVersion,
+    path: &P,
+    index: &BranchIndex,
+    settings: &CompactionSettings,
+) -> Result<Plan, NothingToCompact> {
+    match version {
+        PiVersion::V0_85 => plan_indexed(path, index, settings),
+        PiVersion::V1_6 => plan_projected(path, &Projection::build(path), settings),
+    }
+}
+
+/// Pi 0.85's `prepareCompaction` as a plan over an indexed path. O(kept tail + files).
+fn plan_indexed<P: PathEntries + ?Sized>(
     path: &P,
     index: &BranchIndex,
     settings: &CompactionSettings,
@@ -271,6 +317,7 @@ pub fn plan_compaction<P: PathEntries + ?Sized>(
     };
     let file_ops = index.file_ops(history.range.start..ops_end, seed);
     Ok(Plan {
+        edits: Arc::new(Edits::none(PiVersion::V0_85)),
         first_kept_entry_id: first_kept_id.into(),
         history,
         turn_prefix,
@@ -283,12 +330,155 @@ pub fn plan_compaction<P: PathEntries + ?Sized>(
     })
 }
 
+/// Pi 1.6's `prepareCompaction` as a plan over the path's projection `proj`: the boundary is
+/// the projected entry after the newest compaction (so the previous summary no longer counts
+/// toward `keepRecentTokens`), the cut is `findProjectedCutPoint`'s, `tokensBefore` is
+/// `estimateProjectedContextTokens`, the messages are the projected ones (edits applied, system
+/// messages left out), and file operations come from those messages (the nested calls a
+/// codemode script's tool result records included). O(context).
+pub fn plan_projected<P: PathEntries + ?Sized>(
+    path: &P,
+    proj: &Projection,
+    settings: &CompactionSettings,
+) -> Result<Plan, NothingToCompact> {
+    let n = path.path_len();
+    if n > 0 && path.at(n - 1).kind == EntryKind::Compaction {
+        return Err(NothingToCompact::AlreadyCompacted);
+    }
+    let entries = &proj.entries;
+    let prev = proj.newest_compaction();
+    let previous_summary = prev
+        .and_then(|p| path.at(entries[p].pos).str_field("summary"))
+        .map(str::to_owned);
+    let start = prev.map_or(0, |p| p + 1);
+    let system = proj.current_system_message(path);
+    let tokens_before = proj
+        .estimate(path, super::projection::system_tokens(system.as_ref()))
+        .tokens;
+    let cut = proj.cut_point(path, start, entries.len(), settings.keep_recent_tokens);
+    let first_kept_id = entries
+        .get(cut.first_kept_entry_index)
+        .and_then(|e| path.at(e.pos).id.clone())
+        .filter(|id| !id.is_empty())
+        .ok_or(NothingToCompact::TooSmall)?;
+    let history_end = match (cut.is_split_turn, cut.turn_start_index) {
+        (true, Some(ts)) => ts,
+        _ => cut.first_kept_entry_index,
+    };
+    // Projected indices as path positions (the end of the projection is the end of the path).
+    let pos = |i: usize| entries.get(i).map_or(n, |e| e.pos);
+    let span = |from: usize, to: usize| {
+        let (mut count, mut tokens) = (0, 0);
+        for e in &entries[from.min(to)..to] {
+            if let Part::Message(m) = &e.part {
+                if m.role != Role::System {
+                    count += 1;
+                    tokens += m.tokens;
+                }
+            }
+        }
+        Span {
+            range: pos(from)..pos(to).max(pos(from)),
+            count,
+            tokens,
+        }
+    };
+    let history = span(start, history_end.max(start));
+    let turn_prefix = match (cut.is_split_turn, cut.turn_start_index) {
+        (true, Some(ts)) => span(ts, cut.first_kept_entry_index),
+        _ => Span {
+            range: 0..0,
+            count: 0,
+            tokens: 0,
+        },
+    };
+    if history.is_empty() && turn_prefix.is_empty() {
+        return Err(NothingToCompact::TooSmall);
+    }
+    // The edited messages among those summarized, as projected.
+    let mut edits = Edits::none(PiVersion::V1_6);
+    let summarized = (start..history_end.max(start)).chain(match cut.turn_start_index {
+        Some(ts) if cut.is_split_turn => ts..cut.first_kept_entry_index,
+        _ => 0..0,
+    });
+    for i in summarized.clone() {
+        let e = &entries[i];
+        let src = path.at(e.pos);
+        if src.kind == EntryKind::Compaction || src.role.is_none() {
+            continue;
+        }
+        match &e.part {
+            Part::Nothing => {
+                edits.messages.insert(e.pos, None);
+            }
+            Part::Message(m) if m.edit.is_some() => {
+                let message = proj.messages_of(path, i).into_iter().next();
+                edits.messages.insert(e.pos, message);
+            }
+            _ => {}
+        }
+    }
+    let mut file_ops = FileOps::default();
+    if let Some(p) = prev {
+        let c = path.at(entries[p].pos);
+        if !truthy(c.get("fromHook")) && truthy(c.get("details")) {
+            if let Some(details) = c.get("details").and_then(Value::as_object) {
+                file_ops.add_from_details(details);
+            }
+        }
+    }
+    for i in summarized {
+        let e = &entries[i];
+        let src = path.at(e.pos);
+        if !edits.summarizes(e.pos, src) {
+            continue;
+        }
+        match edits.messages.get(&e.pos) {
+            Some(Some(message)) => file_ops.add_from_message_1_6(message),
+            _ => {
+                for (kind, file) in src.file_ops.iter() {
+                    file_ops.add(*kind, file);
+                }
+                if src.role == Some(Role::ToolResult) && src.mentions("nestedCalls") {
+                    if let Some(m) = src.message() {
+                        file_ops.add_from_message_1_6(&Value::Object(m));
+                    }
+                }
+            }
+        }
+    }
+    let boundaries = Boundaries {
+        prev_compaction_index: prev.map(|p| entries[p].pos),
+        boundary_start: pos(start),
+        boundary_end: n,
+        cut: CutPoint {
+            first_kept_entry_index: pos(cut.first_kept_entry_index),
+            turn_start_index: cut.turn_start_index.map(pos),
+            is_split_turn: cut.is_split_turn,
+        },
+    };
+    Ok(Plan {
+        edits: Arc::new(edits),
+        first_kept_entry_id: first_kept_id.into(),
+        history,
+        turn_prefix,
+        is_split_turn: cut.is_split_turn,
+        tokens_before,
+        previous_summary,
+        file_ops,
+        settings: *settings,
+        boundaries,
+    })
+}
+
 /// One message picked for summarization: a handle on its entry, projected on demand.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreparedMessage {
     /// Index into the path the preparation was made from.
     pub path_index: usize,
     pub entry: Arc<Entry>,
+    /// The message as a 1.6 edit left it, when one replaced its content.
+    pub edited: Option<Arc<Value>>,
 }
 
 impl PreparedMessage {
@@ -296,9 +486,12 @@ impl PreparedMessage {
         self.entry.id.as_deref()
     }
 
-    /// The AgentMessage the entry projects to (parsed from its bytes now).
+    /// The AgentMessage the entry projects to (parsed from its bytes now), as an edit left it.
     pub fn message(&self) -> Value {
-        project_entry(&self.entry).unwrap_or(Value::Null)
+        match &self.edited {
+            Some(m) => (**m).clone(),
+            None => project_entry(&self.entry).unwrap_or(Value::Null),
+        }
     }
 
     /// The projected message's `role` value (from the facts, parsing only for unknown roles).
@@ -329,10 +522,11 @@ impl Preparation {
     /// The summarizer's inputs as Pi serializes them: (history, the turn prefix if split).
     /// `previewCompaction` and `inspect` show them.
     pub fn serialized_inputs(&self) -> (String, Option<String>) {
-        let history = serialize_agent_messages(self.history_messages());
+        let version = self.edits.version;
+        let history = serialize_agent_messages(version, self.history_messages());
         let prefix = self
             .is_split_turn
-            .then(|| serialize_agent_messages(self.prefix_messages()));
+            .then(|| serialize_agent_messages(version, self.prefix_messages()));
         (history, prefix)
     }
 
@@ -342,11 +536,17 @@ impl Preparation {
         path: &P,
         shared: impl Fn(usize) -> Arc<Entry>,
     ) -> Preparation {
+        let edits = Arc::clone(&plan.edits);
         let take = |span: &Span| -> Vec<PreparedMessage> {
-            span.positions(path)
+            span.positions(path, &edits)
                 .map(|i| PreparedMessage {
                     path_index: i,
                     entry: shared(i),
+                    edited: edits
+                        .messages
+                        .get(&i)
+                        .and_then(Option::as_ref)
+                        .map(|m| Arc::new(m.clone())),
                 })
                 .collect()
         };
@@ -372,13 +572,15 @@ impl Preparation {
     }
 }
 
-/// `prepareCompaction(pathEntries, settings)` over a plain path (builds the index: O(path)).
+/// `prepareCompaction(pathEntries, settings)` under `version`'s rules over a plain path (builds
+/// the index: O(path)).
 pub fn prepare_compaction(
+    version: PiVersion,
     path: &[&Entry],
     settings: &CompactionSettings,
 ) -> Result<Preparation, NothingToCompact> {
     let index = BranchIndex::build(path);
-    let plan = plan_compaction(path, &index, settings)?;
+    let plan = plan_compaction(version, path, &index, settings)?;
     Ok(Preparation::from_plan(plan, path, |i| {
         Arc::new(path[i].clone())
     }))
@@ -390,6 +592,7 @@ pub fn prepare_compaction(
 /// cut and the new cut are to be summarized: Pi's incremental update on top of it, written as one
 /// entry. `at` must not be before the compaction's first kept entry. O(path).
 pub fn prepare_on_top(
+    version: PiVersion,
     path: &[&Entry],
     at: usize,
     compaction: &Entry,
@@ -400,16 +603,18 @@ pub fn prepare_on_top(
     with.extend(path.iter().take(at + 1));
     with.push(compaction);
     with.extend(path.iter().skip(at + 1));
-    prepare_compaction(&with, settings)
+    prepare_compaction(version, &with, settings)
 }
 
-/// `prepareCompaction` over a tree's branch: entries are shared with the tree, not copied.
+/// `prepareCompaction` under `version`'s rules over a tree's branch: entries are shared with
+/// the tree, not copied.
 pub fn prepare_branch(
+    version: PiVersion,
     view: &BranchView<'_>,
     index: &BranchIndex,
     settings: &CompactionSettings,
 ) -> Result<Preparation, NothingToCompact> {
-    let plan = plan_compaction(view, index, settings)?;
+    let plan = plan_compaction(version, view, index, settings)?;
     Ok(Preparation::from_plan(plan, view, |i| {
         view.tree.shared(view.positions[i])
     }))
@@ -453,7 +658,8 @@ mod tests {
             reserve_tokens: 100,
             keep_recent_tokens: 250,
         };
-        let prep = prepare_on_top(&path, 5, &spec, &settings).expect("something to summarize");
+        let prep = prepare_on_top(PiVersion::V0_85, &path, 5, &spec, &settings)
+            .expect("something to summarize");
         assert_eq!(prep.previous_summary.as_deref(), Some("SPECULATIVE"));
         // Pi's cut, keeping 250 tokens of the 500 after u5 and the summary: u7.
         assert_eq!(prep.first_kept_entry_id, "u7");
@@ -475,7 +681,7 @@ mod tests {
         let mut at_end = path.clone();
         at_end.push(&spec);
         assert_eq!(
-            prepare_compaction(&at_end, &settings).err(),
+            prepare_compaction(PiVersion::V0_85, &at_end, &settings).err(),
             Some(NothingToCompact::AlreadyCompacted)
         );
     }
@@ -505,7 +711,7 @@ mod tests {
             keep_recent_tokens: keep,
             ..CompactionSettings::default()
         };
-        let plan = plan_compaction(&path, &index, &settings);
+        let plan = plan_compaction(PiVersion::V0_85, &path, &index, &settings);
         let detail = plan
             .as_ref()
             .err()

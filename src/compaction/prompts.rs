@@ -5,7 +5,7 @@
 //! Models and tools downstream parse those. The sentences between them are ours.
 
 /// System prompt for every summarization call.
-pub const SYSTEM_PROMPT: &str = "You write summaries of coding-agent sessions. You are shown the transcript of a session between a user and an AI coding assistant, and you reply with a structured summary of it in exactly the format you are asked for.\n\nDo not carry on the conversation and do not answer any question that appears in it. Your whole reply is the structured summary.";
+pub const SYSTEM_PROMPT: &str = "You write summaries of coding-agent sessions. You are shown the transcript of a session between a user and an AI coding assistant, and you reply with a structured summary in the format you are asked for.\n\nDo not carry on the conversation or answer any question that appears in it. Reply with the summary alone.";
 
 /// Pi's headings of a history summary, in order: what models and tools downstream parse.
 pub const HISTORY_HEADINGS: [&str; 9] = [
@@ -66,7 +66,7 @@ const CLOSING: &str =
 /// First compaction of a session.
 pub fn initial_prompt() -> String {
     format!(
-        "The transcript above is a coding session. Condense it into a structured context checkpoint: a different LLM will continue the work from this summary alone.\n\nUse this EXACT format:\n\n{HISTORY_SECTIONS}\n\n{CLOSING}"
+        "The transcript above is a coding session. Condense it into a structured checkpoint: another model will carry on from the summary alone.\n\nUse this EXACT format:\n\n{HISTORY_SECTIONS}\n\n{CLOSING}"
     )
 }
 
@@ -82,6 +82,7 @@ Follow these RULES:
 - UPDATE \"Next Steps\" to match where the work now stands
 - PRESERVE file paths, function names and error messages exactly
 - Remove only what is clearly no longer relevant
+- Keep all the headings below, in order; write \"(none)\" under one with nothing new
 
 Use this EXACT format:
 
@@ -129,6 +130,23 @@ Summarize the prefix so the kept suffix makes sense on its own:
 - [What a reader needs to follow the kept recent work]
 
 Keep it short: include only what the suffix depends on.";
+
+/// Pi 1.6's turn-prefix instructions: the earlier part of a conversation whose later messages
+/// are kept, summarized as a checkpoint placed before them (Pi 1.6's headings; compactd's prose).
+pub const TURN_PREFIX_PROMPT_1_6: &str = "The messages above are the start of a conversation that is still going on. The messages after them are kept separately; do not try to reconstruct them.
+
+Write a short checkpoint of what the user asked for and what was done in the messages above. It will be placed before the later messages so the work can continue from it:
+
+## Original Request
+[What the user asked for]
+
+## Progress So Far
+- [Decisions made and work finished in these messages]
+
+## Context Needed to Continue
+- [What from these messages the later work relies on: names, errors.]
+
+Use only what the messages above state, word for word where it matters. Do not guess at or recreate what came later.";
 
 /// Branch summaries (tree navigation): the same sections minus Critical Context.
 pub const BRANCH_SUMMARY_PROMPT: &str = concat!(
@@ -185,8 +203,22 @@ pub fn history_prompt_text(
 }
 
 /// The user message of a turn-prefix call: never the previous summary or custom instructions.
-pub fn turn_prefix_prompt_text(conversation: &str) -> String {
-    format!("<conversation>\n{conversation}\n</conversation>\n\n{TURN_PREFIX_PROMPT}")
+pub fn turn_prefix_prompt_text(
+    version: crate::session::PiVersion,
+    conversation: &str,
+    custom_instructions: Option<&str>,
+) -> String {
+    if !version.is_1_6() {
+        return format!("<conversation>\n{conversation}\n</conversation>\n\n{TURN_PREFIX_PROMPT}");
+    }
+    // Pi 1.6: markdown sections instead of tags, and `/compact`'s instructions apply here too.
+    let mut text =
+        format!("# Conversation\n{conversation}\n\n# Instructions\n{TURN_PREFIX_PROMPT_1_6}");
+    if let Some(focus) = custom_instructions.filter(|s| !s.is_empty()) {
+        text.push_str("\n\nAdditional focus: ");
+        text.push_str(focus);
+    }
+    text
 }
 
 /// The user message of a branch summary call (compaction.md §9): Pi's branch prompt, with the
@@ -227,10 +259,26 @@ mod tests {
         }
     }
 
+    /// pi-ai fits a request's output cap into the model's window from the request's length
+    /// (Pi 1.6 sends no cap of its own, so this is the cap): prose of the same length as Pi's
+    /// gets exactly the output room Pi's request gets. Pi 1.6.0's lengths, in UTF-16 units: the
+    /// system prompt 310, the first summary's instructions 879, an update's 1257, the turn
+    /// prefix's 664.
+    #[test]
+    fn the_prose_is_as_long_as_pis() {
+        let units = |s: &str| s.encode_utf16().count();
+        assert_eq!(units(SYSTEM_PROMPT), 310);
+        assert_eq!(units(&initial_prompt()), 879);
+        assert_eq!(units(&update_prompt()), 1257);
+        assert_eq!(units(TURN_PREFIX_PROMPT_1_6), 664);
+    }
+
     #[test]
     fn turn_prefix_layout() {
-        let t = turn_prefix_prompt_text("X");
+        use crate::session::PiVersion;
+        let t = turn_prefix_prompt_text(PiVersion::V0_85, "X", Some("ignored by 0.85"));
         assert!(t.starts_with("<conversation>\nX\n</conversation>\n\n"));
+        assert!(!t.contains("Additional focus"));
         for h in [
             "## Original Request",
             "## Early Progress",
@@ -238,6 +286,21 @@ mod tests {
         ] {
             assert!(t.contains(h));
         }
+        let t = turn_prefix_prompt_text(PiVersion::V1_6, "X", Some("the parser"));
+        assert!(
+            t.starts_with("# Conversation\nX\n\n# Instructions\n"),
+            "{t}"
+        );
+        assert!(t.ends_with("\n\nAdditional focus: the parser"), "{t}");
+        for h in [
+            "## Original Request",
+            "## Progress So Far",
+            "## Context Needed to Continue",
+        ] {
+            assert!(t.contains(h));
+        }
+        let plain = turn_prefix_prompt_text(PiVersion::V1_6, "X", Some(""));
+        assert!(!plain.contains("Additional focus"));
     }
 
     #[test]

@@ -2,9 +2,14 @@
 //!
 //! Rendering the conversation as labelled text (rather than replaying it as chat turns) keeps the
 //! summarizer from continuing the conversation. Tool results are cut at 2000 UTF-16 units with
-//! Pi's marker; the token estimates elsewhere still use the full length.
+//! Pi's marker, never inside a surrogate pair; the token estimates elsewhere still use the full
+//! length. Pi 1.6 leaves thinking out: providers return summaries of the real reasoning, and a
+//! replayed block may not even have been in the model's context, so it only makes the request
+//! larger than the context it summarizes.
 
 use serde_json::Value;
+
+use crate::session::PiVersion;
 
 use crate::json::{js_key_order, stringify, utf16_len, utf16_prefix};
 
@@ -68,9 +73,10 @@ fn tool_call_text(block: &Value) -> String {
     format!("{name}({args})")
 }
 
-/// `serializeConversation(messages)` over provider messages (output of `convertToLlm`).
-pub fn serialize_conversation(messages: &[Value]) -> String {
-    let mut w = ConversationText::default();
+/// `serializeConversation(messages)` under `version`'s rules over provider messages (output of
+/// `convertToLlm`).
+pub fn serialize_conversation(version: PiVersion, messages: &[Value]) -> String {
+    let mut w = ConversationText::new(version);
     for m in messages {
         w.push_llm(m);
     }
@@ -79,8 +85,11 @@ pub fn serialize_conversation(messages: &[Value]) -> String {
 
 /// `serializeConversation(convertToLlm(messages))` over AgentMessages produced one at a time,
 /// so a compaction of a huge span holds one parsed message and the text, never the span.
-pub fn serialize_agent_messages(messages: impl IntoIterator<Item = Value>) -> String {
-    let mut w = ConversationText::default();
+pub fn serialize_agent_messages(
+    version: PiVersion,
+    messages: impl IntoIterator<Item = Value>,
+) -> String {
+    let mut w = ConversationText::new(version);
     for m in messages {
         if let Some(llm) = crate::context::convert_message(&m) {
             w.push_llm(&llm);
@@ -90,13 +99,22 @@ pub fn serialize_agent_messages(messages: impl IntoIterator<Item = Value>) -> St
 }
 
 /// The transcript being written: parts joined by a blank line.
-#[derive(Default)]
 struct ConversationText {
     out: String,
     any: bool,
+    /// Whether assistant thinking is written (Pi 0.85; 1.6 leaves it out).
+    thinking: bool,
 }
 
 impl ConversationText {
+    fn new(version: PiVersion) -> ConversationText {
+        ConversationText {
+            out: String::new(),
+            any: false,
+            thinking: !version.is_1_6(),
+        }
+    }
+
     fn part(&mut self, label: &str, text: &str) {
         if self.any {
             self.out.push_str("\n\n");
@@ -131,7 +149,7 @@ impl ConversationText {
                     .map(|b| join_str(b.get("thinking")))
                     .collect();
                 let calls: Vec<String> = of_type(blocks, "toolCall").map(tool_call_text).collect();
-                if !thinking.is_empty() {
+                if self.thinking && !thinking.is_empty() {
                     self.part("[Assistant thinking]: ", &thinking.join("\n"));
                 }
                 if of_type(blocks, "text").next().is_some() {
@@ -175,7 +193,7 @@ mod tests {
             json!({"role":"bashExecution","command":"ls","output":"","exitCode":2,"cancelled":false,"truncated":true,"fullOutputPath":"/var/log/o"}),
         ]);
         assert_eq!(
-            serialize_conversation(&msgs),
+            serialize_conversation(PiVersion::V0_85, &msgs),
             "[User]: ab\n\n[Assistant thinking]: \n\n[Assistant]: t1\nt2\n\n[Assistant tool calls]: edit(path=\"p.ts\", oldText=\"x\\\"y\\n\"); write()\n\n[User]: Ran `ls`\n(no output)\n\nCommand exited with code 2\n\n[Output truncated. Full output: /var/log/o]"
         );
     }
@@ -183,9 +201,10 @@ mod tests {
     #[test]
     fn tool_results_are_truncated_with_the_marker() {
         let long = "é".repeat(2100);
-        let out = serialize_conversation(&[
-            json!({"role":"toolResult","content":[{"type":"text","text":long}]}),
-        ]);
+        let out = serialize_conversation(
+            PiVersion::V1_6,
+            &[json!({"role":"toolResult","content":[{"type":"text","text":long}]})],
+        );
         assert!(out.ends_with("\n\n[... 100 more characters truncated]"));
         assert_eq!(
             utf16_len(&out),

@@ -137,6 +137,19 @@ pub fn compaction_entry(
     Value::Object(o)
 }
 
+/// A compaction entry as Pi 1.6 writes it: with the context's replayed system message as its
+/// `systemMessage` checkpoint (stamped with the entry's own time), so the context rebuilt after
+/// it still starts with the system prompt and tools. Without a system message, unchanged.
+pub fn with_system_message(mut entry: Value, system: Option<&Value>, timestamp: &str) -> Value {
+    if let (Some(Value::Object(system)), Some(o)) = (system, entry.as_object_mut()) {
+        let mut checkpoint = system.clone();
+        let ms = crate::session::ids::timestamp_value_ms(Some(&Value::from(timestamp)));
+        checkpoint.insert("timestamp".into(), ms.map_or(Value::Null, Value::from));
+        o.insert("systemMessage".into(), Value::Object(checkpoint));
+    }
+    entry
+}
+
 /// The `branch_summary` entry line of tree navigation (compaction.md §9), keys in Pi's order;
 /// `details` and `usage` omitted when absent.
 pub fn branch_summary_entry(

@@ -133,6 +133,9 @@ pub struct Daemon {
     hook_seq: AtomicU64,
     /// `setSettingsOverrides` without a session: applies to every session.
     pub global_overrides: Mutex<Option<Value>>,
+    /// `setSettingsOverrides {piVersion}` without a session: the rules of every session that
+    /// has no `piVersion` of its own (over `[compat] pi_version`).
+    pub global_pi_version: Mutex<Option<crate::session::PiVersion>>,
     /// Beyond Pi: per model (`provider/id`), the learned ratio of the tokens providers report
     /// to compactd's chars/4 estimate of the same messages (`accounting::calibration`).
     calibrations: Mutex<HashMap<String, Calibration>>,
@@ -183,6 +186,7 @@ impl Daemon {
             next_session: AtomicU64::new(1),
             hook_seq: AtomicU64::new(1),
             global_overrides: Mutex::new(None),
+            global_pi_version: Mutex::new(None),
             calibrations: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             storage,
@@ -206,6 +210,14 @@ impl Daemon {
         let model = session.lock_state().model.clone();
         let engine = self.engine_for(model.as_ref())?;
         Ok(engine.with_retry(&settings.retry))
+    }
+
+    /// Whose rules a session follows unless it says otherwise: the daemon-wide `piVersion`
+    /// override, else `[compat] pi_version`, else Pi 1.6.
+    pub fn default_pi_version(&self) -> crate::session::PiVersion {
+        self.global_pi_version
+            .lock()
+            .unwrap_or(self.config.compat.pi_version.0)
     }
 
     /// How logs and progress lines name the summarizer of the open session `session_id`
@@ -377,9 +389,17 @@ impl Daemon {
     /// Effective settings of a session (files re-read now). The session lock is held only to
     /// copy the header `cwd` and the overrides, never while reading files.
     pub fn session_settings(&self, session: &Session) -> settings::EffectiveSettings {
-        let (cwd, overrides) = {
+        let (cwd, overrides, rules, model) = {
             let state = session.lock_state();
-            (state.cwd().map(PathBuf::from), state.overrides.clone())
+            (
+                state.cwd().map(PathBuf::from),
+                state.overrides.clone(),
+                state.rules,
+                state
+                    .model
+                    .as_ref()
+                    .map(|m| (m.provider.clone(), m.id.clone())),
+            )
         };
         let global = self.global_overrides.lock().clone();
         settings::effective(
@@ -388,6 +408,7 @@ impl Daemon {
             overrides.as_ref(),
             &self.config.summarizer.retry,
         )
+        .for_session(rules, model.as_ref().map(|(p, i)| (p.as_str(), i.as_str())))
     }
 
     pub fn next_hook_seq(&self) -> u64 {

@@ -51,6 +51,10 @@ struct Plan {
     common_ancestor: Option<String>,
     entries: Vec<Entry>,
     context_window: i64,
+    /// Whose rules the branch summary follows, and the session's thinking level (Pi 1.6 sends
+    /// it).
+    rules: crate::session::PiVersion,
+    thinking_level: String,
 }
 
 async fn branch_summary(
@@ -68,7 +72,7 @@ async fn branch_summary(
         128_000
     };
     let budget = window - settings.branch_summary_reserve_tokens;
-    let (messages, ops) = prepare_branch_entries(&plan.entries, budget);
+    let (messages, ops) = prepare_branch_entries(plan.rules, &plan.entries, budget);
     let (read, modified) = ops.file_lists();
     let details = json!({"readFiles": read, "modifiedFiles": modified});
     if messages.is_empty() {
@@ -86,6 +90,8 @@ async fn branch_summary(
         modified_files: &modified,
         custom_instructions: custom,
         replace_instructions: replace,
+        version: plan.rules,
+        thinking_level: Some(plan.thinking_level.as_str()),
     };
     // navigateTree reports no retries: the `summarization_retry_*` events describe compactions
     // (`source: "compaction"`), so a branch summary's retries are only logged.
@@ -261,6 +267,8 @@ fn plan(
         common_ancestor: common.and_then(|c| state.tree.entry(c).id_owned()),
         entries,
         context_window: state.context_window().unwrap_or(0),
+        rules: state.rules,
+        thinking_level: state.thinking_level.clone(),
     }))
 }
 

@@ -10,14 +10,15 @@
 use serde_json::{Map, Value};
 
 use crate::clearing::{self, CacheDebt, Cleared};
+use crate::compaction::projection::{system_tokens, Projection};
 use crate::compaction::tokens::MessageFacts;
 use crate::compaction::BranchIndex;
-use crate::context::{context_positions, convert_to_llm, project_entry};
+use crate::context::{context_positions, project_entry};
 use crate::live_context::LiveContext;
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::types::Model;
 use crate::session::entry::StopReason;
-use crate::session::{ids, BranchView, Entry, EntryKind, Role, SessionTree};
+use crate::session::{ids, BranchView, Entry, EntryKind, PiVersion, Role, SessionTree};
 use crate::store::{SessionRef, SessionStorage, StoreError};
 
 /// A session's in-memory state.
@@ -58,6 +59,12 @@ pub struct SessionState {
     /// How many times another writer's lines moved the leaf off the branch (a fork): a
     /// speculation that no longer applies can then say why.
     pub foreign_moves: u64,
+    /// Whose rules the agent context, its estimate and every compaction of this session
+    /// follow (the session's `piVersion`, else the daemon's).
+    pub rules: PiVersion,
+    /// The session's own `piVersion` (`setSettingsOverrides`), which a daemon-wide one does not
+    /// change.
+    pub own_pi_version: Option<PiVersion>,
 }
 
 /// A session's entries and what is derived from them are freed on the reaper thread
@@ -95,6 +102,7 @@ impl SessionState {
         model: Option<Model>,
         thinking_level: String,
         persisted: bool,
+        rules: PiVersion,
     ) -> SessionState {
         SessionState {
             storage,
@@ -113,6 +121,8 @@ impl SessionState {
             thrash: Default::default(),
             overrides: None,
             foreign_moves: 0,
+            rules,
+            own_pi_version: None,
         }
     }
 
@@ -123,8 +133,9 @@ impl SessionState {
         model: Option<Model>,
         default_thinking: &str,
         thinking: Option<String>,
+        rules: PiVersion,
     ) -> SessionState {
-        let mut s = SessionState::new(storage, tree, model, String::new(), true);
+        let mut s = SessionState::new(storage, tree, model, String::new(), true, rules);
         s.refresh_branch();
         s.thinking_level = thinking.unwrap_or_else(|| {
             s.path_thinking_level()
@@ -140,6 +151,7 @@ impl SessionState {
         header: Value,
         model: Option<Model>,
         thinking: String,
+        rules: PiVersion,
     ) -> SessionState {
         SessionState::new(
             storage,
@@ -147,7 +159,28 @@ impl SessionState {
             model,
             thinking,
             false,
+            rules,
         )
+    }
+
+    /// Why reading this session under Pi 0.85's rules is probably wrong: its branch holds what
+    /// only Pi 1.6 writes. `None` under 1.6, or when nothing says so. The message names the
+    /// setting that changes it.
+    pub fn misread(&self) -> Option<String> {
+        if self.rules.is_1_6() {
+            return None;
+        }
+        let sign = crate::session::signs_of_1_6(self.branch.iter().map(|&i| self.tree.entry(i)))?;
+        Some(crate::session::misread_message(sign))
+    }
+
+    /// Switches the session to `rules` (its `piVersion` changed): the agent context and its
+    /// estimate are rebuilt under them. Nothing is written.
+    pub fn set_rules(&mut self, rules: PiVersion) {
+        if self.rules != rules {
+            self.rules = rules;
+            self.rebuild_agent_context();
+        }
     }
 
     pub fn view(&self) -> BranchView<'_> {
@@ -181,8 +214,11 @@ impl SessionState {
     }
 
     /// Rebuilds the agent context from the current branch (after open, compaction,
-    /// navigation). O(context).
+    /// navigation, and under 1.6 an edit or a system message). O(context).
     pub fn rebuild_agent_context(&mut self) {
+        if self.rules.is_1_6() {
+            return self.rebuild_projected_context();
+        }
         let view = self.view();
         self.agent = context_positions(&view)
             .into_iter()
@@ -199,6 +235,65 @@ impl SessionState {
         self.live = self.agent.iter().map(|&i| self.message_facts(i)).collect();
     }
 
+    /// Pi 1.6's agent context: the branch's projection (edits applied, the newest compaction's
+    /// checkpoint and summary, system messages counted). Usage a reply recorded before the
+    /// latest edit or compaction no longer describes the context, so it is dropped here; a
+    /// reply appended later brings valid usage again. Without usage, the estimate counts the
+    /// replayed system message once instead of each system message.
+    fn rebuild_projected_context(&mut self) {
+        let view = self.view();
+        let proj = Projection::build(&view);
+        let invalidated_at = (0..self.branch.len()).rev().find(|&p| {
+            matches!(
+                self.tree.entry(self.branch[p]).kind,
+                EntryKind::ContextEdit | EntryKind::Compaction
+            )
+        });
+        let mut facts = Vec::new();
+        let mut agent = Vec::new();
+        let mut system_total = 0u64;
+        for pe in proj.entries.iter().filter(|pe| pe.part.count() > 0) {
+            agent.push(self.branch[pe.pos]);
+            let stale = invalidated_at.is_some_and(|at| pe.pos < at);
+            for (mut f, system) in pe.part.message_facts() {
+                if stale {
+                    f.usage_tokens = None;
+                }
+                if system {
+                    system_total += f.tokens;
+                }
+                facts.push(f);
+            }
+        }
+        let current = system_tokens(proj.current_system_message(&view).as_ref());
+        let mut cleared = Cleared::default();
+        for &i in &self.branch {
+            cleared.record(i, self.tree.entry(i));
+        }
+        agent.shrink_to_fit();
+        self.agent = agent;
+        self.cleared = cleared;
+        self.live = facts.into_iter().collect();
+        self.live
+            .set_no_usage_adjustment(current as i64 - system_total as i64);
+    }
+
+    /// The agent context's messages as Pi 1.6 projects them.
+    fn projected_messages(&self) -> Vec<Value> {
+        let view = self.view();
+        Projection::build(&view).messages(&view)
+    }
+
+    /// Pi 1.6's replayed system message of the context now (`None` under 0.85, or without
+    /// one): what a compaction entry checkpoints.
+    pub fn current_system_message(&self) -> Option<Value> {
+        if !self.rules.is_1_6() {
+            return None;
+        }
+        let view = self.view();
+        Projection::build(&view).current_system_message(&view)
+    }
+
     /// The token facts of the message at tree index `i` as the projection holds it: a cleared
     /// tool result at its placeholder's size, usage reported before the latest clearing pass
     /// dropped.
@@ -213,6 +308,9 @@ impl SessionState {
     /// The agent context's messages (parsed from the entries now), cleared tool results as
     /// their placeholders.
     pub fn agent_messages(&self) -> Vec<Value> {
+        if self.rules.is_1_6() {
+            return self.projected_messages();
+        }
         self.agent
             .iter()
             .filter_map(|&i| {
@@ -234,7 +332,7 @@ impl SessionState {
     }
 
     pub fn llm_messages(&self) -> Vec<Value> {
-        convert_to_llm(&self.agent_messages())
+        crate::context::convert_to_llm_in(self.rules, &self.agent_messages())
     }
 
     /// The last assistant message of the agent context (aborted included).
@@ -257,6 +355,51 @@ impl SessionState {
                 .rev()
                 .find(|&&i| self.tree.entry(i).is_message(Role::Assistant))
                 .is_some_and(|&i| self.cleared.usage_stale(i))
+    }
+
+    /// Pi 1.6's `_omitRecoveryAttempt`: the failed reply being recovered from, and the tool
+    /// results answering its calls, are left out of the context from now on by one omitting
+    /// `context_edit` each (persisted, so Pi and every reader of the file agree). Returns
+    /// whether anything was omitted.
+    pub fn omit_recovery_attempt(&mut self) -> Result<bool, RpcError> {
+        let Some(pos) = self
+            .agent
+            .iter()
+            .rposition(|&i| self.tree.entry(i).is_message(Role::Assistant))
+        else {
+            return Ok(false);
+        };
+        let assistant = self.tree.entry(self.agent[pos]);
+        let calls: std::collections::HashSet<String> = assistant
+            .message()
+            .and_then(|m| m.get("content").and_then(Value::as_array).cloned())
+            .into_iter()
+            .flatten()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("toolCall"))
+            .filter_map(|b| b.get("id").and_then(Value::as_str).map(str::to_owned))
+            .collect();
+        let mut targets: Vec<String> = assistant.id_owned().into_iter().collect();
+        for &i in &self.agent[pos + 1..] {
+            let e = self.tree.entry(i);
+            if e.is_message(Role::Assistant) {
+                break;
+            }
+            let answers = e.is_message(Role::ToolResult)
+                && e.message()
+                    .and_then(|m| {
+                        m.get("toolCallId")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned)
+                    })
+                    .is_some_and(|id| calls.contains(&id));
+            if answers {
+                targets.extend(e.id_owned());
+            }
+        }
+        for target in &targets {
+            self.append_with(|id, parent, ts| context_edit_entry(id, parent, ts, target, None))?;
+        }
+        Ok(!targets.is_empty())
     }
 
     /// Removes the last agent-context message if it is an assistant (overflow recovery); the
@@ -390,6 +533,11 @@ impl SessionState {
     /// context's messages it names shrink to their placeholders, and the usage replies reported
     /// so far no longer describes the projection.
     fn apply_pass(&mut self, ids: &[String]) {
+        if self.rules.is_1_6() {
+            self.rebuild_agent_context();
+            self.cache_debt.paid();
+            return;
+        }
         let named: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
         for pos in 0..self.agent.len() {
             let e = self.tree.entry(self.agent[pos]);
@@ -596,9 +744,15 @@ impl SessionState {
         Ok(())
     }
 
-    /// Adds an appended entry's message to the agent context.
+    /// Adds an appended entry's message to the agent context. Under 1.6 an edit or a system
+    /// message changes more than the end of the context: it is rebuilt.
     pub fn push_agent(&mut self, idx: usize) {
-        if self.tree.entry(idx).role.is_some() {
+        let e = self.tree.entry(idx);
+        if self.rules.is_1_6() && (e.kind == EntryKind::ContextEdit || e.role == Some(Role::System))
+        {
+            return self.rebuild_agent_context();
+        }
+        if e.role.is_some() {
             self.live.push(self.message_facts(idx));
             crate::session::room::push(&mut self.agent, idx);
             release_if_worth_it(0);
@@ -686,6 +840,27 @@ pub fn message_entry(id: &str, parent: Option<&str>, ts: &str, message: Value) -
     simple_entry("message", id, parent, ts, vec![("message", message)])
 }
 
+/// A Pi 1.6 `context_edit` entry: from here on, `target`'s message is left out of the context
+/// (`replacement: None`) or has its content replaced.
+pub fn context_edit_entry(
+    id: &str,
+    parent: Option<&str>,
+    ts: &str,
+    target: &str,
+    replacement: Option<Value>,
+) -> Value {
+    simple_entry(
+        "context_edit",
+        id,
+        parent,
+        ts,
+        vec![
+            ("targetId", Value::from(target)),
+            ("replacement", replacement.unwrap_or(Value::Null)),
+        ],
+    )
+}
+
 /// The `id, parentId, timestamp` every entry carries.
 fn put_ids(o: &mut Map<String, Value>, id: &str, parent: Option<&str>, ts: &str) {
     o.insert("id".into(), Value::from(id));
@@ -759,7 +934,7 @@ pub fn store_error(e: StoreError) -> RpcError {
             ErrorKind::NotFound,
             format!("Session file not found: {}", p.display()),
         ),
-        StoreError::NotASession(_) => RpcError::new(ErrorKind::InvalidSessionFile, e.to_string()),
+        StoreError::NotASession(..) => RpcError::new(ErrorKind::InvalidSessionFile, e.to_string()),
         StoreError::NotRegular { .. } => RpcError::new(ErrorKind::NotRegularFile, e.to_string()),
         StoreError::TooLarge { .. } => RpcError::new(ErrorKind::TooLarge, e.to_string()),
         StoreError::Busy(_) => RpcError::new(ErrorKind::FileBusy, e.to_string()),
@@ -772,7 +947,7 @@ pub fn store_error(e: StoreError) -> RpcError {
         StoreError::NoSuchStored(_) => RpcError::new(ErrorKind::NotFound, e.to_string()),
         StoreError::Invalid(m) => RpcError::invalid_params(m),
         StoreError::NotAllowed(m) => RpcError::new(ErrorKind::PathNotAllowed, m),
-        StoreError::Locked(_) => RpcError::new(ErrorKind::Locked, e.to_string()),
+        StoreError::Locked(..) => RpcError::new(ErrorKind::Locked, e.to_string()),
         StoreError::Moved(m) => RpcError::new(ErrorKind::LeafMoved, m),
         StoreError::NoDescriptors(m) => RpcError::new(ErrorKind::Overloaded, m),
         StoreError::Empty(_) | StoreError::Io { .. } => RpcError::new(ErrorKind::Io, e.to_string()),
@@ -824,6 +999,7 @@ mod tests {
                 crate::session::new_header("/"),
                 None,
                 "off".into(),
+                PiVersion::V1_6,
             )
         };
         crate::session::room::take_left_free();
@@ -849,6 +1025,7 @@ mod tests {
             crate::session::new_header("/"),
             None,
             "off".into(),
+            PiVersion::V1_6,
         );
         let append = |s: &mut SessionState, i: u64| {
             s.append_with(|id, parent, ts| {

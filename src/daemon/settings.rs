@@ -139,6 +139,9 @@ pub struct EffectiveSettings {
     /// behaviour; also when a settings file's block is invalid, as Pi ignores what it cannot
     /// read — `setSettingsOverrides` refuses it by name).
     pub clear_tool_results: Option<crate::clearing::ClearSettings>,
+    /// Whose rules the session follows (its `piVersion`, else the daemon's): set by
+    /// `Daemon::session_settings` from the session.
+    pub pi_version: crate::session::PiVersion,
     /// The merged JSON, for `getSettings`.
     pub merged: Value,
 }
@@ -254,6 +257,7 @@ pub fn from_merged(merged: Value, retry_default: &RetrySettings) -> EffectiveSet
         )
         .ok()
         .flatten(),
+        pi_version: crate::session::PiVersion::default(),
         merged,
     }
 }
@@ -350,6 +354,38 @@ pub fn invalid_override(p: &crate::rpc::types::CompactionSettingsPatch) -> Optio
 }
 
 impl EffectiveSettings {
+    /// These settings for a session following `version`'s rules on `model`: Pi 1.6 resolves
+    /// each token setting through `compaction.modelOverrides["provider/modelId"]` first, then
+    /// the ordinary setting, then the default (0.85 has no per-model settings). An override that
+    /// is not a non-negative integer is ignored (Pi refuses the whole file; a daemon keeps
+    /// serving).
+    pub fn for_session(
+        mut self,
+        version: crate::session::PiVersion,
+        model: Option<(&str, &str)>,
+    ) -> EffectiveSettings {
+        self.pi_version = version;
+        let (true, Some((provider, id))) = (version.is_1_6(), model) else {
+            return self;
+        };
+        let key = format!("{provider}/{id}");
+        let overrides = self.merged["compaction"]["modelOverrides"][key.as_str()].clone();
+        let token = |field: &str| {
+            overrides
+                .get(field)
+                .and_then(Value::as_f64)
+                .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f <= 9_007_199_254_740_991.0)
+                .map(|f| f as i64)
+        };
+        if let Some(r) = token("reserveTokens") {
+            self.compaction.reserve_tokens = r;
+        }
+        if let Some(k) = token("keepRecentTokens") {
+            self.compaction.keep_recent_tokens = k;
+        }
+        self
+    }
+
     /// `getSettings`' answer.
     pub fn report(&self) -> results::EffectiveSettings {
         let mut compaction = results::CompactionSettingsView::from(&self.compaction);
@@ -383,6 +419,7 @@ impl EffectiveSettings {
                 base_delay_ms: self.retry.base_delay_ms,
             },
             default_thinking_level: self.default_thinking_level.clone(),
+            pi_version: self.pi_version.as_str(),
         }
     }
 }

@@ -68,14 +68,15 @@ pub fn agent_price(daemon: &Daemon, state: &SessionState) -> Option<Price> {
 
 /// A summarizer's price, the extractive one at zero.
 fn summarizer_price(daemon: &Daemon, engine: Option<&SummaryEngine>) -> Option<Price> {
-    match engine? {
-        SummaryEngine::Extractive { .. } => Some(Price {
+    let engine = engine?;
+    match engine.model() {
+        None => Some(Price {
             input: 0.0,
             output: 0.0,
             cache_read: 0.0,
             cache_write: 0.0,
         }),
-        llm => daemon.config.summarizer_price(llm),
+        Some(_) => daemon.config.summarizer_price(engine),
     }
 }
 

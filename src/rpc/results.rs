@@ -208,6 +208,10 @@ pub struct Capabilities {
     pub events: Vec<&'static str>,
     /// The configured summarizer provider (`extractive` when none).
     pub summarizer: String,
+    /// The Pi versions whose rules sessions can follow (`piVersion`): `"0.85"` and `"1.6"`.
+    pub pi_versions: Vec<&'static str>,
+    /// The version a session follows unless it sets its own (`[compat] pi_version`).
+    pub pi_version: &'static str,
 }
 
 /// `closeSession`'s answer.
@@ -833,6 +837,8 @@ pub struct EffectiveSettings {
     /// Pi's `settings.retry`: how the session's summarization calls retry transient errors.
     pub retry: RetryView,
     pub default_thinking_level: String,
+    /// Whose rules the session follows: `"1.6"` (Pi 1.6.0) or `"0.85"` (Pi 0.85.0).
+    pub pi_version: &'static str,
 }
 
 /// An effective `retry` settings block.

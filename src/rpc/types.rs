@@ -257,6 +257,9 @@ pub struct CompactionSettingsPatch {
     pub enabled: Option<bool>,
     pub reserve_tokens: Option<i64>,
     pub keep_recent_tokens: Option<i64>,
+    /// Pi 1.6: per-model `reserveTokens` / `keepRecentTokens`, keyed by exact
+    /// `"provider/modelId"`; under 0.85 ignored (as Pi 0.85 ignores it).
+    pub model_overrides: Option<std::collections::BTreeMap<String, ModelOverride>>,
     /// Beyond Pi: list at most this many paths in each of the summary's `<read-files>` /
     /// `<modified-files>` blocks (the most recently touched, then `(+K more)`); `details` keeps
     /// the full lists. Absent: unlimited, Pi's behaviour. Ignored by `shouldCompact`.
@@ -287,6 +290,14 @@ pub struct CompactionSettingsPatch {
     /// [`ClearToolResultsPatch`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clear_tool_results: Option<ClearToolResultsPatch>,
+}
+
+/// One model's compaction token settings (`compaction.modelOverrides[...]`, Pi 1.6).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelOverride {
+    pub reserve_tokens: Option<u64>,
+    pub keep_recent_tokens: Option<u64>,
 }
 
 /// Beyond Pi: `compaction.clearToolResults`. Once the context reaches `at` × the threshold, a
@@ -374,8 +385,26 @@ pub struct CheckCompactionParams {
 pub struct SetSettingsOverridesParams {
     /// Omitted: every session, present and future.
     pub session_id: Option<String>,
-    /// A partial compaction block; `null` clears the overrides.
-    pub compaction: Option<Value>,
+    /// A partial compaction block; `null` clears the overrides. Omitted while `piVersion` is
+    /// given: the compaction overrides stay as they are (omitted with nothing else: cleared).
+    #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Option<Value>")]
+    pub compaction: Option<Option<Value>>,
+    /// Whose rules the session follows: `"1.6"` (Pi 1.6.0) or `"0.85"` (Pi 0.85.0); `null`
+    /// goes back to the daemon's (`[compat] pi_version`, default 1.6). The Pi extension sets
+    /// it to the Pi it runs in. Omitted: unchanged.
+    #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Option<String>")]
+    pub pi_version: Option<Option<String>>,
+}
+
+/// A member that may be absent (`None`), `null` (`Some(None)`) or set (`Some(Some(v))`).
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]

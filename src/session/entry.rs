@@ -133,7 +133,19 @@ impl Entry {
     /// `calculateContextTokens(usage)` when this is an assistant message with valid usage
     /// (compaction.md §3.3), else `None`.
     pub fn usage_tokens(&self) -> Option<f64> {
-        self.usage.get()
+        match self.role {
+            Some(Role::System) => None,
+            _ => self.usage.get(),
+        }
+    }
+
+    /// Pi 1.6's `estimateTokens` of a system-role message (0.85 counts it as 0, which
+    /// [`Entry::tokens`] keeps). A system message has no usage, so its slot holds this.
+    pub fn system_tokens(&self) -> Option<u64> {
+        match self.role {
+            Some(Role::System) => self.usage.get().map(|t| t as u64),
+            _ => None,
+        }
     }
 
     /// The id as an owned `String`, for results and events that outlive the entry.
@@ -155,7 +167,12 @@ impl Entry {
         let kind = EntryKind::from_type(field("type").and_then(Value::as_str).unwrap_or(""));
         let id = field("id").and_then(Value::as_str).map(EntryId::from);
         let parent_id = field("parentId").and_then(Value::as_str).map(EntryId::from);
-        let (role, tokens, usage_tokens) = projection_of(kind, obj);
+        let (role, tokens, mut usage_tokens) = projection_of(kind, obj);
+        if role == Some(Role::System) {
+            usage_tokens = field("message")
+                .and_then(Value::as_object)
+                .map(|m| system_tokens_of(m.clone()));
+        }
         let (stop_reason, file_ops) = match (kind, field("message")) {
             (EntryKind::Message, Some(m)) => {
                 let stop = m
@@ -218,7 +235,15 @@ impl Entry {
                 } else {
                     Box::default()
                 };
-                (Some(role), m.tokens(), m.usage_tokens(), m.stop(), ops)
+                let usage = match role {
+                    // A system message is rare: its 1.6 estimate is read from the whole line.
+                    Role::System => parse_line_bytes(&raw)
+                        .and_then(Result::ok)
+                        .and_then(|v| v.get("message").and_then(Value::as_object).cloned())
+                        .map(system_tokens_of),
+                    _ => m.usage_tokens(),
+                };
+                (Some(role), m.tokens(), usage, m.stop(), ops)
             }
             _ => (None, 0, None, None, Box::default()),
         };
@@ -332,6 +357,13 @@ impl Entry {
         self.try_message().ok().flatten()
     }
 
+    /// Whether the line's bytes contain `needle` (a cheap test before parsing a message for a
+    /// field most never have). `false` when the line can no longer be read.
+    pub fn mentions(&self, needle: &str) -> bool {
+        self.raw()
+            .is_ok_and(|raw| memchr::memmem::find(&raw, needle.as_bytes()).is_some())
+    }
+
     /// Whether this is a `message` entry whose message has `role`.
     pub fn is_message(&self, role: Role) -> bool {
         self.kind == EntryKind::Message && self.role == Some(role)
@@ -363,6 +395,15 @@ impl Entry {
     pub fn is_turn_start(&self) -> bool {
         self.is_cut_point() && self.role != Some(Role::Assistant)
     }
+}
+
+/// Pi 1.6's estimate of a system message as `sessionEntryToContextMessages` gives it (a missing
+/// content is `""`), kept where a reply keeps its usage.
+fn system_tokens_of(mut m: Map<String, Value>) -> f64 {
+    if matches!(m.get("content"), None | Some(Value::Null)) {
+        m.insert("content".into(), Value::from(""));
+    }
+    crate::estimate::system_message_tokens(&m) as f64
 }
 
 /// Role, token estimate and usage of the message an entry projects to (sessions.md §9.1).

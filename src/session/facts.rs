@@ -112,7 +112,8 @@ impl MessageFacts {
             Role::Assistant => self.content.assistant_chars,
             Role::BashExecution => self.command_len + self.output_len,
             Role::BranchSummary | Role::CompactionSummary => self.summary_len,
-            Role::Other => 0,
+            // Pi 0.85's estimate; 1.6 counts a system message (`compaction::projection`).
+            Role::System | Role::Other => 0,
         };
         chars.div_ceil(4)
     }

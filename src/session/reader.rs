@@ -14,6 +14,7 @@ use bytes::Bytes;
 
 use super::entry::{parse_line_bytes, Entry, LineSource};
 use super::ids::new_entry_id_in;
+use super::vocab::EntryKind;
 
 /// The current session format version.
 pub const CURRENT_VERSION: i64 = 3;
@@ -32,8 +33,22 @@ pub struct ParsedSession {
     pub migrated: bool,
     /// Lines that were not valid JSON (skipped, as Pi does; reported for diagnostics).
     pub skipped_lines: usize,
+    /// Where the first [`REPORTED_SKIPS`] of them begin in the file (byte offsets), so a report
+    /// can name their lines.
+    pub skipped_at: Vec<u64>,
     /// The header's version as read, before any migration (1 when missing).
     pub original_version: f64,
+}
+
+/// How many skipped lines a read names (the count covers them all).
+pub const REPORTED_SKIPS: usize = 10;
+
+/// Counts a skipped line beginning at `at`, keeping the first [`REPORTED_SKIPS`] offsets.
+fn note_skip(count: &mut usize, at: &mut Vec<u64>, offset: u64) {
+    *count += 1;
+    if at.len() < REPORTED_SKIPS {
+        at.push(offset);
+    }
 }
 
 /// What a file's bytes turned out to be.
@@ -41,8 +56,8 @@ pub struct ParsedSession {
 pub enum ReadOutcome {
     /// No line parsed (0-byte or blank file): Pi re-initialises it.
     Empty,
-    /// Lines parsed, but the first is not a `session` header with a string id.
-    NotASession,
+    /// Lines parsed, but the first is not a `session` header with a string id; why, in words.
+    NotASession(String),
     Session(ParsedSession),
 }
 
@@ -62,7 +77,8 @@ struct Piece<T> {
     head: Bytes,
     /// The bytes after its last `\n`; `None` when it has none.
     tail: Option<Bytes>,
-    lines: Vec<Result<T, ()>>,
+    /// Each line parsed, or where a malformed one begins in the file.
+    lines: Vec<Result<T, u64>>,
     len: usize,
     last_byte: Option<u8>,
     /// The whole piece, unless its entries keep no slices of it ([`Piece::detach`]).
@@ -96,7 +112,10 @@ fn parse_piece_with<T>(bytes: Bytes, at: u64, f: &impl LineFn<T>) -> Piece<T> {
             let inner = bytes.slice(first + 1..last + 1);
             let inner_at = at + first as u64 + 1;
             lines.reserve(inner.len() / 1024 + 1);
-            lines.extend(lines_of(&inner).filter_map(|(o, l)| f(l, inner_at + o as u64)));
+            lines.extend(lines_of(&inner).filter_map(|(o, l)| {
+                let line_at = inner_at + o as u64;
+                f(l, line_at).map(|r| r.map_err(|()| line_at))
+            }));
             (bytes.slice(..first), Some(bytes.slice(last + 1..)))
         }
         None => (bytes.clone(), None),
@@ -114,11 +133,11 @@ fn parse_piece_with<T>(bytes: Bytes, at: u64, f: &impl LineFn<T>) -> Piece<T> {
 
 /// Every line of the pieces, in file order, to `take`: each piece's own lines as parsed, and
 /// the lines across their edges joined (copied, when a line spans pieces) and parsed with `f`.
-fn join_pieces<T>(pieces: Vec<Piece<T>>, f: impl LineFn<T>, mut take: impl FnMut(Result<T, ()>)) {
+fn join_pieces<T>(pieces: Vec<Piece<T>>, f: impl LineFn<T>, mut take: impl FnMut(Result<T, u64>)) {
     // The parts of the line being joined, which began in an earlier piece, and where it began.
     let mut open: Vec<Bytes> = Vec::new();
     let mut open_at = 0u64;
-    let joined = |open: &mut Vec<Bytes>, at: u64| -> Option<Result<T, ()>> {
+    let joined = |open: &mut Vec<Bytes>, at: u64| -> Option<Result<T, u64>> {
         let line = match open.len() {
             0 => return None,
             1 => open.pop().unwrap_or_default(),
@@ -129,7 +148,7 @@ fn join_pieces<T>(pieces: Vec<Piece<T>>, f: impl LineFn<T>, mut take: impl FnMut
                 Bytes::from(line)
             }
         };
-        f(line, at)
+        f(line, at).map(|r| r.map_err(|()| at))
     };
     for mut piece in pieces {
         let tail_at = piece.tail_at();
@@ -215,10 +234,11 @@ impl ParsedPiece {
 /// any thread, then go to [`read_pieces`]). The storage shell reads a large file piece by
 /// piece on several threads and parses each piece right after reading it, so reading and
 /// parsing overlap and each piece is parsed while its bytes are still in the cache. The
-/// entries keep slices of `bytes`.
-pub fn parse_piece(bytes: Bytes) -> ParsedPiece {
+/// entries keep slices of `bytes`. `at` is where the piece begins in the file (so a skipped
+/// line can be named).
+pub fn parse_piece(bytes: Bytes, at: u64) -> ParsedPiece {
     ParsedPiece(
-        parse_piece_with(bytes, 0, &|l, at| Keep::Bytes.entry(l, at)),
+        parse_piece_with(bytes, at, &|l, at| Keep::Bytes.entry(l, at)),
         Keep::Bytes,
     )
 }
@@ -233,8 +253,8 @@ fn detached(bytes: Bytes, at: u64, keep: Keep) -> (ParsedPiece, Option<Vec<u8>>)
 }
 
 /// [`parse_piece`] for a reader of facts only: its entries keep no bytes (see [`detached`]).
-pub fn parse_piece_facts(bytes: Bytes) -> (ParsedPiece, Option<Vec<u8>>) {
-    detached(bytes, 0, Keep::Facts)
+pub fn parse_piece_facts(bytes: Bytes, at: u64) -> (ParsedPiece, Option<Vec<u8>>) {
+    detached(bytes, at, Keep::Facts)
 }
 
 /// [`parse_piece`] for a session kept open: each entry keeps its line's span in the file
@@ -339,26 +359,27 @@ fn assemble(pieces: Vec<ParsedPiece>) -> Result<ReadOutcome, Older> {
     let mut header: Option<Arc<Entry>> = None;
     let mut entries = Vec::with_capacity(capacity);
     let mut skipped = 0usize;
+    let mut skipped_at = Vec::new();
     let pieces = pieces.into_iter().map(|p| p.0).collect();
     join_pieces(
         pieces,
         |l, at| keep.entry(l, at),
         |line| match line {
-            Err(()) => skipped += 1,
+            Err(offset) => note_skip(&mut skipped, &mut skipped_at, offset),
             Ok(e) if header.is_none() => header = Some(e),
             Ok(e) if is_session_entry(&e) => {}
             Ok(e) => entries.push(e),
         },
     );
     // A `session` line keeps its bytes in every mode (see `Keep::entry`).
+    let first_kind = header.as_ref().map(|h| h.kind);
     let header = header
         .and_then(|h| h.raw().ok())
         .and_then(|h| parse_line_bytes(&h))
         .and_then(Result::ok)
         .filter(|h| is_session_line(h) && h.get("id").is_some_and(Value::is_string));
     let Some(header) = header else {
-        // Lines parsed, but the first is not a `session` header with a string id.
-        return Ok(ReadOutcome::NotASession);
+        return Ok(ReadOutcome::NotASession(not_a_session(first_kind, skipped)));
     };
     let original_version = header_version(&header);
     if original_version < CURRENT_VERSION as f64 {
@@ -372,6 +393,7 @@ fn assemble(pieces: Vec<ParsedPiece>) -> Result<ReadOutcome, Older> {
         needs_newline_repair,
         migrated: false,
         skipped_lines: skipped,
+        skipped_at,
         original_version,
     }))
 }
@@ -382,12 +404,13 @@ fn read_migrating(bytes: Bytes, needs_newline_repair: bool) -> ReadOutcome {
     let pieces = parse_in_pieces(&bytes, |line, _| parse_line_bytes(&line));
     let mut values = Vec::new();
     let mut skipped = 0usize;
+    let mut skipped_at = Vec::new();
     join_pieces(
         pieces,
         |line, _| parse_line_bytes(&line),
         |line| match line {
             Ok(v) => values.push(v),
-            Err(()) => skipped += 1,
+            Err(offset) => note_skip(&mut skipped, &mut skipped_at, offset),
         },
     );
     let original_version = values.first().map_or(1.0, header_version);
@@ -405,8 +428,29 @@ fn read_migrating(bytes: Bytes, needs_newline_repair: bool) -> ReadOutcome {
         needs_newline_repair,
         migrated,
         skipped_lines: skipped,
+        skipped_at,
         original_version,
     })
+}
+
+/// Why a file whose first JSON line is an entry of `first` (`None`: no line is JSON) is no
+/// session. Read from the entry's kind, which every reading mode keeps.
+fn not_a_session(first: Option<EntryKind>, skipped: usize) -> String {
+    match first {
+        None => {
+            format!("none of its {skipped} non-blank line(s) is JSON (is it a Pi session file?)")
+        }
+        Some(EntryKind::SessionHeader) => {
+            "its `session` header has no string `id` (Pi cannot name the session)".to_owned()
+        }
+        Some(EntryKind::Unknown) => {
+            "its first JSON line is no `session` header (Pi expects the header first)".to_owned()
+        }
+        Some(kind) => format!(
+            "its first JSON line is a `{}` entry, where Pi expects the `session` header",
+            kind.type_name()
+        ),
+    }
 }
 
 /// A later `session` line is skipped, as Pi's loader skips it.
@@ -590,11 +634,12 @@ mod tests {
                     })
                     .collect();
                 format!(
-                    "session {} {entries:?} repair {} migrated {} skipped {} v{}",
+                    "session {} {entries:?} repair {} migrated {} skipped {} at {:?} v{}",
                     s.header,
                     s.needs_newline_repair,
                     s.migrated,
                     s.skipped_lines,
+                    s.skipped_at,
                     s.original_version
                 )
             }
@@ -663,15 +708,15 @@ mod tests {
             cuts.sort_unstable();
             let pieces = cuts
                 .windows(2)
-                .map(|w| parse_piece(bytes.slice(w[0]..w[1])))
+                .map(|w| parse_piece(bytes.slice(w[0]..w[1]), w[0] as u64))
                 .collect();
-            let whole = summary(read_pieces(vec![parse_piece(bytes.clone())]), false);
+            let whole = summary(read_pieces(vec![parse_piece(bytes.clone(), 0)]), false);
             proptest::prop_assert_eq!(summary(read_pieces(pieces), false), whole.clone());
             proptest::prop_assert_eq!(summary(read_session_bytes(bytes.clone()), false), whole.clone());
             // Pieces of facts only: the same facts, or `None` for an older version.
             let facts = cuts
                 .windows(2)
-                .map(|w| parse_piece_facts(Bytes::copy_from_slice(&bytes[w[0]..w[1]])).0)
+                .map(|w| parse_piece_facts(Bytes::copy_from_slice(&bytes[w[0]..w[1]]), w[0] as u64).0)
                 .collect();
             let full = read_session_bytes(bytes.clone());
             // Pieces of spans: every entry reads back exactly its bytes, facts the same.
@@ -698,7 +743,7 @@ mod tests {
     #[test]
     fn a_piece_of_facts_gives_its_buffer_back_and_keeps_no_bytes() {
         let text = "{\"type\":\"session\",\"version\":3,\"id\":\"h\"}\n{\"type\":\"message\",\"id\":\"a\",\"parentId\":null,\"message\":{\"role\":\"user\",\"content\":\"hello\"}}\n{\"type\":\"mess";
-        let (piece, buffer) = parse_piece_facts(Bytes::from(text.as_bytes().to_vec()));
+        let (piece, buffer) = parse_piece_facts(Bytes::from(text.as_bytes().to_vec()), 0);
         assert_eq!(buffer.as_deref(), Some(text.as_bytes()));
         let Some(ReadOutcome::Session(s)) = read_fact_pieces(vec![piece]) else {
             panic!("not a session");
@@ -738,19 +783,30 @@ mod tests {
     #[test]
     fn rejects_non_sessions_and_recognises_empty_files() {
         assert!(matches!(read_session(b""), ReadOutcome::Empty));
-        assert!(matches!(read_session(b"  \n\n"), ReadOutcome::NotASession));
-        assert!(matches!(
-            read_session(b"{\"type\":\"message\"}\n"),
-            ReadOutcome::NotASession
-        ));
-        assert!(matches!(
-            read_session(b"{\"type\":\"session\",\"id\":5}\n"),
-            ReadOutcome::NotASession
-        ));
-        assert!(matches!(
-            read_session(b"\x00\xff binary"),
-            ReadOutcome::NotASession
-        ));
+        let why = |bytes: &[u8]| match read_session(bytes) {
+            ReadOutcome::NotASession(why) => why,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            why(b"  \n\n"),
+            "none of its 0 non-blank line(s) is JSON (is it a Pi session file?)"
+        );
+        assert_eq!(
+            why(b"{\"type\":\"message\"}\n"),
+            "its first JSON line is a `message` entry, where Pi expects the `session` header"
+        );
+        assert_eq!(
+            why(b"[1]\n{\"type\":\"session\",\"id\":\"s\"}\n"),
+            "its first JSON line is no `session` header (Pi expects the header first)"
+        );
+        assert_eq!(
+            why(b"{\"type\":\"session\",\"id\":5}\n"),
+            "its `session` header has no string `id` (Pi cannot name the session)"
+        );
+        assert_eq!(
+            why(b"\x00\xff binary"),
+            "none of its 1 non-blank line(s) is JSON (is it a Pi session file?)"
+        );
     }
 
     #[test]

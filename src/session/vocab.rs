@@ -16,6 +16,10 @@ pub enum EntryKind {
     CustomMessage,
     Label,
     SessionInfo,
+    /// Pi 1.6: hides or replaces an earlier message in the context from here on.
+    ContextEdit,
+    /// Pi 1.6: model-attributed usage that is not part of the context (`cache_warm`, …).
+    Usage,
     /// A `session` header line after the first (Pi's loader skips it; never in a tree).
     SessionHeader,
     /// Any other type: kept, projected to nothing.
@@ -35,6 +39,8 @@ impl EntryKind {
             "custom_message" => EntryKind::CustomMessage,
             "label" => EntryKind::Label,
             "session_info" => EntryKind::SessionInfo,
+            "context_edit" => EntryKind::ContextEdit,
+            "usage" => EntryKind::Usage,
             "session" => EntryKind::SessionHeader,
             _ => EntryKind::Unknown,
         }
@@ -53,6 +59,8 @@ impl EntryKind {
             EntryKind::CustomMessage => "custom_message",
             EntryKind::Label => "label",
             EntryKind::SessionInfo => "session_info",
+            EntryKind::ContextEdit => "context_edit",
+            EntryKind::Usage => "usage",
             EntryKind::SessionHeader => "session",
             EntryKind::Unknown => "unknown",
         }
@@ -69,6 +77,9 @@ pub enum Role {
     Custom,
     BranchSummary,
     CompactionSummary,
+    /// Pi 1.6's system prompt and tools (a `message` entry with role `system`): estimated as 0
+    /// by Pi 0.85 (an unknown role to it), counted by Pi 1.6, never summarized.
+    System,
     /// A `message` entry with a role Pi does not know; projected but estimated as 0.
     Other,
 }
@@ -83,6 +94,7 @@ impl Role {
             Some("custom") => Role::Custom,
             Some("branchSummary") => Role::BranchSummary,
             Some("compactionSummary") => Role::CompactionSummary,
+            Some("system") => Role::System,
             _ => Role::Other,
         }
     }
@@ -96,6 +108,7 @@ impl Role {
             Role::Custom => "custom",
             Role::BranchSummary => "branchSummary",
             Role::CompactionSummary => "compactionSummary",
+            Role::System => "system",
             Role::Other => "other",
         }
     }

@@ -152,9 +152,11 @@ impl Stored {
     fn into_tree(self, header_id: &str) -> Result<(SessionTree, i64), StoreError> {
         match read_session_bytes(self.text.into()) {
             ReadOutcome::Session(p) => Ok((SessionTree::from_parsed(p), self.head)),
-            ReadOutcome::NotASession | ReadOutcome::Empty => {
-                Err(StoreError::NotASession(location(header_id)))
-            }
+            ReadOutcome::NotASession(why) => Err(StoreError::NotASession(
+                location(header_id),
+                format!(": {why}"),
+            )),
+            ReadOutcome::Empty => Err(StoreError::NotASession(location(header_id), String::new())),
         }
     }
 }
@@ -164,19 +166,33 @@ pub fn location(header_id: &str) -> PathBuf {
     PathBuf::from(format!("{LOCATION_PREFIX}{header_id}"))
 }
 
+mod why;
+
 /// The name of the stored session `header_id` (`postgres:<id>`).
 fn name(header_id: &str) -> SessionRef {
     SessionRef::at(&location(header_id))
 }
 
-fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+/// The store cannot be used for a reason the driver's error `e` gives: its causes and the fix
+/// (`why::explain`).
+fn unavailable(e: impl std::borrow::Borrow<tokio_postgres::Error>) -> StoreError {
+    StoreError::Unavailable(why::explain(e.borrow(), None))
+}
+
+/// [`unavailable`] for a failed connection: the message also says where it went.
+fn cannot_connect(e: tokio_postgres::Error, config: &tokio_postgres::Config) -> StoreError {
+    StoreError::Unavailable(why::explain(&e, Some(config)))
+}
+
+/// The store cannot be used, for a reason of compactd's own.
+fn down(why: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(why.to_string())
 }
 
 /// A task of the database's runtime ended without answering (it panicked, or the runtime is
 /// shutting down): the store is unavailable.
 fn no_answer() -> StoreError {
-    unavailable("the database task ended without an answer")
+    down("the database task ended without an answer")
 }
 
 /// What a failed statement means: a value the database refused to store (SQL class 22, data
@@ -358,7 +374,7 @@ impl Database {
         &self,
         f: impl Future<Output = T> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.handle().spawn(f).await.map_err(unavailable)
+        self.handle().spawn(f).await.map_err(down)
     }
 
     async fn connect_raw(
@@ -370,7 +386,10 @@ impl Database {
         ),
         StoreError,
     > {
-        config.connect(NoTls).await.map_err(unavailable)
+        config
+            .connect(NoTls)
+            .await
+            .map_err(|e| cannot_connect(e, config))
     }
 
     /// A connection of the pool for one call; the schema is applied on the first one. Its
@@ -379,8 +398,8 @@ impl Database {
     async fn client(self: &Arc<Self>) -> Result<Pooled, StoreError> {
         use std::sync::atomic::Ordering;
         let client = self.pool.get().await.map_err(|e| match e {
-            deadpool_postgres::PoolError::Backend(e) => unavailable(e),
-            e => unavailable(format!("no database connection: {e}")),
+            deadpool_postgres::PoolError::Backend(e) => cannot_connect(e, &self.config),
+            e => down(format!("no database connection: {e}")),
         })?;
         if !self.migrated.load(Ordering::Acquire) {
             // The notices of `IF NOT EXISTS` ("already exists, skipping") are no news.
@@ -506,8 +525,12 @@ impl Database {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         };
-        let header_id =
-            field("id").ok_or_else(|| StoreError::NotASession(PathBuf::from("<import>")))?;
+        let header_id = field("id").ok_or_else(|| {
+            StoreError::NotASession(
+                PathBuf::from("<import>"),
+                ": its `session` header has no string `id`".into(),
+            )
+        })?;
         let cwd = field("cwd").unwrap_or_default();
         let rows = tree
             .entries()
@@ -959,7 +982,7 @@ impl Database {
         });
         queue
             .send(append)
-            .map_err(|_| unavailable("the database's append task is gone"))
+            .map_err(|_| down("the database's append task is gone"))
     }
 
     /// Sends `batch` as one [`APPEND_GATHERED`] and answers each append it inserted. What it

@@ -366,6 +366,7 @@ mod tests {
             max_tokens,
             reasoning: true,
             api_key: None,
+            key_env: None,
             headers: vec![],
         }
     }
@@ -378,6 +379,7 @@ mod tests {
             reasoning: reasoning.map(str::to_string),
             session_id: None,
             timestamp_ms: 0,
+            pi_version: crate::pi_version::PiVersion::V0_85,
         }
     }
 

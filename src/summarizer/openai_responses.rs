@@ -379,6 +379,7 @@ mod tests {
             max_tokens: 32_000,
             reasoning,
             api_key: None,
+            key_env: None,
             headers: vec![],
         }
     }
@@ -391,6 +392,7 @@ mod tests {
             reasoning: reasoning.map(str::to_string),
             session_id: None,
             timestamp_ms: 0,
+            pi_version: crate::pi_version::PiVersion::V0_85,
         }
     }
 

@@ -60,6 +60,9 @@ pub struct ModelSpec {
     pub reasoning: bool,
     /// API key, if any. Never logged.
     pub api_key: Option<String>,
+    /// The environment variable the key was read from, if it came from one: named when the
+    /// provider refuses the key (401/403), since that is where the user fixes it.
+    pub key_env: Option<String>,
     /// Extra request headers.
     pub headers: Vec<(String, String)>,
 }
@@ -75,6 +78,7 @@ impl std::fmt::Debug for ModelSpec {
             .field("max_tokens", &self.max_tokens)
             .field("reasoning", &self.reasoning)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("key_env", &self.key_env)
             .finish()
     }
 }
@@ -93,6 +97,8 @@ pub struct LlmRequest {
     pub session_id: Option<String>,
     /// Epoch milliseconds stamped on the user message.
     pub timestamp_ms: i64,
+    /// Whose pi-ai fits `max_tokens` into the window ([`clamp_max_tokens`]).
+    pub pi_version: crate::pi_version::PiVersion,
 }
 
 pub use crate::compaction::reply::{AssistantReply, BlockKind, StopReason, Usage, UsageCost};
@@ -107,17 +113,34 @@ pub trait LlmClient: Send + Sync {
     ) -> BoxFuture<'a, AssistantReply>;
 }
 
-/// pi-ai's provider-layer clamp of `maxTokens` (`clampMaxTokensToContext`): leave room for the
-/// request itself plus a 4096-token safety margin, never below 1. The request estimate is
-/// `ceil(len(system)/4) + ceil(len(prompt)/4)` in UTF-16 units, as pi-ai estimates a context
-/// with a system prompt and one user text message.
+/// pi-ai's provider-layer clamp of `maxTokens` (`clampMaxTokensToContext`), as the request's
+/// Pi version has it.
+///
+/// 0.85 leaves room for the request itself plus a 4096-token margin, never below 1, estimating
+/// the request as `ceil(len(system)/4) + ceil(len(prompt)/4)` (UTF-16 units).
+///
+/// 1.6 estimates at 3.5 characters a token and keeps a margin of 15% of the input (at least 4096
+/// tokens: OpenRouter counts prose up to 12% above the provider), unless that leaves less than
+/// 32768 tokens of output; then only the 4096 margin is kept and the output is capped at 32768.
 pub fn clamp_max_tokens(model: &ModelSpec, request: &LlmRequest, max_tokens: u64) -> u64 {
     if model.context_window == 0 {
         return max_tokens.max(1);
     }
-    let estimate = crate::json::utf16_len(&request.prompt_text).div_ceil(4)
-        + crate::json::utf16_len(&request.system_prompt).div_ceil(4);
-    let available = model.context_window as i128 - estimate as i128 - 4096;
-    let clamped = available.max(1) as u64;
-    max_tokens.min(clamped)
+    let len = |s: &str| crate::json::utf16_len(s) as u64;
+    let window = model.context_window as i128;
+    let room = if request.pi_version.is_1_6() {
+        let tokens = |chars: u64| (chars as f64 / 3.5).ceil() as i128;
+        let input = tokens(len(&request.system_prompt)) + tokens(len(&request.prompt_text));
+        let margin = 4096.max((input as f64 * 0.15).ceil() as i128);
+        let room = window - input - margin;
+        if room < 32_768 {
+            32_768.min(window - input - 4096)
+        } else {
+            room
+        }
+    } else {
+        let input = len(&request.prompt_text).div_ceil(4) + len(&request.system_prompt).div_ceil(4);
+        window - input as i128 - 4096
+    };
+    max_tokens.min(room.max(1) as u64)
 }

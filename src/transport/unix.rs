@@ -33,12 +33,47 @@ fn current_uid() -> u32 {
         .unwrap_or(0)
 }
 
-/// The per-user directory used when no socket is configured: `$XDG_RUNTIME_DIR/compactd`, else
-/// `<tmp>/compactd-<uid>` (`<tmp>` is `$TMPDIR` or `/tmp`).
+/// The per-user runtime directory the default socket lives under, chosen by one rule that every
+/// client library repeats (Python `_wire.default_socket_path`, TypeScript `defaultSocketPath`,
+/// the Neovim plugin, the Pi extension), so that whatever environment a client's host passes it
+/// finds the daemon its user already runs:
+/// 1. `$COMPACTD_RUNTIME_DIR`, when set: an explicit choice (tests, unusual set-ups);
+/// 2. `/run/user/<uid>`, the standard per-user runtime directory (systemd-logind's), when it is a
+///    directory of ours: what `$XDG_RUNTIME_DIR` names in a desktop session, but found without
+///    it, since MCP hosts, service managers and editors pass their children a reduced
+///    environment (the MCP SDK's `stdio_client` keeps only HOME, PATH, SHELL, TERM, USER and
+///    LOGNAME);
+/// 3. `$XDG_RUNTIME_DIR`, when set (systems without `/run/user`).
+///
+/// `None` when none applies: then the default socket is under `/tmp` (see
+/// [`default_socket_dir`]).
+pub fn runtime_dir() -> Option<PathBuf> {
+    let set = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    set("COMPACTD_RUNTIME_DIR")
+        .or_else(standard_runtime_dir)
+        .or_else(|| set("XDG_RUNTIME_DIR"))
+}
+
+/// `/run/user/<uid>` when it is a directory of ours (not a link): the per-user runtime
+/// directory systemd-logind makes, and what a user unit's `%t` names.
+pub fn standard_runtime_dir() -> Option<PathBuf> {
+    let uid = current_uid();
+    let standard = PathBuf::from(format!("/run/user/{uid}"));
+    std::fs::symlink_metadata(&standard)
+        .is_ok_and(|m| m.is_dir() && m.uid() == uid)
+        .then_some(standard)
+}
+
+/// The per-user directory used when no socket is configured: `<runtime_dir>/compactd`, else
+/// `/tmp/compactd-<uid>` (not `$TMPDIR`, which reduced environments drop too).
 pub fn default_socket_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
-        Some(dir) => PathBuf::from(dir).join("compactd"),
-        None => std::env::temp_dir().join(format!("compactd-{}", current_uid())),
+    match runtime_dir() {
+        Some(dir) => dir.join("compactd"),
+        None => PathBuf::from(format!("/tmp/compactd-{}", current_uid())),
     }
 }
 

@@ -44,19 +44,37 @@ pub fn config_for(
     model: &compactd::summarizer::ModelSpec,
     redact: bool,
 ) -> compactd::config::Config {
-    let text = format!(
-        "[summarizer]\nprovider = \"{}\"\nbase_url = \"{}\"\nmodel = \"{}\"\nmax_tokens = {}\ncontext_window = {}\nreasoning = {}\n[summarizer.retry]\nenabled = false\n[redaction]\nenabled = {redact}\n",
+    let text = config_text(
+        model,
+        redact,
+        compactd::pi_version::PiVersion::default(),
+        None,
+    );
+    let mut config = compactd::config::Config::from_toml(&text, Path::new("test.toml"))
+        .expect("the summarizer's configuration");
+    config.summarizer.api_key = model.api_key.clone().map(compactd::config::GivenKey);
+    config
+}
+
+/// [`config_for`] as a configuration file's text, sessions following `version`'s rules, the key
+/// read from the variable `key_env` when given.
+pub fn config_text(
+    model: &compactd::summarizer::ModelSpec,
+    redact: bool,
+    version: compactd::pi_version::PiVersion,
+    key_env: Option<&str>,
+) -> String {
+    let key = key_env.map_or(String::new(), |v| format!("api_key_env = \"{v}\"\n"));
+    format!(
+        "[summarizer]\nprovider = \"{}\"\nbase_url = \"{}\"\nmodel = \"{}\"\nmax_tokens = {}\ncontext_window = {}\nreasoning = {}\n{key}[summarizer.retry]\nenabled = false\n[redaction]\nenabled = {redact}\n[compat]\npi_version = \"{}\"\n",
         model.api.as_str(),
         model.base_url,
         model.id,
         model.max_tokens,
         model.context_window,
         model.reasoning,
-    );
-    let mut config = compactd::config::Config::from_toml(&text, Path::new("test.toml"))
-        .expect("the summarizer's configuration");
-    config.summarizer.api_key = model.api_key.clone().map(compactd::config::GivenKey);
-    config
+        version.as_str(),
+    )
 }
 
 /// `setSettingsOverrides`' params for `settings` with every addition beyond Pi that changes

@@ -34,6 +34,8 @@ impl Env {
             ("XDG_CONFIG_HOME", self.path("config")),
             ("PI_CODING_AGENT_DIR", self.path("agent")),
             ("XDG_RUNTIME_DIR", self.path("run")),
+            // Above `/run/user/<uid>` in the socket rule: the test's own daemons only.
+            ("COMPACTD_RUNTIME_DIR", self.path("run")),
             ("XDG_STATE_HOME", self.path("state")),
         ]
     }
@@ -57,7 +59,9 @@ impl Env {
     pub fn session_as(&self, case: &str, name: &str) -> PathBuf {
         let p = self.path(&format!("{name}.jsonl"));
         std::fs::copy(
-            super::conformance_dir().join(case).join("session.jsonl"),
+            super::conformance_cases(super::PiVersion::V0_85)
+                .join(case)
+                .join("session.jsonl"),
             &p,
         )
         .expect("copy fixture");
@@ -94,32 +98,36 @@ impl Env {
 
     /// `compactd stdio` with piped stdin and stdout, stderr to `stderr`, for suites that speak
     /// raw bytes rather than through [`Client`].
-    pub fn spawn_stdio(&self, stderr: Stdio) -> Child {
-        self.command("stdio")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn compactd stdio")
+    pub fn spawn_stdio(&self, stderr: Stdio) -> KillOnDrop {
+        KillOnDrop(
+            self.command("stdio")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(stderr)
+                .spawn()
+                .expect("spawn compactd stdio"),
+        )
     }
 
     /// `compactd serve` on `socket` with `extra` flags, stderr to `stderr`; returns once the
     /// socket accepts connections.
-    pub fn serve_ready(&self, socket: &Path, extra: &[&str], stderr: Stdio) -> Child {
-        let child = self
-            .command("serve")
-            .arg("--socket")
-            .arg(socket)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn compactd serve");
+    pub fn serve_ready(&self, socket: &Path, extra: &[&str], stderr: Stdio) -> KillOnDrop {
+        let child = KillOnDrop(
+            self.command("serve")
+                .arg("--socket")
+                .arg(socket)
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(stderr)
+                .spawn()
+                .expect("spawn compactd serve"),
+        );
         wait_for_socket(socket);
         child
     }
 
-    pub fn serve(&self, socket: &Path, extra: &[&str]) -> Child {
+    /// `compactd serve` on `socket` with `extra` flags and stderr piped; returns at once.
+    pub fn serve(&self, socket: &Path, extra: &[&str]) -> KillOnDrop {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
         cmd.arg("serve")
             .arg("--socket")
@@ -130,7 +138,7 @@ impl Env {
         for (k, v) in self.vars() {
             cmd.env(k, v);
         }
-        cmd.spawn().expect("spawn compactd serve")
+        KillOnDrop(cmd.spawn().expect("spawn compactd serve"))
     }
 
     /// Configures the daemon to summarize with the fake OpenAI server on `port`.
@@ -300,13 +308,95 @@ pub fn entry_lines(lines: &[u8], allowed: impl Fn(&[u8]) -> bool) -> Result<Vec<
     Ok(out)
 }
 
-/// A spawned daemon that is killed when the test ends, even by a panic.
+/// A spawned daemon (or any child a test starts) that is killed when the test ends, even by a
+/// panic: a failing test leaves no process behind. Derefs to the [`Child`].
 pub struct KillOnDrop(pub Child);
+
+impl KillOnDrop {
+    /// Waits for the child to exit and collects its piped output (what
+    /// [`Child::wait_with_output`] does; for a child the test expects to end by itself).
+    pub fn wait_with_output(self) -> std::io::Result<std::process::Output> {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `me` is never used or dropped again, so the child is moved out exactly once.
+        let child = unsafe { std::ptr::read(&me.0) };
+        child.wait_with_output()
+    }
+}
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// Pids of the `compactd serve` processes listening on `socket` (from /proc): daemons a test
+/// started indirectly (`compactd start`, `connect`, a client library), which it holds no child of.
+pub fn daemons_on(socket: &Path) -> Vec<u32> {
+    let want = socket.to_string_lossy().into_owned();
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let is_daemon = args.iter().any(|a| a == "serve") && args.contains(&want);
+        // A zombie (exited, not yet reaped) has an empty cmdline and is skipped.
+        if is_daemon {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Stops the daemons a test started (SIGTERM) and waits until they are gone.
+pub fn stop(pids: &[u32]) {
+    for &pid in pids {
+        // SAFETY: plain kill(2) of a process this test started.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGTERM);
+        }
+    }
+    // Gone, or a zombie nobody reaps (a container's init may not).
+    let running = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with(|c| c != 'Z')))
+            .unwrap_or(false)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while pids.iter().any(running) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Stops every daemon on its socket (the test's own temporary path) when dropped, so a failing
+/// assertion leaves no daemon behind: the guard of daemons a test starts without holding their
+/// process ([`KillOnDrop`] holds those it spawns itself).
+pub struct Stopper(pub PathBuf);
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        stop(&daemons_on(&self.0));
     }
 }
 

@@ -30,9 +30,10 @@ use serde_json::{json, Value};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use compactd::compaction::prepare_compaction;
-use compactd::compaction::prompts::TURN_PREFIX_PROMPT;
+use compactd::compaction::prompts::{TURN_PREFIX_PROMPT, TURN_PREFIX_PROMPT_1_6};
 use compactd::compaction::tokens::{estimate_context_tokens, should_compact, MessageFacts};
 use compactd::context::{build_session_context, context_entries, convert_to_llm};
+use compactd::pi_version::PiVersion;
 use compactd::report::estimate_json;
 use compactd::summarizer::{Api, LlmClient, ModelSpec};
 
@@ -518,13 +519,16 @@ fn error_response(status: u16, retry_after: Option<&str>) -> Response {
     if let Some(v) = retry_after {
         b = b.header("retry-after", v);
     }
-    let message = match status {
-        429 => "rate limited, slow down",
-        503 => "service unavailable",
-        _ => "internal server error",
+    let (message, kind) = match status {
+        429 => ("rate limited, slow down", "server_error"),
+        503 => ("service unavailable", "server_error"),
+        // What OpenAI says to a wrong key: nothing a retry can fix.
+        401 => ("Incorrect API key provided.", "invalid_request_error"),
+        403 => ("You are not allowed to use this model.", "permission_error"),
+        _ => ("internal server error", "server_error"),
     };
     b.body(Body::from(
-        json!({"error": {"message": message, "type": "server_error"}}).to_string(),
+        json!({"error": {"message": message, "type": kind}}).to_string(),
     ))
     .unwrap_or_default()
 }
@@ -630,6 +634,7 @@ pub fn fake_model(protocol: Protocol, port: u16) -> ModelSpec {
             max_tokens: 32000,
             reasoning: false,
             api_key: Some("oracle-fake-key".into()),
+            key_env: None,
             headers: Vec::new(),
         },
         Protocol::AnthropicMessages => ModelSpec {
@@ -641,6 +646,7 @@ pub fn fake_model(protocol: Protocol, port: u16) -> ModelSpec {
             max_tokens: 64000,
             reasoning: true,
             api_key: Some("oracle-fake-key".into()),
+            key_env: None,
             headers: Vec::new(),
         },
     }
@@ -690,6 +696,13 @@ fn system_text(body: &Value) -> Option<String> {
 /// The part of a prompt that is interface, not prose: through `</conversation>\n\n`, plus the
 /// `<previous-summary>` block when present.
 fn prompt_interface(text: &str) -> String {
+    // Pi 1.6's turn prefix: `# Conversation\n…\n\n# Instructions\n`, then the prose.
+    if text.starts_with("# Conversation\n") {
+        let marker = "\n\n# Instructions\n";
+        return text
+            .find(marker)
+            .map_or(String::new(), |at| text[..at + marker.len()].to_owned());
+    }
     let mut out = String::new();
     if let Some(end) = text.find("\n</conversation>\n\n") {
         let end = end + "\n</conversation>\n\n".len();
@@ -705,8 +718,9 @@ fn prompt_interface(text: &str) -> String {
 }
 
 /// Which compaction call a request is: `turnPrefix` or `history`.
-fn request_kind(body: &Value) -> &'static str {
-    if user_text(body).contains(TURN_PREFIX_PROMPT) {
+pub fn request_kind(body: &Value) -> &'static str {
+    let text = user_text(body);
+    if text.contains(TURN_PREFIX_PROMPT) || text.contains(TURN_PREFIX_PROMPT_1_6) {
         "turnPrefix"
     } else {
         "history"
@@ -714,7 +728,31 @@ fn request_kind(body: &Value) -> &'static str {
 }
 
 /// Runs the compaction half of a case against the fake and returns the differences.
-pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) -> Vec<String> {
+/// How a conformance compaction reaches compactd's one compaction path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `compact` on a daemon of the test's own process.
+    Daemon,
+    /// `compactd compact --no-daemon --json` as a user runs it.
+    Cli,
+}
+
+impl Route {
+    pub fn key(self) -> &'static str {
+        match self {
+            Route::Daemon => "daemon",
+            Route::Cli => "cli",
+        }
+    }
+}
+
+pub async fn check_compaction(
+    dir: &Path,
+    expected: &Value,
+    protocol: Protocol,
+    version: PiVersion,
+    route: Route,
+) -> Vec<String> {
     let exp = &expected["compaction"];
     if exp.is_null() {
         return Vec::new();
@@ -746,23 +784,68 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     // The daemon's own path, in this process: `compact` on the session, summarized by the
     // fixtures' model on the fake, with every addition beyond Pi that would change what is
     // written turned off (the recall footer, speculation, redaction).
-    let config = fake_config(protocol, fake.port);
-    let open = match compactd::cli::via_daemon::in_process(config, &file).await {
-        Ok(open) => open,
-        Err(r) => return vec![format!("openSession: {r}")],
-    };
+    let model = fake_model(protocol, fake.port);
     // What Pi's own load leaves on disk (newline repair, migration rewrite): the baseline a
     // failed compaction must leave untouched.
-    let baseline = std::fs::read(&file).expect("read");
-    if let Err(r) = open
-        .call("setSettingsOverrides", super::compact::pi_exact(&settings))
-        .await
-    {
-        return vec![format!("setSettingsOverrides: {r}")];
-    }
-    let outcome = open
-        .call("compact", json!({ "customInstructions": custom }))
-        .await;
+    let baseline = {
+        let copy = tmp.path().join("baseline.jsonl");
+        std::fs::copy(&file, &copy).expect("copy");
+        compactd::store::files::load(&copy, true).expect("load");
+        std::fs::read(&copy).expect("read")
+    };
+    let outcome: Result<Value, String> = match route {
+        Route::Daemon => {
+            let mut config = super::compact::config_for(&model, false);
+            config.compat.pi_version = compactd::config::PiVersionSetting(version);
+            let open = match compactd::cli::via_daemon::in_process(config, &file).await {
+                Ok(open) => open,
+                Err(r) => return vec![format!("openSession: {r}")],
+            };
+            if let Err(r) = open
+                .call("setSettingsOverrides", super::compact::pi_exact(&settings))
+                .await
+            {
+                return vec![format!("setSettingsOverrides: {r}")];
+            }
+            open.call("compact", json!({ "customInstructions": custom }))
+                .await
+                .map_err(|r| r.message)
+        }
+        Route::Cli => {
+            let config = tmp.path().join("compactd.toml");
+            let text = super::compact::config_text(&model, false, version, Some(FAKE_KEY_ENV));
+            std::fs::write(&config, text).expect("write config");
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_compactd"));
+            cmd.arg("--config")
+                .arg(&config)
+                .arg("compact")
+                .arg(&file)
+                .args(["--json", "--no-daemon"])
+                .args([
+                    "--keep-recent-tokens",
+                    &settings.keep_recent_tokens.to_string(),
+                ])
+                .args(["--reserve-tokens", &settings.reserve_tokens.to_string()])
+                .env(FAKE_KEY_ENV, model.api_key.clone().unwrap_or_default())
+                .env_remove("COMPACTD_LOG");
+            if let Some(c) = custom {
+                cmd.args(["--custom-instructions", c]);
+            }
+            let out = tokio::task::spawn_blocking(move || cmd.output())
+                .await
+                .expect("join")
+                .expect("run compactd compact");
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            match (out.status.code(), v.get("error").and_then(Value::as_str)) {
+                (Some(0), _) => Ok(v),
+                (_, Some(e)) => Err(e.to_owned()),
+                (code, _) => Err(format!(
+                    "exit {code:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )),
+            }
+        }
+    };
     let mut f = Vec::new();
     // A split turn's two calls are sent at once and arrive in either order: each recorded
     // request is compared with the first received one of its kind.
@@ -866,7 +949,9 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
                 wi.len()
             ));
         }
-        if let Some(ci) = custom.filter(|c| !c.is_empty() && kind == "history") {
+        // Pi 1.6 gives the turn prefix the instructions too.
+        let focused = kind == "history" || version.is_1_6();
+        if let Some(ci) = custom.filter(|c| !c.is_empty() && focused) {
             if !gu.ends_with(&format!("\n\nAdditional focus: {ci}")) {
                 f.push(format!("request[{i}]: custom instructions suffix missing"));
             }
@@ -882,8 +967,8 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     };
     match (&outcome, exp_error) {
         (Err(e), Some(want)) => {
-            if e.message != want {
-                f.push(format!("error: got {} expected {want}", e.message));
+            if *e != want {
+                f.push(format!("error: got {e} expected {want}"));
             }
             if std::fs::read(&file).ok() != Some(baseline) {
                 f.push("a failed compaction changed the session file".into());
@@ -975,6 +1060,10 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
             o.remove("id");
             o.remove("timestamp");
             o.remove("usage");
+            // The checkpoint is stamped with the entry's own clock.
+            if let Some(Value::Object(system)) = o.get_mut("systemMessage") {
+                system.remove("timestamp");
+            }
         }
     }
     rename_strings(&mut entry, &ids);
@@ -1003,16 +1092,15 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     if tree.leaf_id() != Some(new_id.as_str()) {
         f.push("the compaction entry is not the leaf after reload".into());
     }
+    // The new entry's id is the oracle's in what follows.
+    if let Some(theirs) = exp["entry"]["id"].as_str() {
+        ids.insert(new_id.clone(), theirs.to_owned());
+    }
     let branch = tree.branch();
     let path = tree.refs(&branch);
-    let mut ctx_ids: Vec<Value> = context_entries(&path)
-        .iter()
-        .skip(1)
-        .map(|e| json!(e.id.as_deref()))
-        .collect();
-    let ctx = build_session_context(&path);
-    let mut messages = ctx.messages.clone();
-    let mut llm = convert_to_llm(&ctx.messages);
+    let after = After::of(version, &path);
+    let mut ids_v = Value::Array(after.context_ids.iter().skip(1).cloned().collect());
+    rename_strings(&mut ids_v, &ids);
     let mut want_ids: Vec<Value> = exp["contextEntryIdsAfter"]
         .as_array()
         .cloned()
@@ -1020,13 +1108,14 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     if !want_ids.is_empty() {
         want_ids.remove(0);
     }
-    let mut ids_v = Value::Array(std::mem::take(&mut ctx_ids));
-    rename_strings(&mut ids_v, &ids);
     if let Some(d) = first_diff(&ids_v, &Value::Array(want_ids), "contextEntryIdsAfter[1..]") {
         f.push(d);
     }
-    // Timestamps of synthesized messages depend on the clock: compare the new summary message
+    // Timestamps of the messages the new entry projects depend on the clock: compare them
     // without it, and the rest exactly.
+    let synthesized = after.synthesized;
+    let mut messages = after.messages;
+    let mut llm = after.llm;
     let mut want_messages = exp["contextAfter"]["messages"]
         .as_array()
         .cloned()
@@ -1036,8 +1125,10 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
         .cloned()
         .unwrap_or_default();
     for list in [&mut messages, &mut want_messages, &mut llm, &mut want_llm] {
-        if let Some(first) = list.first_mut().and_then(Value::as_object_mut) {
-            first.remove("timestamp");
+        for m in list.iter_mut().take(synthesized) {
+            if let Some(o) = m.as_object_mut() {
+                o.remove("timestamp");
+            }
         }
     }
     if let Some(d) = first_diff(
@@ -1054,17 +1145,36 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     ) {
         f.push(d);
     }
-    for k in ["thinkingLevel", "model"] {
-        let got = if k == "model" {
-            &ctx.model
-        } else {
-            &ctx.thinking_level
-        };
+    for (k, got) in [
+        ("thinkingLevel", &after.thinking_level),
+        ("model", &after.model),
+    ] {
         if let Some(d) = first_diff(got, &exp["contextAfter"][k], &format!("contextAfter.{k}")) {
             f.push(d);
         }
     }
-    let est = estimate_context_tokens(ctx.messages.iter().map(MessageFacts::of));
+    if version.is_1_6() {
+        let mut entry_ids = Value::Array(after.message_entry_ids);
+        rename_strings(&mut entry_ids, &ids);
+        if let Some(d) = first_diff(
+            &entry_ids,
+            &exp["contextAfter"]["messageEntryIds"],
+            "contextAfter.messageEntryIds",
+        ) {
+            f.push(d);
+        }
+        let mut want_system = exp["contextAfter"]["systemMessage"].clone();
+        let mut got_system = after.system.unwrap_or(Value::Null);
+        for s in [&mut got_system, &mut want_system] {
+            if let Some(o) = s.as_object_mut() {
+                o.remove("timestamp");
+            }
+        }
+        if let Some(d) = first_diff(&got_system, &want_system, "contextAfter.systemMessage") {
+            f.push(d);
+        }
+    }
+    let est = after.estimate;
     if let Some(d) = first_diff(&estimate_json(&est), &exp["estimateAfter"], "estimateAfter") {
         f.push(d);
     }
@@ -1074,15 +1184,84 @@ pub async fn check_compaction(dir: &Path, expected: &Value, protocol: Protocol) 
     if json!(should_compact(est.tokens, window, &settings)) != exp["shouldCompactAfter"] {
         f.push("shouldCompactAfter differs".into());
     }
-    if json!(prepare_compaction(&path, &settings).is_err()) != exp["prepareAfterIsNull"] {
+    if json!(prepare_compaction(version, &path, &settings).is_err()) != exp["prepareAfterIsNull"] {
         f.push("prepareAfterIsNull differs".into());
     }
     f
 }
+
+/// The variable a CLI run reads the fake's key from.
+const FAKE_KEY_ENV: &str = "COMPACTD_FAKE_KEY";
 
 /// A daemon configuration whose summarizer is the fixtures' model for `protocol` on the fake at
 /// `port`, sent as Pi sends it: no retries (the fake's replies are a script), no redaction
 /// (Pi sends the transcript as is; redaction is compactd's own addition).
 pub fn fake_config(protocol: Protocol, port: u16) -> compactd::config::Config {
     super::compact::config_for(&fake_model(protocol, port), false)
+}
+
+/// The context Pi rebuilds after a compaction, under `version`'s rules.
+struct After {
+    /// Context entry ids (`buildContextEntries`), the new compaction first.
+    context_ids: Vec<Value>,
+    messages: Vec<Value>,
+    llm: Vec<Value>,
+    /// How many leading messages the new entry projects (their timestamps are its clock).
+    synthesized: usize,
+    thinking_level: Value,
+    model: Value,
+    estimate: compactd::compaction::tokens::ContextEstimate,
+    message_entry_ids: Vec<Value>,
+    system: Option<Value>,
+}
+
+impl After {
+    fn of(version: PiVersion, path: &[&compactd::session::Entry]) -> After {
+        match version {
+            PiVersion::V0_85 => {
+                let ctx = build_session_context(path);
+                let estimate = estimate_context_tokens(ctx.messages.iter().map(MessageFacts::of));
+                After {
+                    context_ids: context_entries(path)
+                        .iter()
+                        .map(|e| json!(e.id.as_deref()))
+                        .collect(),
+                    llm: convert_to_llm(&ctx.messages),
+                    synthesized: 1,
+                    messages: ctx.messages,
+                    thinking_level: ctx.thinking_level,
+                    model: ctx.model,
+                    estimate,
+                    message_entry_ids: Vec::new(),
+                    system: None,
+                }
+            }
+            PiVersion::V1_6 => {
+                use compactd::compaction::projection::{system_tokens, Projection};
+                let proj = Projection::build(path);
+                let messages = proj.messages(path);
+                let system = proj.current_system_message(path);
+                let (thinking_level, model) = compactd::context::context_settings(path);
+                After {
+                    context_ids: proj
+                        .entries
+                        .iter()
+                        .map(|e| json!(path[e.pos].id.as_deref()))
+                        .collect(),
+                    llm: compactd::context::convert_to_llm_in(version, &messages),
+                    synthesized: proj.entries.first().map_or(0, |e| e.part.count()),
+                    messages,
+                    thinking_level,
+                    model,
+                    estimate: proj.estimate(path, system_tokens(system.as_ref())),
+                    message_entry_ids: proj
+                        .message_entry_ids(path)
+                        .into_iter()
+                        .map(|id| json!(id))
+                        .collect(),
+                    system,
+                }
+            }
+        }
+    }
 }

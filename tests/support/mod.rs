@@ -39,13 +39,20 @@ pub const ANALYSIS_FIELDS: [&str; 12] = [
 #[path = "../../src/test_fixtures.rs"]
 mod fixtures;
 #[allow(unused_imports)]
-pub use fixtures::{case_file, cases_with, conformance_dir, in_ci, skip_or_fail};
+pub use fixtures::{
+    case_file, cases_of, cases_with, conformance_cases, in_ci, skip_or_fail, PiVersion,
+};
 
-/// Every case directory with an `expected.json`, sorted; never empty (an absent or empty cases
-/// directory fails here, in CI and on a developer machine alike, since these suites need it).
-pub fn case_dirs() -> Vec<PathBuf> {
-    let dir = conformance_dir();
-    let cases = cases_with("conformance cases", "expected.json");
+/// Every case directory of Pi `pi`'s set with an `expected.json`, sorted; never empty (an absent
+/// or empty cases directory fails here, in CI and on a developer machine alike, since these
+/// suites need it).
+pub fn case_dirs(pi: PiVersion) -> Vec<PathBuf> {
+    let dir = conformance_cases(pi);
+    let cases = cases_of(
+        pi,
+        &format!("Pi {} conformance cases", pi.as_str()),
+        "expected.json",
+    );
     assert!(
         !cases.is_empty(),
         "no conformance cases in {}",
@@ -54,38 +61,18 @@ pub fn case_dirs() -> Vec<PathBuf> {
     cases
 }
 
-/// The conformance cases directory when it exists (else `None`, after [`skip_or_fail`]).
-pub fn conformance_cases() -> Option<PathBuf> {
-    let dir = conformance_dir();
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        skip_or_fail(
-            "recorded provider requests",
-            &format!("no conformance cases at {}", dir.display()),
-        );
-        None
-    }
-}
-
-/// Every recorded request of `api` across all cases, with its case name; never empty when the
-/// cases exist (a fixture comparison over nothing would prove nothing).
+/// Every request of `api` that Pi 0.85.0 sent while its cases were recorded, with its case
+/// name; never empty when the cases exist (a fixture comparison over nothing would prove
+/// nothing), empty after [`skip_or_fail`] when they do not.
 pub fn recorded_requests(api: &str) -> Vec<(String, Value)> {
-    let Some(dir) = conformance_cases() else {
+    let test = format!("recorded {api} requests");
+    let cases = cases_of(PiVersion::V0_85, &test, "llm-requests.json");
+    if cases.is_empty() {
         return Vec::new();
-    };
+    }
     let mut out = Vec::new();
-    let mut cases: Vec<_> = std::fs::read_dir(&dir)
-        .expect("read cases")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .collect();
-    cases.sort();
     for case in cases {
-        let Ok(text) = std::fs::read_to_string(case.join("llm-requests.json")) else {
-            continue;
-        };
-        let v: Value = serde_json::from_str(&text).expect("llm-requests.json parses");
+        let v = read_json(&case.join("llm-requests.json"));
         if let Some(reqs) = v.get(api).and_then(Value::as_array) {
             let name = case
                 .file_name()
@@ -99,7 +86,7 @@ pub fn recorded_requests(api: &str) -> Vec<(String, Value)> {
     assert!(
         !out.is_empty(),
         "no recorded {api} requests in {}",
-        dir.display()
+        conformance_cases(PiVersion::V0_85).display()
     );
     out
 }
@@ -320,8 +307,10 @@ pub const HOSTILE: &str = "\u{1b}]52;c;aGVsbG8=\u{7}\u{1b}[2J\u{1b}]0;title\u{7}
 /// appended to its header's id and cwd, to every entry id and parent id, and to its compaction's
 /// summary and first kept entry id.
 pub fn write_hostile_session(path: &Path) {
-    let text = std::fs::read_to_string(conformance_dir().join("024-compacted-once/session.jsonl"))
-        .expect("fixture session");
+    let text = std::fs::read_to_string(
+        conformance_cases(PiVersion::V0_85).join("024-compacted-once/session.jsonl"),
+    )
+    .expect("fixture session");
     let mut out = String::new();
     for line in text.lines() {
         let mut v: Value = serde_json::from_str(line).expect("fixture line");

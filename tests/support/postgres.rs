@@ -191,6 +191,35 @@ impl Postgres {
         )
     }
 
+    /// Creates `user` with `password` and makes that user (only) log in with it: its rule goes
+    /// first in `pg_hba.conf` (everyone else stays trusted) and the server reloads the file.
+    pub fn require_password(&self, user: &str, password: &str) {
+        self.psql(&format!("CREATE ROLE {user} LOGIN PASSWORD '{password}'"));
+        let hba = self.data_dir().join("pg_hba.conf");
+        let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+        std::fs::write(&hba, format!("local all {user} scram-sha-256\n{rules}"))
+            .expect("write pg_hba.conf");
+        self.psql("SELECT pg_reload_conf()");
+        // Reloading is asynchronous: wait until a login without the password is refused.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self
+            .command("psql")
+            .arg("-h")
+            .arg(self.socket_dir())
+            .args(["-U", user, "-d", "postgres", "-w", "-c", "SELECT 1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the server did not reload pg_hba.conf"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Runs one SQL statement with `psql`; its output, tuples only.
     pub fn psql(&self, sql: &str) -> String {
         let out = self

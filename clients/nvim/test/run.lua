@@ -17,7 +17,7 @@ local function finish(code)
 end
 
 local bin = vim.env.COMPACTD_BIN or (repo .. '/target/debug/compactd')
-local cases = vim.env.COMPACTD_CONFORMANCE_DIR or (repo .. '/../shared/conformance/cases')
+local cases = vim.env.COMPACTD_CONFORMANCE_DIR or (repo .. '/tests/fixtures/conformance/pi-0.85/cases')
 local missing = (vim.fn.executable(bin) == 0 and ('compactd binary not found: ' .. bin))
   or (vim.fn.isdirectory(cases) == 0 and ('conformance cases not found: ' .. cases))
   or (vim.fn.has('nvim-0.10') == 0 and ('Neovim >= 0.10 needed, this is ' .. tostring(vim.version())))
@@ -77,13 +77,14 @@ end
 
 local MODEL = { provider = 'compactd-test', id = 'test-model', contextWindow = 64000, maxTokens = 8192 }
 -- The default command: `compactd connect` ($COMPACTD_BIN), which starts the shared daemon on the
--- default socket under this XDG_RUNTIME_DIR and joins it. Everything below goes through it.
+-- default socket under this runtime directory and joins it. Everything below goes through it.
 vim.env.COMPACTD_BIN = bin
 vim.fn.mkdir(tmp .. '/run', 'p', tonumber('700', 8))
 local daemon_env = {
   XDG_CONFIG_HOME = tmp .. '/config',
   PI_CODING_AGENT_DIR = tmp .. '/agent',
   XDG_RUNTIME_DIR = tmp .. '/run',
+  COMPACTD_RUNTIME_DIR = tmp .. '/run',
   XDG_STATE_HOME = tmp .. '/state',
 }
 local daemon_log = tmp .. '/state/compactd/compactd.log'
@@ -122,6 +123,12 @@ check(':CompactdStatus reports tokens, percent and threshold', function()
   local msg = notes[#notes].msg
   assert(msg:match('^compactd: %d+ tokens %(%d+%.%d%%%) of 64000, compacts above 47616$'), msg)
   assert(compactd.statusline():match('^compactd %d+%%$'), compactd.statusline())
+  -- Before any reply reported usage: the size is said to be unknown, then the window.
+  local unknown = compactd.format_status({ contextWindow = 200000, threshold = 183616 })
+  assert(
+    unknown == 'compactd: context size not known yet (the next reply tells it); window 200000 tokens, compacts above 183616',
+    unknown
+  )
 end)
 
 check(':CompactdPreview shows what is summarized and kept in a scratch buffer', function()

@@ -1,4 +1,5 @@
-// The extension inside the real Pi 0.85.0 (the oracle's install, $COMPACTD_ORACLE): Pi's own
+// The extension inside the real Pi, 0.85.0 or 1.6.0 (the oracle's install, $COMPACTD_ORACLE;
+// tests/clients.rs runs this file once with each): Pi's own
 // resource loader loads it, Pi's AgentSession runs `/compact` on a real session file with a fake
 // LLM (the oracle's fake-llm.mjs) as the model, and a real `compactd serve` answers over its
 // socket. Proves: Pi appends compactd's summary (fromHook) at the cut Pi computes, the file
@@ -25,11 +26,17 @@ const extDir = path.resolve(here, "..");
 const repoDir = path.resolve(extDir, "../..");
 const ORACLE = process.env.COMPACTD_ORACLE || path.join(repoDir, "target/pi-oracle");
 const BIN = process.env.COMPACTD_BIN || path.join(repoDir, "target/debug/compactd");
-const CASES = process.env.COMPACTD_CONFORMANCE_DIR || path.resolve(repoDir, "../shared/conformance/cases");
+const CASES = process.env.COMPACTD_CONFORMANCE_DIR || path.join(repoDir, "tests/fixtures/conformance/pi-0.85/cases");
 const PI_DIST = path.join(ORACLE, "node_modules/@earendil-works/pi-coding-agent/dist");
 
+/** The Pi under test (`0.85.0`, `1.6.0`), and the rules the daemon must be told to follow. */
+const PI_VERSION = fs.existsSync(path.join(PI_DIST, "../package.json"))
+	? JSON.parse(fs.readFileSync(path.join(PI_DIST, "../package.json"), "utf8")).version
+	: undefined;
+const RULES = PI_VERSION?.startsWith("0.85.") ? "0.85" : "1.6";
+
 const why = !fs.existsSync(path.join(PI_DIST, "bundle/index.js"))
-	? `Pi 0.85.0 not found under ${ORACLE} (set COMPACTD_ORACLE; ../shared/oracle/setup.sh installs it)`
+	? `Pi not found under ${ORACLE} (set COMPACTD_ORACLE; bash scripts/pi-oracle 0.85 or 1.6 installs it)`
 	: !fs.existsSync(BIN)
 		? `compactd binary not found at ${BIN} (set COMPACTD_BIN)`
 		: !fs.existsSync(CASES)
@@ -93,6 +100,23 @@ async function until(what, f, ms = 30000) {
 	}
 }
 
+/** The summary a context (Pi 0.85's `buildSessionContext`, or 1.6's projection, which puts the
+ * checkpointed system message first) starts from. */
+function summaryIn(messages) {
+	return messages.find((m) => m.role === "compactionSummary")?.summary;
+}
+
+/** Pi's own estimate of the context of `file` now, as its compaction check computes it. */
+function piEstimate(file) {
+	const sm = mods.sessions.SessionManager.open(file);
+	const c = mods.compaction;
+	return c.estimateProjectedContextTokens
+		? c.estimateProjectedContextTokens(sm.buildSessionProjection(), sm.getBranch()).tokens
+		: c.estimateContextTokens(sm.buildSessionContext().messages).tokens;
+}
+
+let mods;
+
 function lines(file) {
 	return fs
 		.readFileSync(file, "utf8")
@@ -101,13 +125,11 @@ function lines(file) {
 		.map((l) => JSON.parse(l));
 }
 
-describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
+describe(`the compactd extension in Pi ${PI_VERSION}`, { skip: why }, () => {
 	let tmp;
 	let daemon;
 	let sock;
 	let fake;
-	let mods;
-	let piVersion;
 
 	before(async () => {
 		tmp = fs.mkdtempSync(path.join(os.tmpdir(), "compactd-pi-ext-"));
@@ -147,7 +169,6 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 			model,
 			agentDir,
 		};
-		piVersion = JSON.parse(fs.readFileSync(path.join(PI_DIST, "../package.json"), "utf8")).version;
 	});
 
 	after(async () => {
@@ -199,7 +220,6 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 	}
 
 	test("Pi appends compactd's compaction; the file reloads with it; a second compaction works", async () => {
-		assert.equal(piVersion, "0.85.0");
 		process.env.COMPACTD_SOCKET = sock;
 		const file = sessionCopy("delegated");
 		const notes = [];
@@ -222,13 +242,19 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 		assert.equal(entry.firstKeptEntryId, expected.firstKeptEntryId, "compactd cut where Pi cuts");
 		assert.equal(entry.tokensBefore, expected.tokensBefore);
 		assert.ok(before.some((e) => e.id === entry.firstKeptEntryId));
+		// The extension told the daemon which Pi it runs in: that Pi's rules apply to the session.
+		const held = (await rpc(sock, "listSessions", {})).find((s) => s.path === fs.realpathSync(file));
+		assert.ok(held, "the extension holds the session in the daemon");
+		const told = await rpc(sock, "getSettings", { sessionId: held.sessionId });
+		assert.equal(told.piVersion, RULES, `the daemon follows Pi ${RULES}'s rules for this session`);
 
-		// A fresh Pi loads the file with compactd's summary as the context's first message.
+		// A fresh Pi loads the file with compactd's summary as the context's first message (Pi
+		// 1.6: after the system message it checkpointed).
 		const reloaded = mods.sessions.SessionManager.open(file).buildSessionContext();
-		assert.equal(reloaded.messages[0].role, "compactionSummary");
-		assert.equal(reloaded.messages[0].summary, entry.summary);
+		assert.equal(reloaded.messages.find((m) => m.role !== "system").role, "compactionSummary");
+		assert.equal(summaryIn(reloaded.messages), entry.summary);
 		const again = await piSession(file, notes);
-		assert.equal(again.agent.state.messages[0].summary, entry.summary);
+		assert.equal(summaryIn(again.agent.state.messages), entry.summary);
 
 		// More work, through Pi itself (the fake LLM answers the prompt), then a second /compact.
 		fake.state.replies = { history: "Noted: the parser keeps blank lines out. ".repeat(150), turnPrefix: "-" };
@@ -250,7 +276,7 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 		assert.ok(lines(file).some((e) => e.type === "message" && e.message.role === "assistant" && at(e.id) > at(compactions[0].id)),
 			"Pi's own turn is in the file between the two compactions");
 		const context = mods.sessions.SessionManager.open(file).buildSessionContext();
-		assert.equal(context.messages[0].summary, second.summary);
+		assert.equal(summaryIn(context.messages), second.summary);
 		assert.deepEqual(notes, []);
 	});
 
@@ -279,7 +305,7 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 		assert.equal(entry.fromHook, true);
 		assert.equal(entry.details.summarizer, "extractive");
 		assert.deepEqual(all.slice(-2).map((e) => e.message?.role), ["user", "assistant"], "then the turn ran");
-		assert.equal(session.agent.state.messages[0].summary, entry.summary);
+		assert.equal(summaryIn(session.agent.state.messages), entry.summary);
 		assert.deepEqual(notes, []);
 	});
 
@@ -309,9 +335,10 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 			const used = (m) => m.usage.input + m.usage.output + m.usage.cacheRead + m.usage.cacheWrite;
 			const reported = used(lines(probeFile).filter((e) => e.message?.role === "assistant").at(-1).message);
 			// A window whose threshold (window − 16384 reserve) puts that turn at 85 %: past the
-			// daemon's 75 %, short of Pi's compaction.
-			const threshold = Math.ceil(reported / 0.85);
+			// daemon's 75 %, short of Pi's compaction, which also must not find the session as
+			// loaded over it (Pi 1.6 checks its own estimate before sending a prompt).
 			const file = sessionCopy("speculation");
+			const threshold = Math.ceil(Math.max(reported, piEstimate(file) * 0.9) / 0.85);
 			const notes = [];
 			const session = await piSession(file, notes, { ...mods.model, contextWindow: threshold + 16384 });
 			const timeline = [];
@@ -331,10 +358,11 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 			// One compaction's calls (two when the cut splits a turn), made in the background.
 			const background = slow.requests.length;
 			assert.ok(background >= 1 && background <= 2, `${background} summarization calls`);
-			// A big request (about 30 % more context) takes it past Pi's threshold, not past the
-			// window: Pi compacts after the turn, at the threshold.
+			// A big request (the tokens up to the threshold and a few thousand more) takes it past
+			// Pi's threshold, not past the window: Pi compacts after the turn, at the threshold.
 			const request = "Also port the reader to the new buffer API. ";
-			await session.prompt(request.repeat(Math.ceil((reported * 0.3 * 4) / request.length)));
+			const extra = Math.max(threshold - reported, 0) + 4000;
+			await session.prompt(request.repeat(Math.ceil((extra * 4) / request.length)));
 			await session.waitForIdle();
 			const start = timeline.find((t) => t.type === "compaction_start");
 			const end = timeline.find((t) => t.type === "compaction_end");
@@ -349,7 +377,7 @@ describe("the compactd extension in Pi 0.85.0", { skip: why }, () => {
 			assert.match(entry.summary, /^SPECULATIVE-SUMMARY/);
 			assert.ok(entry.details.speculative, "details.speculative");
 			const context = mods.sessions.SessionManager.open(file).buildSessionContext();
-			assert.equal(context.messages[0].summary, entry.summary);
+			assert.equal(summaryIn(context.messages), entry.summary);
 			assert.deepEqual(notes, []);
 			session.dispose?.();
 			probe.dispose?.();

@@ -163,9 +163,9 @@ class Methods:
         """The agent switched model: sets the current model and appends a model_change; reports whether the context already exceeds the new model's threshold (then the next checkCompaction compacts)."""
         return self._call("setModel", _p(sessionId=session_id, model=model), timeout)
 
-    def set_settings_overrides(self, session_id: Optional[str] = None, compaction: Any = None, timeout: Optional[float] = None) -> SetSettingsOverridesResult:
+    def set_settings_overrides(self, session_id: Optional[str] = None, compaction: Optional[Dict[str, Any]] = None, pi_version: Optional[str] = None, timeout: Optional[float] = None) -> SetSettingsOverridesResult:
         """In-memory compaction overrides for one session, or for every session when sessionId is omitted; null clears."""
-        return self._call("setSettingsOverrides", _p(sessionId=session_id, compaction=compaction), timeout)
+        return self._call("setSettingsOverrides", _p(sessionId=session_id, compaction=compaction, piVersion=pi_version), timeout)
 
     def should_compact(self, session_id: Optional[str] = None, context_tokens: Optional[float] = None, context_window: Optional[int] = None, settings: Optional[CompactionSettingsPatch] = None, timeout: Optional[float] = None) -> ShouldCompactResult:
         """Pi's shouldCompact, for a session (agent-context estimate, current model's window) or for given numbers."""

@@ -153,14 +153,32 @@ def find_binary(bin: Optional[str] = None) -> str:
     )
 
 
+def runtime_dir():
+    """The per-user runtime directory of the default socket, by the daemon's rule (Rust:
+    ``transport::unix::runtime_dir``): ``$COMPACTD_RUNTIME_DIR``, else ``/run/user/<uid>`` when it
+    is a directory of this user, else ``$XDG_RUNTIME_DIR``; ``None`` when none applies. The
+    standard directory comes before the variable because hosts (MCP hosts, service managers,
+    editors) start their children with a reduced environment that drops it."""
+    explicit = os.environ.get("COMPACTD_RUNTIME_DIR")
+    if explicit:
+        return explicit
+    standard = f"/run/user/{os.getuid()}"
+    try:
+        st = os.lstat(standard)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            return standard
+    except OSError:
+        pass
+    return os.environ.get("XDG_RUNTIME_DIR") or None
+
+
 def default_socket_path() -> str:
-    """Where ``compactd serve`` listens by default: ``$XDG_RUNTIME_DIR/compactd/compactd.sock``,
-    else ``$TMPDIR`` (or ``/tmp``) ``/compactd-<uid>/compactd.sock``, as the daemon computes it."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    """Where ``compactd serve`` listens by default, as the daemon computes it:
+    ``<runtime_dir()>/compactd/compactd.sock``, else ``/tmp/compactd-<uid>/compactd.sock``."""
+    runtime = runtime_dir()
     if runtime:
         return os.path.join(runtime, "compactd", "compactd.sock")
-    tmp = os.environ.get("TMPDIR") or "/tmp"
-    return os.path.join(tmp, f"compactd-{os.getuid()}", "compactd.sock")
+    return os.path.join("/tmp", f"compactd-{os.getuid()}", "compactd.sock")
 
 
 def default_socket_dir() -> str:

@@ -55,6 +55,8 @@ class Capabilities(TypedDict):
     hooks: List[str]
     events: List[str]
     summarizer: str
+    piVersions: List[str]
+    piVersion: str
 
 
 class _CheckCompactionResultRequired(TypedDict):
@@ -211,6 +213,7 @@ class CompactionSettingsPatch(TypedDict, total=False):
     enabled: Optional[bool]
     reserveTokens: Optional[int]
     keepRecentTokens: Optional[int]
+    modelOverrides: Optional[Dict[str, Any]]
     fileListLimit: Optional[int]
     maxIneffectiveCompactions: Optional[int]
     speculativeAt: Optional[SpeculativeAt]
@@ -302,6 +305,7 @@ class EffectiveSettings(TypedDict):
     branchSummary: BranchSummarySettings
     retry: RetryView
     defaultThinkingLevel: str
+    piVersion: str
 
 
 class FileLists(TypedDict):
@@ -403,6 +407,13 @@ class Model(_ModelRequired, total=False):
     """Pi's model fields, as a client names its session's model. Both numbers are required. (A summarizer's resolved endpoint, with its protocol and key, is `summarizer::ModelSpec`.)"""
 
     reasoning: Optional[bool]
+
+
+class ModelOverride(TypedDict, total=False):
+    """One model's compaction token settings (`compaction.modelOverrides[...]`, Pi 1.6)."""
+
+    reserveTokens: Optional[int]
+    keepRecentTokens: Optional[int]
 
 
 class _NavigateTreeResultRequired(TypedDict):

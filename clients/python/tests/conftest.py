@@ -3,7 +3,8 @@ missing input skips on a developer machine but fails when ``CI=true``.
 
 The binary comes from ``$COMPACTD_BIN`` (tests/clients.rs sets it to the build under test), else
 ``compactd`` on ``PATH``, else ``<repo>/target/{debug,release}/compactd``. The sessions come from
-``$COMPACTD_CONFORMANCE_DIR``, else ``<repo>/../shared/conformance/cases``.
+``$COMPACTD_CONFORMANCE_DIR``, else the copy the repository carries,
+``<repo>/tests/fixtures/conformance/pi-0.85/cases``.
 """
 
 import json
@@ -39,7 +40,9 @@ def _binary():
 
 
 BIN = _binary()
-CASES = Path(os.environ.get("COMPACTD_CONFORMANCE_DIR") or REPO.parent / "shared" / "conformance" / "cases")
+CASES = Path(
+    os.environ.get("COMPACTD_CONFORMANCE_DIR") or REPO / "tests" / "fixtures" / "conformance" / "pi-0.85" / "cases"
+)
 
 
 def missing(what):
@@ -68,6 +71,8 @@ def env(tmp_path):
     e["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     e["PI_CODING_AGENT_DIR"] = str(tmp_path / "agent")
     e["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
+    # Above /run/user/<uid> in the socket rule: this test's daemons only, never the user's.
+    e["COMPACTD_RUNTIME_DIR"] = str(tmp_path / "run")
     # `compactd stdio` / `connect` log here (the daemon's log file), not under the real home.
     e["XDG_STATE_HOME"] = str(tmp_path / "state")
     e.setdefault("RUST_LOG", "warn")

@@ -138,7 +138,7 @@ print(compactd_client.types.RESULTS["echoNote"], list(compactd_client.types.Echo
 def test_connect_or_start_starts_one_daemon_and_then_joins_it(env, tmp_path, monkeypatch):
     sock = str(tmp_path / "run" / "shared" / "compactd.sock")
     log = tmp_path / "state" / "compactd" / "compactd.log"
-    for k in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "PI_CODING_AGENT_DIR"):
+    for k in ("XDG_RUNTIME_DIR", "COMPACTD_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "PI_CODING_AGENT_DIR"):
         monkeypatch.setenv(k, env[k])
     try:
         with Client.connect_or_start(sock, bin=BIN, env=env) as a:
@@ -407,20 +407,29 @@ def test_binary_discovery(monkeypatch, tmp_path):
         assert c.initialize()["serverName"] == "compactd"
 
 
-@pytest.mark.parametrize("where", ["xdg_runtime_dir", "tmpdir"])
+@pytest.mark.parametrize("where", ["compactd_runtime_dir", "xdg_runtime_dir"])
 def test_connect_finds_the_default_socket(env, tmp_path, monkeypatch, where):
+    """The daemon's rule: $COMPACTD_RUNTIME_DIR, else /run/user/<uid> when it exists, else
+    $XDG_RUNTIME_DIR (tests/clients.rs checks /run/user/<uid> itself, in a private mount)."""
     run = tmp_path / "rt"
     run.mkdir(mode=0o700)
-    if where == "xdg_runtime_dir":
-        env["XDG_RUNTIME_DIR"] = str(run)
-        monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
-        expected = run / "compactd" / "compactd.sock"
+    if where == "compactd_runtime_dir":
+        # The explicit choice wins over the variable a desktop session sets.
+        env["COMPACTD_RUNTIME_DIR"] = str(run)
+        monkeypatch.setenv("COMPACTD_RUNTIME_DIR", str(run))
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
     else:
-        env.pop("XDG_RUNTIME_DIR", None)
-        env["TMPDIR"] = str(run)
-        monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-        monkeypatch.setenv("TMPDIR", str(run))
-        expected = run / f"compactd-{os.getuid()}" / "compactd.sock"
+        env.pop("COMPACTD_RUNTIME_DIR", None)
+        env["XDG_RUNTIME_DIR"] = str(run)
+        monkeypatch.delenv("COMPACTD_RUNTIME_DIR", raising=False)
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+        standard = f"/run/user/{os.getuid()}"
+        if os.path.isdir(standard) and os.stat(standard).st_uid == os.getuid():
+            # The user's own runtime directory comes first: named, but no daemon is started
+            # in it (it is the user's real one).
+            assert default_socket_path() == os.path.join(standard, "compactd", "compactd.sock")
+            return
+    expected = run / "compactd" / "compactd.sock"
     assert default_socket_path() == str(expected)
     with pytest.raises(DaemonNotRunning) as e:
         Client.connect()

@@ -257,7 +257,7 @@ def test_a_socket_directory_others_may_write_to_is_refused(server, tmp_path, mon
     finally:
         os.chmod(run_dir, 0o700)
     # The default socket's directory must be private: mode 0750 is refused before any connect.
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg"))
+    monkeypatch.setenv("COMPACTD_RUNTIME_DIR", str(tmp_path / "xdg"))
     default_dir = tmp_path / "xdg" / "compactd"
     default_dir.mkdir(parents=True, mode=0o700)
     os.chmod(default_dir, 0o750)

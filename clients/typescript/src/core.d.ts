@@ -63,7 +63,12 @@ export type Env = Record<string, string | undefined>;
  * 0700; another: this user's or root's, not writable by others unless sticky). */
 export declare function checkSocketDir(socketPath: string, env?: Env): void;
 
-/** `compactd serve`'s default socket: `$XDG_RUNTIME_DIR/compactd/compactd.sock`, else `$TMPDIR` (or /tmp) `/compactd-<uid>/compactd.sock`. */
+/** The per-user runtime directory of the default socket, by the daemon's rule:
+ * `$COMPACTD_RUNTIME_DIR`, else `/run/user/<uid>` when it is a directory of this user, else
+ * `$XDG_RUNTIME_DIR`; `undefined` when none applies. */
+export declare function runtimeDir(env?: Env): string | undefined;
+
+/** `compactd serve`'s default socket: `<runtimeDir()>/compactd/compactd.sock`, else `/tmp/compactd-<uid>/compactd.sock`. */
 export declare function defaultSocketPath(env?: Env): string;
 
 /** Fires when the daemon withdraws a hook request (`$/cancelRequest`: abort or timeout). */

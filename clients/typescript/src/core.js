@@ -141,12 +141,30 @@ export function unreadableTargets(pending, error) {
   return [...pending.entries()].filter(([, p]) => !Number.isInteger(size) || p.size === size).map(([id]) => id);
 }
 
+/** The per-user runtime directory of the default socket, by the daemon's rule (Rust:
+ * `transport::unix::runtime_dir`): `$COMPACTD_RUNTIME_DIR`, else `/run/user/<uid>` when it is a
+ * directory of this user, else `$XDG_RUNTIME_DIR`; `undefined` when none applies. The standard
+ * directory comes before the variable because hosts (MCP hosts, service managers, editors) start
+ * their children with a reduced environment that drops it. */
+export function runtimeDir(env = process.env) {
+  if (env.COMPACTD_RUNTIME_DIR) return env.COMPACTD_RUNTIME_DIR;
+  const uid = currentUid();
+  const standard = `/run/user/${uid}`;
+  try {
+    const st = fs.lstatSync(standard);
+    if (st.isDirectory() && st.uid === uid) return standard;
+  } catch {
+    // no such directory: the next rule
+  }
+  return env.XDG_RUNTIME_DIR || undefined;
+}
+
 /** Where `compactd serve` listens by default, computed as the daemon does:
- * `$XDG_RUNTIME_DIR/compactd/compactd.sock`, else `$TMPDIR` (or /tmp) `/compactd-<uid>/compactd.sock`. */
+ * `<runtimeDir()>/compactd/compactd.sock`, else `/tmp/compactd-<uid>/compactd.sock`. */
 export function defaultSocketPath(env = process.env) {
-  if (env.XDG_RUNTIME_DIR) return path.join(env.XDG_RUNTIME_DIR, 'compactd', 'compactd.sock');
-  const uid = typeof process.getuid === 'function' ? process.getuid() : os.userInfo().uid;
-  return path.join(env.TMPDIR || '/tmp', `compactd-${uid}`, 'compactd.sock');
+  const runtime = runtimeDir(env);
+  if (runtime) return path.join(runtime, 'compactd', 'compactd.sock');
+  return path.join('/tmp', `compactd-${currentUid()}`, 'compactd.sock');
 }
 
 /** The uid of this process. */

@@ -83,6 +83,10 @@ export interface Capabilities {
   events: string[];
   /** The configured summarizer provider (`extractive` when none). */
   summarizer: string;
+  /** The Pi versions whose rules sessions can follow (`piVersion`): `"0.85"` and `"1.6"`. */
+  piVersions: string[];
+  /** The version a session follows unless it sets its own (`[compat] pi_version`). */
+  piVersion: string;
 }
 
 /** What an automatic check did. */
@@ -258,6 +262,8 @@ export interface CompactionSettingsPatch {
   enabled?: boolean | null;
   reserveTokens?: number | null;
   keepRecentTokens?: number | null;
+  /** Pi 1.6: per-model `reserveTokens` / `keepRecentTokens`, keyed by exact `"provider/modelId"`; under 0.85 ignored (as Pi 0.85 ignores it). */
+  modelOverrides?: { [key: string]: ModelOverride } | null;
   /** Beyond Pi: list at most this many paths in each of the summary's `<read-files>` / `<modified-files>` blocks (the most recently touched, then `(+K more)`); `details` keeps the full lists. Absent: unlimited, Pi's behaviour. Ignored by `shouldCompact`. */
   fileListLimit?: number | null;
   /** Beyond Pi: ineffective automatic compactions in a row before automatic compaction pauses for the session (default 2; 0 turns the thrash breaker off, Pi's behaviour). */
@@ -372,6 +378,8 @@ export interface EffectiveSettings {
   /** Pi's `settings.retry`: how the session's summarization calls retry transient errors. */
   retry: RetryView;
   defaultThinkingLevel: string;
+  /** Whose rules the session follows: `"1.6"` (Pi 1.6.0) or `"0.85"` (Pi 0.85.0). */
+  piVersion: string;
 }
 
 /** The file lists a summary would carry. */
@@ -466,6 +474,12 @@ export interface Model {
   contextWindow: number;
   maxTokens: number;
   reasoning?: boolean | null;
+}
+
+/** One model's compaction token settings (`compaction.modelOverrides[...]`, Pi 1.6). */
+export interface ModelOverride {
+  reserveTokens?: number | null;
+  keepRecentTokens?: number | null;
 }
 
 /** `navigateTree`'s answer. */
@@ -990,7 +1004,8 @@ export interface HookReplies {
 }
 
 /** A connection to the daemon with one method per protocol method (see `ClientCore` for
- * connecting, events and hooks). Required params are arguments; optional ones an options object. */
+ * connecting, events and hooks). A session's id comes first, then the other required params;
+ * optional ones in an options object. */
 export declare class CompactdClient extends ClientCore {
   /** Signals the running compaction or branch summary and returns at once. */
   abortCompaction(sessionId: string): Promise<AbortCompactionResult>;
@@ -1086,8 +1101,7 @@ export declare class CompactdClient extends ClientCore {
     detail?: PreviewDetail | null;
   }): Promise<PreviewCompactionResult>;
   /** Registers this connection for hook requests/notifications (x-hooks), for one session or all. */
-  registerHooks(hooks: string[], options?: {
-    sessionId?: string | null;
+  registerHooks(sessionId: string | null | undefined, hooks: string[], options?: {
     /** How long each hook request waits for this client (default 60000 ms), at most `[limits] max_hook_timeout_ms` (default 120000 ms; a larger value is lowered to it). */
     timeoutMs?: number | null;
     /** Which large members a hook request carries: any of `preparation` and `branchEntries`. Omitted: Pi's full payload. `["preparation"]` drops the whole branch (the bulk of it). */
@@ -1102,23 +1116,20 @@ export declare class CompactdClient extends ClientCore {
   /** The agent switched model: sets the current model and appends a model_change; reports whether the context already exceeds the new model's threshold (then the next checkCompaction compacts). */
   setModel(sessionId: string, model: Model): Promise<SetModelResult>;
   /** In-memory compaction overrides for one session, or for every session when sessionId is omitted; null clears. */
-  setSettingsOverrides(options?: {
-    /** Omitted: every session, present and future. */
-    sessionId?: string | null;
-    /** A partial compaction block; `null` clears the overrides. */
+  setSettingsOverrides(sessionId?: string | null, options?: {
+    /** A partial compaction block; `null` clears the overrides. Omitted while `piVersion` is given: the compaction overrides stay as they are (omitted with nothing else: cleared). */
     compaction?: any;
+    /** Whose rules the session follows: `"1.6"` (Pi 1.6.0) or `"0.85"` (Pi 0.85.0); `null` goes back to the daemon's (`[compat] pi_version`, default 1.6). The Pi extension sets it to the Pi it runs in. Omitted: unchanged. */
+    piVersion?: string | null;
   }): Promise<SetSettingsOverridesResult>;
   /** Pi's shouldCompact, for a session (agent-context estimate, current model's window) or for given numbers. */
-  shouldCompact(options?: {
-    sessionId?: string | null;
+  shouldCompact(sessionId?: string | null, options?: {
     contextTokens?: number | null;
     contextWindow?: number | null;
     settings?: CompactionSettingsPatch | null;
   }): Promise<ShouldCompactResult>;
   /** Adds an event filter for this connection (no sessionId: every session; no events: all). */
-  subscribe(options?: {
-    /** Omitted: every session, present and future. */
-    sessionId?: string | null;
+  subscribe(sessionId?: string | null, options?: {
     /** Event names to receive; omitted: all. */
     events?: string[] | null;
   }): Promise<SubscribeResult>;

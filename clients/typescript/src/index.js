@@ -9,7 +9,8 @@ export * from './core.js';
 export { ErrorCodes, EVENTS, HOOKS, NOTICES } from './protocol.js';
 
 /** A connection to the daemon with one method per protocol method (see `ClientCore` for
- * connecting, events and hooks). Required params are arguments; optional ones an options object. */
+ * connecting, events and hooks). A session's id comes first, then the other required params;
+ * optional ones in an options object. */
 export class CompactdClient extends ClientCore {
   /** Signals the running compaction or branch summary and returns at once. */
   abortCompaction(sessionId) {
@@ -122,8 +123,8 @@ export class CompactdClient extends ClientCore {
   }
 
   /** Registers this connection for hook requests/notifications (x-hooks), for one session or all. */
-  registerHooks(hooks, options = {}) {
-    return this._call("registerHooks", { ...options, hooks });
+  registerHooks(sessionId, hooks, options = {}) {
+    return this._call("registerHooks", { ...options, sessionId, hooks });
   }
 
   /** Beyond Pi: finds text in every entry of the session (all branches, compacted entries included), most recent first. */
@@ -137,18 +138,18 @@ export class CompactdClient extends ClientCore {
   }
 
   /** In-memory compaction overrides for one session, or for every session when sessionId is omitted; null clears. */
-  setSettingsOverrides(options = {}) {
-    return this._call("setSettingsOverrides", options);
+  setSettingsOverrides(sessionId, options = {}) {
+    return this._call("setSettingsOverrides", { ...options, sessionId });
   }
 
   /** Pi's shouldCompact, for a session (agent-context estimate, current model's window) or for given numbers. */
-  shouldCompact(options = {}) {
-    return this._call("shouldCompact", options);
+  shouldCompact(sessionId, options = {}) {
+    return this._call("shouldCompact", { ...options, sessionId });
   }
 
   /** Adds an event filter for this connection (no sessionId: every session; no events: all). */
-  subscribe(options = {}) {
-    return this._call("subscribe", options);
+  subscribe(sessionId, options = {}) {
+    return this._call("subscribe", { ...options, sessionId });
   }
 
   /** Beyond Pi: reads the lines other writers appended to the session file (an agent that writes the file itself, e.g. Pi with the compactd extension, calls it after every turn), then starts a speculative compaction when one is due. */

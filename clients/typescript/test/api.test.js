@@ -115,12 +115,24 @@ describe('compactd-client API', { skip: missing }, () => {
   });
 
   test('connect() finds the default socket, and rejects clearly when nothing listens', async () => {
-    const env = { ...s.env, XDG_RUNTIME_DIR: path.join(s.tmp, 'rt') };
-    fs.mkdirSync(env.XDG_RUNTIME_DIR, { mode: 0o700 });
+    // The daemon's rule: $COMPACTD_RUNTIME_DIR, else /run/user/<uid> when it exists, else
+    // $XDG_RUNTIME_DIR, else /tmp/compactd-<uid> (tests/clients.rs checks /run/user/<uid> in a
+    // private mount).
+    const env = { ...s.env, COMPACTD_RUNTIME_DIR: path.join(s.tmp, 'rt') };
+    fs.mkdirSync(env.COMPACTD_RUNTIME_DIR, { mode: 0o700 });
     const sock = defaultSocketPath(env);
-    assert.equal(sock, path.join(env.XDG_RUNTIME_DIR, 'compactd', 'compactd.sock'));
-    const noXdg = { TMPDIR: '/x' };
-    assert.equal(defaultSocketPath(noXdg), `/x/compactd-${process.getuid()}/compactd.sock`);
+    assert.equal(sock, path.join(env.COMPACTD_RUNTIME_DIR, 'compactd', 'compactd.sock'));
+    const uid = process.getuid();
+    const standard = `/run/user/${uid}`;
+    const hasStandard = fs.existsSync(standard) && fs.statSync(standard).uid === uid;
+    assert.equal(
+      defaultSocketPath({ XDG_RUNTIME_DIR: '/x', TMPDIR: '/y' }),
+      hasStandard ? `${standard}/compactd/compactd.sock` : '/x/compactd/compactd.sock',
+    );
+    assert.equal(
+      defaultSocketPath({ TMPDIR: '/y' }),
+      hasStandard ? `${standard}/compactd/compactd.sock` : `/tmp/compactd-${uid}/compactd.sock`,
+    );
     await assert.rejects(CompactdClient.connectSocket(sock), (e) => {
       assert.ok(e instanceof CompactdConnectError);
       assert.match(e.message, /no compactd daemon listening on .*compactd\.sock .*compactd serve/);
@@ -129,14 +141,14 @@ describe('compactd-client API', { skip: missing }, () => {
     const daemon = spawn(BIN, ['serve'], { env, stdio: 'ignore' });
     try {
       await waitForFile(sock, daemon);
-      const saved = process.env.XDG_RUNTIME_DIR;
-      process.env.XDG_RUNTIME_DIR = env.XDG_RUNTIME_DIR;
+      const saved = process.env.COMPACTD_RUNTIME_DIR;
+      process.env.COMPACTD_RUNTIME_DIR = env.COMPACTD_RUNTIME_DIR;
       let c;
       try {
         c = await CompactdClient.connect();
       } finally {
-        if (saved === undefined) delete process.env.XDG_RUNTIME_DIR;
-        else process.env.XDG_RUNTIME_DIR = saved;
+        if (saved === undefined) delete process.env.COMPACTD_RUNTIME_DIR;
+        else process.env.COMPACTD_RUNTIME_DIR = saved;
       }
       assert.deepEqual(await c.listSessions(), []);
       await c.close();
@@ -146,8 +158,8 @@ describe('compactd-client API', { skip: missing }, () => {
   });
 
   test('connectOrStart starts one daemon, then joins it; it outlives its clients', async () => {
-    const env = { ...s.env, XDG_RUNTIME_DIR: path.join(s.tmp, 'rt2') };
-    fs.mkdirSync(env.XDG_RUNTIME_DIR, { mode: 0o700 });
+    const env = { ...s.env, COMPACTD_RUNTIME_DIR: path.join(s.tmp, 'rt2') };
+    fs.mkdirSync(env.COMPACTD_RUNTIME_DIR, { mode: 0o700 });
     const socketPath = defaultSocketPath(env);
     const pids = () =>
       fs
@@ -207,8 +219,8 @@ describe('compactd-client API', { skip: missing }, () => {
       await stop(daemon);
     }
     // The default socket's directory must be private (mode 0700).
-    const env = { ...s.env, XDG_RUNTIME_DIR: path.join(s.tmp, 'xdg') };
-    const defaultDir = path.join(env.XDG_RUNTIME_DIR, 'compactd');
+    const env = { ...s.env, COMPACTD_RUNTIME_DIR: path.join(s.tmp, 'xdg') };
+    const defaultDir = path.join(env.COMPACTD_RUNTIME_DIR, 'compactd');
     fs.mkdirSync(defaultDir, { recursive: true, mode: 0o700 });
     fs.chmodSync(defaultDir, 0o750);
     await assert.rejects(CompactdClient.connectOrStart({ env, bin: BIN }), (e) => {
@@ -245,9 +257,9 @@ describe('compactd-client API', { skip: missing }, () => {
       const file = sessionCopy(s.tmp, '005-medium-basic', 'dry');
       const before = fs.readFileSync(file);
       const { sessionId } = await c.openSession({ path: file, model: MODEL });
-      await c.setSettingsOverrides({ sessionId, compaction: { keepRecentTokens: 2000 } });
+      await c.setSettingsOverrides(sessionId, { compaction: { keepRecentTokens: 2000 } });
       const events = c.events({ sessionId });
-      await c.subscribe({ sessionId });
+      await c.subscribe(sessionId);
       const dry = await c.compact(sessionId, { write: false });
       assert.deepEqual(fs.readFileSync(file), before, 'nothing appended');
       assert.match(dry.summary, /## Goal/);

@@ -20,10 +20,7 @@ const compactions = (file) => lines(file).filter((e) => e.type === 'compaction')
 /** Opens a session copy with a small keepRecentTokens so it has something to compact. */
 async function openSmallKeep(client, file) {
   const info = await client.openSession({ path: file, model: MODEL });
-  await client.setSettingsOverrides({
-    sessionId: info.sessionId,
-    compaction: { keepRecentTokens: 2000 },
-  });
+  await client.setSettingsOverrides(info.sessionId, { compaction: { keepRecentTokens: 2000 } });
   return info;
 }
 
@@ -74,7 +71,7 @@ describe('compactd-client', { skip: missing }, () => {
       const events = [];
       const offStart = client.onCompactionStart((e) => events.push(['start', e]));
       const offEnd = client.onCompactionEnd((e) => events.push(['end', e]));
-      assert.deepEqual(await client.subscribe({ sessionId: info.sessionId }), { subscribed: true });
+      assert.deepEqual(await client.subscribe(info.sessionId), { subscribed: true });
 
       const preview = await client.previewCompaction(info.sessionId);
       assert.equal(preview.nothingToCompact, undefined, JSON.stringify(preview));
@@ -128,7 +125,7 @@ describe('compactd-client', { skip: missing }, () => {
       const file = sessionCopy('005-medium-basic', 'stdio-cancel');
       const size = fs.statSync(file).size;
       const info = await openSmallKeep(client, file);
-      await client.subscribe({ sessionId: info.sessionId, events: ['compaction_end'] });
+      await client.subscribe(info.sessionId, { events: ['compaction_end'] });
       const calls = [];
       const remove = await client.onBeforeCompact(
         (params) => {
@@ -244,7 +241,7 @@ describe('compactd-client', { skip: missing }, () => {
         const a = await openSmallKeep(agent, file);
         const w = await watcher.openSession({ path: file });
         assert.equal(w.sessionId, a.sessionId, 'same file, same sessionId');
-        await watcher.subscribe({ sessionId: w.sessionId });
+        await watcher.subscribe(w.sessionId);
         const seen = [];
         watcher.onCompactionStart((e) => seen.push(['start', e.reason]));
         const end = watcher.waitFor('compaction_end', (e) => e.sessionId === w.sessionId);

@@ -30,7 +30,7 @@ function findBinary() {
 
 export const BIN = findBinary();
 export const CASES =
-  process.env.COMPACTD_CONFORMANCE_DIR || path.resolve(repoDir, '../shared/conformance/cases');
+  process.env.COMPACTD_CONFORMANCE_DIR || path.join(repoDir, 'tests/fixtures/conformance/pi-0.85/cases');
 
 const why = !BIN
   ? `compactd binary not found (COMPACTD_BIN=${process.env.COMPACTD_BIN ?? ''}, PATH, target/)`
@@ -53,6 +53,8 @@ export function scratch() {
   env.XDG_CONFIG_HOME = path.join(tmp, 'config');
   env.PI_CODING_AGENT_DIR = path.join(tmp, 'agent');
   env.XDG_RUNTIME_DIR = path.join(tmp, 'run');
+  // Above /run/user/<uid> in the socket rule: this test's daemons only, never the user's.
+  env.COMPACTD_RUNTIME_DIR = env.XDG_RUNTIME_DIR;
   env.RUST_LOG = env.RUST_LOG || 'warn';
   for (const d of [env.XDG_CONFIG_HOME, env.PI_CODING_AGENT_DIR, env.XDG_RUNTIME_DIR]) {
     fs.mkdirSync(d, { recursive: true, mode: 0o700 });

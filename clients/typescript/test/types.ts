@@ -30,16 +30,18 @@ export async function everyMethod(): Promise<void> {
   const branch: any[] = await c.getBranch(sid);
   const msgs: any[] = (await c.getContext(sid, { format: 'llm' })).messages;
   const usage = await c.getContextUsage(sid);
-  const should: ShouldCompactResult = await c.shouldCompact({ contextTokens: 1, contextWindow: 2 });
+  const should: ShouldCompactResult = await c.shouldCompact(null, { contextTokens: 1, contextWindow: 2 });
   const preview = await c.previewCompaction(sid, { detail: 'full' });
   const result: CompactionResult = await c.compact(sid, { customInstructions: 'x', write: false });
   const action: string = (await c.checkCompaction(sid, 'postRun')).action;
   const aborted: boolean = (await c.abortCompaction(sid)).aborted;
   const settings: EffectiveSettings = await c.getSettings(sid);
-  await c.setSettingsOverrides({ sessionId: sid, compaction: { keepRecentTokens: 10 } });
-  await c.subscribe({ sessionId: sid, events: ['compaction_end'] });
+  await c.setSettingsOverrides(sid, { compaction: { keepRecentTokens: 10 } });
+  await c.subscribe(sid, { events: ['compaction_end'] });
+  await c.subscribe();
   await c.unsubscribe();
-  await c.registerHooks(['session_compact'], { sessionId: sid, timeoutMs: 5 });
+  await c.registerHooks(sid, ['session_compact'], { timeoutMs: 5 });
+  await c.registerHooks(null, ['session_compact']);
   const off: () => void = await c.onBeforeCompact(({ preparation }) => ({
     compaction: { summary: 's', firstKeptEntryId: preparation.firstKeptEntryId, tokensBefore: preparation.tokensBefore },
   }));

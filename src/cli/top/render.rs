@@ -148,7 +148,10 @@ fn context_cell(r: &model::Row, p: Palette) -> Line<'static> {
     ])
 }
 
-fn last_cell(r: &model::Row) -> String {
+/// The last compaction in at most `width` characters: its parts (when, tokens before→after,
+/// summarizer, duration) in that order, each whole or not at all, so a name is never cut
+/// (`extractive` shown as `extrac`).
+fn last_cell(r: &model::Row, width: usize) -> String {
     let Some(l) = &r.last else {
         return "-".into();
     };
@@ -174,7 +177,27 @@ fn last_cell(r: &model::Row) -> String {
     if let Some(d) = l.duration_ms {
         parts.push(model::duration(d));
     }
-    parts.join(" ")
+    let mut cell = String::new();
+    for part in parts {
+        let needed = cell.chars().count() + usize::from(!cell.is_empty()) + part.chars().count();
+        if needed > width {
+            break;
+        }
+        if !cell.is_empty() {
+            cell.push(' ');
+        }
+        cell.push_str(&part);
+    }
+    cell
+}
+
+/// `n session(s)`.
+fn sessions(n: usize) -> String {
+    if n == 1 {
+        "1 session".to_owned()
+    } else {
+        format!("{n} sessions")
+    }
 }
 
 fn clock(ms: i64) -> String {
@@ -211,9 +234,9 @@ fn status_line(v: &View, p: Palette) -> Line<'static> {
         ),
     };
     let shown = if v.rows.len() == v.sessions {
-        format!("{} sessions", v.sessions)
+        sessions(v.sessions)
     } else {
-        format!("{} of {} sessions", v.rows.len(), v.sessions)
+        format!("{} of {}", v.rows.len(), sessions(v.sessions))
     };
     Line::from(vec![
         head,
@@ -293,6 +316,19 @@ pub fn draw(frame: &mut Frame, v: &View, ui: &Ui, p: Palette) {
     frame.render_widget(Paragraph::new(status_line(v, p)), status);
 
     let selected = ui.selected_index(&v.rows);
+    // The state column as wide as its longest label (its header at least); the last
+    // compaction gets what the others leave, its parts fitted whole.
+    let state_width = v
+        .rows
+        .iter()
+        .map(|r| r.state.label().chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp("STATE".len(), 28);
+    let fixed = [4, 18, 18, BAR + 21, state_width, 8];
+    // Ratatui's default: one column of space between columns.
+    let used = fixed.iter().sum::<usize>() + fixed.len();
+    let last_width = usize::from(table_area.width).saturating_sub(used);
     let header = Row::new(
         [
             "SID",
@@ -321,7 +357,7 @@ pub fn draw(frame: &mut Frame, v: &View, ui: &Ui, p: Palette) {
                 Cell::from(r.model.clone().unwrap_or_else(|| "-".into())),
                 Cell::from(context_cell(r, p)),
                 Cell::from(Span::styled(r.state.label(), p.state(&r.state))),
-                Cell::from(last_cell(r)),
+                Cell::from(last_cell(r, last_width)),
                 Cell::from(cost),
             ]);
             if r.stale {
@@ -332,13 +368,13 @@ pub fn draw(frame: &mut Frame, v: &View, ui: &Ui, p: Palette) {
         })
         .collect();
     let widths = [
-        Constraint::Length(4),
-        Constraint::Length(18),
-        Constraint::Length(18),
-        Constraint::Length(BAR as u16 + 21),
-        Constraint::Length(28),
+        Constraint::Length(fixed[0] as u16),
+        Constraint::Length(fixed[1] as u16),
+        Constraint::Length(fixed[2] as u16),
+        Constraint::Length(fixed[3] as u16),
+        Constraint::Length(fixed[4] as u16),
         Constraint::Fill(1),
-        Constraint::Length(8),
+        Constraint::Length(fixed[5] as u16),
     ];
     let empty = v.rows.is_empty();
     let table = Table::new(rows, widths)
@@ -485,6 +521,40 @@ mod tests {
         assert!(text.contains("compacting threshold 1.0s"), "{text}");
         assert!(text.contains("s1 compaction started (threshold)"), "{text}");
         assert!(text.contains("c compact"), "{text}");
+    }
+
+    /// One session is "1 session"; the last compaction's parts are shown whole or not at
+    /// all (a summarizer name is never cut), and at a common width it fits with its name.
+    #[test]
+    fn counts_are_singular_and_the_last_compaction_is_never_cut_mid_word() {
+        let mut m = TopModel::new();
+        m.connected(0, "/run/c.sock");
+        m.apply_snapshot(
+            &json!([{"sessionId": "s1", "path": "/p/x_1-aaaaaaaa.jsonl", "cwd": "/w/api",
+                "isCompacting": false,
+                "model": {"provider": "a", "id": "m1", "contextWindow": 10000, "maxTokens": 1},
+                "contextTokens": 3000, "threshold": 8000, "autoCompaction": "on",
+                "lastCompaction": {"entryId": "c1", "timestamp": "1970-01-01T00:00:05.000Z",
+                    "tokensBefore": 40000, "tokensAfter": 3000, "summarizer": "extractive",
+                    "durationMs": 120}}]),
+            10_000,
+        )
+        .unwrap();
+        let ui = Ui::new();
+        let (text, _) = screen(&view_of(&m, &ui), &ui, Palette { colour: false }, 120, 20);
+        assert!(text.contains(" · 1 session · "), "{text}");
+        assert!(text.contains("5s ago 40.0k→3.0k extractive"), "{text}");
+        for width in 80..120 {
+            let (text, _) = screen(&view_of(&m, &ui), &ui, Palette { colour: false }, width, 20);
+            let row = text
+                .lines()
+                .find(|l| l.starts_with("s1"))
+                .unwrap_or_default();
+            let cut = ["extract ", "extrac ", "extra ", "ext "]
+                .iter()
+                .any(|part| format!("{row} ").contains(part));
+            assert!(!cut, "width {width}: {row}");
+        }
     }
 
     #[test]

@@ -81,7 +81,7 @@ pub fn preview_compaction(
         crate::daemon::lifecycle::clearing::preview(&ctx.daemon, &session, &all_settings);
     let state = session.lock_state();
     let view = state.view();
-    let plan = match plan_compaction(&view, &state.index, &settings) {
+    let plan = match plan_compaction(state.rules, &view, &state.index, &settings) {
         Ok(p) => p,
         Err(reason) => {
             return Ok(PreviewCompactionResult::Nothing(NothingToCompact {
@@ -190,11 +190,32 @@ pub fn get_settings(ctx: &Ctx, p: SessionParams) -> Result<EffectiveSettings, Rp
     Ok(report)
 }
 
+/// Logs, once, that `state` is read under Pi 0.85's rules although its file shows what only Pi
+/// 1.6 writes (see [`crate::session::SessionState::misread`]).
+pub(crate) fn warn_if_misread(session_id: &str, state: &super::super::session::SessionState) {
+    if let Some(why) = state.misread() {
+        tracing::warn!(session = session_id, path = %state.location(), "{why}");
+    }
+}
+
 pub fn set_settings_overrides(
     ctx: &Ctx,
     p: SetSettingsOverridesParams,
 ) -> Result<SetSettingsOverridesResult, RpcError> {
-    let value = match p.compaction {
+    let pi_version = match &p.pi_version {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(v)) => Some(Some(crate::session::PiVersion::parse(v).ok_or_else(
+            || {
+                RpcError::invalid_params(format!(
+                    "piVersion must be \"1.6\" or \"0.85\", not {v:?}"
+                ))
+            },
+        )?)),
+    };
+    // Omitted beside a `piVersion`: the compaction overrides stay.
+    let keep_compaction = p.compaction.is_none() && pi_version.is_some();
+    let value = match p.compaction.flatten() {
         None | Some(Value::Null) => None,
         Some(v @ Value::Object(_)) => {
             // Checked field by field (an unknown or mistyped key is refused with its path);
@@ -215,11 +236,34 @@ pub fn set_settings_overrides(
     let sessions = match &p.session_id {
         Some(id) => {
             let session = ctx.daemon.session(id)?;
-            session.lock_state().overrides = value;
+            let mut state = session.lock_state();
+            if !keep_compaction {
+                state.overrides = value;
+            }
+            if let Some(own) = pi_version {
+                state.own_pi_version = own;
+                let rules = own.unwrap_or_else(|| ctx.daemon.default_pi_version());
+                state.set_rules(rules);
+                warn_if_misread(&session.id, &state);
+            }
+            drop(state);
             vec![session]
         }
         None => {
-            *ctx.daemon.global_overrides.lock() = value;
+            if !keep_compaction {
+                *ctx.daemon.global_overrides.lock() = value;
+            }
+            if let Some(global) = pi_version {
+                *ctx.daemon.global_pi_version.lock() = global;
+                let rules = ctx.daemon.default_pi_version();
+                for session in ctx.daemon.sessions() {
+                    let mut state = session.lock_state();
+                    if state.own_pi_version.is_none() {
+                        state.set_rules(rules);
+                        warn_if_misread(&session.id, &state);
+                    }
+                }
+            }
             ctx.daemon.sessions()
         }
     };

@@ -146,6 +146,11 @@ pub fn initialize(ctx: &Ctx, p: InitializeParams) -> Result<InitializeResult, Rp
             hooks: events::names(events::HOOKS),
             events: events::names(events::EVENTS),
             summarizer: ctx.daemon.config.summarizer.provider.as_str().to_owned(),
+            pi_versions: crate::session::PiVersion::ALL
+                .iter()
+                .map(|v| v.as_str())
+                .collect(),
+            pi_version: ctx.daemon.default_pi_version().as_str(),
         },
         daemon: ctx.daemon.status(),
     })
@@ -184,6 +189,7 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcE
                     p.model.clone(),
                     &dt,
                     p.thinking_level.clone(),
+                    ctx.daemon.default_pi_version(),
                 ))
             }
             Opened::Missing { storage } if p.create => {
@@ -196,15 +202,22 @@ pub fn open_session(ctx: &Ctx, p: OpenSessionParams) -> Result<SessionInfo, RpcE
                     .clone()
                     .unwrap_or_else(|| default_thinking(Some(&cwd)));
                 let header = crate::session::new_header(&cwd);
-                let mut state =
-                    SessionState::deferred(storage, header, p.model.clone(), thinking.clone());
+                let mut state = SessionState::deferred(
+                    storage,
+                    header,
+                    p.model.clone(),
+                    thinking.clone(),
+                    ctx.daemon.default_pi_version(),
+                );
                 seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
                 Ok(state)
             }
             Opened::Missing { .. } => Err(store_error(StoreError::not_found(&location))),
         }
     })?;
-    if !created {
+    if created {
+        super::compaction::warn_if_misread(&session.id, &session.lock_state());
+    } else {
         rejoin(&session, p)?;
     }
     Ok(info(&ctx.daemon, &session))
@@ -263,7 +276,13 @@ pub fn create_session(ctx: &Ctx, p: CreateSessionParams) -> Result<SessionInfo, 
         .storage
         .create(&header, p.session_dir.as_deref())
         .map_err(refused)?;
-    let mut state = SessionState::deferred(new.storage, header, p.model.clone(), thinking.clone());
+    let mut state = SessionState::deferred(
+        new.storage,
+        header,
+        p.model.clone(),
+        thinking.clone(),
+        ctx.daemon.default_pi_version(),
+    );
     seed_new_session(&mut state, p.model.as_ref(), &thinking)?;
     if new.write_now {
         state.persist_now()?;

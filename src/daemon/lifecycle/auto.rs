@@ -17,7 +17,7 @@ use super::{speculation, CompactionFailure};
 use crate::rpc::events::Reason;
 use crate::rpc::results::{AutoReason, CheckAction, CheckCompactionResult};
 use crate::rpc::types::Phase;
-use crate::session::{ids, Role};
+use crate::session::{ids, PiVersion, Role};
 use crate::summarizer::overflow::ReplyFacts;
 use crate::summarizer::StopReason;
 
@@ -78,7 +78,11 @@ async fn run_auto(
     match runner::run(daemon, session, settings, &job, Some(snap)).await {
         Ok(done) => {
             if will_retry {
-                session.lock_state().drop_trailing_assistant(true);
+                let mut state = session.lock_state();
+                // Under 1.6 the failed attempt was omitted by an edit before compacting.
+                if !state.rules.is_1_6() {
+                    state.drop_trailing_assistant(true);
+                }
             }
             if breaker {
                 let mut state = session.lock_state();
@@ -191,7 +195,14 @@ async fn check_message(
             let dropped = {
                 let mut state = session.lock_state();
                 state.overflow_recovery_attempted = true;
-                state.drop_trailing_assistant(false)
+                match state.rules {
+                    // Pi 1.6 omits the failed attempt persistently, by edits in the file.
+                    PiVersion::V1_6 => state.omit_recovery_attempt().unwrap_or_else(|e| {
+                        tracing::warn!(session = %session.id, error = %e.message, "the failed attempt could not be omitted");
+                        false
+                    }),
+                    PiVersion::V0_85 => state.drop_trailing_assistant(false),
+                }
             };
             let mut out = run_auto(daemon, session, settings, AutoReason::Overflow, true).await;
             out.context_changed |= dropped;

@@ -14,12 +14,13 @@ use super::super::Session;
 use super::CompactionFailure;
 use crate::compaction::file_ops::{format_file_operations, format_file_operations_limited};
 use crate::compaction::prepare::Preparation;
+use crate::compaction::projection::Projection;
 use crate::compaction::recall::with_recall_footer;
-use crate::compaction::summary::{compaction_entry, CompactionOutcome};
+use crate::compaction::summary::{compaction_entry, with_system_message, CompactionOutcome};
 use crate::compaction::BranchIndex;
 use crate::rpc::errors::ErrorKind;
 use crate::rpc::results::CompactionResult;
-use crate::session::{ids, Entry, EntryKind};
+use crate::session::{ids, Entry, EntryKind, PiVersion};
 
 /// Beyond Pi, a summary body as compactd finishes it: the pinned lane's `## Pinned` section
 /// (the pins verbatim, replacing any the model echoed) when pins were ever used, then the file
@@ -174,15 +175,28 @@ pub(super) fn holds(state: &SessionState, anchor: Anchor<'_>) -> bool {
     }
 }
 
-/// The agent-context estimate had `outcome` been appended after `path` (for `write: false`,
-/// where no entry exists to rebuild the context from).
-pub(super) fn estimate_after(path: &[Arc<Entry>], outcome: &CompactionOutcome) -> u64 {
+/// The agent-context estimate had `outcome` been appended after `path` under `rules` (for
+/// `write: false`, where no entry exists to rebuild the context from; `system`: the context's
+/// replayed system message, which a 1.6 entry checkpoints).
+pub(super) fn estimate_after(
+    path: &[Arc<Entry>],
+    outcome: &CompactionOutcome,
+    rules: PiVersion,
+    system: Option<&Value>,
+) -> u64 {
     let parent = path.last().and_then(|e| e.id.as_deref());
     let ts = ids::iso_timestamp(ids::now_ms());
-    let entry = Entry::from_value(compaction_entry("unwritten", parent, &ts, outcome));
+    let entry = compaction_entry("unwritten", parent, &ts, outcome);
+    let entry = Entry::from_value(match rules {
+        PiVersion::V1_6 => with_system_message(entry, system, &ts),
+        PiVersion::V0_85 => entry,
+    });
     let mut refs: Vec<&Entry> = path.iter().map(|e| &**e).collect();
     refs.push(&entry);
-    BranchIndex::build(&refs).context_total()
+    match rules {
+        PiVersion::V0_85 => BranchIndex::build(&refs).context_total(),
+        PiVersion::V1_6 => Projection::build(&refs).message_tokens().iter().sum(),
+    }
 }
 
 /// A compaction ready to be written.
@@ -249,15 +263,24 @@ pub(super) fn write(session: &Session, f: Finished<'_>) -> Result<Written, Compa
     }
     if !write {
         let path: Vec<Arc<Entry>> = state.branch.iter().map(|&i| state.tree.shared(i)).collect();
+        let (rules, system) = (state.rules, state.current_system_message());
         drop(state);
-        let estimated = estimate_after(&path, &outcome);
+        let estimated = estimate_after(&path, &outcome, rules, system.as_ref());
         return Ok(Written {
             result: CompactionResult::new(&outcome, estimated),
             entry: Value::Null,
         });
     }
+    // Pi 1.6 checkpoints the context's system prompt and tools on the entry.
+    let system = state.current_system_message();
     let idx = state
-        .append_with(|id, parent, ts| compaction_entry(id, parent, ts, &outcome))
+        .append_with(|id, parent, ts| {
+            with_system_message(
+                compaction_entry(id, parent, ts, &outcome),
+                system.as_ref(),
+                ts,
+            )
+        })
         .map_err(|e| CompactionFailure::Error(ErrorKind::Io, e.message))?;
     let entry = state.tree.entry(idx).value();
     state.rebuild_agent_context();

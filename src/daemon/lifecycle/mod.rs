@@ -113,7 +113,12 @@ mod tests {
                     panic!("the copy exists");
                 };
                 Ok(super::super::session::SessionState::loaded(
-                    storage, tree, None, "off", None,
+                    storage,
+                    tree,
+                    None,
+                    "off",
+                    None,
+                    crate::session::PiVersion::V0_85,
                 ))
             })
             .expect("open");

@@ -25,7 +25,7 @@ pub(super) fn of_branch(
     settings: &CompactionSettings,
 ) -> Result<Preparation, Refusal> {
     let view = state.view();
-    let mut prep = prepare_branch(&view, &state.index, settings).map_err(|n| {
+    let mut prep = prepare_branch(state.rules, &view, &state.index, settings).map_err(|n| {
         let detail = n.detail(&view, &state.index, settings);
         (n, Box::new(detail))
     })?;
@@ -36,12 +36,13 @@ pub(super) fn of_branch(
 /// The preparation of an update on top of a speculative compaction `virtual_entry` placed after
 /// `path[at]` (see [`prepare_on_top`]); `None` when there is nothing more to summarize.
 pub(super) fn on_top(
+    version: crate::session::PiVersion,
     path: &[&Entry],
     at: usize,
     virtual_entry: &Entry,
     settings: &CompactionSettings,
 ) -> Option<Preparation> {
-    let mut prep = prepare_on_top(path, at, virtual_entry, settings).ok()?;
+    let mut prep = prepare_on_top(version, path, at, virtual_entry, settings).ok()?;
     strip_additions(&mut prep);
     Some(prep)
 }

@@ -301,6 +301,10 @@ impl Run<'_> {
                 state.branch.iter().map(|&i| state.tree.shared(i)).collect();
             (path, state.thinking_level.clone())
         };
+        let (rules, system) = {
+            let state = self.session.lock_state();
+            (state.rules, state.current_system_message())
+        };
         let speculative = Summarized {
             from_extension: ready.outcome.from_hook,
             outcome: ready.outcome.clone(),
@@ -324,9 +328,9 @@ impl Run<'_> {
             .await?;
         let replaced = vetted.from_extension && !ready.outcome.from_hook;
         let over = !replaced
-            && self
-                .threshold()
-                .is_some_and(|t| finish::estimate_after(&path, &vetted.outcome) as f64 >= t);
+            && self.threshold().is_some_and(|t| {
+                finish::estimate_after(&path, &vetted.outcome, rules, system.as_ref()) as f64 >= t
+            });
         // The speculation's own calls, then those of an update on top.
         let mut cost = vetted.cost;
         let on_top = if over {

@@ -48,7 +48,7 @@ use crate::summarizer::RetryEvent;
 /// when it never does: speculation off (`0`), compaction disabled, or the extractive engine
 /// (which is instant).
 pub fn start_rule(settings: &EffectiveSettings, engine: &SummaryEngine) -> Option<SpeculativeAt> {
-    if !settings.compaction.enabled || matches!(engine, SummaryEngine::Extractive { .. }) {
+    if !settings.compaction.enabled || engine.model().is_none() {
         return None;
     }
     let at = settings
@@ -578,7 +578,7 @@ pub(super) fn on_top(
         &c.outcome,
     ));
     let refs: Vec<&Entry> = path.iter().map(|e| &**e).collect();
-    super::prepare::on_top(&refs, at, &virtual_entry, settings)
+    super::prepare::on_top(c.prep.edits.version, &refs, at, &virtual_entry, settings)
 }
 
 /// The speculation a compaction due now installs: the ready one when it is still valid, after
@@ -608,9 +608,13 @@ pub(super) async fn claim(
             if spec.ready.is_some() {
                 let spec = slot.current.take()?;
                 let ready = spec.ready?;
-                let tokens_before =
-                    plan_compaction(&state.view(), &state.index, &settings.compaction)
-                        .map_or(ready.outcome.tokens_before, |p| p.tokens_before);
+                let tokens_before = plan_compaction(
+                    state.rules,
+                    &state.view(),
+                    &state.index,
+                    &settings.compaction,
+                )
+                .map_or(ready.outcome.tokens_before, |p| p.tokens_before);
                 let mut outcome = ready.outcome;
                 outcome.tokens_before = tokens_before;
                 return Some(Claimed {

@@ -23,6 +23,7 @@ use crate::session::SessionTree;
 
 pub mod confined;
 mod lines;
+pub mod lock_holder;
 mod open;
 mod read;
 mod session_file;

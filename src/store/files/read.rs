@@ -18,6 +18,8 @@ use crate::store::{io_err, StoreError};
 #[derive(Debug, Clone, Default)]
 pub struct LoadReport {
     pub skipped_lines: usize,
+    /// The line numbers (from 1) of the first skipped lines (`reader::REPORTED_SKIPS`).
+    pub skipped_line_numbers: Vec<u64>,
     pub needed_newline_repair: bool,
     pub migrated: bool,
     /// The header's version as read (before migration).
@@ -27,6 +29,60 @@ pub struct LoadReport {
     /// The file the entries read their lines back from (`None` when they hold their bytes):
     /// the session's storage keeps it to learn of a line that could not be read.
     pub lines: Option<Arc<FileLines>>,
+}
+
+impl LoadReport {
+    /// The skipped lines for a person: `2 malformed lines skipped (lines 3, 9)`, the numbers
+    /// of the first ones when there are more; `None` when none was.
+    pub fn skipped_text(&self) -> Option<String> {
+        let n = self.skipped_lines;
+        if n == 0 {
+            return None;
+        }
+        let what = if n == 1 {
+            "1 malformed line skipped".to_owned()
+        } else {
+            format!("{n} malformed lines skipped")
+        };
+        let numbers: Vec<String> = self
+            .skipped_line_numbers
+            .iter()
+            .map(u64::to_string)
+            .collect();
+        Some(match numbers.len() {
+            0 => what,
+            1 if n == 1 => format!("{what} (line {})", numbers[0]),
+            k if k < n => format!("{what} (lines {}, …)", numbers.join(", ")),
+            _ => format!("{what} (lines {})", numbers.join(", ")),
+        })
+    }
+}
+
+/// The line numbers (from 1) of the lines beginning at `offsets` (ascending) in the file at
+/// `path`: its newlines before each, counted in one read up to the last. Empty when the file
+/// cannot be read (the count of skipped lines still says how many).
+fn line_numbers(path: &Path, offsets: &[u64]) -> Vec<u64> {
+    let Some(&last) = offsets.last() else {
+        return Vec::new();
+    };
+    let Ok(file) = File::open(path) else {
+        return Vec::new();
+    };
+    let mut head = Vec::new();
+    if file.take(last).read_to_end(&mut head).is_err() {
+        return Vec::new();
+    }
+    let mut newlines = 0u64;
+    let mut counted = 0usize;
+    offsets
+        .iter()
+        .map(|&at| {
+            let upto = (at as usize).min(head.len());
+            newlines += memchr::memchr_iter(b'\n', &head[counted..upto]).count() as u64;
+            counted = upto;
+            newlines + 1
+        })
+        .collect()
 }
 
 /// Below this many expected bytes (one piece) a file is read by one `read` loop and parsed on
@@ -232,11 +288,14 @@ fn resolved(path: &Path) -> PathBuf {
 fn loaded(abs: &Path, outcome: ReadOutcome) -> Result<(SessionTree, LoadReport), StoreError> {
     let parsed = match outcome {
         ReadOutcome::Session(p) => p,
-        ReadOutcome::NotASession => return Err(StoreError::NotASession(abs.to_owned())),
+        ReadOutcome::NotASession(why) => {
+            return Err(StoreError::NotASession(abs.to_owned(), format!(": {why}")))
+        }
         ReadOutcome::Empty => return Err(StoreError::Empty(abs.to_owned())),
     };
     let report = LoadReport {
         skipped_lines: parsed.skipped_lines,
+        skipped_line_numbers: line_numbers(abs, &parsed.skipped_at),
         needed_newline_repair: parsed.needs_newline_repair,
         migrated: parsed.migrated,
         original_version: parsed.original_version,
@@ -256,8 +315,8 @@ pub fn load_facts(path: &Path) -> Result<(SessionTree, LoadReport), StoreError> 
     let limits = Limits::default();
     let abs = resolved(path);
     let (f, meta) = open_regular(&abs, &limits)?;
-    let pieces = read_capped_with(&f, &abs, meta.len(), limits.max_bytes, |_, piece| {
-        let (parsed, buffer) = reader::parse_piece_facts(piece.into());
+    let pieces = read_capped_with(&f, &abs, meta.len(), limits.max_bytes, |at, piece| {
+        let (parsed, buffer) = reader::parse_piece_facts(piece.into(), at);
         if let Some(buffer) = buffer {
             SPARE_PIECE.set(Some(buffer));
         }
@@ -370,8 +429,8 @@ fn read_held(
     limits: &Limits,
 ) -> Result<(ReadOutcome, Vec<bytes::Bytes>, u64), StoreError> {
     // Each piece is parsed by the thread that read it (see `read_pieces`).
-    let pieces = read_capped_with(f, abs, meta.len(), limits.max_bytes, |_, piece| {
-        reader::parse_piece(piece.into())
+    let pieces = read_capped_with(f, abs, meta.len(), limits.max_bytes, |at, piece| {
+        reader::parse_piece(piece.into(), at)
     })?;
     let read: Vec<bytes::Bytes> = pieces.iter().filter_map(|p| p.bytes().cloned()).collect();
     let len = pieces.iter().map(|p| p.len() as u64).sum();
@@ -523,7 +582,12 @@ mod tests {
         let show = |(tree, mut report): (SessionTree, LoadReport)| {
             // Where the lines are read back from is not part of what a read found.
             report.lines = None;
-            let mut o = crate::report::overview(&tree, 200_000, &settings);
+            let mut o = crate::report::overview(
+                &tree,
+                200_000,
+                &settings,
+                crate::session::PiVersion::V0_85,
+            );
             if report.migrated {
                 // A migration gives fresh random ids.
                 o.leaf_id = None;

@@ -104,7 +104,10 @@ impl SessionFile {
         let fail = Unloaded::Failed;
         let (f, meta) = match open_locked(path) {
             Ok(Some(opened)) => opened,
-            Ok(None) => return Err(fail(StoreError::Locked(path.to_owned()))),
+            Ok(None) => {
+                let holder = super::lock_holder::describe(path);
+                return Err(fail(StoreError::Locked(path.to_owned(), holder)));
+            }
             Err(StoreError::NotFound(_)) => return Err(Unloaded::Missing),
             Err(e) => return Err(fail(e)),
         };
@@ -113,8 +116,8 @@ impl SessionFile {
             Err(StoreError::Empty(_)) => return Err(Unloaded::Empty(Some(Lock::Own(f)))),
             Err(e) => return Err(fail(e)),
         };
-        if report.skipped_lines > 0 {
-            tracing::warn!(path = %path.display(), skipped = report.skipped_lines, "malformed lines skipped");
+        if let Some(skipped) = report.skipped_text() {
+            tracing::warn!(path = %path.display(), lines = ?report.skipped_line_numbers, "{skipped}");
         }
         if let Some(b) = &report.backup {
             tracing::info!(path = %path.display(), backup = %b.display(), "migrated to v3; original kept");

@@ -354,19 +354,8 @@ fn long_and_hostile_text_is_clipped_and_cannot_fake_headings() {
 }
 
 fn fixture_messages(case: &str) -> Option<Vec<Value>> {
-    let path = crate::test_fixtures::conformance_dir()
-        .join(case)
-        .join("session.jsonl");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        crate::test_fixtures::skip_or_fail(
-            case,
-            &format!(
-                "{} not found (set COMPACTD_CONFORMANCE_DIR)",
-                path.display()
-            ),
-        );
-        return None;
-    };
+    let path = crate::test_fixtures::case_file(case, case, "session.jsonl")?;
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     Some(
         text.lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())

@@ -305,10 +305,16 @@ function M.format_status(u)
   if not u or not num(u.contextWindow) then
     return 'compactd: no model for this session (open it with setup({ model = ... }))'
   end
-  local tokens = num(u.tokens) and ('%d tokens'):format(u.tokens) or 'size unknown until the next reply'
-  local pct = num(u.percent) and (' (%.1f%%)'):format(u.percent) or ''
   local threshold = num(u.threshold) and (', compacts above %d'):format(u.threshold) or ''
-  return ('compactd: %s%s of %d%s'):format(tokens, pct, u.contextWindow, threshold)
+  if not num(u.tokens) then
+    -- Known once the model's next reply reports its usage.
+    return ('compactd: context size not known yet (the next reply tells it); window %d tokens%s'):format(
+      u.contextWindow,
+      threshold
+    )
+  end
+  local pct = num(u.percent) and (' (%.1f%%)'):format(u.percent) or ''
+  return ('compactd: %d tokens%s of %d%s'):format(u.tokens, pct, u.contextWindow, threshold)
 end
 
 --- The preview as buffer lines.

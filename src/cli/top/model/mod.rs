@@ -269,7 +269,7 @@ impl TopModel {
     /// The answer to `previewCompaction`.
     pub fn preview_replied(&mut self, session_id: &str, reply: Result<&Value, &Value>) {
         let preview = match reply {
-            Ok(v) => Preview::Ready(preview_lines(v)),
+            Ok(v) => Preview::Ready(preview_lines(v, Some(preview::FILES_IN_PANE))),
             Err(e) => Preview::Failed(error_message(e)),
         };
         self.preview = Some((session_id.to_owned(), preview));

@@ -12,8 +12,14 @@ pub enum Preview {
     Failed(String),
 }
 
-/// The lines of a `previewCompaction` answer: what would be summarized and what kept.
-pub fn preview_lines(v: &Value) -> Vec<String> {
+/// How many files of each list the `top` pane shows (the rest counted); `compactd preview`
+/// lists them all.
+pub const FILES_IN_PANE: usize = 6;
+
+/// The lines of a `previewCompaction` answer: what would be summarized and what kept, the
+/// files, the settings, and what compacting now would save and cost. At most `files_shown`
+/// files of each list (`None`: all of them).
+pub fn preview_lines(v: &Value, files_shown: Option<usize>) -> Vec<String> {
     if let Some(why) = v.get("nothingToCompact").and_then(Value::as_str) {
         return vec![format!("Nothing to compact: {why}")];
     }
@@ -68,12 +74,12 @@ pub fn preview_lines(v: &Value) -> Vec<String> {
         if list.is_empty() {
             continue;
         }
-        const SHOWN: usize = 6;
-        let more = list.len().saturating_sub(SHOWN);
+        let shown = files_shown.unwrap_or(list.len());
+        let more = list.len().saturating_sub(shown);
         let mut line = format!(
             "{label}: {}",
             list.iter()
-                .take(SHOWN)
+                .take(shown)
                 .cloned()
                 .collect::<Vec<_>>()
                 .join(", ")
@@ -92,5 +98,48 @@ pub fn preview_lines(v: &Value) -> Vec<String> {
                 .unwrap_or(0)
         ));
     }
+    if let Some(e) = v.get("economics") {
+        out.extend(economics_lines(e));
+    }
+    out
+}
+
+/// What compacting now would save and cost (`economics`).
+fn economics_lines(e: &Value) -> Vec<String> {
+    let n = |k: &str| e.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    let priced = |k: &str| {
+        e.get("usd")
+            .and_then(|u| u.get(k))
+            .and_then(Value::as_f64)
+            .map(|d| format!("${d:.4}"))
+    };
+    let dollars = |k: &str| priced(k).unwrap_or_else(|| "no price configured".to_owned());
+    let mut out = vec![
+        format!(
+            "After: ~{} tokens (summary and kept tail), ~{} fewer on every request{}",
+            tokens(n("estimatedTokensAfter")),
+            tokens(n("savedTokensPerRequest")),
+            priced("savedPerRequest").map_or_else(String::new, |d| format!(" ({d} a request)"))
+        ),
+        format!(
+            "Summarizer input: ~{} tokens ({})",
+            tokens(n("summarizationInputTokens")),
+            dollars("summarization")
+        ),
+    ];
+    out.push(if e.get("cacheWarm") == Some(&Value::Bool(true)) {
+        format!(
+            "Prompt cache: warm; the next request writes ~{} tokens again ({})",
+            tokens(n("cacheRewriteTokens")),
+            dollars("cacheRewrite")
+        )
+    } else {
+        "Prompt cache: cold; compacting now costs no cache".to_owned()
+    });
+    out.push(match e.get("breakEvenRequests").and_then(Value::as_u64) {
+        Some(1) => "Pays for itself: after 1 request".to_owned(),
+        Some(r) => format!("Pays for itself: after {r} requests"),
+        None => "Pays for itself: unknown (it needs the prices of both models)".to_owned(),
+    });
     out
 }

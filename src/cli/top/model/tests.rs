@@ -400,26 +400,49 @@ fn replies_to_actions_are_reported() {
 
 #[test]
 fn a_preview_says_what_would_be_summarized_and_kept() {
-    let lines = preview_lines(&json!({
+    let answer = json!({
         "firstKeptEntryId": "e42", "isSplitTurn": true, "tokensBefore": 12345,
         "hasPreviousSummary": true,
         "summarize": {"count": 30, "estimatedTokens": 9000},
         "turnPrefix": {"count": 2, "estimatedTokens": 400},
         "kept": {"count": 5, "estimatedTokens": 2900},
         "fileLists": {"readFiles": ["a", "b", "c", "d", "e", "f", "g"], "modifiedFiles": []},
-        "settings": {"enabled": true, "reserveTokens": 16384, "keepRecentTokens": 20000}
-    }));
-    assert_eq!(
-        lines,
-        [
-            "Context now: 12.3k tokens",
-            "Summarize: 30 messages, ~9.0k tokens, updating the previous summary",
-            "Split turn: its first 2 messages (~400 tokens) are summarized apart",
-            "Keep verbatim: 5 messages, ~2.9k tokens, from entry e42",
-            "Files read: a, b, c, d, e, f (+1 more)",
-            "Settings: reserveTokens 16384, keepRecentTokens 20000",
-        ]
-    );
+        "settings": {"enabled": true, "reserveTokens": 16384, "keepRecentTokens": 20000},
+        "economics": {"tokensBefore": 12345, "estimatedTokensAfter": 3500,
+            "savedTokensPerRequest": 8845, "cacheRewriteTokens": 3500,
+            "summarizationInputTokens": 9400, "cacheWarm": true,
+            "usd": {"summarization": 0.03, "cacheRewrite": 0.0131, "savedPerRequest": 0.0027},
+            "breakEvenRequests": 17}
+    });
+    let economics = [
+        "After: ~3.5k tokens (summary and kept tail), ~8.8k fewer on every request ($0.0027 a request)",
+        "Summarizer input: ~9.4k tokens ($0.0300)",
+        "Prompt cache: warm; the next request writes ~3.5k tokens again ($0.0131)",
+        "Pays for itself: after 17 requests",
+    ];
+    let head = [
+        "Context now: 12.3k tokens",
+        "Summarize: 30 messages, ~9.0k tokens, updating the previous summary",
+        "Split turn: its first 2 messages (~400 tokens) are summarized apart",
+        "Keep verbatim: 5 messages, ~2.9k tokens, from entry e42",
+    ];
+    let settings = "Settings: reserveTokens 16384, keepRecentTokens 20000";
+    // The pane shows six files of a list and counts the rest.
+    let pane: Vec<&str> = head
+        .iter()
+        .copied()
+        .chain(["Files read: a, b, c, d, e, f (+1 more)", settings])
+        .chain(economics)
+        .collect();
+    assert_eq!(preview_lines(&answer, Some(6)), pane);
+    // `compactd preview` lists them all.
+    let all: Vec<&str> = head
+        .iter()
+        .copied()
+        .chain(["Files read: a, b, c, d, e, f, g", settings])
+        .chain(economics)
+        .collect();
+    assert_eq!(preview_lines(&answer, None), all);
 }
 
 #[test]
