@@ -35,8 +35,9 @@ pub const DEFAULT_CLEAR_AT_LEAST: u64 = 10_000;
 /// `summarizeAt` when a settings block does not say: Pi's threshold, no earlier summary.
 pub const DEFAULT_SUMMARIZE_AT: f64 = 1.0;
 /// The members of the setting, as errors name them.
-const MEMBERS: &str =
-    "`at`, `keepRecentTokens`, `clearAtLeast`, `excludeTools`, `cacheAware`, `summarizeAt`";
+const MEMBERS: &str = "`at`, `keepRecentTokens`, `clearAtLeast`, `excludeTools`, `cacheAware`, `summarizeAt`, `summarizeOriginals`";
+/// `summarizeOriginals` when a settings block does not say (see the strategies bench).
+pub const DEFAULT_SUMMARIZE_ORIGINALS: bool = true;
 
 /// `compaction.clearToolResults`, validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +56,10 @@ pub struct ClearSettings {
     /// With clearing on, a summarizing compaction once the context is still at this fraction
     /// of the threshold after clearing, in (0, 1]; 1 is Pi's threshold.
     pub summarize_at: f64,
+    /// A summarizing compaction reads the original outputs a pass cleared (true), or the
+    /// projection with their placeholders, as Pi 1.6 summarizes its own context (false). The cut
+    /// point and `tokensBefore` follow the rules of the session's Pi either way.
+    pub summarize_originals: bool,
 }
 
 impl ClearSettings {
@@ -80,6 +85,7 @@ impl ClearSettings {
                     | "excludeTools"
                     | "cacheAware"
                     | "summarizeAt"
+                    | "summarizeOriginals"
             )
         }) {
             return Err(format!(
@@ -146,6 +152,15 @@ impl ClearSettings {
                 }
             },
         };
+        let summarize_originals = match o.get("summarizeOriginals") {
+            None => DEFAULT_SUMMARIZE_ORIGINALS,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => {
+                return Err(format!(
+                    "{NAME}.summarizeOriginals must be true or false (got {v})"
+                ))
+            }
+        };
         Ok(Some(ClearSettings {
             at,
             keep_recent_tokens,
@@ -153,6 +168,7 @@ impl ClearSettings {
             exclude_tools,
             cache_aware,
             summarize_at,
+            summarize_originals,
         }))
     }
 
@@ -165,6 +181,7 @@ impl ClearSettings {
             "excludeTools": self.exclude_tools,
             "cacheAware": self.cache_aware,
             "summarizeAt": self.summarize_at,
+            "summarizeOriginals": self.summarize_originals,
         })
     }
 }
@@ -199,6 +216,19 @@ pub struct Cleared {
 }
 
 impl Cleared {
+    /// Under Pi 1.6: the outputs whose content an edit on the path replaced (compactd's passes
+    /// and anyone else's edits alike: such an output is never cleared again, and a pass's edit
+    /// overwritten by a later one, the original content restored, stays restored). Usage
+    /// before an edit is the projection's to discard, not this set's.
+    pub fn replaced(ids: impl IntoIterator<Item = EntryId>) -> Cleared {
+        let ids: HashSet<EntryId> = ids.into_iter().collect();
+        Cleared {
+            passes: u32::from(!ids.is_empty()),
+            ids,
+            latest_pass: None,
+        }
+    }
+
     /// Records the entry at tree index `idx` when it is a pass; returns its ids if so.
     pub fn record(&mut self, idx: usize, entry: &Entry) -> Option<Vec<String>> {
         let ids = pass_ids(entry)?;
@@ -232,12 +262,59 @@ impl Cleared {
     }
 }
 
+/// What every placeholder starts with.
+const PLACEHOLDER_HEAD: &str = "[Output cleared by compactd to save context (~";
+/// What comes between the token count and the entry id.
+const PLACEHOLDER_MIDDLE: &str = " tokens); get_entry or getEntry returns entry ";
+
 /// The text a cleared tool result projects to: what it was, and how to get it back. Short,
 /// because every cleared output leaves one in the context until a summary (about 27 tokens).
 pub fn placeholder(entry_id: &str, tokens: u64) -> String {
-    format!(
-        "[Output cleared by compactd to save context (~{tokens} tokens); get_entry or getEntry returns entry {entry_id}.]"
-    )
+    format!("{PLACEHOLDER_HEAD}{tokens}{PLACEHOLDER_MIDDLE}{entry_id}.]")
+}
+
+/// Whether `text` is the placeholder of `entry_id` (any token count).
+fn is_placeholder_of(text: &str, entry_id: &str) -> bool {
+    text.strip_prefix(PLACEHOLDER_HEAD)
+        .and_then(|rest| rest.strip_suffix(".]"))
+        .and_then(|rest| rest.strip_suffix(entry_id))
+        .and_then(|rest| rest.strip_suffix(PLACEHOLDER_MIDDLE))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Under Pi 1.6 a pass is Pi's own mechanism: one `context_edit` per cleared output, whose
+/// `replacement` is this (the placeholder as the one text block of the content; Pi keeps the
+/// message's other fields). Pi 1.6 itself, and any tool that reads the file, then projects the
+/// same context with no extension; a later edit of the same target (the original content
+/// again, say) restores it, as Pi's latest edit per target wins.
+pub fn replacement(entry_id: &str, tokens: u64) -> Value {
+    json!({ "content": [{ "type": "text", "text": placeholder(entry_id, tokens) }] })
+}
+
+/// Whether a message's `content` is exactly compactd's placeholder for `entry_id`: the
+/// message is an output a pass cleared (under 1.6, as the pass's edit left it).
+pub fn is_cleared_content(content: Option<&Value>, entry_id: &str) -> bool {
+    match content {
+        Some(Value::Array(blocks)) if blocks.len() == 1 => blocks[0]
+            .get("text")
+            .and_then(Value::as_str)
+            .is_some_and(|t| is_placeholder_of(t, entry_id)),
+        Some(Value::String(t)) => is_placeholder_of(t, entry_id),
+        _ => false,
+    }
+}
+
+/// Whether a Pi 1.6 `context_edit` entry is a clearing pass's (its replacement is compactd's
+/// placeholder for its own target).
+pub fn is_clearing_edit(edit: &Entry) -> bool {
+    if edit.kind != EntryKind::ContextEdit {
+        return false;
+    }
+    let v = edit.value();
+    let Some(target) = v.get("targetId").and_then(Value::as_str) else {
+        return false;
+    };
+    is_cleared_content(v.get("replacement").and_then(|r| r.get("content")), target)
 }
 
 /// Pi's estimate of the projected message (`ceil(chars / 4)` of its one text block).
@@ -348,6 +425,15 @@ pub struct Pass {
 fn frees(c: &Candidate) -> u64 {
     c.tokens
         .saturating_sub(projected_tokens(&c.entry_id, c.tokens))
+}
+
+/// What clearing `entry` (a tool result) frees: its estimate less its placeholder's.
+pub fn frees_when_cleared(entry: &Entry) -> u64 {
+    entry.id.as_deref().map_or(0, |id| {
+        entry
+            .tokens
+            .saturating_sub(projected_tokens(id, entry.tokens))
+    })
 }
 
 /// Everything a pass would clear now, whether or not it frees enough: the results outside the
@@ -486,6 +572,7 @@ mod tests {
             exclude_tools: vec!["memory".into()],
             cache_aware: true,
             summarize_at: 1.0,
+            summarize_originals: true,
         }
     }
 

@@ -85,4 +85,7 @@ pub mod summarizer;
 /// Test inputs and the skip-or-fail rule, shared with the integration suites.
 #[cfg(test)]
 pub(crate) mod test_fixtures;
+/// What `test_fixtures` names its recordings' versions by (its includer provides it).
+#[cfg(test)]
+use pi_version::PiVersion;
 pub mod transport;

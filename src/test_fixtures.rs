@@ -3,7 +3,8 @@
 //!
 //! A suite must never pass while testing nothing: a missing input may be skipped on a developer
 //! machine, but when `CI=true` (the CI script installs everything) a missing input fails.
-//! Standard library only, so the integration suites can include this file as it is.
+//! Standard library only (and the version enum its includer provides), so the integration suites
+//! can include this file as it is.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -22,50 +23,29 @@ pub fn skip_or_fail(test: &str, what: &str) {
     eprintln!("SKIPPED {test}: {what}");
 }
 
-/// The Pi release a set of recorded conformance cases comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PiVersion {
-    /// Pi 0.85.0: `tests/fixtures/conformance/pi-0.85`.
-    V0_85,
-    /// Pi 1.6.0: `tests/fixtures/conformance/pi-1.6`.
-    V1_6,
-}
+/// The Pi release a set of recorded conformance cases comes from is the rules' own version
+/// (`compactd::pi_version::PiVersion`: one enum for the rules and the recordings, so a suite
+/// runs a set under the rules it records), which the including module provides: the crate root
+/// in the library, the suites' `support` module in the integration suites.
+use super::PiVersion;
 
-impl PiVersion {
-    /// Both versions, oldest first.
-    pub const ALL: [PiVersion; 2] = [PiVersion::V0_85, PiVersion::V1_6];
-
-    /// The version as the protocol and the fixture folders spell it: `"0.85"` or `"1.6"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PiVersion::V0_85 => "0.85",
-            PiVersion::V1_6 => "1.6",
-        }
-    }
-
-    /// The version spelled `"0.85"` or `"1.6"` (as [`PiVersion::as_str`] gives it).
-    pub fn parse(s: &str) -> Option<PiVersion> {
-        PiVersion::ALL.into_iter().find(|v| v.as_str() == s)
-    }
-
-    /// The environment variable that points this version's lookup at other cases (newer
-    /// recordings, held-out cases): `COMPACTD_CONFORMANCE_DIR` for 0.85 (its name from before
-    /// there were two sets), `COMPACTD_CONFORMANCE_1_6_DIR` for 1.6.
-    pub fn env_var(self) -> &'static str {
-        match self {
-            PiVersion::V0_85 => "COMPACTD_CONFORMANCE_DIR",
-            PiVersion::V1_6 => "COMPACTD_CONFORMANCE_1_6_DIR",
-        }
+/// The environment variable that points `pi`'s lookup at other cases (newer recordings,
+/// held-out cases): `COMPACTD_CONFORMANCE_DIR` for 0.85 (its name from before there were two
+/// sets), `COMPACTD_CONFORMANCE_1_6_DIR` for 1.6.
+pub fn cases_env_var(pi: PiVersion) -> &'static str {
+    match pi {
+        PiVersion::V0_85 => "COMPACTD_CONFORMANCE_DIR",
+        PiVersion::V1_6 => "COMPACTD_CONFORMANCE_1_6_DIR",
     }
 }
 
-/// The conformance cases recorded from Pi `pi`: the directory named by [`PiVersion::env_var`]
+/// The conformance cases recorded from Pi `pi`: the directory named by [`cases_env_var`]
 /// when it is set, else the copy the repository carries,
 /// `tests/fixtures/conformance/pi-<version>/cases` (found from `CARGO_MANIFEST_DIR`, never from
 /// an absolute path). The one place every suite, the library's unit tests and the client suites
 /// (through the environment `tests/clients.rs` passes them) learn where the cases are.
 pub fn conformance_cases(pi: PiVersion) -> PathBuf {
-    match std::env::var_os(pi.env_var()).filter(|d| !d.is_empty()) {
+    match std::env::var_os(cases_env_var(pi)).filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/conformance")
@@ -86,7 +66,7 @@ pub fn case_file(test: &str, case: &str, name: &str) -> Option<PathBuf> {
             &format!(
                 "{} not found (is {} right?)",
                 p.display(),
-                PiVersion::V0_85.env_var()
+                cases_env_var(PiVersion::V0_85)
             ),
         );
         None
@@ -115,7 +95,7 @@ pub fn cases_of(pi: PiVersion, test: &str, marker: &str) -> Vec<PathBuf> {
                     "no Pi {} conformance cases at {}: {e} (is {} right?)",
                     pi.as_str(),
                     dir.display(),
-                    pi.env_var()
+                    cases_env_var(pi)
                 ),
             );
             return Vec::new();

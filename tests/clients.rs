@@ -67,7 +67,7 @@ fn run(dir: &Path, program: &Path, args: &[&str], extra_env: &[(&str, &Path)]) -
         .current_dir(dir)
         .env("COMPACTD_BIN", BIN)
         .env(
-            PiVersion::V0_85.env_var(),
+            support::cases_env_var(PiVersion::V0_85),
             conformance_cases(PiVersion::V0_85),
         )
         .env("NO_UPDATE_NOTIFIER", "1")
@@ -156,7 +156,7 @@ fn conformance_missing(suite: &str) -> bool {
         &format!(
             "conformance cases not found at {} (is {} right?)",
             cases.display(),
-            PiVersion::V0_85.env_var()
+            support::cases_env_var(PiVersion::V0_85)
         ),
     );
     true

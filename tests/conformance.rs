@@ -18,17 +18,12 @@ use support::{
     ANALYSIS_FIELDS,
 };
 
-/// The library's rules for a fixture set.
-fn rules(pi: PiVersion) -> compactd::pi_version::PiVersion {
-    compactd::pi_version::PiVersion::parse(pi.as_str()).expect("a version compactd follows")
-}
-
 fn check_analysis(dir: &Path, expected: &Value, pi: PiVersion) -> Vec<String> {
     let (tree, ids) = load_case(dir);
     let window = expected["inputs"]["contextWindow"]
         .as_i64()
         .unwrap_or(200000);
-    let mut actual = report::inspect(&tree, window, &settings_of(expected), rules(pi));
+    let mut actual = report::inspect(&tree, window, &settings_of(expected), pi);
     rename_strings(&mut actual, &ids);
     let mut failures = Vec::new();
     for field in ANALYSIS_FIELDS {
@@ -90,11 +85,7 @@ fn run_set(runtime: &tokio::runtime::Runtime, pi: PiVersion) -> Vec<String> {
                 fake_llm::Protocol::AnthropicMessages,
             ] {
                 let found = runtime.block_on(fake_llm::check_compaction(
-                    dir,
-                    &expected,
-                    protocol,
-                    rules(pi),
-                    route,
+                    dir, &expected, protocol, pi, route,
                 ));
                 failures.extend(
                     found

@@ -50,11 +50,6 @@ const SCENARIOS_1_6: [&str; 9] = [
 /// Not the fixtures' seeds (1000–1070).
 const SEEDS: [u32; 3] = [7101, 7202, 7303];
 
-/// compactd's rules for the oracle's Pi.
-fn rules(pi: PiVersion) -> compactd::pi_version::PiVersion {
-    compactd::pi_version::PiVersion::parse(pi.as_str()).expect("a version compactd follows")
-}
-
 /// `harness.mjs --no-compact` on `file` with these settings.
 fn analyse(
     oracle: &Oracle,
@@ -124,14 +119,14 @@ fn run_case(
     // 1. The analysis of the generated session.
     let theirs = analyse(oracle, &file, window, &settings)?;
     let tree = load(&file)?;
-    let ours = compactd::report::inspect(&tree, window, &settings, rules(pi));
+    let ours = compactd::report::inspect(&tree, window, &settings, pi);
     compare_analysis(&theirs, &ours, "original", &mut failures);
 
     // 2. compactd compacts a copy; Pi must load it as compactd does.
     let copy = dir.join(format!("{scenario}-{seed}.compacted.jsonl"));
     std::fs::copy(&file, &copy).map_err(|e| e.to_string())?;
     let branch = tree.branch();
-    let prepared = prepare_compaction(rules(pi), &tree.refs(&branch), &settings).is_ok();
+    let prepared = prepare_compaction(pi, &tree.refs(&branch), &settings).is_ok();
     let res = rt.block_on(support::compact::compact_file(
         config.clone(),
         &copy,
@@ -190,7 +185,7 @@ fn run_case(
         ));
     }
     // The whole analysis of the compacted file agrees too.
-    let ours_after = compactd::report::inspect(&reloaded, window, &settings, rules(pi));
+    let ours_after = compactd::report::inspect(&reloaded, window, &settings, pi);
     compare_analysis(&pi_after, &ours_after, "after", &mut failures);
     Ok(failures)
 }
@@ -224,7 +219,7 @@ fn roundtrip(pi: PiVersion, scenarios: &[&str]) {
         1024
     ]));
     let mut config = fake_llm::fake_config(Protocol::OpenAiCompletions, fake.port);
-    config.compat.pi_version = compactd::config::PiVersionSetting(rules(pi));
+    config.compat.pi_version = compactd::config::PiVersionSetting(pi);
     let tmp = tempfile::tempdir().expect("tempdir");
     let cases: Vec<(&str, u32)> = scenarios
         .iter()

@@ -10,6 +10,7 @@ use std::process::Command;
 
 #[path = "../src/test_fixtures.rs"]
 mod fixtures;
+use compactd::pi_version::PiVersion;
 use fixtures::skip_or_fail;
 
 fn readme() -> String {

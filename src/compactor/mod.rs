@@ -941,6 +941,8 @@ mod tests {
         /// With the call's name, once both calls are in flight (a sequential caller never
         /// gets there: its first call fails with "not concurrent").
         WhenBothStarted,
+        /// With the call's name, at once.
+        Accept,
         /// A failure no retry helps (HTTP 400).
         Refuse,
         /// Only when the call is cancelled (given up after 10 s).
@@ -999,6 +1001,7 @@ mod tests {
                     _ => self.history,
                 };
                 let text = match answer {
+                    Answer::Accept => kind.label().to_owned(),
                     Answer::Refuse => return AssistantReply::error("400 bad request", Some(400)),
                     Answer::RefuseLate => {
                         tokio::select! {
@@ -1141,8 +1144,8 @@ mod tests {
             return;
         };
         // A failed history call stops the turn prefix's; a failed turn-prefix call stops
-        // nothing, and the history call's own failure, found later, is the one reported (Pi
-        // sends the history call first and fails on it).
+        // nothing: the history call's own failure, found later, is the one reported (Pi sends
+        // the history call first and fails on it), and the prefix's when the history answers.
         for (history, prefix, reported, stopped) in [
             (
                 Answer::Refuse,
@@ -1151,12 +1154,7 @@ mod tests {
                 vec![CallKind::TurnPrefix],
             ),
             (Answer::RefuseLate, Answer::Refuse, "refused late", vec![]),
-            (
-                Answer::WhenBothStarted,
-                Answer::Refuse,
-                "bad request",
-                vec![],
-            ),
+            (Answer::Accept, Answer::Refuse, "bad request", vec![]),
         ] {
             let (outcome, client, _) =
                 generate_split(&prep, history, prefix, &CancellationToken::new()).await;

@@ -18,7 +18,7 @@ use crate::live_context::LiveContext;
 use crate::rpc::errors::{ErrorKind, RpcError};
 use crate::rpc::types::Model;
 use crate::session::entry::StopReason;
-use crate::session::{ids, BranchView, Entry, EntryKind, PiVersion, Role, SessionTree};
+use crate::session::{ids, BranchView, Entry, EntryId, EntryKind, PiVersion, Role, SessionTree};
 use crate::store::{SessionRef, SessionStorage, StoreError};
 
 /// A session's in-memory state.
@@ -266,10 +266,14 @@ impl SessionState {
             }
         }
         let current = system_tokens(proj.current_system_message(&view).as_ref());
-        let mut cleared = Cleared::default();
-        for &i in &self.branch {
-            cleared.record(i, self.tree.entry(i));
-        }
+        // Pi 1.6 ignores `compactd.clear` entries: its passes are `context_edit`s, applied by
+        // the projection itself.
+        let cleared = Cleared::replaced(
+            proj.edits
+                .iter()
+                .filter(|e| !e.omit && e.target_in_context)
+                .map(|e| EntryId::from(e.target_id.as_str())),
+        );
         agent.shrink_to_fit();
         self.agent = agent;
         self.cleared = cleared;
@@ -396,10 +400,34 @@ impl SessionState {
                 targets.extend(e.id_owned());
             }
         }
-        for target in &targets {
-            self.append_with(|id, parent, ts| context_edit_entry(id, parent, ts, target, None))?;
-        }
+        self.append_context_edits(targets.iter().map(|t| (t.as_str(), None)))?;
         Ok(!targets.is_empty())
+    }
+
+    /// Appends one Pi 1.6 `context_edit` per `(target, replacement)` (`None` omits the target)
+    /// and rebuilds the projected context once, also after a failure part-way: each edit
+    /// written stands alone and is in force. Returns how many were written.
+    pub fn append_context_edits<'a>(
+        &mut self,
+        edits: impl IntoIterator<Item = (&'a str, Option<Value>)>,
+    ) -> Result<usize, RpcError> {
+        let mut written = 0;
+        let mut outcome = Ok(());
+        for (target, replacement) in edits {
+            if let Err(e) = self.append_with(|id, parent, ts| {
+                context_edit_entry(id, parent, ts, target, replacement)
+            }) {
+                outcome = Err(e);
+                break;
+            }
+            written += 1;
+        }
+        if written > 0 {
+            self.rebuild_agent_context();
+            // Any clearing edit among them: its output is no longer re-read.
+            self.cache_debt.paid();
+        }
+        outcome.map(|()| written)
     }
 
     /// Removes the last agent-context message if it is an assistant (overflow recovery); the
@@ -478,6 +506,8 @@ impl SessionState {
     /// skipped, so reading a stretch twice is harmless.
     fn ingest(&mut self, lines: &[u8]) {
         let mut incremental = true;
+        // Under 1.6 an edit or a system message rebuilds the context: once for the batch.
+        let mut rebuild = false;
         let mut added = 0usize;
         for piece in lines.split(|&b| b == b'\n') {
             let Some(Ok(e)) = Entry::from_line(bytes::Bytes::copy_from_slice(piece)) else {
@@ -502,7 +532,7 @@ impl SessionState {
             added += 1;
             if incremental && follows_leaf && !is_compaction {
                 self.extend_branch(idx);
-                self.push_agent(idx);
+                rebuild |= self.extend_agent(idx);
             } else {
                 incremental = false;
             }
@@ -513,6 +543,8 @@ impl SessionState {
         if !incremental {
             self.foreign_moves += 1;
             self.refresh_branch();
+        } else if rebuild {
+            self.rebuild_agent_context();
         }
     }
 
@@ -524,20 +556,20 @@ impl SessionState {
             positions: &self.branch,
         };
         self.index.push(&view);
+        if self.rules.is_1_6() {
+            // An edit rebuilds the projection when its entry reaches the context
+            // (`push_agent`); a `compactd.clear` entry is nothing to Pi 1.6.
+            return;
+        }
         if let Some(ids) = self.cleared.record(idx, self.tree.entry(idx)) {
             self.apply_pass(&ids);
         }
     }
 
-    /// A clearing pass reached the leaf (compactd's, or one another writer appended): the
-    /// context's messages it names shrink to their placeholders, and the usage replies reported
-    /// so far no longer describes the projection.
+    /// A clearing pass reached the leaf under 0.85's rules (compactd's, or one another writer
+    /// appended): the context's messages it names shrink to their placeholders, and the usage
+    /// replies reported so far no longer describes the projection.
     fn apply_pass(&mut self, ids: &[String]) {
-        if self.rules.is_1_6() {
-            self.rebuild_agent_context();
-            self.cache_debt.paid();
-            return;
-        }
         let named: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
         for pos in 0..self.agent.len() {
             let e = self.tree.entry(self.agent[pos]);
@@ -747,16 +779,30 @@ impl SessionState {
     /// Adds an appended entry's message to the agent context. Under 1.6 an edit or a system
     /// message changes more than the end of the context: it is rebuilt.
     pub fn push_agent(&mut self, idx: usize) {
+        if self.extend_agent(idx) {
+            self.rebuild_agent_context();
+        }
+    }
+
+    /// [`SessionState::push_agent`] but for the rebuild: true when the entry changes more than
+    /// the end of the context, so the caller rebuilds it (once, after a batch of entries).
+    fn extend_agent(&mut self, idx: usize) -> bool {
         let e = self.tree.entry(idx);
         if self.rules.is_1_6() && (e.kind == EntryKind::ContextEdit || e.role == Some(Role::System))
         {
-            return self.rebuild_agent_context();
+            if clearing::is_clearing_edit(e) {
+                // Whoever appended it (this daemon, the Pi extension through Pi, another
+                // daemon), the output it cleared is no longer re-read.
+                self.cache_debt.paid();
+            }
+            return true;
         }
         if e.role.is_some() {
             self.live.push(self.message_facts(idx));
             crate::session::room::push(&mut self.agent, idx);
             release_if_worth_it(0);
         }
+        false
     }
 }
 

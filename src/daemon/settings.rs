@@ -406,6 +406,7 @@ impl EffectiveSettings {
                         exclude_tools: c.exclude_tools.clone(),
                         cache_aware: c.cache_aware,
                         summarize_at: c.summarize_at,
+                        summarize_originals: c.summarize_originals,
                     }),
             );
         results::EffectiveSettings {

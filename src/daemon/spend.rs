@@ -192,6 +192,9 @@ fn report(
     // pass waiting for the next reply (its cache rewrite).
     let mut cleared_tokens = 0u64;
     let mut pass_pending: Option<f64> = None;
+    // Under 1.6 a pass is a run of clearing edits (one per output): the run so far.
+    let edits_pass = state.rules.is_1_6();
+    let mut in_pass = false;
     let rewrite = |usage: &Usage, cold: bool| -> Option<f64> {
         agent_prices.map(|p| {
             if cold {
@@ -205,6 +208,7 @@ fn report(
         })
     };
     for e in entries.iter() {
+        let was_in_pass = std::mem::take(&mut in_pass);
         match e.kind {
             EntryKind::Message if e.role == Some(Role::Assistant) => {
                 let Some(m) = e.message() else { continue };
@@ -236,13 +240,28 @@ fn report(
                 }
                 last_reply_ms = ts.or(last_reply_ms);
             }
-            EntryKind::Custom => {
+            EntryKind::Custom if !edits_pass => {
                 if crate::clearing::pass_ids(e).is_none() {
                     continue;
                 }
                 let v = e.value();
                 let freed = v["data"]["tokensFreed"].as_u64().unwrap_or(0);
                 clearing.passes += 1;
+                clearing.tokens_freed += freed;
+                cleared_tokens += freed;
+                pass_pending = ids::timestamp_value_ms(v.get("timestamp")).map(|t| t as f64);
+            }
+            EntryKind::ContextEdit if edits_pass && crate::clearing::is_clearing_edit(e) => {
+                let v = e.value();
+                let target = v["targetId"]
+                    .as_str()
+                    .and_then(|id| state.tree.index_of(id))
+                    .map(|i| state.tree.entry(i));
+                let freed = target.map_or(0, crate::clearing::frees_when_cleared);
+                if !was_in_pass {
+                    clearing.passes += 1;
+                }
+                in_pass = true;
                 clearing.tokens_freed += freed;
                 cleared_tokens += freed;
                 pass_pending = ids::timestamp_value_ms(v.get("timestamp")).map(|t| t as f64);

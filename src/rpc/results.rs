@@ -393,6 +393,7 @@ pub struct ClearToolResultsView {
     pub exclude_tools: Vec<String>,
     pub cache_aware: bool,
     pub summarize_at: f64,
+    pub summarize_originals: bool,
 }
 
 impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettingsView {
@@ -610,6 +611,23 @@ pub struct ClearingPreview {
     /// The pass frees enough but waits: the provider's cache is warm and the reads of what it
     /// would clear have not yet paid for the rewrite it would cause (`cacheAware`).
     pub waits_for_cache: bool,
+    /// Under Pi 1.6's rules, the pass as the `context_edit` entries that make it (one per
+    /// output, its content replaced by the placeholder): what a client appending for Pi (the
+    /// Pi extension returns them from `turn_end`) writes. Absent under 0.85.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edits: Option<Vec<ContextEditDraft>>,
+}
+
+/// A Pi 1.6 `context_edit` entry before it is written (Pi's `ContextEditEntryDraft`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextEditDraft {
+    /// Always `"context_edit"`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub target_id: String,
+    /// `{content}`: the message's content from then on (its other fields stay).
+    pub replacement: Value,
 }
 
 /// `navigateTree`'s answer.

@@ -330,6 +330,10 @@ pub struct ClearToolResultsPatch {
     /// fraction of the threshold after clearing, in (0, 1] (default 1: Pi's threshold).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summarize_at: Option<f64>,
+    /// A summarizing compaction reads the original outputs a pass cleared (default true), or
+    /// the projection with their placeholders (Pi 1.6's own way: it summarizes its context).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summarize_originals: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

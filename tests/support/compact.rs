@@ -34,6 +34,10 @@ pub async fn compact_file(
             json!({ "customInstructions": custom_instructions }),
         )
         .await?;
+    // Closed before the daemon goes: the file's lock is released when the reply comes, not
+    // when a runtime gets round to the dropped connection (a caller's next compaction of the
+    // same file, on a current-thread runtime, would find it still locked).
+    open.call("closeSession", json!({})).await?;
     let entry = last_line(&std::fs::read(file).unwrap_or_default());
     Ok(Compacted { result, entry })
 }

@@ -160,8 +160,13 @@ impl Env {
 
     /// `compactd inspect --json FILE`: the analysis, or the failure's stderr.
     pub fn inspect(&self, file: &Path) -> Result<Value, String> {
+        self.inspect_with(file, &[])
+    }
+
+    /// [`Env::inspect`] with more flags (`--pi-version 0.85`, say).
+    pub fn inspect_with(&self, file: &Path, flags: &[&str]) -> Result<Value, String> {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_compactd"));
-        cmd.arg("inspect").arg("--json").arg(file);
+        cmd.arg("inspect").arg("--json").args(flags).arg(file);
         for (k, v) in self.vars() {
             cmd.env(k, v);
         }

@@ -36,11 +36,14 @@ pub const ANALYSIS_FIELDS: [&str; 12] = [
     "serialized",
 ];
 
+/// The version of Pi's rules, and of the recordings made under them.
+pub use compactd::pi_version::PiVersion;
+
 #[path = "../../src/test_fixtures.rs"]
 mod fixtures;
 #[allow(unused_imports)]
 pub use fixtures::{
-    case_file, cases_of, cases_with, conformance_cases, in_ci, skip_or_fail, PiVersion,
+    case_file, cases_env_var, cases_of, cases_with, conformance_cases, in_ci, skip_or_fail,
 };
 
 /// Every case directory of Pi `pi`'s set with an `expected.json`, sorted; never empty (an absent

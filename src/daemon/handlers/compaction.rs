@@ -130,7 +130,8 @@ pub fn preview_compaction(
         full: None,
     };
     if p.detail == Some(PreviewDetail::Full) {
-        let prep = Preparation::from_plan(plan, &view, |i| state.tree.shared(state.branch[i]));
+        let mut prep = Preparation::from_plan(plan, &view, |i| state.tree.shared(state.branch[i]));
+        lifecycle::summary_input(&mut prep, &all_settings, &state.cleared);
         let refs = |m: &[PreparedMessage]| {
             m.iter()
                 .map(|x| MessageRef {

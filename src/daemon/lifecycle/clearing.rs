@@ -20,6 +20,7 @@ use super::super::spend;
 use super::super::{Daemon, Session};
 use crate::clearing::{self, CacheDebt, ClearSettings, Pass, CLEAR_TYPE};
 use crate::rpc::events::ContextCleared;
+use crate::rpc::results::ContextEditDraft;
 use crate::rpc::results::{ClearingPass, ClearingPreview};
 use crate::session::Role;
 
@@ -99,7 +100,9 @@ pub fn preview(
     // The reads are counted here too: the Pi extension asks before every request and never
     // checks (a count only moves with new replies, so asking twice adds nothing).
     state.cache_debt = d.debt;
+    let edits = state.rules.is_1_6().then(|| edits(&state, &d.pass));
     Some(ClearingPreview {
+        edits,
         due: d.due(),
         waits_for_cache: d.waits_for_cache,
         tokens_after: state
@@ -128,17 +131,7 @@ pub fn run(
         if !d.due() {
             return None;
         }
-        let data = clearing::pass_data(&d.pass);
-        let written = state.append_with(|id, parent, ts| {
-            custom_entry(
-                "custom",
-                id,
-                parent,
-                ts,
-                vec![("customType", json!(CLEAR_TYPE)), ("data", data)],
-            )
-        });
-        if let Err(e) = written {
+        if let Err(e) = record(&mut state, &d.pass) {
             tracing::warn!(session = %session.id, error = %e.message, "could not write the clearing pass; nothing cleared");
             return None;
         }
@@ -170,6 +163,56 @@ pub fn run(
         tokens_before: before,
         tokens_after: after,
     })
+}
+
+/// Writes a pass in the form the session's Pi reads. Under 0.85 one `compactd.clear` custom
+/// entry (Pi 0.85 loads and ignores it; the daemon's projection applies it). Under 1.6 Pi's
+/// own mechanism: one `context_edit` per output, its content replaced by the placeholder, so
+/// Pi 1.6 and every reader of the file project the same context with no extension. A failure
+/// after some edits leaves those (each stands alone: an output cleared); the rest are not
+/// written.
+fn record(state: &mut SessionState, pass: &Pass) -> Result<(), crate::rpc::errors::RpcError> {
+    if !state.rules.is_1_6() {
+        let data = clearing::pass_data(pass);
+        return state
+            .append_with(|id, parent, ts| {
+                custom_entry(
+                    "custom",
+                    id,
+                    parent,
+                    ts,
+                    vec![("customType", json!(CLEAR_TYPE)), ("data", data)],
+                )
+            })
+            .map(drop);
+    }
+    let drafts = edits(state, pass);
+    state
+        .append_context_edits(
+            drafts
+                .iter()
+                .map(|d| (d.target_id.as_str(), Some(d.replacement.clone()))),
+        )
+        .map(drop)
+}
+
+/// Under 1.6, the `context_edit`s that make `pass` (what the Pi extension hands Pi to append).
+pub fn edits(state: &SessionState, pass: &Pass) -> Vec<ContextEditDraft> {
+    let tokens: std::collections::HashMap<&str, u64> = state
+        .context_entries()
+        .into_iter()
+        .filter_map(|e| Some((e.id.as_deref()?, e.tokens)))
+        .collect();
+    pass.entry_ids
+        .iter()
+        .filter_map(|id| {
+            Some(ContextEditDraft {
+                kind: "context_edit".into(),
+                target_id: id.clone(),
+                replacement: clearing::replacement(id, *tokens.get(id.as_str())?),
+            })
+        })
+        .collect()
 }
 
 /// Where a summarizing compaction comes, of Pi's `threshold`: `summarizeAt` × it with clearing

@@ -41,7 +41,7 @@ pub(super) struct Snapshot {
 
 pub(super) fn snapshot(session: &Session, settings: &EffectiveSettings) -> Snapshot {
     let state = session.lock_state();
-    let prep = prepare::of_branch(&state, &settings.compaction);
+    let prep = prepare::of_branch(&state, settings);
     Snapshot {
         path: state.branch.iter().map(|&i| state.tree.shared(i)).collect(),
         prep,
@@ -334,7 +334,7 @@ impl Run<'_> {
         // The speculation's own calls, then those of an update on top.
         let mut cost = vetted.cost;
         let on_top = if over {
-            speculation::on_top(&path, &ready, &self.settings.compaction)
+            speculation::on_top(&path, &ready, &self.settings)
         } else {
             None
         };

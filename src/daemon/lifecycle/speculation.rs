@@ -371,7 +371,7 @@ fn start_locked(
     settings: &EffectiveSettings,
     turn: usize,
 ) -> Option<Started> {
-    let prep = super::prepare::of_branch(state, &settings.compaction).ok()?;
+    let prep = super::prepare::of_branch(state, settings).ok()?;
     let first_kept = prep.first_kept_entry_id.clone();
     let covers_through = state
         .branch
@@ -561,7 +561,7 @@ pub(super) fn mark(outcome: &mut CompactionOutcome, origin: &Origin, updated: bo
 pub(super) fn on_top(
     path: &[Arc<Entry>],
     c: &Claimed,
-    settings: &crate::compaction::CompactionSettings,
+    settings: &EffectiveSettings,
 ) -> Option<Preparation> {
     let position = |id: &str| path.iter().rposition(|e| e.id.as_deref() == Some(id));
     let at = c
