@@ -334,7 +334,7 @@ impl Run<'_> {
         // The speculation's own calls, then those of an update on top.
         let mut cost = vetted.cost;
         let on_top = if over {
-            speculation::on_top(&path, &ready, &self.settings)
+            speculation::on_top(&path, &ready, self.settings)
         } else {
             None
         };
