@@ -17,8 +17,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
+#[path = "../tests/support/small_sessions.rs"]
+mod small_sessions;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,8 +27,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::daemon::{model, Daemon};
+use common::daemon::{model, Conn, Daemon};
 use common::{ms, percentile};
+use small_sessions::write_small_sessions;
 
 type Res<T> = Result<T, String>;
 
@@ -78,112 +80,6 @@ impl Measured for Daemon {
             .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
             .unwrap_or_else(|| "?".into())
     }
-}
-
-/// One NDJSON connection that pipelines requests.
-struct Conn {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next: u64,
-    line: Vec<u8>,
-}
-
-impl Conn {
-    fn new(socket: &Path) -> Res<Conn> {
-        let s = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
-        s.set_read_timeout(Some(Duration::from_secs(120)))
-            .map_err(|e| e.to_string())?;
-        let writer = s.try_clone().map_err(|e| e.to_string())?;
-        Ok(Conn {
-            reader: BufReader::with_capacity(1 << 16, s),
-            writer,
-            next: 1,
-            line: Vec::new(),
-        })
-    }
-
-    /// Sends every request of `calls` (at most 64 unanswered at once) and returns the results
-    /// in order, or the first error.
-    fn calls(&mut self, calls: &[(&str, Value)]) -> Res<Vec<Value>> {
-        let mut out = Vec::with_capacity(calls.len());
-        for chunk in calls.chunks(64) {
-            let mut text = Vec::new();
-            for (method, params) in chunk {
-                let id = self.next;
-                self.next += 1;
-                serde_json::to_writer(
-                    &mut text,
-                    &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-                )
-                .map_err(|e| e.to_string())?;
-                text.push(b'\n');
-            }
-            self.writer
-                .write_all(&text)
-                .map_err(|e| format!("write: {e}"))?;
-            for _ in chunk {
-                let v = self.response()?;
-                if let Some(e) = v.get("error") {
-                    return Err(format!("{e}"));
-                }
-                out.push(v.get("result").cloned().unwrap_or(Value::Null));
-            }
-        }
-        Ok(out)
-    }
-
-    fn response(&mut self) -> Res<Value> {
-        loop {
-            self.line.clear();
-            let n = self
-                .reader
-                .read_until(b'\n', &mut self.line)
-                .map_err(|e| format!("read: {e}"))?;
-            if n == 0 {
-                return Err("the daemon closed the connection".into());
-            }
-            let v: Value = serde_json::from_slice(&self.line).map_err(|e| e.to_string())?;
-            if v.get("method").is_none() {
-                return Ok(v);
-            }
-        }
-    }
-}
-
-/// `n` small session files (a header and two user/assistant turns, about 1.5 KB each).
-fn write_sessions(dir: &Path, n: usize) -> Res<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let usage = json!({"input": 1200, "output": 40, "cacheRead": 0, "cacheWrite": 0,
-        "totalTokens": 1240, "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}});
-    (0..n)
-        .map(|i| {
-            let path = dir.join(format!("s{i:05}.jsonl"));
-            let mut text = json!({"type": "session", "version": 3, "id": format!("bench-{i:05}"),
-                "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"})
-            .to_string();
-            text.push('\n');
-            let mut parent = Value::Null;
-            for k in 0..4 {
-                let id = format!("{i:05}{k:03}");
-                let message = if k % 2 == 0 {
-                    json!({"role": "user", "content": format!("turn {k}: rename the config loader and add tests for it"), "timestamp": 1})
-                } else {
-                    json!({"role": "assistant", "content": [{"type": "text", "text": "Renamed load_config to Config::load; tests added in tests/config.rs."}],
-                        "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5",
-                        "usage": usage, "stopReason": "stop", "timestamp": 2})
-                };
-                text.push_str(
-                    &json!({"type": "message", "id": id, "parentId": parent,
-                        "timestamp": "2026-01-01T00:00:01.000Z", "message": message})
-                    .to_string(),
-                );
-                text.push('\n');
-                parent = Value::String(id);
-            }
-            std::fs::write(&path, text).map_err(|e| e.to_string())?;
-            Ok(path)
-        })
-        .collect()
 }
 
 /// A session a connection holds open: its file and its id.
@@ -286,7 +182,8 @@ fn run() -> Res<()> {
     let root = tempfile::tempdir().map_err(|e| e.to_string())?;
     let most = steps.iter().copied().max().unwrap_or(0);
     // Under the daemon's home: its allowed roots.
-    let files = write_sessions(&root.path().join("home/sessions"), most)?;
+    let files = write_small_sessions(&root.path().join("home/sessions"), most)
+        .map_err(|e| e.to_string())?;
     let d = Daemon::start_limited(&bin, root.path(), None, Some(soft))?;
     println!("{}", common::machine_note());
     println!(

@@ -10,7 +10,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use support::daemon_env::{model, wait_for_socket, Env, KillOnDrop};
 use support::rpc_client::{Client, Framing};
 
@@ -41,36 +41,7 @@ fn serve_limited(env: &Env, socket: &Path, soft: u64, hard: u64) -> Child {
 
 /// `n` small sessions (a header and two turns each) in `dir`.
 fn small_sessions(dir: &Path, n: usize) -> Vec<PathBuf> {
-    std::fs::create_dir_all(dir).unwrap();
-    (0..n)
-        .map(|i| {
-            let path = dir.join(format!("s{i}.jsonl"));
-            let mut text = json!({"type": "session", "version": 3, "id": format!("h{i}"),
-                "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"})
-            .to_string();
-            text.push('\n');
-            let mut parent = Value::Null;
-            for (k, role) in ["user", "assistant", "user", "assistant"].iter().enumerate() {
-                let id = format!("e{i}x{k}");
-                let message = if *role == "user" {
-                    json!({"role": "user", "content": "please fix the parser", "timestamp": 1})
-                } else {
-                    json!({"role": "assistant", "content": [{"type": "text", "text": "done"}],
-                        "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5",
-                        "usage": support::daemon_env::usage(1000), "stopReason": "stop", "timestamp": 2})
-                };
-                text.push_str(
-                    &json!({"type": "message", "id": id, "parentId": parent,
-                        "timestamp": "2026-01-01T00:00:01.000Z", "message": message})
-                    .to_string(),
-                );
-                text.push('\n');
-                parent = Value::String(id);
-            }
-            std::fs::write(&path, text).unwrap();
-            path
-        })
-        .collect()
+    support::small_sessions::write_small_sessions(dir, n).expect("write the sessions")
 }
 
 fn descriptors(pid: u32) -> usize {

@@ -215,20 +215,40 @@ impl Conn {
     }
 
     pub fn call(&mut self, method: &str, params: Value) -> Res<Value> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut req =
-            serde_json::to_vec(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}))
+        let mut results = self.calls(&[(method, params)])?;
+        results
+            .pop()
+            .ok_or_else(|| format!("{method}: no response"))
+    }
+
+    /// Sends every request of `calls` pipelined (at most 64 unanswered at once) and returns
+    /// the results in order, or the first error.
+    pub fn calls(&mut self, calls: &[(&str, Value)]) -> Res<Vec<Value>> {
+        let mut out = Vec::with_capacity(calls.len());
+        for chunk in calls.chunks(64) {
+            let mut text = Vec::new();
+            for (method, params) in chunk {
+                let id = self.next_id;
+                self.next_id += 1;
+                serde_json::to_writer(
+                    &mut text,
+                    &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+                )
                 .map_err(|e| e.to_string())?;
-        req.push(b'\n');
-        self.writer
-            .write_all(&req)
-            .map_err(|e| format!("write: {e}"))?;
-        let v = self.read_response()?;
-        if let Some(err) = v.get("error") {
-            return Err(format!("{method}: {err}"));
+                text.push(b'\n');
+            }
+            self.writer
+                .write_all(&text)
+                .map_err(|e| format!("write: {e}"))?;
+            for (method, _) in chunk {
+                let v = self.read_response()?;
+                if let Some(err) = v.get("error") {
+                    return Err(format!("{method}: {err}"));
+                }
+                out.push(v.get("result").cloned().unwrap_or(Value::Null));
+            }
         }
-        Ok(v.get("result").cloned().unwrap_or(Value::Null))
+        Ok(out)
     }
 
     /// `openSession` of `path` with the benchmarks' model (a 200k window).
