@@ -12,6 +12,14 @@
 //! - **(d) clearing with the setting's defaults**: `clearToolResults {}` (`at` 0.5,
 //!   `keepRecentTokens` 20000, `clearAtLeast` 10000, `cacheAware`, `summarizeAt` 1), to show
 //!   what the choices of (b) are worth.
+//! - **(e) (b), the summary reading the placeholders**: (b) with `summarizeOriginals: false`,
+//!   so a summary reads the cleared outputs as the projection shows them (Pi 1.6 summarizes its
+//!   own projection) instead of their originals: what the default `true` is worth.
+//!
+//! **Both Pis' rules**: the whole comparison runs under Pi 0.85's rules and then Pi 1.6's
+//! (`piVersion`; `COMPACTD_BENCH_PI_VERSION=0.85` or `1.6` runs one): under 1.6 a pass is Pi's
+//! own `context_edit`s, usage recorded before an edit no longer counts, and the cut is found on
+//! the projection.
 //!
 //! **The loop** is generated once from a seed, so every strategy sees the same messages: each
 //! turn is a user message, an assistant tool call (`read` 1–6k tokens, `grep` 0.3–2k, `bash`
@@ -366,6 +374,9 @@ struct Strategy {
     name: &'static str,
     /// `compaction.clearToolResults` as JSON text, `None`: off.
     clear: Option<String>,
+    /// `clearToolResults.summarizeOriginals`: the summary reads the cleared outputs' originals
+    /// (`true`) or their placeholders, as Pi 1.6 summarizes its own projection.
+    originals: bool,
     speculative_at: f64,
     idle_compact_at: f64,
 }
@@ -536,6 +547,7 @@ impl Agent {
 fn run(
     bin: &Path,
     root: &Path,
+    pi: &str,
     plan: &Plan,
     turns: &[Turn],
     facts: &[String],
@@ -560,12 +572,16 @@ fn run(
         .ok_or("createSession without sessionId")?
         .to_owned();
     let clear: Value = match &s.clear {
-        Some(text) => serde_json::from_str(text).map_err(|e| e.to_string())?,
+        Some(text) => {
+            let mut clear: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+            clear["summarizeOriginals"] = s.originals.into();
+            clear
+        }
         None => Value::Null,
     };
     conn.call(
         "setSettingsOverrides",
-        json!({"sessionId": sid, "compaction": {"reserveTokens": RESERVE, "keepRecentTokens": 20000,
+        json!({"sessionId": sid, "piVersion": pi, "compaction": {"reserveTokens": RESERVE, "keepRecentTokens": 20000,
             "speculativeAt": s.speculative_at, "idleCompactAt": s.idle_compact_at,
             "cacheTtlSeconds": plan.cache_ttl.as_secs(), "clearToolResults": clear}}),
     )?;
@@ -651,6 +667,48 @@ fn main() {
     }
 }
 
+/// The strategies compared, (b)'s and (c)'s clearing from `COMPACTD_BENCH_CLEARING` when set.
+fn strategies() -> [Strategy; 5] {
+    let clearing = std::env::var("COMPACTD_BENCH_CLEARING").unwrap_or_else(|_| CLEARING.to_owned());
+    [
+        Strategy {
+            name: "(a) Pi: summarize at the threshold",
+            clear: None,
+            originals: true,
+            speculative_at: 0.0,
+            idle_compact_at: 0.0,
+        },
+        Strategy {
+            name: "(b) clearing, then summarizing",
+            clear: Some(clearing.clone()),
+            originals: true,
+            speculative_at: 0.0,
+            idle_compact_at: 0.0,
+        },
+        Strategy {
+            name: "(c) clearing + speculation + idle gate",
+            clear: Some(clearing.clone()),
+            originals: true,
+            speculative_at: 0.75,
+            idle_compact_at: 0.4,
+        },
+        Strategy {
+            name: "(d) clearing with the setting's defaults",
+            clear: Some("{}".to_owned()),
+            originals: true,
+            speculative_at: 0.0,
+            idle_compact_at: 0.0,
+        },
+        Strategy {
+            name: "(e) (b), the summary reading the placeholders",
+            clear: Some(clearing),
+            originals: false,
+            speculative_at: 0.0,
+            idle_compact_at: 0.0,
+        },
+    ]
+}
+
 fn bench() -> Res<()> {
     let release = common::is_bench();
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_compactd"));
@@ -675,34 +733,6 @@ fn bench() -> Res<()> {
             pause_every: 30,
         }
     };
-    // (b)'s and (c)'s setting, or another one to compare.
-    let clearing = std::env::var("COMPACTD_BENCH_CLEARING").unwrap_or_else(|_| CLEARING.to_owned());
-    let strategies = [
-        Strategy {
-            name: "(a) Pi: summarize at the threshold",
-            clear: None,
-            speculative_at: 0.0,
-            idle_compact_at: 0.0,
-        },
-        Strategy {
-            name: "(b) clearing, then summarizing",
-            clear: Some(clearing.clone()),
-            speculative_at: 0.0,
-            idle_compact_at: 0.0,
-        },
-        Strategy {
-            name: "(c) clearing + speculation + idle gate",
-            clear: Some(clearing.clone()),
-            speculative_at: 0.75,
-            idle_compact_at: 0.4,
-        },
-        Strategy {
-            name: "(d) clearing with the setting's defaults",
-            clear: Some("{}".to_owned()),
-            speculative_at: 0.0,
-            idle_compact_at: 0.0,
-        },
-    ];
     // Another loop of the same kind, to see how much a figure owes to this one.
     let seed = match std::env::var("COMPACTD_BENCH_SEED") {
         Ok(v) => v
@@ -724,6 +754,38 @@ fn bench() -> Res<()> {
         plan.pause_every
     );
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    for pi in versions()? {
+        compare(&bin, tmp.path(), pi, &plan, &turns, &facts, release)?;
+    }
+    Ok(())
+}
+
+/// `COMPACTD_BENCH_PI_VERSION` (`0.85` or `1.6`), or both: each Pi's rules change what a
+/// clearing pass is (a custom entry compactd projects, Pi 1.6's own `context_edit`s) and how
+/// the cut and the estimate read it.
+fn versions() -> Res<Vec<&'static str>> {
+    match std::env::var("COMPACTD_BENCH_PI_VERSION").ok().as_deref() {
+        None | Some("") => Ok(vec!["0.85", "1.6"]),
+        Some("0.85") => Ok(vec!["0.85"]),
+        Some("1.6") => Ok(vec!["1.6"]),
+        Some(other) => Err(format!("COMPACTD_BENCH_PI_VERSION={other}: 0.85 or 1.6")),
+    }
+}
+
+/// Every strategy on the loop under `pi`'s rules: the table, the ratios to (a), the issue's
+/// target, and (not `release`) the smoke checks.
+fn compare(
+    bin: &Path,
+    tmp: &Path,
+    pi: &str,
+    plan: &Plan,
+    turns: &[Turn],
+    facts: &[String],
+    release: bool,
+) -> Res<()> {
+    let strategies = strategies();
+    println!();
+    println!("### Pi {pi}'s rules");
     // Every strategy at once, each on its own daemon: they mostly wait.
     let outcomes: Vec<Res<Outcome>> = std::thread::scope(|sc| {
         let handles: Vec<_> = strategies
@@ -731,9 +793,8 @@ fn bench() -> Res<()> {
             .enumerate()
             .map(|(i, s)| {
                 let s = s.clone();
-                let (bin, plan, turns, facts) = (&bin, &plan, &turns, &facts);
-                let root = tmp.path().join(format!("strategy-{i}"));
-                sc.spawn(move || run(bin, &root, plan, turns, facts, s))
+                let root = tmp.join(format!("pi-{pi}-strategy-{i}"));
+                sc.spawn(move || run(bin, &root, pi, plan, turns, facts, s))
             })
             .collect();
         handles
@@ -791,9 +852,14 @@ fn bench() -> Res<()> {
     }
     let total = |o: &Outcome| o.tally.agent_usd + o.summarizer_usd;
     let ratio = |x: f64, y: f64| if y > 0.0 { x / y } else { f64::NAN };
-    let (a, b, c, d) = (&done[0], &done[1], &done[2], &done[3]);
+    let (a, b, c, d, e) = (&done[0], &done[1], &done[2], &done[3], &done[4]);
     println!();
-    for (name, o) in [("(b)/(a)", b), ("(c)/(a)", c), ("(d)/(a)", d)] {
+    for (name, o) in [
+        ("(b)/(a)", b),
+        ("(c)/(a)", c),
+        ("(d)/(a)", d),
+        ("(e)/(a)", e),
+    ] {
         println!(
             "{name}: summarizing compactions {:.2}x, dollars {:.3}x, agent-visible wait {:.3}x",
             ratio(o.tally.compactions as f64, a.tally.compactions as f64),
@@ -824,13 +890,17 @@ fn bench() -> Res<()> {
             .zip(&done)
             .find(|(_, o)| !o.lost.is_empty())
         {
-            return Err(format!("{}: facts lost: {}", s.name, o.lost.join(", ")));
+            return Err(format!(
+                "Pi {pi}, {}: facts lost: {}",
+                s.name,
+                o.lost.join(", ")
+            ));
         }
         if a.tally.compactions == 0 {
-            return Err("(a) never summarized".into());
+            return Err(format!("Pi {pi}: (a) never summarized"));
         }
-        if b.tally.passes == 0 || c.tally.passes == 0 || d.tally.passes == 0 {
-            return Err("(b), (c) or (d) never cleared".into());
+        if [b, c, d, e].iter().any(|o| o.tally.passes == 0) {
+            return Err(format!("Pi {pi}: (b), (c), (d) or (e) never cleared"));
         }
     }
     Ok(())

@@ -36,7 +36,9 @@ pub const DEFAULT_CLEAR_AT_LEAST: u64 = 10_000;
 pub const DEFAULT_SUMMARIZE_AT: f64 = 1.0;
 /// The members of the setting, as errors name them.
 const MEMBERS: &str = "`at`, `keepRecentTokens`, `clearAtLeast`, `excludeTools`, `cacheAware`, `summarizeAt`, `summarizeOriginals`";
-/// `summarizeOriginals` when a settings block does not say (see the strategies bench).
+/// `summarizeOriginals` when a settings block does not say: the originals, which keep more of
+/// what cleared outputs said in the summary for a few percent more summarization input
+/// (benches/README.md, "Under both Pis' rules").
 pub const DEFAULT_SUMMARIZE_ORIGINALS: bool = true;
 
 /// `compaction.clearToolResults`, validated.

@@ -155,14 +155,9 @@ fn appends_wait_only_for_a_branch_summary() {
         json!({"sessionId": sid, "targetId": target, "summarize": true}),
     );
     // The branch summary is running once the summarizer has its request.
-    let deadline = Instant::now() + LONG;
-    while fake.state.lock().received.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the branch summary never started"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    support::wait_until(LONG, "the branch summary started", || {
+        !fake.state.lock().received.is_empty()
+    });
     let e = c
         .request(
             "appendMessage",

@@ -281,3 +281,127 @@ fn roundtrip(pi: PiVersion, scenarios: &[&str]) {
         "no case compacted: the Pi-loads check never ran"
     );
 }
+
+/// A session Pi 1.6.0 wrote itself (system messages, a tool set that changed), compacted by
+/// `compactd compact` under 1.6's rules, then resumed in the real Pi 1.6.0 agent with one more
+/// prompt: Pi sends the system prompt, compactd's summary as the first user message, the kept
+/// tail and the new prompt, appends its turn after compactd's entry, and compacts nothing itself.
+#[test]
+fn a_session_pi_1_6_wrote_is_compacted_by_compactd_and_resumed_in_pi_1_6() {
+    let test = "a_session_pi_1_6_wrote_is_compacted_by_compactd_and_resumed_in_pi_1_6";
+    let Some(oracle) = Oracle::of(PiVersion::V1_6, test) else {
+        return;
+    };
+    let env = support::daemon_env::Env::new();
+    let file = env.path("written-by-pi.jsonl");
+    let options = oracle
+        .generate("system-message-tools-changed", 7404, &file)
+        .expect("gen");
+    let keep = options["keepRecentTokens"]
+        .as_u64()
+        .unwrap_or(4000)
+        .to_string();
+    let out = env
+        .command("compact")
+        .arg(&file)
+        .args(["--no-daemon", "--json", "--pi-version", "1.6"])
+        .args(["--keep-recent-tokens", keep.as_str()])
+        .output()
+        .expect("compactd compact");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_slice(&out.stdout).expect("compact --json");
+    let summary = result["summary"].as_str().expect("a summary").to_owned();
+    let kept = result["firstKeptEntryId"]
+        .as_str()
+        .expect("a cut")
+        .to_owned();
+    let written = support::daemon_env::parsed_lines(&file).expect("lines");
+    let entry = written.last().expect("an entry");
+    assert_eq!(entry["type"], "compaction");
+    assert!(
+        entry["systemMessage"].is_object(),
+        "a 1.6 compaction carries the system checkpoint: {entry}"
+    );
+
+    let pi = oracle
+        .analyse(&file)
+        .expect("Pi analyses the compacted file");
+    let home = env.path("pi-home");
+    let resumed: Value = serde_json::from_str(
+        oracle
+            .run(
+                "resume.mjs",
+                &[file.display().to_string(), home.display().to_string()],
+            )
+            .expect("Pi 1.6 resumes the file")
+            .trim(),
+    )
+    .expect("resume.mjs prints JSON");
+    let roles: Vec<&str> = resumed["request"]["roles"]
+        .as_array()
+        .expect("roles")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let texts: Vec<&str> = resumed["request"]["texts"]
+        .as_array()
+        .expect("texts")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(roles.first(), Some(&"system"), "{roles:?}");
+    assert!(!texts[0].is_empty(), "the system prompt is sent");
+    assert_eq!(roles.get(1), Some(&"user"), "{roles:?}");
+    let first_line = summary.lines().next().unwrap_or_default();
+    assert!(
+        texts[1].contains(first_line) && texts[1].contains("[compactd recall]"),
+        "Pi's first user message is compactd's summary: {}",
+        texts[1]
+    );
+    assert_eq!(texts.last(), Some(&"resume check"));
+    // The kept tail: Pi's own analysis of the compacted file (before it resumed) has it after
+    // the summary, and the request carries exactly that context plus the new prompt.
+    let context = pi["context"]["messages"].as_array().expect("context");
+    // Pi's system messages travel as one system prompt, its tool results as `tool` messages.
+    let sent: Vec<&str> = roles.iter().skip(1).copied().collect();
+    let built: Vec<&str> = context
+        .iter()
+        .filter_map(|m| m["role"].as_str())
+        .filter(|r| *r != "system")
+        .map(|r| match r {
+            "compactionSummary" => "user",
+            "toolResult" => "tool",
+            r => r,
+        })
+        .chain(["user"])
+        .collect();
+    assert_eq!(sent, built, "the request is Pi's context and the prompt");
+    let entry_ids: Vec<&str> = pi["session"]["contextEntryIds"]
+        .as_array()
+        .expect("contextEntryIds")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        entry_ids.contains(&kept.as_str()),
+        "the kept tail starts at {kept}: {entry_ids:?}"
+    );
+    let appended: Vec<&str> = resumed["appended"]
+        .as_array()
+        .expect("appended")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        appended.contains(&"message:user") && appended.contains(&"message:assistant"),
+        "{appended:?}"
+    );
+    assert!(
+        !appended.contains(&"compaction"),
+        "Pi compacted again: {appended:?}"
+    );
+}

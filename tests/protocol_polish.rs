@@ -261,11 +261,7 @@ fn stalled_compaction_setup(c: &mut Client, file: &Path) -> (String, Arc<AtomicB
 }
 
 fn wait_until(flag: &AtomicBool) {
-    let deadline = Instant::now() + LONG;
-    while !flag.load(Ordering::SeqCst) {
-        assert!(Instant::now() < deadline, "never happened");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    support::wait_until(LONG, "the flag is set", || flag.load(Ordering::SeqCst));
 }
 
 #[test]

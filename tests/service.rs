@@ -15,7 +15,7 @@ mod support;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use support::daemon_env::{Env, KillOnDrop};
@@ -151,14 +151,12 @@ fn stop(mut child: KillOnDrop) -> std::process::ExitStatus {
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "the daemon did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut status = None;
+    support::wait_until(Duration::from_secs(10), "the daemon stopped", || {
+        status = child.try_wait().expect("try_wait");
+        status.is_some()
+    });
+    status.expect("stopped")
 }
 
 #[test]
@@ -198,14 +196,11 @@ fn a_listen_pid_of_another_process_is_ignored() {
     // LISTEN_PID=1: the variables were meant for another process; the daemon binds its own.
     let daemon = activated(&env, &listener, "1");
     let own = env.path("unused.sock");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !own.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the daemon did not bind its own socket"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::wait_until(
+        Duration::from_secs(20),
+        "the daemon bound its own socket",
+        || own.exists(),
+    );
     let mut c = Client::socket(&own, Framing::Ndjson);
     assert_eq!(c.ok("listSessions", json!({})), json!([]));
     drop(c);

@@ -612,11 +612,7 @@ fn an_abort_discards_it() {
     let mut a = Agent::start(Duration::from_secs(2), json!({}));
     a.until_speculating();
     // Aborted mid-request: the provider has it.
-    let deadline = Instant::now() + LONG;
-    while a.requests() == 0 {
-        assert!(Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    support::wait_until(LONG, "the provider has the request", || a.requests() > 0);
     let r = a.c.ok("abortCompaction", json!({"sessionId": a.sid}));
     assert_eq!(r["aborted"], false, "no compaction was running");
     assert_eq!(r["speculationDiscarded"], true);

@@ -83,6 +83,7 @@ class ClearToolResultsPatch(TypedDict, total=False):
     excludeTools: Optional[List[str]]
     cacheAware: Optional[bool]
     summarizeAt: Optional[float]
+    summarizeOriginals: Optional[bool]
 
 
 class ClearToolResultsView(TypedDict):
@@ -94,6 +95,7 @@ class ClearToolResultsView(TypedDict):
     excludeTools: List[str]
     cacheAware: bool
     summarizeAt: float
+    summarizeOriginals: bool
 
 
 class ClearingPass(TypedDict):
@@ -105,9 +107,7 @@ class ClearingPass(TypedDict):
     tokensAfter: float
 
 
-class ClearingPreview(TypedDict):
-    """What a clearing pass would clear now (`previewCompaction`, beyond Pi): every clearable tool result, and whether a `checkCompaction` now would run the pass (`due`: the context is at `atTokens` and the pass frees at least `clearAtLeast`)."""
-
+class _ClearingPreviewRequired(TypedDict):
     entryIds: List[str]
     tokensFreed: int
     tokensBefore: float
@@ -115,6 +115,12 @@ class ClearingPreview(TypedDict):
     atTokens: float
     due: bool
     waitsForCache: bool
+
+
+class ClearingPreview(_ClearingPreviewRequired, total=False):
+    """What a clearing pass would clear now (`previewCompaction`, beyond Pi): every clearable tool result, and whether a `checkCompaction` now would run the pass (`due`: the context is at `atTokens` and the pass frees at least `clearAtLeast`)."""
+
+    edits: Optional[List[ContextEditDraft]]
 
 
 class ClearingSpend(TypedDict):
@@ -229,6 +235,14 @@ class Context(TypedDict):
 
     messages: List[AgentMessage]
     leafId: Optional[str]
+
+
+class ContextEditDraft(TypedDict):
+    """A Pi 1.6 `context_edit` entry before it is written (Pi's `ContextEditEntryDraft`)."""
+
+    type: str
+    targetId: str
+    replacement: Dict[str, Any]
 
 
 class Cost(TypedDict):

@@ -118,6 +118,8 @@ export interface ClearToolResultsPatch {
   cacheAware?: boolean | null;
   /** With clearing on, a summarizing compaction follows once the context is still at this fraction of the threshold after clearing, in (0, 1] (default 1: Pi's threshold). */
   summarizeAt?: number | null;
+  /** A summarizing compaction reads the original outputs a pass cleared (default true), or the projection with their placeholders (Pi 1.6's own way: it summarizes its context). */
+  summarizeOriginals?: boolean | null;
 }
 
 /** `compaction.clearToolResults` in effect. */
@@ -128,6 +130,7 @@ export interface ClearToolResultsView {
   excludeTools: string[];
   cacheAware: boolean;
   summarizeAt: number;
+  summarizeOriginals: boolean;
 }
 
 /** A clearing pass `checkCompaction` ran (beyond Pi, `compaction.clearToolResults`): the tool results it cleared from the projected context, what that freed, and the context before (as the check measured it) and after (the projection's estimate). */
@@ -149,6 +152,8 @@ export interface ClearingPreview {
   due: boolean;
   /** The pass frees enough but waits: the provider's cache is warm and the reads of what it would clear have not yet paid for the rewrite it would cause (`cacheAware`). */
   waitsForCache: boolean;
+  /** Under Pi 1.6's rules, the pass as the `context_edit` entries that make it (one per output, its content replaced by the placeholder): what a client appending for Pi (the Pi extension returns them from `turn_end`) writes. Absent under 0.85. */
+  edits?: ContextEditDraft[] | null;
 }
 
 /** What clearing passes saved (`getCostReport`): tokens each later request left out, priced as the cheapest input (cache reads) less the cache rewrites the passes caused, so a lower bound. */
@@ -286,6 +291,15 @@ export interface CompactionSettingsPatch {
 export interface Context {
   messages: AgentMessage[];
   leafId: string | null;
+}
+
+/** A Pi 1.6 `context_edit` entry before it is written (Pi's `ContextEditEntryDraft`). */
+export interface ContextEditDraft {
+  /** Always `"context_edit"`. */
+  type: string;
+  targetId: string;
+  /** `{content}`: the message's content from then on (its other fields stay). */
+  replacement: any;
 }
 
 export type ContextFormat = "agent" | "llm";
