@@ -9,8 +9,11 @@
 //!   `BranchIndex::build` + `plan_compaction` + the context estimate (what the daemon's
 //!   `openSession` + `getContextUsage` + `previewCompaction` compute, without the socket), as wall
 //!   time and as CPU time (the reader parses on several threads);
-//! - Pi 0.85.0's `bench.mjs` on the same file (`workMs`: load + context + prepare), when the oracle
-//!   is installed (`COMPACTD_ORACLE`);
+//! - Pi's `bench.mjs` on the same file (`workMs`: load + context + prepare), when the oracle
+//!   is installed (`COMPACTD_ORACLE`: point it at the Pi whose rules are measured);
+//! - under Pi 1.6's rules (`COMPACTD_BENCH_PI_VERSION`, default 1.6; `0.85` for the old ones)
+//!   the open also builds Pi 1.6's projection (edits, system messages, the newest compaction),
+//!   as the daemon's agent context does, and plans on it;
 //! - a steady-state step: append one user message at the leaf, extend the index, re-plan and
 //!   re-estimate, against the floor parse of that one line.
 //!
@@ -26,6 +29,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use common::{cpu_time, median, ms, Oracle};
+use compactd::compaction::projection::Projection;
 use compactd::compaction::{plan_compaction, BranchIndex, CompactionSettings};
 use compactd::context::context_positions;
 use compactd::live_context::LiveContext;
@@ -50,12 +54,11 @@ fn compactd_open(bytes: &Bytes, settings: &CompactionSettings) -> Result<(Opened
         positions: &branch,
     };
     let index = BranchIndex::build(&view);
-    let plan = plan_compaction(
-        compactd::pi_version::PiVersion::V0_85,
-        &view,
-        &index,
-        settings,
-    );
+    let rules = common::pi_version();
+    if rules.is_1_6() {
+        std::hint::black_box(Projection::build(&view));
+    }
+    let plan = plan_compaction(rules, &view, &index, settings);
     std::hint::black_box(&plan);
     let tokens = index.context_estimate(&view).tokens;
     Ok((
@@ -106,6 +109,11 @@ fn phases(
     };
     let index = BranchIndex::build(&view);
     lap("BranchIndex::build", &mut out);
+    let rules = common::pi_version();
+    if rules.is_1_6() {
+        std::hint::black_box(Projection::build(&view));
+        lap("agent context (Pi 1.6's Projection::build)", &mut out);
+    }
     let agent: Vec<usize> = context_positions(&view)
         .into_iter()
         .map(|p| branch[p])
@@ -117,15 +125,7 @@ fn phases(
     }
     std::hint::black_box(&live);
     lap("agent context (context_positions + LiveContext)", &mut out);
-    std::hint::black_box(
-        plan_compaction(
-            compactd::pi_version::PiVersion::V0_85,
-            &view,
-            &index,
-            settings,
-        )
-        .ok(),
-    );
+    std::hint::black_box(plan_compaction(rules, &view, &index, settings).ok());
     lap("plan_compaction", &mut out);
     std::hint::black_box(index.context_estimate(&view));
     lap("context_estimate", &mut out);
@@ -185,13 +185,7 @@ fn steady_state(
         };
         opened.index.push(&view);
         std::hint::black_box(
-            plan_compaction(
-                compactd::pi_version::PiVersion::V0_85,
-                &view,
-                &opened.index,
-                settings,
-            )
-            .ok(),
+            plan_compaction(common::pi_version(), &view, &opened.index, settings).ok(),
         );
         std::hint::black_box(opened.index.context_estimate(&view).tokens);
         samples.push(t.elapsed().as_secs_f64() * 1e6);
@@ -205,8 +199,9 @@ fn main() {
     let oracle = if bench { Oracle::find() } else { None };
     let sizes = if bench { common::sizes() } else { vec![1] };
     println!(
-        "session_open ({}){}",
+        "session_open ({}; Pi {}'s rules){}",
         common::machine_note(),
+        common::pi_version().as_str(),
         if bench {
             ""
         } else {

@@ -322,7 +322,8 @@ impl Drop for StopPid {
 /// runs, because the socket is under `/run/user/<uid>` whether or not `XDG_RUNTIME_DIR` says
 /// so; the binary, the Python and the TypeScript clients agree on it. Runs
 /// `clients/python/tests/host_env.py` in a private mount namespace (`unshare`) where
-/// `/run/user/<uid>` exists and `/tmp` is private, so it never meets a real daemon.
+/// `/run/user/<uid>` exists and the fallback directory `/tmp/compactd-<uid>` is an empty one of
+/// its own, so it never meets a real daemon.
 #[test]
 fn an_mcp_hosts_reduced_environment_reaches_the_users_daemon() {
     let suite = "mcp host environment";
@@ -352,18 +353,35 @@ fn an_mcp_hosts_reduced_environment_reaches_the_users_daemon() {
     }
     let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir");
     let pidfile = scratch.path().join("daemon.pid");
+    let home = scratch.path().join("home");
+    std::fs::create_dir(&home).expect("home");
+    // The mount point the scenario makes when there is none goes again (when still empty).
+    struct RemoveIfMade(Option<PathBuf>);
+    impl Drop for RemoveIfMade {
+        fn drop(&mut self) {
+            if let Some(dir) = &self.0 {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+    // SAFETY: getuid(2) cannot fail and touches no memory.
+    let fallback = PathBuf::from(format!("/tmp/compactd-{}", unsafe { libc::getuid() }));
+    let _made = RemoveIfMade((!fallback.exists()).then_some(fallback));
     let _stop = StopPid(pidfile.clone());
     let session = conformance_cases(PiVersion::V0_85).join("005-medium-basic/session.jsonl");
     let python = venv.join("bin/python3");
     let script = clients_dir().join("python/tests/host_env.py");
-    // Inside: a private /run/user with this user's directory, a private /tmp with a home, and
-    // only what a desktop login would have in the environment (no XDG_RUNTIME_DIR).
+    // Inside: a private /run/user with this user's directory, an empty directory of its own
+    // where the fallback socket would go (its mount point is made when missing: an empty
+    // directory of this user's, mode 0700, as compactd makes it), and only what a desktop login
+    // has in the environment (no XDG_RUNTIME_DIR).
     let inside = r#"set -e
 mount -t tmpfs -o mode=0755 tmpfs /run/user
 mkdir -m 0700 "/run/user/$(id -u)"
-mount -t tmpfs -o mode=1777 tmpfs /tmp
-mkdir -m 0700 /tmp/home
-exec env -i PATH="$PATH" HOME=/tmp/home USER="$(id -un)" LOGNAME="$(id -un)" SHELL=/bin/sh TERM=dumb \
+fallback="/tmp/compactd-$(id -u)"
+[ -d "$fallback" ] || mkdir -m 0700 "$fallback"
+mount -t tmpfs -o mode=0700 tmpfs "$fallback"
+exec env -i PATH="$PATH" HOME="$6" USER="$(id -un)" LOGNAME="$(id -un)" SHELL=/bin/sh TERM=dumb \
   COMPACTD_BIN="$1" COMPACTD_TEST_SESSION="$2" COMPACTD_TEST_PIDFILE="$3" "$4" "$5""#;
     args.extend([
         "--mount",
@@ -374,7 +392,7 @@ exec env -i PATH="$PATH" HOME=/tmp/home USER="$(id -un)" LOGNAME="$(id -un)" SHE
         inside,
         "sh",
     ]);
-    let owned: Vec<String> = [Path::new(BIN), &session, &pidfile, &python, &script]
+    let owned: Vec<String> = [Path::new(BIN), &session, &pidfile, &python, &script, &home]
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
         .collect();
@@ -386,7 +404,7 @@ exec env -i PATH="$PATH" HOME=/tmp/home USER="$(id -un)" LOGNAME="$(id -un)" SHE
         "ok: TypeScript's defaultSocketPath()",
         "ok: search_history answered, not an error",
         "ok: it answered from the session the daemon holds live",
-        "ok: no second daemon was started under /tmp",
+        "ok: no second daemon was started in the fallback directory",
     ] {
         assert!(out.contains(step), "missing {step:?}:\n{out}");
     }

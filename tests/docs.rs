@@ -281,12 +281,13 @@ fn the_architecture_guide_names_files_that_exist_and_every_method_once() {
     }
 }
 
-/// Every key of the configuration (the `Config` struct's fields, nested ones included, traced
-/// through serde) appears in the README's configuration sample, and the sample loads: a setting
-/// added to the struct fails here until the README shows it.
+/// Every key of the configuration (the `Config` struct's fields, nested tables included)
+/// appears in the README's configuration sample, and the sample loads: a setting added to the
+/// struct fails here until the README shows it. The struct's keys are read from serde itself:
+/// every table refuses an unknown key by listing the keys it takes (`deny_unknown_fields`).
 #[test]
 fn the_readmes_config_sample_names_every_setting_and_loads() {
-    use serde_reflection::{ContainerFormat, Format, Registry, Samples, Tracer, TracerConfig};
+    use compactd::config::Config;
     let readme = read("README.md");
     let section = &readme[readme
         .find("## Configuration")
@@ -296,49 +297,62 @@ fn the_readmes_config_sample_names_every_setting_and_loads() {
         .nth(1)
         .and_then(|rest| rest.split("```").next())
         .expect("a toml block in the Configuration section");
-    compactd::config::Config::from_toml(sample, Path::new("README.md"))
+    Config::from_toml(sample, Path::new("README.md"))
         .unwrap_or_else(|e| panic!("the README's sample does not load: {e}"));
 
-    // The summarizer's provider is a string checked while it is read: trace with one it takes.
-    let mut tracer = Tracer::new(
-        TracerConfig::default()
-            .default_string_value("extractive".into())
-            .default_borrowed_str_value("extractive"),
-    );
-    tracer
-        .trace_type::<compactd::config::Config>(&Samples::new())
-        .expect("trace Config");
-    // Unit enums (`durability`, `backend`, `format`) need no variant of theirs traced here.
-    let registry: Registry = tracer.registry_unchecked();
-    // Every key path the struct accepts; a map's entries are `*`.
-    fn paths(format: &Format, registry: &Registry, at: &str, out: &mut Vec<String>) {
-        match format {
-            Format::TypeName(name) => {
-                if let Some(ContainerFormat::Struct(fields)) = registry.get(name) {
-                    for f in fields {
-                        let path = if at.is_empty() {
-                            f.name.clone()
-                        } else {
-                            format!("{at}.{}", f.name)
-                        };
-                        out.push(path.clone());
-                        paths(&f.value, registry, &path, out);
-                    }
+    const PROBE: &str = "zz_no_such_key";
+    // The error of a config with an unknown key in the table at `path` (`*`: a map's entry).
+    let refusal = |path: &[String]| -> String {
+        let table: Vec<&str> = path
+            .iter()
+            .map(|p| if p == "*" { "k" } else { p.as_str() })
+            .collect();
+        let text = if table.is_empty() {
+            format!("{PROBE} = 1\n")
+        } else {
+            format!("[{}]\n{PROBE} = 1\n", table.join("."))
+        };
+        match Config::from_toml(&text, Path::new("probe.toml")) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    };
+    // The keys the table at `path` takes, when it is one that refuses unknown keys.
+    let keys_of = |path: &[String]| -> Option<Vec<String>> {
+        let said = refusal(path);
+        let expected = said.split(&format!("unknown field `{PROBE}`")).nth(1)?;
+        let names = expected.lines().next().unwrap_or("");
+        Some(
+            names
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect(),
+        )
+    };
+    let mut wanted = Vec::new();
+    let mut tables = vec![Vec::<String>::new()];
+    while let Some(path) = tables.pop() {
+        for key in keys_of(&path).unwrap_or_default() {
+            let mut at = path.clone();
+            at.push(key);
+            wanted.push(at.join("."));
+            if keys_of(&at).is_some() {
+                tables.push(at);
+            } else {
+                let mut entry = at.clone();
+                entry.push("*".into());
+                if keys_of(&entry).is_some() {
+                    tables.push(entry);
                 }
             }
-            Format::Option(inner) => paths(inner, registry, at, out),
-            Format::Map { value, .. } => paths(value, registry, &format!("{at}.*"), out),
-            _ => {}
         }
     }
-    let mut wanted = Vec::new();
-    paths(
-        &Format::TypeName("Config".into()),
-        &registry,
-        "",
-        &mut wanted,
+    assert!(
+        wanted.len() > 20 && wanted.contains(&"providers.*.api".to_owned()),
+        "read too little of the struct: {wanted:?}"
     );
-    assert!(wanted.len() > 20, "traced too little: {wanted:?}");
     // The sample's key paths, its maps' keys as `*`.
     let value: toml::Value = toml::from_str(sample).expect("the sample is TOML");
     fn keys(v: &toml::Value, at: &str, maps: &[&str], out: &mut Vec<String>) {

@@ -20,6 +20,17 @@ pub fn is_bench() -> bool {
     std::env::args().any(|a| a == "--bench")
 }
 
+/// Whose rules the in-process benches follow: `COMPACTD_BENCH_PI_VERSION` (`0.85` or `1.6`),
+/// by default the daemon's default (1.6). Point `COMPACTD_ORACLE` at the same Pi's oracle for
+/// its timings beside them.
+pub fn pi_version() -> compactd::pi_version::PiVersion {
+    use compactd::pi_version::PiVersion;
+    match std::env::var("COMPACTD_BENCH_PI_VERSION").ok().as_deref() {
+        Some("0.85") => PiVersion::V0_85,
+        _ => PiVersion::V1_6,
+    }
+}
+
 /// The cargo target directory: the bench executable sits in `<target>/<profile>/deps/`.
 pub fn target_dir() -> PathBuf {
     std::env::current_exe()

@@ -25,9 +25,14 @@
  * nothing, so Pi compacts as usual, and says so once per Pi process. Any other refusal (a
  * different branch on disk, a daemon error) also falls back to Pi, with a notification each time.
  *
- * Clearing (beyond Pi): with `compaction.clearToolResults` in the daemon's settings, Pi's
- * `context` event gets the daemon's projection, old tool output replaced by short texts naming
- * the entry, and Pi appends the daemon's clearing passes as `compactd.clear` custom entries.
+ * Clearing (beyond Pi): with `compaction.clearToolResults` in the daemon's settings, old tool
+ * output is replaced by short texts naming the entry. Only Pi writes its file, so Pi appends
+ * each pass the daemon finds due, in the form of the Pi it is: in Pi 0.85 a `compactd.clear`
+ * custom entry (which Pi ignores), before each model request, whose `context` event then gets
+ * the daemon's projection; in Pi 1.6 Pi's own `context_edit` entries (one per cleared output,
+ * the short text as its content), returned from `turn_end`, which Pi appends and applies itself
+ * to every later request (and any reader of the file sees the same context), so the extension
+ * leaves Pi 1.6's `context` event alone.
  *
  * Recall (beyond Pi): the tools read the daemon's `searchHistory` / `getEntry` for Pi's session
  * file, so after a compaction the model can fetch the exact text a summary condensed. Results
@@ -80,11 +85,17 @@ interface ContextEvent {
 	messages: Json[];
 }
 
+/** Pi 1.6's `turn_end`: the entries the handlers before this one propose to append. */
+interface TurnEndEvent {
+	entries?: Json[];
+}
+
 interface ExtensionApi {
 	on(event: "session_before_compact", handler: (event: BeforeCompactEvent, ctx: NotifyingContext) => Promise<Json>): void;
 	on(event: "context", handler: (event: ContextEvent, ctx: NotifyingContext) => Promise<Json>): void;
 	appendEntry(customType: string, data?: Json): void;
-	on(event: "turn_end" | "session_shutdown", handler: (event: unknown, ctx: NotifyingContext) => void): void;
+	on(event: "turn_end", handler: (event: TurnEndEvent, ctx: NotifyingContext) => Promise<Json> | void): void;
+	on(event: "session_shutdown", handler: (event: unknown, ctx: NotifyingContext) => void): void;
 	registerTool(tool: ToolDefinition): void;
 }
 
@@ -305,14 +316,11 @@ class Holder {
 	}
 
 	/**
-	 * Before each of Pi's model requests (beyond Pi, `compaction.clearToolResults`): the same
-	 * projection as the daemon's `getContext`. The daemon reads Pi's new lines; when it says a
-	 * clearing pass is due, Pi itself appends the pass (`compactd.clear`, a custom entry Pi
-	 * ignores), since only Pi writes its file; then every tool result the daemon's projection
-	 * cleared is replaced by the daemon's short text, so Pi's provider request carries it. With
-	 * clearing off, or the daemon unreachable, the messages go out unchanged.
+	 * The clearing pass due now, once the daemon has read Pi's new lines (beyond Pi,
+	 * `compaction.clearToolResults`): the held session and the daemon's `clearing` preview
+	 * (`due`, `entryIds`, under Pi 1.6 `edits`), or undefined with clearing off.
 	 */
-	async project(event: ContextEvent, ctx: NotifyingContext, sock: string, pi: ExtensionApi): Promise<Json> {
+	private async clearingDue(ctx: NotifyingContext, sock: string): Promise<{ s: HeldSession; pass: Json } | undefined> {
 		if (!ctx.sessionManager.getSessionFile()) return undefined;
 		const s = await this.session(ctx, sock);
 		const { conn, sessionId } = s;
@@ -320,7 +328,40 @@ class Holder {
 		if (!settings?.compaction?.clearToolResults) return undefined;
 		await s.sync();
 		const preview = await conn.request("previewCompaction", { sessionId });
-		const pass = preview?.clearing;
+		return { s, pass: preview?.clearing };
+	}
+
+	/**
+	 * At the end of each turn in Pi 1.6 (Pi has written the turn's messages): the daemon reads
+	 * them (as `afterTurn`), and a clearing pass it finds due is returned as Pi's own
+	 * `context_edit` drafts, after those earlier handlers proposed. Pi appends them to its file
+	 * and applies them to every later request; the next turn's sync tells the daemon.
+	 */
+	async boundary(event: TurnEndEvent, ctx: NotifyingContext, sock: string): Promise<Json> {
+		const due = await this.clearingDue(ctx, sock);
+		if (!due) {
+			this.afterTurn(ctx, sock);
+			return undefined;
+		}
+		const edits = due.pass?.due ? due.pass.edits : undefined;
+		if (!Array.isArray(edits) || edits.length === 0) return undefined;
+		return { entries: [...(event.entries ?? []), ...edits] };
+	}
+
+	/**
+	 * Before each of Pi 0.85's model requests (beyond Pi, `compaction.clearToolResults`): the
+	 * same projection as the daemon's `getContext`. The daemon reads Pi's new lines; when it
+	 * says a clearing pass is due, Pi itself appends the pass (`compactd.clear`, a custom entry
+	 * Pi 0.85 ignores), since only Pi writes its file; then every tool result the daemon's
+	 * projection cleared is replaced by the daemon's short text, so Pi's provider request
+	 * carries it. With clearing off, or the daemon unreachable, the messages go out unchanged.
+	 * (Pi 1.6 gets the pass as its own edits from `boundary` and projects it itself.)
+	 */
+	async project(event: ContextEvent, ctx: NotifyingContext, sock: string, pi: ExtensionApi): Promise<Json> {
+		const due = await this.clearingDue(ctx, sock);
+		if (!due) return undefined;
+		const { s, pass } = due;
+		const { conn, sessionId } = s;
 		if (pass?.due) {
 			pi.appendEntry("compactd.clear", { entryIds: pass.entryIds, tokensFreed: pass.tokensFreed });
 			await s.sync();
@@ -524,9 +565,13 @@ export default function compactd(pi: ExtensionApi): void {
 	registerRecallTools(pi);
 	let toldUnreachable = false;
 	const holder = new Holder();
-	pi.on("turn_end", (_event, ctx) => holder.afterTurn(ctx, socketPath()));
 	pi.on("session_shutdown", () => holder.close());
-	pi.on("context", async (event, ctx) => holder.project(event, ctx, socketPath(), pi).catch(() => undefined));
+	if (rulesOf(PI_VERSION) === "1.6") {
+		pi.on("turn_end", async (event, ctx) => holder.boundary(event, ctx, socketPath()).catch(() => undefined));
+	} else {
+		pi.on("turn_end", (_event, ctx) => holder.afterTurn(ctx, socketPath()));
+		pi.on("context", async (event, ctx) => holder.project(event, ctx, socketPath(), pi).catch(() => undefined));
+	}
 	let toldRules = false;
 	pi.on("session_before_compact", async (event, ctx) => {
 		const sock = socketPath();

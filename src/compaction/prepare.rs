@@ -439,7 +439,7 @@ pub fn plan_projected<P: PathEntries + ?Sized>(
                 for (kind, file) in src.file_ops.iter() {
                     file_ops.add(*kind, file);
                 }
-                if src.role == Some(Role::ToolResult) && src.mentions("nestedCalls") {
+                if src.nested_calls {
                     if let Some(m) = src.message() {
                         file_ops.add_from_message_1_6(&Value::Object(m));
                     }

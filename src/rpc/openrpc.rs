@@ -34,7 +34,7 @@ fn example_message(kind: ErrorKind) -> &'static str {
         Internal => "Internal error",
         UnknownSession => "Unknown session: <sessionId>",
         NotFound => "Session file not found: <path>",
-        InvalidSessionFile => "Session file is not a valid pi session: <abs path>",
+        InvalidSessionFile => "Session file is not a valid pi session: <abs path>: <why>",
         Locked => "Session file is locked by another compactd process: <path> (held by pid <pid>, the daemon on <socket>)",
         NotRegularFile => "Not a regular file (a FIFO): <path>",
         TooLarge => "Session file is larger than the <limit>-byte limit (<size> bytes): <path>",

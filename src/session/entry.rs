@@ -105,6 +105,10 @@ pub struct Entry {
     pub stop_reason: Option<StopReason>,
     /// `read`/`write`/`edit` tool calls of an assistant message, in block order.
     pub file_ops: Box<[(FileOpKind, Box<str>)]>,
+    /// A tool result whose message has `nestedCalls` (Pi 1.6 codemode: the file operations of
+    /// the calls its script made), read from the line at parse so that Pi 1.6's file lists
+    /// need not read every tool result's line back from the file.
+    pub nested_calls: bool,
 }
 
 /// Kinds whose parsed object is kept beside the bytes.
@@ -173,8 +177,11 @@ impl Entry {
                 .and_then(Value::as_object)
                 .map(|m| system_tokens_of(m.clone()));
         }
+        let mut nested_calls = false;
         let (stop_reason, file_ops) = match (kind, field("message")) {
             (EntryKind::Message, Some(m)) => {
+                nested_calls = role == Some(Role::ToolResult)
+                    && m.as_object().is_some_and(|o| o.contains_key("nestedCalls"));
                 let stop = m
                     .get("stopReason")
                     .and_then(Value::as_str)
@@ -202,6 +209,7 @@ impl Entry {
             usage: PackedUsage::new(usage_tokens),
             stop_reason,
             file_ops,
+            nested_calls,
         }
     }
 
@@ -247,6 +255,8 @@ impl Entry {
             }
             _ => (None, 0, None, None, Box::default()),
         };
+        let nested_calls =
+            role == Some(Role::ToolResult) && f.message.as_ref().is_some_and(|m| m.nested_calls);
         Some(Ok(Entry {
             line: Line::Held(raw),
             meta: None,
@@ -258,6 +268,7 @@ impl Entry {
             usage: PackedUsage::new(usage_tokens),
             stop_reason,
             file_ops,
+            nested_calls,
         }))
     }
 
@@ -355,13 +366,6 @@ impl Entry {
     /// (remembered by its source, as for [`Entry::value`]).
     pub fn message(&self) -> Option<Map<String, Value>> {
         self.try_message().ok().flatten()
-    }
-
-    /// Whether the line's bytes contain `needle` (a cheap test before parsing a message for a
-    /// field most never have). `false` when the line can no longer be read.
-    pub fn mentions(&self, needle: &str) -> bool {
-        self.raw()
-            .is_ok_and(|raw| memchr::memmem::find(&raw, needle.as_bytes()).is_some())
     }
 
     /// Whether this is a `message` entry whose message has `role`.
@@ -463,6 +467,23 @@ mod tests {
             "Entry is {} bytes",
             std::mem::size_of::<Entry>()
         );
+    }
+
+    /// `nestedCalls` on a tool result is noted at parse, by the fast reader and by Pi's lenient
+    /// path alike (a lone surrogate sends a line there); anywhere else it is not.
+    #[test]
+    fn a_tool_result_with_nested_calls_is_noted_at_parse() {
+        let line = |role: &str, extra: &str, text: &str| {
+            Bytes::from(format!(
+                r#"{{"type":"message","id":"a","parentId":null,"message":{{"role":"{role}","toolCallId":"c","content":[{{"type":"text","text":"{text}"}}]{extra}}}}}"#
+            ))
+        };
+        let nested = r#","nestedCalls":{"calls":[{"name":"read","arguments":{"path":"a.rs"}}]}"#;
+        let parsed = |b: Bytes| Entry::from_line(b).and_then(Result::ok).expect("an entry");
+        assert!(parsed(line("toolResult", nested, "ok")).nested_calls);
+        assert!(parsed(line("toolResult", nested, r"\ud800")).nested_calls);
+        assert!(!parsed(line("toolResult", "", "nestedCalls")).nested_calls);
+        assert!(!parsed(line("user", nested, "ok")).nested_calls);
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct MessageFacts {
     /// `usage` when it is an object (anything else is never valid usage).
     pub usage: Option<UsageFacts>,
     pub stop_reason: Option<StopReason>,
+    /// The message has a `nestedCalls` member (a Pi 1.6 codemode tool result whose calls carry
+    /// file operations): noted while the line is scanned, so a later reader need not search
+    /// the line again.
+    pub nested_calls: bool,
 }
 
 /// `usage` numbers as `Value::as_f64` reads them (`NaN` when missing or not a number).
@@ -179,6 +183,7 @@ enum Key {
     Thinking,
     Name,
     Arguments,
+    NestedCalls,
     Other,
 }
 
@@ -210,6 +215,7 @@ fn key_of(name: &[u8]) -> Key {
         b"thinking" => Key::Thinking,
         b"name" => Key::Name,
         b"arguments" => Key::Arguments,
+        b"nestedCalls" => Key::NestedCalls,
         _ => Key::Other,
     }
 }
@@ -292,6 +298,10 @@ fn message(c: &mut Cursor) -> Scan<Option<MessageFacts>> {
             Key::Summary => m.summary_len = str_len(c)?,
             Key::Usage => m.usage = usage(c)?,
             Key::StopReason => m.stop_reason = tag(c, StopReason::parse)?.flatten(),
+            Key::NestedCalls => {
+                m.nested_calls = true;
+                c.skip()?
+            }
             _ => c.skip()?,
         }
         Ok(())

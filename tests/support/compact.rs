@@ -36,7 +36,8 @@ pub async fn compact_file(
         .await?;
     // Closed before the daemon goes: the file's lock is released when the reply comes, not
     // when a runtime gets round to the dropped connection (a caller's next compaction of the
-    // same file, on a current-thread runtime, would find it still locked).
+    // same file, a new daemon of this process on a current-thread runtime, would find it still
+    // locked). Closed once: a second close is refused (the session is unknown by then).
     open.call("closeSession", json!({})).await?;
     let entry = last_line(&std::fs::read(file).unwrap_or_default());
     Ok(Compacted { result, entry })

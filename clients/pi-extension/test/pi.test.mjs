@@ -4,8 +4,11 @@
 // LLM (the oracle's fake-llm.mjs) as the model, and a real `compactd serve` answers over its
 // socket. Proves: Pi appends compactd's summary (fromHook) at the cut Pi computes, the file
 // reloads in Pi with that summary as context, a second compaction (an update of the first) works
-// the same way, Pi's automatic threshold compaction is delegated as well, and with the daemon
-// unreachable Pi compacts on its own after exactly one notification.
+// the same way, Pi's automatic threshold compaction is delegated as well, speculation makes Pi's
+// compaction instant, a clearing pass reaches Pi's provider request (Pi 1.6: as the
+// context_edits Pi itself appends at the end of a turn; Pi 0.85: a compactd.clear entry and the
+// rewritten context), and with the daemon unreachable Pi compacts on its own after exactly one
+// notification.
 //
 // Run with the oracle's Node 22: `$COMPACTD_ORACLE/node --test clients/pi-extension/test/`.
 // Inputs: $COMPACTD_ORACLE, $COMPACTD_BIN, $COMPACTD_CONFORMANCE_DIR (or their defaults); a
@@ -415,10 +418,38 @@ describe(`the compactd extension in Pi ${PI_VERSION}`, { skip: why }, () => {
 			await session.prompt("What is left to do?");
 			await session.waitForIdle();
 			assert.ok(fake.state.requests.length > served, "Pi asked its model");
-			const body = JSON.stringify(fake.state.requests[served].body);
-			const passes = lines(file).filter((e) => e.type === "custom" && e.customType === "compactd.clear");
-			assert.equal(passes.length, 1, "Pi appended one clearing pass");
-			const cleared = new Set(passes[0].data.entryIds);
+			const bodyOf = (i) => JSON.stringify(fake.state.requests[i].body);
+			let cleared;
+			let body;
+			if (RULES === "0.85") {
+				// Pi 0.85: the pass is appended before the request, whose context the extension
+				// rewrites (a custom entry Pi itself ignores).
+				body = bodyOf(served);
+				const passes = lines(file).filter((e) => e.type === "custom" && e.customType === "compactd.clear");
+				assert.equal(passes.length, 1, "Pi appended one clearing pass");
+				cleared = new Set(passes[0].data.entryIds);
+				assert.ok(!lines(file).some((e) => e.type === "context_edit"), "no Pi 1.6 edits in Pi 0.85");
+			} else {
+				// Pi 1.6: the pass comes at the end of the turn, as Pi's own context_edits, which Pi
+				// appends and applies itself from the next request on.
+				const edits = lines(file).filter((e) => e.type === "context_edit");
+				assert.ok(edits.length > 10, `Pi appended ${edits.length} context_edits`);
+				assert.ok(!lines(file).some((e) => e.customType === "compactd.clear"), "no compactd.clear in Pi 1.6");
+				cleared = new Set(edits.map((e) => e.targetId));
+				assert.equal(cleared.size, edits.length, "one edit per cleared output");
+				const inPi = new Set(session.sessionManager.getEntries().filter((e) => e.type === "context_edit").map((e) => e.id));
+				assert.ok(edits.every((e) => inPi.has(e.id)), "Pi wrote the edits (its own session manager holds them)");
+				for (const e of edits) {
+					assert.match(e.replacement.content[0].text, new RegExp(`Output cleared by compactd.*entry ${e.targetId}`));
+				}
+				assert.ok(!bodyOf(served).includes("Output cleared by compactd"), "the turn's own request went out before the pass");
+				const next = fake.state.requests.length;
+				await session.prompt("And after that?");
+				await session.waitForIdle();
+				assert.ok(fake.state.requests.length > next, "Pi asked its model again");
+				body = bodyOf(next);
+				assert.equal(lines(file).filter((e) => e.type === "context_edit").length, edits.length, "nothing more to clear");
+			}
 			assert.ok(cleared.size > 10, `cleared ${cleared.size}`);
 			assert.ok(body.includes("Output cleared by compactd"), "the request carries the short texts");
 			const first = originals.find((e) => cleared.has(e.id));
@@ -427,10 +458,16 @@ describe(`the compactd extension in Pi ${PI_VERSION}`, { skip: why }, () => {
 			assert.ok(text.length > 200 && !body.includes(JSON.stringify(text).slice(1, 200)), "the original output is not sent");
 			const kept = originals.at(-1);
 			assert.ok(!cleared.has(kept.id), "the newest output stays");
-			// Pi itself still loads every original: the pass is a custom entry it ignores.
+			// A fresh Pi loading the file: Pi 0.85 ignores the pass (every original), Pi 1.6 applies
+			// its edits (the short text in place of the output).
 			const reloaded = mods.sessions.SessionManager.open(file).buildSessionContext();
 			const again = reloaded.messages.find((m) => m.role === "toolResult" && m.toolCallId === first.message.toolCallId);
-			assert.deepEqual(again.content, first.message.content);
+			if (RULES === "0.85") assert.deepEqual(again.content, first.message.content);
+			else assert.match(again.content[0].text, new RegExp(`Output cleared by compactd.*entry ${first.id}`));
+			// The file keeps every byte: the daemon still returns the original.
+			const held = (await rpc(sock3, "listSessions", {})).find((s) => s.path === fs.realpathSync(file));
+			const original = await rpc(sock3, "getEntry", { sessionId: held.sessionId, entryId: first.id });
+			assert.deepEqual(original.message.content, first.message.content);
 			assert.deepEqual(notes, []);
 		} finally {
 			const exited = new Promise((r) => d3.once("exit", r));

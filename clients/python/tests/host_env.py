@@ -1,8 +1,8 @@
 """An MCP host's reduced environment still reaches the user's daemon.
 
 Run by tests/clients.rs inside a private mount namespace in which /run/user/<uid> exists (the
-per-user runtime directory of a desktop session) and /tmp is private, so nothing here can meet a
-daemon outside. Not a pytest module: it is one scenario, run as a script.
+per-user runtime directory of a desktop session) and the fallback socket directory
+/tmp/compactd-<uid> is an empty one of its own, so nothing here can meet a daemon outside. Not a pytest module: it is one scenario, run as a script.
 
 1. The user's daemon starts as a desktop session starts it (`compactd start` with
    XDG_RUNTIME_DIR set) and a client holds a session file open in it (so the file is locked).
@@ -10,7 +10,8 @@ daemon outside. Not a pytest module: it is one scenario, run as a script.
    all name /run/user/<uid>/compactd/compactd.sock as the default socket.
 3. The official MCP SDK's `stdio_client` starts `compactd mcp` with its default environment
    (HOME, PATH, SHELL, TERM, USER, LOGNAME: no XDG_RUNTIME_DIR): its tools answer from the live
-   session the daemon holds, and no second daemon was started (nothing under /tmp).
+   session the daemon holds, and no second daemon was started (nothing in the fallback
+   directory).
 
 Prints `ok: …` lines; exits non-zero at the first failure. Environment: COMPACTD_BIN, the
 session file to copy (COMPACTD_TEST_SESSION), where to write the daemon's pid for the caller to
@@ -109,7 +110,7 @@ def scenario(started):
         check(not found.is_error, f"search_history answered, not an error: {text[:300]}")
         hits = (found.structured_content or {}).get("hits", [])
         check(len(hits) == 1 and CODEWORD in hits[0]["snippet"], "it answered from the session the daemon holds live")
-        check(not os.path.exists(f"/tmp/compactd-{UID}"), "no second daemon was started under /tmp")
+        check(os.listdir(f"/tmp/compactd-{UID}") == [], "no second daemon was started in the fallback directory")
         listed = agent.list_sessions()
         check(len(listed) == 1 and listed[0]["sessionId"] == sid, "the user's daemon holds the one session")
 

@@ -442,7 +442,16 @@ def test_connect_finds_the_default_socket(env, tmp_path, monkeypatch, where):
             assert proc.poll() is None, "daemon exited at start"
             assert time.time() < deadline, "socket did not appear"
             time.sleep(0.02)
-        with Client.connect() as c:
+        # The socket file appears at bind(), a moment before the daemon listens on it.
+        while True:
+            try:
+                c = Client.connect()
+                break
+            except DaemonNotRunning:
+                assert proc.poll() is None, "daemon exited"
+                assert time.time() < deadline, "the daemon did not listen on its socket"
+                time.sleep(0.02)
+        with c:
             assert c.list_sessions() == []
 
         async def via_async():

@@ -97,8 +97,9 @@ pub fn preview(
     let clear = settings.clear_tool_results.as_ref()?;
     let mut state = session.lock_state();
     let d = decide(daemon, &state, settings, clear)?;
-    // The reads are counted here too: the Pi extension asks before every request and never
-    // checks (a count only moves with new replies, so asking twice adds nothing).
+    // The reads are counted here too: the Pi extension asks (inside Pi 0.85 before every
+    // request, inside Pi 1.6 at the end of every turn) and never checks (a count only moves
+    // with new replies, so asking twice adds nothing).
     state.cache_debt = d.debt;
     let edits = state.rules.is_1_6().then(|| edits(&state, &d.pass));
     Some(ClearingPreview {
