@@ -674,14 +674,17 @@ mod tests {
         assert_eq!(
             s.to_json(),
             json!({"at": 0.6, "keepRecentTokens": 100, "clearAtLeast": 5, "excludeTools": ["a"],
-                "cacheAware": true, "summarizeAt": 1.0})
+                "cacheAware": true, "summarizeAt": 1.0, "summarizeOriginals": true})
         );
-        let s =
-            ClearSettings::from_json(Some(&json!({"cacheAware": false, "summarizeAt": 0.6})), max)
-                .unwrap()
-                .unwrap();
+        let s = ClearSettings::from_json(
+            Some(&json!({"cacheAware": false, "summarizeAt": 0.6, "summarizeOriginals": false})),
+            max,
+        )
+        .unwrap()
+        .unwrap();
         assert!(!s.cache_aware);
         assert_eq!(s.summarize_at, 0.6);
+        assert!(!s.summarize_originals);
         for (bad, name) in [
             (json!({"at": 1.0}), "compaction.clearToolResults.at"),
             (json!({"at": 0}), "compaction.clearToolResults.at"),
@@ -709,6 +712,10 @@ mod tests {
             (
                 json!({"summarizeAt": 0}),
                 "compaction.clearToolResults.summarizeAt",
+            ),
+            (
+                json!({"summarizeOriginals": "yes"}),
+                "compaction.clearToolResults.summarizeOriginals",
             ),
             (json!(3), "compaction.clearToolResults"),
         ] {

@@ -259,6 +259,17 @@ pub struct Config {
     pub prices: crate::accounting::PriceTable,
     /// `[compat]`: which Pi's rules sessions follow unless a client says otherwise.
     pub compat: CompatConfig,
+    /// `[compaction]`: compactd's defaults under Pi's settings files.
+    pub compaction: CompactionConfig,
+}
+
+/// `[compaction]`: what a session's compactions do unless Pi's settings files (or
+/// `setSettingsOverrides`) say otherwise. Beyond Pi only; Pi's own keys live in its files.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompactionConfig {
+    /// `compaction.handoff`: `off`, `report` (default), `repair` or `retry`.
+    pub handoff: crate::handoff::Mode,
 }
 
 /// `[compat]`: compatibility with the Pi the user runs.

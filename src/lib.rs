@@ -6,6 +6,10 @@
 //!   parts of a line nested past 100 levels kept as their `JSON.stringify` text, `json::deep`).
 //! - [`accounting`]: beyond Pi, what compactions cost and save — prices, costs, the economics of
 //!   a compaction due now, calibrated estimates (plain arithmetic, below the session model).
+//! - [`handoff`]: beyond Pi, a verified handoff — what a summary owes the agent that resumes
+//!   the work (obligations, each with its source entry, from the facts the extractive
+//!   summarizer reads), the check that scores any summary against them, and the repair section
+//!   of what it missed (pure text; below the session model, like `accounting`).
 //! - [`pi_version`]: which Pi's rules apply to a session (0.85.0 or 1.6.0; a setting, since
 //!   the files of both say `version: 3`).
 //! - [`estimate`]: Pi's token estimate of one message and the usage a reply reports — the
@@ -73,6 +77,7 @@ pub mod cpu;
 pub mod daemon;
 pub mod descriptors;
 pub mod estimate;
+pub mod handoff;
 pub mod json;
 pub mod live_context;
 pub mod mcp;

@@ -478,7 +478,8 @@ fn once_prints_a_plain_snapshot_of_a_known_state() {
             "AFTER",
             "BY",
             "TOOK",
-            "COST"
+            "COST",
+            "HANDOFF"
         ]
     );
     // Aligned: every row's cells start where the header's do.
@@ -502,6 +503,7 @@ fn once_prints_a_plain_snapshot_of_a_known_state() {
             "10000".into(),
             percent(&mut c, &s1),
             "idle".into(),
+            "-".into(),
             "-".into(),
             "-".into(),
             "-".into(),
@@ -539,6 +541,15 @@ fn once_prints_a_plain_snapshot_of_a_known_state() {
         "{row2:?}"
     );
     assert_eq!(row2[13], "free");
+    // The handoff check of the summary (`compaction.handoff` is `report` by default).
+    let score = compacted["handoff"]["score"]
+        .as_f64()
+        .expect("a handoff score");
+    assert_eq!(row2[14], format!("{}%", (score * 100.0).round() as i64));
+    assert_eq!(
+        i2["lastCompaction"]["handoffScore"],
+        compacted["handoff"]["score"]
+    );
     // The daemon's status fields behind those cells.
     assert_eq!(i2["lastCompaction"]["summarizer"], "extractive");
     assert!(i2["lastCompaction"]["durationMs"].is_u64());

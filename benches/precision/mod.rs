@@ -23,7 +23,8 @@
 pub enum Kind {
     /// An item saying what another item of its section says: the same text once digits,
     /// timestamps and ids are masked (a re-sent note, the same polling command with another
-    /// `sleep`). Each copy after the first counts.
+    /// `sleep`), or the same error quoted again for another command. Each copy after the first
+    /// counts.
     Repeat,
     /// An item longer than [`LONG_ITEM`] characters: a pasted note, report or output.
     Long,
@@ -196,15 +197,27 @@ pub fn lint(summary: &str) -> Vec<Finding> {
     let labelled_latest = items
         .iter()
         .any(|i| i.section == "goal" && i.text.starts_with("(latest) "));
+    // The errors the items of a section quote: the same error said twice is a repeat too.
+    let mut errors: Vec<(usize, &'static str, String)> = Vec::new();
     for item in &items {
         let key = repeat_key(&item.text);
-        if seen
-            .iter()
-            .any(|(p, s, k)| *p == item.part && *s == item.section && same_statement(k, &key))
+        let error = error_key(&item.text);
+        let said_error = error.as_ref().is_some_and(|e| {
+            errors
+                .iter()
+                .any(|(p, s, k)| *p == item.part && *s == item.section && k == e)
+        });
+        if said_error
+            || seen
+                .iter()
+                .any(|(p, s, k)| *p == item.part && *s == item.section && same_statement(k, &key))
         {
             found(Kind::Repeat, item);
         } else {
             seen.push((item.part, item.section, key));
+        }
+        if let Some(e) = error {
+            errors.push((item.part, item.section, e));
         }
         if item.text.chars().count() > LONG_ITEM {
             found(Kind::Long, item);
@@ -294,6 +307,31 @@ fn repeat_key(text: &str) -> String {
         words.push(masked);
     }
     words.join(" ")
+}
+
+/// The error an item quotes, masked as [`repeat_key`] masks: the message after a Blocked
+/// line's "failed …: " or a Next Step's "Fix the failure of `x`: ", or the quoted line naming
+/// the error under a Critical Context "… error from …:" heading. `None` for an item quoting no error.
+fn error_key(text: &str) -> Option<String> {
+    let first = text.lines().next()?;
+    let message = if first.starts_with("Last error from ") || first.starts_with("Earlier error") {
+        // The quoted line that names the error (a test runner's `FAIL …` line names the test).
+        let quoted: Vec<&str> = text.lines().skip(1).map(str::trim).collect();
+        let named = quoted.iter().find(|l| {
+            let lower = l.to_lowercase();
+            ["error", "exception", "panicked"]
+                .iter()
+                .any(|w| lower.contains(w))
+        });
+        named.or(quoted.first())?.to_string()
+    } else if first.starts_with("Fix the failure of ") || first.contains("` failed") {
+        let h = head(first)?;
+        first[h.len()..].trim_start_matches(':').trim().to_owned()
+    } else {
+        return None;
+    };
+    let key = repeat_key(&message);
+    (key.len() >= 12).then_some(key)
 }
 
 /// Two masked items say the same thing: equal, one holding the other whole (a sentence listed
@@ -655,11 +693,11 @@ mod tests {
         let blob =
             "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0NTY3ODkwYWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXo=";
         let summary = format!(
-            "## Goal\n- (original request) yo\n- ls\n- hi there\n- (latest) Fix the retry test in packages/ai\n\n## Constraints & Preferences\n- tool_use ids were found without tool_result blocks immediately after: toolu_01.\n- Never commit to main.\n\n## Progress\n### Done\n- [x] Ran `grep -rn retry packages/` successfully\n- [x] Ran `ls -la src` successfully\n- [x] Called `grep` (pattern: backoff)\n- [x] Ran `git log --oneline | head -5` successfully\n- [x] Edited `packages/ai/src/retry.ts`\n\n### In Progress\n(none)\n\n### Blocked\n- `grep -rn TODO src` failed (exit code 1): (no output)\n- `cargo build` failed (exit code 101): {blob}\n\n## Key Decisions\n- The approach:\n- Now let\n- I'll keep the old parser because the new one drops comments.\n- The plan: I'll keep the old parser because the new one drops comments.\n\n## Next Steps\n1. Now let me look at the retry logic:\n2. Run the tests again.\n\n## Critical Context\n- Note (heartbeat): Current time 2026-03-05T10:15:00Z. Reply HEARTBEAT_OK.\n- Note (heartbeat): Current time 2026-03-05T10:45:00Z. Reply HEARTBEAT_OK.\n- Note (heartbeat): Current time 2026-03-05T11:15:00Z. Reply HEARTBEAT_OK.\n- Command `sleep 30 && curl -s localhost:8080/health` → exit 0\n- Command `sleep 60 && curl -s localhost:8080/health` → exit 0\n- Note (report): {long}"
+            "## Goal\n- (original request) yo\n- ls\n- hi there\n- (latest) Fix the retry test in packages/ai\n\n## Constraints & Preferences\n- tool_use ids were found without tool_result blocks immediately after: toolu_01.\n- Never commit to main.\n\n## Progress\n### Done\n- [x] Ran `grep -rn retry packages/` successfully\n- [x] Ran `ls -la src` successfully\n- [x] Called `grep` (pattern: backoff)\n- [x] Ran `git log --oneline | head -5` successfully\n- [x] Edited `packages/ai/src/retry.ts`\n\n### In Progress\n(none)\n\n### Blocked\n- `grep -rn TODO src` failed (exit code 1): (no output)\n- `cargo build` failed (exit code 101): {blob}\n- `cargo check -p core` failed (exit code 101): error[E0599]: no method named `parse_v2` found\n- `cargo test -p core` failed (exit code 101): error[E0599]: no method named `parse_v2` found\n\n## Key Decisions\n- The approach:\n- Now let\n- I'll keep the old parser because the new one drops comments.\n- The plan: I'll keep the old parser because the new one drops comments.\n\n## Next Steps\n1. Now let me look at the retry logic:\n2. Run the tests again.\n\n## Critical Context\n- Note (heartbeat): Current time 2026-03-05T10:15:00Z. Reply HEARTBEAT_OK.\n- Note (heartbeat): Current time 2026-03-05T10:45:00Z. Reply HEARTBEAT_OK.\n- Note (heartbeat): Current time 2026-03-05T11:15:00Z. Reply HEARTBEAT_OK.\n- Command `sleep 30 && curl -s localhost:8080/health` → exit 0\n- Command `sleep 60 && curl -s localhost:8080/health` → exit 0\n- Note (report): {long}"
         );
         let c = counts(&lint(&summary));
         let by = |k: Kind| c[Kind::ALL.iter().position(|x| *x == k).unwrap()];
-        assert_eq!(by(Kind::Repeat), 4, "{:?}", lint(&summary));
+        assert_eq!(by(Kind::Repeat), 5, "{:?}", lint(&summary));
         assert_eq!(by(Kind::Long), 1);
         assert_eq!(by(Kind::Blob), 1);
         // Four read-only Done lines: one is allowed.
@@ -668,7 +706,16 @@ mod tests {
         assert_eq!(by(Kind::Fragment), 3);
         assert_eq!(by(Kind::ErrorAsConstraint), 1);
         assert_eq!(by(Kind::TriviaGoal), 3);
-        assert_eq!(c.iter().sum::<usize>(), 17);
+        assert_eq!(c.iter().sum::<usize>(), 18);
+    }
+
+    #[test]
+    fn the_same_error_quoted_for_two_commands_is_a_repeat() {
+        let s = "## Critical Context\n- Earlier error from `cargo build -p core` (exit code 101), later fixed:\n  error[E0599]: no method named `parse_v2` found for struct `Header`\n  --> core/src/frame.rs:41:18\n- Last error from `cargo test -p core` (exit code 101):\n  error[E0599]: no method named `parse_v2` found for struct `Header`\n  --> core/src/frame.rs:41:18\n  error: could not compile `core` (lib test)";
+        assert_eq!(kinds(s), vec![Kind::Repeat]);
+        // Two failures of one test run with different errors are two items.
+        let t = "## Critical Context\n- Earlier error from `npx vitest run` (exit code 1):\n  FAIL test/status.test.ts > offline\n  Error: connect ECONNREFUSED 127.0.0.1:18789\n- Last error from `npx vitest run` (exit code 1):\n  FAIL test/status.test.ts > offline\n  TypeError: Cannot read properties of null";
+        assert!(kinds(t).is_empty(), "{:?}", lint(t));
     }
 
     #[test]

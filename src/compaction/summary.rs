@@ -224,6 +224,11 @@ pub struct CompactionResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "crate::accounting::Cost")]
     pub cost: Option<crate::accounting::Cost>,
+    /// Beyond Pi: the summary's handoff check (`compaction.handoff` not `off`): what it owed,
+    /// what it carried, what it missed, and what a repair appended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "crate::handoff::Report")]
+    pub handoff: Option<crate::handoff::Report>,
 }
 
 impl CompactionResult {
@@ -237,6 +242,7 @@ impl CompactionResult {
             usage: outcome.usage,
             details: (!outcome.details.is_null()).then(|| outcome.details.clone()),
             cost: None,
+            handoff: None,
         }
     }
 }

@@ -20,7 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::compaction::prepare::Preparation;
 use crate::compaction::prompts::{
-    branch_prompt_text, history_prompt_text, turn_prefix_prompt_text, SYSTEM_PROMPT,
+    branch_prompt_text, history_prompt_text, turn_prefix_prompt_text, SPLIT_TURN_JOINER,
+    SYSTEM_PROMPT,
 };
 use crate::compaction::serialize::{serialize_agent_messages, serialize_conversation};
 use crate::compaction::summary::{
@@ -200,7 +201,41 @@ struct Provider<'a> {
     meter: &'a Meter,
 }
 
-impl Provider<'_> {
+impl<'a> Provider<'a> {
+    /// The provider an LLM engine calls through, with whether it falls back to the extractive
+    /// summarizer; for the extractive engine, which calls none, its redaction and settings.
+    fn of(
+        engine: &'a SummaryEngine,
+        cancel: &'a CancellationToken,
+        on_retry: &'a OnRetry<'a>,
+        meter: &'a Meter,
+    ) -> Result<(Self, bool), (&'a RedactionConfig, ExtractiveSettings)> {
+        match engine {
+            SummaryEngine::Extractive {
+                redaction,
+                settings,
+            } => Err((redaction, *settings)),
+            SummaryEngine::Llm {
+                client,
+                model,
+                retry,
+                redaction,
+                fallback_extractive,
+            } => Ok((
+                Provider {
+                    client: client.as_ref(),
+                    model,
+                    retry,
+                    redaction,
+                    cancel,
+                    on_retry,
+                    meter,
+                },
+                *fallback_extractive,
+            )),
+        }
+    }
+
     /// One summarization call: the prompt redacted, sent with Pi's retries (each retry logged
     /// and reported to `on_retry`), an abort noticed, and Pi's reply checks for `kind` applied.
     /// Returns the summary text and the call's usage.
@@ -316,29 +351,11 @@ where
     // However the summary ends (written, failed, cancelled), its temporaries (message values,
     // serialized text) were freed on other threads: the allocator gets them back once idle.
     let _release = crate::cpu::ReleaseWhenDone;
-    let (provider, fallback_extractive) = match engine {
-        SummaryEngine::Extractive {
-            redaction,
-            settings,
-        } => return Ok(crate::cpu::background(|| extractive(redaction, *settings))),
-        SummaryEngine::Llm {
-            client,
-            model,
-            retry,
-            redaction,
-            fallback_extractive,
-        } => (
-            Provider {
-                client: client.as_ref(),
-                model,
-                retry,
-                redaction,
-                cancel,
-                on_retry,
-                meter,
-            },
-            *fallback_extractive,
-        ),
+    let (provider, fallback_extractive) = match Provider::of(engine, cancel, on_retry, meter) {
+        Ok(llm) => llm,
+        Err((redaction, settings)) => {
+            return Ok(crate::cpu::background(|| extractive(redaction, settings)))
+        }
     };
     let redaction = provider.redaction;
     match (
@@ -394,15 +411,7 @@ async fn generate_llm(
     let version = prep.edits.version;
     let history_max = Cap::compaction(version, &prep.settings, 0.8, model);
     let prefix_max = Cap::compaction(version, &prep.settings, 0.5, model);
-    let history_text = || {
-        let conversation =
-            crate::cpu::blocking(|| serialize_agent_messages(version, prep.history_messages()));
-        history_prompt_text(
-            &conversation,
-            prep.previous_summary.as_deref(),
-            custom_instructions,
-        )
-    };
+    let history_text = || history_prompt(prep, custom_instructions);
     let reasoning = reasoning_for(model, thinking_level);
     let (summary, usage) = if prep.is_split_turn && !prep.turn_prefix_messages.is_empty() {
         // The two requests of a split turn are independent (neither prompt holds the other's
@@ -486,6 +495,67 @@ async fn generate_llm(
         details: file_details(&read_files, &modified_files),
         from_hook: false,
     })
+}
+
+/// The user message of a compaction's history call (Pi's prompt over the serialized span).
+fn history_prompt(prep: &Preparation, custom_instructions: Option<&str>) -> String {
+    let version = prep.edits.version;
+    let conversation =
+        crate::cpu::blocking(|| serialize_agent_messages(version, prep.history_messages()));
+    history_prompt_text(
+        &conversation,
+        prep.previous_summary.as_deref(),
+        custom_instructions,
+    )
+}
+
+/// Beyond Pi (`compaction.handoff: "retry"`): one more history call for a summary an LLM engine
+/// wrote, its prompt Pi's with `instructions` (what the first summary missed) added to the
+/// user's focus; the answer replaces the first summary's history part (a split turn keeps its
+/// turn-prefix part and its file blocks stay). Its usage is added to the outcome's and to
+/// `meter`. `Ok(None)`: no such call can be made (the extractive engine, a split turn with no
+/// history before it).
+#[allow(clippy::too_many_arguments)]
+pub async fn retry_history(
+    prep: &Preparation,
+    engine: &SummaryEngine,
+    first: &CompactionOutcome,
+    custom_instructions: Option<&str>,
+    instructions: &str,
+    thinking_level: Option<&str>,
+    cancel: &CancellationToken,
+    on_retry: &OnRetry<'_>,
+    meter: &Meter,
+) -> Result<Option<CompactionOutcome>, CompactError> {
+    let Ok((provider, _)) = Provider::of(engine, cancel, on_retry, meter) else {
+        return Ok(None);
+    };
+    if prep.messages_to_summarize.is_empty() {
+        return Ok(None);
+    }
+    let model = provider.model;
+    let focus = match custom_instructions.filter(|c| !c.is_empty()) {
+        Some(c) => format!("{c}\n\n{instructions}"),
+        None => instructions.to_owned(),
+    };
+    let (text, usage) = compaction_call(
+        provider,
+        CallKind::History,
+        history_prompt(prep, Some(&focus)),
+        Cap::compaction(prep.edits.version, &prep.settings, 0.8, model),
+        reasoning_for(model, thinking_level),
+    )
+    .await?;
+    let (read_files, modified_files) = prep.file_ops.file_lists();
+    let summary = match first.summary.split_once(SPLIT_TURN_JOINER) {
+        Some((_, prefix)) if prep.is_split_turn => format!("{text}{SPLIT_TURN_JOINER}{prefix}"),
+        _ => with_file_lists(text, &read_files, &modified_files),
+    };
+    Ok(Some(CompactionOutcome {
+        summary,
+        usage: Some(first.usage.map_or(usage, |u| u.combine(&usage))),
+        ..first.clone()
+    }))
 }
 
 /// One compaction call: Pi's checks, then compactd's refusal of a blank summary.

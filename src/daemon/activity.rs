@@ -106,6 +106,7 @@ mod tests {
                     usage: None,
                     details: None,
                     cost: None,
+                    handoff: None,
                 })
             }),
             aborted: kept.is_none(),

@@ -406,7 +406,10 @@ impl Daemon {
             cwd.as_deref(),
             global.as_ref(),
             overrides.as_ref(),
-            &self.config.summarizer.retry,
+            &settings::Defaults {
+                retry: self.config.summarizer.retry,
+                handoff: self.config.compaction.handoff,
+            },
         )
         .for_session(rules, model.as_ref().map(|(p, i)| (p.as_str(), i.as_str())))
     }

@@ -65,6 +65,10 @@ pub struct SessionState {
     /// The session's own `piVersion` (`setSettingsOverrides`), which a daemon-wide one does not
     /// change.
     pub own_pi_version: Option<PiVersion>,
+    /// Beyond Pi: the handoff check of each compaction entry this daemon wrote for the session,
+    /// by entry id (`getCostReport`'s rows); a repaired entry also records its score in
+    /// `details.handoff`, which outlives the daemon.
+    pub handoffs: std::collections::BTreeMap<String, crate::handoff::Report>,
 }
 
 /// A session's entries and what is derived from them are freed on the reaper thread
@@ -123,7 +127,22 @@ impl SessionState {
             foreign_moves: 0,
             rules,
             own_pi_version: None,
+            handoffs: Default::default(),
         }
+    }
+
+    /// The handoff score of compaction entry `id`: this daemon's check of it, else what a
+    /// repaired entry records (`details.handoff.score`).
+    pub fn handoff_score(&self, id: &str) -> Option<f64> {
+        if let Some(r) = self.handoffs.get(id) {
+            return Some(r.score);
+        }
+        let entry = self.tree.entry(self.tree.index_of(id)?);
+        entry
+            .get("details")
+            .and_then(|d| d.get("handoff"))
+            .and_then(|h| h.get("score"))
+            .and_then(Value::as_f64)
     }
 
     /// A loaded (persisted) session.

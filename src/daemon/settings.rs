@@ -139,6 +139,10 @@ pub struct EffectiveSettings {
     /// behaviour; also when a settings file's block is invalid, as Pi ignores what it cannot
     /// read — `setSettingsOverrides` refuses it by name).
     pub clear_tool_results: Option<crate::clearing::ClearSettings>,
+    /// Beyond Pi: `compaction.handoff`, what is done with each summary's handoff check
+    /// (default `report`, or `[compaction] handoff` in compactd's config; a settings file's
+    /// value that is none of `off`, `report`, `repair`, `retry` is the default).
+    pub handoff: crate::handoff::Mode,
     /// Whose rules the session follows (its `piVersion`, else the daemon's): set by
     /// `Daemon::session_settings` from the session.
     pub pi_version: crate::session::PiVersion,
@@ -154,14 +158,15 @@ fn int(v: Option<&Value>) -> Option<i64> {
 
 /// Computes the effective settings for a session whose header `cwd` is `cwd`.
 ///
-/// `retry_default` is the summarization retry policy before any settings file: the daemon's
-/// `[summarizer] retry` (Pi's defaults unless configured). A settings file's `retry` overrides
-/// it field by field, as Pi's `settings.retry` governs its summarization calls.
+/// `defaults` are what compactd's configuration sets before any settings file: the
+/// summarization retry policy (`[summarizer] retry`, Pi's defaults unless configured; a settings
+/// file's `retry` overrides it field by field, as Pi's `settings.retry` governs its
+/// summarization calls) and `[compaction] handoff`.
 pub fn effective(
     cwd: Option<&Path>,
     global_overrides: Option<&Value>,
     session_overrides: Option<&Value>,
-    retry_default: &RetrySettings,
+    defaults: &Defaults,
 ) -> EffectiveSettings {
     let dir = agent_dir();
     let global = read_settings_file(&dir.join("settings.json"));
@@ -175,12 +180,19 @@ pub fn effective(
     for o in [global_overrides, session_overrides].into_iter().flatten() {
         deep_merge(&mut merged, &json!({ "compaction": o }));
     }
-    from_merged(merged, retry_default)
+    from_merged(merged, defaults)
+}
+
+/// What compactd's configuration sets before any settings file (see [`effective`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Defaults {
+    pub retry: RetrySettings,
+    pub handoff: crate::handoff::Mode,
 }
 
 /// Reads the typed values (with Pi's `??` defaults) out of merged settings JSON. Values of the
 /// wrong type fall back to the defaults.
-pub fn from_merged(merged: Value, retry_default: &RetrySettings) -> EffectiveSettings {
+pub fn from_merged(merged: Value, base: &Defaults) -> EffectiveSettings {
     let empty = Map::new();
     let c = merged
         .get("compaction")
@@ -203,7 +215,7 @@ pub fn from_merged(merged: Value, retry_default: &RetrySettings) -> EffectiveSet
         .get("retry")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
-    let rd = *retry_default;
+    let rd = base.retry;
     let retry = RetrySettings {
         enabled: r
             .get("enabled")
@@ -257,6 +269,11 @@ pub fn from_merged(merged: Value, retry_default: &RetrySettings) -> EffectiveSet
         )
         .ok()
         .flatten(),
+        handoff: c
+            .get("handoff")
+            .and_then(Value::as_str)
+            .and_then(crate::handoff::Mode::parse)
+            .unwrap_or(base.handoff),
         pi_version: crate::session::PiVersion::default(),
         merged,
     }
@@ -395,6 +412,7 @@ impl EffectiveSettings {
         compaction.cache_ttl_seconds = Some(self.cache_ttl_seconds);
         compaction.calibrated_estimates = Some(self.calibrated_estimates);
         compaction.recall_footer = Some(self.recall_footer);
+        compaction.handoff = Some(self.handoff);
         compaction.clear_tool_results =
             Some(
                 self.clear_tool_results
@@ -440,7 +458,7 @@ mod tests {
             base,
             json!({"compaction": {"enabled": true, "reserveTokens": 2, "keepRecentTokens": null}, "x": [2]})
         );
-        let s = from_merged(base, &RetrySettings::default());
+        let s = from_merged(base, &Defaults::default());
         assert_eq!(
             s.compaction,
             CompactionSettings {
@@ -450,13 +468,30 @@ mod tests {
             }
         );
         let wrong = from_merged(
-            json!({"compaction": {"reserveTokens": "big"}, "retry": {"maxRetries": 1}}),
-            &RetrySettings::default(),
+            json!({"compaction": {"reserveTokens": "big", "handoff": "loud"}, "retry": {"maxRetries": 1}}),
+            &Defaults::default(),
         );
         assert_eq!(wrong.compaction.reserve_tokens, 16384);
+        assert_eq!(wrong.handoff, crate::handoff::Mode::Report);
+        let repair = from_merged(
+            json!({"compaction": {"handoff": "repair"}}),
+            &Defaults {
+                handoff: crate::handoff::Mode::Retry,
+                ..Defaults::default()
+            },
+        );
+        assert_eq!(repair.handoff, crate::handoff::Mode::Repair);
+        let configured = from_merged(
+            json!({}),
+            &Defaults {
+                handoff: crate::handoff::Mode::Off,
+                ..Defaults::default()
+            },
+        );
+        assert_eq!(configured.handoff, crate::handoff::Mode::Off);
         assert_eq!(wrong.retry.max_retries, 1);
         assert_eq!(
-            from_merged(json!({"compaction": null}), &RetrySettings::default()).compaction,
+            from_merged(json!({"compaction": null}), &Defaults::default()).compaction,
             CompactionSettings::default()
         );
     }
@@ -469,7 +504,7 @@ mod tests {
     fn settings_files_are_read_as_pi_reads_them_and_overrides_are_checked() {
         let s = from_merged(
             json!({"compaction": {"keepRecentTokens": -5, "reserveTokens": "x"}}),
-            &RetrySettings::default(),
+            &Defaults::default(),
         );
         assert_eq!(s.compaction.keep_recent_tokens, -5);
         assert_eq!(s.compaction.reserve_tokens, 16384);

@@ -33,7 +33,7 @@ use crate::compaction::prompts::{
 };
 use crate::compactor::SummaryEngine;
 use crate::rpc::errors::RpcError;
-use crate::rpc::results::{CacheRewrite, ClearingSpend, CostReport, SessionSpend};
+use crate::rpc::results::{CacheRewrite, ClearingSpend, CompactionRow, CostReport, SessionSpend};
 use crate::rpc::types::SessionParams;
 use crate::session::{ids, EntryKind, Role};
 use crate::summarizer::Usage;
@@ -179,6 +179,7 @@ fn report(
     let mut agent = SessionSpend::default();
     let mut compactions = SessionSpend::default();
     let mut rewrites = Vec::new();
+    let mut rows = Vec::new();
     let summarizer = summarizer_price(daemon, engine);
     let agent_prices = agent_price(daemon, &state);
     let ttl_ms = settings.cache_ttl_seconds as f64 * 1000.0;
@@ -280,6 +281,20 @@ fn report(
                     None => Cost::default(),
                 };
                 compactions.add(&cost);
+                if let Some(id) = e.id_owned() {
+                    let summarizer = v["details"]["summarizer"]
+                        .as_str()
+                        .map(str::to_owned)
+                        .or_else(|| from_hook.then(|| "hook".to_owned()));
+                    rows.push(CompactionRow {
+                        handoff_score: state.handoff_score(&id),
+                        compaction_id: id,
+                        summarizer,
+                        input: cost.input,
+                        output: cost.output,
+                        usd: cost.usd,
+                    });
+                }
                 // The compaction replaced what the passes before it had cleared (a kept tail's
                 // cleared outputs are not counted further: a lower bound).
                 cleared_tokens = 0;
@@ -318,5 +333,6 @@ fn report(
         discarded_speculations: speculations,
         cache_rewrites: rewrites,
         compaction_usd: compaction_total,
+        per_compaction: rows,
     }
 }

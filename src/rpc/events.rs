@@ -198,6 +198,10 @@ pub struct SpeculationReady<'a> {
     pub summary_tokens: u64,
     /// How long the summarization took.
     pub ms: u64,
+    /// Beyond Pi: the summary's handoff check (`compaction.handoff`): the share of what it owes
+    /// that it carries (absent when `off`). The installed compaction reports the full check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff_score: Option<f64>,
 }
 
 /// `speculation_discarded`'s payload (beyond Pi).
@@ -365,6 +369,10 @@ pub struct SessionCompact<'a> {
     pub from_extension: bool,
     pub reason: Reason,
     pub will_retry: bool,
+    /// Beyond Pi: the summary's handoff check (`compaction.handoff` not `off`), as the
+    /// compaction's result carries it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<crate::handoff::Report>,
 }
 
 /// The `session_compact_failed` hook notification.
@@ -823,6 +831,17 @@ mod tests {
                         cache_write: 4,
                         usd: Some(0.0125),
                     }),
+                    handoff: Some(crate::handoff::check(
+                        "port 8080",
+                        &crate::handoff::owed(&crate::handoff::Facts {
+                            user_words: vec![crate::handoff::Said::new(
+                                "Serve on port 8080 with --json",
+                                Some("e1"),
+                            )],
+                            ..Default::default()
+                        }),
+                        crate::handoff::Mode::Repair,
+                    )),
                 })),
                 aborted: false,
                 will_retry: true,
@@ -838,6 +857,7 @@ mod tests {
                 covers_through_entry_id: Some("e7"),
                 summary_tokens: 2_100,
                 ms: 830,
+                handoff_score: Some(0.75),
             }),
             EventKind::SpeculationDiscarded => Event::SpeculationDiscarded(SpeculationDiscarded {
                 session_id: "s1",

@@ -381,6 +381,11 @@ pub struct CompactionSettingsView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<ClearToolResultsView>")]
     pub clear_tool_results: Option<Option<ClearToolResultsView>>,
+    /// Beyond Pi: what is done with each summary's handoff check (`off`, `report`, `repair`,
+    /// `retry`). Only in getSettings' answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "crate::handoff::Mode")]
+    pub handoff: Option<crate::handoff::Mode>,
 }
 
 /// `compaction.clearToolResults` in effect.
@@ -410,6 +415,7 @@ impl From<&crate::compaction::tokens::CompactionSettings> for CompactionSettings
             calibrated_estimates: None,
             recall_footer: None,
             clear_tool_results: None,
+            handoff: None,
         }
     }
 }
@@ -490,9 +496,23 @@ pub struct CompactionPreview {
     /// the numbers above are the summarizing compaction's, of the original outputs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clearing: Option<ClearingPreview>,
+    /// Beyond Pi: what the summary's handoff would owe (`compaction.handoff` not `off`): the
+    /// obligations a compaction now would be checked against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffPreview>,
     /// With `detail: "full"` only.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub full: Option<PreviewDetails>,
+}
+
+/// What a compaction's handoff would owe now (`previewCompaction`, beyond Pi).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoffPreview {
+    /// `compaction.handoff`.
+    pub mode: crate::handoff::Mode,
+    /// Each obligation with the entry it comes from, in kind order.
+    pub owed: Vec<crate::handoff::Item>,
 }
 
 /// The members `previewCompaction {detail: "full"}` adds.
@@ -703,6 +723,10 @@ pub struct SpeculationView {
     /// The ready summary's estimated tokens.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary_tokens: Option<u64>,
+    /// The ready summary's handoff score (`compaction.handoff` not `off`): the share of what
+    /// it owes that it carries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff_score: Option<f64>,
     /// A compaction due now (at the threshold, or a manual one without instructions) would
     /// install it (ready) or wait for it (running): it is still valid.
     pub would_install: bool,
@@ -782,6 +806,29 @@ pub struct CostReport {
     pub compaction_usd: Option<f64>,
     /// Beyond Pi: what the clearing passes (`compaction.clearToolResults`) saved.
     pub clearing: ClearingSpend,
+    /// Each compaction entry of the file, in file order: what its summarization cost and how
+    /// much of its handoff it carried.
+    pub per_compaction: Vec<CompactionRow>,
+}
+
+/// One compaction entry in `getCostReport`.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionRow {
+    pub compaction_id: String,
+    /// `details.summarizer` (`extractive`, `provider/model`), or `hook` for a hook's summary;
+    /// absent when the entry does not say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summarizer: Option<String>,
+    /// Its calls' tokens, as its `usage` reports them.
+    pub input: u64,
+    pub output: u64,
+    /// null when a price is unknown.
+    pub usd: Option<f64>,
+    /// Its summary's handoff score (`compaction.handoff`): this daemon's check, or what a
+    /// repaired entry records; absent when it was not checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff_score: Option<f64>,
 }
 
 /// What clearing passes saved (`getCostReport`): tokens each later request left out, priced as
@@ -1005,6 +1052,11 @@ pub struct LastCompaction {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "u64")]
     pub duration_ms: Option<u64>,
+    /// Its summary's handoff score (`compaction.handoff`), when this daemon checked it or the
+    /// entry records it (`details.handoff`, a repaired summary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "f64")]
+    pub handoff_score: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

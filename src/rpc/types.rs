@@ -290,6 +290,12 @@ pub struct CompactionSettingsPatch {
     /// [`ClearToolResultsPatch`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clear_tool_results: Option<ClearToolResultsPatch>,
+    /// Beyond Pi: what is done with each summary's handoff check (see proto-docs): `"report"`
+    /// (default: score it, install it as written), `"repair"` (append a short section of the
+    /// obligations it missed, each naming its entry), `"retry"` (an LLM summarizer gets one
+    /// more call with the missing items, then what is still missing is repaired), `"off"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<crate::handoff::Mode>,
 }
 
 /// One model's compaction token settings (`compaction.modelOverrides[...]`, Pi 1.6).

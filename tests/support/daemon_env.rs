@@ -411,15 +411,22 @@ pub fn usage(input: i64) -> Value {
            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}})
 }
 
-/// A new session in `dir` with `turns` turns, each a user request, an assistant `read` of
-/// `src/fNN.rs` and its result (about 300 tokens a turn), and a final reply.
-pub fn tool_session(c: &mut Client, dir: &Path, turns: usize) -> (String, PathBuf) {
+/// A new empty session of [`model`] with `dir` as its working and session directory: its id
+/// and its file.
+pub fn new_session(c: &mut Client, dir: &Path) -> (String, PathBuf) {
     let info = c.ok(
         "createSession",
         json!({"cwd": dir, "sessionDir": dir, "model": model()}),
     );
     let sid = info["sessionId"].as_str().unwrap().to_owned();
     let path = PathBuf::from(info["path"].as_str().unwrap());
+    (sid, path)
+}
+
+/// A new session in `dir` with `turns` turns, each a user request, an assistant `read` of
+/// `src/fNN.rs` and its result (about 300 tokens a turn), and a final reply.
+pub fn tool_session(c: &mut Client, dir: &Path, turns: usize) -> (String, PathBuf) {
+    let (sid, path) = new_session(c, dir);
     let t0 = now_ms() - 1_000_000;
     for i in 0..turns {
         let ts = t0 + i as i64 * 1000;

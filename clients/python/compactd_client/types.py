@@ -173,6 +173,7 @@ class CompactionPreview(_CompactionPreviewRequired, total=False):
 
     speculation: Optional[SpeculationView]
     clearing: Optional[ClearingPreview]
+    handoff: Optional[HandoffPreview]
     previousSummary: Optional[str]
     messagesToSummarize: List[MessageRef]
     turnPrefixMessages: List[MessageRef]
@@ -192,6 +193,21 @@ class CompactionResult(_CompactionResultRequired, total=False):
     usage: Usage
     details: Dict[str, Any]
     cost: Cost
+    handoff: HandoffReport
+
+
+class _CompactionRowRequired(TypedDict):
+    compactionId: str
+    input: int
+    output: int
+    usd: Optional[float]
+
+
+class CompactionRow(_CompactionRowRequired, total=False):
+    """One compaction entry in `getCostReport`."""
+
+    summarizer: Optional[str]
+    handoffScore: Optional[float]
 
 
 class _CompactionSettingsRequired(TypedDict):
@@ -211,6 +227,7 @@ class CompactionSettings(_CompactionSettingsRequired, total=False):
     calibratedEstimates: bool
     recallFooter: bool
     clearToolResults: Optional[ClearToolResultsView]
+    handoff: HandoffMode
 
 
 class CompactionSettingsPatch(TypedDict, total=False):
@@ -228,6 +245,7 @@ class CompactionSettingsPatch(TypedDict, total=False):
     calibratedEstimates: Optional[bool]
     recallFooter: Optional[bool]
     clearToolResults: Optional[ClearToolResultsPatch]
+    handoff: Optional[HandoffMode]
 
 
 class Context(TypedDict):
@@ -264,6 +282,7 @@ class CostReport(TypedDict):
     cacheRewrites: List[CacheRewrite]
     compactionUsd: Optional[float]
     clearing: ClearingSpend
+    perCompaction: List[CompactionRow]
 
 
 class CurrentCompaction(TypedDict):
@@ -337,6 +356,43 @@ class FileOps(TypedDict):
     edited: List[str]
 
 
+class HandoffItem(TypedDict):
+    """One obligation as the protocol states it (what a summary missed, what a preview owes)."""
+
+    kind: HandoffKind
+    text: str
+    entryId: Optional[str]
+
+
+class HandoffKindScore(TypedDict):
+    """One kind's share of a check."""
+
+    owed: int
+    carried: int
+    score: float
+
+
+class HandoffPreview(TypedDict):
+    """What a compaction's handoff would owe now (`previewCompaction`, beyond Pi)."""
+
+    mode: HandoffMode
+    owed: List[HandoffItem]
+
+
+class _HandoffReportRequired(TypedDict):
+    score: float
+    byKind: Dict[str, Any]
+    missing: List[HandoffItem]
+    mode: HandoffMode
+    repaired: int
+
+
+class HandoffReport(_HandoffReportRequired, total=False):
+    """A summary's handoff check, as `compact`, `compaction_end`, `session_compact` and the cost report carry it (`handoff`)."""
+
+    firstScore: Optional[float]
+
+
 class HistoryHit(TypedDict):
     """One `searchHistory` hit."""
 
@@ -394,6 +450,7 @@ class LastCompaction(_LastCompactionRequired, total=False):
     tokensAfter: int
     summarizer: str
     durationMs: int
+    handoffScore: float
 
 
 class MessageRef(TypedDict):
@@ -591,6 +648,7 @@ class SpeculationView(_SpeculationViewRequired, total=False):
     """Beyond Pi: a session's speculative compaction, as `previewCompaction` and `listSessions` report it."""
 
     summaryTokens: Optional[int]
+    handoffScore: Optional[float]
 
 
 class StoredSessionInfo(TypedDict):
@@ -708,6 +766,8 @@ CheckAction = Literal["none", "compacted", "failed", "aborted"]
 CompactionEntry = Dict[str, Any]
 ContextFormat = Literal["agent", "llm"]
 DiscardReason = Union[Literal["navigated"], Literal["undone"], Literal["edited"], Literal["compacted"], Literal["modelChanged"], Literal["settingsChanged"], Literal["aborted"], Literal["forked"], Literal["branchChanged"], Literal["failed"], Literal["hookCancelled"], Literal["closed"]]
+HandoffKind = Union[Literal["request"], Literal["constraint"], Literal["openTask"], Literal["failure"], Literal["file"], Literal["identifier"], Literal["command"]]
+HandoffMode = Union[Literal["off"], Literal["report"], Literal["repair"], Literal["retry"]]
 Ineffectiveness = Union[Literal["ineffective"], Literal["floor"]]
 Phase = Literal["prePrompt", "midRun", "postRun"]
 PreviewCompactionResult = Union[CompactionPreview, NothingToCompact]

@@ -218,6 +218,8 @@ export interface CompactionPreview {
   economics: Economics;
   /** Beyond Pi: what a clearing pass would clear first (`compaction.clearToolResults` on); the numbers above are the summarizing compaction's, of the original outputs. */
   clearing?: ClearingPreview | null;
+  /** Beyond Pi: what the summary's handoff would owe (`compaction.handoff` not `off`): the obligations a compaction now would be checked against. */
+  handoff?: HandoffPreview | null;
   previousSummary?: string | null;
   messagesToSummarize?: MessageRef[];
   turnPrefixMessages?: MessageRef[];
@@ -237,6 +239,22 @@ export interface CompactionResult {
   details?: any;
   /** Beyond Pi: what the compaction's summarization calls cost (history, turn prefix and retries), priced at the summarizer's model; `usd` is null for an unknown price. */
   cost?: Cost;
+  /** Beyond Pi: the summary's handoff check (`compaction.handoff` not `off`): what it owed, what it carried, what it missed, and what a repair appended. */
+  handoff?: HandoffReport;
+}
+
+/** One compaction entry in `getCostReport`. */
+export interface CompactionRow {
+  compactionId: string;
+  /** `details.summarizer` (`extractive`, `provider/model`), or `hook` for a hook's summary; absent when the entry does not say. */
+  summarizer?: string | null;
+  /** Its calls' tokens, as its `usage` reports them. */
+  input: number;
+  output: number;
+  /** null when a price is unknown. */
+  usd: number | null;
+  /** Its summary's handoff score (`compaction.handoff`): this daemon's check, or what a repaired entry records; absent when it was not checked. */
+  handoffScore?: number | null;
 }
 
 /** An effective `compaction` settings block. */
@@ -260,6 +278,8 @@ export interface CompactionSettings {
   recallFooter?: boolean;
   /** Beyond Pi: the second tier, every member filled in (`null`: off). Only in getSettings' answer. */
   clearToolResults?: ClearToolResultsView | null;
+  /** Beyond Pi: what is done with each summary's handoff check (`off`, `report`, `repair`, `retry`). Only in getSettings' answer. */
+  handoff?: HandoffMode;
 }
 
 /** A partial `compaction` settings block; missing fields take the defaults. */
@@ -285,6 +305,8 @@ export interface CompactionSettingsPatch {
   recallFooter?: boolean | null;
   /** Beyond Pi: clear old tool output from the projected context before anything is summarized (the second tier; `null` or absent: off, Pi's behaviour). See [`ClearToolResultsPatch`]. */
   clearToolResults?: ClearToolResultsPatch | null;
+  /** Beyond Pi: what is done with each summary's handoff check (see proto-docs): `"report"` (default: score it, install it as written), `"repair"` (append a short section of the obligations it missed, each naming its entry), `"retry"` (an LLM summarizer gets one more call with the missing items, then what is still missing is repaired), `"off"`. */
+  handoff?: HandoffMode | null;
 }
 
 /** `getContext`'s answer. */
@@ -328,6 +350,8 @@ export interface CostReport {
   compactionUsd: number | null;
   /** Beyond Pi: what the clearing passes (`compaction.clearToolResults`) saved. */
   clearing: ClearingSpend;
+  /** Each compaction entry of the file, in file order: what its summarization cost and how much of its handoff it carried. */
+  perCompaction: CompactionRow[];
 }
 
 /** The compaction running now (beyond Pi). */
@@ -409,6 +433,53 @@ export interface FileOps {
   edited: string[];
 }
 
+/** One obligation as the protocol states it (what a summary missed, what a preview owes). */
+export interface HandoffItem {
+  kind: HandoffKind;
+  /** What is owed, on one line. */
+  text: string;
+  /** The entry it came from (`getEntry` returns it whole). */
+  entryId: string | null;
+}
+
+/** What a handoff owes the agent that resumes the work. */
+export type HandoffKind = "request" | "constraint" | "openTask" | "failure" | "file" | "identifier" | "command";
+
+/** One kind's share of a check. */
+export interface HandoffKindScore {
+  owed: number;
+  carried: number;
+  /** `carried / owed`, to three decimals. */
+  score: number;
+}
+
+/** `compaction.handoff`: what compactd does with a summary's check. */
+export type HandoffMode = "off" | "report" | "repair" | "retry";
+
+/** What a compaction's handoff would owe now (`previewCompaction`, beyond Pi). */
+export interface HandoffPreview {
+  /** `compaction.handoff`. */
+  mode: HandoffMode;
+  /** Each obligation with the entry it comes from, in kind order. */
+  owed: HandoffItem[];
+}
+
+/** A summary's handoff check, as `compact`, `compaction_end`, `session_compact` and the cost report carry it (`handoff`). */
+export interface HandoffReport {
+  /** The share of the obligations the summary carried as its summarizer (or hook) wrote it, before any repair; 1 when nothing was owed. Three decimals. */
+  score: number;
+  /** Per kind with something owed (`request`, `constraint`, `openTask`, `failure`, `file`, `identifier`, `command`). */
+  byKind: { [key: string]: HandoffKindScore };
+  /** What the summary did not carry, in the order owed. */
+  missing: HandoffItem[];
+  /** `compaction.handoff` when the summary was checked. */
+  mode: HandoffMode;
+  /** With `retry`: the score before the extra call (present only when one was made; `score` and `missing` are then the retried summary's). */
+  firstScore?: number | null;
+  /** How many missing obligations the repair section appended (0 in `report` mode). */
+  repaired: number;
+}
+
 /** One `searchHistory` hit. */
 export interface HistoryHit {
   entryId: string | null;
@@ -467,6 +538,8 @@ export interface LastCompaction {
   summarizer?: string;
   /** From `compaction_start` to `compaction_end`, when this daemon ran it. */
   durationMs?: number;
+  /** Its summary's handoff score (`compaction.handoff`), when this daemon checked it or the entry records it (`details.handoff`, a repaired summary). */
+  handoffScore?: number;
 }
 
 /** A message a compaction would summarize. */
@@ -688,6 +761,8 @@ export interface SpeculationView {
   tokens: number;
   /** The ready summary's estimated tokens. */
   summaryTokens?: number | null;
+  /** The ready summary's handoff score (`compaction.handoff` not `off`): the share of what it owes that it carries. */
+  handoffScore?: number | null;
   /** A compaction due now (at the threshold, or a manual one without instructions) would install it (ready) or wait for it (running): it is still valid. */
   wouldInstall: boolean;
 }
@@ -893,6 +968,8 @@ export interface SpeculationReadyParams {
   summaryTokens: number;
   /** How long the summarization took. */
   ms: number;
+  /** Beyond Pi: the summary's handoff check (`compaction.handoff`): the share of what it owes that it carries (absent when `off`). The installed compaction reports the full check. */
+  handoffScore?: number | null;
 }
 
 /** Beyond Pi: a speculative compaction started summarizing the context in the background, before the threshold (compaction.speculativeAt), so the compaction at the threshold is instant. */
@@ -968,6 +1045,8 @@ export interface SessionCompactParams {
   fromExtension: boolean;
   reason: Reason;
   willRetry: boolean;
+  /** Beyond Pi: the summary's handoff check (`compaction.handoff` not `off`), as the compaction's result carries it. */
+  handoff?: HandoffReport | null;
 }
 
 /** A compaction ended without an entry (Pi's session_compact_failed). */

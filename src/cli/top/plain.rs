@@ -5,7 +5,7 @@
 use super::model::{self, Row};
 
 /// The column headers, in order.
-pub const HEADERS: [&str; 14] = [
+pub const HEADERS: [&str; 15] = [
     "SID",
     "SESSION",
     "MODEL",
@@ -20,6 +20,7 @@ pub const HEADERS: [&str; 14] = [
     "BY",
     "TOOK",
     "COST",
+    "HANDOFF",
 ];
 
 fn int(v: Option<f64>) -> String {
@@ -38,7 +39,7 @@ fn word(s: &str) -> String {
 }
 
 /// The cells of one row, in [`HEADERS`] order.
-pub fn cells(r: &Row) -> [String; 14] {
+pub fn cells(r: &Row) -> [String; 15] {
     let last = r.last.as_ref();
     [
         word(&r.session_id),
@@ -67,16 +68,19 @@ pub fn cells(r: &Row) -> [String; 14] {
         last.and_then(|l| l.cost)
             .map(model::cost)
             .unwrap_or_else(|| "-".into()),
+        last.and_then(|l| l.handoff)
+            .map(model::handoff)
+            .unwrap_or_else(|| "-".into()),
     ]
 }
 
 /// The table: a header line and one line per row, columns two spaces apart, no trailing
 /// spaces.
 pub fn table(rows: &[Row]) -> String {
-    let lines: Vec<[String; 14]> = std::iter::once(HEADERS.map(str::to_owned))
+    let lines: Vec<[String; 15]> = std::iter::once(HEADERS.map(str::to_owned))
         .chain(rows.iter().map(cells))
         .collect();
-    let mut widths = [0usize; 14];
+    let mut widths = [0usize; 15];
     for line in &lines {
         for (w, cell) in widths.iter_mut().zip(line) {
             *w = (*w).max(cell.chars().count());
@@ -115,7 +119,8 @@ mod tests {
                  "model": {"provider": "a", "id": "m1", "contextWindow": 10000, "maxTokens": 1},
                  "isCompacting": false, "contextTokens": 4200, "threshold": 8000, "autoCompaction": "on",
                  "lastCompaction": {"entryId": "c", "timestamp": "1970-01-01T00:00:01.000Z", "tokensBefore": 9000,
-                                    "tokensAfter": 4000, "summarizer": "extractive", "durationMs": 1500}},
+                                    "tokensAfter": 4000, "summarizer": "extractive", "durationMs": 1500,
+                                    "handoffScore": 0.857}},
                 {"sessionId": "s2", "path": "/p/notes.jsonl", "cwd": null, "isCompacting": true,
                  "contextTokens": 10, "autoCompaction": "paused",
                  "currentCompaction": {"reason": "manual", "startedAt": "x", "elapsedMs": 300}}
@@ -127,9 +132,9 @@ mod tests {
         assert_eq!(
             text,
             "\
-SID  SESSION       MODEL  TOKENS  THRESHOLD  WINDOW  USED   STATE                    COMPACTED  BEFORE  AFTER  BY          TOOK  COST
-s1   api/aaaaaaaa  m1     4200    8000       10000   42.0%  idle                     1m-ago     9000    4000   extractive  1.5s  free
-s2   p/notes       -      10      -          -       -      compacting:manual:300ms  -          -       -      -           -     -
+SID  SESSION       MODEL  TOKENS  THRESHOLD  WINDOW  USED   STATE                    COMPACTED  BEFORE  AFTER  BY          TOOK  COST  HANDOFF
+s1   api/aaaaaaaa  m1     4200    8000       10000   42.0%  idle                     1m-ago     9000    4000   extractive  1.5s  free  86%
+s2   p/notes       -      10      -          -       -      compacting:manual:300ms  -          -       -      -           -     -     -
 "
         );
         assert!(!text.contains('\u{1b}'), "no escape codes");

@@ -177,6 +177,9 @@ fn last_cell(r: &model::Row, width: usize) -> String {
     if let Some(d) = l.duration_ms {
         parts.push(model::duration(d));
     }
+    if let Some(h) = l.handoff {
+        parts.push(format!("handoff {}", model::handoff(h)));
+    }
     let mut cell = String::new();
     for part in parts {
         let needed = cell.chars().count() + usize::from(!cell.is_empty()) + part.chars().count();

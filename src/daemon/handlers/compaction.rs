@@ -127,11 +127,31 @@ pub fn preview_compaction(
         speculation,
         economics,
         clearing,
+        handoff: None,
         full: None,
     };
+    let previous_id = plan
+        .boundaries
+        .prev_compaction_index
+        .and_then(|i| state.tree.entry(state.branch[i]).id_owned());
+    let mut prep = Preparation::from_plan(plan, &view, |i| state.tree.shared(state.branch[i]));
+    lifecycle::summary_input(&mut prep, &all_settings, &state.cleared);
+    drop(state);
+    // What the handoff would owe: the span read as a compaction reads it (no lock held), its
+    // previous summary without compactd's own additions.
+    let mut summarized = prep.clone();
+    lifecycle::strip_additions(&mut summarized);
+    preview.handoff =
+        crate::compactor::step::owed_by(&summarized, all_settings.handoff, previous_id.as_deref())
+            .map(|owed| HandoffPreview {
+                mode: owed.mode,
+                owed: owed
+                    .obligations
+                    .iter()
+                    .map(crate::handoff::Item::from)
+                    .collect(),
+            });
     if p.detail == Some(PreviewDetail::Full) {
-        let mut prep = Preparation::from_plan(plan, &view, |i| state.tree.shared(state.branch[i]));
-        lifecycle::summary_input(&mut prep, &all_settings, &state.cleared);
         let refs = |m: &[PreparedMessage]| {
             m.iter()
                 .map(|x| MessageRef {

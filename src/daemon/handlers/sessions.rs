@@ -18,7 +18,6 @@ use crate::rpc::types::*;
 use crate::rpc::PROTOCOL_VERSION;
 use crate::session::ids;
 use crate::store::{Address, Opened, StoreError};
-use crate::summarizer::RetrySettings;
 
 fn absolute(p: &str, what: &str) -> Result<PathBuf, RpcError> {
     crate::store::absolute_param(p, what).map_err(store_error)
@@ -104,6 +103,7 @@ fn status(daemon: &Daemon, session: &Session) -> SessionInfo {
                 wrote_last = Some(state.model.clone());
             }
             Some(LastCompaction {
+                handoff_score: state.handoff_score(&entry_id),
                 entry_id,
                 timestamp: entry.get("timestamp").cloned().unwrap_or(Value::Null),
                 tokens_before,
@@ -157,7 +157,7 @@ pub fn initialize(ctx: &Ctx, p: InitializeParams) -> Result<InitializeResult, Rp
 }
 
 fn default_thinking(cwd: Option<&str>) -> String {
-    effective(cwd.map(Path::new), None, None, &RetrySettings::default()).default_thinking_level
+    effective(cwd.map(Path::new), None, None, &Default::default()).default_thinking_level
 }
 
 /// The backend's error for a request that names a session it cannot take, as the protocol

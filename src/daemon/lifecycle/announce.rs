@@ -88,7 +88,7 @@ impl Ended {
         entry: Option<&Value>,
     ) {
         if let Some(entry) = entry {
-            self.compact_notice(daemon, session, entry);
+            self.compact_notice(daemon, session, entry, result.handoff.as_ref());
         }
         self.end(daemon, session, Some(result), false, None);
     }
@@ -132,7 +132,13 @@ impl Ended {
     }
 
     /// `session_compact`'s entry: the *first* compaction in the file with this summary (E16).
-    fn compact_notice(&self, daemon: &Daemon, session: &Session, entry: &Value) {
+    fn compact_notice(
+        &self,
+        daemon: &Daemon,
+        session: &Session,
+        entry: &Value,
+        handoff: Option<&crate::handoff::Report>,
+    ) {
         let summary = entry.get("summary").cloned();
         let first = {
             let state = session.lock_state();
@@ -152,6 +158,7 @@ impl Ended {
                 from_extension: self.from_extension,
                 reason: self.reason,
                 will_retry: self.will_retry,
+                handoff: handoff.cloned(),
             },
         );
     }
@@ -166,8 +173,26 @@ pub(super) fn failure_prefix(reason: Reason) -> &'static str {
     }
 }
 
+/// How the log line states a handoff check: `0.857 (6/7 carried, 1 repaired)`, `off`.
+fn handoff_note(report: Option<&crate::handoff::Report>) -> String {
+    let Some(r) = report else {
+        return "off".to_owned();
+    };
+    let owed = r.owed();
+    let carried = owed - r.missing.len();
+    let mut note = format!("{} ({carried}/{owed} carried", r.score);
+    if let Some(first) = r.first_score {
+        note.push_str(&format!(", {first} before the retry"));
+    }
+    if r.repaired > 0 {
+        note.push_str(&format!(", {} repaired", r.repaired));
+    }
+    note.push(')');
+    note
+}
+
 /// One log line per finished compaction: reason, tokens (whole numbers), summarizer, duration,
-/// and whether a speculation was installed. A refusal (nothing to compact, an abort) is not a
+/// the handoff check, and whether a speculation was installed. A refusal (nothing to compact, an abort) is not a
 /// problem of the daemon's: it is logged at INFO with its reason; only real failures warn.
 pub(super) fn log_compaction(
     session: &Session,
@@ -188,6 +213,7 @@ pub(super) fn log_compaction(
             summarizer,
             speculative,
             duration_ms = ms,
+            handoff = %handoff_note(r.handoff.as_ref()),
             "compacted"
         ),
         Err(f) if f.is_refusal() => tracing::info!(

@@ -67,17 +67,16 @@ fn recent_paths(prep: &Preparation) -> Vec<&str> {
 }
 
 /// [`finish_text`] applied to a compaction's generated summary, whose file blocks `generate`
-/// already appended. Without pins ever used and without a limit the summary stays exactly Pi's.
+/// already appended, without the recall footer (the handoff check reads the summary before it
+/// gets one). Without pins ever used and without a limit the summary stays exactly Pi's.
 fn finish_compaction(
     outcome: &mut CompactionOutcome,
     prep: &Preparation,
     limit: Option<usize>,
     pins: &[Pin],
     pins_used: bool,
-    recall: Option<(&str, &str)>,
 ) {
     if limit.is_none() && !pins_used {
-        outcome.summary = footed(std::mem::take(&mut outcome.summary), recall);
         return;
     }
     let list = |k: &str| -> Vec<String> {
@@ -103,7 +102,7 @@ fn finish_compaction(
         &recent_paths(prep),
         limit,
         pins_used.then_some(pins),
-        recall,
+        None,
     );
 }
 
@@ -210,6 +209,8 @@ pub(super) struct Finished<'a> {
     pub recall_footer: bool,
     /// `false` (`compact {write: false}`): return the result, append nothing.
     pub write: bool,
+    /// What the summary's handoff owes (`None`: `compaction.handoff` is off).
+    pub handoff: Option<crate::handoff::Owed>,
 }
 
 /// What was written: the result, and the appended entry (`Value::Null` without `write`).
@@ -228,6 +229,7 @@ pub(super) fn write(session: &Session, f: Finished<'_>) -> Result<Written, Compa
         file_list_limit,
         recall_footer,
         write,
+        handoff,
     } = f;
     let mut state = session.lock_state();
     // Another process may have written to the file while the summarizer ran: take its lines in
@@ -249,25 +251,26 @@ pub(super) fn write(session: &Session, f: Finished<'_>) -> Result<Written, Compa
     }
     if !outcome.from_hook {
         let (pins, pins_used) = pins::live_pins(&state);
+        finish_compaction(&mut outcome, prep, file_list_limit, &pins, pins_used);
+    }
+    // Beyond Pi: the summary as it will be installed (pins, limited file blocks; a hook's as it
+    // supplied it) is checked against what its handoff owes, and repaired when asked.
+    let report = handoff.map(|owed| checked(&mut outcome, &owed));
+    if !outcome.from_hook {
         let recall = recall_footer
             .then(|| covered(&state, &outcome.first_kept_entry_id))
             .flatten();
-        finish_compaction(
-            &mut outcome,
-            prep,
-            file_list_limit,
-            &pins,
-            pins_used,
-            recall,
-        );
+        outcome.summary = footed(std::mem::take(&mut outcome.summary), recall);
     }
     if !write {
         let path: Vec<Arc<Entry>> = state.branch.iter().map(|&i| state.tree.shared(i)).collect();
         let (rules, system) = (state.rules, state.current_system_message());
         drop(state);
         let estimated = estimate_after(&path, &outcome, rules, system.as_ref());
+        let mut result = CompactionResult::new(&outcome, estimated);
+        result.handoff = report;
         return Ok(Written {
-            result: CompactionResult::new(&outcome, estimated),
+            result,
             entry: Value::Null,
         });
     }
@@ -285,8 +288,35 @@ pub(super) fn write(session: &Session, f: Finished<'_>) -> Result<Written, Compa
     let entry = state.tree.entry(idx).value();
     state.rebuild_agent_context();
     let estimated = state.live.estimated_total();
-    Ok(Written {
-        result: CompactionResult::new(&outcome, estimated),
-        entry,
-    })
+    if let (Some(id), Some(r)) = (state.tree.entry(idx).id_owned(), &report) {
+        state.handoffs.insert(id, r.clone());
+    }
+    let mut result = CompactionResult::new(&outcome, estimated);
+    result.handoff = report;
+    Ok(Written { result, entry })
+}
+
+/// The handoff check of `outcome`'s summary, repaired when the mode says so: the section of
+/// what it missed is appended (before the recall footer), and `details.handoff` records the
+/// score of a summary that was changed, so the entry says why it ends that way. In `report`
+/// mode the summary is untouched.
+fn checked(outcome: &mut CompactionOutcome, owed: &crate::handoff::Owed) -> crate::handoff::Report {
+    let (summary, report) = owed.finish(std::mem::take(&mut outcome.summary));
+    outcome.summary = summary;
+    if report.repaired > 0 {
+        if outcome.details.is_null() {
+            outcome.details = Value::Object(Default::default());
+        }
+        if let Some(d) = outcome.details.as_object_mut() {
+            d.insert(
+                "handoff".into(),
+                serde_json::json!({
+                    "score": report.score,
+                    "mode": report.mode,
+                    "repaired": report.repaired,
+                }),
+            );
+        }
+    }
+    report
 }

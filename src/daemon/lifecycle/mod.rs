@@ -31,7 +31,7 @@ pub mod speculation;
 mod summarize;
 
 pub use auto::check;
-pub(crate) use prepare::summary_input;
+pub(crate) use prepare::{strip_additions, summary_input};
 pub use runner::{abort, compact};
 
 use crate::compaction::prepare::{NothingToCompact, NothingToCompactDetail};

@@ -108,7 +108,7 @@ pub(crate) fn summary_input(
 
 /// Takes compactd's own additions out of a preparation's previous summary: the `## Pinned`
 /// section and the recall footer.
-fn strip_additions(prep: &mut Preparation) {
+pub(crate) fn strip_additions(prep: &mut Preparation) {
     if let Some(prev) = prep.plan.previous_summary.as_mut() {
         if prev.contains(super::super::pins::HEADING) {
             *prev = super::super::pins::strip_section(prev);

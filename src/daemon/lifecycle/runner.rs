@@ -269,6 +269,7 @@ impl Run<'_> {
                 file_list_limit: self.settings.file_list_limit,
                 recall_footer: self.settings.recall_footer,
                 write: self.job.write,
+                handoff: made.handoff,
             },
         )?;
         written.result.cost = Some(made.cost);
@@ -312,6 +313,7 @@ impl Run<'_> {
             cost: ready.cost,
             asked: Vec::new(),
             took: None,
+            handoff: ready.handoff.clone(),
         };
         let hooks = Hooks::Ask {
             asked: &ready.asked,
@@ -338,7 +340,7 @@ impl Run<'_> {
         } else {
             None
         };
-        let (outcome, prep) = match on_top {
+        let (outcome, prep, handoff) = match on_top {
             Some(prep) => {
                 tracing::info!(
                     session = %self.session.id,
@@ -352,14 +354,14 @@ impl Run<'_> {
                 // The context it replaces is the session's now, not the virtual path's.
                 outcome.tokens_before = ready.outcome.tokens_before;
                 speculation::mark(&mut outcome, &ready.origin, true);
-                (outcome, Arc::new(prep))
+                (outcome, Arc::new(prep), made.handoff)
             }
             None => {
                 let mut outcome = vetted.outcome;
                 if !replaced {
                     speculation::mark(&mut outcome, &ready.origin, false);
                 }
-                (outcome, ready.prep.clone())
+                (outcome, ready.prep.clone(), vetted.handoff)
             }
         };
         if self.cancel.is_cancelled() {
@@ -377,6 +379,7 @@ impl Run<'_> {
                 file_list_limit: self.settings.file_list_limit,
                 recall_footer: self.settings.recall_footer,
                 write: self.job.write,
+                handoff,
             },
         )?;
         written.result.cost = Some(cost);

@@ -89,6 +89,10 @@ struct Ready {
     cost: Cost,
     /// The hook registrations asked about it (the install asks the others).
     asked: Vec<u64>,
+    /// What its handoff owes (`compaction.handoff`), checked again when it is installed.
+    handoff: Option<crate::handoff::Owed>,
+    /// Its score against that, as made.
+    handoff_score: Option<f64>,
 }
 
 /// One speculation, running or ready.
@@ -249,6 +253,7 @@ pub fn view(
             .ready
             .as_ref()
             .map(|r| (crate::json::utf16_len(&r.outcome.summary) as f64 / 4.0).ceil() as u64),
+        handoff_score: spec.ready.as_ref().and_then(|r| r.handoff_score),
         would_install: validate(spec, state, &basis(daemon, state, settings)).is_ok(),
     })
 }
@@ -481,11 +486,17 @@ async fn speculate(daemon: Arc<Daemon>, session: Arc<Session>, task: Task) {
             let summary_tokens =
                 (crate::json::utf16_len(&made.outcome.summary) as f64 / 4.0).ceil();
             let covers_through = spec.covers_through.clone();
+            let handoff_score = made
+                .handoff
+                .as_ref()
+                .map(|h| h.report(&made.outcome.summary).score);
             spec.ready = Some(Ready {
                 outcome: made.outcome,
                 summarizer: made.summarizer,
                 cost,
                 asked: made.asked,
+                handoff: made.handoff,
+                handoff_score,
             });
             spec.done.cancel();
             drop(slot);
@@ -497,6 +508,7 @@ async fn speculate(daemon: Arc<Daemon>, session: Arc<Session>, task: Task) {
                     covers_through_entry_id: covers_through.as_deref(),
                     summary_tokens: summary_tokens as u64,
                     ms,
+                    handoff_score,
                 },
             );
             return;
@@ -527,6 +539,8 @@ pub(super) struct Claimed {
     pub origin: Origin,
     /// The hook registrations asked about it when it was made.
     pub asked: Vec<u64>,
+    /// What its handoff owes (`None`: `compaction.handoff` was off).
+    pub handoff: Option<crate::handoff::Owed>,
 }
 
 /// Where a claimed speculation came from.
@@ -624,6 +638,7 @@ pub(super) async fn claim(
                     summarizer: ready.summarizer,
                     cost: ready.cost,
                     asked: ready.asked,
+                    handoff: ready.handoff,
                     origin: Origin {
                         started_at: spec.started_at,
                         covers_through: spec.covers_through,

@@ -160,6 +160,15 @@ fn named(mut made: Summarized) -> Summarized {
     made
 }
 
+/// The id of the compaction entry whose summary `prep` updates, when it is on `path` (an update
+/// on top of a speculation builds on one that was never written: none).
+fn previous_compaction<'p>(prep: &Preparation, path: &'p [Arc<Entry>]) -> Option<&'p str> {
+    let at = prep.boundaries.prev_compaction_index?;
+    path.get(at)
+        .filter(|e| e.kind == crate::session::EntryKind::Compaction)
+        .and_then(|e| e.id.as_deref())
+}
+
 /// The one step (`compactor::step::summarize`) with the session's hooks, engine and prices.
 pub(super) async fn summarize(r: Request<'_>) -> Result<Summarized, Stopped> {
     let hooks = match r.hooks {
@@ -194,6 +203,8 @@ pub(super) async fn summarize(r: Request<'_>) -> Result<Summarized, Stopped> {
         on_retry: r.on_retry,
         cancel: r.cancel,
         made: r.made,
+        handoff: r.settings.handoff,
+        previous_id: previous_compaction(r.prep, r.path),
     })
     .await
     .inspect(|made| {

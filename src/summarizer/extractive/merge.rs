@@ -27,6 +27,43 @@ pub(super) fn section_of_heading(line: &str) -> Option<usize> {
 pub(super) type Parsed = Vec<(Option<usize>, String, bool)>;
 
 pub(super) fn parse_summary(summary: &str) -> Option<Parsed> {
+    // compactd's repair section (what the summary missed, appended after it) is read back into
+    // the sections its items belong to, so an update carries them as its own.
+    let mut out = parse_body(crate::handoff::repair::strip_section(summary))?;
+    out.extend(
+        crate::handoff::repair::read_section(summary)
+            .iter()
+            .filter_map(repaired_item)
+            .map(|(section, text)| (Some(section), text, false)),
+    );
+    Some(out)
+}
+
+/// The section and text an item of a repair section is carried as (a modified file is in Pi's
+/// file blocks already).
+fn repaired_item(item: &crate::handoff::Item) -> Option<(usize, String)> {
+    use crate::handoff::Kind;
+    let (section, text) = match item.kind {
+        Kind::Request => (GOAL, item.text.clone()),
+        Kind::Constraint => (CONSTRAINTS, item.text.clone()),
+        Kind::OpenTask => (NEXT, item.text.clone()),
+        Kind::Failure => (BLOCKED, item.text.clone()),
+        Kind::Identifier => {
+            let id = crate::handoff::owed::identifier_of(&item.text);
+            let rest = &item.text[id.len()..];
+            (CRITICAL, format!("Identifier the user gave: `{id}`{rest}"))
+        }
+        Kind::Command => (CRITICAL, format!("Verification command: `{}`", item.text)),
+        Kind::File => return None,
+    };
+    let text = match &item.entry_id {
+        Some(id) => format!("{text} (entry {id})"),
+        None => text,
+    };
+    Some((section, text))
+}
+
+fn parse_body(summary: &str) -> Option<Parsed> {
     let mut out: Parsed = Vec::new();
     let mut section: Option<usize> = None;
     let mut found = false;

@@ -41,6 +41,7 @@
 
 mod consolidate;
 mod facts;
+mod handoff;
 mod layout;
 mod merge;
 mod noise;
@@ -50,6 +51,9 @@ mod tests;
 mod text;
 
 use serde_json::Value;
+
+pub use handoff::{handoff_facts, HandoffInput};
+pub(crate) use text::lines_outside_fences;
 
 use facts::*;
 use layout::*;
@@ -332,9 +336,17 @@ fn add_in_progress(items: &mut Items, a: &Analysis, caps: &Caps) {
     }
 }
 
-/// Blocked: failures nothing later fixed, newest first in priority.
+/// Blocked: failures nothing later fixed, newest first in priority, and problems the user
+/// reported that nothing answered.
 fn add_blocked(items: &mut Items, a: &Analysis, caps: &Caps) {
-    for fail in a.failures().into_iter().filter(|f| !f.resolved) {
+    for (idx, text) in a.open_reports() {
+        let text = format!(
+            "Reported by the user, not solved yet: {}",
+            a.gist(idx, &text, caps.item)
+        );
+        items.keep_new(BLOCKED, P_BLOCKED + a.recency(idx), idx, &text);
+    }
+    for fail in a.open_failures() {
         let text = format!(
             "{} failed{}: {}",
             fail.label,
@@ -406,8 +418,23 @@ fn add_critical_context(
         );
     }
     // The newest error gets the most room; errors fixed later rank below open ones, and open
-    // ones are kept verbatim whatever the budget.
-    for (k, fail) in a.failures().iter().rev().take(3).enumerate() {
+    // ones are kept verbatim whatever the budget. An error is quoted once: an earlier failure
+    // showing the same error as a later one (a build and a test run stopping at one compile
+    // error) is said by the later one.
+    let mut quoted: Vec<String> = Vec::new();
+    let failures: Vec<FailedAction<'_>> = a
+        .failures()
+        .into_iter()
+        .rev()
+        .filter(|f| {
+            let key = masked(f.headline());
+            let again = !key.trim().is_empty() && quoted.contains(&key);
+            quoted.push(key);
+            !again
+        })
+        .take(3)
+        .collect();
+    for (k, fail) in failures.iter().enumerate() {
         let cap = if k == 0 { caps.error } else { caps.item };
         // Only the newest is the last error; two failures never share that label.
         let head = format!(

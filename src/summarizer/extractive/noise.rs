@@ -42,8 +42,16 @@ pub(super) fn sent_shape(text: &str) -> String {
         Regex::new(r"(?i)^\(?\d+(?:[.,]\d+)?(?:ms|s|m|h|kb|mb|gb|%|x)?[),.;]?$")
             .expect("quantity pattern is valid")
     });
-    TIME_RE
-        .replace_all(text.trim(), "#time")
+    // A scheduled text names its day in words ("Thursday 5 March") as often as in digits.
+    static DAY_RE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r"\b(?:(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|January|February|March|April|June|July|August|September|October|November|December)\b",
+        )
+        .expect("day pattern is valid")
+    });
+    let timed = TIME_RE.replace_all(text.trim(), "#time");
+    DAY_RE
+        .replace_all(&timed, "#day")
         .split_whitespace()
         .map(|w| if QUANTITY_RE.is_match(w) { "#" } else { w })
         .collect::<Vec<_>>()
@@ -83,6 +91,58 @@ pub(super) fn split_injected(text: &str) -> (String, Vec<(String, String)>) {
         k += 1;
     }
     (own.join("\n").trim().to_string(), blocks)
+}
+
+/// Splits a harness's preamble off the start of a user text: paragraphs a gateway or harness
+/// puts before what the user typed, such as metadata blocks (`Conversation info (untrusted
+/// metadata):` and a fenced JSON block), system lines (`System: [2026-03-05 08:52] Heartbeat:
+/// …`, `[System] …`) and capability lists. Returns the user's own words and the preamble as
+/// (label, text) notes; a text that is all preamble comes back whole (it is then judged as it
+/// is: a note, boilerplate or a request).
+pub(super) fn split_preamble(text: &str) -> (String, Vec<(String, String)>) {
+    static LABEL_RE: LazyLock<Regex> = LazyLock::new(|| {
+        // The gateway says what the block is: a user's own "Here's the context:" before a
+        // pasted log is part of the request.
+        Regex::new(r"(?i)^[\w ()./-]{0,60}\b(?:untrusted|metadata)\b[^\n:]{0,30}:\s*$")
+            .expect("metadata label pattern")
+    });
+    static SYSTEM_RE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?i)^(?:system(?: \([\w ]+\))?:|\[system\]|\[?(?:heartbeat|capabilities|tools available)\b)")
+            .expect("system line pattern")
+    });
+    let paragraphs: Vec<&str> = text.split("\n\n").collect();
+    let mut notes: Vec<(String, String)> = Vec::new();
+    let mut k = 0;
+    while k < paragraphs.len() {
+        let p = paragraphs[k].trim();
+        let first = p.lines().next().unwrap_or("").trim();
+        let fenced = |q: &str| q.trim_start().starts_with("```") && q.trim_end().ends_with("```");
+        if LABEL_RE.is_match(first) && (fenced(&p[first.len()..]) || p.lines().count() == 1) {
+            // A label line with its fenced block (in this paragraph or the next).
+            let mut body = p[first.len()..].trim().to_string();
+            if body.is_empty() && paragraphs.get(k + 1).is_some_and(|q| fenced(q)) {
+                k += 1;
+                body = paragraphs[k].trim().to_string();
+            }
+            if body.is_empty() {
+                break;
+            }
+            notes.push((
+                first.trim_end_matches(':').to_string(),
+                without_markup(body.trim_matches('`').trim_start_matches("json")),
+            ));
+        } else if SYSTEM_RE.is_match(first) && p.lines().all(|l| !l.trim().is_empty()) {
+            notes.push(("system".to_string(), p.to_string()));
+        } else {
+            break;
+        }
+        k += 1;
+    }
+    let own = paragraphs[k.min(paragraphs.len())..].join("\n\n");
+    if notes.is_empty() || own.trim().is_empty() {
+        return (text.to_string(), Vec::new());
+    }
+    (own.trim().to_string(), notes)
 }
 
 /// A quoted text without the reference to where its rest is (`[120 more chars in entry 1a2b]`,

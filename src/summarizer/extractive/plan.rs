@@ -43,6 +43,8 @@ struct Step {
     done: bool,
     /// A todo tool marked it in progress.
     in_progress: bool,
+    /// The message that stated it (`None`: an earlier summary's step).
+    from: Option<usize>,
 }
 
 /// A step still to do, in plan order.
@@ -50,6 +52,8 @@ pub(super) struct LeftStep {
     pub(super) number: Option<u32>,
     pub(super) text: String,
     pub(super) in_progress: bool,
+    /// The message that stated it (`None`: an earlier summary's step).
+    pub(super) from: Option<usize>,
 }
 
 /// What the plans of a span come to.
@@ -99,11 +103,12 @@ static REMAINING_LEAD_RE: LazyLock<Regex> = LazyLock::new(|| {
     .expect("remaining lead pattern is valid")
 });
 
-/// The lead line of a list of something else (steps to reproduce, findings, options): not a
-/// plan, unless the lead also says it is one or says what is left ("remaining issues").
+/// The lead line of a list of something else (steps to reproduce, findings, options, an
+/// explanation of how something works): not a plan, unless the lead also says it is one or
+/// says what is left ("remaining issues").
 static NOT_A_PLAN_LEAD_RE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)\b(reproduce|repro|found|findings|errors?|failures?|warnings?|issues|problems|results?|output|options|alternatives|causes?|reasons?)\b",
+        r"(?i)\b(reproduce|repro|found|findings|errors?|failures?|warnings?|issues|problems|results?|output|options|alternatives|causes?|reasons?|how (?:[\w`'.-]+ ){0,5}(?:works?|behaves|is (?:built|done|structured|handled))|works like this|what happens|the flow|explanation|in short)\b",
     )
     .expect("not-a-plan lead pattern is valid")
 });
@@ -127,7 +132,6 @@ fn statements_in(idx: usize, text: &str, by_user: bool) -> Vec<Statement> {
     let mut out = Vec::new();
     let mut lead = String::new();
     let mut run: Vec<(Option<u32>, Option<bool>, String, bool)> = Vec::new();
-    let mut in_fence = false;
     let mut flush = |lead: &str, run: &mut Vec<(Option<u32>, Option<bool>, String, bool)>| {
         if run.len() >= 2 {
             let numbered = run.iter().all(|r| r.0.is_some());
@@ -152,6 +156,7 @@ fn statements_in(idx: usize, text: &str, by_user: bool) -> Vec<Statement> {
                         text: text.clone(),
                         done: checked.unwrap_or(false),
                         in_progress: false,
+                        from: Some(idx),
                     })
                     .collect();
                 out.push(Statement {
@@ -164,13 +169,9 @@ fn statements_in(idx: usize, text: &str, by_user: bool) -> Vec<Statement> {
         }
         run.clear();
     };
-    for line in text.lines() {
+    for line in lines_outside_fences(text) {
         let trimmed = line.trim();
-        if trimmed.starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if in_fence || trimmed.is_empty() {
+        if trimmed.is_empty() {
             continue;
         }
         let indented = line.starts_with("  ") || line.starts_with('\t');
@@ -365,6 +366,7 @@ pub(super) fn track(a: &Analysis, carried: &[(Option<u32>, String)]) -> Plans {
                 done: is_done_status(status),
                 in_progress: status.eq_ignore_ascii_case("in_progress")
                     || status.eq_ignore_ascii_case("in progress"),
+                from: Some(*idx),
             })
             .collect();
         events.push(Evidence::Plan(Statement {
@@ -407,6 +409,7 @@ pub(super) fn track(a: &Analysis, carried: &[(Option<u32>, String)]) -> Plans {
             text: text.clone(),
             done: false,
             in_progress: false,
+            from: None,
         })
         .collect();
     // Index of the statement the current plan comes from (`None`: the earlier summary).
@@ -519,6 +522,7 @@ pub(super) fn track(a: &Analysis, carried: &[(Option<u32>, String)]) -> Plans {
             number: s.number,
             text: s.text,
             in_progress: s.in_progress,
+            from: s.from,
         })
         .collect();
     plans

@@ -1675,3 +1675,100 @@ mod props {
         }
     }
 }
+
+/// An earlier summary that compactd repaired (its handoff check's section after Pi's file
+/// blocks) is updated with the section's items in their own sections: the rule under
+/// Constraints, the failure under Blocked, the identifier and the command in Critical Context,
+/// each still naming its entry; the heading is no item.
+#[test]
+fn a_repair_section_of_the_previous_summary_is_merged_into_the_sections() {
+    let previous = "## Goal\n- Port the parser to nom\n\n## Constraints & Preferences\n(none)\n\n## Progress\n### Done\n(none)\n\n### In Progress\n(none)\n\n### Blocked\n(none)\n\n## Key Decisions\n(none)\n\n## Next Steps\n(none)\n\n## Critical Context\n(none)\n\n<modified-files>\nsrc/parse.rs\n</modified-files>\n\n## Handoff check: also carried over\n(The summary above did not carry these; each names the entry holding it: getEntry / get_entry returns it whole.)\n- Constraint: Never change the public API. (entry a1b2c3d4)\n- Unresolved failure: `cargo test -p parser` failed: error[E0308]: mismatched types (entry e5f6a7b8)\n- Identifier: `8080` (in \"…serve the docs on port 8080.\") (entry a1b2c3d4)\n- Verification command: `cargo build --release` (entry 99aa88bb)\n- Modified file: `src/parse.rs` (edited) (entry 77cc66dd)";
+    let messages = vec![
+        json!({"role": "user", "content": "Also handle comments in the grammar.", "timestamp": 0}),
+    ];
+    let mut inp = input(&messages, &[], &[], 4000);
+    inp.previous_summary = Some(previous);
+    let s = summarize_history(&inp);
+    assert!(
+        section(&s, "## Constraints & Preferences")
+            .contains("Never change the public API. (entry a1b2c3d4)"),
+        "{s}"
+    );
+    assert!(
+        section(&s, "### Blocked").contains("`cargo test -p parser` failed: error[E0308]"),
+        "{s}"
+    );
+    let critical = section(&s, "## Critical Context");
+    assert!(critical.contains("Identifier the user gave: `8080`"), "{s}");
+    assert!(
+        critical.contains("Verification command: `cargo build --release` (entry 99aa88bb)"),
+        "{s}"
+    );
+    assert!(!s.contains("Handoff check"), "{s}");
+    assert!(!s.contains("Modified file:"), "{s}");
+}
+
+/// A gateway's preamble (metadata blocks it labels as such, system lines) is split off the
+/// user's own words; a user's own "context" before a pasted log stays part of the request.
+#[test]
+fn a_preamble_is_split_off_and_the_users_words_stay() {
+    use super::noise::split_preamble;
+    let text = "Conversation info (untrusted metadata):\n```json\n{\"message_id\": \"7731\"}\n```\n\nSender (untrusted metadata):\n```json\n{\"name\": \"Dana\"}\n```\n\nWhy is invoices.csv empty?";
+    let (own, notes) = split_preamble(text);
+    assert_eq!(own, "Why is invoices.csv empty?");
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert_eq!(notes[0].0, "Conversation info (untrusted metadata)");
+    let (own, notes) = split_preamble(
+        "System: [2026-03-05 08:52] Heartbeat: all channels connected.\n\nRe-run it for yesterday.",
+    );
+    assert_eq!(own, "Re-run it for yesterday.");
+    assert_eq!(notes[0].0, "system");
+    // All preamble, or the user's own context: unchanged.
+    let own_context = "Here's the context:\n```\nERROR boom\n```\n\nWhy does it fail?";
+    assert_eq!(
+        split_preamble(own_context),
+        (own_context.to_owned(), vec![])
+    );
+    let only = "System: [2026-03-05 08:52] Heartbeat: all channels connected.";
+    assert_eq!(split_preamble(only), (only.to_owned(), vec![]));
+}
+
+/// What a handoff names a command by, which commands verify the work, and a failure a pipe
+/// hid behind its filter's exit status.
+#[test]
+fn verification_commands_their_keys_and_hidden_failures() {
+    use super::facts::{command_key, hidden_failure, is_verification};
+    assert_eq!(
+        command_key("cd app && cargo test --all 2>&1 | tail -20"),
+        "cargo test --all"
+    );
+    assert_eq!(
+        command_key("export CI=1; npm run build > out.log"),
+        "npm run build"
+    );
+    assert_eq!(command_key("git commit -m 'x'"), "git commit -m 'x'");
+    for verifies in [
+        "cargo test -p core",
+        "RUST_LOG=debug cargo clippy --all-targets",
+        "npm run test:unit",
+        "python -m pytest tests/test_time.py -q",
+        "go vet ./...",
+        "npx tsc --noEmit",
+        "make check",
+    ] {
+        assert!(is_verification(verifies), "{verifies}");
+    }
+    for other in ["git push", "ls -la", "npm install", "docker compose up -d"] {
+        assert!(!is_verification(other), "{other}");
+    }
+    let out = "--- FAIL: TestRefund (0.02s)\nFAIL\nok  \tacme/charge\t0.3s";
+    assert!(hidden_failure("go test ./... 2>&1 | tail -8", out));
+    assert!(
+        !hidden_failure("go test ./...", out),
+        "no pipe: its own exit status says"
+    );
+    assert!(!hidden_failure(
+        "go test ./... | tail -3",
+        "ok  \tacme/charge\t0.3s"
+    ));
+}

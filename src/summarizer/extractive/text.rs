@@ -107,20 +107,25 @@ pub(super) fn code(s: &str, cap: usize) -> String {
     format!("`{}`", text.replace('`', "'"))
 }
 
+/// The lines of `text` outside fenced code blocks, the fences left out too: what a block holds
+/// is code or output, not what someone said.
+pub(crate) fn lines_outside_fences(text: &str) -> impl Iterator<Item = &str> {
+    let mut in_fence = false;
+    text.lines().filter(move |line| {
+        if line.trim().starts_with("```") {
+            in_fence = !in_fence;
+            return false;
+        }
+        !in_fence
+    })
+}
+
 /// Splits prose into sentences: line breaks and `.`/`!`/`?`/`;` followed by whitespace end a
 /// sentence; fenced code blocks are skipped (they are not statements of intent).
 pub(super) fn sentences(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut in_fence = false;
-    for line in text.lines() {
+    for line in lines_outside_fences(text) {
         let trimmed = line.trim();
-        if trimmed.starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if in_fence {
-            continue;
-        }
         let mut current = String::new();
         let mut chars = trimmed.chars().peekable();
         while let Some(ch) = chars.next() {
@@ -601,96 +606,6 @@ pub(super) fn identifiers(text: &str) -> Vec<String> {
     out
 }
 
-/// Words that say nothing about which step or item a sentence is about.
-const STOP_WORDS: [&str; 58] = [
-    "the",
-    "and",
-    "for",
-    "with",
-    "into",
-    "from",
-    "that",
-    "this",
-    "then",
-    "than",
-    "also",
-    "each",
-    "only",
-    "when",
-    "all",
-    "any",
-    "are",
-    "was",
-    "were",
-    "is",
-    "its",
-    "it's",
-    "our",
-    "your",
-    "their",
-    "now",
-    "not",
-    "but",
-    "too",
-    "has",
-    "have",
-    "had",
-    "been",
-    "being",
-    "done",
-    "finished",
-    "complete",
-    "completed",
-    "works",
-    "working",
-    "passes",
-    "pass",
-    "green",
-    "ready",
-    "step",
-    "steps",
-    "there",
-    "here",
-    "what",
-    "which",
-    "will",
-    "can",
-    "out",
-    "via",
-    "per",
-    "one",
-    "two",
-    "so",
-];
-
-/// The content words of a text as crude stems (the first five letters), so "profiling" meets
-/// "profile" and "replaced" meets "replace". Paths and identifiers stay whole.
-pub(super) fn stems(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for raw in text.split(|c: char| {
-        c.is_whitespace() || matches!(c, ',' | ';' | ':' | '(' | ')' | '`' | '"' | '\'' | '*')
-    }) {
-        let w = raw
-            .trim_matches(|c: char| !c.is_alphanumeric() && c != '/' && c != '_')
-            .to_lowercase();
-        if w.contains('/') || w.contains('.') && w.len() > 3 {
-            if !out.contains(&w) {
-                out.push(w);
-            }
-            continue;
-        }
-        for part in w.split(|c: char| !c.is_alphanumeric() && c != '_') {
-            if part.chars().count() < 3
-                || STOP_WORDS.contains(&part)
-                || part.chars().all(|c| c.is_ascii_digit())
-            {
-                continue;
-            }
-            let stem: String = part.chars().take(5).collect();
-            if !out.contains(&stem) {
-                out.push(stem);
-            }
-        }
-    }
-    out
-}
+/// The content words of a text as crude stems (see `handoff::words`): what the sections
+/// compare items by, and what the handoff check matches a summary's sentences with.
+pub(super) use crate::handoff::words::stems;

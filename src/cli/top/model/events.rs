@@ -124,9 +124,10 @@ fn fold(view: &mut SessionView, event: &Event<'_>, now_ms: i64) -> Option<(Strin
                         .and_then(|r| r.since_ms)
                         .map(|s| (now_ms - s).max(0) as u64),
                     cost: result.cost.as_ref().map(Cost::of),
+                    handoff: result.handoff.as_ref().map(|h| h.score),
                 };
                 let text = format!(
-                    "compacted ({reason}): {} → {} tokens{}{}{retry_note}",
+                    "compacted ({reason}): {} → {} tokens{}{}{}{retry_note}",
                     opt_or_dash(last.tokens_before),
                     opt_or_dash(last.tokens_after),
                     last.duration_ms
@@ -134,6 +135,11 @@ fn fold(view: &mut SessionView, event: &Event<'_>, now_ms: i64) -> Option<(Strin
                         .unwrap_or_default(),
                     last.cost
                         .map(|c| format!(", {}", super::format::cost(c)))
+                        .unwrap_or_default(),
+                    result
+                        .handoff
+                        .as_ref()
+                        .map(super::format::handoff_note)
                         .unwrap_or_default(),
                 );
                 if let Some(after) = last.tokens_after {

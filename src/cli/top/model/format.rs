@@ -102,3 +102,25 @@ pub(super) fn opt_tokens(t: Option<f64>, sep: &str) -> String {
 pub(super) fn opt_or_dash(t: Option<f64>) -> String {
     t.map(tokens).unwrap_or_else(|| "?".into())
 }
+
+/// A handoff score as a share: `86%`.
+pub fn handoff(score: f64) -> String {
+    format!("{}%", (score * 100.0).round() as i64)
+}
+
+/// How the event pane states a compaction's handoff check: `, handoff 86% (1 missing, 1
+/// repaired)`.
+pub fn handoff_note(r: &crate::handoff::Report) -> String {
+    let mut note = format!(", handoff {}", handoff(r.score));
+    let mut said = Vec::new();
+    if !r.missing.is_empty() {
+        said.push(format!("{} missing", r.missing.len()));
+    }
+    if r.repaired > 0 {
+        said.push(format!("{} repaired", r.repaired));
+    }
+    if !said.is_empty() {
+        note.push_str(&format!(" ({})", said.join(", ")));
+    }
+    note
+}

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde_json::Value;
 
 pub use events::Follow;
-pub use format::{age, cost, duration, ellipsize, session_name, short_id, tokens};
+pub use format::{age, cost, duration, ellipsize, handoff, session_name, short_id, tokens};
 pub use preview::{preview_lines, Preview};
 pub use row::{Row, RowState};
 use session::SessionView;

@@ -85,6 +85,8 @@ pub struct Last {
     pub summarizer: Option<String>,
     pub duration_ms: Option<u64>,
     pub cost: Option<Cost>,
+    /// Its summary's handoff score (`compaction.handoff`), when it was checked.
+    pub handoff: Option<f64>,
 }
 
 impl Last {
@@ -104,6 +106,7 @@ impl Last {
         self.tokens_after = self.tokens_after.or(earlier.tokens_after);
         self.duration_ms = self.duration_ms.or(earlier.duration_ms);
         self.cost = self.cost.or(earlier.cost);
+        self.handoff = self.handoff.or(earlier.handoff);
         if self.summarizer.is_none() {
             self.summarizer.clone_from(&earlier.summarizer);
         }
@@ -161,6 +164,7 @@ pub(super) fn session_from(item: &Value, prev: Option<&SessionView>, now_ms: i64
             .map(str::to_owned),
         duration_ms: l.get("durationMs").and_then(Value::as_u64),
         cost: Cost::parse(l.get("cost")),
+        handoff: l.get("handoffScore").and_then(Value::as_f64),
     });
     if let (Some(last), Some(earlier)) = (&mut last, prev.and_then(|p| p.last.as_ref())) {
         last.fill_from(earlier);

@@ -85,7 +85,10 @@ fn a_compaction_shows_in_its_row_and_in_the_event_pane() {
         &json!({"sessionId": "s1", "reason": "threshold", "aborted": false, "willRetry": false,
                 "result": {"summary": "…", "firstKeptEntryId": "e1", "tokensBefore": 150000,
                            "estimatedTokensAfter": 9000, "details": {"summarizer": "extractive"},
-                           "cost": {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0, "usd": 0.0125}}}),
+                           "cost": {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0, "usd": 0.0125},
+                           "handoff": {"score": 0.75, "byKind": {"file": {"owed": 4, "carried": 3, "score": 0.75}},
+                                       "missing": [{"kind": "file", "text": "src/a.rs (edited)", "entryId": "e0"}],
+                                       "mode": "repair", "repaired": 1}}}),
         5_000,
     );
     let r = &m.rows("", 65_000)[0];
@@ -100,6 +103,7 @@ fn a_compaction_shows_in_its_row_and_in_the_event_pane() {
             summarizer: Some("extractive".into()),
             duration_ms: Some(4_000),
             cost: Some(Cost::Usd(0.0125)),
+            handoff: Some(0.75),
         })
     );
     assert_eq!(r.last_age_ms, Some(60_000));
@@ -108,7 +112,7 @@ fn a_compaction_shows_in_its_row_and_in_the_event_pane() {
         [
             "s1 compaction started (threshold)",
             "s1 summarizer call failed; retry 1/3 in 2.0s: 503",
-            "s1 compacted (threshold): 150.0k → 9.0k tokens in 4.0s, $0.0125",
+            "s1 compacted (threshold): 150.0k → 9.0k tokens in 4.0s, $0.0125, handoff 75% (1 missing, 1 repaired)",
         ]
     );
 }

@@ -206,3 +206,77 @@ pub(in super::super) fn mentions(lower: &str, word: &str) -> bool {
     }
     false
 }
+
+/// The part of a command line that does the work, as a summary would name it: the first part
+/// of a chain or pipeline that verifies (a test, a build, a check), else the first that is no
+/// `cd`, `export`, `source` or `set`; without redirections. `cd app && cargo test 2>&1 | tail`
+/// is `cargo test`.
+pub(in super::super) fn command_key(command: &str) -> String {
+    let parts: Vec<&str> = command_parts(command)
+        .into_iter()
+        .map(str::trim)
+        .filter(|p| {
+            let first = p.split_whitespace().next().unwrap_or("");
+            !p.is_empty() && !matches!(first, "cd" | "export" | "source" | "set" | ".")
+        })
+        .collect();
+    let main = parts
+        .iter()
+        .find(|p| is_verification(p))
+        .or(parts.first())
+        .copied()
+        .unwrap_or(command.trim());
+    main.split_whitespace()
+        .take_while(|w| !w.contains('>') && !w.starts_with('<'))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether a command verifies the work: runs tests, a build, a type check or a linter
+/// (`cargo test`, `npm run build`, `pytest`, `go vet`, `make check`, `tsc`, …).
+pub(in super::super) fn is_verification(command: &str) -> bool {
+    static VERIFY_RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(concat!(
+            r"^(?:\w+=\S*\s+)*(?:",
+            r"cargo\s+(?:\+\S+\s+)?(?:test|build|check|clippy|nextest|bench)",
+            r"|(?:npm|pnpm|yarn|bun)\s+(?:test|t|build|run\s+(?:test|build|lint|check|typecheck|type-check|e2e)\S*|lint|typecheck)",
+            r"|npx\s+(?:jest|vitest|tsc|eslint|playwright|mocha)",
+            r"|(?:python3?\s+-m\s+)?(?:pytest|tox|nox|mypy|ruff\s+check|flake8|pylint|unittest)",
+            r"|go\s+(?:test|build|vet)",
+            r"|make(?:\s+(?:test|tests|check|build|all|lint))?",
+            r"|tsc|jest|vitest|eslint|mocha|rspec|phpunit|ctest",
+            r"|(?:mvn|\./mvnw)\s+\S*(?:test|verify|package|install)",
+            r"|(?:gradle|\./gradlew)\s+\S*(?:test|build|check)",
+            r"|dotnet\s+(?:test|build)|cmake\s+--build|bazel\s+(?:test|build)",
+            r"|bundle\s+exec\s+(?:rspec|rake\s+test)|mix\s+test|swift\s+(?:test|build)|deno\s+test",
+            r"|terraform\s+(?:validate|plan)",
+            r")\b",
+        ))
+        .expect("verification pattern is valid")
+    });
+    VERIFY_RE.is_match(command.trim())
+}
+
+/// Whether a command that exited 0 hid a failure: a pipeline ending in a filter (`… 2>&1 |
+/// tail -20`) reports the filter's status, so tests that failed look like a success. Its
+/// output then shows the failure (`--- FAIL:`, `test result: FAILED`, `3 failed`, `error:`,
+/// a traceback).
+pub(in super::super) fn hidden_failure(command: &str, output: &str) -> bool {
+    static FAILED_RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?m)^\s*(?:--- FAIL:|FAIL\b|FAILED\b|test result: FAILED|error(?:\[\w+\])?:|npm ERR!|Traceback \(most recent call last\)|\d+ (?:failed|failing)\b|=+ \d+ failed)",
+        )
+        .expect("failure output pattern is valid")
+    });
+    const FILTERS: [&str; 9] = [
+        "tail", "head", "grep", "less", "tee", "cat", "sed", "awk", "cut",
+    ];
+    let Some((_, last)) = command.rsplit_once('|') else {
+        return false;
+    };
+    let filter = last
+        .split_whitespace()
+        .next()
+        .is_some_and(|w| FILTERS.contains(&w));
+    filter && !last.contains("||") && FAILED_RE.is_match(output)
+}

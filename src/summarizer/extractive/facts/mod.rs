@@ -75,6 +75,8 @@ pub(super) enum Resolution {
 /// A failure, with whether something later fixed or abandoned it.
 pub(super) struct FailedAction<'a> {
     pub(super) idx: usize,
+    /// What failed (the command, tool or file operation).
+    pub(super) kind: &'a ActionKind,
     /// Where its outcome was seen (the result holding the whole output).
     pub(super) at: usize,
     pub(super) label: String,

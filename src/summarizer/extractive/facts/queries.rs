@@ -8,7 +8,8 @@ use regex::Regex;
 
 use super::super::layout::Caps;
 use super::super::noise::{
-    command_shape, excerpt, gist, is_error_report, is_look_tool, sentences_within, ITEM_MAX,
+    command_shape, excerpt, gist, is_error_report, is_look_tool, sent_shape, sentences_within,
+    ITEM_MAX,
 };
 use super::super::plan::{is_about, is_done_status, step_label, Plans};
 use super::super::text::*;
@@ -52,10 +53,18 @@ impl Analysis {
     /// user pasted ("Each `tool_use` block must have …") is quoted error
     /// text, and its modal verbs set no rule (see `noise::is_error_report`).
     fn user_sentences(&self, re: &Regex) -> Vec<(usize, String)> {
+        // Boilerplate the harness sends again and again (a heartbeat's "Do not infer or repeat
+        // old tasks") sets no rule of the user's; it is stated once, in Critical Context.
+        let boilerplate: Vec<String> = self
+            .boilerplate
+            .iter()
+            .map(|(_, t, _)| sent_shape(t))
+            .collect();
         let texts: Vec<(usize, String)> = self
             .user_texts
             .iter()
             .filter(|(_, t)| !is_slash_command(t))
+            .filter(|(_, t)| boilerplate.is_empty() || !boilerplate.contains(&sent_shape(t)))
             .map(|(idx, t)| {
                 let kept: Vec<&str> = t.lines().filter(|l| !is_error_report(l)).collect();
                 (*idx, kept.join("\n"))
@@ -64,6 +73,46 @@ impl Analysis {
         pick_sentences(&texts, re)
             .into_iter()
             .filter(|(_, s)| !is_question(s))
+            .collect()
+    }
+
+    /// Problems the user reported (a symptom: an HTTP error status, something that does not
+    /// work, loads or builds, an empty result, a crash or a hang) that nothing after the report
+    /// answered: no later assistant clause reports work done or a fix, and the user did not say
+    /// it works. They are open whatever else the session turned to.
+    pub(in super::super) fn open_reports(&self) -> Vec<(usize, String)> {
+        static SYMPTOM_RE: std::sync::LazyLock<Regex> = std::sync::LazyLock::new(|| {
+            Regex::new(
+                r"(?i)\b(?:returns?|returning|gives?|giving|get|gets|getting|throws?|throwing|shows?|showing|responds? with)\s+(?:an?\s+|the\s+)?(?:[45]\d\d|error|exception|blank|empty|nothing|null|nan)\b|\b(?:doesn't|does not|don't|do not|isn't|is not|won't|will not|can't|cannot|no longer)\s+(?:\w+\s+)?(?:work|load|start|build|compile|connect|run|respond|open|render|send|sync|save|boot|show|appear)\w*|\b(?:is|are|seems?|looks?)\s+(?:\w+\s+)?(?:broken|down|stuck|hanging|corrupt\w*)\b|\b(?:crash(?:es|ed|ing)?|hangs|times out|timing out|timed out)\b|\bwrites? an? empty\b",
+            )
+            .expect("symptom pattern is valid")
+        });
+        let boilerplate: Vec<String> = self
+            .boilerplate
+            .iter()
+            .map(|(_, t, _)| sent_shape(t))
+            .collect();
+        self.user_texts
+            .iter()
+            .filter(|(_, t)| !is_slash_command(t) && !boilerplate.contains(&sent_shape(t)))
+            .filter(|(_, t)| {
+                t.lines()
+                    .any(|l| !is_error_report(l) && SYMPTOM_RE.is_match(l))
+            })
+            .filter(|(idx, _)| {
+                let answered = self.assistant_texts.iter().any(|(at, said)| {
+                    *at > *idx
+                        && sentences(said)
+                            .iter()
+                            .flat_map(|s| clauses(s))
+                            .any(|c| reports_done(&c))
+                });
+                let works = self.user_texts.iter().any(|(at, said)| {
+                    *at > *idx && FIXED_RE.is_match(said) && !NEGATION_RE.is_match(said)
+                });
+                !answered && !works
+            })
+            .cloned()
             .collect()
     }
 
@@ -108,6 +157,7 @@ impl Analysis {
             };
             out.push(FailedAction {
                 idx: act.idx,
+                kind: &act.kind,
                 at: act.done_idx,
                 label: act.label(),
                 code,
@@ -117,6 +167,22 @@ impl Analysis {
                 resolution,
             });
         }
+        out
+    }
+
+    /// The failures still open, each error once: the same error from two commands (a build and
+    /// a test run stopping at one compile error) is one blocker, under its latest command.
+    pub(in super::super) fn open_failures(&self) -> Vec<FailedAction<'_>> {
+        let mut seen: Vec<String> = Vec::new();
+        let mut out: Vec<FailedAction<'_>> = Vec::new();
+        for fail in self.failures().into_iter().rev().filter(|f| !f.resolved) {
+            let key = masked(fail.headline());
+            if key.trim().is_empty() || !seen.contains(&key) {
+                seen.push(key);
+                out.push(fail);
+            }
+        }
+        out.reverse();
         out
     }
 
@@ -473,7 +539,7 @@ impl Analysis {
         latest_request: Option<&str>,
     ) -> Vec<String> {
         let mut out = Vec::new();
-        for fail in self.failures().iter().rev().filter(|f| !f.resolved).take(2) {
+        for fail in self.open_failures().iter().rev().take(2) {
             out.push(format!(
                 "Fix the failure of {}: {}",
                 fail.label,

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::super::noise::{
-    injected_tag, is_error_report, is_no_match, is_trivial_message, quoted_key, sent_shape, shape,
-    split_injected, without_markup, without_reference,
+    deblob, injected_tag, is_error_report, is_no_match, is_trivial_message, quoted_key, sent_shape,
+    shape, split_injected, split_preamble, without_markup, without_reference,
 };
 use super::super::text::*;
 use super::*;
@@ -50,10 +50,16 @@ impl Analysis {
                     match injected_tag(text) {
                         Some(tag) => a.add_note(&mut note_shapes, idx, tag, &without_markup(text)),
                         None => {
-                            // Blocks a harness wrapped around what the user typed are notes.
+                            // Blocks a harness wrapped around what the user typed are notes,
+                            // and so is a preamble a gateway put before it (metadata, system
+                            // lines): the user's own words are what follows.
                             let (own, blocks) = split_injected(text);
                             for (tag, block) in blocks {
                                 a.add_note(&mut note_shapes, idx, &tag, &block);
+                            }
+                            let (own, preamble) = split_preamble(&own);
+                            for (label, block) in preamble {
+                                a.add_note(&mut note_shapes, idx, &label, &block);
                             }
                             if !own.is_empty() {
                                 a.user_texts.push((idx, own));
@@ -80,6 +86,12 @@ impl Analysis {
                     }
                     let outcome = if truthy(m.get("cancelled")) {
                         Outcome::Cancelled
+                    } else if hidden_failure(&command, output) {
+                        a.remember_id(messages, idx);
+                        Outcome::Fail {
+                            code: None,
+                            text: clip_ends(output, 1000, 3000),
+                        }
                     } else {
                         match exit {
                             Some(c) if is_no_match(&command, Some(c as i64), output) => {
@@ -349,7 +361,14 @@ impl Analysis {
             ActionKind::Command(c) => Some(c.as_str()),
             _ => None,
         });
-        let outcome = if truthy(m.get("isError")) {
+        let hidden = command.is_some_and(|c| hidden_failure(c, &text));
+        let outcome = if hidden {
+            self.remember_id(messages, idx);
+            Outcome::Fail {
+                code: None,
+                text: clip_ends(&text, 1000, 3000),
+            }
+        } else if truthy(m.get("isError")) {
             let code = EXIT_CODE_RE
                 .captures(&text)
                 .and_then(|c| c.get(1))
@@ -376,7 +395,7 @@ impl Analysis {
                         .lines()
                         .map(str::trim)
                         .find(|l| !l.is_empty())
-                        .map(|l| clip_head(l, 80));
+                        .map(|l| clip_head(&deblob(l), 80));
                 }
             }
             None => {
