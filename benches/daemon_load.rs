@@ -863,6 +863,18 @@ fn run() -> Res<()> {
         }
         return Ok(());
     }
+    // `COMPACTD_BENCH_SOCKET=N`: only the socket phase, N times in one daemon (its p99 moves
+    // from run to run on a shared machine).
+    if let Some(runs) = std::env::var("COMPACTD_BENCH_SOCKET")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        for run in 1..=runs {
+            println!("socket, run {run} of {runs}:");
+            socket(&d, smallest, &sessions, &plan)?;
+        }
+        return Ok(());
+    }
     let mut pinger = d.connect()?;
     let ping = ping_p50(&mut pinger, if bench { 2000 } else { 20 })?;
     let mut one_mb = None;

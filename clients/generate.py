@@ -397,6 +397,9 @@ def ts_protocol_js(p):
             "/** Notifications a client asks for on `initialize` (`logNotifications: true`). */",
             f"export const NOTICES = {js_const_list(n['name'] for n in p.notices)};",
             "",
+            "/** The methods the daemon runs as tasks (`x-run: \"task\"`): a client waits longer for them. */",
+            f"export const TASK_METHODS = {js_const_list(m['name'] for m in p.methods if p.long_running(m))};",
+            "",
         ]
     )
 

@@ -66,6 +66,8 @@
 //!   renderers), logging, and starting or joining the one daemon of a socket.
 //! - [`mcp`]: the MCP server of `compactd mcp`, the recall tools backed by the daemon.
 //! - [`cpu`]: CPU-heavy work run without stalling the async workers.
+//! - [`descriptors`]: the process's budget of file descriptors (raised to the hard limit at
+//!   start-up; running out is an error naming the limit).
 pub mod accounting;
 pub mod clearing;
 pub mod cli;
@@ -75,6 +77,7 @@ pub mod config;
 pub mod context;
 pub mod cpu;
 pub mod daemon;
+pub mod descriptors;
 pub mod estimate;
 pub mod handoff;
 pub mod json;

@@ -240,6 +240,10 @@ pub enum StoreError {
     /// A stored session that does not exist.
     #[error("Stored session not found: {0}")]
     NoSuchStored(String),
+    /// The daemon (or the system) ran out of file descriptors; the message names the limit
+    /// (`overloaded`).
+    #[error("{0}")]
+    NoDescriptors(String),
     #[error("I/O error on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -267,11 +271,17 @@ pub fn absolute_param(p: &str, what: &str) -> Result<PathBuf, StoreError> {
     Ok(path)
 }
 
-/// The storage error of an I/O failure on `path`.
+/// The storage error of an I/O failure on `path` (out of file descriptors: an error naming the
+/// limit, see [`crate::descriptors`]).
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
-        path: path.to_owned(),
-        source,
+    move |source| {
+        if crate::descriptors::exhausted(&source) {
+            return StoreError::NoDescriptors(crate::descriptors::exhausted_message(&source, path));
+        }
+        StoreError::Io {
+            path: path.to_owned(),
+            source,
+        }
     }
 }
 

@@ -133,9 +133,8 @@ fn postgresql_is_reached_and_its_schema_checked_or_the_failure_says_what_to_do()
         "{storage}"
     );
     assert!(
-        pg.psql("SELECT max(version) FROM compactd_schema")
-            .contains('2'),
-        "the schema is in place"
+        pg.psql("SELECT max(version) FROM compactd_schema") == "3",
+        "the schema is in place, at its latest version"
     );
     pg.kill_server();
     let out = doctor(&env, &[]);

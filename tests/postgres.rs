@@ -772,7 +772,7 @@ fn a_held_append_lock_holds_up_no_other_sessions_appends() {
     // and of a transaction share one space).
     let mut holder = pg.session();
     holder.send(&format!(
-        "SELECT pg_advisory_lock(hashtextextended('compactd-append:{held_header}', 0));"
+        "SELECT pg_advisory_lock(hashtextextended('compactd-append:default/{held_header}', 0));"
     ));
     let granted = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
            AND pid <> pg_backend_pid()";
@@ -1025,4 +1025,156 @@ fn one_tenant_cannot_see_another_tenants_sessions() {
         )
         .expect_err("acme's other session's cwd is outside this daemon's root");
     assert_eq!(err["data"]["kind"], "path_not_allowed", "{err}");
+}
+
+/// Whatever a tenant does with another tenant's header id, the answer is the one an id nobody
+/// holds gets. `compactd import` under globex of a file carrying acme's header id answered "the
+/// store already holds a session with this header id": no data crossed, but globex learned that
+/// acme had it. Header ids are now unique per namespace: the import succeeds as for a new id,
+/// and each tenant's session of that id is its own (appends, exports, events, compactions).
+/// Opening and exporting a header id only another tenant holds answer as for one nobody holds.
+#[test]
+fn a_tenant_learns_nothing_of_another_tenants_header_ids() {
+    let test = "a_tenant_learns_nothing_of_another_tenants_header_ids";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    let acme = Daemon::start(&pg, "namespace = \"acme\"\n");
+    let globex = Daemon::start(&pg, "namespace = \"globex\"\n");
+    let mut ca = acme.client();
+    let (sid_a, header_id) = create(&mut ca, acme.env.dir.path());
+    fill(&mut ca, &sid_a, 3, 2000);
+    let acme_copy = export(&acme.env, &header_id);
+
+    // Open and export of acme's id from globex: word for word what an unknown id gets.
+    let unknown = "0199aaaa-0000-7000-8000-000000000000";
+    let mut cg = globex.client();
+    let open_err = |c: &mut Client, id: &str| {
+        let e = c
+            .request("openSession", json!({"headerId": id, "model": model()}))
+            .expect_err("not globex's");
+        serde_json::to_string(&e).unwrap().replace(id, "<id>")
+    };
+    assert_eq!(open_err(&mut cg, &header_id), open_err(&mut cg, unknown));
+    let export_err = |id: &str| {
+        let out = globex
+            .env
+            .command("export")
+            .arg(id)
+            .output()
+            .expect("export");
+        assert!(!out.status.success() && out.stdout.is_empty());
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).replace(id, "<id>"),
+        )
+    };
+    assert_eq!(export_err(&header_id), export_err(unknown));
+
+    // Import of a file with acme's id into globex: as for an id nobody holds.
+    let file = globex.env.path("from-acme.jsonl");
+    std::fs::write(&file, &acme_copy).unwrap();
+    let out = globex
+        .env
+        .command("import")
+        .arg(&file)
+        .output()
+        .expect("import");
+    assert!(
+        out.status.success(),
+        "globex imports a session whose id acme holds: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), header_id);
+    // A second import into globex is refused as in any namespace holding the id.
+    let again = globex
+        .env
+        .command("import")
+        .arg(&file)
+        .output()
+        .expect("import");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds"));
+
+    // Two sessions of one id, one per tenant, each its own.
+    ca.ok("subscribe", json!({"sessionId": sid_a}));
+    let sid_g = open(&mut cg, &header_id);
+    cg.ok(
+        "appendMessage",
+        json!({"sessionId": sid_g, "message": user("globex only")}),
+    );
+    settle_keep_recent(&mut cg, &sid_g);
+    let compacted = cg.ok("compact", json!({"sessionId": sid_g}));
+    assert!(compacted["summary"].is_string(), "{compacted}");
+    assert_eq!(
+        export(&acme.env, &header_id),
+        acme_copy,
+        "acme's session is untouched"
+    );
+    let globex_copy = lines_of(&export(&globex.env, &header_id));
+    assert_eq!(globex_copy.len(), lines_of(&acme_copy).len() + 2);
+    assert!(
+        ca.wait_notification("compaction_start", Duration::from_secs(3))
+            .is_none(),
+        "acme hears nothing of globex's compaction"
+    );
+    // And acme still appends to its own.
+    ca.ok(
+        "appendMessage",
+        json!({"sessionId": sid_a, "message": user("acme only")}),
+    );
+    let acme_now = lines_of(&export(&acme.env, &header_id));
+    assert_eq!(acme_now.len(), lines_of(&acme_copy).len() + 1);
+    assert_eq!(acme_now.last().unwrap()["message"]["content"], "acme only");
+}
+
+/// A keepRecentTokens small enough that a few turns compact.
+fn settle_keep_recent(c: &mut Client, sid: &str) {
+    c.ok(
+        "setSettingsOverrides",
+        json!({"sessionId": sid, "compaction": {"keepRecentTokens": 200}}),
+    );
+}
+
+/// A database written by an earlier compactd (schema 2: header ids unique across namespaces)
+/// is migrated in place at start-up: every session and entry kept, each in its namespace.
+#[test]
+fn a_schema_two_database_is_migrated_with_every_session_kept() {
+    let test = "a_schema_two_database_is_migrated_with_every_session_kept";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    pg.psql(
+        "CREATE TABLE compactd_schema (version integer PRIMARY KEY);
+         CREATE TABLE compactd_sessions (header_id text PRIMARY KEY, cwd text NOT NULL,
+             header bytea NOT NULL, created timestamptz NOT NULL DEFAULT now(),
+             namespace text NOT NULL DEFAULT 'default');
+         CREATE TABLE compactd_entries (
+             header_id text NOT NULL REFERENCES compactd_sessions ON DELETE CASCADE,
+             seq bigint NOT NULL, id text, parent_id text, type text NOT NULL,
+             line bytea NOT NULL, PRIMARY KEY (header_id, seq));
+         CREATE TABLE compactd_events (id bigserial PRIMARY KEY, header_id text NOT NULL,
+             origin text NOT NULL, name text NOT NULL, payload text NOT NULL,
+             at timestamptz NOT NULL DEFAULT now(), namespace text NOT NULL DEFAULT 'default');
+         INSERT INTO compactd_schema VALUES (1), (2);
+         INSERT INTO compactd_sessions (header_id, cwd, header, namespace) VALUES
+             ('h-acme', '/w', convert_to('{\"type\":\"session\",\"version\":3,\"id\":\"h-acme\",\"timestamp\":\"2025-01-01T00:00:00.000Z\",\"cwd\":\"/w\"}', 'UTF8'), 'acme');
+         INSERT INTO compactd_entries VALUES ('h-acme', 1, 'e1', NULL, 'message',
+             convert_to('{\"type\":\"message\",\"id\":\"e1\",\"parentId\":null,\"timestamp\":\"2025-01-01T00:00:01.000Z\",\"message\":{\"role\":\"user\",\"content\":\"kept\",\"timestamp\":1}}', 'UTF8'));",
+    );
+    let acme = Daemon::start(&pg, "namespace = \"acme\"\n");
+    let lines = lines_of(&export(&acme.env, "h-acme"));
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[1]["message"]["content"], "kept");
+    let mut c = acme.client();
+    let sid = open(&mut c, "h-acme");
+    c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": user("after the migration")}),
+    );
+    assert_eq!(lines_of(&export(&acme.env, "h-acme")).len(), 3);
+    assert_eq!(pg.psql("SELECT max(version) FROM compactd_schema"), "3");
+    assert_eq!(
+        pg.psql("SELECT namespace FROM compactd_entries WHERE seq = 1"),
+        "acme"
+    );
 }

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::daemon_env::{keep_recent, model, open, Env};
+use support::daemon_env::{keep_recent, model, open, parsed_lines, Env};
 use support::rpc_client::{Client, Framing};
 
 /// `compactd stdio` in the shared isolated environment, optionally with a config file's text.
@@ -959,4 +959,46 @@ fn a_retried_append_with_its_entry_id_is_written_once() {
         let pi = oracle.analyse(&path).expect("Pi loads the file");
         assert_eq!(pi["session"]["leafId"], "note-1", "{}", pi["session"]);
     }
+}
+
+/// An `entryId` equal to the session header's id was accepted, so that id appeared twice in the
+/// file (once as the session's, once as an entry's). It is refused like an entry's id used for
+/// another message, for `appendMessage` and `appendEntry`, and nothing is written.
+#[test]
+fn an_entry_id_equal_to_the_header_id_is_refused() {
+    let env = Env::new();
+    let path = env.session("005-medium-basic");
+    let header_id = parsed_lines(&path).expect("the session")[0]["id"]
+        .as_str()
+        .expect("a header id")
+        .to_owned();
+    let before = std::fs::read(&path).unwrap();
+    let mut c = env.stdio(&[], Framing::Ndjson);
+    let sid = open(&mut c, &path);
+    let message = json!({"role": "user", "content": "hello"});
+    let custom = json!({"type": "custom", "customType": "note", "data": {}});
+    for (method, params) in [
+        (
+            "appendMessage",
+            json!({"sessionId": sid, "message": message, "entryId": header_id}),
+        ),
+        (
+            "appendEntry",
+            json!({"sessionId": sid, "entry": custom, "entryId": header_id}),
+        ),
+    ] {
+        let err = c.request(method, params).expect_err("the header's id");
+        assert_eq!(kind(&err), "invalid_params", "{method}: {err}");
+        assert!(
+            err["message"].as_str().unwrap_or("").contains("header"),
+            "{method}: {err}"
+        );
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), before, "nothing written");
+    // Any other id still works.
+    let ok = c.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": message, "entryId": "not-the-header"}),
+    );
+    assert_eq!(ok["entryId"], "not-the-header");
 }

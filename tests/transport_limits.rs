@@ -668,7 +668,7 @@ fn half_frames_that_stall_are_closed_after_the_idle_timeout() {
         "the idle client is kept"
     );
     let log = std::fs::read_to_string(env.path("log")).unwrap_or_default();
-    assert!(log.contains("half a frame"), "logged: {log}");
+    assert!(log.contains("got no byte for 500 ms"), "logged: {log}");
     stop(daemon);
 }
 
@@ -805,16 +805,23 @@ fn still_open(s: &UnixStream) -> bool {
 
 /// Connections that each send half a frame and stall filled `--max-connections` for the whole
 /// idle timeout (30 s by default), and every new client was refused until then. Now, at the
-/// limit, the connection stalled longest inside a frame is closed and the new client served
+/// limit, the connection whose partial request is oldest is closed and the new client served
 /// within 2 s; a connection idle between frames is never chosen.
 #[test]
-fn at_the_connection_limit_the_longest_stalled_half_frame_makes_room() {
+fn at_the_connection_limit_the_oldest_half_frame_makes_room() {
     let env = Env::new();
     let socket = env.path("run/d.sock");
     let daemon = serve(
         &env,
         &socket,
-        &["--max-connections", "4", "--frame-idle-timeout-ms", "60000"],
+        &[
+            "--max-connections",
+            "4",
+            "--frame-idle-timeout-ms",
+            "60000",
+            "--frame-timeout-ms",
+            "60000",
+        ],
         &env.path("log"),
     );
     // An idle connection with a whole frame behind it, never chosen.
@@ -844,7 +851,7 @@ fn at_the_connection_limit_the_longest_stalled_half_frame_makes_room() {
         "a new client is served within 2 s at the limit: {reply:?}; log: {}",
         log()
     );
-    // The first half frame, stalled longest, was closed; the others are kept.
+    // The first half frame, the oldest, was closed; the others are kept.
     let mut first = lorises.into_iter();
     let mut oldest = first.next().unwrap();
     oldest
@@ -854,7 +861,7 @@ fn at_the_connection_limit_the_longest_stalled_half_frame_makes_room() {
     let end = oldest.read_to_end(&mut rest);
     assert!(
         end.is_ok(),
-        "the longest-stalled connection was closed: {end:?}; log: {}",
+        "the oldest half frame's connection was closed: {end:?}; log: {}",
         log()
     );
     let kept: Vec<UnixStream> = first.collect();
@@ -865,7 +872,85 @@ fn at_the_connection_limit_the_longest_stalled_half_frame_makes_room() {
     );
     // Log lines are written by a background thread: wait for it.
     wait_until(LONG, "the eviction is logged", || {
-        log().contains("closing the connection stalled longest inside a frame")
+        log().contains("closing the connection whose partial request is oldest")
+    });
+    stop(daemon);
+}
+
+/// Sends `frame` a byte every `every` until the daemon closes the connection; returns when
+/// that happened (`None`: the frame was all sent).
+fn trickle(mut s: UnixStream, frame: &[u8], every: Duration) -> Option<Instant> {
+    for b in frame {
+        if s.write_all(&[*b]).is_err() || !still_open(&s) {
+            return Some(Instant::now());
+        }
+        std::thread::sleep(every);
+    }
+    None
+}
+
+/// Clients that trickle a byte every 50 ms never stall, and the idle timeout restarted with
+/// every byte: at the connection limit, eviction (which looked only for 500 ms of silence)
+/// found nothing to close, and they locked every new client out for as long as they kept
+/// trickling. Now a request has a time budget from its first byte (`--frame-timeout-ms`) and,
+/// at the limit, the connection whose partial request is oldest is closed whatever its byte
+/// rate: a new client is served within 2 s, and every trickler is closed once its budget runs
+/// out.
+#[test]
+fn trickling_clients_at_the_connection_limit_cannot_lock_others_out() {
+    let env = Env::new();
+    let socket = env.path("run/d.sock");
+    let budget = Duration::from_secs(4);
+    let daemon = serve(
+        &env,
+        &socket,
+        &[
+            "--max-connections",
+            "4",
+            "--frame-timeout-ms",
+            &budget.as_millis().to_string(),
+        ],
+        &env.path("log"),
+    );
+    let frame = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{{\"clientName\":\"{}\"}}}}\n",
+        "x".repeat(10_000)
+    );
+    let started = Instant::now();
+    let tricklers: Vec<_> = (0..4)
+        .map(|_| {
+            let s = stalled_half_frame(&socket, b"{");
+            let rest = frame.as_bytes()[1..].to_vec();
+            std::thread::spawn(move || trickle(s, &rest, Duration::from_millis(50)))
+        })
+        .collect();
+    // Every slot is held by a trickler whose bytes keep coming.
+    std::thread::sleep(Duration::from_millis(600));
+
+    let asked = Instant::now();
+    let mut reply = String::new();
+    while asked.elapsed() < Duration::from_secs(2) && !reply.contains("serverName") {
+        reply = initialize_raw(&socket);
+    }
+    let log = || std::fs::read_to_string(env.path("log")).unwrap_or_default();
+    assert!(
+        reply.contains("serverName"),
+        "a new client is served within 2 s while tricklers hold every slot: {reply:?}; log: {}",
+        log()
+    );
+    // The others run out of budget: each is closed about `budget` after its first byte, not
+    // after the 10 s its frame would take, nor the 30 s idle timeout.
+    for t in tricklers {
+        let closed = t.join().unwrap().expect("the daemon closed the trickler");
+        assert!(
+            closed.duration_since(started) < budget + Duration::from_secs(3),
+            "closed {:?} after the first byte; log: {}",
+            closed.duration_since(started),
+            log()
+        );
+    }
+    wait_until(LONG, "the budget's end is logged", || {
+        log().contains("ms after its first byte")
     });
     stop(daemon);
 }

@@ -50,6 +50,17 @@ pub fn env_dirs(root: &Path) -> Res<Vec<(&'static str, PathBuf)>> {
 
 impl Daemon {
     pub fn start(bin: &Path, root: &Path, config: Option<&str>) -> Res<Daemon> {
+        Daemon::start_limited(bin, root, config, None)
+    }
+
+    /// [`Daemon::start`] with a soft limit of `soft_open_files` open files (the hard limit as
+    /// this process has it), as a desktop session or a systemd service would start it.
+    pub fn start_limited(
+        bin: &Path,
+        root: &Path,
+        config: Option<&str>,
+        soft_open_files: Option<u64>,
+    ) -> Res<Daemon> {
         let env = env_dirs(root)?;
         if let Some(text) = config {
             let dir = root.join("config/compactd");
@@ -72,6 +83,27 @@ impl Daemon {
         }
         for (k, v) in &env {
             cmd.env(k, v);
+        }
+        if let Some(soft) = soft_open_files {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: getrlimit/setrlimit are async-signal-safe and touch no memory of the
+            // parent.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut lim = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    lim.rlim_cur = (soft as libc::rlim_t).min(lim.rlim_max);
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let child = cmd
             .spawn()
@@ -183,20 +215,40 @@ impl Conn {
     }
 
     pub fn call(&mut self, method: &str, params: Value) -> Res<Value> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut req =
-            serde_json::to_vec(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}))
+        let mut results = self.calls(&[(method, params)])?;
+        results
+            .pop()
+            .ok_or_else(|| format!("{method}: no response"))
+    }
+
+    /// Sends every request of `calls` pipelined (at most 64 unanswered at once) and returns
+    /// the results in order, or the first error.
+    pub fn calls(&mut self, calls: &[(&str, Value)]) -> Res<Vec<Value>> {
+        let mut out = Vec::with_capacity(calls.len());
+        for chunk in calls.chunks(64) {
+            let mut text = Vec::new();
+            for (method, params) in chunk {
+                let id = self.next_id;
+                self.next_id += 1;
+                serde_json::to_writer(
+                    &mut text,
+                    &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+                )
                 .map_err(|e| e.to_string())?;
-        req.push(b'\n');
-        self.writer
-            .write_all(&req)
-            .map_err(|e| format!("write: {e}"))?;
-        let v = self.read_response()?;
-        if let Some(err) = v.get("error") {
-            return Err(format!("{method}: {err}"));
+                text.push(b'\n');
+            }
+            self.writer
+                .write_all(&text)
+                .map_err(|e| format!("write: {e}"))?;
+            for (method, _) in chunk {
+                let v = self.read_response()?;
+                if let Some(err) = v.get("error") {
+                    return Err(format!("{method}: {err}"));
+                }
+                out.push(v.get("result").cloned().unwrap_or(Value::Null));
+            }
         }
-        Ok(v.get("result").cloned().unwrap_or(Value::Null))
+        Ok(out)
     }
 
     /// `openSession` of `path` with the benchmarks' model (a 200k window).

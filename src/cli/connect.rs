@@ -48,6 +48,35 @@ pub fn start(
     }
 }
 
+/// How long the client may wait with no byte from the daemon before `connect` asks, on a
+/// connection of its own, whether the daemon still answers.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The bridge's watch: a daemon that stops answering (stopped, wedged) ends the bridge with a
+/// message naming the socket and its pid, instead of leaving the editor waiting forever. The
+/// probe is `initialize` as `compactd status` asks it, under the same deadline.
+fn watch_over(socket: &Path) -> Option<crate::transport::bridge::Watch> {
+    let socket = socket.to_owned();
+    Some(crate::transport::bridge::Watch {
+        every: WATCH_EVERY,
+        probe: Box::new(move || {
+            let socket = socket.clone();
+            Box::pin(async move {
+                let asked = tokio::task::spawn_blocking(move || {
+                    super::lifecycle::ask(&socket, "compactd connect").and_then(|init| {
+                        init.map(|_| ()).ok_or_else(|| {
+                            format!("no daemon answers on {} any more", socket.display())
+                        })
+                    })
+                });
+                asked
+                    .await
+                    .map_err(|e| format!("cannot ask the daemon: {e}"))?
+            })
+        }),
+    })
+}
+
 /// `compactd connect`: start or join, then bridge stdin/stdout to the socket until the daemon
 /// closes the connection. Exit 0 only for a normal end (the client closed its input, the daemon
 /// answered and closed, and still runs); a daemon that went away is exit 1 with a message.
@@ -70,9 +99,13 @@ pub fn connect(
     let outcome = super::runtime::block_on(super::runtime::Shape::Client, async {
         let stream = crate::transport::unix::connect_own_async(&socket).await?;
         tracing::info!(socket = %socket.display(), "bridging stdio to the daemon");
-        crate::transport::bridge::pump(stream, tokio::io::stdin(), tokio::io::stdout())
+        let watch = watch_over(&socket);
+        crate::transport::bridge::pump(stream, tokio::io::stdin(), tokio::io::stdout(), watch)
             .await
-            .map_err(|e| format!("connection to {} failed: {e}", socket.display()))
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => e.to_string(),
+                _ => format!("connection to {} failed: {e}", socket.display()),
+            })
     })
     .and_then(|o| o);
     match outcome {

@@ -35,6 +35,14 @@ pub fn answers(socket: &Path) -> Result<bool, String> {
     crate::transport::unix::connect_own(socket).map(|s| s.is_some())
 }
 
+/// Whether a daemon answers on `socket` and can be joined: it must answer `initialize` within
+/// `lifecycle::ASK_DEADLINE`, so a client never joins a stopped or wedged daemon and waits on
+/// it forever (the kernel accepts connections for a stopped process); such a daemon is an
+/// error naming the socket and its pid.
+fn joinable(socket: &Path) -> Result<bool, String> {
+    Ok(super::lifecycle::ask(socket, "compactd start")?.is_some())
+}
+
 /// `<socket>.lock`, beside the socket.
 fn lock_path(socket: &Path) -> PathBuf {
     let mut p = socket.as_os_str().to_owned();
@@ -85,12 +93,12 @@ pub fn ensure_daemon(
     log: &Path,
     idle_exit: Option<Duration>,
 ) -> Result<Daemon, String> {
-    if answers(socket)? {
+    if joinable(socket)? {
         return Ok(Daemon::Joined);
     }
     let _lock = take_lock(socket)?;
     // Another starter may have finished while this one waited for the lock.
-    if answers(socket)? {
+    if joinable(socket)? {
         return Ok(Daemon::Joined);
     }
     let exe = std::env::current_exe()

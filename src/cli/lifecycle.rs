@@ -13,19 +13,30 @@ use super::EXIT_FAILED;
 /// How long `stop` waits for the daemon to finish its connections and go.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How long `status`, `stop`, `doctor` and the starters wait for the daemon's `initialize`
+/// answer: it takes milliseconds; a daemon that accepted the connection and is silent this long
+/// is stopped or wedged, and the command says so instead of waiting forever.
+pub const ASK_DEADLINE: Duration = Duration::from_secs(5);
+
 /// `initialize`'s answer from the daemon on `socket`, or why there is none (`Ok(None)`: nothing
-/// listens there). `doctor` asks the same way.
-pub(super) fn ask(socket: &Path, client: &str) -> Result<Option<Value>, String> {
+/// listens there; an error naming the socket and the pid when it does not answer within
+/// [`ASK_DEADLINE`]). `doctor` and the starters (`launch`) ask the same way.
+pub fn ask(socket: &Path, client: &str) -> Result<Option<Value>, String> {
     use crate::transport::{client::DaemonClient, unix};
     let Some(stream) = unix::connect_own(socket)? else {
         return Ok(None);
     };
     super::runtime::block_on(super::runtime::Shape::Client, async {
-        let c = DaemonClient::over(unix::into_async(stream)?);
+        let c = DaemonClient::over(unix::into_async(stream)?)
+            .on_socket(socket)
+            .with_deadline(ASK_DEADLINE);
         let answer = c
             .call("initialize", json!({ "clientName": client }))
             .await
-            .map_err(|r| format!("the daemon refused: {r}"))?;
+            .map_err(|r| match r.kind() {
+                Some(crate::transport::client::TIMEOUT_KIND) => r.message,
+                _ => format!("the daemon refused: {r}"),
+            })?;
         Ok(Some(answer))
     })?
 }

@@ -339,6 +339,10 @@ pub struct TransportArgs {
     /// (0: never).
     #[arg(long, default_value_t = crate::transport::DEFAULT_FRAME_IDLE_TIMEOUT.as_millis() as u64)]
     pub frame_idle_timeout_ms: u64,
+    /// Milliseconds one request may take to arrive, from its first byte to its last, before
+    /// the connection is closed (0: no limit).
+    #[arg(long, default_value_t = crate::transport::DEFAULT_FRAME_DEADLINE.as_millis() as u64)]
+    pub frame_timeout_ms: u64,
 }
 
 impl TransportArgs {
@@ -356,6 +360,8 @@ impl TransportArgs {
             budget: crate::transport::FrameBudget::new(self.max_buffered_bytes),
             frame_idle_timeout: (self.frame_idle_timeout_ms > 0)
                 .then(|| std::time::Duration::from_millis(self.frame_idle_timeout_ms)),
+            frame_deadline: (self.frame_timeout_ms > 0)
+                .then(|| std::time::Duration::from_millis(self.frame_timeout_ms)),
             slot: None,
         }
     }
@@ -927,6 +933,9 @@ where
     F: FnOnce(std::sync::Arc<crate::daemon::Daemon>) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
+    // Every open session holds a descriptor: the common soft limit of 1024 would stop the
+    // daemon at about a thousand sessions where its hard limit allows far more.
+    let raised = crate::descriptors::raise_soft_limit();
     let workers = runtime.workers(config.storage.backend);
     let runtime = match runtime::build(runtime::Shape::Daemon { workers }) {
         Ok(r) => r,
@@ -941,6 +950,13 @@ where
     // worker, another client's worst wait during a 100 MB open and compaction was 5.4–15.9 ms
     // in six runs without it, 4.4–7.9 ms in six with it.
     drop(runtime.spawn_blocking(|| {}));
+    if let Some((before, after)) = raised {
+        tracing::debug!(
+            before,
+            after,
+            "raised the soft limit on open files to the hard limit"
+        );
+    }
     let daemon = crate::daemon::Daemon::new(config);
     // Reported once, through the log (which shows errors on stderr when it is a file; see
     // `logging::init`), with a timestamp like every other line.

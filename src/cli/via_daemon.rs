@@ -68,8 +68,11 @@ pub async fn holding(socket: &Path, file: &Path) -> Result<Option<Open>, String>
     let Some(stream) = unix::connect_own(socket)? else {
         return Ok(None);
     };
-    let client = DaemonClient::over(unix::into_async(stream)?);
-    let refused = |r: Refusal| format!("the daemon on {} refused: {r}", socket.display());
+    let client = DaemonClient::over(unix::into_async(stream)?).on_socket(socket);
+    let refused = |r: Refusal| match r.kind() {
+        Some(crate::transport::client::TIMEOUT_KIND) => r.message,
+        _ => format!("the daemon on {} refused: {r}", socket.display()),
+    };
     let sessions = client
         .call("listSessions", json!({}))
         .await
@@ -106,7 +109,12 @@ pub async fn in_process(config: crate::config::Config, file: &Path) -> Result<Op
         write,
         crate::transport::Options::default(),
     ));
-    open(DaemonClient::over(ours), file, Which::Own(daemon)).await
+    open(
+        DaemonClient::over(ours).without_deadline(),
+        file,
+        Which::Own(daemon),
+    )
+    .await
 }
 
 /// What a command gives besides the file: the first settings or summarizer flag given (the

@@ -190,6 +190,17 @@ impl SessionTree {
         self.index_of(id).is_some()
     }
 
+    /// The header's `id` (Pi's session id), when it has one.
+    pub fn header_id(&self) -> Option<&str> {
+        self.header.get("id").and_then(serde_json::Value::as_str)
+    }
+
+    /// Whether `id` names anything in the session: an entry or the header. A new entry must
+    /// take neither, or the id would appear twice in the file.
+    pub fn uses_id(&self, id: &str) -> bool {
+        self.header_id() == Some(id) || self.contains_id(id)
+    }
+
     pub fn leaf(&self) -> Option<usize> {
         self.leaf
     }

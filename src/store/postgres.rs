@@ -8,7 +8,7 @@
 //!   would write it (`bytea`: no re-encoding, no JSON normalisation); `export` concatenates them.
 //!   No daemon ever re-serialises what another wrote.
 //! - **Appends: optimistic versions.** An entry's `seq` is the head the writer last saw plus one,
-//!   and `(header_id, seq)` is the primary key: the insert is the check, so two daemons
+//!   and `(namespace, header_id, seq)` is the primary key: the insert is the check, so two daemons
 //!   appending at once cannot both extend the same head. The loser gets
 //!   [`StoreError::Conflict`], reads the winner's lines and writes again under the new leaf.
 //!   Chosen over advisory transaction locks because an append is then one statement, one round
@@ -119,6 +119,24 @@ ALTER TABLE compactd_sessions ADD COLUMN IF NOT EXISTS namespace text NOT NULL D
 CREATE INDEX IF NOT EXISTS compactd_sessions_by_namespace ON compactd_sessions (namespace, cwd, created);
 ALTER TABLE compactd_events ADD COLUMN IF NOT EXISTS namespace text NOT NULL DEFAULT 'default';
 INSERT INTO compactd_schema (version) VALUES (2) ON CONFLICT DO NOTHING;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM compactd_schema WHERE version = 3) THEN
+        -- Header ids unique per namespace, not across them: one tenant's import of a session
+        -- whose id another tenant holds must go as for an id nobody holds.
+        ALTER TABLE compactd_entries ADD COLUMN IF NOT EXISTS namespace text NOT NULL DEFAULT 'default';
+        UPDATE compactd_entries e SET namespace = s.namespace FROM compactd_sessions s
+         WHERE s.header_id = e.header_id AND s.namespace <> 'default';
+        ALTER TABLE compactd_entries DROP CONSTRAINT IF EXISTS compactd_entries_header_id_fkey;
+        ALTER TABLE compactd_entries DROP CONSTRAINT IF EXISTS compactd_entries_pkey;
+        ALTER TABLE compactd_sessions DROP CONSTRAINT IF EXISTS compactd_sessions_pkey;
+        ALTER TABLE compactd_sessions ADD PRIMARY KEY (namespace, header_id);
+        ALTER TABLE compactd_entries ADD PRIMARY KEY (namespace, header_id, seq);
+        ALTER TABLE compactd_entries ADD FOREIGN KEY (namespace, header_id)
+            REFERENCES compactd_sessions (namespace, header_id) ON DELETE CASCADE;
+        INSERT INTO compactd_schema (version) VALUES (3);
+    END IF;
+END $$;
 ";
 
 /// A stored session's lines as read: the header line and every entry line, the last seq, and
@@ -435,9 +453,9 @@ impl Database {
                 )
                 .await?;
                 // Pipelined: every entry's insert is sent without waiting for the one before.
-                let inserts = (1i64..)
-                    .zip(&entries)
-                    .map(|(seq, row)| insert_entry(&*tx, &insert, &header_id, seq, row));
+                let inserts = (1i64..).zip(&entries).map(|(seq, row)| {
+                    insert_entry(&*tx, &insert, &db.namespace, &header_id, seq, row)
+                });
                 futures_util::future::try_join_all(inserts).await?;
                 tx.commit().await
             }
@@ -476,7 +494,15 @@ impl Database {
                 .prepare_cached(LINES_AFTER)
                 .await
                 .map_err(unavailable)?;
-            let head = lines_after(&**client, &statement, &header_id, 0, &mut text).await?;
+            let head = lines_after(
+                &**client,
+                &statement,
+                &db.namespace,
+                &header_id,
+                0,
+                &mut text,
+            )
+            .await?;
             Ok(Stored { text, head, cwd })
         })
     }
@@ -523,7 +549,8 @@ impl Database {
             let rows = client
                 .query(
                     "SELECT s.header_id, s.cwd, (extract(epoch FROM s.created) * 1000)::bigint,
-                            (SELECT count(*) FROM compactd_entries e WHERE e.header_id = s.header_id)
+                            (SELECT count(*) FROM compactd_entries e
+                              WHERE e.namespace = s.namespace AND e.header_id = s.header_id)
                      FROM compactd_sessions s
                      WHERE s.namespace = $2 AND ($1::text IS NULL OR s.cwd = $1)
                      ORDER BY s.created DESC, s.header_id",
@@ -554,6 +581,7 @@ impl Database {
         let config = self.config.clone();
         let header_id = header_id.to_owned();
         let origin = self.origin.clone();
+        let namespace = self.namespace.clone();
         self.run(async move {
             let (client, connection) = Self::connect_raw(&config).await?;
             let task = tokio::spawn(async move {
@@ -563,8 +591,8 @@ impl Database {
             loop {
                 let got: bool = client
                     .query_one(
-                        "SELECT pg_try_advisory_lock(hashtextextended('compactd:' || $1, 0))",
-                        &[&header_id],
+                        "SELECT pg_try_advisory_lock(hashtextextended('compactd:' || $2 || '/' || $1, 0))",
+                        &[&header_id, &namespace],
                     )
                     .await
                     .map_err(unavailable)?
@@ -573,7 +601,8 @@ impl Database {
                     if waited {
                         tracing::info!(header_id = %header_id, "took the compaction lease another daemon released");
                     }
-                    let orphaned = orphaned(&client, &header_id, &origin, unfinished).await;
+                    let orphaned =
+                        orphaned(&client, &namespace, &header_id, &origin, unfinished).await;
                     return Ok(Some(Lease {
                         _client: client,
                         task,
@@ -651,6 +680,7 @@ pub struct Lease {
 /// cannot tell, and nothing is reported.
 async fn orphaned(
     client: &Client,
+    namespace: &str,
     header_id: &str,
     own: &str,
     unfinished: super::Unfinished,
@@ -658,8 +688,9 @@ async fn orphaned(
     let row = client
         .query_opt(
             "SELECT origin, name, payload FROM compactd_events
-             WHERE header_id = $1 AND name IN ($2, $3) ORDER BY id DESC LIMIT 1",
-            &[&header_id, &unfinished.start, &unfinished.end],
+             WHERE namespace = $4 AND header_id = $1 AND name IN ($2, $3)
+             ORDER BY id DESC LIMIT 1",
+            &[&header_id, &unfinished.start, &unfinished.end, &namespace],
         )
         .await
         .ok()??;
@@ -714,13 +745,14 @@ impl EntryRow {
         storable("entry parentId", self.parent_id.as_deref().unwrap_or(""))
     }
 
-    /// The parameters of an insert of this row at `seq` of `header_id`, in the order of
-    /// [`INSERT_ENTRY`], [`APPEND_ENTRY`] and [`APPEND_OR_READ`].
+    /// The parameters of an insert of this row at `seq` of `header_id` in `namespace`, in the
+    /// order of [`INSERT_ENTRY`], [`APPEND_ENTRY`] and [`APPEND_OR_READ`].
     fn params<'a>(
         &'a self,
+        namespace: &'a &'a str,
         header_id: &'a &'a str,
         seq: &'a i64,
-    ) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 6] {
+    ) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 7] {
         [
             header_id,
             seq,
@@ -728,6 +760,7 @@ impl EntryRow {
             &self.parent_id,
             &self.kind,
             &self.line,
+            namespace,
         ]
     }
 
@@ -787,9 +820,9 @@ impl Commit {
 /// daemon holds the lock to catch up and append after losing a race (see
 /// [`StoredSession::exclusive`]): optimistic appends never starve that daemon.
 const INSERT_ENTRY: &str =
-    "INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
-     SELECT $1, $2, $3, $4, $5, $6
-       FROM (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0))) lock";
+    "INSERT INTO compactd_entries (namespace, header_id, seq, id, parent_id, type, line)
+     SELECT $7, $1, $2, $3, $4, $5, $6
+       FROM (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $7 || '/' || $1, 0))) lock";
 
 /// [`INSERT_ENTRY`] as the first try of an append at the head a daemon knows: when another
 /// daemon wrote that seq first, nothing is inserted and no row comes back (the caller then
@@ -803,10 +836,10 @@ const INSERT_ENTRY: &str =
 /// execution): one row a statement, one connection, pgbench in the same run, 18.8–19.1k
 /// statements/s against 14.5–17.7k.
 const APPEND_ENTRY: &str =
-    "INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
-     SELECT $1, $2, $3, $4, $5, $6
-       FROM (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0))) lock
-     ON CONFLICT (header_id, seq) DO NOTHING
+    "INSERT INTO compactd_entries (namespace, header_id, seq, id, parent_id, type, line)
+     SELECT $7, $1, $2, $3, $4, $5, $6
+       FROM (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $7 || '/' || $1, 0))) lock
+     ON CONFLICT (namespace, header_id, seq) DO NOTHING
      RETURNING seq";
 
 /// [`APPEND_ENTRY`] for the retries after a lost race, where races come in runs: when another
@@ -814,15 +847,15 @@ const APPEND_ENTRY: &str =
 /// snapshot sees them), so losing again costs no extra round trip to learn what won. The
 /// first column says whether the row was inserted.
 const APPEND_OR_READ: &str =
-    "WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0))),
-     ins AS (INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
-             SELECT $1, $2, $3, $4, $5, $6 FROM lock
-             ON CONFLICT (header_id, seq) DO NOTHING
+    "WITH lock AS (SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $7 || '/' || $1, 0))),
+     ins AS (INSERT INTO compactd_entries (namespace, header_id, seq, id, parent_id, type, line)
+             SELECT $7, $1, $2, $3, $4, $5, $6 FROM lock
+             ON CONFLICT (namespace, header_id, seq) DO NOTHING
              RETURNING seq)
      SELECT true, seq, ''::bytea FROM ins
      UNION ALL
      SELECT false, e.seq, e.line FROM compactd_entries e
-      WHERE e.header_id = $1 AND e.seq >= $2 AND NOT EXISTS (SELECT 1 FROM ins)
+      WHERE e.namespace = $7 AND e.header_id = $1 AND e.seq >= $2 AND NOT EXISTS (SELECT 1 FROM ins)
      ORDER BY 2";
 
 /// The first tries of appends gathered from several sessions ([`Database::append_gathered`]),
@@ -842,12 +875,12 @@ const APPEND_OR_READ: &str =
 /// a statement, one connection, pgbench in the same run: 7.4–8.4k statements/s against
 /// 9.2–12.9k in this form.
 const APPEND_GATHERED: &str =
-    "INSERT INTO compactd_entries (header_id, seq, id, parent_id, type, line)
-     SELECT header_id, seq, id, parent_id, type, line
+    "INSERT INTO compactd_entries (namespace, header_id, seq, id, parent_id, type, line)
+     SELECT $7, header_id, seq, id, parent_id, type, line
        FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bytea[])
             AS t(header_id, seq, id, parent_id, type, line)
-      WHERE pg_try_advisory_xact_lock(hashtextextended('compactd-append:' || header_id, 0))
-     ON CONFLICT (header_id, seq) DO NOTHING
+      WHERE pg_try_advisory_xact_lock(hashtextextended('compactd-append:' || $7::text || '/' || header_id, 0))
+     ON CONFLICT (namespace, header_id, seq) DO NOTHING
      RETURNING header_id, seq";
 
 /// How many gathered statements may be in flight at once. While they all are, new appends
@@ -1037,7 +1070,15 @@ impl Database {
         let rows = client
             .query(
                 &statement,
-                &[&headers, &seqs, &ids, &parents, &kinds, &lines],
+                &[
+                    &headers,
+                    &seqs,
+                    &ids,
+                    &parents,
+                    &kinds,
+                    &lines,
+                    &self.namespace,
+                ],
             )
             .await?;
         let mut inserted = vec![false; batch.len()];
@@ -1066,8 +1107,9 @@ impl Database {
             .prepare_cached(APPEND_ENTRY)
             .await
             .map_err(unavailable)?;
+        let namespace: &str = &self.namespace;
         let rows = client
-            .query(&statement, &row.params(&header_id, &seq))
+            .query(&statement, &row.params(&namespace, &header_id, &seq))
             .await
             .map_err(|e| insert_error(e, header_id))?;
         Ok(!rows.is_empty())
@@ -1109,19 +1151,20 @@ fn insert_error(e: tokio_postgres::Error, header_id: &str) -> StoreError {
 }
 
 /// Every line of a session after a seq, in order.
-const LINES_AFTER: &str =
-    "SELECT seq, line FROM compactd_entries WHERE header_id = $1 AND seq > $2 ORDER BY seq";
+const LINES_AFTER: &str = "SELECT seq, line FROM compactd_entries
+     WHERE namespace = $3 AND header_id = $1 AND seq > $2 ORDER BY seq";
 
 /// [`INSERT_ENTRY`] of `row` at `seq`, as prepared on the connection it runs on.
 async fn insert_entry(
     client: &impl tokio_postgres::GenericClient,
     statement: &tokio_postgres::Statement,
+    namespace: &str,
     header_id: &str,
     seq: i64,
     row: &EntryRow,
 ) -> Result<u64, tokio_postgres::Error> {
     client
-        .execute(statement, &row.params(&header_id, &seq))
+        .execute(statement, &row.params(&namespace, &header_id, &seq))
         .await
 }
 
@@ -1130,12 +1173,13 @@ async fn insert_entry(
 async fn lines_after(
     client: &impl tokio_postgres::GenericClient,
     statement: &tokio_postgres::Statement,
+    namespace: &str,
     header_id: &str,
     seq: i64,
     into: &mut Vec<u8>,
 ) -> Result<i64, StoreError> {
     let rows = client
-        .query(statement, &[&header_id, &seq])
+        .query(statement, &[&header_id, &seq, &namespace])
         .await
         .map_err(unavailable)?;
     let mut head = seq;
@@ -1338,12 +1382,16 @@ impl SessionStorage for StoredSession {
         }
         let client = self.client_for();
         let header_id = self.header_id.clone();
+        let namespace = self.db.namespace.clone();
         let head = self.head;
         let (lines, new_head) = self.db.block_on(async move {
             let client = client.await?;
             let statement = client.prepare(LINES_AFTER).await?;
             let mut lines = Vec::new();
-            let new_head = lines_after(&*client, &statement, &header_id, head, &mut lines).await?;
+            let new_head = lines_after(
+                &*client, &statement, &namespace, &header_id, head, &mut lines,
+            )
+            .await?;
             Ok::<_, StoreError>((lines, new_head))
         })?;
         into.extend_from_slice(&lines);
@@ -1473,6 +1521,7 @@ impl StoredSession {
             });
         }
         let header_id = self.header_id.clone();
+        let namespace = self.db.namespace.clone();
         let client = self.db.block_on(async move {
             let spare = {
                 let mut pool = db.spare.lock();
@@ -1492,8 +1541,8 @@ impl StoredSession {
             client.batch_execute("BEGIN").await.map_err(unavailable)?;
             client
                 .execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $1, 0))",
-                    &[&header_id],
+                    "SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $2 || '/' || $1, 0))",
+                    &[&header_id, &namespace],
                 )
                 .await
                 .map_err(unavailable)?;
@@ -1535,6 +1584,7 @@ impl StoredSession {
         }
         let client = self.client_for();
         let header_id = self.header_id.clone();
+        let namespace = self.db.namespace.clone();
         let seq = self.head + 1;
         let row = EntryRow::of(entry)?;
         row.storable()?;
@@ -1547,9 +1597,15 @@ impl StoredSession {
             let client = client.await?;
             let statement = client.prepare(sql).await?;
             let header: &str = &header_id;
-            insert_on(&client, &statement, commit, &row.params(&header, &seq))
-                .await
-                .map_err(|e| insert_error(e, &header_id))
+            let namespace: &str = &namespace;
+            insert_on(
+                &client,
+                &statement,
+                commit,
+                &row.params(&namespace, &header, &seq),
+            )
+            .await
+            .map_err(|e| insert_error(e, &header_id))
         })?;
         if first {
             if rows.is_empty() {
@@ -1623,7 +1679,9 @@ const STORED_NOT_FILES: &str = "this daemon keeps sessions in PostgreSQL ([stora
 /// one database many daemons share.
 ///
 /// Tenants: every daemon belongs to one namespace (`[storage] namespace`, `default` unless set)
-/// and sees only its sessions: listing, opening, exporting, events. Within it, roots set for the
+/// and sees only its sessions: listing, opening, exporting, events. Header ids are unique per
+/// namespace (every key, lock and lease names the namespace), so no answer, an import's
+/// included, tells one tenant which ids another holds. Within it, roots set for the
 /// daemon (`[storage] allowed_roots`) apply to a stored session's `cwd` as they apply to a
 /// file's path: a session is created, imported, opened, exported and listed only for a working
 /// directory under them. (Unset, they do not: a stored session's cwd names no file of this
@@ -1901,7 +1959,7 @@ mod tests {
         assert!(matches!(answer(&to_b2), Ok(true)));
 
         let mut holder = pg.session();
-        holder.send("SELECT pg_advisory_lock(hashtextextended('compactd-append:a', 0));");
+        holder.send("SELECT pg_advisory_lock(hashtextextended('compactd-append:default/a', 0));");
         let held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted";
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while pg.psql(held) != "1" {

@@ -7,7 +7,14 @@
 //! closes the connection. When the daemon goes away first, the bridge ends too (stdout closes,
 //! which an editor sees as its server exiting).
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::UnixStream;
 
 /// What a finished [`pump`] moved, and which side ended first.
@@ -25,14 +32,100 @@ pub struct Pumped {
     pub input_ended: bool,
 }
 
-/// Copies `input` → `socket` and `socket` → `output` until the daemon closes the connection.
-pub async fn pump<R, W>(socket: UnixStream, input: R, output: W) -> std::io::Result<Pumped>
+/// A future that tells whether the daemon still answers (`Err`: why not).
+pub type Probe = Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send>;
+
+/// The bridge's watch over a daemon that stops answering: a stopped process keeps the
+/// connection open and never writes, and the editor behind the bridge would wait forever.
+/// Silence alone proves nothing (a compaction with a real model takes minutes without a byte),
+/// so when the client has sent bytes and the daemon has said nothing for `every`, the bridge
+/// asks `probe` (another connection's quick request, under its own deadline); a daemon that
+/// answers it is alive and the bridge goes on, one that does not ends the bridge with the
+/// probe's reason.
+pub struct Watch {
+    pub every: Duration,
+    pub probe: Probe,
+}
+
+/// When each side last moved a byte, in milliseconds after `epoch` (0: never).
+struct Activity {
+    epoch: Instant,
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+impl Activity {
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    /// The client spoke after the daemon last did, and has waited `every` since: time to ask
+    /// whether the daemon is alive.
+    fn unanswered_for(&self, every: Duration) -> bool {
+        let sent = self.sent.load(Ordering::Relaxed);
+        let received = self.received.load(Ordering::Relaxed);
+        let every = u64::try_from(every.as_millis()).unwrap_or(u64::MAX);
+        sent > received && self.now().saturating_sub(sent) >= every
+    }
+}
+
+/// A reader that stamps its side's time in `activity` whenever bytes come through it.
+struct Stamped<R> {
+    inner: R,
+    activity: Arc<Activity>,
+    received: bool,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Stamped<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            let now = self.activity.now();
+            let at = if self.received {
+                &self.activity.received
+            } else {
+                &self.activity.sent
+            };
+            at.store(now, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+/// Copies `input` → `socket` and `socket` → `output` until the daemon closes the connection,
+/// or, with a [`Watch`], until the daemon fails its probe (an error with the probe's reason).
+pub async fn pump<R, W>(
+    socket: UnixStream,
+    input: R,
+    output: W,
+    watch: Option<Watch>,
+) -> std::io::Result<Pumped>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let (mut from_daemon, mut to_daemon) = socket.into_split();
-    let (mut input, mut output) = (input, output);
+    let activity = Arc::new(Activity {
+        epoch: Instant::now(),
+        sent: AtomicU64::new(0),
+        received: AtomicU64::new(0),
+    });
+    let (from_daemon, mut to_daemon) = socket.into_split();
+    let mut from_daemon = Stamped {
+        inner: from_daemon,
+        activity: activity.clone(),
+        received: true,
+    };
+    let mut input = Stamped {
+        inner: input,
+        activity: activity.clone(),
+        received: false,
+    };
+    let mut output = output;
     let upstream = async {
         let n = tokio::io::copy(&mut input, &mut to_daemon).await;
         // End of input (or a broken input): the daemon finishes what it received.
@@ -46,6 +139,9 @@ where
     };
     tokio::pin!(upstream);
     tokio::pin!(downstream);
+    let every = watch.as_ref().map_or(Duration::MAX, |w| w.every);
+    let mut tick = tokio::time::interval(every.min(Duration::from_secs(3600)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The connection is over when the daemon's side ends; input may stay open forever (an
     // editor keeps its pipe), so it is not awaited past that. A write to a daemon that is
     // gone fails (the input counts as open then: the client did not end it).
@@ -63,6 +159,17 @@ where
                     received: n?,
                     input_ended,
                 })
+            }
+            _ = tick.tick(), if watch.is_some() => {
+                if let Some(w) = &watch {
+                    if activity.unanswered_for(w.every) {
+                        (w.probe)().await.map_err(|why| {
+                            std::io::Error::new(std::io::ErrorKind::TimedOut, why)
+                        })?;
+                        // Alive: wait another period before asking again.
+                        activity.sent.store(activity.now(), Ordering::Relaxed);
+                    }
+                }
             }
         }
     }
@@ -91,7 +198,7 @@ mod tests {
         let frame = b"Content-Length: 2\r\n\r\n{}".to_vec();
         let (client_in, mut feed) = tokio::io::duplex(64);
         let (mut read_out, out) = tokio::io::duplex(64);
-        let bridge = tokio::spawn(pump(socket, client_in, out));
+        let bridge = tokio::spawn(pump(socket, client_in, out, None));
         feed.write_all(&frame).await.unwrap();
         drop(feed);
         let mut seen = Vec::new();
@@ -128,7 +235,7 @@ mod tests {
         let socket = UnixStream::connect(&path).await.unwrap();
         let (client_in, mut feed) = tokio::io::duplex(64);
         let (mut read_out, out) = tokio::io::duplex(64);
-        let bridge = tokio::spawn(pump(socket, client_in, out));
+        let bridge = tokio::spawn(pump(socket, client_in, out, None));
         feed.write_all(b"{}").await.unwrap();
         server.await.unwrap();
         let mut seen = Vec::new();

@@ -75,6 +75,17 @@ fn error_text(id: &RequestId, e: RpcError) -> String {
     response(id, &Err(e))
 }
 
+/// The error reply to a frame the daemon could not read an id from (`id: null`), with the
+/// frame's size in `data.frameBytes`: a client with several requests waiting can tell which of
+/// them it answers (the one whose frame had that size) and fail it, instead of waiting for an
+/// answer that will never come.
+fn unreadable(e: RpcError, frame_bytes: usize) -> String {
+    error_text(
+        &RequestId::Null,
+        e.with_detail(serde_json::json!({ "frameBytes": frame_bytes })),
+    )
+}
+
 impl Loop {
     fn new(daemon: &Arc<Daemon>, conn: &Arc<Connection>, opts: &Options) -> Loop {
         Loop {
@@ -95,35 +106,36 @@ impl Loop {
     /// the limit also closes the connection: what follows cannot be framed).
     async fn frame(&mut self, frame: Frame, opts: &Options) -> Next {
         let max_frame = opts.max_frame;
-        let frame_error = |message: String| {
-            error_text(
-                &RequestId::Null,
-                RpcError::new(ErrorKind::InvalidRequest, message),
-            )
+        let frame_error = |message: String, n: usize| {
+            unreadable(RpcError::new(ErrorKind::InvalidRequest, message), n)
         };
         match frame {
             Frame::Message(bytes) => match super::message::parse_frame(&bytes) {
-                Ok((v, raw)) => self.value(v, raw).await,
-                Err(e) => self.conn.send(error_text(
-                    &RequestId::Null,
+                Ok((v, raw)) => self.value(v, raw, bytes.len()).await,
+                Err(e) => self.conn.send(unreadable(
                     RpcError::new(ErrorKind::ParseError, format!("Parse error: {e}")),
+                    bytes.len(),
                 )),
             },
-            Frame::Oversized(n) => self.conn.send(frame_error(format!(
-                "Invalid request: frame of {n} bytes exceeds the {max_frame}-byte limit"
-            ))),
+            Frame::Oversized(n) => self.conn.send(frame_error(
+                format!("Invalid request: frame of {n} bytes exceeds the {max_frame}-byte limit"),
+                n,
+            )),
             Frame::Busy(n) => self.conn.send(frame_error(format!(
                 "Invalid request: frame of {n} bytes skipped: the daemon is already buffering its limit of {} bytes of incoming frames; retry later",
                 opts.budget.limit()
-            ))),
+            ), n)),
             Frame::TooLarge(n) => {
                 tracing::warn!(length = n, limit = max_frame, "Content-Length over the limit; closing the connection");
                 self.conn.send(frame_error(format!(
                     "Invalid request: Content-Length {n} exceeds the {max_frame}-byte limit; closing the connection"
-                )));
+                ), n));
                 return Next::Close;
             }
-            Frame::BadHeader(why) => self.conn.send(frame_error(format!("Invalid request: {why}"))),
+            Frame::BadHeader(why) => self.conn.send(error_text(
+                &RequestId::Null,
+                RpcError::new(ErrorKind::InvalidRequest, format!("Invalid request: {why}")),
+            )),
         }
         Next::Read
     }
@@ -253,8 +265,8 @@ impl Loop {
         )
     }
 
-    /// Handles one frame's JSON: a message or a batch.
-    async fn value(&mut self, value: Value, raw: super::message::RawIds) {
+    /// Handles one frame's JSON (`frame_bytes` long): a message or a batch.
+    async fn value(&mut self, value: Value, raw: super::message::RawIds, frame_bytes: usize) {
         let raw_id = |i: usize| raw.get(i).and_then(|r| r.as_deref());
         match value {
             Value::Array(items) => {
@@ -319,6 +331,10 @@ impl Loop {
                     Ok(Message::Request { id, method, params }) if dispatch::is_slow(&method) => {
                         self.spawn_slow(id, method, params);
                     }
+                    Err(Invalid {
+                        id: RequestId::Null,
+                        error,
+                    }) => self.conn.send(unreadable(error, frame_bytes)),
                     Ok(Message::Notification { method, params }) if dispatch::is_slow(&method) => {
                         // Counted like a slow request; past the limit it is dropped (a
                         // notification has no reply to carry the error).
@@ -379,6 +395,7 @@ where
         opts.budget.clone(),
     )
     .with_idle_timeout(opts.frame_idle_timeout)
+    .with_deadline(opts.frame_deadline)
     .with_progress(opts.slot.as_ref().map(|s| s.progress.clone()));
     let shutdown = daemon.shutdown.clone();
     let evict = opts
@@ -422,7 +439,7 @@ where
             f = frames.next() => f,
             _ = shutdown.cancelled() => break,
             _ = evict.cancelled() => {
-                tracing::warn!("half a frame and then nothing, with every connection slot taken; closed to serve a new client");
+                tracing::warn!("the oldest partial request with every connection slot taken; closed to serve a new client");
                 break;
             }
         };
@@ -430,7 +447,7 @@ where
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                tracing::warn!(error = %e, "half a frame and then nothing; closing the connection");
+                tracing::warn!(error = %e, "a request that does not arrive in time; closing the connection");
                 break;
             }
             Err(e) => {

@@ -77,60 +77,80 @@ impl FrameBudget {
     }
 }
 
-/// Whether a connection is inside a frame and when its last byte came, for the listener to
-/// choose which connection to close when every slot is taken: the one that stalled longest
-/// inside a frame (see `transport::unix`). Between frames it reports nothing: a client with
-/// nothing to send is not stalling.
+/// Whether a connection is inside a frame and since when, for the listener to choose which
+/// connection to close when every slot is taken: the one whose partial request is oldest,
+/// whatever its byte rate (see `transport::unix`). Between frames it reports nothing: a client
+/// with nothing to send is not holding a request back.
 #[derive(Debug)]
 pub struct FrameProgress {
     epoch: std::time::Instant,
-    /// Milliseconds after `epoch` of the frame's last progress, plus one; 0 between frames.
-    last: std::sync::atomic::AtomicU64,
+    /// Milliseconds after `epoch` of the frame's first byte, plus one; 0 between frames.
+    started: std::sync::atomic::AtomicU64,
 }
 
 impl Default for FrameProgress {
     fn default() -> Self {
         FrameProgress {
             epoch: std::time::Instant::now(),
-            last: std::sync::atomic::AtomicU64::new(0),
+            started: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
 
 impl FrameProgress {
-    /// A frame started, or bytes of it arrived, now.
-    fn mark(&self) {
+    /// A frame's first byte arrived now.
+    fn start(&self) {
         let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
-        self.last.store(ms + 1, Ordering::Relaxed);
+        self.started.store(ms + 1, Ordering::Relaxed);
     }
 
     /// The frame ended (or the stream did).
     fn clear(&self) {
-        self.last.store(0, Ordering::Relaxed);
+        self.started.store(0, Ordering::Relaxed);
     }
 
-    /// How long the frame in progress has gone without a byte; `None` between frames.
-    pub fn stalled_for(&self) -> Option<std::time::Duration> {
-        let last = self.last.load(Ordering::Relaxed).checked_sub(1)?;
+    /// How long ago the frame in progress started; `None` between frames.
+    pub fn age(&self) -> Option<std::time::Duration> {
+        let started = self.started.load(Ordering::Relaxed).checked_sub(1)?;
         let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        Some(std::time::Duration::from_millis(now.saturating_sub(last)))
+        Some(std::time::Duration::from_millis(
+            now.saturating_sub(started),
+        ))
     }
 }
 
-/// `fill_buf` inside a frame, bounded by the idle timeout.
-async fn fill_within<R: AsyncBufRead + Unpin>(
-    inner: &mut R,
-    idle: Option<std::time::Duration>,
-) -> std::io::Result<&[u8]> {
-    match idle {
-        None => inner.fill_buf().await,
-        Some(d) => match tokio::time::timeout(d, inner.fill_buf()).await {
-            Ok(r) => r,
-            Err(_) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("a started frame got no byte for {} ms", d.as_millis()),
-            )),
-        },
+/// Why a read inside a frame gave up.
+#[derive(Debug, Clone, Copy)]
+enum Limit {
+    /// The frame's next byte did not come within the idle timeout.
+    Idle(std::time::Duration),
+    /// The whole frame did not arrive within its time budget from its first byte.
+    Budget(std::time::Duration),
+}
+
+impl Limit {
+    fn error(self) -> std::io::Error {
+        let text = match self {
+            Limit::Idle(d) => format!("a started frame got no byte for {} ms", d.as_millis()),
+            Limit::Budget(d) => format!(
+                "a request was still arriving {} ms after its first byte",
+                d.as_millis()
+            ),
+        };
+        std::io::Error::new(std::io::ErrorKind::TimedOut, text)
+    }
+}
+
+/// Waits for `read` at most `wait` (no limit: `None`); past it, the `limit`'s error.
+async fn within<T>(
+    wait: Option<(std::time::Duration, Limit)>,
+    read: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    match wait {
+        None => read.await,
+        Some((d, limit)) => tokio::time::timeout(d, read)
+            .await
+            .map_err(|_| limit.error())?,
     }
 }
 
@@ -142,12 +162,22 @@ pub struct FrameReader<R> {
     budget: FrameBudget,
     /// How long a started frame may go without a byte (see [`FrameReader::with_idle_timeout`]).
     idle: Option<std::time::Duration>,
+    /// How long a frame may take from its first byte to its last (see
+    /// [`FrameReader::with_deadline`]).
+    deadline: Option<std::time::Duration>,
+    /// When the frame in progress started.
+    started: Option<tokio::time::Instant>,
     /// Where the frame in progress is reported (see [`FrameReader::with_progress`]).
     progress: Option<Arc<FrameProgress>>,
 }
 
 /// Default longest wait for the next byte of a frame that has started: 30 s.
 pub const DEFAULT_FRAME_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Default time budget of one frame from its first byte to its last: 5 s. A local client
+/// writes the largest frame (64 MiB) in well under a second; one that takes longer (a byte at
+/// a time) holds a connection slot and frame budget that others need.
+pub const DEFAULT_FRAME_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     /// `framing: None` detects it from the first message.
@@ -158,6 +188,8 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
             max_frame,
             budget,
             idle: None,
+            deadline: None,
+            started: None,
             progress: None,
         }
     }
@@ -168,10 +200,37 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         self
     }
 
-    fn mark(&self) {
+    /// A frame's first byte is here: its time budget starts.
+    fn start(&mut self) {
+        self.started = Some(tokio::time::Instant::now());
         if let Some(p) = &self.progress {
-            p.mark();
+            p.start();
         }
+    }
+
+    /// How long the next read inside the frame may wait, and which limit ends it: the idle
+    /// timeout, or what is left of the frame's budget when that is shorter.
+    fn wait(&self) -> Option<(std::time::Duration, Limit)> {
+        let idle = self.idle.map(|d| (d, Limit::Idle(d)));
+        let budget = self.deadline.map(|d| {
+            let spent = self
+                .started
+                .map_or(std::time::Duration::ZERO, |s| s.elapsed());
+            (d.saturating_sub(spent), Limit::Budget(d))
+        });
+        match (idle, budget) {
+            (Some(i), Some(b)) => Some(if b.0 < i.0 { b } else { i }),
+            (i, b) => i.or(b),
+        }
+    }
+
+    /// Once a frame's first byte has arrived, the whole frame must arrive within `deadline`
+    /// (`None`: no limit), or the stream ends with `TimedOut` (the connection is closed): a
+    /// client sending a byte now and then restarts no idle timeout that way, and cannot hold a
+    /// connection slot, or budget, for longer than this per request.
+    pub fn with_deadline(mut self, deadline: Option<std::time::Duration>) -> Self {
+        self.deadline = deadline;
+        self
     }
 
     /// Once a frame has started, a wait of more than `idle` for its next byte ends the stream
@@ -181,16 +240,6 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     pub fn with_idle_timeout(mut self, idle: Option<std::time::Duration>) -> Self {
         self.idle = idle;
         self
-    }
-
-    fn stalled(&self) -> std::io::Error {
-        std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!(
-                "a started frame got no byte for {} ms",
-                self.idle.map_or(0, |d| d.as_millis())
-            ),
-        )
     }
 
     /// The framing in use (known after the first frame, or when forced).
@@ -222,6 +271,7 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     /// The next frame, or `None` at end of stream.
     pub async fn next(&mut self) -> std::io::Result<Option<Frame>> {
         let frame = self.next_frame().await;
+        self.started = None;
         if let Some(p) = &self.progress {
             p.clear();
         }
@@ -232,7 +282,7 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         let Some(first) = self.peek_non_ws().await? else {
             return Ok(None);
         };
-        self.mark();
+        self.start();
         let framing = *self
             .framing
             .get_or_insert(if first == b'{' || first == b'[' {
@@ -253,10 +303,8 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         let mut held = 0usize;
         let mut busy = false;
         let result = loop {
-            if let Some(p) = &self.progress {
-                p.mark();
-            }
-            let buf = match fill_within(&mut self.inner, self.idle).await {
+            let wait = self.wait();
+            let buf = match within(wait, self.inner.fill_buf()).await {
                 Ok(b) => b,
                 Err(e) => break Err(e),
             };
@@ -301,15 +349,28 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
 
     /// Reads one header line (without CRLF); `None` at EOF.
     async fn header_line(&mut self) -> std::io::Result<Option<String>> {
+        const MAX_HEADER_LINE: usize = 8192;
         let mut line = Vec::new();
-        let err = self.stalled();
-        let mut limited = tokio::io::AsyncReadExt::take(&mut self.inner, 8192);
-        let read = limited.read_until(b'\n', &mut line);
-        let n = match self.idle {
-            None => read.await?,
-            Some(d) => tokio::time::timeout(d, read).await.map_err(|_| err)??,
-        };
-        if n == 0 {
+        // Chunk by chunk, so the idle timeout is the wait for the next byte, as in a body.
+        loop {
+            let wait = self.wait();
+            let buf = within(wait, self.inner.fill_buf()).await?;
+            if buf.is_empty() {
+                break;
+            }
+            let take = &buf[..buf.len().min(MAX_HEADER_LINE - line.len())];
+            let (part, done) = match take.iter().position(|&b| b == b'\n') {
+                Some(i) => (&take[..=i], true),
+                None => (take, false),
+            };
+            line.extend_from_slice(part);
+            let n = part.len();
+            self.inner.consume(n);
+            if done || line.len() >= MAX_HEADER_LINE {
+                break;
+            }
+        }
+        if line.is_empty() {
             return Ok(None);
         }
         while matches!(line.last(), Some(b'\n' | b'\r')) {
@@ -373,10 +434,8 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
             if remaining == 0 {
                 break Ok(());
             }
-            if let Some(p) = &self.progress {
-                p.mark();
-            }
-            let buf = match fill_within(&mut self.inner, self.idle).await {
+            let wait = self.wait();
+            let buf = match within(wait, self.inner.fill_buf()).await {
                 Ok(b) => b,
                 Err(e) => break Err(e),
             };
@@ -544,6 +603,61 @@ mod tests {
         assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     }
 
+    // A client trickling a byte every 10 ms never trips the idle timeout, but its frame has a
+    // budget from its first byte: past it the stream ends, in both framings; a frame that
+    // arrives within its budget is read, and the budget starts again with the next frame.
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_trickling_past_its_budget_times_out_however_steady_its_bytes() {
+        for (first, trickle) in [
+            (
+                b"{}\n".as_slice(),
+                b"{\"a\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx".as_slice(),
+            ),
+            (
+                b"Content-Length: 2\r\n\r\n{}",
+                b"Content-Length: 50\r\n\r\n{\"a\":\"xxxxxxxxxxxxxxxxxxxxxxx",
+            ),
+        ] {
+            let (mut client, server) = tokio::io::duplex(1024);
+            let mut r = FrameReader::new(
+                BufReader::new(server),
+                None,
+                1000,
+                FrameBudget::new(usize::MAX),
+            )
+            .with_idle_timeout(Some(std::time::Duration::from_millis(50)))
+            .with_deadline(Some(std::time::Duration::from_millis(200)));
+            client.write_all(first).await.unwrap();
+            assert!(matches!(r.next().await.unwrap(), Some(Frame::Message(_))));
+            let sender = tokio::spawn(async move {
+                for b in trickle {
+                    if client.write_all(&[*b]).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                // Keep the stream open: the reader must give up on its own.
+                std::future::pending::<()>().await;
+            });
+            let started = tokio::time::Instant::now();
+            let err = r.next().await.unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+            assert!(
+                err.to_string().contains("200 ms after its first byte"),
+                "{err} after {:?} ({})",
+                started.elapsed(),
+                String::from_utf8_lossy(first)
+            );
+            let took = started.elapsed();
+            assert!(
+                took >= std::time::Duration::from_millis(190)
+                    && took <= std::time::Duration::from_millis(260),
+                "{took:?}"
+            );
+            sender.abort();
+        }
+    }
+
     #[tokio::test]
     async fn progress_reports_a_frame_in_progress_and_nothing_between_frames() {
         let progress = Arc::new(FrameProgress::default());
@@ -560,10 +674,10 @@ mod tests {
             r.next().await.unwrap(),
             Some(Frame::Message(b"{\"a\":1}".to_vec()))
         );
-        assert_eq!(progress.stalled_for(), None, "between frames");
+        assert_eq!(progress.age(), None, "between frames");
         let next = tokio::spawn(async move { r.next().await });
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while progress.stalled_for().is_none() {
+        while progress.age().is_none() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the half frame is seen"
@@ -575,7 +689,7 @@ mod tests {
             next.await.unwrap().unwrap(),
             Some(Frame::Message(b"{\"b\":2}".to_vec()))
         );
-        assert_eq!(progress.stalled_for(), None, "the frame ended");
+        assert_eq!(progress.age(), None, "the frame ended");
     }
 
     #[tokio::test(start_paused = true)]

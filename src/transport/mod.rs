@@ -14,7 +14,8 @@ pub mod stdio;
 pub mod unix;
 
 pub use framing::{
-    FrameBudget, Framing, DEFAULT_FRAME_IDLE_TIMEOUT, DEFAULT_MAX_BUFFERED, DEFAULT_MAX_FRAME,
+    FrameBudget, Framing, DEFAULT_FRAME_DEADLINE, DEFAULT_FRAME_IDLE_TIMEOUT, DEFAULT_MAX_BUFFERED,
+    DEFAULT_MAX_FRAME,
 };
 
 /// Default number of slow requests (compact, checkCompaction, navigateTree) one connection may
@@ -50,14 +51,17 @@ pub struct Options {
     /// Longest wait for the next byte of a started frame before the connection is closed
     /// (`None`: no limit).
     pub frame_idle_timeout: Option<std::time::Duration>,
+    /// Longest time one frame may take from its first byte to its last before the connection
+    /// is closed (`None`: no limit).
+    pub frame_deadline: Option<std::time::Duration>,
     /// The socket connection's slot: where its frame progress is reported and how the
     /// listener closes it to make room (`None` for stdio and by default).
     pub slot: Option<std::sync::Arc<Slot>>,
 }
 
 /// One socket connection's place among `--max-connections`. When every slot is taken, the
-/// listener closes the connection that has stalled longest inside a frame (`evict`) so a new
-/// client is served at once, instead of refusing it until the stall reaches the idle timeout.
+/// listener closes the connection whose partial request is oldest (`evict`) so a new client is
+/// served within a bounded time, instead of refusing it until that request times out.
 #[derive(Debug, Default)]
 pub struct Slot {
     pub progress: std::sync::Arc<framing::FrameProgress>,
@@ -74,6 +78,7 @@ impl Default for Options {
             max_queued_total: DEFAULT_MAX_QUEUED_TOTAL,
             budget: FrameBudget::new(DEFAULT_MAX_BUFFERED),
             frame_idle_timeout: Some(DEFAULT_FRAME_IDLE_TIMEOUT),
+            frame_deadline: Some(DEFAULT_FRAME_DEADLINE),
             slot: None,
         }
     }

@@ -405,32 +405,53 @@ fn is_resource_exhaustion(e: &std::io::Error) -> bool {
 const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
 /// The slots of the connections being served, by connection number: what the listener looks
-/// through, at the limit, for the connection that stalled longest inside a frame.
+/// through, at the limit, for the connection whose partial request is oldest.
 #[derive(Default)]
 struct Slots {
     table: parking_lot::Mutex<std::collections::HashMap<u64, Arc<super::Slot>>>,
 }
 
-/// How long a connection must have gone without a byte inside a frame before it may be closed
-/// to make room: a client sending a large frame pauses between reads for far less, so a burst
-/// of new connections cannot cut off one that is still sending.
-const MIN_STALL_TO_EVICT: Duration = Duration::from_millis(500);
+/// How old a partial request must be before its connection may be closed to make room: a
+/// client writing even a large frame at a local socket's speed finishes it well within this,
+/// so a burst of new connections cannot cut off one that is still sending at full speed.
+const MIN_AGE_TO_EVICT: Duration = Duration::from_millis(500);
+
+/// What the listener can do for a new client when every slot is taken.
+#[derive(Debug, PartialEq, Eq)]
+enum Room {
+    /// A connection was closed: the one whose partial request was this old.
+    Made(Duration),
+    /// A partial request will be old enough to close after this wait.
+    After(Duration),
+    /// Every connection is idle between frames or busy with whole requests: nothing to close.
+    None,
+}
 
 impl Slots {
-    /// Closes the connection that has gone longest without a byte in the middle of a frame,
-    /// if one has for [`MIN_STALL_TO_EVICT`] (an idle connection between frames is never
-    /// chosen: it is not stalling), and returns how long it had stalled. It leaves the table
-    /// at once, so it is chosen once.
-    fn evict_longest_stalled(&self) -> Option<Duration> {
+    /// Closes the connection whose partial request is oldest (the slowest to arrive, whatever
+    /// its byte rate: a client trickling a byte at a time is as slow as one that stopped), if
+    /// that request is [`MIN_AGE_TO_EVICT`] old; it leaves the table at once, so it is chosen
+    /// once. A connection idle between frames is never chosen. When partial requests exist but
+    /// are younger, says how long until the oldest is old enough.
+    fn make_room(&self) -> Room {
         let mut table = self.table.lock();
-        let (id, stalled) = table
+        let Some((id, age)) = table
             .iter()
-            .filter_map(|(id, s)| Some((*id, s.progress.stalled_for()?)))
-            .filter(|(_, stalled)| *stalled >= MIN_STALL_TO_EVICT)
-            .max_by_key(|(_, stalled)| *stalled)?;
-        let slot = table.remove(&id)?;
-        slot.evict.cancel();
-        Some(stalled)
+            .filter_map(|(id, s)| Some((*id, s.progress.age()?)))
+            .max_by_key(|(_, age)| *age)
+        else {
+            return Room::None;
+        };
+        if age < MIN_AGE_TO_EVICT {
+            return Room::After(MIN_AGE_TO_EVICT - age);
+        }
+        match table.remove(&id) {
+            Some(slot) => {
+                slot.evict.cancel();
+                Room::Made(age)
+            }
+            None => Room::None,
+        }
     }
 }
 
@@ -447,6 +468,68 @@ async fn refuse(mut stream: UnixStream, limit: usize) {
         let _ = stream.shutdown().await;
     })
     .await;
+}
+
+/// What serving a connection needs, shared by the accept loop and the admissions that wait
+/// for room.
+struct Served {
+    daemon: Arc<Daemon>,
+    opts: Options,
+    max_connections: usize,
+    /// Connections being served.
+    active: AtomicUsize,
+    slots: Slots,
+    next_slot: std::sync::atomic::AtomicU64,
+}
+
+impl Served {
+    /// Takes a slot for a new connection (counted at once, so a burst of accepts cannot all
+    /// pass the limit check) and returns the task that serves it.
+    fn serve(self: &Arc<Self>, stream: UnixStream) -> impl std::future::Future<Output = ()> {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        let slot = Arc::new(super::Slot::default());
+        let id = self.next_slot.fetch_add(1, Ordering::SeqCst);
+        self.slots.table.lock().insert(id, slot.clone());
+        let mut opts = self.opts.clone();
+        opts.slot = Some(slot);
+        let this = self.clone();
+        async move {
+            let (r, w) = stream.into_split();
+            serve_connection(this.daemon.clone(), r, w, opts)
+                .instrument(super::connection::span())
+                .await;
+            this.slots.table.lock().remove(&id);
+            this.active.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A new client at the limit: closes the connection whose partial request is oldest to
+    /// serve it, after waiting (at most [`MIN_AGE_TO_EVICT`]) for one to be old enough; past
+    /// that, refuses it. The count is over the limit only until the closed one's task ends.
+    async fn admit_at_limit(self: Arc<Self>, stream: UnixStream) {
+        let mut room = self.slots.make_room();
+        if let Room::After(wait) = room {
+            tokio::time::sleep(wait).await;
+            room = self.slots.make_room();
+        }
+        match room {
+            Room::Made(age) => {
+                tracing::warn!(
+                    limit = self.max_connections,
+                    request_age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
+                    "connection limit reached; closing the connection whose partial request is oldest"
+                );
+                self.serve(stream).await;
+            }
+            Room::After(_) | Room::None => {
+                tracing::warn!(
+                    limit = self.max_connections,
+                    "connection refused: limit reached"
+                );
+                refuse(stream, self.max_connections).await;
+            }
+        }
+    }
 }
 
 /// Accepts connections until SIGINT/SIGTERM, then lets every connection finish (running
@@ -466,9 +549,15 @@ pub async fn serve_unix(
     // With `idle_exit`: checked every second; idle is no connection and no open session.
     let mut idle_tick = tokio::time::interval(Duration::from_secs(1));
     let mut idle_since: Option<Instant> = None;
-    let active = Arc::new(AtomicUsize::new(0));
-    let slots = Arc::new(Slots::default());
-    let mut next_slot = 0u64;
+    let served = Arc::new(Served {
+        daemon: daemon.clone(),
+        opts,
+        max_connections,
+        active: AtomicUsize::new(0),
+        slots: Slots::default(),
+        next_slot: std::sync::atomic::AtomicU64::new(0),
+    });
+    let active = |l: &Served| l.active.load(Ordering::SeqCst);
     let mut connections = tokio::task::JoinSet::new();
     let mut backoff = Duration::from_millis(10);
     let mut last_log: Option<Instant> = None;
@@ -479,42 +568,14 @@ pub async fn serve_unix(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     backoff = Duration::from_millis(10);
-                    // At the limit, a connection stalled inside a frame makes room: slowloris
-                    // clients (half a frame, then nothing) held every slot for the whole idle
-                    // timeout, refusing everyone else. The new client is served at once; the
-                    // count is over the limit only until the closed one's task ends.
-                    if active.load(Ordering::SeqCst) >= max_connections {
-                        match slots.evict_longest_stalled() {
-                            Some(stalled) => tracing::warn!(
-                                limit = max_connections,
-                                stalled_ms = u64::try_from(stalled.as_millis()).unwrap_or(u64::MAX),
-                                "connection limit reached; closing the connection stalled longest inside a frame"
-                            ),
-                            None => {
-                                tracing::warn!(limit = max_connections, "connection refused: limit reached");
-                                tokio::spawn(refuse(stream, max_connections));
-                                continue;
-                            }
-                        }
+                    // At the limit, the connection whose partial request is oldest makes
+                    // room (slowloris clients, sending half a frame and then nothing or a
+                    // byte now and then, held every slot and refused everyone else).
+                    if active(&served) >= max_connections {
+                        connections.spawn(served.clone().admit_at_limit(stream));
+                    } else {
+                        connections.spawn(served.serve(stream));
                     }
-                    active.fetch_add(1, Ordering::SeqCst);
-                    let d = daemon.clone();
-                    let mut o = opts.clone();
-                    let a = active.clone();
-                    let slot = Arc::new(super::Slot::default());
-                    let id = next_slot;
-                    next_slot += 1;
-                    slots.table.lock().insert(id, slot.clone());
-                    o.slot = Some(slot);
-                    let table = slots.clone();
-                    connections.spawn(async move {
-                        let (r, w) = stream.into_split();
-                        serve_connection(d, r, w, o)
-                            .instrument(super::connection::span())
-                            .await;
-                        table.table.lock().remove(&id);
-                        a.fetch_sub(1, Ordering::SeqCst);
-                    });
                 }
                 Err(e) => {
                     let now = Instant::now();
@@ -536,7 +597,7 @@ pub async fn serve_unix(
             },
             _ = &mut signals => break,
             _ = idle_tick.tick(), if idle_exit.is_some() => {
-                let idle = active.load(Ordering::SeqCst) == 0 && daemon.sessions().is_empty();
+                let idle = active(&served) == 0 && daemon.sessions().is_empty();
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if !idle {
                     idle_since = None;

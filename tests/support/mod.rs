@@ -9,6 +9,7 @@ pub mod oracle;
 pub mod other_user;
 pub mod postgres;
 pub mod rpc_client;
+pub mod small_sessions;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

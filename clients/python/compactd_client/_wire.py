@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import pathlib
 import shutil
@@ -14,7 +15,7 @@ import socket
 import stat
 import struct
 import subprocess
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional
 
 from .types import ERROR_CODES, REQUEST_HOOKS  # noqa: F401 - generated from openrpc.json, re-exported
 
@@ -56,6 +57,65 @@ class NotYourDaemon(PermissionError):
     """The socket is not the user's own: its directory is another user's or open to others, or
     the daemon answering there runs as another user. Never joined (and never replaced by a
     started one): what a client sends would go to that user."""
+
+
+class DaemonNotAnswering(TimeoutError):
+    """The daemon accepted the request but sent no answer within the call's timeout: it is
+    stopped (``SIGSTOP``: the kernel still accepts connections for it) or wedged. The message
+    names the socket and the daemon's pid where known (`socket`, `pid`)."""
+
+    def __init__(self, message: str, socket: Optional[str] = None, pid: Optional[int] = None, method: Optional[str] = None):
+        super().__init__(message)
+        self.socket = socket
+        self.pid = pid
+        self.method = method
+
+
+class NotJsonError(ValueError):
+    """A value in a request that JSON cannot carry (``NaN``, ``Infinity``, ``-Infinity``):
+    refused before anything is sent, naming where it is (``params.message.usage.cost``).
+    Python's ``json`` would write ``NaN``, which is not JSON: the daemon could only answer a
+    parse error that names no request."""
+
+
+class Peer(NamedTuple):
+    """Who answers on the other end, for messages: the socket (``None`` for ``compactd stdio``)
+    and the daemon's pid (``None`` where the system does not tell)."""
+
+    socket: Optional[str]
+    pid: Optional[int]
+
+    def describe(self) -> str:
+        where = f"the daemon on {self.socket}" if self.socket else "the daemon"
+        return f"{where} (pid {self.pid})" if self.pid is not None else where
+
+
+def not_answering(peer: Peer, method: str, timeout: Optional[float]) -> DaemonNotAnswering:
+    """The error of a call that got no answer within `timeout` seconds."""
+    hint = (
+        f"it may be stopped (resume it with `kill -CONT {peer.pid}`) or wedged (`kill {peer.pid}` ends it)"
+        if peer.pid is not None
+        else "it may be stopped or wedged"
+    )
+    return DaemonNotAnswering(
+        f"{peer.describe()} did not answer `{method}` within {timeout:g} s: {hint}",
+        peer.socket,
+        peer.pid,
+        method,
+    )
+
+
+def unreadable_targets(sizes: Dict[Any, int], error: Any) -> List[Any]:
+    """The waiting calls an error reply with a null id can belong to. Such a reply answers a
+    frame the daemon could not read an id from (not JSON, over its size limit, skipped for
+    lack of buffer); the daemon names that frame's size in ``data.frameBytes``, so it belongs
+    to the calls whose request frame had that size (`sizes`: id → size). A daemon that names
+    no size leaves every waiting call a candidate."""
+    data = error.get("data") if isinstance(error, dict) else None
+    size = data.get("frameBytes") if isinstance(data, dict) else None
+    if not isinstance(size, int):
+        return list(sizes)
+    return [mid for mid, n in sizes.items() if n == size]
 
 
 class Event(NamedTuple):
@@ -170,6 +230,18 @@ def check_socket_dir(path: str) -> None:
             )
 
 
+def peer_pid(sock: Any) -> Optional[int]:
+    """The pid of the process listening at the other end of the connected Unix socket `sock`
+    (``SO_PEERCRED``; ``None`` where the socket module has none)."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    return struct.unpack("3i", creds)[0] or None
+
+
 def peer_uid(sock: Any, path: str) -> int:
     """The user id of the process at the other end of the connected Unix socket `sock`
     (``SO_PEERCRED``, Linux: ``struct ucred`` is three ints, pid, uid, gid). Where the socket
@@ -204,9 +276,38 @@ def encode_frame(body: bytes, framing: str) -> bytes:
     raise ValueError(f"unknown framing {framing!r}")
 
 
+def _non_finite(value: Any, path: str) -> Optional[str]:
+    """Where in `value` a float JSON cannot carry is (``NaN``, an infinity), and how it reads:
+    ``"params.usage.cost is NaN"``; ``None`` when there is none."""
+    if isinstance(value, float) and not math.isfinite(value):
+        text = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return f"{path} is {text}"
+    if isinstance(value, dict):
+        items: Iterable[Any] = ((f"{path}.{k}", v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for where, v in items:
+        found = _non_finite(v, where)
+        if found:
+            return found
+    return None
+
+
+def encode_body(msg: Dict[str, Any]) -> bytes:
+    """One message as UTF-8 JSON. ``NaN`` and infinities are refused (`NotJsonError`, naming
+    where they are) instead of being written as the non-JSON ``NaN``."""
+    try:
+        text = json.dumps(msg, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError as e:
+        what = _non_finite(msg.get("params"), "params") or "a number is not finite"
+        raise NotJsonError(f"{what}, which JSON cannot carry: send a finite number or null") from e
+    return text.encode("utf-8")
+
+
 def encode_message(msg: Dict[str, Any], framing: str) -> bytes:
-    body = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return encode_frame(body, framing)
+    return encode_frame(encode_body(msg), framing)
 
 
 def content_length(header_line: bytes) -> Optional[int]:

@@ -30,10 +30,16 @@ from ._wire import (
     check_peer,
     check_socket_dir,
     Event,
+    Peer,
     content_length,
     default_socket_path,
+    encode_body,
+    encode_frame,
     encode_message,
     find_binary,
+    not_answering,
+    peer_pid,
+    unreadable_targets,
 )
 
 #: Frames up to the daemon's default limit (64 MiB) must fit the stream reader's line buffer.
@@ -109,6 +115,10 @@ class AsyncClient(Methods):
         self._closer = closer
         self._ids = itertools.count(1)
         self._pending: Dict[Any, "asyncio.Future[Any]"] = {}
+        #: The size of each waiting request's frame body (what a null-id error names).
+        self._pending_sizes: Dict[Any, int] = {}
+        #: Who answers (socket, pid): named when a call gets no answer in time.
+        self.peer = Peer(None, None)
         self._listeners: Dict[str, List[Callable[[Any], Any]]] = {}
         self._hooks: Dict[str, List[Dict[str, Any]]] = {}
         self._streams: Set[AsyncEventStream] = set()
@@ -153,6 +163,7 @@ class AsyncClient(Methods):
         assert proc.stdout is not None and proc.stdin is not None
         client = cls(proc.stdout, proc.stdin, framing, closer)
         client.process = proc
+        client.peer = Peer(None, proc.pid)
         if stderr == "log" and proc.stderr is not None:
             task = asyncio.ensure_future(_forward_stderr(proc.stderr))
             forwarder.append(task)
@@ -213,7 +224,9 @@ class AsyncClient(Methods):
             except OSError:
                 pass
 
-        return cls(reader, writer, framing, closer)
+        client = cls(reader, writer, framing, closer)
+        client.peer = Peer(path, peer_pid(writer.get_extra_info("socket")))
+        return client
 
     # --- wire ----------------------------------------------------------------------------
 
@@ -263,6 +276,7 @@ class AsyncClient(Methods):
         finally:
             self.closed = True
             pending, self._pending = self._pending, {}
+            self._pending_sizes = {}
             for fut in pending.values():
                 if not fut.done():
                     fut.set_exception(ConnectionClosed("the daemon closed the connection"))
@@ -287,7 +301,17 @@ class AsyncClient(Methods):
             else:
                 self._fire(msg["method"], msg.get("params"))
             return
-        fut = self._pending.pop(msg.get("id"), None)
+        mid = msg.get("id")
+        if mid is None and isinstance(msg.get("error"), dict):
+            # An error with a null id fails the waiting calls it can belong to.
+            for target in unreadable_targets(self._pending_sizes, msg["error"]):
+                self._pending_sizes.pop(target, None)
+                waiting = self._pending.pop(target, None)
+                if waiting is not None and not waiting.done():
+                    waiting.set_exception(CompactdError.from_json(msg["error"], None))
+            return
+        self._pending_sizes.pop(mid, None)
+        fut = self._pending.pop(mid, None)
         if fut is None or fut.done():
             return
         if "error" in msg:
@@ -337,25 +361,34 @@ class AsyncClient(Methods):
     # --- requests ------------------------------------------------------------------------
 
     async def request(self, method: str, params: Optional[Dict[str, Any]] = None, timeout: Optional[float] = None) -> Any:
-        """Sends a request and awaits its result; raises `CompactdError` on an error reply."""
+        """Sends a request and awaits its result; raises `CompactdError` on an error reply,
+        `NotJsonError` before sending params JSON cannot carry (``NaN``, infinities), and
+        `DaemonNotAnswering` (a `TimeoutError` naming the socket and the daemon's pid) when no
+        answer comes within `timeout` seconds (default: the client's `timeout`)."""
         mid = next(self._ids)
-        fut: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
         msg: Dict[str, Any] = {"jsonrpc": "2.0", "id": mid, "method": method}
         if params is not None:
             msg["params"] = params
+        body = encode_body(msg)
+        if self.closed:
+            raise ConnectionClosed("the connection to the daemon is closed")
+        fut: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
         self._pending[mid] = fut
+        self._pending_sizes[mid] = len(body)
+        wait = timeout if timeout is not None else self.timeout
         try:
-            self._send(msg)
-            await self._writer.drain()
-        except (OSError, ConnectionError) as e:
-            self._pending.pop(mid, None)
-            if isinstance(e, ConnectionClosed):
-                raise
-            raise ConnectionClosed(f"cannot write to the daemon: {e}") from e
-        try:
-            return await asyncio.wait_for(fut, timeout if timeout is not None else self.timeout)
+            try:
+                self._writer.write(encode_frame(body, self.framing))
+                await self._writer.drain()
+            except (OSError, ConnectionError) as e:
+                raise ConnectionClosed(f"cannot write to the daemon: {e}") from e
+            try:
+                return await asyncio.wait_for(fut, wait)
+            except asyncio.TimeoutError:
+                raise not_answering(self.peer, method, wait) from None
         finally:
             self._pending.pop(mid, None)
+            self._pending_sizes.pop(mid, None)
 
     def _call(self, method: str, params: Optional[Dict[str, Any]] = None, timeout: Optional[float] = None) -> Any:
         return self.request(method, params, timeout)

@@ -29,6 +29,7 @@ import subprocess
 import threading
 import traceback
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 from ._methods import Methods
@@ -46,11 +47,16 @@ from ._wire import (
     check_peer,
     check_socket_dir,
     Event,
+    Peer,
     content_length,
     default_socket_path,
+    encode_body,
     encode_frame,
     encode_message,
     find_binary,
+    not_answering,
+    peer_pid,
+    unreadable_targets,
 )
 
 #: Default wait for a reply, seconds (compactions pass their own, longer, timeout).
@@ -181,7 +187,11 @@ class Client(Methods):
         self._write_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._pending: Dict[Any, Future] = {}
+        #: The size of each waiting request's frame body (what a null-id error names).
+        self._pending_sizes: Dict[Any, int] = {}
         self._pending_lock = threading.Lock()
+        #: Who answers (socket, pid): named when a call gets no answer in time.
+        self.peer = Peer(None, None)
         self._listeners: Dict[str, List[Callable[[Any], None]]] = {}
         self._any_listeners: List[Callable[[str, Any], None]] = []
         self._hooks: Dict[str, List[Dict[str, Any]]] = {}
@@ -245,6 +255,7 @@ class Client(Methods):
 
         client = cls(proc.stdout, proc.stdin, framing, closer)
         client.process = proc
+        client.peer = Peer(None, proc.pid)
         return client
 
     @classmethod
@@ -315,7 +326,9 @@ class Client(Methods):
             rfile.close()
             sock.close()
 
-        return cls(rfile, wfile, framing, closer)
+        client = cls(rfile, wfile, framing, closer)
+        client.peer = Peer(path, peer_pid(sock))
+        return client
 
     # --- wire ----------------------------------------------------------------------------
 
@@ -356,6 +369,7 @@ class Client(Methods):
             self.closed = True
             with self._pending_lock:
                 pending, self._pending = self._pending, {}
+                self._pending_sizes = {}
             for fut in pending.values():
                 if not fut.done():
                     fut.set_exception(ConnectionClosed("the daemon closed the connection"))
@@ -378,8 +392,12 @@ class Client(Methods):
                 self._fire(msg["method"], msg.get("params"))
             return
         mid = msg.get("id")
+        if mid is None and isinstance(msg.get("error"), dict):
+            self._fail_unreadable(msg)
+            return
         with self._pending_lock:
             fut = self._pending.pop(mid, None) if mid is not None else None
+            self._pending_sizes.pop(mid, None)
         if fut is None:
             if "error" in msg:
                 self.orphan_errors.append(msg)
@@ -390,6 +408,21 @@ class Client(Methods):
             fut.set_exception(CompactdError.from_json(msg["error"], mid))
         else:
             fut.set_result(msg.get("result"))
+
+    def _fail_unreadable(self, msg: Dict[str, Any]) -> None:
+        """An error with a null id fails the waiting calls it can belong to
+        (`unreadable_targets`); one that belongs to none is an orphan."""
+        with self._pending_lock:
+            targets = unreadable_targets(self._pending_sizes, msg["error"])
+            futures = [self._pending.pop(mid, None) for mid in targets]
+            for mid in targets:
+                self._pending_sizes.pop(mid, None)
+        self._record("error", msg)
+        failed = [f for f in futures if f is not None and not f.done()]
+        if not failed:
+            self.orphan_errors.append(msg)
+        for fut in failed:
+            fut.set_exception(CompactdError.from_json(msg["error"], None))
 
     def _answer_hook(self, msg: Dict[str, Any]) -> None:
         params = msg.get("params") or {}
@@ -429,28 +462,47 @@ class Client(Methods):
     # --- requests ------------------------------------------------------------------------
 
     def request_async(self, method: str, params: Optional[Dict[str, Any]] = None) -> Future:
-        """Sends a request; the `Future` resolves to the result or raises `CompactdError`."""
+        """Sends a request; the `Future` resolves to the result or raises `CompactdError`.
+        Params JSON cannot carry (``NaN``, infinities) raise `NotJsonError` before anything
+        is sent."""
+        return self._send_request(method, params)[1]
+
+    def _send_request(self, method: str, params: Optional[Dict[str, Any]]) -> "tuple[int, Future]":
         mid = next(self._ids)
-        fut: Future = Future()
-        if self.closed:
-            fut.set_exception(ConnectionClosed("the connection to the daemon is closed"))
-            return fut
-        with self._pending_lock:
-            self._pending[mid] = fut
         msg: Dict[str, Any] = {"jsonrpc": "2.0", "id": mid, "method": method}
         if params is not None:
             msg["params"] = params
+        body = encode_body(msg)
+        fut: Future = Future()
+        if self.closed:
+            fut.set_exception(ConnectionClosed("the connection to the daemon is closed"))
+            return mid, fut
+        with self._pending_lock:
+            self._pending[mid] = fut
+            self._pending_sizes[mid] = len(body)
         try:
-            self.send_message(msg)
+            self.send_raw(encode_frame(body, self.framing))
         except (OSError, ValueError) as e:
-            with self._pending_lock:
-                self._pending.pop(mid, None)
+            self._forget(mid)
             raise ConnectionClosed(f"cannot write to the daemon: {e}") from e
-        return fut
+        return mid, fut
+
+    def _forget(self, mid: Any) -> None:
+        with self._pending_lock:
+            self._pending.pop(mid, None)
+            self._pending_sizes.pop(mid, None)
 
     def request(self, method: str, params: Optional[Dict[str, Any]] = None, timeout: Optional[float] = None) -> Any:
-        """Sends a request and waits for its result; raises `CompactdError` on an error reply."""
-        return self.request_async(method, params).result(timeout if timeout is not None else self.timeout)
+        """Sends a request and waits for its result; raises `CompactdError` on an error reply,
+        and `DaemonNotAnswering` (a `TimeoutError` naming the socket and the daemon's pid)
+        when no answer comes within `timeout` seconds (default: the client's `timeout`)."""
+        mid, fut = self._send_request(method, params)
+        wait = timeout if timeout is not None else self.timeout
+        try:
+            return fut.result(wait)
+        except FutureTimeout:
+            self._forget(mid)
+            raise not_answering(self.peer, method, wait) from None
 
     def _call(self, method: str, params: Optional[Dict[str, Any]] = None, timeout: Optional[float] = None) -> Any:
         return self.request(method, params, timeout)

@@ -339,6 +339,53 @@ def test_async_client_methods_event_iterator_and_async_hook(env, tmp_path):
     assert entry["type"] == "compaction" and entry["fromHook"] is True and entry["summary"] == "Summary from the hook."
 
 
+def test_async_client_refuses_nan_fails_null_id_answers_and_names_a_stopped_daemon(env, tmp_path):
+    """The asyncio client as the blocking one: NaN refused before sending, an answer with a
+    null id fails the call it belongs to, and a stopped daemon fails the call after its timeout
+    naming the socket and the pid."""
+    from compactd_client import DaemonNotAnswering, NotJsonError
+
+    sock = str(tmp_path / "run" / "a.sock")
+    proc = subprocess.Popen([BIN, "serve", "--socket", sock, "--max-frame", "300"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    async def scenario():
+        deadline = time.time() + 30
+        while True:
+            try:
+                c = await AsyncClient.connect(sock)
+                break
+            except OSError:
+                assert time.time() < deadline, "the daemon did not listen"
+                await asyncio.sleep(0.05)
+        await c.initialize()
+        with pytest.raises(NotJsonError):
+            await c.request("shouldCompact", {"contextTokens": float("nan")})
+        started = time.time()
+        with pytest.raises(CompactdError) as e:
+            await c.request("initialize", {"clientName": "x" * 400}, timeout=60)
+        assert time.time() - started < 10 and e.value.code == -32600
+        assert await c.list_sessions() == []
+        proc.send_signal(signal.SIGSTOP)
+        while not all(open(f"/proc/{proc.pid}/task/{t}/stat").read().rsplit(")", 1)[1][1] == "T"
+                      for t in os.listdir(f"/proc/{proc.pid}/task")):
+            await asyncio.sleep(0.01)
+        with pytest.raises(DaemonNotAnswering) as stopped:
+            await c.list_sessions(timeout=1)
+        proc.send_signal(signal.SIGCONT)
+        await c.close()
+        return stopped.value
+
+    try:
+        err = asyncio.run(scenario())
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert isinstance(err, asyncio.TimeoutError)
+    assert sock in str(err) and f"pid {proc.pid}" in str(err)
+
+
 def test_binary_discovery(monkeypatch, tmp_path):
     monkeypatch.delenv("COMPACTD_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))

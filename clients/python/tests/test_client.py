@@ -263,3 +263,97 @@ def test_a_socket_directory_others_may_write_to_is_refused(server, tmp_path, mon
     os.chmod(default_dir, 0o750)
     with pytest.raises(NotYourDaemon, match=rf"refusing socket directory {re.escape(str(default_dir))}: mode 0750 lets other users in"):
         Client.connect()
+
+
+def test_nan_and_infinities_are_refused_before_sending(stdio):
+    """Python's json writes ``NaN``, which is not JSON: the daemon could only answer a parse
+    error with a null id, which the client dropped, and the call waited out its timeout (120 s).
+    Now the value is refused before anything is sent, with a typed error naming where it is."""
+    from compactd_client import NotJsonError
+
+    c = stdio(framing="ndjson")
+    started = time.time()
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(NotJsonError) as e:
+            c.should_compact(context_tokens=bad, context_window=200000)
+        assert "params.contextTokens" in str(e.value)
+    with pytest.raises(NotJsonError):
+        c.notify("shouldCompact", {"contextTokens": [1, float("nan")]})
+    assert time.time() - started < 5
+    assert c.orphan_errors == [], "nothing reached the daemon"
+    assert c.should_compact(context_tokens=1, context_window=200000)["shouldCompact"] is False
+
+
+def test_an_answer_with_a_null_id_fails_the_call_it_belongs_to(stdio):
+    """A request the daemon cannot read an id from (here: over --max-frame) is answered with
+    `id: null` and the frame's size; the call it belongs to fails at once instead of waiting
+    out its timeout, and a waiting call of another size is left alone."""
+    c = stdio("--max-frame", "300", framing="ndjson")
+    c.initialize()
+    started = time.time()
+    with pytest.raises(RpcError) as e:
+        c.request("initialize", {"clientName": "x" * 400}, timeout=60)
+    assert time.time() - started < 10, "failed at once, not after the timeout"
+    assert e.value.code == -32600 and "exceeds" in e.value.message
+    assert isinstance(e.value.data.get("frameBytes"), int)
+    # A malformed raw frame (no call waits for it) is an orphan and fails nothing.
+    c.send_raw(b"{not json\n")
+    assert c.request("listSessions") == []
+    assert c.orphan_errors and c.orphan_errors[-1]["id"] is None
+
+
+def _stopped(proc):
+    """SIGSTOPs `proc` and waits until every thread has stopped."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        states = []
+        for t in os.listdir(f"/proc/{proc.pid}/task"):
+            with open(f"/proc/{proc.pid}/task/{t}/stat") as f:
+                stat = f.read()
+            states.append(stat[stat.rfind(")") + 2])
+        if all(s == "T" for s in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError("the daemon did not stop")
+
+
+def test_a_stopped_daemon_fails_the_call_naming_socket_and_pid(env, tmp_path):
+    """A daemon stopped with SIGSTOP still accepts connections (the kernel queues them) and
+    never answers: the call gives up after its timeout with `DaemonNotAnswering`, a
+    `TimeoutError` naming the socket and the daemon's pid."""
+    from compactd_client import DaemonNotAnswering
+
+    sock = str(tmp_path / "run" / "stopped.sock")
+    proc = subprocess.Popen([BIN, "serve", "--socket", sock], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                c = Client.connect_socket(sock)
+                break
+            except OSError:
+                assert time.time() < deadline, "the daemon did not listen"
+                time.sleep(0.05)
+        assert c.initialize()["serverName"] == "compactd"
+        _stopped(proc)
+        started = time.time()
+        with pytest.raises(DaemonNotAnswering) as e:
+            c.list_sessions(timeout=2)
+        assert 1.5 < time.time() - started < 10
+        assert isinstance(e.value, TimeoutError)
+        assert sock in str(e.value) and f"pid {proc.pid}" in str(e.value), str(e.value)
+        assert e.value.pid == proc.pid and e.value.socket == sock
+        # A fresh connection to the stopped daemon gives up the same way.
+        late = Client.connect_socket(sock)
+        with pytest.raises(DaemonNotAnswering):
+            late.initialize(timeout=1)
+        proc.send_signal(signal.SIGCONT)
+        assert c.list_sessions() == [], "the connection works again once resumed"
+        late.close()
+        c.close()
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -32,6 +32,29 @@ export declare class CompactdConnectError extends Error {
  * socket file is another user's); `code` is `EPERM`. Never joined. */
 export declare class NotYourDaemonError extends CompactdConnectError {}
 
+/** The daemon sent no answer within a call's timeout (it is stopped or wedged); `code` is
+ * `ETIMEDOUT`. The message names the socket and the daemon's pid where known. */
+export declare class DaemonNotAnsweringError extends Error {
+  constructor(method: string, timeoutMs: number, peer?: { socket?: string; pid?: number });
+  readonly code: 'ETIMEDOUT';
+  readonly method: string;
+  readonly timeoutMs: number;
+  readonly socket: string | undefined;
+  readonly pid: number | undefined;
+}
+
+/** Default wait for a reply, milliseconds. */
+export declare const DEFAULT_TIMEOUT_MS: number;
+/** Default wait for a method the daemon runs as a task (a compaction), milliseconds. */
+export declare const TASK_TIMEOUT_MS: number;
+
+/** The pid of the process listening on the Unix socket `socketPath` (Linux, from `/proc`). */
+export declare function daemonPid(socketPath: string): number | undefined;
+
+/** The ids of the waiting calls an error reply with a null id can belong to (those whose request
+ * frame had the size the daemon names in `data.frameBytes`; all of them when it names none). */
+export declare function unreadableTargets(pending: Map<number, { size?: number }>, error: unknown): number[];
+
 /** Environment variables, as `process.env` holds them. */
 export type Env = Record<string, string | undefined>;
 
@@ -71,11 +94,13 @@ export interface ByteSink {
 export declare class Connection {
   constructor(readable: ByteSource, writable: ByteSink);
   readonly closed: boolean;
+  /** Who answers, named when a call gets no answer in time. */
+  peer: { socket?: string; pid?: number | (() => number | undefined) };
   onNotification(method: string, handler: (params: any) => void): void;
   onRequest(method: string, handler: (params: any, token: CancellationToken) => unknown): void;
   onClose(handler: () => void): void;
   listen(): void;
-  sendRequest(method: string, params?: unknown): Promise<any>;
+  sendRequest(method: string, params?: unknown, timeoutMs?: number | null): Promise<any>;
   sendNotification(method: string, params?: unknown): Promise<void>;
   dispose(): void;
 }
@@ -127,6 +152,10 @@ export declare class ClientCore {
   exited?: Promise<number | null>;
   /** Set by `connectSocket`. */
   socket?: unknown;
+  /** Default wait for a reply, milliseconds (`null`: no limit). */
+  timeoutMs: number | null;
+  /** Default wait for the methods the daemon runs as tasks, milliseconds (`null`: no limit). */
+  taskTimeoutMs: number | null;
 
   /** Rejects with `CompactdConnectError` when the binary cannot be started. */
   static spawnStdio<T extends ClientCore>(this: new (connection: Connection) => T, options?: SpawnOptions): Promise<T>;
@@ -140,8 +169,8 @@ export declare class ClientCore {
   /** The daemon's log lines as `(level, message)` from now on (asks for `window/logMessage`). */
   forwardDaemonLog(log: (level: 'error' | 'warn' | 'info' | 'debug', message: string) => void): Promise<() => void>;
 
-  /** Any method, raw. */
-  request<T = any>(method: string, params?: object): Promise<T>;
+  /** Any method, raw; rejects with `DaemonNotAnsweringError` past its timeout. */
+  request<T = any>(method: string, params?: object, options?: { timeoutMs?: number | null }): Promise<T>;
   notify(method: string, params?: object): Promise<void>;
 
   /** Listens for an event, notice or notification hook by name, or `close`; returns a remover. */

@@ -22,7 +22,15 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 
-import { EVENTS, HOOKS, NOTICES, REQUEST_HOOKS as REQUEST_HOOK_NAMES } from './protocol.js';
+import { EVENTS, HOOKS, NOTICES, REQUEST_HOOKS as REQUEST_HOOK_NAMES, TASK_METHODS } from './protocol.js';
+
+/** Default wait for a reply, milliseconds: the daemon answers everything but a compaction's
+ * work in milliseconds. */
+export const DEFAULT_TIMEOUT_MS = 120000;
+/** Default wait for a method the daemon runs as a task (`x-run: "task"`: a compaction with a
+ * real summarizer model can take minutes). */
+export const TASK_TIMEOUT_MS = 600000;
+const TASKS = new Set(TASK_METHODS);
 
 /** A JSON-RPC error response: `code`, `message` and `data`. */
 export class ResponseError extends Error {
@@ -61,6 +69,76 @@ export class NotYourDaemonError extends CompactdConnectError {
     this.name = 'NotYourDaemonError';
     this.code = 'EPERM';
   }
+}
+
+/** The daemon sent no answer within a call's timeout: it is stopped (SIGSTOP: the kernel still
+ * accepts connections for it) or wedged. Names the socket and the daemon's pid where known. */
+export class DaemonNotAnsweringError extends Error {
+  constructor(method, timeoutMs, peer = {}) {
+    const where = peer.socket ? `the daemon on ${peer.socket}` : 'the daemon';
+    const who = peer.pid !== undefined ? `${where} (pid ${peer.pid})` : where;
+    const hint =
+      peer.pid !== undefined
+        ? `it may be stopped (resume it with \`kill -CONT ${peer.pid}\`) or wedged (\`kill ${peer.pid}\` ends it)`
+        : 'it may be stopped or wedged';
+    super(`${who} did not answer \`${method}\` within ${timeoutMs / 1000} s: ${hint}`);
+    this.name = 'DaemonNotAnsweringError';
+    this.code = 'ETIMEDOUT';
+    this.method = method;
+    this.timeoutMs = timeoutMs;
+    this.socket = peer.socket;
+    this.pid = peer.pid;
+  }
+}
+
+/**
+ * The pid of the process listening on the Unix socket `socketPath`, where the system tells
+ * (Linux: the socket's inode in `/proc/net/unix`, then the process of this user holding it).
+ * Node cannot read a connection's peer credentials; this is read only to name a daemon that
+ * does not answer. `undefined` when it cannot be found.
+ */
+export function daemonPid(socketPath) {
+  try {
+    const listening = fs
+      .readFileSync('/proc/net/unix', 'utf8')
+      .split('\n')
+      .map((line) => line.trim().split(/\s+/))
+      // Num RefCount Protocol Flags Type St Inode Path; flag 00010000: listening.
+      .find((f) => f.length >= 8 && f.slice(7).join(' ') === socketPath && (parseInt(f[3], 16) & 0x10000) !== 0);
+    if (!listening) return undefined;
+    const target = `socket:[${listening[6]}]`;
+    for (const pid of fs.readdirSync('/proc')) {
+      if (!/^\d+$/.test(pid)) continue;
+      let fds;
+      try {
+        fds = fs.readdirSync(`/proc/${pid}/fd`);
+      } catch {
+        continue;
+      }
+      for (const fd of fds) {
+        try {
+          if (fs.readlinkSync(`/proc/${pid}/fd/${fd}`) === target) return Number(pid);
+        } catch {
+          // gone meanwhile
+        }
+      }
+    }
+  } catch {
+    // no /proc
+  }
+  return undefined;
+}
+
+/**
+ * The waiting calls an error reply with a null id can belong to. Such a reply answers a frame
+ * the daemon could not read an id from (not JSON, over its size limit, skipped for lack of
+ * buffer); the daemon names that frame's size in `data.frameBytes`, so it belongs to the calls
+ * whose request had that size. A daemon that names no size leaves every waiting call a candidate.
+ * @param {Map<number, {size: number}>} pending
+ */
+export function unreadableTargets(pending, error) {
+  const size = error?.data?.frameBytes;
+  return [...pending.entries()].filter(([, p]) => !Number.isInteger(size) || p.size === size).map(([id]) => id);
 }
 
 /** The per-user runtime directory of the default socket, by the daemon's rule (Rust:
@@ -197,6 +275,9 @@ export class Connection {
     this._tokens = new Map();
     this._closeHandlers = [];
     this.closed = false;
+    /** Who answers (`{socket, pid}`), named when a call gets no answer in time; `pid` may be a
+     * function that looks it up then. */
+    this.peer = {};
   }
 
   onNotification(method, handler) {
@@ -219,23 +300,44 @@ export class Connection {
     this._in.on('error', end);
   }
 
+  /** Writes one message; the size of its body in bytes, or `undefined` when closed. */
   _write(msg) {
-    if (this.closed || this._out.destroyed || this._out.writableEnded) return false;
+    if (this.closed || this._out.destroyed || this._out.writableEnded) return undefined;
     const body = Buffer.from(JSON.stringify(msg), 'utf8');
     this._out.write(Buffer.concat([Buffer.from(`Content-Length: ${body.length}\r\n\r\n`, 'ascii'), body]));
-    return true;
+    return body.length;
   }
 
-  /** Resolves with the result, rejects with a `ResponseError`. */
-  sendRequest(method, params) {
+  /** Resolves with the result, rejects with a `ResponseError`, or with a
+   * `DaemonNotAnsweringError` when `timeoutMs` passes with no answer (none: waits as long as
+   * it takes). */
+  sendRequest(method, params, timeoutMs) {
     const id = this._nextId++;
     return new Promise((resolve, reject) => {
       if (this.closed) return reject(new ResponseError(-32099, 'the connection to compactd is closed'));
-      this._pending.set(id, { resolve, reject });
       const msg = { jsonrpc: '2.0', id, method };
       if (params !== undefined) msg.params = params;
-      this._write(msg);
+      const entry = { resolve, reject, size: undefined, timer: undefined };
+      this._pending.set(id, entry);
+      entry.size = this._write(msg);
+      if (timeoutMs !== undefined && timeoutMs !== null) {
+        entry.timer = setTimeout(() => {
+          if (this._pending.get(id) !== entry) return;
+          this._pending.delete(id);
+          const pid = typeof this.peer.pid === 'function' ? this.peer.pid() : this.peer.pid;
+          reject(new DaemonNotAnsweringError(method, timeoutMs, { socket: this.peer.socket, pid }));
+        }, timeoutMs);
+      }
     });
+  }
+
+  /** Takes a waiting call off the table (its timer stopped). */
+  _settle(id) {
+    const p = this._pending.get(id);
+    if (!p) return undefined;
+    this._pending.delete(id);
+    clearTimeout(p.timer);
+    return p;
   }
 
   sendNotification(method, params) {
@@ -281,9 +383,15 @@ export class Connection {
       if (h) h(msg.params);
       return;
     }
-    const p = this._pending.get(msg.id);
+    if (msg.id === null && msg.error) {
+      // An error with a null id fails the waiting calls it can belong to.
+      for (const id of unreadableTargets(this._pending, msg.error)) {
+        this._settle(id).reject(new ResponseError(msg.error.code, msg.error.message, msg.error.data));
+      }
+      return;
+    }
+    const p = this._settle(msg.id);
     if (!p) return;
-    this._pending.delete(msg.id);
     if (msg.error) p.reject(new ResponseError(msg.error.code, msg.error.message, msg.error.data));
     else p.resolve(msg.result);
   }
@@ -309,8 +417,9 @@ export class Connection {
   _close() {
     if (this.closed) return;
     this.closed = true;
-    for (const p of this._pending.values()) p.reject(new ResponseError(-32099, 'compactd closed the connection'));
-    this._pending.clear();
+    for (const id of [...this._pending.keys()]) {
+      this._settle(id).reject(new ResponseError(-32099, 'compactd closed the connection'));
+    }
     for (const t of this._tokens.values()) t._cancel();
     for (const h of this._closeHandlers) h();
   }
@@ -388,6 +497,11 @@ export class ClientCore {
     }
     connection.onClose(() => this._emit('close', undefined));
     connection.listen();
+    /** Default wait for a reply, milliseconds (`null`: wait as long as it takes); the methods
+     * the daemon runs as tasks wait `taskTimeoutMs`. Past it a call rejects with a
+     * `DaemonNotAnsweringError` naming the socket and the daemon's pid. */
+    this.timeoutMs = DEFAULT_TIMEOUT_MS;
+    this.taskTimeoutMs = TASK_TIMEOUT_MS;
   }
 
   /**
@@ -427,6 +541,7 @@ export class ClientCore {
         child.stdin.on('error', () => {});
         if (stderr === 'log') forwardLines(child.stderr, options.log ?? defaultLog);
         const connection = new Connection(child.stdout, child.stdin);
+        connection.peer = { pid: child.pid };
         const exited = new Promise((done) => {
           if (child.exitCode !== null) done(child.exitCode);
           else child.once('exit', (code) => done(code));
@@ -489,6 +604,7 @@ export class ClientCore {
         }
         socket.on('error', () => {}); // a reset ends the connection (close), never the process
         const connection = new Connection(socket, socket);
+        connection.peer = { socket: socketPath, pid: () => daemonPid(socketPath) };
         const client = new this(connection, {
           onClose: () =>
             new Promise((done) => {
@@ -544,12 +660,14 @@ export class ClientCore {
     return off;
   }
 
-  /** Any method, raw. Rejects with a `CompactdError` ({code, kind, message, data}) on a JSON-RPC error. */
-  async request(method, params) {
+  /** Any method, raw. Rejects with a `CompactdError` ({code, kind, message, data}) on a JSON-RPC
+   * error, and with a `DaemonNotAnsweringError` when no answer comes within `options.timeoutMs`
+   * (default: `taskTimeoutMs` for the methods the daemon runs as tasks, else `timeoutMs`). */
+  async request(method, params, options = {}) {
+    const timeoutMs =
+      options.timeoutMs !== undefined ? options.timeoutMs : TASKS.has(method) ? this.taskTimeoutMs : this.timeoutMs;
     try {
-      return await (params === undefined
-        ? this.connection.sendRequest(method)
-        : this.connection.sendRequest(method, params));
+      return await this.connection.sendRequest(method, params, timeoutMs);
     } catch (e) {
       if (e instanceof ResponseError && !(e instanceof CompactdError)) {
         throw new CompactdError(e.code, e.message, e.data);

@@ -67,3 +67,10 @@ export const REQUEST_HOOKS = Object.freeze([
 export const NOTICES = Object.freeze([
   "window/logMessage",
 ]);
+
+/** The methods the daemon runs as tasks (`x-run: "task"`): a client waits longer for them. */
+export const TASK_METHODS = Object.freeze([
+  "checkCompaction",
+  "compact",
+  "navigateTree",
+]);

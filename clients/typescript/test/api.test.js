@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -44,6 +45,47 @@ describe('compactd-client API', { skip: missing }, () => {
     s = scratch();
   });
   after(() => s?.cleanup());
+
+  test('an answer with a null id fails only the waiting calls whose request had its size', async () => {
+    // A stand-in daemon: it answers the second request's frame as unreadable (id null, its
+    // size in data.frameBytes), then the first one normally.
+    const sock = path.join(s.env.XDG_RUNTIME_DIR, 'fake.sock');
+    const frames = [];
+    const server = net.createServer((conn) => {
+      let buf = Buffer.alloc(0);
+      conn.on('data', (chunk) => {
+        buf = Buffer.concat([buf, chunk]);
+        for (;;) {
+          const end = buf.indexOf('\r\n\r\n');
+          if (end < 0) return;
+          const length = Number(/content-length:\s*(\d+)/i.exec(buf.subarray(0, end).toString())[1]);
+          if (buf.length < end + 4 + length) return;
+          frames.push({ length, id: JSON.parse(buf.subarray(end + 4, end + 4 + length)).id });
+          buf = buf.subarray(end + 4 + length);
+          if (frames.length === 2) {
+            const send = (m) => {
+              const body = Buffer.from(JSON.stringify(m));
+              conn.write(`Content-Length: ${body.length}\r\n\r\n`);
+              conn.write(body);
+            };
+            send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error', data: { kind: 'parse_error', frameBytes: frames[1].length } } });
+            setTimeout(() => send({ jsonrpc: '2.0', id: frames[0].id, result: 'first' }), 50);
+          }
+        }
+      });
+    });
+    await new Promise((r) => server.listen(sock, r));
+    const client = await CompactdClient.connectSocket(sock, s.env);
+    try {
+      const first = client.request('listSessions', {});
+      const second = client.request('listSessions', { padding: 'x'.repeat(100) });
+      await assert.rejects(second, (e) => isRpcError(e, -32700) && e.data.frameBytes === frames[1].length);
+      assert.equal(await first, 'first', 'the call of another size still gets its answer');
+    } finally {
+      await client.close();
+      server.close();
+    }
+  });
 
   test('every protocol method of openrpc.json is a client method', () => {
     const doc = JSON.parse(fs.readFileSync(path.join(repoDir, 'proto-docs/openrpc.json'), 'utf8'));

@@ -24,6 +24,17 @@ async function openSmallKeep(client, file) {
   return info;
 }
 
+/** `compactd serve --socket sock [extra]`, once its socket exists. */
+async function serve(sock, extra = []) {
+  const daemon = spawn(BIN, ['serve', '--socket', sock, ...extra], { env, stdio: ['ignore', 'ignore', 'ignore'] });
+  const deadline = Date.now() + 60000;
+  while (!fs.existsSync(sock)) {
+    if (Date.now() > deadline || daemon.exitCode !== null) throw new Error('daemon did not start');
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  return daemon;
+}
+
 describe('compactd-client', { skip: missing }, () => {
   before(() => {
     ({ tmp, env, cleanup } = scratch());
@@ -211,12 +222,7 @@ describe('compactd-client', { skip: missing }, () => {
     let sock;
     before(async () => {
       sock = path.join(tmp, 'run', 'test.sock');
-      daemon = spawn(BIN, ['serve', '--socket', sock], { env, stdio: ['ignore', 'ignore', 'ignore'] });
-      const deadline = Date.now() + 60000;
-      while (!fs.existsSync(sock)) {
-        if (Date.now() > deadline || daemon.exitCode !== null) throw new Error('daemon did not start');
-        await new Promise((r) => setTimeout(r, 25));
-      }
+      daemon = await serve(sock);
     });
     after(async () => {
       if (daemon && daemon.exitCode === null) {
@@ -257,6 +263,72 @@ describe('compactd-client', { skip: missing }, () => {
       } finally {
         await agent.close();
         await watcher.close();
+      }
+    });
+  });
+
+  describe('a daemon that stops answering', () => {
+    let daemon;
+    let sock;
+    before(async () => {
+      sock = path.join(tmp, 'run', 'stopped.sock');
+      daemon = await serve(sock, ['--max-frame', '300']);
+    });
+    after(async () => {
+      if (daemon && daemon.exitCode === null) {
+        daemon.kill('SIGCONT');
+        const exited = new Promise((r) => daemon.once('exit', r));
+        daemon.kill('SIGTERM');
+        await exited;
+      }
+    });
+
+    /** SIGSTOP, and waits until every thread of the daemon has stopped. */
+    async function stop() {
+      daemon.kill('SIGSTOP');
+      const stopped = () =>
+        fs
+          .readdirSync(`/proc/${daemon.pid}/task`)
+          .every((t) => fs.readFileSync(`/proc/${daemon.pid}/task/${t}/stat`, 'utf8').replace(/^.*\) /s, '')[0] === 'T');
+      while (!stopped()) await new Promise((r) => setTimeout(r, 10));
+    }
+
+    test('an answer with a null id fails the call it belongs to at once', async () => {
+      const client = await CompactdClient.connectSocket(sock);
+      try {
+        await client.request('initialize', {});
+        const started = Date.now();
+        // Over --max-frame: the daemon cannot read its id and answers with `id: null` (and,
+        // an LSP length it cannot trust, closes the connection after it).
+        await assert.rejects(client.request('initialize', { clientName: 'x'.repeat(400) }), (e) =>
+          isRpcError(e, ErrorCodes.InvalidRequest) && Number.isInteger(e.data?.frameBytes),
+        );
+        assert.ok(Date.now() - started < 10000, 'failed at once, not after its timeout');
+      } finally {
+        await client.close();
+      }
+    });
+
+    test('a stopped daemon fails the call after its timeout, naming the socket and the pid', async () => {
+      const client = await CompactdClient.connectSocket(sock);
+      try {
+        await client.request('initialize', {});
+        await stop();
+        client.timeoutMs = 1000;
+        const started = Date.now();
+        await assert.rejects(client.listSessions(), (e) => {
+          assert.equal(e.name, 'DaemonNotAnsweringError');
+          assert.equal(e.code, 'ETIMEDOUT');
+          assert.ok(e.message.includes(sock) && e.message.includes(`pid ${daemon.pid}`), e.message);
+          return true;
+        });
+        assert.ok(Date.now() - started < 10000);
+        daemon.kill('SIGCONT');
+        client.timeoutMs = 10000;
+        assert.deepEqual(await client.listSessions(), [], 'answers again once resumed');
+      } finally {
+        daemon.kill('SIGCONT');
+        await client.close();
       }
     });
   });

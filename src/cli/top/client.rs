@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::model::{Tone, TopModel};
 use crate::rpc::wire::{Outgoing, RequestId};
+use crate::transport::client::{deadline_for, Peer};
 use crate::transport::framing::{write_frame, Frame, FrameBudget, FrameReader, Framing};
 use crate::transport::message::Message;
 
@@ -87,11 +88,21 @@ enum Pending {
     Abort(String),
 }
 
+/// A request in flight: what it was for, its method and when it was sent (each has a
+/// deadline: a daemon that stops answering is reported and the view reconnects).
+struct Sent {
+    what: Pending,
+    method: String,
+    at: tokio::time::Instant,
+}
+
 /// The writing half with its request ids.
 struct Rpc {
     writer: OwnedWriteHalf,
     next_id: u64,
-    pending: HashMap<u64, Pending>,
+    pending: HashMap<u64, Sent>,
+    /// Who answers, for the message when it does not.
+    peer: Peer,
 }
 
 impl Rpc {
@@ -107,12 +118,35 @@ impl Rpc {
         write_frame(&mut self.writer, Framing::Ndjson, body.as_bytes())
             .await
             .map_err(|e| format!("cannot write to the daemon: {e}"))?;
-        self.pending.insert(id, what);
+        self.pending.insert(
+            id,
+            Sent {
+                what,
+                method: method.to_owned(),
+                at: tokio::time::Instant::now(),
+            },
+        );
         Ok(())
     }
 
     fn listing(&self) -> bool {
-        self.pending.values().any(|p| matches!(p, Pending::List))
+        self.pending
+            .values()
+            .any(|p| matches!(p.what, Pending::List))
+    }
+
+    /// Why the connection is given up when a request went past its deadline
+    /// (`transport::client::deadline_for` its method) with no answer: the daemon is stopped or
+    /// wedged, and the view says so (socket and pid) instead of showing stale numbers.
+    fn overdue(&self) -> Result<(), String> {
+        match self
+            .pending
+            .values()
+            .find(|p| p.at.elapsed() >= deadline_for(&p.method))
+        {
+            Some(p) => Err(self.peer.not_answering(&p.method, deadline_for(&p.method))),
+            None => Ok(()),
+        }
     }
 
     async fn list(&mut self) -> Result<(), String> {
@@ -141,7 +175,7 @@ pub async fn run(
         match outcome {
             Ok(stream) => {
                 backoff = BACKOFF_MIN;
-                match serve(stream, &shared, &mut commands, &stop, &label).await {
+                match serve(stream, &socket, &shared, &mut commands, &stop, &label).await {
                     Ok(()) => return,
                     Err(why) => shared.update(|m| m.disconnected(now_ms(), &why)),
                 }
@@ -202,11 +236,13 @@ async fn read_frames(
 /// the connection fails (`Err`: why) or the view stops (`Ok`).
 async fn serve(
     stream: UnixStream,
+    socket: &Path,
     shared: &Shared,
     commands: &mut mpsc::Receiver<Command>,
     stop: &CancellationToken,
     label: &str,
 ) -> Result<(), String> {
+    let peer = Peer::of(&stream, Some(socket));
     let (reader, writer) = stream.into_split();
     let (tx, mut frames) = mpsc::channel(FRAME_QUEUE);
     let reading = tokio::spawn(read_frames(reader, tx));
@@ -215,6 +251,7 @@ async fn serve(
         writer,
         next_id: 1,
         pending: HashMap::new(),
+        peer,
     };
     rpc.call(
         "initialize",
@@ -246,7 +283,10 @@ async fn serve(
                 Some(Command::Preview(id)) => rpc.call("previewCompaction", json!({"sessionId": id}), Pending::Preview(id)).await?,
                 Some(Command::Abort(id)) => rpc.call("abortCompaction", json!({"sessionId": id}), Pending::Abort(id)).await?,
             },
-            _ = poll.tick() => rpc.list().await?,
+            _ = poll.tick() => {
+                rpc.overdue()?;
+                rpc.list().await?;
+            }
         }
     }
 }
@@ -292,7 +332,8 @@ async fn handle(
             }
         }
         Ok(Message::Response { id, result }) => {
-            let Some(what) = id_number(&id).and_then(|n| rpc.pending.remove(&n)) else {
+            let Some(Sent { what, .. }) = id_number(&id).and_then(|n| rpc.pending.remove(&n))
+            else {
                 return Ok(());
             };
             let now = now_ms();
@@ -334,10 +375,13 @@ fn id_number(id: &crate::transport::message::RequestId) -> Option<u64> {
     id.to_value().as_u64()
 }
 
-/// `--once`: one `listSessions` answer from the daemon at `socket`, within `timeout`.
+/// `--once`: one `listSessions` answer from the daemon at `socket`, within `timeout` (past
+/// it, an error naming the socket and the daemon's pid).
 pub async fn snapshot(socket: &Path, timeout: Duration) -> Result<Value, String> {
+    let peer = std::sync::OnceLock::new();
     let work = async {
         let stream = crate::transport::unix::connect_own_async(socket).await?;
+        let _ = peer.set(Peer::of(&stream, Some(socket)));
         let (reader, mut writer) = stream.into_split();
         let body = Outgoing::Request {
             id: &RequestId::Num(1.into()),
@@ -373,5 +417,8 @@ pub async fn snapshot(socket: &Path, timeout: Duration) -> Result<Value, String>
     };
     tokio::time::timeout(timeout, work)
         .await
-        .map_err(|_| format!("no answer within {} s", timeout.as_secs()))?
+        .map_err(|_| match peer.get() {
+            Some(peer) => peer.not_answering("listSessions", timeout),
+            None => format!("no answer within {} s", timeout.as_secs()),
+        })?
 }

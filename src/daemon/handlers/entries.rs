@@ -46,6 +46,11 @@ fn already_appended(
         )));
     }
     state.sync_with_file()?;
+    if state.tree.header_id() == Some(id) {
+        return Err(RpcError::invalid_params(format!(
+            "entryId {id} is the id of this session's header; choose another"
+        )));
+    }
     let Some(idx) = state.tree.index_of(id) else {
         return Ok(None);
     };

@@ -68,6 +68,11 @@ impl FileLines {
                 }
             }
         }
+        // The window is kept until the next read: a small file's (or a file's end) need not
+        // keep 64 KiB, ten thousand small sessions would hold 640 MB of it.
+        if buf.len() < buf.capacity() / 2 {
+            buf.shrink_to_fit();
+        }
         buf
     }
 }

@@ -33,10 +33,10 @@ pub use confined::FileStamp;
 pub use lines::FileLines;
 pub use open::open_regular;
 pub use read::{
-    absolute, load, load_facts, load_with, read_tail, LoadReport, Tail, TORN_LINE_SETTLE,
+    absolute, load, load_facts, load_open, load_with, read_tail, LoadReport, Tail, TORN_LINE_SETTLE,
 };
-pub use session_file::SessionFile;
-pub use write::{append_raw, rewrite, try_lock};
+pub use session_file::{Lock, SessionFile, Unloaded};
+pub use write::{append_raw, lock_file, open_locked, rewrite, try_lock};
 
 const FILES_NOT_STORED: &str = "headerId addresses a session in a shared store, and this daemon keeps sessions in files ([storage] backend = \"files\"): open one by path";
 const NOT_A_STORE: &str = "sessions are kept in files ([storage] backend = \"files\"); listing, exporting and importing stored sessions need a shared store: set [storage] backend = \"postgres\" in the config file, with the database in storage.postgres_url or COMPACTD_POSTGRES_URL (the variable alone does not select PostgreSQL)";
@@ -103,7 +103,7 @@ impl Files {
         &self,
         path: &Path,
         cwd: Option<&str>,
-        lock: Option<std::fs::File>,
+        lock: Option<Lock>,
     ) -> Result<Opened, StoreError> {
         let cwd = cwd.map(str::to_owned).unwrap_or_else(|| {
             path.parent()
@@ -188,43 +188,16 @@ impl Backend for Files {
 
     fn open(&self, location: &SessionRef, cwd: Option<&str>) -> Result<Opened, StoreError> {
         let path = location.as_path();
-        // The shared lock convention (proto-docs/storage.md): taken before the file is read, so
-        // a file another compactd process holds is refused before anything is done with it.
-        let lock = match try_lock(path) {
-            Ok(Some(f)) => Some(f),
-            Ok(None) => {
-                let holder = lock_holder::describe(path);
-                return Err(StoreError::Locked(path.to_owned(), holder));
-            }
-            Err(StoreError::NotFound(_)) => None,
-            Err(e) => return Err(e),
-        };
-        match load_with(path, true, &self.limits) {
-            Ok((tree, report, stamp)) => {
-                if let Some(skipped) = report.skipped_text() {
-                    tracing::warn!(path = %path.display(), lines = ?report.skipped_line_numbers, "{skipped}");
-                }
-                if let Some(b) = &report.backup {
-                    tracing::info!(path = %path.display(), backup = %b.display(), "migrated to v3; original kept");
-                }
-                // A migration's rewrite made a new inode: the lock must be on it.
-                let lock = if report.migrated {
-                    try_lock(path)?
-                } else {
-                    lock
-                };
-                let file = SessionFile::opened(path.to_owned(), self.limits, stamp, lock)
-                    .with_lines(report.lines);
-                Ok(Opened::Loaded {
-                    storage: Box::new(file),
-                    tree,
-                })
-            }
-            Err(StoreError::NotFound(_)) => Ok(Opened::Missing {
+        match SessionFile::load_locked(path, &self.limits) {
+            Ok((file, tree)) => Ok(Opened::Loaded {
+                storage: Box::new(file),
+                tree,
+            }),
+            Err(Unloaded::Missing) => Ok(Opened::Missing {
                 storage: Box::new(SessionFile::new(path.to_owned(), self.limits)),
             }),
-            Err(StoreError::Empty(_)) => self.initialise_empty(path, cwd, lock),
-            Err(e) => Err(e),
+            Err(Unloaded::Empty(lock)) => self.initialise_empty(path, cwd, lock),
+            Err(Unloaded::Failed(e)) => Err(e),
         }
     }
 

@@ -343,6 +343,28 @@ pub fn load_with(
 ) -> Result<(SessionTree, LoadReport, FileStamp), StoreError> {
     let abs = absolute(path);
     let (f, meta) = open_regular(&abs, limits)?;
+    load_open(&abs, &f, &meta, write, limits)
+}
+
+/// [`load_with`] through `f`, the file at `abs` opened already (with `meta`, its metadata
+/// then), for a caller that locked it first: the entries' lines are read back through a
+/// duplicate of `f` ([`FileLines`]), which shares its open file and so its lock, so the caller
+/// can close `f` and the session holds one descriptor.
+pub fn load_open(
+    abs: &Path,
+    f: &File,
+    meta: &fs::Metadata,
+    write: bool,
+    limits: &Limits,
+) -> Result<(SessionTree, LoadReport, FileStamp), StoreError> {
+    if meta.len() > limits.max_bytes {
+        return Err(StoreError::TooLarge {
+            path: abs.to_owned(),
+            size: meta.len(),
+            limit: limits.max_bytes,
+        });
+    }
+    let (abs, meta) = (abs.to_owned(), meta.clone());
     let (outcome, read, len, lines) = match hold_bytes() {
         // The spans keep a descriptor of their own; `f` stays for the torn-line check below.
         false => match read_spans(f.try_clone().map_err(io_err(&abs))?, &abs, &meta, limits)? {
@@ -354,7 +376,7 @@ pub fn load_with(
                     .map(|(outcome, read, len)| (outcome, read, len, None))?
             }
         },
-        true => read_held(&f, &abs, &meta, limits)
+        true => read_held(f, &abs, &meta, limits)
             .map(|(outcome, read, len)| (outcome, read, len, None))?,
     };
     let (tree, mut report) = loaded(&abs, outcome)?;

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    confined, load_with, read_tail, try_lock, FileLines, FileStamp, Limits, Tail, TORN_LINE_SETTLE,
+    confined, load_open, lock_file, open_locked, read_tail, try_lock, FileLines, FileStamp, Limits,
+    Tail, TORN_LINE_SETTLE,
 };
 use crate::store::backend::{Rebase, SessionStorage};
 use crate::store::{io_err, SessionRef, StoreError};
@@ -24,6 +25,26 @@ use crate::session::{Entry, SessionTree};
 
 /// How long a partial last line may keep growing before a write gives up (`file_busy`).
 const BUSY_AFTER: Duration = Duration::from_secs(1);
+
+/// How an open session holds the shared lock on its file: on a descriptor of its own, or on
+/// the one its entries read their lines back through (a duplicate of the descriptor the lock
+/// was taken on, so it shares that open file and its lock). The second costs no descriptor: a
+/// daemon holding ten thousand sessions holds ten thousand descriptors, not twenty.
+#[derive(Debug)]
+pub enum Lock {
+    Own(File),
+    Lines(Arc<FileLines>),
+}
+
+/// Why [`SessionFile::load_locked`] loaded nothing.
+#[derive(Debug)]
+pub enum Unloaded {
+    /// No file at the path (yet).
+    Missing,
+    /// The file is empty: Pi's first write gives it a header (the lock, when taken, is kept).
+    Empty(Option<Lock>),
+    Failed(StoreError),
+}
 
 /// One session file as compactd sees it.
 #[derive(Debug)]
@@ -37,7 +58,7 @@ pub struct SessionFile {
     /// The file was replaced or truncated behind compactd's back.
     changed: bool,
     /// The advisory lock compactd processes share on the file (proto-docs/storage.md).
-    lock: Option<File>,
+    lock: Option<Lock>,
     /// The file the session's entries read their lines back from (see [`FileLines`]): a line
     /// it could not read means the file changed.
     lines: Option<Arc<FileLines>>,
@@ -63,7 +84,7 @@ impl SessionFile {
         path: PathBuf,
         limits: Limits,
         stamp: FileStamp,
-        lock: Option<File>,
+        lock: Option<Lock>,
     ) -> SessionFile {
         SessionFile {
             stamp: Some(stamp),
@@ -72,11 +93,53 @@ impl SessionFile {
         }
     }
 
-    /// Keeps `lock` unless the file already holds one.
-    pub fn keep_lock(&mut self, lock: Option<File>) {
-        if self.lock.is_none() {
-            self.lock = lock;
+    /// Opens the file at `path`, takes the shared lock on it (proto-docs/storage.md: before the
+    /// file is read, so a file another compactd process holds is refused before anything is done
+    /// with it) and reads the session through that descriptor: Pi's load with its repairs and
+    /// migration. The session then holds one descriptor, which carries the lock and its lines.
+    pub fn load_locked(
+        path: &Path,
+        limits: &Limits,
+    ) -> Result<(SessionFile, SessionTree), Unloaded> {
+        let fail = Unloaded::Failed;
+        let (f, meta) = match open_locked(path) {
+            Ok(Some(opened)) => opened,
+            Ok(None) => {
+                let holder = super::lock_holder::describe(path);
+                return Err(fail(StoreError::Locked(path.to_owned(), holder)));
+            }
+            Err(StoreError::NotFound(_)) => return Err(Unloaded::Missing),
+            Err(e) => return Err(fail(e)),
+        };
+        let (tree, report, stamp) = match load_open(path, &f, &meta, true, limits) {
+            Ok(loaded) => loaded,
+            Err(StoreError::Empty(_)) => return Err(Unloaded::Empty(Some(Lock::Own(f)))),
+            Err(e) => return Err(fail(e)),
+        };
+        if let Some(skipped) = report.skipped_text() {
+            tracing::warn!(path = %path.display(), lines = ?report.skipped_line_numbers, "{skipped}");
         }
+        if let Some(b) = &report.backup {
+            tracing::info!(path = %path.display(), backup = %b.display(), "migrated to v3; original kept");
+        }
+        let lock = match &report.lines {
+            // A migration's rewrite made a new inode: the lock must be on it.
+            _ if report.migrated => {
+                drop(f);
+                try_lock(path).map_err(fail)?.map(Lock::Own)
+            }
+            // The lines' descriptor shares the locked open file: `f` is not needed.
+            Some(lines) => Some(Lock::Lines(lines.clone())),
+            None => Some(Lock::Own(f)),
+        };
+        let file =
+            SessionFile::opened(path.to_owned(), *limits, stamp, lock).with_lines(report.lines);
+        Ok((file, tree))
+    }
+
+    /// Lets go of the shared lock at once (see [`Lock`]'s `Drop`).
+    fn unlock(&mut self) {
+        self.lock = None;
     }
 
     pub fn path(&self) -> &Path {
@@ -109,6 +172,9 @@ impl SessionFile {
             confined::AppendError::Replaced => {
                 self.changed = true;
                 StoreError::Changed(self.path.clone())
+            }
+            confined::AppendError::Io(e) if crate::descriptors::exhausted(&e) => {
+                io_err(&self.path)(e)
             }
             confined::AppendError::Io(e) => StoreError::Write(format!(
                 "Could not append to {}: {}; nothing was written",
@@ -233,6 +299,9 @@ impl SessionStorage for SessionFile {
         // have been redirected since `createSession`); a file not written whole is removed.
         let f = crate::cpu::blocking(|| confined::create_new(&path, &text, sync, 0o666)).map_err(
             |e| {
+                if crate::descriptors::exhausted(&e) {
+                    return io_err(&path)(e);
+                }
                 StoreError::Write(format!(
                     "cannot create {}: {}; nothing was written",
                     path.display(),
@@ -244,7 +313,9 @@ impl SessionStorage for SessionFile {
             len: text.len() as u64,
             ..FileStamp::of_file(&f).map_err(io_err(&self.path))?
         });
-        self.lock = try_lock(&self.path)?;
+        // The lock on the descriptor that created the file: no second open, no second
+        // descriptor.
+        self.lock = lock_file(&f, &self.path)?.then_some(Lock::Own(f));
         Ok(())
     }
 
@@ -256,13 +327,30 @@ impl SessionStorage for SessionFile {
         }
     }
 
+    /// The file read again, under a lock taken again: the old one is let go first (on the same
+    /// file it would refuse the new one, another open file of the same inode).
     fn reload(&mut self) -> Result<SessionTree, StoreError> {
-        let (tree, report, stamp) =
-            crate::cpu::blocking(|| load_with(&self.path, true, &self.limits))?;
-        self.stamp = Some(stamp);
-        self.lines = report.lines;
-        self.changed = false;
-        self.lock = try_lock(&self.path)?;
+        self.unlock();
+        let (file, tree) =
+            crate::cpu::blocking(|| SessionFile::load_locked(&self.path, &self.limits)).map_err(
+                |e| match e {
+                    Unloaded::Missing => StoreError::NotFound(self.path.clone()),
+                    Unloaded::Empty(_) => StoreError::Empty(self.path.clone()),
+                    Unloaded::Failed(e) => e,
+                },
+            )?;
+        *self = file;
         Ok(tree)
+    }
+}
+
+impl Drop for Lock {
+    /// The lock goes with the session, at once: `flock`'s unlock releases the open file's lock
+    /// whatever descriptors of it remain (the lines' one may live on in entries a session
+    /// freed later holds, see `SessionState`'s `Drop`).
+    fn drop(&mut self) {
+        if let Lock::Lines(lines) = self {
+            let _ = lines.file().unlock();
+        }
     }
 }

@@ -29,9 +29,14 @@ pub(super) fn backup_original(
 
 /// A [`StoreError::Io`] whose message names the errno (`ENOSPC`, `ELOOP`, …).
 pub(super) fn confined_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |e| StoreError::Io {
-        path: path.to_owned(),
-        source: std::io::Error::new(e.kind(), confined::describe(&e)),
+    move |e| {
+        if crate::descriptors::exhausted(&e) {
+            return io_err(path)(e);
+        }
+        StoreError::Io {
+            path: path.to_owned(),
+            source: std::io::Error::new(e.kind(), confined::describe(&e)),
+        }
     }
 }
 
@@ -76,16 +81,33 @@ pub fn append_raw(path: &Path, raw: &[u8], sync: bool) -> Result<FileStamp, Stor
 /// when another holder has it. An empty `<file>.lock` left by compactd before 0.2 is removed
 /// when nothing holds it.
 pub fn try_lock(path: &Path) -> Result<Option<File>, StoreError> {
-    let (f, _) = open_regular(
+    open_locked(path).map(|locked| locked.map(|(f, _)| f))
+}
+
+/// [`try_lock`], also returning the file's metadata when it was opened: a reader of the
+/// session reads through this very descriptor (its open file carries the lock, and a
+/// duplicate of it keeps both), so the open session holds one descriptor, not one for its lock
+/// and one for its lines.
+pub fn open_locked(path: &Path) -> Result<Option<(File, fs::Metadata)>, StoreError> {
+    let (f, meta) = open_regular(
         path,
         &Limits {
             max_bytes: u64::MAX,
             ..Limits::default()
         },
     )?;
+    if !lock_file(&f, path)? {
+        return Ok(None);
+    }
+    Ok(Some((f, meta)))
+}
+
+/// Takes the shared lock on `f`, the session file at `path` (false: another holder has it),
+/// and removes an empty `<file>.lock` of compactd before 0.2 that nothing holds.
+pub fn lock_file(f: &File, path: &Path) -> Result<bool, StoreError> {
     match f.try_lock() {
         Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
         Err(std::fs::TryLockError::Error(e)) => return Err(io_err(path)(e)),
     }
     let mut old = path.as_os_str().to_owned();
@@ -96,5 +118,5 @@ pub fn try_lock(path: &Path) -> Result<Option<File>, StoreError> {
             .is_ok_and(|m| m.file_type().is_file() && m.len() == 0)
             && l.try_lock().is_ok()
     });
-    Ok(Some(f))
+    Ok(true)
 }
