@@ -133,7 +133,8 @@ fn postgresql_is_reached_and_its_schema_checked_or_the_failure_says_what_to_do()
         "{storage}"
     );
     assert!(
-        pg.psql("SELECT max(version) FROM compactd_schema") == "3",
+        pg.psql("SELECT max(version) FROM compactd_schema")
+            == compactd::store::postgres::SCHEMA_VERSION.to_string(),
         "the schema is in place, at its latest version"
     );
     pg.kill_server();

@@ -85,6 +85,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The prefix of a stored session's location (its registry key, its `path` in `SessionInfo`).
 pub const LOCATION_PREFIX: &str = "postgres:";
 
+/// The version [`MIGRATIONS`] brings a database to (its last `compactd_schema` row): what a
+/// check that the schema is in place, or a test waiting for it, looks for.
+pub const SCHEMA_VERSION: i64 = 3;
+
 /// The schema, applied at start-up (and after every reconnection) under a transaction-level
 /// advisory lock, so daemons starting together never race on the DDL.
 const MIGRATIONS: &str = "
@@ -1855,6 +1859,18 @@ use crate::test_fixtures::skip_or_fail;
 mod tests {
     use super::*;
     use crate::session::EntryKind;
+
+    /// The version named for checks is the one the migrations end by recording.
+    #[test]
+    fn the_schema_version_is_the_migrations_last() {
+        let last = MIGRATIONS
+            .rmatch_indices("INSERT INTO compactd_schema (version) VALUES (")
+            .next()
+            .map(|(at, m)| &MIGRATIONS[at + m.len()..])
+            .and_then(|rest| rest.split(')').next())
+            .and_then(|v| v.parse::<i64>().ok());
+        assert_eq!(last, Some(SCHEMA_VERSION));
+    }
 
     /// Each durability commits exactly what the files backend fsyncs with the flush, and
     /// nothing else: compactions and branch summaries under `compactions`, everything under
