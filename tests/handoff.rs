@@ -251,7 +251,14 @@ fn pi_loads(env_file: &Path, test: &str) {
 #[test]
 fn the_preview_lists_what_the_handoff_owes_with_each_entry() {
     let mut s = Session::build(&[FAITHFUL], json!({}));
-    let preview = s.c.ok("previewCompaction", json!({"sessionId": s.sid}));
+    // The plain preview (what the Pi extension and `top` ask all the time) does not read the
+    // span; `detail: "full"` does.
+    let plain = s.c.ok("previewCompaction", json!({"sessionId": s.sid}));
+    assert!(plain.get("handoff").is_none(), "{plain}");
+    let preview = s.c.ok(
+        "previewCompaction",
+        json!({"sessionId": s.sid, "detail": "full"}),
+    );
     let handoff = &preview["handoff"];
     assert_eq!(handoff["mode"], "report", "{preview}");
     let owed = items(&handoff["owed"]);

@@ -496,8 +496,8 @@ pub struct CompactionPreview {
     /// the numbers above are the summarizing compaction's, of the original outputs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clearing: Option<ClearingPreview>,
-    /// Beyond Pi: what the summary's handoff would owe (`compaction.handoff` not `off`): the
-    /// obligations a compaction now would be checked against.
+    /// Beyond Pi: what the summary's handoff would owe (`compaction.handoff` not `off`, and
+    /// `detail: "full"`): the obligations a compaction now would be checked against.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handoff: Option<HandoffPreview>,
     /// With `detail: "full"` only.

@@ -218,7 +218,7 @@ export interface CompactionPreview {
   economics: Economics;
   /** Beyond Pi: what a clearing pass would clear first (`compaction.clearToolResults` on); the numbers above are the summarizing compaction's, of the original outputs. */
   clearing?: ClearingPreview | null;
-  /** Beyond Pi: what the summary's handoff would owe (`compaction.handoff` not `off`): the obligations a compaction now would be checked against. */
+  /** Beyond Pi: what the summary's handoff would owe (`compaction.handoff` not `off`, and `detail: "full"`): the obligations a compaction now would be checked against. */
   handoff?: HandoffPreview | null;
   previousSummary?: string | null;
   messagesToSummarize?: MessageRef[];

@@ -137,21 +137,26 @@ pub fn preview_compaction(
     let mut prep = Preparation::from_plan(plan, &view, |i| state.tree.shared(state.branch[i]));
     lifecycle::summary_input(&mut prep, &all_settings, &state.cleared);
     drop(state);
-    // What the handoff would owe: the span read as a compaction reads it (no lock held), its
-    // previous summary without compactd's own additions.
-    let mut summarized = prep.clone();
-    lifecycle::strip_additions(&mut summarized);
-    preview.handoff =
-        crate::compactor::step::owed_by(&summarized, all_settings.handoff, previous_id.as_deref())
-            .map(|owed| HandoffPreview {
-                mode: owed.mode,
-                owed: owed
-                    .obligations
-                    .iter()
-                    .map(crate::handoff::Item::from)
-                    .collect(),
-            });
     if p.detail == Some(PreviewDetail::Full) {
+        // What the handoff would owe: the span read as a compaction reads it (no lock held),
+        // its previous summary without compactd's own additions. Only on request: reading a
+        // span costs what an extractive summary of it does (86 ms at 1.8M tokens), and the
+        // plain preview is what the Pi extension and `top` ask for all the time.
+        let mut summarized = prep.clone();
+        lifecycle::strip_additions(&mut summarized);
+        preview.handoff = crate::compactor::step::owed_by(
+            &summarized,
+            all_settings.handoff,
+            previous_id.as_deref(),
+        )
+        .map(|owed| HandoffPreview {
+            mode: owed.mode,
+            owed: owed
+                .obligations
+                .iter()
+                .map(crate::handoff::Item::from)
+                .collect(),
+        });
         let refs = |m: &[PreparedMessage]| {
             m.iter()
                 .map(|x| MessageRef {
