@@ -13,8 +13,35 @@ use super::daemon_env::KillOnDrop;
 pub struct OtherUsersDaemon {
     /// Its socket, `<dir>/shared/compactd.sock`.
     pub socket: PathBuf,
+    /// The copy of the binary it runs (no other process runs this path).
+    bin: PathBuf,
     _daemon: KillOnDrop,
     _dir: tempfile::TempDir,
+}
+
+impl Drop for OtherUsersDaemon {
+    /// `runuser` runs the daemon as its child: killing `runuser` (the guard) leaves the daemon
+    /// running, so every process started from this test's copy of the binary is killed too.
+    fn drop(&mut self) {
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for p in procs.flatten() {
+            let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(p.path().join("cmdline")) else {
+                continue;
+            };
+            let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+            if argv0 == self.bin.as_os_str().as_encoded_bytes() {
+                // SAFETY: kill(2) of a process this test started (through runuser).
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
 }
 
 /// Starts `nobody`'s daemon, or says why it cannot (not root, no `runuser`).
@@ -63,6 +90,7 @@ pub fn start() -> Result<OtherUsersDaemon, String> {
     );
     Ok(OtherUsersDaemon {
         socket,
+        bin,
         _daemon: daemon,
         _dir: dir,
     })
