@@ -89,6 +89,16 @@ pub fn context_entries<'a>(path: &[&'a Entry]) -> Vec<&'a Entry> {
 
 /// [`context_entries`] as positions into `path`.
 pub fn context_positions<P: PathEntries + ?Sized>(path: &P) -> Vec<usize> {
+    context_positions_keeping(path, |_| true)
+}
+
+/// [`context_positions`] with only the entries kept before the newest compaction that pass
+/// `kept` (Pi 1.6's `buildContextEntries` leaves system messages out of that range; the
+/// rest of the walk is the same under both versions).
+pub fn context_positions_keeping<P: PathEntries + ?Sized>(
+    path: &P,
+    kept: impl Fn(&Entry) -> bool,
+) -> Vec<usize> {
     let n = path.path_len();
     let Some(latest) = (0..n)
         .rev()
@@ -110,7 +120,7 @@ pub fn context_positions<P: PathEntries + ?Sized>(path: &P) -> Vec<usize> {
             .as_deref()
             .is_some_and(|id| Some(id) == first_kept)
     }) {
-        out.extend(start..idx);
+        out.extend((start..idx).filter(|&i| kept(path.at(i))));
     }
     out.extend(idx + 1..n);
     out

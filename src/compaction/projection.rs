@@ -162,26 +162,7 @@ fn is_system_message(e: &Entry) -> bool {
 /// Pi 1.6's `buildContextEntries` as path positions: the newest compaction, its kept entries
 /// before it (system messages left out), then everything after it.
 pub fn context_positions<P: PathEntries + ?Sized>(path: &P) -> Vec<usize> {
-    let n = path.path_len();
-    let Some(latest) = (0..n)
-        .rev()
-        .find(|&i| path.at(i).kind == EntryKind::Compaction)
-    else {
-        return (0..n).collect();
-    };
-    let compaction = path.at(latest);
-    let idx = (0..n)
-        .find(|&i| path.at(i).id == compaction.id)
-        .unwrap_or(latest);
-    let first_kept = compaction.str_field("firstKeptEntryId");
-    let mut out = vec![latest];
-    if let Some(start) =
-        (0..idx).find(|&i| first_kept.is_some() && path.at(i).id.as_deref() == first_kept)
-    {
-        out.extend((start..idx).filter(|&i| !is_system_message(path.at(i))));
-    }
-    out.extend(idx + 1..n);
-    out
+    crate::context::context_positions_keeping(path, |e| !is_system_message(e))
 }
 
 /// The content an edit replaces its target's with, as the target's role receives it (a string
