@@ -185,19 +185,18 @@ fn the_cli_refuses_a_file_the_daemon_holds() {
     assert_eq!(std::fs::read(&path).unwrap(), before);
     // Once the daemon lets go, the CLI compacts.
     drop(c);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = Command::new(env!("CARGO_BIN_EXE_compactd"))
-            .args(["compact", "--json", "--keep-recent-tokens", "100"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        if out.status.success() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never unlocked: {:?}", out);
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::wait_for(
+        Duration::from_secs(10),
+        "the CLI compacts the unlocked file",
+        || {
+            let out = Command::new(env!("CARGO_BIN_EXE_compactd"))
+                .args(["compact", "--json", "--keep-recent-tokens", "100"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            out.status.success().then_some(()).ok_or(format!("{out:?}"))
+        },
+    );
 }
 
 #[test]

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::daemon_env::{tool_session, Env};
 use support::rpc_client::{Client, Framing};
+use support::NotYet;
 
 const BIN: &str = env!("CARGO_BIN_EXE_compactd");
 /// Long enough for a loaded CI machine to start a process; the one-second promise of the
@@ -139,18 +140,14 @@ impl Tmux {
 
     /// Polls the screen until `ok` holds; panics with the last screen after `limit`.
     fn wait(&self, what: &str, limit: Duration, ok: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + limit;
-        loop {
+        support::wait_for(limit, &format!("{what} is on screen"), || {
             let s = self.screen(false);
             if ok(&s) {
-                return s;
+                Ok(s)
+            } else {
+                Err(format!("the screen:\n{s}"))
             }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: not on screen within {limit:?}; the screen:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        })
     }
 }
 
@@ -331,15 +328,10 @@ fn the_live_view_in_a_real_terminal() {
 
     // `q` quits with success.
     tmux.keys(&["q"]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !status.exists() {
-        assert!(Instant::now() < deadline, "top did not quit on q");
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let mut code = String::new();
-    while code.trim().is_empty() {
-        code = std::fs::read_to_string(&status).unwrap_or_default();
-    }
+    let code = support::wait_for(Duration::from_secs(10), "top quits on q", || {
+        let code = std::fs::read_to_string(&status).unwrap_or_default();
+        (!code.trim().is_empty()).then_some(code).ok_or_default()
+    });
     assert_eq!(code.trim(), "0");
 }
 
@@ -598,15 +590,13 @@ fn list_sessions_reports_the_running_and_the_last_compaction() {
     small_settings(&mut c);
     let (sid, _) = session(&env, &mut c, "alpha", 8, 10_000);
     let id = c.send("compact", json!({"sessionId": sid}));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let running = loop {
+    let running = support::wait_for(Duration::from_secs(10), "a currentCompaction", || {
         let list = c.ok("listSessions", json!({}));
-        if let Some(r) = list[0].get("currentCompaction") {
-            break r.clone();
-        }
-        assert!(Instant::now() < deadline, "no currentCompaction: {list}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        list[0]
+            .get("currentCompaction")
+            .cloned()
+            .ok_or(list.to_string())
+    });
     assert_eq!(running["reason"], "manual");
     assert!(running["startedAt"]
         .as_str()
@@ -673,11 +663,9 @@ fn the_connection_applies_every_event_of_a_burst_without_a_screen() {
             rt.block_on(client::run(socket, shared, receiver, stop));
         })
     };
-    let deadline = Instant::now() + START;
-    while shared.model.lock().rows("", 0).len() < 2 {
-        assert!(Instant::now() < deadline, "the sessions never showed");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    support::wait_until(START, "the sessions show", || {
+        shared.model.lock().rows("", 0).len() >= 2
+    });
     const BURST: usize = 600;
     for _ in 0..BURST {
         c.request("compact", json!({"sessionId": tiny}))
@@ -685,17 +673,11 @@ fn the_connection_applies_every_event_of_a_burst_without_a_screen() {
     }
     c.ok("compact", json!({"sessionId": real}));
     let last = format!("{real} compacted (manual)");
-    let deadline = Instant::now() + START;
-    loop {
-        let done = shared.model.lock().events().last().is_some_and(|e| {
+    support::wait_until(START, "the burst is applied", || {
+        shared.model.lock().events().last().is_some_and(|e| {
             format!("{} {}", e.session_id.as_deref().unwrap_or(""), e.text).starts_with(&last)
-        });
-        if done {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the burst was not applied");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        })
+    });
     stop.cancel();
     net.join().expect("the connection thread");
     let m = shared.model.lock();

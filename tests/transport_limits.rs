@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::daemon_env::{keep_recent, park_compactions, wait_for_socket, Env, KillOnDrop};
 use support::rpc_client::{Client, Framing};
-use support::{settled_rss_kib, unread_by_peer, wait_until};
+use support::{settled_rss_kib, unread_by_peer, wait_for, wait_until, NotYet};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -85,14 +85,9 @@ fn a_content_length_over_the_limit_is_refused_and_the_connection_closed() {
     stdin.flush().unwrap();
     let stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || read_lsp_all(stdout));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "connection was not closed");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_for(Duration::from_secs(20), "the connection is closed", || {
+        child.try_wait().unwrap().ok_or_default()
+    });
     drop(stdin);
     assert!(status.success());
     let replies = reader.join().unwrap();
@@ -287,20 +282,15 @@ fn connections_past_the_limit_are_refused_with_a_reason() {
     // A served connection. The readiness probe's connection may still hold a slot for a moment
     // on a loaded machine (then this one is refused): connect again until one is served.
     let hold = || {
-        let deadline = Instant::now() + LONG;
-        loop {
+        wait_for(LONG, "a connection is served", || {
             let mut s = UnixStream::connect(&socket).unwrap();
             let mut line = String::new();
             let sent = s.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}\n");
             if sent.is_ok() {
                 let _ = BufReader::new(s.try_clone().unwrap()).read_line(&mut line);
             }
-            if line.contains("serverName") {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "never served: {line}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            line.contains("serverName").then_some(s).ok_or(line)
+        })
     };
     let a = hold();
     let _b = hold();
@@ -539,16 +529,13 @@ fn the_in_flight_limit_holds_for_notifications_and_batches() {
     c.ok("abortCompaction", json!({"sessionId": sid}));
     assert_eq!(c.wait(first, LONG).unwrap_err()["code"], -32012);
     // Once the parked work ends the slots are free again.
-    let deadline = Instant::now() + LONG;
-    loop {
+    wait_for(LONG, "the slots are free again", || {
         match c.request("checkCompaction", check.clone()) {
-            Ok(_) => break,
-            Err(e) if e["data"]["kind"] == "overloaded" && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(50))
-            }
+            Ok(_) => Ok(()),
+            Err(e) if e["data"]["kind"] == "overloaded" => Err(e.to_string()),
             Err(e) => panic!("{e}"),
         }
-    }
+    });
     stop(daemon);
 }
 
@@ -619,29 +606,7 @@ fn half_frames_that_stall_are_closed_after_the_idle_timeout() {
         };
         // The readiness probe's connection may still hold a slot for a moment on a loaded
         // machine (the daemon then refuses and closes): connect again until one is taken.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let s = loop {
-            let mut s = UnixStream::connect(&socket).unwrap();
-            if s.write_all(half).is_ok() {
-                // Taken in (read) or refused (closed, the refusal written first): either way
-                // the daemon no longer holds our bytes unread.
-                wait_until(LONG, "the daemon took or refused the half frame", || {
-                    unread_by_peer(&s) == 0
-                });
-                let mut probe = [0u8; 1];
-                s.set_nonblocking(true).unwrap();
-                let refused = std::io::Read::read(&mut s, &mut probe).is_ok();
-                s.set_nonblocking(false).unwrap();
-                if !refused {
-                    break s;
-                }
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no slot for a stalled connection"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let s = stalled_half_frame(&socket, half);
         lorises.push(s);
     }
     // The stalled ones are closed after the idle timeout (500 ms; read_to_end ends at the
@@ -775,23 +740,24 @@ fn hook_timeouts_are_capped_by_the_configuration() {
 /// bytes read and the connection not refused), retrying while a slot is still held by a
 /// connection that just closed.
 fn stalled_half_frame(socket: &Path, half: &[u8]) -> UnixStream {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let mut s = UnixStream::connect(socket).unwrap();
-        if s.write_all(half).is_ok() {
-            wait_until(LONG, "the daemon took or refused the half frame", || {
-                unread_by_peer(&s) == 0
-            });
-            if still_open(&s) {
-                return s;
+    wait_for(
+        Duration::from_secs(10),
+        "a slot for a stalled connection",
+        || {
+            let mut s = UnixStream::connect(socket).unwrap();
+            if s.write_all(half).is_ok() {
+                // Taken in (read) or refused (closed, the refusal written first): either way the
+                // daemon no longer holds our bytes unread.
+                wait_until(LONG, "the daemon took or refused the half frame", || {
+                    unread_by_peer(&s) == 0
+                });
+                if still_open(&s) {
+                    return Ok(s);
+                }
             }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no slot for a stalled connection"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+            Err(String::new())
+        },
+    )
 }
 
 /// Whether the daemon keeps `s` open with nothing written to it (a read would block).

@@ -217,13 +217,42 @@ pub fn load_case(dir: &Path) -> (SessionTree, HashMap<String, String>) {
 /// told about directly (a log line, a process's state, a socket's queue): a fixed sleep is
 /// either too short on a loaded machine or wasted time on an idle one.
 pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    wait_for(timeout, what, || condition().then_some(()).ok_or_default());
+}
+
+/// What [`wait_for`]'s attempt found when it was not there yet (printed if time runs out).
+pub trait NotYet<T> {
+    fn ok_or_default(self) -> Result<T, String>;
+}
+
+impl<T> NotYet<T> for Option<T> {
+    fn ok_or_default(self) -> Result<T, String> {
+        self.ok_or_else(String::new)
+    }
+}
+
+/// Polls `attempt` until it gives a value, as [`wait_until`] does; when `timeout` passes first,
+/// panics naming `what` and what the last attempt found (its `Err`).
+pub fn wait_for<T>(
+    timeout: Duration,
+    what: &str,
+    mut attempt: impl FnMut() -> Result<T, String>,
+) -> T {
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(1);
-    while !condition() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting until {what}"
-        );
+    loop {
+        match attempt() {
+            Ok(v) => return v,
+            Err(last) => assert!(
+                Instant::now() < deadline,
+                "timed out after {timeout:?} waiting until {what}{}",
+                if last.is_empty() {
+                    String::new()
+                } else {
+                    format!("; last seen: {last}")
+                }
+            ),
+        }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(50));
     }
