@@ -11,7 +11,8 @@
 //!    lock refuses the second), and 1/2/4 daemons with a file each. One daemon with four
 //!    clients on sessions of their own, on files and on the database (target ≥ 0.7x files);
 //!    two daemons on one session (target p99 < 5 ms). With `COMPACTD_BENCH_BASELINE_BIN` the
-//!    database rows are also measured for a binary built before the change, in the same run.
+//!    database rows, and the four-client files row of each round, are also measured for a
+//!    binary built before the change, in the same run.
 //! 2. **Cold open.** A 10 MB session opened by a daemon that has never seen it: `openSession
 //!    {path}` of the file against `openSession {headerId}` of its imported copy, median of 5
 //!    fresh daemons each.
@@ -204,9 +205,9 @@ fn postgres_appends(
 }
 
 /// `n` daemons, `clients` connections each, every connection appending to a file of its own.
-fn file_appends(n: usize, clients: usize, each: usize) -> Res<Appends> {
+fn file_appends(bin: &Path, n: usize, clients: usize, each: usize) -> Res<Appends> {
     let files = format!("[storage]\n{}", durability());
-    let ds = daemons(&bin(), n, &files)?;
+    let ds = daemons(bin, n, &files)?;
     let mut conns = Vec::new();
     for (h, d) in &ds {
         for k in 0..clients {
@@ -305,12 +306,12 @@ fn run(pg: &pg::Postgres, bench: bool) -> Res<()> {
             a.per_second, a.p50_ms, a.p99_ms
         );
     };
-    let base = file_appends(1, 1, each)?;
+    let base = file_appends(&bin(), 1, 1, each)?;
     line("files, 1 daemon (baseline)", &base);
     for n in [2, 4].into_iter().filter(|_| all) {
         line(
             &format!("files, {n} daemons, a file each"),
-            &file_appends(n, 1, each)?,
+            &file_appends(&bin(), n, 1, each)?,
         );
     }
     let mut binaries = vec![("", bin())];
@@ -348,9 +349,25 @@ fn run(pg: &pg::Postgres, bench: bool) -> Res<()> {
     let rounds = rounds(bench);
     println!("4 clients, a session each, 1 daemon: {rounds} rounds, files then the database");
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); binaries.len()];
+    let mut files_ratios = Vec::new();
     for round in 0..rounds {
-        let four = file_appends(1, 4, each)?;
+        let four = file_appends(&bin(), 1, 4, each)?;
         line(&format!("round {}: files", round + 1), &four);
+        // The change must not slow the files backend either: the binary before it on files,
+        // in the same round.
+        if let Some(before) = baseline_bin() {
+            let old = file_appends(&before, 1, 4, each)?;
+            line(
+                &format!("round {}: before the change: files", round + 1),
+                &old,
+            );
+            println!(
+                "{:<34} {:>10.2}x",
+                "  files, this change vs before",
+                four.per_second / old.per_second
+            );
+            files_ratios.push(four.per_second / old.per_second);
+        }
         let mut order: Vec<usize> = (0..binaries.len()).collect();
         if round % 2 == 1 {
             order.reverse();
@@ -363,6 +380,12 @@ fn run(pg: &pg::Postgres, bench: bool) -> Res<()> {
             println!("{:<34} {:>10.2}x", "  vs files in this round", ratio);
             ratios[i].push(ratio);
         }
+    }
+    if !files_ratios.is_empty() {
+        println!(
+            "files, 4 clients, this change vs before: median {:.2}x",
+            common::median(files_ratios.clone())
+        );
     }
     if let [before, after] = ratios.as_slice() {
         let faster = before.iter().zip(after).filter(|(b, a)| a > b).count();

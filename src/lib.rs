@@ -50,7 +50,8 @@
 //!   error codes, and the OpenRPC document generated from them.
 //! - [`config`]: the one configuration struct (TOML, typed at parse time), engine selection and
 //!   construction.
-//! - [`daemon`]: open sessions shared by connections, the method handlers, Pi's compaction
+//! - [`daemon`]: open sessions shared by connections (each session's state behind the gate its
+//!   writers pass, `gate`: no synchronous lock held across an awaited write), the method handlers, Pi's compaction
 //!   lifecycle (one compaction runner) and its pure automatic decision, events, hooks, settings
 //!   files, tree navigation, the beyond-Pi lanes (speculative compaction, pins, undo/edit, the
 //!   thrash breaker, history recall, spend), when a speculation starts (`speculation_lead`:

@@ -481,19 +481,13 @@ fn events_reach_subscribers_on_every_daemon() {
     assert_eq!(end["params"]["sessionId"], sid_b.as_str());
     assert_eq!(end["params"]["result"]["summary"], result["summary"]);
     // And b reads the compaction in: its context now starts with the summary.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    support::wait_for(Duration::from_secs(10), "b reads a's compaction in", || {
         let ctx = cb.ok("getContext", json!({"sessionId": sid_b}));
-        if ctx["messages"][0]["role"] == "compactionSummary" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "b never read a's compaction in: {}",
-            ctx["messages"][0]
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        let first = &ctx["messages"][0];
+        (first["role"] == "compactionSummary")
+            .then_some(())
+            .ok_or(first.to_string())
+    });
 }
 
 /// A server that refuses the connection says why in the error (its own `FATAL`), and the error
@@ -749,6 +743,23 @@ fn a_rejected_create_loses_no_other_sessions_appends() {
     }
 }
 
+/// A psql session holding the append lock of `header` (the lock another daemon takes to append
+/// after a lost race; advisory locks of a session and of a transaction share one space), once
+/// the server granted it; dropping it lets go.
+fn hold_append_lock(pg: &Postgres, header: &str) -> support::postgres::Session {
+    let mut holder = pg.session();
+    holder.send(&format!(
+        "SELECT pg_advisory_lock(hashtextextended('compactd-append:default/{header}', 0));"
+    ));
+    support::wait_until(Duration::from_secs(10), "psql holds the lock", || {
+        pg.psql(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+               AND pid <> pg_backend_pid()",
+        ) == "1"
+    });
+    holder
+}
+
 /// A session whose append lock is held elsewhere (another daemon appending after a lost race)
 /// holds up no other session's appends (as it would if appends shared one connection and
 /// queued behind the waiting one): the held session's append waits for the lock, then lands in
@@ -768,17 +779,7 @@ fn a_held_append_lock_holds_up_no_other_sessions_appends() {
         "appendMessage",
         json!({"sessionId": held_sid, "message": user("before")}),
     );
-    // The lock another daemon takes to append after a lost race (advisory locks of a session
-    // and of a transaction share one space).
-    let mut holder = pg.session();
-    holder.send(&format!(
-        "SELECT pg_advisory_lock(hashtextextended('compactd-append:default/{held_header}', 0));"
-    ));
-    let granted = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-           AND pid <> pg_backend_pid()";
-    support::wait_until(Duration::from_secs(10), "psql holds the lock", || {
-        pg.psql(granted) == "1"
-    });
+    let holder = hold_append_lock(&pg, &held_header);
     let waiting = std::thread::spawn(move || {
         held_client.ok(
             "appendMessage",
@@ -821,6 +822,93 @@ fn a_held_append_lock_holds_up_no_other_sessions_appends() {
     assert_eq!(texts(&held_header), ["before", "while held"]);
     let want: Vec<String> = (0..20).map(|i| format!("free {i}")).collect();
     assert_eq!(texts(&free_header), want);
+}
+
+/// An append whose write waits on the database keeps its turn at the session's gate but not the
+/// session's state (`daemon::gate`): readers of the session are answered meanwhile, from the
+/// state before the append, and a second append to it waits its turn and lands after it.
+#[test]
+fn an_append_waiting_on_the_database_holds_up_no_reader_and_keeps_its_turn() {
+    let test = "an_append_waiting_on_the_database_holds_up_no_reader_and_keeps_its_turn";
+    let Some(pg) = Postgres::start(test) else {
+        return;
+    };
+    let d = Daemon::start(&pg, "");
+    let mut first = d.client();
+    let (sid, header) = create(&mut first, d.env.dir.path());
+    first.ok(
+        "appendMessage",
+        json!({"sessionId": sid, "message": user("before")}),
+    );
+    let mut reader = d.client();
+    let usage_before = reader.ok("getContextUsage", json!({"sessionId": sid}));
+    let holder = hold_append_lock(&pg, &header);
+    let waiting_on_lock =
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted";
+    let sid_first = sid.clone();
+    let held = std::thread::spawn(move || {
+        first.ok(
+            "appendMessage",
+            json!({"sessionId": sid_first, "message": user("while held")}),
+        )
+    });
+    support::wait_until(
+        Duration::from_secs(10),
+        "the append waits for the session's lock in the database",
+        || pg.psql(waiting_on_lock) == "1",
+    );
+    // Readers of the same session answer while its append waits on the server.
+    let sid_reader = sid.clone();
+    let reads = std::thread::spawn(move || {
+        let should = reader.ok("shouldCompact", json!({"sessionId": sid_reader}));
+        let usage = reader.ok("getContextUsage", json!({"sessionId": sid_reader}));
+        (reader, should, usage)
+    });
+    support::wait_until(
+        Duration::from_secs(10),
+        "shouldCompact and getContextUsage answer while the append waits",
+        || reads.is_finished(),
+    );
+    let (mut reader, should, usage) = reads.join().expect("the reader");
+    assert_eq!(should["shouldCompact"], json!(false), "{should}");
+    assert_eq!(
+        usage, usage_before,
+        "the reader sees the session as before the unacknowledged append"
+    );
+    // A second append to the session waits for the first one's turn.
+    let mut second = d.client();
+    let sid_second = sid.clone();
+    let after = std::thread::spawn(move || {
+        second.ok(
+            "appendMessage",
+            json!({"sessionId": sid_second, "message": user("after")}),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!held.is_finished(), "the first append waits for the lock");
+    assert!(!after.is_finished(), "the second append waits its turn");
+    drop(holder);
+    let held_entry = held.join().expect("the first writer");
+    let after_entry = after.join().expect("the second writer");
+    let lines = lines_of(&export(&d.env, &header));
+    let texts: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["message"]["content"].as_str())
+        .collect();
+    assert_eq!(texts, ["before", "while held", "after"]);
+    let after_line = lines
+        .iter()
+        .find(|l| l["id"] == after_entry["entryId"])
+        .expect("the second append is stored");
+    assert_eq!(
+        after_line["parentId"], held_entry["entryId"],
+        "the second append lands under the first: {after_line}"
+    );
+    let usage_after = reader.ok("getContextUsage", json!({"sessionId": sid}));
+    assert!(
+        usage_after["tokens"].as_f64() > usage_before["tokens"].as_f64(),
+        "both appends count once they are answered: {usage_before} then {usage_after}"
+    );
 }
 
 /// Appends of many sessions at once, which one daemon gathers into shared statements: every

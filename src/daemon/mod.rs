@@ -11,6 +11,7 @@
 pub mod activity;
 pub mod auto_check;
 pub mod connections;
+pub mod gate;
 pub mod handlers;
 pub mod history;
 pub mod lifecycle;
@@ -49,7 +50,8 @@ use session::SessionState;
 pub struct Session {
     pub id: String,
     pub location: SessionRef,
-    pub state: Mutex<SessionState>,
+    /// The state, behind the gate its writers pass (`gate`).
+    pub state: gate::SessionLock,
     /// The running compaction or branch summary, if any (Pi's abort controllers).
     pub running: Mutex<Option<CancellationToken>>,
     /// Held for the whole of a compaction / branch summary: waiting on it waits for the end.
@@ -65,24 +67,22 @@ pub struct Session {
     holders: Mutex<HashSet<ConnId>>,
 }
 
-/// How long [`Session::lock_state`] waits on an async worker before handing the worker's other
-/// tasks on (requests hold the lock for microseconds; storage I/O for longer).
-const SHORT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
-
 impl Session {
-    /// The session's state. Its holder may be doing storage I/O (inside `cpu::blocking`, so
-    /// its worker's other tasks move on); a caller that has to wait longer than a request
-    /// normally holds the lock waits the same way, so no async worker is ever stuck on a
-    /// session another request is writing. A short wait (many clients reading one session at
-    /// once) just waits: handing the worker's tasks to another thread costs more than it saves.
-    pub fn lock_state(&self) -> parking_lot::MutexGuard<'_, SessionState> {
-        if let Some(guard) = self.state.try_lock() {
-            return guard;
-        }
-        match self.state.try_lock_for(SHORT_LOCK_WAIT) {
-            Some(guard) => guard,
-            None => crate::cpu::blocking(|| self.state.lock()),
-        }
+    /// The session's state, for a caller that may write it: its turn at the session's gate,
+    /// then the state ([`gate::SessionLock::lock`]).
+    pub fn lock_state(&self) -> gate::StateGuard<'_> {
+        self.state.lock()
+    }
+
+    /// [`Session::lock_state`], awaiting the turn at the gate without holding a thread.
+    pub async fn lock_state_async(&self) -> gate::StateGuard<'_> {
+        self.state.lock_async().await
+    }
+
+    /// The state for a caller that only reads it; it does not wait for an append whose write
+    /// is travelling ([`gate::SessionLock::read`]).
+    pub fn read_state(&self) -> gate::ReadGuard<'_> {
+        self.state.read()
     }
 
     pub fn is_compacting(&self) -> bool {
@@ -207,7 +207,7 @@ impl Daemon {
         session: &Session,
         settings: &settings::EffectiveSettings,
     ) -> Result<Arc<SummaryEngine>, RpcError> {
-        let model = session.lock_state().model.clone();
+        let model = session.read_state().model.clone();
         let engine = self.engine_for(model.as_ref())?;
         Ok(engine.with_retry(&settings.retry))
     }
@@ -224,7 +224,7 @@ impl Daemon {
     /// (`provider/model` or `extractive`); `None` for an unknown session or a missing key.
     pub fn engine_label(&self, session_id: &str) -> Option<String> {
         let session = self.session(session_id).ok()?;
-        let model = session.lock_state().model.clone();
+        let model = session.read_state().model.clone();
         self.engine_for(model.as_ref()).ok().map(|e| e.label())
     }
 
@@ -390,7 +390,7 @@ impl Daemon {
     /// copy the header `cwd` and the overrides, never while reading files.
     pub fn session_settings(&self, session: &Session) -> settings::EffectiveSettings {
         let (cwd, overrides, rules, model) = {
-            let state = session.lock_state();
+            let state = session.read_state();
             (
                 state.cwd().map(PathBuf::from),
                 state.overrides.clone(),
@@ -486,7 +486,7 @@ impl Daemon {
         let session = Arc::new(Session {
             id: id.clone(),
             location: location.clone(),
-            state: Mutex::new(state),
+            state: gate::SessionLock::new(state),
             running: Mutex::new(None),
             slot: tokio::sync::Mutex::new(()),
             navigating: std::sync::atomic::AtomicBool::new(false),

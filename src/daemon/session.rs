@@ -75,6 +75,22 @@ pub struct SessionState {
 /// (`cpu::discard`): the last holder of a 100 MB session may be an async worker (a
 /// `closeSession`, a disconnect). The storage (its file lock) is released here, at once, so the
 /// path can be opened again right away.
+/// What [`SessionState::begin_append`] did.
+pub enum Begun {
+    /// Written at once: the entry's index.
+    Written(usize),
+    /// The write travels: await `first`, then [`SessionState::land_append`].
+    Travelling(Travelling),
+}
+
+/// An append whose first try is on its way to the storage.
+pub struct Travelling {
+    pub entry: Entry,
+    /// The leaf it was built under.
+    pub parent: Option<String>,
+    pub first: crate::store::FirstTry,
+}
+
 impl Drop for SessionState {
     fn drop(&mut self) {
         if self.tree.len() < DISCARD_ON_REAPER_ENTRIES {
@@ -646,27 +662,44 @@ impl SessionState {
         self.write_entry(e, parent.as_deref(), false)
     }
 
-    /// [`SessionState::append_as`] for a caller that can await: where the storage's write
-    /// travels (the database), its first try is awaited rather than waited for on a thread,
-    /// so a request waiting on the database holds none of the daemon's workers. The rest
-    /// (after another writer won the first try, or a storage that writes at once) is
-    /// [`SessionState::append_as`]'s own.
-    pub async fn append_awaiting(
+    /// The first half of [`SessionState::append_as`] for a caller that can await: where the
+    /// storage's write travels (the database), the entry is built and its first try started,
+    /// and the caller awaits it with the state let go ([`super::gate`]), then lands it with
+    /// [`SessionState::land_append`]. A storage that writes at once writes here
+    /// ([`Begun::Written`]).
+    pub fn begin_append(
         &mut self,
         chosen: Option<&str>,
         build: impl FnOnce(&str, Option<&str>, &str) -> Value,
-    ) -> Result<usize, RpcError> {
+    ) -> Result<Begun, RpcError> {
         let (e, parent) = self.entry_to_append(chosen, build)?;
         if self.persisted {
             if let Some(first) = self.storage.first_try(&e).map_err(store_error)? {
-                let Some(head) = first.await.map_err(store_error)? else {
-                    return self.write_entry(e, parent.as_deref(), true);
-                };
-                self.storage.first_try_landed(head);
-                return Ok(self.record(e));
+                return Ok(Begun::Travelling(Travelling {
+                    entry: e,
+                    parent,
+                    first,
+                }));
             }
         }
         self.write_entry(e, parent.as_deref(), false)
+            .map(Begun::Written)
+    }
+
+    /// The second half: records the entry whose first try `landed` (`Some(head)`), or, when
+    /// another writer won it, appends it after that writer's lines as
+    /// [`SessionState::append_as`] does.
+    pub fn land_append(
+        &mut self,
+        entry: Entry,
+        parent: Option<&str>,
+        landed: Result<Option<i64>, StoreError>,
+    ) -> Result<usize, RpcError> {
+        let Some(head) = landed.map_err(store_error)? else {
+            return self.write_entry(entry, parent, true);
+        };
+        self.storage.first_try_landed(head);
+        Ok(self.record(entry))
     }
 
     /// The entry `build` makes under the current leaf (after the storage read what it must
@@ -1020,17 +1053,61 @@ pub fn store_error(e: StoreError) -> RpcError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
+impl SessionState {
+    /// An empty session whose writes all go to `storage`, as if its file existed: for the
+    /// tests of the layers above.
+    pub(crate) fn persisted_for_tests(storage: Box<dyn SessionStorage>) -> SessionState {
+        let mut s = SessionState::deferred(
+            storage,
+            crate::session::new_header("/"),
+            None,
+            "off".into(),
+            PiVersion::V1_6,
+        );
+        s.persisted = true;
+        s
+    }
+}
 
-    /// Storage that writes nothing: the append path without a file.
+/// Storage for tests that writes nothing.
+#[cfg(test)]
+pub(crate) mod test_storage {
+    use super::*;
+
+    /// Writes nothing: the append path without a file. With `travel`, its first try is a
+    /// write that travels (as to a database) until the test lets it land.
     #[derive(Debug)]
-    struct NoFile(SessionRef);
+    pub(crate) struct NoFile {
+        location: SessionRef,
+        travel: Option<Travel>,
+    }
+
+    /// A first try that tells `left` when it leaves and lands when `land` is answered.
+    #[derive(Debug)]
+    pub(crate) struct Travel {
+        pub left: std::sync::Arc<tokio::sync::Notify>,
+        pub land: tokio::sync::oneshot::Receiver<()>,
+    }
+
+    impl NoFile {
+        pub(crate) fn new() -> NoFile {
+            NoFile {
+                location: SessionRef::for_tests("s.jsonl"),
+                travel: None,
+            }
+        }
+
+        pub(crate) fn travelling(travel: Travel) -> NoFile {
+            NoFile {
+                travel: Some(travel),
+                ..NoFile::new()
+            }
+        }
+    }
 
     impl SessionStorage for NoFile {
         fn location(&self) -> &SessionRef {
-            &self.0
+            &self.location
         }
         fn catch_up(&mut self, _into: &mut Vec<u8>) -> Result<(), StoreError> {
             Ok(())
@@ -1045,6 +1122,22 @@ mod tests {
         ) -> Result<Option<Entry>, StoreError> {
             Ok(None)
         }
+        fn first_try(
+            &mut self,
+            _entry: &Entry,
+        ) -> Result<Option<crate::store::FirstTry>, StoreError> {
+            let Some(travel) = self.travel.take() else {
+                return Ok(None);
+            };
+            travel.left.notify_one();
+            Ok(Some(Box::pin(async move {
+                travel
+                    .land
+                    .await
+                    .map_err(|_| StoreError::Unavailable("the test let go".into()))?;
+                Ok(Some(1))
+            })))
+        }
         fn create(&mut self, _header: &Value, _entries: &[&Entry]) -> Result<(), StoreError> {
             Ok(())
         }
@@ -1052,6 +1145,13 @@ mod tests {
             Err(StoreError::Unavailable("no file".into()))
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_storage::NoFile;
+    use super::*;
+    use serde_json::json;
 
     /// Closed sessions are freed on the thread that drops them: once enough is free, the reaper
     /// is asked, once, to hand it back (a daemon opening and closing small sessions grew
@@ -1060,7 +1160,7 @@ mod tests {
     fn dropped_sessions_ask_the_reaper_once_enough_is_free() {
         let session = || {
             SessionState::deferred(
-                Box::new(NoFile(SessionRef::for_tests("s.jsonl"))),
+                Box::new(NoFile::new()),
                 crate::session::new_header("/"),
                 None,
                 "off".into(),
@@ -1086,7 +1186,7 @@ mod tests {
     #[test]
     fn only_an_append_that_left_memory_free_asks_the_reaper() {
         let mut s = SessionState::deferred(
-            Box::new(NoFile(SessionRef::for_tests("s.jsonl"))),
+            Box::new(NoFile::new()),
             crate::session::new_header("/"),
             None,
             "off".into(),

@@ -55,7 +55,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use parking_lot::Mutex;
@@ -240,8 +240,9 @@ pub struct Database {
     /// Events to publish, in order (one publisher task drains it).
     outbox: tokio::sync::mpsc::UnboundedSender<(String, String, String)>,
     outbox_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, String, String)>>>,
-    /// Idle connections for exclusive appends (kept, so a lost race costs no new connection).
-    spare: Mutex<Vec<Arc<Client>>>,
+    /// Idle connections for exclusive appends (kept, so a lost race costs no new connection
+    /// and no statement preparation).
+    spare: Mutex<Vec<Spare>>,
     /// `[storage] durability`, mapped onto each write's commit (see [`Commit`]).
     durability: Durability,
     /// The queue of first tries that share statements ([`Database::append_gathered`]), and
@@ -1154,6 +1155,17 @@ fn insert_error(e: tokio_postgres::Error, header_id: &str) -> StoreError {
     }
 }
 
+/// Takes the session's append lock for the rest of the transaction (the exclusive append
+/// after a lost race, [`StoredSession::append_locked`]).
+const LOCK_APPENDS: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $2 || '/' || $1, 0))";
+
+/// How long after another daemon last appended beside this one (it won a first try, or the
+/// lock found its lines) a session's appends go under the append lock at once
+/// ([`StoredSession::append`]): races between daemons come in runs (both appending to one
+/// session), and in a run every other optimistic try is lost.
+const RACING_FOR: Duration = Duration::from_secs(1);
+
 /// Every line of a session after a seq, in order.
 const LINES_AFTER: &str = "SELECT seq, line FROM compactd_entries
      WHERE namespace = $3 AND header_id = $1 AND seq > $2 ORDER BY seq";
@@ -1286,32 +1298,44 @@ async fn catch_up_events(
     Ok(out)
 }
 
-/// The connection one statement of a stored session runs on.
-enum Conn {
-    Pooled(Box<Pooled>),
-    /// The session's exclusive append transaction.
-    Exclusive(Arc<Client>),
+/// A connection of its own for the appends after a lost race (a transaction holding the
+/// session's append lock, [`StoredSession::append_locked`]), with the statements that path
+/// runs prepared on it once: under the lock, every round trip is one the other daemons wait
+/// for.
+struct Spare {
+    client: Client,
+    lock: tokio_postgres::Statement,
+    lines: tokio_postgres::Statement,
+    append_or_read: tokio_postgres::Statement,
 }
 
-impl Conn {
-    /// `sql` prepared on this connection: once per pooled connection (the pool's statement
-    /// cache), each time on an exclusive one (the rare path after a lost race).
-    async fn prepare(&self, sql: &str) -> Result<tokio_postgres::Statement, StoreError> {
-        match self {
-            Conn::Pooled(c) => c.prepare_cached(sql).await,
-            Conn::Exclusive(c) => c.prepare(sql).await,
+impl Spare {
+    /// An idle spare connection of `db`, else a new one (on the database's runtime).
+    async fn take(db: &Database) -> Result<Spare, StoreError> {
+        let kept = {
+            let mut spare = db.spare.lock();
+            spare.retain(|s| !s.client.is_closed());
+            spare.pop()
+        };
+        if let Some(s) = kept {
+            return Ok(s);
         }
-        .map_err(unavailable)
-    }
-}
-
-impl std::ops::Deref for Conn {
-    type Target = Client;
-    fn deref(&self) -> &Client {
-        match self {
-            Conn::Pooled(c) => c,
-            Conn::Exclusive(c) => c,
-        }
+        let (client, connection) = Database::connect_raw(&db.config).await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let (lock, lines, append_or_read) = tokio::try_join!(
+            client.prepare(LOCK_APPENDS),
+            client.prepare(LINES_AFTER),
+            client.prepare(APPEND_OR_READ),
+        )
+        .map_err(unavailable)?;
+        Ok(Spare {
+            client,
+            lock,
+            lines,
+            append_or_read,
+        })
     }
 }
 
@@ -1325,9 +1349,8 @@ pub struct StoredSession {
     head: i64,
     /// False until the session row exists (a new session before its first write).
     exists: bool,
-    /// While the daemon catches up and appends after a lost race: a connection of its own in a
-    /// transaction holding the session's append lock.
-    exclusive: Option<Arc<Client>>,
+    /// When another daemon last won a first try of this session ([`StoredSession::racing`]).
+    raced_at: Option<Instant>,
 }
 
 impl StoredSession {
@@ -1339,21 +1362,14 @@ impl StoredSession {
             location: name(header_id),
             head: 0,
             exists: false,
-            exclusive: None,
+            raced_at: None,
         }
     }
 
-    /// The connection the next statement runs on: the exclusive transaction's, else one of
-    /// the pool's for this statement alone.
-    fn client_for(&self) -> impl Future<Output = Result<Conn, StoreError>> + Send + 'static {
+    /// A connection of the pool for the next statement.
+    fn client_for(&self) -> impl Future<Output = Result<Pooled, StoreError>> + Send + 'static {
         let db = self.db.clone();
-        let exclusive = self.exclusive.clone();
-        async move {
-            match exclusive {
-                Some(c) => Ok(Conn::Exclusive(c)),
-                None => db.client().await.map(|c| Conn::Pooled(Box::new(c))),
-            }
-        }
+        async move { db.client().await }
     }
 
     /// The stored session `header_id` as read (`stored`): its tree and the storage that
@@ -1390,10 +1406,13 @@ impl SessionStorage for StoredSession {
         let head = self.head;
         let (lines, new_head) = self.db.block_on(async move {
             let client = client.await?;
-            let statement = client.prepare(LINES_AFTER).await?;
+            let statement = client
+                .prepare_cached(LINES_AFTER)
+                .await
+                .map_err(unavailable)?;
             let mut lines = Vec::new();
             let new_head = lines_after(
-                &*client, &statement, &namespace, &header_id, head, &mut lines,
+                &**client, &statement, &namespace, &header_id, head, &mut lines,
             )
             .await?;
             Ok::<_, StoreError>((lines, new_head))
@@ -1408,15 +1427,20 @@ impl SessionStorage for StoredSession {
         Ok(())
     }
 
-    /// The optimistic insert; on a lost race, the session's append lock is held (a
-    /// transaction on a connection of its own, which every other daemon's append waits for)
-    /// while the winner's lines are read, `rebase` re-parents the entry, and it is inserted
-    /// again: the race cannot be lost twice.
+    /// The optimistic insert; on a lost race, the winner's lines are read, `rebase` re-parents
+    /// the entry, and it is tried once more; lost twice, it is appended under the session's
+    /// append lock, where it cannot be lost. While another daemon appends to the session
+    /// ([`StoredSession::racing`]), every append goes under the lock at once: two round trips
+    /// that read what the other daemon wrote, instead of optimistic tries of which every other
+    /// one is lost (a try, a read, a retry, and often the lock after all).
     fn append(
         &mut self,
         entry: &Entry,
         rebase: &mut Rebase<'_>,
     ) -> Result<Option<Entry>, StoreError> {
+        if self.racing() {
+            return self.append_locked(Vec::new(), rebase).map(Some);
+        }
         if self.insert(entry, true)? == Insert::Done {
             return Ok(None);
         }
@@ -1424,42 +1448,25 @@ impl SessionStorage for StoredSession {
     }
 
     /// Another daemon appended since this one last read: its lines are read in and the entry
-    /// tried once more at the new head, before taking the append lock.
+    /// tried once more at the new head; lost again, it is appended under the session's append
+    /// lock ([`StoredSession::append_locked`]).
     fn append_after_lost(
         &mut self,
         _entry: &Entry,
         rebase: &mut Rebase<'_>,
     ) -> Result<Option<Entry>, StoreError> {
+        self.raced_at = Some(Instant::now());
         let mut lines = Vec::new();
         self.catch_up(&mut lines)?;
-        let rebased = rebase(&lines)?;
-        // Lost again: what won this time is read in under the lock, with whatever came after.
-        let mut won = match self.insert(&rebased, false)? {
-            Insert::Done => return Ok(Some(rebased)),
-            Insert::Lost(lines) => lines,
-        };
-        self.hold(true)?;
-        let location = location(&self.header_id);
-        let mut retry = || {
-            let mut lines = std::mem::take(&mut won);
-            self.catch_up(&mut lines)?;
-            let rebased = rebase(&lines)?;
-            match self.insert(&rebased, false)? {
-                Insert::Done => Ok::<_, StoreError>(rebased),
-                // Nobody else appends while the lock is held.
-                Insert::Lost(_) => Err(StoreError::Conflict(location.clone())),
-            }
-        };
-        let retried = retry();
-        let released = self.hold(false);
-        let rebased = retried?;
-        released?;
-        Ok(Some(rebased))
+        self.retry_after(lines, rebase).map(Some)
     }
 
     /// The first try shares a statement with other sessions' ([`Database::append_gathered`]),
     /// awaited.
     fn first_try(&mut self, entry: &Entry) -> Result<Option<FirstTry>, StoreError> {
+        if self.racing() {
+            return Ok(None);
+        }
         let Some(row) = self.gatherable(entry)? else {
             return Ok(None);
         };
@@ -1509,51 +1516,100 @@ impl SessionStorage for StoredSession {
 }
 
 impl StoredSession {
-    /// Begins (`true`) or ends (`false`, committing) the exclusive transaction: a connection of
-    /// its own, `BEGIN`, and the session's append lock, which every other daemon's append waits
-    /// for. Ending it without a transaction is a no-op.
-    fn hold(&mut self, on: bool) -> Result<(), StoreError> {
-        let db = self.db.clone();
-        if !on {
-            let Some(client) = self.exclusive.take() else {
-                return Ok(());
-            };
-            return self.db.block_on(async move {
-                client.batch_execute("COMMIT").await.map_err(unavailable)?;
-                db.spare.lock().push(client);
-                Ok(())
-            });
+    /// Whether another daemon won one of this session's first tries within [`RACING_FOR`].
+    fn racing(&self) -> bool {
+        self.raced_at.is_some_and(|t| t.elapsed() < RACING_FOR)
+    }
+
+    /// The entry re-parented after the lines `won` (what another writer appended since this
+    /// daemon's head) and tried once more; lost again, appended under the append lock.
+    fn retry_after(&mut self, won: Vec<u8>, rebase: &mut Rebase<'_>) -> Result<Entry, StoreError> {
+        let rebased = rebase(&won)?;
+        match self.insert(&rebased, false)? {
+            Insert::Done => Ok(rebased),
+            Insert::Lost(won) => self.append_locked(won, rebase),
         }
+    }
+
+    /// The append after a race lost twice, which cannot be lost again: on a connection of its
+    /// own, a transaction takes the session's append lock (every other daemon's append waits
+    /// for it), the lines after `won` (what the lost try returned) are read, `rebase`
+    /// re-parents the entry, and it is inserted and committed. Two round trips under the lock,
+    /// each pipelined (`BEGIN`, the lock and the read; the insert and `COMMIT`), on statements
+    /// the connection prepared once: the other daemons wait for nothing more. A connection an
+    /// error leaves in doubt is dropped (the server then rolls its transaction back).
+    fn append_locked(
+        &mut self,
+        mut won: Vec<u8>,
+        rebase: &mut Rebase<'_>,
+    ) -> Result<Entry, StoreError> {
+        let db = self.db.clone();
         let header_id = self.header_id.clone();
-        let namespace = self.db.namespace.clone();
-        let client = self.db.block_on(async move {
-            let spare = {
-                let mut pool = db.spare.lock();
-                pool.retain(|c| !c.is_closed());
-                pool.pop()
-            };
-            let client = match spare {
-                Some(c) => c,
-                None => {
-                    let (client, connection) = Database::connect_raw(&db.config).await?;
-                    tokio::spawn(async move {
-                        let _ = connection.await;
-                    });
-                    Arc::new(client)
-                }
-            };
-            client.batch_execute("BEGIN").await.map_err(unavailable)?;
-            client
-                .execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended('compactd-append:' || $2 || '/' || $1, 0))",
-                    &[&header_id, &namespace],
-                )
-                .await
-                .map_err(unavailable)?;
-            Ok::<_, StoreError>(client)
+        let head = self.head;
+        let (spare, rows) = self.db.block_on(async move {
+            let spare = Spare::take(&db).await?;
+            let c = &spare.client;
+            let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
+                [&header_id, &db.namespace];
+            let lines_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                [&header_id, &head, &db.namespace];
+            let (began, locked, read) = tokio::join!(
+                c.batch_execute("BEGIN"),
+                c.execute(&spare.lock, &lock_params),
+                c.query(&spare.lines, &lines_params),
+            );
+            let rows = began.and(locked).and(read).map_err(unavailable)?;
+            Ok::<_, StoreError>((spare, rows))
         })?;
-        self.exclusive = Some(client);
-        Ok(())
+        if !rows.is_empty() {
+            // Another daemon still appends to the session.
+            self.raced_at = Some(Instant::now());
+        }
+        for r in rows {
+            self.head = self.head.max(r.get(0));
+            let line: &[u8] = r.get(1);
+            won.extend_from_slice(line);
+            won.push(b'\n');
+        }
+        // A refused re-parenting (the leaf moved off the branch) drops the connection, which
+        // ends its transaction.
+        let rebased = rebase(&won)?;
+        let row = EntryRow::of(&rebased)?;
+        row.storable()?;
+        let set = Commit::of(
+            self.db.durability,
+            self.db.durability.syncs_entry(rebased.kind),
+        )
+        .set_local();
+        let db = self.db.clone();
+        let header_id = self.header_id.clone();
+        let seq = self.head + 1;
+        let rows = self.db.block_on(async move {
+            let c = &spare.client;
+            let header: &str = &header_id;
+            let namespace: &str = &db.namespace;
+            let params = row.params(&namespace, &header, &seq);
+            // A failed insert makes the COMMIT a rollback.
+            let (was_set, inserted, committed) = tokio::join!(
+                async {
+                    match set {
+                        Some(set) => c.batch_execute(set).await,
+                        None => Ok(()),
+                    }
+                },
+                c.query(&spare.append_or_read, &params),
+                c.batch_execute("COMMIT"),
+            );
+            was_set.and(committed).map_err(unavailable)?;
+            let rows = inserted.map_err(|e| insert_error(e, &header_id))?;
+            db.spare.lock().push(spare);
+            Ok::<_, StoreError>(rows)
+        })?;
+        match self.landed(rows, seq, false) {
+            Insert::Done => Ok(rebased),
+            // Nobody else appends while the lock is held.
+            Insert::Lost(_) => Err(StoreError::Conflict(location(&self.header_id))),
+        }
     }
 
     /// The row of `entry`'s first try when it may share a statement with other sessions'
@@ -1564,7 +1620,7 @@ impl StoredSession {
             self.db.durability,
             self.db.durability.syncs_entry(entry.kind),
         );
-        if self.exclusive.is_some() || commit.set_local().is_some() {
+        if commit.set_local().is_some() {
             return Ok(None);
         }
         let row = EntryRow::of(entry)?;
@@ -1599,7 +1655,7 @@ impl StoredSession {
         let sql = if first { APPEND_ENTRY } else { APPEND_OR_READ };
         let rows = self.db.block_on(async move {
             let client = client.await?;
-            let statement = client.prepare(sql).await?;
+            let statement = client.prepare_cached(sql).await.map_err(unavailable)?;
             let header: &str = &header_id;
             let namespace: &str = &namespace;
             insert_on(
@@ -1611,16 +1667,21 @@ impl StoredSession {
             .await
             .map_err(|e| insert_error(e, &header_id))
         })?;
-        if first {
-            if rows.is_empty() {
-                return Ok(Insert::Lost(Vec::new()));
-            }
+        Ok(self.landed(rows, seq, first))
+    }
+
+    /// What the insert at `seq` answered: [`APPEND_ENTRY`]'s (`first`: a row when inserted)
+    /// or [`APPEND_OR_READ`]'s (whether inserted, else the winner's lines), with the head moved
+    /// past what it learned.
+    fn landed(&mut self, rows: Vec<tokio_postgres::Row>, seq: i64, first: bool) -> Insert {
+        let inserted = if first {
+            !rows.is_empty()
+        } else {
+            rows.first().is_some_and(|r| r.get::<_, bool>(0))
+        };
+        if inserted {
             self.head = seq;
-            return Ok(Insert::Done);
-        }
-        if rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
-            self.head = seq;
-            return Ok(Insert::Done);
+            return Insert::Done;
         }
         let mut lines = Vec::new();
         for r in rows {
@@ -1629,7 +1690,7 @@ impl StoredSession {
             lines.extend_from_slice(line);
             lines.push(b'\n');
         }
-        Ok(Insert::Lost(lines))
+        Insert::Lost(lines)
     }
 }
 
@@ -1642,34 +1703,27 @@ enum Insert {
     Lost(Vec<u8>),
 }
 
-/// [`APPEND_ENTRY`] or [`APPEND_OR_READ`] (`statement`, prepared on `client`) with `params`, committed as `commit`
-/// says: on the connection's default in autocommit or in the exclusive transaction, else in a
+/// [`APPEND_ENTRY`] or [`APPEND_OR_READ`] (`statement`, prepared on `client`) with `params`,
+/// committed as `commit` says: on the connection's default in autocommit, else in a
 /// transaction of its own that sets the commit first.
 async fn insert_on(
-    client: &Conn,
+    client: &Client,
     statement: &tokio_postgres::Statement,
     commit: Commit,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
 ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
-    match (commit.set_local(), client) {
-        (None, _) => client.query(statement, params).await,
-        // In the exclusive transaction: its commit waits for the flush.
-        (Some(set), Conn::Exclusive(c)) => {
-            c.batch_execute(set).await?;
-            client.query(statement, params).await
-        }
-        // A transaction of its own, pipelined: one round trip as for any append. A failed
-        // insert makes the COMMIT a rollback.
-        (Some(set), Conn::Pooled(c)) => {
-            let begin = format!("BEGIN; {set}");
-            let (began, rows, committed) = tokio::join!(
-                c.batch_execute(&begin),
-                client.query(statement, params),
-                c.batch_execute("COMMIT"),
-            );
-            began.and(rows).and_then(|rows| committed.map(|()| rows))
-        }
-    }
+    let Some(set) = commit.set_local() else {
+        return client.query(statement, params).await;
+    };
+    // Pipelined: one round trip as for any append. A failed insert makes the COMMIT a
+    // rollback.
+    let begin = format!("BEGIN; {set}");
+    let (began, rows, committed) = tokio::join!(
+        client.batch_execute(&begin),
+        client.query(statement, params),
+        client.batch_execute("COMMIT"),
+    );
+    began.and(rows).and_then(|rows| committed.map(|()| rows))
 }
 
 /// The header id a stored session's location names.

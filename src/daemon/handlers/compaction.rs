@@ -31,7 +31,7 @@ pub fn should_compact(ctx: &Ctx, p: ShouldCompactParams) -> Result<ShouldCompact
             let session = ctx.daemon.session(id)?;
             let all = ctx.daemon.session_settings(&session);
             let s = all.compaction;
-            let state = session.lock_state();
+            let state = session.read_state();
             if state.model.is_none() {
                 return Err(RpcError::new(
                     ErrorKind::NoModel,
@@ -79,7 +79,7 @@ pub fn preview_compaction(
     let engine = ctx.daemon.session_engine(&session, &all_settings).ok();
     let clearing =
         crate::daemon::lifecycle::clearing::preview(&ctx.daemon, &session, &all_settings);
-    let state = session.lock_state();
+    let state = session.read_state();
     let view = state.view();
     let plan = match plan_compaction(state.rules, &view, &state.index, &settings) {
         Ok(p) => p,

@@ -62,13 +62,10 @@ fn already_appended(
     Ok(Some(appended(state, idx)))
 }
 
-/// Awaited ([`crate::rpc::methods::Run::Awaited`]): the session stays locked across the
-/// storage's write, as for any append, but a write that travels (the database) is awaited
-/// without holding a worker thread. Holding the lock across that await is the point (a
-/// session's appends are serialized), and safe: what is awaited runs on the database's own
-/// runtime and never takes a session's lock, and another request for this session waits for
-/// the lock as it waits for any append (`Session::lock_state`, off the async workers).
-#[allow(clippy::await_holding_lock)]
+/// Awaited ([`crate::rpc::methods::Run::Awaited`]): the append waits for its turn at the
+/// session's gate and, where its write travels (the database), awaits the write holding the
+/// turn but not the state ([`crate::daemon::gate`]): a session's appends stay serialized, no
+/// thread waits on the server, and readers of the session are not held up by it.
 pub async fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendResult, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let Value::Object(mut message) = p.message else {
@@ -95,7 +92,7 @@ pub async fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendR
         .get("stopReason")
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let mut state = session.lock_state();
+    let mut state = session.lock_state_async().await;
     session.writable()?;
     // A retry is the same message: every field as sent (the timestamp the daemon filled in
     // aside, which differs between tries).
@@ -113,11 +110,12 @@ pub async fn append_message(ctx: &Ctx, p: AppendMessageParams) -> Result<AppendR
         return Ok(done);
     }
     state.check_leaf(p.expected_leaf_id.as_deref())?;
-    let idx = state
+    let (mut state, appended_at) = state
         .append_awaiting(p.entry_id.as_deref(), |id, parent, ts| {
             message_entry(id, parent, ts, Value::Object(message))
         })
-        .await?;
+        .await;
+    let idx = appended_at?;
     if role == "assistant" {
         // Beyond Pi: what the reply reports against the context it was sent (the context
         // before it joins).
@@ -245,7 +243,7 @@ pub fn append_entry(ctx: &Ctx, p: AppendEntryParams) -> Result<AppendResult, Rpc
 
 pub fn get_branch(ctx: &Ctx, p: SessionParams) -> Result<Branch, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    let state = session.lock_state();
+    let state = session.read_state();
     // Every entry is parsed from its bytes: off the async workers.
     let branch = crate::cpu::blocking(|| {
         state
@@ -260,7 +258,7 @@ pub fn get_branch(ctx: &Ctx, p: SessionParams) -> Result<Branch, RpcError> {
 
 pub fn get_context(ctx: &Ctx, p: GetContextParams) -> Result<Context, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
-    let state = session.lock_state();
+    let state = session.read_state();
     let messages = crate::cpu::blocking(|| match p.format.unwrap_or(ContextFormat::Agent) {
         ContextFormat::Agent => state.agent_messages(),
         ContextFormat::Llm => state.llm_messages(),
@@ -275,7 +273,7 @@ pub fn get_context(ctx: &Ctx, p: GetContextParams) -> Result<Context, RpcError> 
 pub fn get_context_usage(ctx: &Ctx, p: SessionParams) -> Result<ContextUsage, RpcError> {
     let session = ctx.daemon.session(&p.session_id)?;
     let settings = ctx.daemon.session_settings(&session);
-    let state = session.lock_state();
+    let state = session.read_state();
     // Beyond Pi: what compactd learned of this model's tokenizer (used with
     // `calibratedEstimates`), once a reply taught it anything.
     let learned = ctx.daemon.calibration(state.model.as_ref());

@@ -29,7 +29,7 @@ pub fn info(daemon: &Daemon, session: &Session) -> SessionInfo {
         .speculation
         .is_busy()
         .then(|| daemon.session_settings(session));
-    let state = session.lock_state();
+    let state = session.read_state();
     SessionInfo {
         session_id: session.id.clone(),
         path: session.location.to_text(),
@@ -68,7 +68,7 @@ fn status(daemon: &Daemon, session: &Session) -> SessionInfo {
     let activity = session.activity.lock().clone();
     let mut wrote_last = None;
     {
-        let state = session.lock_state();
+        let state = session.read_state();
         // After a compaction, until a reply reports usage, Pi's estimate still counts the
         // pre-compaction usage of the kept messages: the messages' own estimates say more.
         out.context_tokens = Some(daemon.context_tokens(&state, &settings));
