@@ -47,16 +47,38 @@ pub struct Watch {
     pub probe: Probe,
 }
 
-/// When each side last moved a byte, in milliseconds after `epoch` (0: never).
+/// When each side last moved a byte, in nanoseconds after `epoch` (0: never). Stamps only
+/// grow (`last`): a request the client sends right after an answer arrived is always later
+/// than it. With milliseconds, the two often shared a stamp, and a daemon stopped in between
+/// was never asked about: the bridge waited forever.
 struct Activity {
     epoch: Instant,
+    last: AtomicU64,
     sent: AtomicU64,
     received: AtomicU64,
 }
 
 impl Activity {
+    fn new() -> Activity {
+        Activity {
+            epoch: Instant::now(),
+            last: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+        }
+    }
+
+    /// A stamp later than every earlier one: the clock, or one past the last stamp when the
+    /// clock has not moved on since.
     fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+        let clock = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
+        let later = |last: u64| Some(clock.max(last.saturating_add(1)));
+        match self
+            .last
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, later)
+        {
+            Ok(last) | Err(last) => clock.max(last.saturating_add(1)),
+        }
     }
 
     /// The client spoke after the daemon last did, and has waited `every` since: time to ask
@@ -64,7 +86,7 @@ impl Activity {
     fn unanswered_for(&self, every: Duration) -> bool {
         let sent = self.sent.load(Ordering::Relaxed);
         let received = self.received.load(Ordering::Relaxed);
-        let every = u64::try_from(every.as_millis()).unwrap_or(u64::MAX);
+        let every = u64::try_from(every.as_nanos()).unwrap_or(u64::MAX);
         sent > received && self.now().saturating_sub(sent) >= every
     }
 }
@@ -109,11 +131,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let activity = Arc::new(Activity {
-        epoch: Instant::now(),
-        sent: AtomicU64::new(0),
-        received: AtomicU64::new(0),
-    });
+    let activity = Arc::new(Activity::new());
     let (from_daemon, mut to_daemon) = socket.into_split();
     let mut from_daemon = Stamped {
         inner: from_daemon,
@@ -179,6 +197,20 @@ where
 mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
+
+    /// A request sent right after an answer arrived is unanswered, however close the two
+    /// are (with millisecond stamps it was not, most of the time, and the watch never asked).
+    #[test]
+    fn a_request_right_after_an_answer_is_unanswered() {
+        let a = Activity::new();
+        for _ in 0..10_000 {
+            a.received.store(a.now(), Ordering::Relaxed);
+            a.sent.store(a.now(), Ordering::Relaxed);
+            assert!(a.unanswered_for(Duration::ZERO));
+        }
+        a.received.store(a.now(), Ordering::Relaxed);
+        assert!(!a.unanswered_for(Duration::ZERO), "answered");
+    }
 
     #[tokio::test]
     async fn bytes_pass_unchanged_both_ways_and_end_of_input_half_closes() {
