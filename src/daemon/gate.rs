@@ -42,7 +42,7 @@ pub struct StateGuard<'a> {
 
 /// A writer's turn at the gate without the state: what an append keeps while its write
 /// travels. [`Turn::relock`] takes the state back.
-pub struct Turn<'a> {
+struct Turn<'a> {
     lock: &'a SessionLock,
     _gate: tokio::sync::MutexGuard<'a, ()>,
 }
@@ -105,7 +105,7 @@ impl SessionLock {
 
 impl<'a> StateGuard<'a> {
     /// Lets go of the state and keeps the turn at the gate, across a write that travels.
-    pub fn release(self) -> Turn<'a> {
+    fn release(self) -> Turn<'a> {
         self.turn
     }
 
@@ -134,7 +134,7 @@ impl<'a> StateGuard<'a> {
 impl<'a> Turn<'a> {
     /// Takes the state back (readers hold it for microseconds only, and no other writer can
     /// hold it: they wait at the gate).
-    pub fn relock(self) -> StateGuard<'a> {
+    fn relock(self) -> StateGuard<'a> {
         let state = self.lock.state_only();
         StateGuard { state, turn: self }
     }

@@ -71,10 +71,6 @@ pub struct SessionState {
     pub handoffs: std::collections::BTreeMap<String, crate::handoff::Report>,
 }
 
-/// A session's entries and what is derived from them are freed on the reaper thread
-/// (`cpu::discard`): the last holder of a 100 MB session may be an async worker (a
-/// `closeSession`, a disconnect). The storage (its file lock) is released here, at once, so the
-/// path can be opened again right away.
 /// What [`SessionState::begin_append`] did.
 pub enum Begun {
     /// Written at once: the entry's index.
@@ -91,6 +87,10 @@ pub struct Travelling {
     pub first: crate::store::FirstTry,
 }
 
+/// A session's entries and what is derived from them are freed on the reaper thread
+/// (`cpu::discard`): the last holder of a 100 MB session may be an async worker (a
+/// `closeSession`, a disconnect). The storage (its file lock) is released here, at once, so the
+/// path can be opened again right away.
 impl Drop for SessionState {
     fn drop(&mut self) {
         if self.tree.len() < DISCARD_ON_REAPER_ENTRIES {
@@ -1054,16 +1054,21 @@ pub fn store_error(e: StoreError) -> RpcError {
 
 #[cfg(test)]
 impl SessionState {
-    /// An empty session whose writes all go to `storage`, as if its file existed: for the
-    /// tests of the layers above.
-    pub(crate) fn persisted_for_tests(storage: Box<dyn SessionStorage>) -> SessionState {
-        let mut s = SessionState::deferred(
+    /// An empty session over `storage`, not yet written (Pi's deferred file): for tests.
+    pub(crate) fn empty_for_tests(storage: Box<dyn SessionStorage>) -> SessionState {
+        SessionState::deferred(
             storage,
             crate::session::new_header("/"),
             None,
             "off".into(),
             PiVersion::V1_6,
-        );
+        )
+    }
+
+    /// [`SessionState::empty_for_tests`] whose writes all go to `storage`, as if its file
+    /// existed: for the tests of the layers above.
+    pub(crate) fn persisted_for_tests(storage: Box<dyn SessionStorage>) -> SessionState {
+        let mut s = SessionState::empty_for_tests(storage);
         s.persisted = true;
         s
     }
@@ -1158,15 +1163,7 @@ mod tests {
     /// without it, its freed memory kept in each thread's arena).
     #[test]
     fn dropped_sessions_ask_the_reaper_once_enough_is_free() {
-        let session = || {
-            SessionState::deferred(
-                Box::new(NoFile::new()),
-                crate::session::new_header("/"),
-                None,
-                "off".into(),
-                PiVersion::V1_6,
-            )
-        };
+        let session = || SessionState::empty_for_tests(Box::new(NoFile::new()));
         crate::session::room::take_left_free();
         FREED_HERE.with(|n| n.set(0));
         let before = crate::cpu::releases_asked_here();
@@ -1185,13 +1182,7 @@ mod tests {
     /// leaving enough free in the heap, asks the reaper once to hand memory back.
     #[test]
     fn only_an_append_that_left_memory_free_asks_the_reaper() {
-        let mut s = SessionState::deferred(
-            Box::new(NoFile::new()),
-            crate::session::new_header("/"),
-            None,
-            "off".into(),
-            PiVersion::V1_6,
-        );
+        let mut s = SessionState::empty_for_tests(Box::new(NoFile::new()));
         let append = |s: &mut SessionState, i: u64| {
             s.append_with(|id, parent, ts| {
                 message_entry(

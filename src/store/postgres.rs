@@ -74,7 +74,7 @@ use super::backend::{
     SessionStorage, StoredSummary, Verdict,
 };
 use super::{Durability, SessionRef, StoreError};
-use crate::session::{read_session_bytes, Entry, ReadOutcome, SessionTree};
+use crate::session::{read_session_bytes, Entry, EntryKind, ReadOutcome, SessionTree};
 
 /// How often a daemon reads other daemons' events even without a notification.
 pub const CATCH_UP_EVERY: Duration = Duration::from_secs(1);
@@ -1349,7 +1349,8 @@ pub struct StoredSession {
     head: i64,
     /// False until the session row exists (a new session before its first write).
     exists: bool,
-    /// When another daemon last won a first try of this session ([`StoredSession::racing`]).
+    /// When another daemon was last seen appending to this session: it won a try, or the
+    /// append lock found its lines ([`StoredSession::racing`]).
     raced_at: Option<Instant>,
 }
 
@@ -1439,7 +1440,7 @@ impl SessionStorage for StoredSession {
         rebase: &mut Rebase<'_>,
     ) -> Result<Option<Entry>, StoreError> {
         if self.racing() {
-            return self.append_locked(Vec::new(), rebase).map(Some);
+            return self.append_locked(Vec::new(), entry.kind, rebase).map(Some);
         }
         if self.insert(entry, true)? == Insert::Done {
             return Ok(None);
@@ -1516,7 +1517,7 @@ impl SessionStorage for StoredSession {
 }
 
 impl StoredSession {
-    /// Whether another daemon won one of this session's first tries within [`RACING_FOR`].
+    /// Whether another daemon was seen appending to this session within [`RACING_FOR`].
     fn racing(&self) -> bool {
         self.raced_at.is_some_and(|t| t.elapsed() < RACING_FOR)
     }
@@ -1527,7 +1528,7 @@ impl StoredSession {
         let rebased = rebase(&won)?;
         match self.insert(&rebased, false)? {
             Insert::Done => Ok(rebased),
-            Insert::Lost(won) => self.append_locked(won, rebase),
+            Insert::Lost(won) => self.append_locked(won, rebased.kind, rebase),
         }
     }
 
@@ -1541,46 +1542,45 @@ impl StoredSession {
     fn append_locked(
         &mut self,
         mut won: Vec<u8>,
+        kind: EntryKind,
         rebase: &mut Rebase<'_>,
     ) -> Result<Entry, StoreError> {
+        // The commit the entry's kind asks for is set with `BEGIN` (re-parenting changes no
+        // entry's kind).
+        let begin = match Commit::of(self.db.durability, self.db.durability.syncs_entry(kind))
+            .set_local()
+        {
+            Some(set) => format!("BEGIN; {set}"),
+            None => "BEGIN".to_owned(),
+        };
         let db = self.db.clone();
         let header_id = self.header_id.clone();
         let head = self.head;
-        let (spare, rows) = self.db.block_on(async move {
+        let (spare, new_head) = self.db.block_on(async move {
             let spare = Spare::take(&db).await?;
             let c = &spare.client;
             let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
                 [&header_id, &db.namespace];
-            let lines_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-                [&header_id, &head, &db.namespace];
             let (began, locked, read) = tokio::join!(
-                c.batch_execute("BEGIN"),
+                c.batch_execute(&begin),
                 c.execute(&spare.lock, &lock_params),
-                c.query(&spare.lines, &lines_params),
+                lines_after(c, &spare.lines, &db.namespace, &header_id, head, &mut won),
             );
-            let rows = began.and(locked).and(read).map_err(unavailable)?;
-            Ok::<_, StoreError>((spare, rows))
+            began.and(locked).map_err(unavailable)?;
+            let new_head = read?;
+            Ok::<_, StoreError>((spare, (new_head, won)))
         })?;
-        if !rows.is_empty() {
+        let (new_head, won) = new_head;
+        if new_head > self.head {
             // Another daemon still appends to the session.
             self.raced_at = Some(Instant::now());
-        }
-        for r in rows {
-            self.head = self.head.max(r.get(0));
-            let line: &[u8] = r.get(1);
-            won.extend_from_slice(line);
-            won.push(b'\n');
+            self.head = new_head;
         }
         // A refused re-parenting (the leaf moved off the branch) drops the connection, which
         // ends its transaction.
         let rebased = rebase(&won)?;
         let row = EntryRow::of(&rebased)?;
         row.storable()?;
-        let set = Commit::of(
-            self.db.durability,
-            self.db.durability.syncs_entry(rebased.kind),
-        )
-        .set_local();
         let db = self.db.clone();
         let header_id = self.header_id.clone();
         let seq = self.head + 1;
@@ -1590,17 +1590,11 @@ impl StoredSession {
             let namespace: &str = &db.namespace;
             let params = row.params(&namespace, &header, &seq);
             // A failed insert makes the COMMIT a rollback.
-            let (was_set, inserted, committed) = tokio::join!(
-                async {
-                    match set {
-                        Some(set) => c.batch_execute(set).await,
-                        None => Ok(()),
-                    }
-                },
+            let (inserted, committed) = tokio::join!(
                 c.query(&spare.append_or_read, &params),
                 c.batch_execute("COMMIT"),
             );
-            was_set.and(committed).map_err(unavailable)?;
+            committed.map_err(unavailable)?;
             let rows = inserted.map_err(|e| insert_error(e, &header_id))?;
             db.spare.lock().push(spare);
             Ok::<_, StoreError>(rows)

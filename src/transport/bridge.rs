@@ -72,13 +72,15 @@ impl Activity {
     /// clock has not moved on since.
     fn now(&self) -> u64 {
         let clock = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
-        let later = |last: u64| Some(clock.max(last.saturating_add(1)));
-        match self
+        let after = |last: u64| clock.max(last.saturating_add(1));
+        // The update always succeeds (it never answers `None`): `Ok` holds the stamp before.
+        let last = self
             .last
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, later)
-        {
-            Ok(last) | Err(last) => clock.max(last.saturating_add(1)),
-        }
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+                Some(after(last))
+            })
+            .unwrap_or_else(|last| last);
+        after(last)
     }
 
     /// The client spoke after the daemon last did, and has waited `every` since: time to ask
